@@ -1,0 +1,66 @@
+"""``jupyterhub-gpupool``: one command, one subcommand per part (DESIGN §6).
+
+Subcommands that are full applications (service, agent, reclaimer) are traitlets apps and get
+their own argv; the rest are small argparse commands. Bad flags exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ._version import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree (also used by the docs' CLI reference)."""
+    from .simulate import packing
+
+    parser = _Parser(
+        prog="jupyterhub-gpupool",
+        description="A self-service GPU pool for JupyterHub.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    sim = sub.add_parser("simulate", help="replay public GPU traces through the pool's placement")
+    sim_sub = sim.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=_Parser)
+    sim_sub.required = True
+    pack = sim_sub.add_parser(
+        "packing",
+        help="the FGD paper's packing experiment (workload tuned to 130%% of capacity)",
+        description=packing.__doc__.splitlines()[0] if packing.__doc__ else None,
+    )
+    packing.add_arguments(pack)
+    pack.set_defaults(func=packing.run_cli)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``jupyterhub-gpupool`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a clear line, never a traceback, for anticipated failures
+        from .pool.errors import PoolError
+
+        if isinstance(e, (PoolError, OSError, ValueError)):
+            print(f"jupyterhub-gpupool: error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

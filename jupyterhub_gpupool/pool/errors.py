@@ -1,0 +1,74 @@
+"""The exception tree of the pool core.
+
+Every error names the offending ``field`` and, where there is a closed set, the ``allowed``
+values, so the service can turn it into a 4xx JSON body and the CLI into one clear line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PoolError(Exception):
+    """Base class: ``code`` is machine-readable (snake_case), ``str(err)`` is for humans."""
+
+    code = "pool_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        allowed: Iterable[object] | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.field = field
+        self.allowed = list(allowed) if allowed is not None else None
+        if code is not None:
+            self.code = code
+        text = message
+        if field and not message.startswith(field):
+            text = f"{field}: {message}"
+        if self.allowed is not None:
+            text += f" (allowed: {', '.join(map(str, self.allowed)) or 'none'})"
+        super().__init__(text)
+        self.message = text
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON error body of DESIGN §6 (plus ``field``/``allowed`` when known)."""
+        body: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        if self.allowed is not None:
+            body["allowed"] = self.allowed
+        return {"error": body}
+
+
+class ConfigError(PoolError):
+    """Invalid admin configuration: offers, quotas, inventory."""
+
+    code = "invalid_config"
+
+
+class UnknownModel(ConfigError):
+    """A GPU model name the catalog does not know."""
+
+    code = "unknown_gpu_model"
+
+
+class UnknownProfile(ConfigError):
+    """A MIG profile that does not exist for that GPU model."""
+
+    code = "unknown_mig_profile"
+
+
+class MigLayoutError(PoolError):
+    """A set of MIG instances NVIDIA's rules do not allow on one GPU."""
+
+    code = "invalid_mig_layout"
+
+
+class RequestError(PoolError):
+    """A request that can never be satisfied as asked (not merely "not now")."""
+
+    code = "invalid_request"

@@ -1,0 +1,1 @@
+"""Trace replays that exercise the pool's placement on public cluster data."""

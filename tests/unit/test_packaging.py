@@ -1,0 +1,56 @@
+"""The explicit package list in pyproject.toml must cover every package folder, and the wheel
+must carry the data files: a missing entry ships a broken install that tests in-tree never see."""
+
+import subprocess
+import sys
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _declared() -> tuple[set[str], dict[str, str]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return set(config["packages"]), config.get("package-dir", {})
+
+
+def _on_disk() -> set[str]:
+    found = set()
+    for init in (ROOT / "jupyterhub_gpupool").rglob("__init__.py"):
+        rel = init.parent.relative_to(ROOT)
+        found.add(".".join(rel.parts))
+    for init in (ROOT / "spawner").rglob("__init__.py"):
+        rel = init.parent.relative_to(ROOT / "spawner")
+        found.add(".".join(("jupyterhub_gpupool", "spawner", *rel.parts)))
+    return found
+
+
+def test_every_package_folder_is_declared():
+    declared, _ = _declared()
+    assert _on_disk() == declared
+
+
+def test_spawner_folder_is_mapped_and_not_duplicated():
+    _, package_dir = _declared()
+    assert package_dir == {"jupyterhub_gpupool.spawner": "spawner"}
+    assert not (ROOT / "jupyterhub_gpupool" / "spawner").exists()
+
+
+def test_wheel_contents(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "jupyterhub_gpupool/data/mig_profiles.json" in names
+    assert "jupyterhub_gpupool/spawner/__init__.py" in names
+    assert "jupyterhub_gpupool/pool/allocator.py" in names
+    assert not any(n.startswith(("spawner/", "tests/", "benchmarks/")) for n in names)
