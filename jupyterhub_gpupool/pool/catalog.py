@@ -65,9 +65,13 @@ class MigProfile:
         return "nvidia.com/mig-" + self.name.replace("+", ".")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GpuModel:
-    """A GPU model: memory, architecture and, for MIG-capable ones, the profile table."""
+    """A GPU model: memory, architecture and, for MIG-capable ones, the profile table.
+
+    Compared and hashed by identity: one object per model per catalog, so placement can key
+    its caches on it.
+    """
 
     name: str
     memory_gb: float
@@ -139,8 +143,13 @@ def _load_mig_models(raw: Mapping[str, object]) -> dict[str, GpuModel]:
     for spec in gpus.values():
         for p in spec["profiles"]:
             if p.get("placements"):
-                shape = (spec["compute_slices"], spec["memory_slices"], p["compute_slices"],
-                         p["memory_slices"], "+me" in p["name"])
+                shape = (
+                    spec["compute_slices"],
+                    spec["memory_slices"],
+                    p["compute_slices"],
+                    p["memory_slices"],
+                    "+me" in p["name"],
+                )
                 known.setdefault(shape, [x["start"] for x in p["placements"]])
     models: dict[str, GpuModel] = {}
     for key, spec in gpus.items():
@@ -232,7 +241,7 @@ class Catalog:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._by_product
 
-    def __iter__(self):  # noqa: ANN204 - iterator of GpuModel
+    def __iter__(self):
         return iter(self._models.values())
 
     @property
@@ -241,7 +250,7 @@ class Catalog:
         return list(self._models)
 
     def model(self, name: str) -> GpuModel:
-        """Look up by catalog name (``A100-80GB``) or NVML product name (``NVIDIA A100-SXM4-80GB``)."""
+        """Look up by catalog name (``A100-80GB``) or NVML name (``NVIDIA A100-SXM4-80GB``)."""
         key = self._by_product.get(name.strip().lower())
         if key is None:
             raise UnknownModel(f"unknown GPU model {name!r}", field="model", allowed=self.names)

@@ -1,0 +1,564 @@
+"""The allocator: a request in, a decision out — grant here, queue at position N, or reject.
+
+Decisions are values (``Grant``, ``Queued``, ``Rejected``); ``apply`` records them in the
+in-memory occupancy so the next decision sees them. The service's store persists the same
+decisions in one transaction each. ``submit`` is ``decide`` + ``apply``.
+
+Speed: nodes are grouped by the state of their GPUs (``Node.signature``), each distinct state is
+scored once per request shape and cached, so a decision costs O(distinct node states) cheap
+look-ups rather than a scan of every GPU (see ``benchmarks/allocator_scale.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import ConfigError
+from .model import Gpu, MigInstance, Node, Offer, Request, offer_units
+from .placement import NodeChoice, Shape, Slot, best_on_node, slots_for, validate_mig_layout
+from .queue import Waiter, ordered
+from .quota import QuotaBook
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Grant ``slots`` on ``node`` for ``request`` (the lease id is the request id)."""
+
+    request: Request
+    offer: str
+    node: str
+    slots: tuple[Slot, ...]
+    units: Fraction
+    group: str | None
+    borrowed: bool
+    kind: str = "grant"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Wait at ``position`` (1-based) for ``reason``: ``no_capacity``, ``quota``, ``fairness``."""
+
+    request: Request
+    position: int
+    reason: str
+    message: str
+    units: Fraction
+    group: str | None
+    within_guarantee: bool
+    kind: str = "queued"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Never grantable as asked: ``code`` is machine-readable, ``field`` names what to fix."""
+
+    request: Request
+    code: str
+    message: str
+    field: str | None = None
+    allowed: tuple[object, ...] | None = None
+    kind: str = "rejected"
+
+
+Decision = Grant | Queued | Rejected
+
+
+@dataclass
+class Lease:
+    """A grant the allocator holds capacity for."""
+
+    id: str
+    request: Request
+    offer: str
+    node: str
+    slots: tuple[Slot, ...]
+    units: Fraction
+    group: str | None
+    borrowed: bool
+
+
+class Allocator:
+    """In-memory pool state plus the decision rules of DESIGN §4."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        offers: Iterable[Offer],
+        quotas: QuotaBook | None = None,
+        *,
+        aging_interval: float = 600.0,
+        reserve_after: float = 1800.0,
+        demand_refresh: int = 256,
+        demand_decay: float = 0.995,
+    ) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.gpus: dict[str, Gpu] = {}
+        self.offers: dict[str, Offer] = {}
+        self.quotas = quotas or QuotaBook()
+        self.leases: dict[str, Lease] = {}
+        self.waiters: dict[str, Waiter] = {}
+        self.aging_interval = aging_interval
+        self.reserve_after = reserve_after
+        self._order: dict[str, int] = {}
+        self._sid: dict[tuple, int] = {}
+        self._sigs: list[tuple] = []
+        self._sid_models: list[frozenset[str]] = []
+        self._groups: dict[int, dict[str, None]] = {}
+        self._node_sid: dict[str, int] = {}
+        self._memo: dict[tuple, NodeChoice | None] = {}
+        self._demand_counts: dict[str, float] = {}
+        self._demand: tuple[Shape, ...] = ()
+        self._demand_version = 0
+        self._since_refresh = 0
+        self._demand_refresh = demand_refresh
+        self._demand_decay = demand_decay
+        for node in nodes:
+            self.add_node(node)
+        for offer in offers:
+            self.offers[offer.name] = offer
+        self._refresh_demand()
+
+    # -- inventory -------------------------------------------------------------------------
+
+    def add_node(self, node: Node) -> None:
+        """Add a node; its MIG layouts must be legal and its GPU uuids new."""
+        if node.name in self.nodes:
+            raise ConfigError(f"node {node.name!r} is declared twice", field="nodes")
+        for gpu in node.gpus:
+            if gpu.uuid in self.gpus:
+                raise ConfigError(f"GPU {gpu.uuid} is declared twice", field="uuid")
+            if gpu.instances and not gpu.mig_enabled:
+                raise ConfigError(f"GPU {gpu.uuid} has MIG instances but MIG is off", field="mig")
+            if gpu.mig_enabled:
+                if not gpu.model.mig_capable:
+                    raise ConfigError(
+                        f"GPU {gpu.uuid}: {gpu.model.name} does not support MIG", field="mig"
+                    )
+                validate_mig_layout(gpu.model, [(i.profile, i.start) for i in gpu.instances])
+            gpu.node = node.name
+            self.gpus[gpu.uuid] = gpu
+        self.nodes[node.name] = node
+        self._order[node.name] = len(self._order)
+        self._reindex(node)
+
+    def _reindex(self, node: Node) -> None:
+        old = self._node_sid.pop(node.name, None)
+        if old is not None:
+            self._groups[old].pop(node.name, None)
+        if not node.schedulable:
+            return
+        sig = node.signature()
+        sid = self._sid.get(sig)
+        if sid is None:
+            sid = self._sid[sig] = len(self._sigs)
+            self._sigs.append(sig)
+            self._sid_models.append(frozenset(g.model.name for g in node.gpus))
+            self._groups[sid] = {}
+        self._groups[sid][node.name] = None
+        self._node_sid[node.name] = sid
+
+    def set_node_flags(
+        self, name: str, *, cordoned: bool | None = None, draining: bool | None = None
+    ) -> Node:
+        """Cordon/uncordon or drain a node: it keeps its leases but takes nothing new."""
+        node = self.nodes[name]
+        if cordoned is not None:
+            node.cordoned = cordoned
+        if draining is not None:
+            node.draining = draining
+        self._reindex(node)
+        return node
+
+    def set_gpu_health(self, uuid: str, healthy: bool) -> None:
+        """Mark a GPU (un)healthy; an unhealthy GPU takes nothing new."""
+        gpu = self.gpus[uuid]
+        gpu.healthy = healthy
+        self._reindex(self.nodes[gpu.node])
+
+    # -- demand ----------------------------------------------------------------------------
+
+    def _refresh_demand(self) -> None:
+        shapes = []
+        for name, offer in self.offers.items():
+            if offer.kind == "cpu":
+                continue
+            shapes.append(Shape.of(offer, 1.0 + self._demand_counts.get(name, 0.0)))
+        self._demand = tuple(shapes)
+        self._demand_version += 1
+        self._since_refresh = 0
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+
+    def _note_demand(self, offer: str) -> None:
+        decay = self._demand_decay
+        for k in self._demand_counts:
+            self._demand_counts[k] *= decay
+        self._demand_counts[offer] = self._demand_counts.get(offer, 0.0) + 1.0
+        self._since_refresh += 1
+        if self._since_refresh >= self._demand_refresh:
+            self._refresh_demand()
+
+    @property
+    def demand(self) -> tuple[Shape, ...]:
+        """The weighted shapes placement currently optimises for."""
+        return self._demand
+
+    # -- placement -------------------------------------------------------------------------
+
+    def _choice(self, sid: int, sig: tuple, shape: Shape) -> NodeChoice | None:
+        key = (sid, shape, self._demand_version)
+        try:
+            return self._memo[key]
+        except KeyError:
+            choice = self._memo[key] = best_on_node(sig, shape, self._demand)
+            return choice
+
+    def _place(
+        self, offer: Offer, exclude: frozenset[str] = frozenset()
+    ) -> tuple[Node, NodeChoice] | None:
+        shape = Shape.of(offer)
+        models = set(offer.models)
+        sigs = self._sigs
+        ranked = []
+        for sid, members in self._groups.items():
+            if not members or (models and not models & self._sid_models[sid]):
+                continue
+            choice = self._choice(sid, sigs[sid], shape)
+            if choice is not None:
+                ranked.append(((round(choice.delta, 9), choice.free_after, sid), sid, choice))
+        ranked.sort(key=lambda r: r[0])
+        order = self._order
+        for _, sid, choice in ranked:
+            for name in sorted(self._groups[sid], key=order.__getitem__):
+                node = self.nodes[name]
+                if name not in exclude and node.fits_resources(offer.cpu_milli, offer.memory_mib):
+                    return node, choice
+        return None
+
+    def _units_for(self, offer: Offer, node: Node | None) -> Fraction:
+        if node is not None and node.gpus:
+            model = node.gpus[0].model
+            for g in node.gpus:
+                if offer.allows_model(g.model.name):
+                    model = g.model
+                    break
+            return offer_units(offer, model)
+        models = [
+            g.model
+            for g in self.gpus.values()
+            if offer.allows_model(g.model.name) and (offer.kind != "mig" or g.mig_enabled)
+        ]
+        return min((offer_units(offer, m) for m in models), default=Fraction(0))
+
+    def _never_placeable(self, offer: Offer) -> Rejected | None:
+        """Requests no amount of waiting can satisfy, e.g. 8 GPUs where nodes hold 4."""
+        if offer.kind == "cpu":
+            return None
+        best = 0
+        for node in self.nodes.values():
+            n = 0
+            for g in node.gpus:
+                if not offer.allows_model(g.model.name):
+                    continue
+                if offer.kind == "mig":
+                    n += g.mig_enabled and offer.profile in g.model.profiles
+                elif not g.mig_enabled:
+                    if offer.kind == "shared" and g.sharing == "exclusive":
+                        continue
+                    if offer.kind == "gpu" and g.sharing == "shared":
+                        continue
+                    if (
+                        offer.min_memory_gb
+                        and g.model.memory_gb * (offer.milli / 1000) < offer.min_memory_gb
+                    ):
+                        continue
+                    n += 1
+            best = max(best, n)
+        if best >= offer.count:
+            return None
+        if best == 0:
+            return Rejected(
+                Request("-", "-", offer.name),
+                "no_such_hardware",
+                f"no GPU in the pool can serve offer {offer.name!r}",
+                "offer",
+            )
+        return Rejected(
+            Request("-", "-", offer.name),
+            "exceeds_node_size",
+            f"offer {offer.name!r} asks for {offer.count} GPUs on one node; "
+            f"the largest node has {best}",
+            "count",
+            tuple(range(1, best + 1)),
+        )
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _share(self, waiter: Waiter) -> float:
+        return self.quotas.share(waiter.group, waiter.request.user)
+
+    def queue(self, now: float) -> list[Waiter]:
+        """Waiters in service order."""
+        return ordered(self.waiters.values(), now, self._share, self.aging_interval)
+
+    def position(self, request_id: str, now: float) -> int | None:
+        """1-based queue position, or None when not queued."""
+        for i, w in enumerate(self.queue(now), 1):
+            if w.request.id == request_id:
+                return i
+        return None
+
+    def _reserved_models(self, now: float, ahead_of: Waiter | None = None) -> set[str] | None:
+        """Models held back for long waiters (``None``: nothing reserved; empty set: all models)."""
+        reserved: set[str] | None = None
+        for w in self.queue(now):
+            if ahead_of is not None and w is ahead_of:
+                break
+            if now - w.since >= self.reserve_after and w.reason == "no_capacity":
+                offer = self.offers.get(w.request.offer)
+                if offer is None:
+                    continue
+                reserved = reserved or set()
+                reserved |= set(offer.models) or {"*"}
+        return reserved
+
+    def decide(self, request: Request, now: float) -> Decision:
+        """What to do with ``request`` now; changes nothing."""
+        offer = self.offers.get(request.offer)
+        if offer is None:
+            return Rejected(
+                request,
+                "unknown_offer",
+                f"there is no offer {request.offer!r}",
+                "offer",
+                tuple(self.offers),
+            )
+        if not offer.visible_to(request.groups):
+            return Rejected(
+                request,
+                "offer_not_allowed",
+                f"offer {offer.name!r} is for the groups {', '.join(offer.groups)}",
+                "offer",
+                tuple(o.name for o in self.offers.values() if o.visible_to(request.groups)),
+            )
+        if request.id in self.leases or request.id in self.waiters:
+            return Rejected(
+                request, "duplicate_request", f"request {request.id!r} exists already", "id"
+            )
+        if offer.kind == "cpu":
+            return Grant(request, offer.name, "", (), Fraction(0), request.group, False)
+        never = self._never_placeable(offer)
+        if never is not None:
+            return Rejected(request, never.code, never.message, never.field, never.allowed)
+        placed = self._place(offer)
+        node = placed[0] if placed else None
+        units = self._units_for(offer, node)
+        verdict = self.quotas.check(request.user, request.groups, units, request.group)
+        if not verdict.can_wait:
+            return Rejected(request, verdict.code or "quota", verdict.message, "offer")
+        within = not self.quotas.borrows(request.user, verdict.group, units)
+        waiter = Waiter(request, units, verdict.group, within, "no_capacity", now)
+        if not verdict.ok:
+            waiter.reason = "quota"
+            return self._queued(waiter, now, verdict.message)
+        reserved = self._reserved_models(now)
+        if reserved is not None and (
+            "*" in reserved or not offer.models or reserved & set(offer.models)
+        ):
+            waiter.reason = "fairness"
+            return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
+        if placed is None:
+            return self._queued(waiter, now, f"no {offer.display_name or offer.name} is free now")
+        node, choice = placed
+        return Grant(
+            request,
+            offer.name,
+            node.name,
+            slots_for(node, Shape.of(offer), choice),
+            units,
+            verdict.group,
+            verdict.borrowed,
+        )
+
+    def _queued(self, waiter: Waiter, now: float, message: str) -> Queued:
+        queue = ordered([*self.waiters.values(), waiter], now, self._share, self.aging_interval)
+        position = queue.index(waiter) + 1
+        return Queued(
+            waiter.request,
+            position,
+            waiter.reason,
+            message,
+            waiter.units,
+            waiter.group,
+            waiter.within_guarantee,
+        )
+
+    def apply(self, decision: Decision, now: float = 0.0) -> None:
+        """Record a decision in the occupancy (grants) or the queue (queued)."""
+        if isinstance(decision, Grant):
+            self._note_demand(decision.offer)
+            lease = Lease(
+                decision.request.id,
+                decision.request,
+                decision.offer,
+                decision.node,
+                decision.slots,
+                decision.units,
+                decision.group,
+                decision.borrowed,
+            )
+            self._occupy(lease)
+            self.leases[lease.id] = lease
+            self.quotas.add(lease.request.user, lease.group, lease.units)
+            self.waiters.pop(lease.id, None)
+        elif isinstance(decision, Queued):
+            self._note_demand(decision.request.offer)
+            self.waiters[decision.request.id] = Waiter(
+                decision.request,
+                decision.units,
+                decision.group,
+                decision.within_guarantee,
+                decision.reason,
+                now,
+            )
+
+    def submit(self, request: Request, now: float) -> Decision:
+        """Decide and apply."""
+        decision = self.decide(request, now)
+        self.apply(decision, now)
+        return decision
+
+    def _occupy(self, lease: Lease) -> None:
+        for slot in lease.slots:
+            gpu = self.gpus[slot.gpu]
+            if slot.kind == "gpu":
+                gpu.whole_lease = lease.id
+            elif slot.kind == "shared":
+                gpu.shares[lease.id] = slot.milli
+            else:
+                inst = next((i for i in gpu.instances if i.start == slot.start), None)
+                if inst is None:
+                    inst = MigInstance(slot.profile or "", slot.start or 0)
+                    gpu.instances.append(inst)
+                inst.lease = lease.id
+        if lease.node:
+            node = self.nodes[lease.node]
+            offer = self.offers.get(lease.offer)
+            if offer is not None:
+                node.cpu_used += offer.cpu_milli
+                node.memory_used += offer.memory_mib
+            self._reindex(node)
+
+    def _vacate(self, lease: Lease) -> None:
+        for slot in lease.slots:
+            gpu = self.gpus[slot.gpu]
+            if slot.kind == "gpu" and gpu.whole_lease == lease.id:
+                gpu.whole_lease = None
+            elif slot.kind == "shared":
+                gpu.shares.pop(lease.id, None)
+            else:
+                for inst in gpu.instances:
+                    if inst.lease == lease.id:
+                        inst.lease = None
+        if lease.node:
+            node = self.nodes[lease.node]
+            offer = self.offers.get(lease.offer)
+            if offer is not None:
+                node.cpu_used = max(0, node.cpu_used - offer.cpu_milli)
+                node.memory_used = max(0, node.memory_used - offer.memory_mib)
+            self._reindex(node)
+
+    def release(self, lease_id: str, now: float) -> list[Grant]:
+        """Free a lease (or drop a waiter), then serve the queue; returns the grants made."""
+        if self.waiters.pop(lease_id, None) is not None:
+            return self.promote(now)
+        lease = self.leases.pop(lease_id)
+        self._vacate(lease)
+        self.quotas.remove(lease.request.user, lease.group, lease.units)
+        return self.promote(now)
+
+    def promote(self, now: float) -> list[Grant]:
+        """Grant waiters in queue order while they fit; a long waiter that does not fit holds
+        back later waiters for the same models (no starvation by smaller asks)."""
+        grants: list[Grant] = []
+        reserved: set[str] = set()
+        for waiter in self.queue(now):
+            offer = self.offers.get(waiter.request.offer)
+            if offer is None:
+                continue
+            if reserved and ("*" in reserved or not offer.models or reserved & set(offer.models)):
+                continue
+            verdict = self.quotas.check(
+                waiter.request.user, waiter.request.groups, waiter.units, waiter.request.group
+            )
+            placed = self._place(offer) if verdict.ok else None
+            if placed is None:
+                waiter.reason = "quota" if not verdict.ok else "no_capacity"
+                if verdict.ok and now - waiter.since >= self.reserve_after:
+                    reserved |= set(offer.models) or {"*"}
+                continue
+            node, choice = placed
+            grant = Grant(
+                waiter.request,
+                offer.name,
+                node.name,
+                slots_for(node, Shape.of(offer), choice),
+                self._units_for(offer, node),
+                verdict.group,
+                verdict.borrowed,
+            )
+            self.waiters.pop(waiter.request.id)
+            self.apply(grant, now)
+            grants.append(grant)
+        return grants
+
+    def reclaimable_for(self, request: Request, now: float) -> list[str]:
+        """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
+
+        Lowest priority and most recently granted go first; the list is as short as the
+        placement allows. Empty when the request borrows itself or nothing would help.
+        """
+        offer = self.offers.get(request.offer)
+        if offer is None or offer.kind == "cpu":
+            return []
+        units = self._units_for(offer, None)
+        verdict = self.quotas.check(request.user, request.groups, units, request.group)
+        if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
+            return []
+        if self._place(offer) is not None:
+            return []
+        candidates = [
+            lease
+            for lease in self.leases.values()
+            if lease.borrowed
+            and (
+                not offer.models
+                or any(self.gpus[s.gpu].model.name in offer.models for s in lease.slots)
+            )
+        ]
+        candidates.sort(key=lambda lease: (lease.request.priority, -lease.request.arrival))
+        freed: list[Lease] = []
+        try:
+            for lease in candidates:
+                self._vacate(lease)
+                freed.append(lease)
+                if self._place(offer) is not None:
+                    return [lease.id for lease in freed]
+            return []
+        finally:
+            for lease in freed:
+                self._occupy(lease)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def capacity(self) -> Mapping[str, float]:
+        """Total and free GPU units of schedulable hardware."""
+        total = free = 0.0
+        for node in self.nodes.values():
+            for g in node.gpus:
+                if g.schedulable and node.schedulable:
+                    total += 1.0
+                    free += g.free_units()
+        return {"total": total, "free": free, "used": total - free}

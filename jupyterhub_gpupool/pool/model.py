@@ -1,0 +1,311 @@
+"""Inventory and requests as plain values: clusters → nodes → GPUs → MIG instances, and offers.
+
+The allocator keeps these in memory; the store (service) rebuilds them from rows. Mutation is
+limited to occupancy (who holds which piece), done through the allocator only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .catalog import Catalog, GpuModel
+from .errors import ConfigError, RequestError
+
+#: Offer kinds (contract): a whole GPU (or several on one node), a MIG slice, a share of a GPU,
+#: or no GPU at all (a CPU-only server the picker may show).
+OFFER_KINDS = ("gpu", "mig", "shared", "cpu")
+
+#: How a non-MIG GPU may be used: whole or shared as requests come ("auto"), whole only, or
+#: shared only. A MIG-enabled GPU only ever serves MIG offers.
+SHARING_MODES = ("auto", "exclusive", "shared")
+
+MILLI = 1000  # a whole GPU, in the milli-GPU units shared fractions are counted in
+
+
+@dataclass
+class MigInstance:
+    """A GPU instance that exists (static MIG) or is planned (dynamic MIG) on one GPU."""
+
+    profile: str
+    start: int
+    uuid: str | None = None
+    lease: str | None = None
+
+
+@dataclass
+class Gpu:
+    """One physical GPU and who holds which part of it."""
+
+    uuid: str
+    index: int
+    model: GpuModel
+    node: str = ""
+    mig_enabled: bool = False
+    dynamic_mig: bool = False
+    sharing: str = "auto"
+    healthy: bool = True
+    cordoned: bool = False
+    instances: list[MigInstance] = field(default_factory=list)
+    whole_lease: str | None = None
+    shares: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def schedulable(self) -> bool:
+        """Healthy and not cordoned: may take new work."""
+        return self.healthy and not self.cordoned
+
+    @property
+    def used_milli(self) -> int:
+        """Milli-GPUs held on a non-MIG GPU."""
+        return MILLI if self.whole_lease else sum(self.shares.values())
+
+    @property
+    def free_milli(self) -> int:
+        """Milli-GPUs still free on a non-MIG GPU (0 when unschedulable)."""
+        if self.mig_enabled or not self.schedulable:
+            return 0
+        return MILLI - self.used_milli
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing on it is held."""
+        return (
+            not self.whole_lease
+            and not self.shares
+            and all(i.lease is None for i in self.instances)
+        )
+
+    def covered_mask(self) -> int:
+        """Memory slices covered by existing instances (bit i = slice i)."""
+        mask = 0
+        for inst in self.instances:
+            size = self.model.profiles[inst.profile].memory_slices
+            mask |= ((1 << size) - 1) << inst.start
+        return mask
+
+    def held_mask(self) -> int:
+        """Memory slices covered by instances somebody holds."""
+        mask = 0
+        for inst in self.instances:
+            if inst.lease is not None:
+                size = self.model.profiles[inst.profile].memory_slices
+                mask |= ((1 << size) - 1) << inst.start
+        return mask
+
+    def free_units(self) -> float:
+        """Free capacity in GPU units: free milli for plain GPUs, free memory slices for MIG."""
+        if not self.schedulable:
+            return 0.0
+        if self.mig_enabled:
+            total = self.model.memory_slices
+            return (total - bin(self.held_mask()).count("1")) / total
+        return self.free_milli / MILLI
+
+    def state_key(self) -> tuple:
+        """Everything placement depends on, hashable: equal keys place and score alike."""
+        if not self.schedulable:
+            return ("x",)
+        if self.mig_enabled:
+            inst = tuple(sorted((i.profile, i.start, i.lease is not None) for i in self.instances))
+            return ("m", self.model, self.dynamic_mig, inst)
+        return ("n", self.model, self.sharing, self.free_milli)
+
+
+@dataclass
+class Node:
+    """A machine with GPUs; CPU and memory are checked for every request placed on it."""
+
+    name: str
+    cluster: str = "default"
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: list[Gpu] = field(default_factory=list)
+    cordoned: bool = False
+    draining: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_used: int = 0
+    memory_used: int = 0
+
+    @property
+    def schedulable(self) -> bool:
+        """Cordoned and draining nodes take nothing new."""
+        return not (self.cordoned or self.draining)
+
+    def fits_resources(self, cpu_milli: int, memory_mib: int) -> bool:
+        """CPU and memory room for one more request (0 capacity means "not tracked")."""
+        cpu_ok = not self.cpu_milli or self.cpu_used + cpu_milli <= self.cpu_milli
+        mem_ok = not self.memory_mib or self.memory_used + memory_mib <= self.memory_mib
+        return cpu_ok and mem_ok
+
+    def signature(self) -> tuple:
+        """The GPU side of the node's state; nodes with equal signatures score alike."""
+        return tuple(g.state_key() for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a user can ask for (contract, DESIGN §4), declared by the admin."""
+
+    name: str
+    kind: str
+    display_name: str = ""
+    description: str = ""
+    count: int = 1
+    profile: str | None = None
+    models: tuple[str, ...] = ()
+    fraction: float | None = None
+    min_memory_gb: float | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    groups: tuple[str, ...] = ()
+    priority_class: str = "default"
+    reclaim_policy: str = "stop"
+    idle_timeout: int = 3600
+
+    @property
+    def milli(self) -> int:
+        """Per-GPU share in milli-GPUs (a whole GPU is 1000)."""
+        if self.kind == "shared":
+            return round((self.fraction or 0) * MILLI)
+        return MILLI if self.kind == "gpu" else 0
+
+    def allows_model(self, model: str) -> bool:
+        """An empty model list means any model."""
+        return not self.models or model in self.models
+
+    def visible_to(self, groups: Iterable[str]) -> bool:
+        """An offer without groups is for everybody."""
+        return not self.groups or bool(set(self.groups) & set(groups))
+
+
+_OFFER_FIELDS = {f for f in Offer.__dataclass_fields__}
+
+
+def _number(
+    raw: Mapping[str, object], key: str, kind: type, *, minimum: float | None = None
+) -> object:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"must be a number, got {value!r}", field=key)
+    if kind is int and int(value) != value:
+        raise ConfigError(f"must be a whole number, got {value!r}", field=key)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"must be at least {minimum}, got {value!r}", field=key)
+    return kind(value)
+
+
+def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
+    """Validate an admin's offer declaration against the catalog; errors name the field."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("an offer must be a mapping", field="offer")
+    unknown = set(raw) - _OFFER_FIELDS
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {', '.join(sorted(unknown))}",
+            field="offer",
+            allowed=sorted(_OFFER_FIELDS),
+        )
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError("every offer needs a non-empty string name", field="name")
+    kind = raw.get("kind")
+    if kind not in OFFER_KINDS:
+        raise ConfigError(
+            f"offer {name!r}: unknown kind {kind!r}", field="kind", allowed=OFFER_KINDS
+        )
+    models = raw.get("models", ())
+    if isinstance(models, str) or not all(isinstance(m, str) for m in models):  # type: ignore[union-attr]
+        raise ConfigError(f"offer {name!r}: models must be a list of names", field="models")
+    resolved = tuple(catalog.model(m).name for m in models)  # type: ignore[union-attr]
+    values: dict[str, object] = dict(raw)
+    values["models"] = resolved
+    for key in ("groups",):
+        if key in raw:
+            groups = raw[key]
+            if isinstance(groups, str) or not all(isinstance(g, str) for g in groups):  # type: ignore[union-attr]
+                raise ConfigError(f"offer {name!r}: must be a list of group names", field=key)
+            values[key] = tuple(groups)  # type: ignore[arg-type]
+    for key, typ, low in (
+        ("count", int, 1),
+        ("cpu_milli", int, 0),
+        ("memory_mib", int, 0),
+        ("idle_timeout", int, 0),
+    ):
+        if key in raw:
+            values[key] = _number(raw, key, typ, minimum=low)
+    if kind == "mig":
+        profile = raw.get("profile")
+        if not isinstance(profile, str):
+            raise ConfigError(f"offer {name!r}: a mig offer needs a profile", field="profile")
+        if not resolved:
+            raise ConfigError(
+                f"offer {name!r}: a mig offer must name its GPU models (profiles differ per model)",
+                field="models",
+                allowed=[m.name for m in catalog if m.mig_capable],
+            )
+        for m in resolved:
+            catalog.model(m).profile(profile)  # raises UnknownProfile naming the allowed ones
+        if values.get("count", 1) != 1:
+            raise ConfigError(
+                f"offer {name!r}: a mig offer is one slice", field="count", allowed=[1]
+            )
+    elif "profile" in raw:
+        raise ConfigError(f"offer {name!r}: only mig offers take a profile", field="profile")
+    if kind == "shared":
+        if "fraction" not in raw:
+            raise ConfigError(f"offer {name!r}: a shared offer needs a fraction", field="fraction")
+        fraction = _number(raw, "fraction", float)
+        if not 0 < fraction < 1:  # type: ignore[operator]
+            raise ConfigError(
+                f"offer {name!r}: fraction must be between 0 and 1 (exclusive)", field="fraction"
+            )
+        values["fraction"] = fraction
+        if values.get("count", 1) != 1:
+            raise ConfigError(
+                f"offer {name!r}: a shared offer is one share of one GPU",
+                field="count",
+                allowed=[1],
+            )
+    elif "fraction" in raw:
+        raise ConfigError(f"offer {name!r}: only shared offers take a fraction", field="fraction")
+    if "min_memory_gb" in raw:
+        values["min_memory_gb"] = _number(raw, "min_memory_gb", float, minimum=0)
+    if kind == "mig":
+        for m in resolved:
+            if not catalog.model(m).mig_capable:
+                raise ConfigError(f"offer {name!r}: {m} has no MIG", field="models")
+    values.setdefault("display_name", name)
+    return Offer(**values)  # type: ignore[arg-type]
+
+
+def offer_units(offer: Offer, model: GpuModel) -> Fraction:
+    """GPU units one grant of ``offer`` on ``model`` costs (DESIGN §4)."""
+    if offer.kind == "mig":
+        return model.profile_units(offer.profile or "")
+    if offer.kind == "shared":
+        return Fraction(offer.milli, MILLI)
+    if offer.kind == "gpu":
+        return offer.count * Fraction(model.unit_weight).limit_denominator(1000)
+    return Fraction(0)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A user's ask for one offer for one named server."""
+
+    id: str
+    user: str
+    offer: str
+    server: str = ""
+    group: str | None = None
+    groups: tuple[str, ...] = ()
+    priority: int = 0
+    arrival: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.user:
+            raise RequestError("a request needs a user", field="user")
+        if not self.offer:
+            raise RequestError("a request needs an offer", field="offer")

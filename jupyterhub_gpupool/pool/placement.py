@@ -1,0 +1,337 @@
+"""Where a request may go, and where it should go.
+
+*May*: NVIDIA's MIG rules (valid starts only, no overlapping memory slices, per-profile instance
+caps, one media-extension instance, compute slices within the GPU, one mode per GPU), whole GPUs
+(several only on one node), shared fractions (by fraction and memory), node CPU/memory, and
+nothing new on cordoned, draining or unhealthy hardware.
+
+*Should*: the option that leaves the most future demand placeable. Future demand is a weighted
+set of typical request ``Shape``s; a GPU's *fragment* for a shape is the free capacity that shape
+cannot use, and a node's fragmentation F is the demand-weighted fragment. We pick the option with
+the smallest increase of F, in the spirit of FGD (Weng et al., USENIX ATC 2023), generalised to
+MIG: on a MIG GPU the free memory slices no legal placement of the shape could cover are the
+fragment. Everything works on hashable GPU state keys (``Gpu.state_key``) so results are cached
+per distinct state, which keeps decisions cheap on pools of 10,000 GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .catalog import GpuModel
+from .errors import MigLayoutError
+from .model import MILLI, Gpu, Node, Offer
+
+# ---------------------------------------------------------------------------------------------
+# MIG rules
+
+
+def _span(start: int, size: int) -> int:
+    return ((1 << size) - 1) << start
+
+
+def validate_mig_layout(model: GpuModel, instances: Iterable[tuple[str, int]]) -> None:
+    """Raise ``MigLayoutError`` unless ``(profile, start)`` pairs form a layout NVIDIA allows."""
+    if not model.mig_capable:
+        raise MigLayoutError(f"{model.name} does not support MIG", field="model")
+    used = 0
+    counts: dict[str, int] = {}
+    compute = media = 0
+    for name, start in instances:
+        p = model.profile(name)
+        if start not in p.starts:
+            raise MigLayoutError(
+                f"{name} cannot start at memory slice {start} on {model.name}",
+                field="start",
+                allowed=p.starts,
+            )
+        span = _span(start, p.memory_slices)
+        if used & span:
+            raise MigLayoutError(
+                f"{name} at {start} overlaps memory slices already in use on {model.name}",
+                field="start",
+            )
+        used |= span
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] > p.max_count:
+            raise MigLayoutError(
+                f"at most {p.max_count} instance(s) of {name} fit on {model.name}",
+                field="profile",
+            )
+        compute += p.compute_slices
+        media += p.media_extensions
+    if compute > model.compute_slices:
+        raise MigLayoutError(
+            f"layout needs {compute} compute slices, {model.name} has {model.compute_slices}",
+            field="profile",
+        )
+    if media > 1:
+        raise MigLayoutError(
+            "only one instance per GPU can own the media extensions (+me)", field="profile"
+        )
+
+
+def mig_new_starts(
+    model: GpuModel, instances: Sequence[tuple[str, int]], profile: str
+) -> tuple[int, ...]:
+    """Starts where a new ``profile`` instance could be created next to ``instances``."""
+    p = model.profile(profile)
+    used = 0
+    compute = media = same = 0
+    for name, start in instances:
+        q = model.profiles[name]
+        used |= _span(start, q.memory_slices)
+        compute += q.compute_slices
+        media += q.media_extensions
+        same += name == profile
+    if same >= p.max_count or compute + p.compute_slices > model.compute_slices:
+        return ()
+    if p.media_extensions and media:
+        return ()
+    return tuple(s for s in p.starts if not used & _span(s, p.memory_slices))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes of demand and per-GPU options
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A typical request, weighted: what the pool expects to be asked for next."""
+
+    kind: str
+    count: int = 1
+    milli: int = MILLI
+    profile: str | None = None
+    models: frozenset[str] | None = None
+    min_memory_gb: float | None = None
+    cpu_milli: int = 0
+    weight: float = 1.0
+
+    @classmethod
+    def of(cls, offer: Offer, weight: float = 1.0) -> Shape:
+        """The shape of one grant of ``offer``."""
+        return cls(
+            kind=offer.kind,
+            count=offer.count if offer.kind == "gpu" else 1,
+            milli=offer.milli if offer.kind in ("gpu", "shared") else 0,
+            profile=offer.profile,
+            models=frozenset(offer.models) or None,
+            min_memory_gb=offer.min_memory_gb,
+            cpu_milli=offer.cpu_milli,
+            weight=weight,
+        )
+
+    def unweighted(self) -> Shape:
+        """The same shape with weight 1 (cache key for options)."""
+        return self if self.weight == 1.0 else Shape(**{**self.__dict__, "weight": 1.0})
+
+
+def _model_ok(model: GpuModel, shape: Shape) -> bool:
+    if shape.models is not None and model.name not in shape.models:
+        return False
+    if shape.min_memory_gb is not None:
+        share = shape.milli / MILLI if shape.kind == "shared" else 1.0
+        if model.memory_gb * share < shape.min_memory_gb:
+            return False
+    return True
+
+
+def key_free(key: tuple) -> float:
+    """Free capacity of a GPU state in GPU units."""
+    if key[0] == "n":
+        return key[3] / MILLI
+    if key[0] == "m":
+        model: GpuModel = key[1]
+        held = 0
+        for name, start, is_held in key[3]:
+            if is_held:
+                held |= _span(start, model.profiles[name].memory_slices)
+        return (model.memory_slices - held.bit_count()) / model.memory_slices
+    return 0.0
+
+
+@lru_cache(maxsize=65536)
+def key_options(key: tuple, shape: Shape) -> tuple[tuple[tuple, int, bool], ...]:
+    """Ways to place one GPU's worth of ``shape`` on a GPU state.
+
+    Each option is ``(state after, start, create)``: ``start`` is the MIG start (−1 otherwise),
+    ``create`` whether a new MIG instance has to be made first (dynamic MIG).
+    """
+    kind = key[0]
+    if kind == "n":
+        _, model, sharing, free = key
+        if shape.kind not in ("gpu", "shared") or not _model_ok(model, shape):
+            return ()
+        if shape.kind == "gpu":
+            ok = sharing != "shared" and free == MILLI
+        else:
+            ok = sharing != "exclusive" and free >= shape.milli
+        return (((kind, model, sharing, free - shape.milli), -1, False),) if ok else ()
+    if kind == "m":
+        _, model, dynamic, inst = key
+        if (
+            shape.kind != "mig"
+            or not _model_ok(model, shape)
+            or shape.profile not in model.profiles
+        ):
+            return ()
+        options = []
+        for i, (name, start, held) in enumerate(inst):
+            if name == shape.profile and not held:
+                after = (*inst[:i], (name, start, True), *inst[i + 1 :])
+                options.append(((kind, model, dynamic, after), start, False))
+        if dynamic:
+            layout = [(name, start) for name, start, _ in inst]
+            for start in mig_new_starts(model, layout, shape.profile):
+                after = tuple(sorted((*inst, (shape.profile, start, True))))
+                options.append(((kind, model, dynamic, after), start, True))
+        return tuple(options)
+    return ()
+
+
+@lru_cache(maxsize=65536)
+def key_unusable(key: tuple, shape: Shape) -> float:
+    """Free capacity of a GPU state that ``shape`` can never use (its fragment, GPU units)."""
+    free = key_free(key)
+    if free == 0.0:
+        return 0.0
+    options = key_options(key, shape.unweighted())
+    if not options:
+        return free
+    if key[0] == "n":
+        return 0.0  # it fits, so all of the free share is usable
+    model: GpuModel = key[1]
+    size = model.profiles[shape.profile].memory_slices  # type: ignore[index]
+    covered = 0
+    for _, start, _ in options:
+        covered |= _span(start, size)
+    held = 0
+    for name, start, is_held in key[3]:
+        if is_held:
+            held |= _span(start, model.profiles[name].memory_slices)
+    free_mask = ((1 << model.memory_slices) - 1) & ~held
+    return (free_mask & ~covered).bit_count() / model.memory_slices
+
+
+def node_fragmentation(
+    keys: Sequence[tuple], shapes: Sequence[Shape], cpu_free: int | None = None
+) -> float:
+    """Demand-weighted fragment of a node (GPU units): F(node) = Σ p_t · f_t(node).
+
+    f_t is the free capacity shape t cannot use: all of it when t does not fit on the node at
+    all (not enough GPUs with room, too little CPU when ``cpu_free`` is given, CPU-only t),
+    else the free capacity of the GPUs too small or the wrong kind for t.
+    """
+    total_weight = sum(s.weight for s in shapes)
+    if not total_weight:
+        return 0.0
+    free = sum(key_free(k) for k in keys)
+    if free == 0.0:
+        return 0.0
+    frag = 0.0
+    for shape in shapes:
+        if shape.kind == "cpu":
+            frag += shape.weight * free
+            continue
+        if cpu_free is not None and cpu_free < shape.cpu_milli:
+            frag += shape.weight * free
+            continue
+        bare = shape.unweighted()
+        fitting = sum(1 for k in keys if key_options(k, bare))
+        if fitting < shape.count:
+            frag += shape.weight * free
+        else:
+            frag += shape.weight * sum(key_unusable(k, bare) for k in keys)
+    return frag / total_weight
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing among the options of one node
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One piece of one GPU in a grant (contract: the spawner pins the server to these)."""
+
+    gpu: str
+    kind: str
+    milli: int = MILLI
+    profile: str | None = None
+    start: int | None = None
+    create: bool = False
+
+    @property
+    def key(self) -> str:
+        """Identity of the piece for the database's one-active-lease-per-slice index.
+
+        Shares of one GPU all carry ``<gpu>/shared``: they are guarded by capacity, not by the
+        unique index, which only covers whole GPUs and MIG instances.
+        """
+        if self.kind == "mig":
+            return f"{self.gpu}/mig/{self.start}"
+        return self.gpu if self.kind == "gpu" else f"{self.gpu}/shared"
+
+
+@dataclass(frozen=True)
+class NodeChoice:
+    """The best way to place a request on one node state, with its cost."""
+
+    delta: float
+    free_after: float
+    picks: tuple[tuple[int, int, bool, tuple], ...]  # (gpu position, start, create, key after)
+
+
+def best_on_node(
+    keys: tuple[tuple, ...], shape: Shape, demand: Sequence[Shape]
+) -> NodeChoice | None:
+    """Cheapest legal placement of ``shape`` on a node whose GPUs are in states ``keys``.
+
+    Whole GPUs take the lowest-indexed free GPUs (all equal for fragmentation); a share or a
+    MIG slice tries every GPU and every legal start and keeps the smallest ΔF, ties going to the
+    tightest fit, then the lowest index (existing MIG instances before creating new ones).
+    """
+    before = node_fragmentation(keys, demand)
+    bare = shape.unweighted()
+    if shape.kind == "gpu":
+        picks = []
+        for pos, k in enumerate(keys):
+            opts = key_options(k, bare)
+            if opts:
+                picks.append((pos, -1, False, opts[0][0]))
+                if len(picks) == shape.count:
+                    break
+        if len(picks) < shape.count:
+            return None
+        after = list(keys)
+        for pos, _, _, k in picks:
+            after[pos] = k
+        free_after = sum(key_free(k) for k in after)
+        delta = node_fragmentation(after, demand) - before
+        return NodeChoice(delta, free_after, tuple(picks))
+    best: tuple | None = None
+    for pos, k in enumerate(keys):
+        for new_key, start, create in key_options(k, bare):
+            after = (*keys[:pos], new_key, *keys[pos + 1 :])
+            delta = node_fragmentation(after, demand) - before
+            rank = (round(delta, 9), create, key_free(new_key), pos, start)
+            if best is None or rank < best[0]:
+                best = (rank, delta, after, (pos, start, create, new_key))
+    if best is None:
+        return None
+    _, delta, after, pick = best
+    return NodeChoice(delta, sum(key_free(k) for k in after), (pick,))
+
+
+def slots_for(node: Node, shape: Shape, choice: NodeChoice) -> tuple[Slot, ...]:
+    """Turn a ``NodeChoice`` into the concrete slots of ``node``."""
+    out = []
+    for pos, start, create, _ in choice.picks:
+        gpu: Gpu = node.gpus[pos]
+        if shape.kind == "mig":
+            out.append(Slot(gpu.uuid, "mig", 0, shape.profile, start, create))
+        else:
+            out.append(Slot(gpu.uuid, shape.kind, shape.milli))
+    return tuple(out)

@@ -1,0 +1,242 @@
+"""Quotas in GPU units: guarantees, hard limits, borrowing and unit-hour budgets.
+
+A *guarantee* is capacity always available to a user or group; a *limit* is a hard cap that may
+exceed the guarantee by *borrowing* idle capacity. A lease granted beyond its owner's guarantee
+(and beyond its group's) is borrowed: the pool may reclaim it for somebody within guarantee.
+Budgets cap unit-hours per period. Units are exact fractions so that 7 × 1/7 is exactly 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .errors import ConfigError
+
+PERIODS = ("day", "week", "month")
+
+#: Reasons a request is refused or held back by quota (machine-readable, part of the API).
+QUOTA_CODES = (
+    "no_quota",  # the limit is zero: this user/group may not use GPUs at all
+    "exceeds_limit",  # larger than the limit even with nothing else held: never grantable
+    "over_limit",  # over the limit now; grantable once the owner releases something
+    "budget_exhausted",  # the unit-hour budget of this period is spent
+    "not_in_group",  # the request names a group the user is not in
+)
+
+
+def _units(value: object, field_name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Fraction)):
+        raise ConfigError(f"must be a number of GPU units, got {value!r}", field=field_name)
+    try:
+        units = Fraction(value).limit_denominator(10_000)  # type: ignore[arg-type]
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(
+            f"must be a number of GPU units, got {value!r}", field=field_name
+        ) from None
+    if units < 0:
+        raise ConfigError(f"must not be negative, got {value!r}", field=field_name)
+    return units
+
+
+@dataclass(frozen=True)
+class QuotaSpec:
+    """One user's or group's quota. ``limit=None`` means no cap beyond the pool's size."""
+
+    guarantee: Fraction = Fraction(0)
+    limit: Fraction | None = None
+    budget: Fraction | None = None
+    period: str = "month"
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, object], where: str = "quota") -> QuotaSpec:
+        """Validate a quota mapping (``guarantee``, ``limit``, ``budget``, ``period``)."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError("must be a mapping", field=where)
+        allowed = {"guarantee", "limit", "budget", "period"}
+        unknown = set(raw) - allowed
+        if unknown:
+            raise ConfigError(
+                f"unknown field(s) {', '.join(sorted(unknown))}",
+                field=where,
+                allowed=sorted(allowed),
+            )
+        guarantee = _units(raw.get("guarantee", 0), f"{where}.guarantee")
+        limit = raw.get("limit")
+        limit_u = None if limit is None else _units(limit, f"{where}.limit")
+        budget = raw.get("budget")
+        budget_u = None if budget is None else _units(budget, f"{where}.budget")
+        period = raw.get("period", "month")
+        if period not in PERIODS:
+            raise ConfigError(
+                f"unknown period {period!r}", field=f"{where}.period", allowed=PERIODS
+            )
+        if limit_u is not None and guarantee > limit_u:
+            raise ConfigError(
+                f"guarantee ({float(guarantee):g}) is above limit ({float(limit_u):g})",
+                field=f"{where}.guarantee",
+            )
+        return cls(guarantee, limit_u, budget_u, str(period))
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-friendly form (floats)."""
+        return {
+            "guarantee": float(self.guarantee),
+            "limit": None if self.limit is None else float(self.limit),
+            "budget": None if self.budget is None else float(self.budget),
+            "period": self.period,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The quota answer for one request."""
+
+    ok: bool
+    group: str | None = None
+    borrowed: bool = False
+    code: str | None = None
+    message: str = ""
+
+    @property
+    def can_wait(self) -> bool:
+        """Whether queueing can ever turn this into a grant."""
+        return self.ok or self.code == "over_limit"
+
+
+@dataclass
+class QuotaBook:
+    """Quota specs plus what everybody holds now and has used this period."""
+
+    users: dict[str, QuotaSpec] = field(default_factory=dict)
+    groups: dict[str, QuotaSpec] = field(default_factory=dict)
+    default_user: QuotaSpec = field(default_factory=QuotaSpec)
+    held_user: dict[str, Fraction] = field(default_factory=dict)
+    held_group: dict[str, Fraction] = field(default_factory=dict)
+    used_hours: dict[str, float] = field(default_factory=dict)
+
+    def user_spec(self, user: str) -> QuotaSpec:
+        """The user's own quota, else the default for everybody."""
+        return self.users.get(user, self.default_user)
+
+    def held(self, user: str) -> Fraction:
+        """Units the user holds now."""
+        return self.held_user.get(user, Fraction(0))
+
+    def group_held(self, group: str) -> Fraction:
+        """Units the group holds now."""
+        return self.held_group.get(group, Fraction(0))
+
+    def share(self, group: str | None, user: str) -> float:
+        """Weighted share for fair ordering: held / guarantee (of the group, else the user)."""
+        if group is not None and group in self.groups:
+            held, spec = self.group_held(group), self.groups[group]
+        else:
+            held, spec = self.held(user), self.user_spec(user)
+        if spec.guarantee:
+            return float(held / spec.guarantee)
+        return float(held) * 1e6 if held else 0.0
+
+    def check(
+        self, user: str, groups: Iterable[str], units: Fraction, requested_group: str | None = None
+    ) -> Verdict:
+        """May ``user`` take ``units`` more now? Picks the group charged and whether it borrows."""
+        groups = list(groups)
+        spec = self.user_spec(user)
+        if requested_group is not None and requested_group not in groups:
+            return Verdict(
+                False,
+                code="not_in_group",
+                message=f"{user} is not a member of group {requested_group!r}",
+            )
+        if spec.budget is not None and self.used_hours.get(user, 0.0) >= spec.budget:
+            return Verdict(
+                False,
+                code="budget_exhausted",
+                message=f"{user} has used the {float(spec.budget):g} unit-hour budget "
+                f"of this {spec.period}",
+            )
+        if spec.limit is not None:
+            if spec.limit == 0:
+                return Verdict(False, code="no_quota", message=f"{user} has no GPU quota")
+            if units > spec.limit:
+                return Verdict(
+                    False,
+                    code="exceeds_limit",
+                    message=f"{float(units):g} units exceed {user}'s limit of "
+                    f"{float(spec.limit):g}",
+                )
+        candidates = (
+            [requested_group] if requested_group else [g for g in groups if g in self.groups]
+        )
+        chosen: str | None = None
+        waiting: Verdict | None = None
+        for g in candidates:
+            gspec = self.groups.get(g)  # type: ignore[arg-type]
+            if gspec is None:
+                chosen = g
+                break
+            if gspec.budget is not None and self.used_hours.get(f"group:{g}", 0.0) >= gspec.budget:
+                waiting = waiting or Verdict(
+                    False,
+                    code="budget_exhausted",
+                    message=f"group {g} has used its unit-hour budget",
+                )
+                continue
+            if gspec.limit is not None and gspec.limit == 0:
+                waiting = waiting or Verdict(
+                    False, code="no_quota", message=f"group {g} has no GPU quota"
+                )
+                continue
+            if gspec.limit is not None and units > gspec.limit:
+                waiting = waiting or Verdict(
+                    False,
+                    code="exceeds_limit",
+                    message=f"{float(units):g} units exceed group {g}'s "
+                    f"limit of {float(gspec.limit):g}",
+                )
+                continue
+            if gspec.limit is not None and self.group_held(g) + units > gspec.limit:
+                waiting = waiting or Verdict(
+                    False,
+                    group=g,
+                    code="over_limit",
+                    message=f"group {g} is at its limit of {float(gspec.limit):g} units",
+                )
+                continue
+            chosen = g
+            break
+        else:
+            if candidates:
+                assert waiting is not None
+                return waiting
+        if spec.limit is not None and self.held(user) + units > spec.limit:
+            return Verdict(
+                False,
+                group=chosen,
+                code="over_limit",
+                message=f"{user} holds {float(self.held(user)):g} of a "
+                f"{float(spec.limit):g}-unit limit",
+            )
+        return Verdict(True, group=chosen, borrowed=self.borrows(user, chosen, units))
+
+    def borrows(self, user: str, group: str | None, units: Fraction) -> bool:
+        """True when ``units`` more would go beyond both the user's and the group's guarantee."""
+        if self.held(user) + units <= self.user_spec(user).guarantee:
+            return False
+        if group is not None and group in self.groups:
+            return self.group_held(group) + units > self.groups[group].guarantee
+        return True
+
+    def add(self, user: str, group: str | None, units: Fraction) -> None:
+        """Record a grant."""
+        self.held_user[user] = self.held(user) + units
+        if group is not None:
+            self.held_group[group] = self.group_held(group) + units
+
+    def remove(self, user: str, group: str | None, units: Fraction) -> None:
+        """Record a release; never goes below zero."""
+        self.held_user[user] = max(Fraction(0), self.held(user) - units)
+        if group is not None:
+            self.held_group[group] = max(Fraction(0), self.group_held(group) - units)
