@@ -458,6 +458,9 @@ class Allocator:
                 gpu.whole_lease = None
             elif slot.kind == "shared":
                 gpu.shares.pop(lease.id, None)
+            elif slot.create:
+                # the pool made this instance for the lease; it goes with it
+                gpu.instances = [i for i in gpu.instances if i.lease != lease.id]
             else:
                 for inst in gpu.instances:
                     if inst.lease == lease.id:
@@ -550,6 +553,54 @@ class Allocator:
         finally:
             for lease in freed:
                 self._occupy(lease)
+
+    # -- restoring state ---------------------------------------------------------------------
+
+    def restore(self, lease: Lease) -> None:
+        """Re-establish a lease read back from storage (no decision, no demand counted)."""
+        self._occupy(lease)
+        self.leases[lease.id] = lease
+        self.quotas.add(lease.request.user, lease.group, lease.units)
+
+    def restore_waiter(self, waiter: Waiter) -> None:
+        """Re-establish a queued request read back from storage."""
+        self.waiters[waiter.request.id] = waiter
+
+    def set_offers(self, offers: Iterable[Offer]) -> None:
+        """Replace the offers (admin edit); leases of removed offers keep their capacity."""
+        self.offers = {o.name: o for o in offers}
+        self._refresh_demand()
+
+    def available(self, offer: Offer, cap: int = 99) -> int:
+        """How many grants of ``offer`` fit right now (at most ``cap``), ignoring quotas.
+
+        Counted by placing and then undoing, so it follows every placement rule exactly.
+        """
+        if offer.kind == "cpu":
+            return cap
+        placed: list[Lease] = []
+        try:
+            while len(placed) < cap:
+                found = self._place(offer)
+                if found is None:
+                    break
+                node, choice = found
+                lease = Lease(
+                    f"~probe{len(placed)}",
+                    Request(f"~probe{len(placed)}", "~", offer.name),
+                    offer.name,
+                    node.name,
+                    slots_for(node, Shape.of(offer), choice),
+                    Fraction(0),
+                    None,
+                    False,
+                )
+                self._occupy(lease)
+                placed.append(lease)
+            return len(placed)
+        finally:
+            for lease in reversed(placed):
+                self._vacate(lease)
 
     # -- views -----------------------------------------------------------------------------
 

@@ -1,0 +1,230 @@
+"""Database models (SQLAlchemy 2.0 typed mappings). Only ``store.py`` writes them.
+
+The one invariant the database itself enforces: a whole GPU or a MIG instance is held by at most
+one live lease (``uq_lease_slots_live``, a unique partial index), so even a buggy or racing
+writer cannot grant a slice twice. Shares of a GPU are guarded by capacity in the store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    select,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+#: Lease states (contract, DESIGN §4).
+LEASE_STATES = ("queued", "granted", "active", "reclaiming", "released")
+LIVE_STATES = ("granted", "active", "reclaiming")
+#: Why a lease ended (contract).
+RELEASE_REASONS = (
+    "stopped",
+    "reclaimed-idle",
+    "reclaimed-borrowed",
+    "resized",
+    "expired",
+    "admin",
+    "node-lost",
+    "cancelled",
+    "rejected",
+)
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base with stable constraint names (Alembic needs them)."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class PoolState(Base):
+    """One row: a counter bumped by every allocation change, so replicas know when to resync."""
+
+    __tablename__ = "pool_state"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class NodeRow(Base):
+    """A GPU node (from the pool config or an agent)."""
+
+    __tablename__ = "nodes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    cluster: Mapped[str] = mapped_column(String(255), default="default")
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    source: Mapped[str] = mapped_column(String(16), default="config")
+    last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    gpus: Mapped[list[GpuRow]] = relationship(
+        back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"
+    )
+
+    @classmethod
+    def find(cls, db: Session, name: str) -> NodeRow | None:
+        """The node called ``name``, or None."""
+        return db.scalar(select(cls).where(cls.name == name))
+
+
+class GpuRow(Base):
+    """A physical GPU on a node."""
+
+    __tablename__ = "gpus"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64), unique=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(64))
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    mig_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    dynamic_mig: Mapped[bool] = mapped_column(Boolean, default=False)
+    sharing: Mapped[str] = mapped_column(String(16), default="auto")
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    node: Mapped[NodeRow] = relationship(back_populates="gpus")
+    instances: Mapped[list[MigInstanceRow]] = relationship(
+        back_populates="gpu", cascade="all, delete-orphan", order_by="MigInstanceRow.start"
+    )
+
+
+class MigInstanceRow(Base):
+    """A MIG GPU instance that exists on a GPU."""
+
+    __tablename__ = "mig_instances"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"))
+    profile: Mapped[str] = mapped_column(String(32))
+    start: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu: Mapped[GpuRow] = relationship(back_populates="instances")
+    __table_args__ = (Index("uq_mig_instances_gpu_start", "gpu_id", "start", unique=True),)
+
+
+class OfferRow(Base):
+    """An offer; ``source`` is ``file`` (pool config) or ``api`` (admin edit, wins over file)."""
+
+    __tablename__ = "offers"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source: Mapped[str] = mapped_column(String(8), default="file")
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class QuotaRow(Base):
+    """A quota for a user, a group or everybody (``kind`` = user | group | default)."""
+
+    __tablename__ = "quotas"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(255))
+    guarantee: Mapped[float] = mapped_column(Float, default=0.0)
+    limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    budget: Mapped[float | None] = mapped_column(Float, nullable=True)
+    period: Mapped[str] = mapped_column(String(8), default="month")
+    source: Mapped[str] = mapped_column(String(8), default="file")
+    __table_args__ = (Index("uq_quotas_kind_name", "kind", "name", unique=True),)
+
+
+class LeaseRow(Base):
+    """A lease through its whole life: queued → granted → active → (reclaiming) → released."""
+
+    __tablename__ = "leases"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    server: Mapped[str] = mapped_column(String(255), default="")
+    offer: Mapped[str] = mapped_column(String(64))
+    group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    groups: Mapped[list[str]] = mapped_column(JSON, default=list)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    units: Mapped[str] = mapped_column(String(32), default="0")
+    units_f: Mapped[float] = mapped_column(Float, default=0.0)
+    borrowed: Mapped[bool] = mapped_column(Boolean, default=False)
+    within_guarantee: Mapped[bool] = mapped_column(Boolean, default=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    queued_since: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    granted: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    activated: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    released: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    release_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    expires: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    keepalive: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    reclaim_deadline: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    reclaim_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resize_of: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    busy_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    slots: Mapped[list[LeaseSlotRow]] = relationship(
+        back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"
+    )
+
+    @classmethod
+    def find(cls, db: Session, lease_id: str) -> LeaseRow | None:
+        """The lease with that id, or None."""
+        return db.get(cls, lease_id)
+
+
+class LeaseSlotRow(Base):
+    """One piece of one GPU held by a lease; ``live`` while the lease holds it."""
+
+    __tablename__ = "lease_slots"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"), index=True)
+    slot_key: Mapped[str] = mapped_column(String(128))
+    gpu_uuid: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8))
+    profile: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    start: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    milli: Mapped[int] = mapped_column(Integer, default=1000)
+    create: Mapped[bool] = mapped_column(Boolean, default=False)
+    live: Mapped[bool] = mapped_column(Boolean, default=True)
+    lease: Mapped[LeaseRow] = relationship(back_populates="slots")
+    __table_args__ = (
+        # No whole GPU or MIG instance is ever held twice: enforced by the database itself.
+        Index(
+            "uq_lease_slots_live",
+            "slot_key",
+            unique=True,
+            sqlite_where=text("live AND kind != 'shared'"),
+            postgresql_where=text("live AND kind != 'shared'"),
+        ),
+    )
+
+
+class EventRow(Base):
+    """Audit log: every lease transition and admin action."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime, index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(64))
+    lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    user: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

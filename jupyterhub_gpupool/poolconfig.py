@@ -1,0 +1,206 @@
+"""The pool config file (YAML): nodes, offers and quotas, validated with errors that name the path.
+
+Example::
+
+    nodes:
+      - name: gpu-a
+        cpu_milli: 64000
+        memory_mib: 524288
+        gpus:
+          - {model: A100-80GB, count: 2, mig: {enabled: true, dynamic: true}}
+    offers:
+      - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB]}
+    quotas:
+      default: {guarantee: 0, limit: 2}
+      groups: {ml: {guarantee: 4, limit: 8}}
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .pool.catalog import Catalog
+from .pool.errors import ConfigError, PoolError
+from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, parse_offer
+from .pool.placement import validate_mig_layout
+from .pool.quota import QuotaSpec
+from .store import PoolConfig
+
+_TOP = {"nodes", "offers", "quotas", "simulation"}
+_NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
+_GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
+_MIG = {"enabled", "dynamic", "instances"}
+
+
+def _where(path: str, err: PoolError) -> ConfigError:
+    field = f"{path}.{err.field}" if err.field and not err.field.startswith(path) else path
+    text = err.message
+    if err.field and text.startswith(err.field + ": "):
+        text = text[len(err.field) + 2 :]
+    if err.allowed is not None and "(allowed:" in text:
+        text = text[: text.rfind(" (allowed:")]
+    return ConfigError(text, field=field, allowed=err.allowed, code=err.code)
+
+
+def _keys(raw: object, allowed: set[str], path: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"must be a mapping, got {type(raw).__name__}", field=path)
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {', '.join(sorted(map(str, unknown)))}",
+            field=path,
+            allowed=sorted(allowed),
+        )
+    return raw
+
+
+def _int(raw: Mapping[str, Any], key: str, path: str, default: int = 0) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"must be a whole number ≥ 0, got {value!r}", field=f"{path}.{key}")
+    return value
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable GPU UUID for GPUs declared without one (same name, same UUID, every start)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyterhub-gpupool:{node}:{index}"))
+
+
+def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node]:
+    """Validate the ``nodes`` list."""
+    if not isinstance(raw, list):
+        raise ConfigError("must be a list of nodes", field=path)
+    nodes, seen = [], set()
+    for n, node_raw in enumerate(raw):
+        where = f"{path}[{n}]"
+        node_raw = _keys(node_raw, _NODE, where)
+        name = node_raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("every node needs a name", field=f"{where}.name")
+        if name in seen:
+            raise ConfigError(f"node {name!r} is declared twice", field=f"{where}.name")
+        seen.add(name)
+        gpus: list[Gpu] = []
+        gpu_list = node_raw.get("gpus", [])
+        if not isinstance(gpu_list, list):
+            raise ConfigError("must be a list", field=f"{where}.gpus")
+        for g, gpu_raw in enumerate(gpu_list):
+            gwhere = f"{where}.gpus[{g}]"
+            gpu_raw = _keys(gpu_raw, _GPU, gwhere)
+            try:
+                model = catalog.model(str(gpu_raw.get("model", "")))
+            except PoolError as e:
+                raise _where(gwhere, e) from None
+            count = _int(gpu_raw, "count", gwhere, 1)
+            if count < 1:
+                raise ConfigError("must be at least 1", field=f"{gwhere}.count")
+            if "uuid" in gpu_raw and count != 1:
+                raise ConfigError("a uuid names one GPU; drop it or count", field=f"{gwhere}.uuid")
+            sharing = gpu_raw.get("sharing", "auto")
+            if sharing not in SHARING_MODES:
+                raise ConfigError(
+                    f"unknown sharing {sharing!r}", field=f"{gwhere}.sharing", allowed=SHARING_MODES
+                )
+            mig = _keys(gpu_raw.get("mig", {}), _MIG, f"{gwhere}.mig")
+            enabled = bool(mig.get("enabled", False))
+            if enabled and not model.mig_capable:
+                raise ConfigError(f"{model.name} does not support MIG", field=f"{gwhere}.mig")
+            instances = []
+            for i, inst in enumerate(mig.get("instances", []) or []):
+                iwhere = f"{gwhere}.mig.instances[{i}]"
+                inst = _keys(inst, {"profile", "start", "uuid"}, iwhere)
+                if "start" not in inst:
+                    raise ConfigError("needs a start (memory slice)", field=f"{iwhere}.start")
+                instances.append(
+                    MigInstance(
+                        str(inst.get("profile")), _int(inst, "start", iwhere), inst.get("uuid")
+                    )
+                )
+            if instances and not enabled:
+                raise ConfigError("instances need mig.enabled: true", field=f"{gwhere}.mig")
+            try:
+                if enabled:
+                    validate_mig_layout(model, [(i.profile, i.start) for i in instances])
+            except PoolError as e:
+                raise _where(f"{gwhere}.mig.instances", e) from None
+            for _ in range(count):
+                index = len(gpus)
+                gpus.append(
+                    Gpu(
+                        str(gpu_raw.get("uuid") or gpu_uuid(name, index)),
+                        index,
+                        model,
+                        name,
+                        enabled,
+                        bool(mig.get("dynamic", False)),
+                        sharing,
+                        instances=[MigInstance(i.profile, i.start, i.uuid) for i in instances],
+                    )
+                )
+        nodes.append(
+            Node(
+                name,
+                str(node_raw.get("cluster", "default")),
+                _int(node_raw, "cpu_milli", where),
+                _int(node_raw, "memory_mib", where),
+                gpus,
+                bool(node_raw.get("cordoned", False)),
+                labels=dict(node_raw.get("labels", {}) or {}),
+            )
+        )
+    return nodes
+
+
+def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
+    """Validate a whole pool config mapping."""
+    raw = _keys(raw if raw is not None else {}, _TOP, "pool config")
+    nodes = parse_nodes(raw.get("nodes", []), catalog)
+    offers_raw = raw.get("offers", [])
+    if not isinstance(offers_raw, list):
+        raise ConfigError("must be a list of offers", field="offers")
+    offers, names = [], set()
+    for i, offer_raw in enumerate(offers_raw):
+        try:
+            offer = parse_offer(offer_raw, catalog)
+        except PoolError as e:
+            raise _where(f"offers[{i}]", e) from None
+        if offer.name in names:
+            raise ConfigError(f"offer {offer.name!r} is declared twice", field=f"offers[{i}].name")
+        names.add(offer.name)
+        offers.append(offer)
+    quotas = _keys(raw.get("quotas", {}) or {}, {"default", "users", "groups"}, "quotas")
+    default = (
+        QuotaSpec.parse(quotas["default"], "quotas.default")
+        if quotas.get("default") is not None
+        else None
+    )
+    users, groups = {}, {}
+    for kind, target in (("users", users), ("groups", groups)):
+        section = quotas.get(kind, {}) or {}
+        if not isinstance(section, Mapping):
+            raise ConfigError("must be a mapping of name → quota", field=f"quotas.{kind}")
+        for name, spec in section.items():
+            target[str(name)] = QuotaSpec.parse(spec, f"quotas.{kind}.{name}")
+    return PoolConfig(tuple(nodes), tuple(offers), users, groups, default)
+
+
+def load_pool_config(path: str | Path, catalog: Catalog) -> PoolConfig:
+    """Read and validate a pool config file; errors say which file and which field."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})", field="pool config") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}", field="pool config") from None
+    try:
+        return parse_pool_config(raw, catalog)
+    except ConfigError as e:
+        err = ConfigError(f"{path}: {e.message}", code=e.code)
+        err.field, err.allowed = e.field, e.allowed
+        raise err from None

@@ -1,0 +1,1170 @@
+"""The only code that turns the allocator's decisions into rows.
+
+Every change runs in one transaction that first takes the pool lock (``BEGIN IMMEDIATE`` on
+SQLite, an advisory lock on PostgreSQL), then checks the pool version: when another replica
+changed the pool since this process last looked, the in-memory allocator is rebuilt from the
+rows. So several service replicas on one PostgreSQL database never double-grant, and a restart
+(or ``kill -9``) loses nothing that was acknowledged: a grant is answered only after its commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import Engine, func, or_, select
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from . import orm
+from .dbutil import lock_pool
+from .pool.allocator import Allocator, Decision, Grant, Lease, Queued, Rejected
+from .pool.catalog import Catalog
+from .pool.errors import ConfigError, PoolError
+from .pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
+from .pool.placement import Slot, validate_mig_layout
+from .pool.queue import Waiter, estimate_wait
+from .pool.quota import QuotaBook, QuotaSpec
+
+log = logging.getLogger("jupyterhub_gpupool.store")
+
+
+def utcnow() -> datetime:
+    """Naive UTC now (the database stores naive UTC)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class StoreError(PoolError):
+    """A request the store refuses; ``status`` is the HTTP status the API answers with."""
+
+    def __init__(self, status: int, code: str, message: str, **kw: Any) -> None:
+        super().__init__(message, code=code, **kw)
+        self.status = status
+
+
+_REJECT_STATUS = {
+    "unknown_offer": 422,
+    "offer_not_allowed": 403,
+    "duplicate_request": 409,
+    "no_such_hardware": 422,
+    "exceeds_node_size": 422,
+    "exceeds_limit": 422,
+    "no_quota": 403,
+    "budget_exhausted": 403,
+    "not_in_group": 403,
+}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What the pool config file declares (validated)."""
+
+    nodes: tuple[Node, ...] = ()
+    offers: tuple[Offer, ...] = ()
+    users: Mapping[str, QuotaSpec] = None  # type: ignore[assignment]
+    groups: Mapping[str, QuotaSpec] = None  # type: ignore[assignment]
+    default: QuotaSpec | None = None
+
+
+def _ts(dt: datetime | None) -> str | None:
+    return (
+        None if dt is None else dt.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
+    )
+
+
+class Store:
+    """Leases, inventory, offers and quotas in the database, decided by an ``Allocator``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        catalog: Catalog,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        grant_timeout: float = 600.0,
+        aging_interval: float = 600.0,
+        reserve_after: float = 1800.0,
+    ) -> None:
+        self.engine = engine
+        self.catalog = catalog
+        self.clock = clock
+        self.grant_timeout = grant_timeout
+        self.aging_interval = aging_interval
+        self.reserve_after = reserve_after
+        self.session_factory = sessionmaker(engine, expire_on_commit=False)
+        self._allocator: Allocator | None = None
+        self._version: int | None = None
+        self._thread_lock = threading.RLock()
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only session (no pool lock)."""
+        with self.session_factory() as db:
+            yield db
+
+    @contextmanager
+    def transaction(self, write: bool = True) -> Iterator[tuple[Session, Allocator]]:
+        """Lock the pool, bring the allocator up to date, yield both; commit and bump on success.
+
+        On any error the transaction rolls back and the in-memory allocator is thrown away (it
+        may hold half-applied changes); the next transaction rebuilds it from the rows.
+        """
+        with self._thread_lock, self.session_factory() as db:
+            try:
+                with db.begin():
+                    lock_pool(db)
+                    state = db.get(orm.PoolState, 1)
+                    if state is None:
+                        state = orm.PoolState(id=1, version=0)
+                        db.add(state)
+                        db.flush()
+                    if self._allocator is None or self._version != state.version:
+                        self._allocator = self._rebuild(db)
+                    if write:
+                        state.version += 1
+                    yield db, self._allocator
+                self._version = state.version
+            except BaseException:
+                self._allocator = None
+                self._version = None
+                raise
+
+    def _now_s(self) -> float:
+        return self.clock().replace(tzinfo=timezone.utc).timestamp()
+
+    # -- rebuilding the allocator from rows -----------------------------------------------
+
+    def _rebuild(self, db: Session) -> Allocator:
+        nodes = []
+        for row in db.scalars(
+            select(orm.NodeRow)
+            .options(selectinload(orm.NodeRow.gpus).selectinload(orm.GpuRow.instances))
+            .order_by(orm.NodeRow.id)
+        ):
+            gpus = []
+            for g in row.gpus:
+                model = self.catalog.model_for_nvml(g.model, g.memory_mib)
+                gpus.append(
+                    Gpu(
+                        g.uuid,
+                        g.index,
+                        model,
+                        row.name,
+                        g.mig_enabled,
+                        g.dynamic_mig,
+                        g.sharing,
+                        g.healthy,
+                        g.cordoned,
+                        [MigInstance(i.profile, i.start, i.uuid) for i in g.instances],
+                    )
+                )
+            nodes.append(
+                Node(
+                    row.name,
+                    row.cluster,
+                    row.cpu_milli,
+                    row.memory_mib,
+                    gpus,
+                    row.cordoned,
+                    row.draining,
+                    dict(row.labels or {}),
+                )
+            )
+        offers = [
+            parse_offer(r.spec, self.catalog)
+            for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
+        ]
+        allocator = Allocator(
+            nodes,
+            offers,
+            self._quota_book(db),
+            aging_interval=self.aging_interval,
+            reserve_after=self.reserve_after,
+        )
+        live = db.scalars(
+            select(orm.LeaseRow)
+            .where(orm.LeaseRow.state.in_(orm.LIVE_STATES))
+            .options(selectinload(orm.LeaseRow.slots))
+        )
+        for row in live:
+            slots = tuple(
+                Slot(s.gpu_uuid, s.kind, s.milli, s.profile, s.start, s.create)
+                for s in row.slots
+                if s.live
+            )
+            allocator.restore(
+                Lease(
+                    row.id,
+                    self._request(row),
+                    row.offer,
+                    row.node or "",
+                    slots,
+                    Fraction(row.units),
+                    row.group,
+                    row.borrowed,
+                )
+            )
+        for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.state == "queued")):
+            since = (row.queued_since or row.created).replace(tzinfo=timezone.utc).timestamp()
+            allocator.restore_waiter(
+                Waiter(
+                    self._request(row),
+                    Fraction(row.units),
+                    row.group,
+                    row.within_guarantee,
+                    row.reason or "no_capacity",
+                    since,
+                )
+            )
+        return allocator
+
+    def _request(self, row: orm.LeaseRow) -> Request:
+        return Request(
+            row.id,
+            row.user,
+            row.offer,
+            row.server,
+            row.group,
+            tuple(row.groups or ()),
+            row.priority,
+            row.created.replace(tzinfo=timezone.utc).timestamp(),
+        )
+
+    def _quota_book(self, db: Session) -> QuotaBook:
+        book = QuotaBook()
+        for q in db.scalars(select(orm.QuotaRow)):
+            spec = QuotaSpec.parse(
+                {
+                    "guarantee": q.guarantee,
+                    "limit": q.limit,
+                    "budget": q.budget,
+                    "period": q.period,
+                },
+                f"quotas.{q.kind}s.{q.name}",
+            )
+            if q.kind == "user":
+                book.users[q.name] = spec
+            elif q.kind == "group":
+                book.groups[q.name] = spec
+            else:
+                book.default_user = spec
+        book.used_hours = self._used_hours(db, book)
+        return book
+
+    def _used_hours(self, db: Session, book: QuotaBook) -> dict[str, float]:
+        """Unit-hours used this period by users and groups that have a budget."""
+        budgets = {u: s for u, s in book.users.items() if s.budget is not None}
+        gbudgets = {g: s for g, s in book.groups.items() if s.budget is not None}
+        if book.default_user.budget is None and not budgets and not gbudgets:
+            return {}
+        now = self.clock()
+        used: dict[str, float] = {}
+        rows = db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.granted.is_not(None)))
+        for row in rows:
+            spec = book.users.get(row.user, book.default_user)
+            if spec.budget is not None:
+                used[row.user] = used.get(row.user, 0.0) + _held_hours(
+                    row, period_start(now, spec.period), now
+                )
+            if row.group in gbudgets:
+                key = f"group:{row.group}"
+                used[key] = used.get(key, 0.0) + _held_hours(
+                    row, period_start(now, gbudgets[row.group].period), now
+                )
+        return used
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def load_config(self, config: PoolConfig) -> None:
+        """Make the database match the pool config file, except what admins changed by API.
+
+        Nodes from the file are added or updated; offers and quotas with ``source='api'`` win
+        over the file until an admin resets them.
+        """
+        with self.transaction() as (db, _):
+            for position, offer in enumerate(config.offers):
+                row = db.get(orm.OfferRow, offer.name)
+                spec = _offer_spec(offer)
+                if row is None:
+                    db.add(
+                        orm.OfferRow(name=offer.name, spec=spec, source="file", position=position)
+                    )
+                elif row.source == "file":
+                    row.spec, row.position = spec, position
+            names = {o.name for o in config.offers}
+            for row in db.scalars(select(orm.OfferRow).where(orm.OfferRow.source == "file")):
+                if row.name not in names:
+                    db.delete(row)
+            self._load_quotas(db, config)
+            for node in config.nodes:
+                self._upsert_node(db, node, source="config")
+            self._event(
+                db,
+                "config-loaded",
+                "system",
+                data={"offers": len(config.offers), "nodes": len(config.nodes)},
+            )
+            db.flush()
+            self._allocator = None  # offers, quotas and nodes changed: rebuild from the rows
+
+    def _load_quotas(self, db: Session, config: PoolConfig) -> None:
+        wanted: dict[tuple[str, str], QuotaSpec] = {}
+        for name, spec in (config.users or {}).items():
+            wanted[("user", name)] = spec
+        for name, spec in (config.groups or {}).items():
+            wanted[("group", name)] = spec
+        if config.default is not None:
+            wanted[("default", "*")] = config.default
+        existing = {(q.kind, q.name): q for q in db.scalars(select(orm.QuotaRow))}
+        for key, spec in wanted.items():
+            row = existing.get(key)
+            if row is None:
+                row = orm.QuotaRow(kind=key[0], name=key[1], source="file")
+                db.add(row)
+            if row.source == "file":
+                _set_quota(row, spec)
+        for key, row in existing.items():
+            if row.source == "file" and key not in wanted:
+                db.delete(row)
+
+    def _upsert_node(self, db: Session, node: Node, source: str) -> orm.NodeRow:
+        for gpu in node.gpus:
+            if gpu.mig_enabled:
+                validate_mig_layout(gpu.model, [(i.profile, i.start) for i in gpu.instances])
+        row = orm.NodeRow.find(db, node.name)
+        if row is None:
+            row = orm.NodeRow(name=node.name, labels={})
+            db.add(row)
+        row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
+        row.labels, row.source, row.last_seen = dict(node.labels), source, self.clock()
+        by_uuid = {g.uuid: g for g in row.gpus}
+        keep = []
+        for gpu in node.gpus:
+            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
+            g.index, g.model = gpu.index, gpu.model.name
+            g.memory_mib = round(gpu.model.memory_gb * 1024)
+            g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
+            g.healthy = gpu.healthy
+            have = {(i.profile, i.start): i for i in g.instances}
+            g.instances = [
+                have.get((i.profile, i.start))
+                or orm.MigInstanceRow(profile=i.profile, start=i.start, uuid=i.uuid)
+                for i in gpu.instances
+            ]
+            keep.append(g)
+        row.gpus = keep
+        for gone in by_uuid.values():
+            self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
+        return row
+
+    def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
+        rows = db.scalars(
+            select(orm.LeaseRow)
+            .join(orm.LeaseSlotRow)
+            .where(orm.LeaseSlotRow.gpu_uuid == gpu_uuid, orm.LeaseSlotRow.live)
+        ).unique()
+        for row in rows:
+            self._finish(db, None, row, reason, actor)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def allocate(
+        self,
+        user: str,
+        server: str,
+        offer: str,
+        *,
+        group: str | None = None,
+        groups: Iterable[str] = (),
+        priority: int | None = None,
+        actor: str = "",
+        resize_of: str | None = None,
+    ) -> dict[str, Any]:
+        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, or StoreError."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            if resize_of is None:
+                existing = db.scalar(
+                    select(orm.LeaseRow).where(
+                        orm.LeaseRow.user == user,
+                        orm.LeaseRow.server == server,
+                        orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)),
+                        orm.LeaseRow.resize_of.is_(None),
+                    )
+                )
+                if existing is not None:
+                    raise StoreError(
+                        409,
+                        "already_allocated",
+                        f"server {user}/{server} already has lease {existing.id} "
+                        f"({existing.state})",
+                        field="server",
+                    )
+            offer_obj = alloc.offers.get(offer)
+            prio = priority if priority is not None else _priority(offer_obj)
+            request = Request(
+                uuid.uuid4().hex,
+                user,
+                offer,
+                server,
+                group,
+                tuple(groups),
+                prio,
+                now.replace(tzinfo=timezone.utc).timestamp(),
+            )
+            decision = alloc.decide(request, self._now_s())
+            if isinstance(decision, Rejected):
+                raise StoreError(
+                    _REJECT_STATUS.get(decision.code, 409),
+                    decision.code,
+                    decision.message,
+                    field=decision.field,
+                    allowed=decision.allowed,
+                )
+            row = orm.LeaseRow(
+                id=request.id,
+                user=user,
+                server=server,
+                offer=offer,
+                group=decision.group,
+                groups=list(groups),
+                priority=prio,
+                created=now,
+                units=str(decision.units),
+                units_f=float(decision.units),
+                resize_of=resize_of,
+            )
+            db.add(row)
+            alloc.apply(decision, self._now_s())
+            if isinstance(decision, Grant):
+                self._granted(db, row, decision, now)
+            else:
+                assert isinstance(decision, Queued)
+                row.state, row.reason, row.message = "queued", decision.reason, decision.message
+                row.queued_since, row.within_guarantee = now, decision.within_guarantee
+                self._event(
+                    db,
+                    "queued",
+                    actor or user,
+                    row,
+                    {"reason": decision.reason, "position": decision.position},
+                )
+            db.flush()
+            return self._lease_json(db, alloc, row)
+
+    def _granted(self, db: Session, row: orm.LeaseRow, grant: Grant, now: datetime) -> None:
+        row.state, row.reason, row.message = "granted", None, None
+        row.granted, row.node, row.group = now, grant.node, grant.group
+        row.units, row.units_f, row.borrowed = str(grant.units), float(grant.units), grant.borrowed
+        row.expires = now + timedelta(seconds=self.grant_timeout)
+        for slot in grant.slots:
+            gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == slot.gpu))
+            if gpu is not None:
+                row.model = gpu.model
+                if slot.create:
+                    gpu.instances.append(orm.MigInstanceRow(profile=slot.profile, start=slot.start))
+            row.slots.append(
+                orm.LeaseSlotRow(
+                    slot_key=slot.key,
+                    gpu_uuid=slot.gpu,
+                    kind=slot.kind,
+                    profile=slot.profile,
+                    start=slot.start,
+                    milli=slot.milli,
+                    create=slot.create,
+                    live=True,
+                )
+            )
+        self._event(
+            db,
+            "granted",
+            "system",
+            row,
+            {"node": grant.node, "slots": [s.key for s in grant.slots]},
+        )
+
+    def _finish(
+        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
+    ) -> list[Grant]:
+        """Release ``row`` for ``reason``; returns grants made to waiters (when ``alloc``)."""
+        now = self.clock()
+        was = row.state
+        row.state, row.released, row.release_reason = "released", now, reason
+        row.reclaim_deadline = None
+        for s in row.slots:
+            s.live = False
+            if s.create:  # a MIG instance the pool made for this lease goes with it
+                gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == s.gpu_uuid))
+                if gpu is not None:
+                    gpu.instances = [i for i in gpu.instances if i.start != s.start]
+        self._event(db, "released", actor, row, {"reason": reason, "from": was})
+        if alloc is None:
+            return []
+        grants = (
+            alloc.release(row.id, self._now_s())
+            if row.id in alloc.leases or row.id in alloc.waiters
+            else alloc.promote(self._now_s())
+        )
+        for grant in grants:
+            waiter = db.get(orm.LeaseRow, grant.request.id)
+            if waiter is not None:
+                self._granted(db, waiter, grant, now)
+        return grants
+
+    def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
+        """End a lease (or leave the queue) and serve the queue with what it frees."""
+        if reason not in orm.RELEASE_REASONS:
+            raise StoreError(
+                422,
+                "invalid_reason",
+                f"unknown release reason {reason!r}",
+                field="reason",
+                allowed=orm.RELEASE_REASONS,
+            )
+        with self.transaction() as (db, alloc):
+            row = self._get(db, lease_id)
+            if row.state == "released":
+                return self._lease_json(db, alloc, row)
+            if row.state == "queued" and reason == "stopped":
+                reason = "cancelled"
+            self._finish(db, alloc, row, reason, actor)
+            return self._lease_json(db, alloc, row)
+
+    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+        """The server is running on its lease: bind a grant (granted → active), note liveness.
+
+        Binding the new lease of a resize releases the old one (make-before-break).
+        """
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            row = self._get(db, lease_id)
+            if row.state in ("queued", "released"):
+                raise StoreError(409, "not_live", f"lease {lease_id} is {row.state}", field="id")
+            row.keepalive = now
+            if row.state == "granted":
+                row.state, row.activated, row.expires = "active", now, None
+                self._event(db, "activated", actor, row)
+                if row.resize_of:
+                    old = db.get(orm.LeaseRow, row.resize_of)
+                    if old is not None and old.state != "released":
+                        self._finish(db, alloc, old, "resized", actor)
+            return self._lease_json(db, alloc, row)
+
+    def resize(self, lease_id: str, offer: str, *, actor: str = "") -> dict[str, Any]:
+        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds."""
+        with self.read() as db:
+            row = db.get(orm.LeaseRow, lease_id)
+            if row is None:
+                raise StoreError(404, "not_found", f"no lease {lease_id!r}", field="id")
+            if row.state not in orm.LIVE_STATES:
+                raise StoreError(409, "not_live", f"lease {lease_id} is {row.state}", field="id")
+            if offer == row.offer:
+                raise StoreError(
+                    422, "same_offer", f"lease {lease_id} already has {offer!r}", field="offer"
+                )
+            pending = db.scalar(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.resize_of == lease_id,
+                    orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)),
+                )
+            )
+            if pending is not None:
+                raise StoreError(
+                    409,
+                    "resize_pending",
+                    f"lease {lease_id} already has resize {pending.id} pending",
+                    field="id",
+                )
+            user, server, group, groups = row.user, row.server, row.group, row.groups
+        return self.allocate(
+            user, server, offer, group=group, groups=groups, actor=actor, resize_of=lease_id
+        )
+
+    def expire_grants(self) -> int:
+        """Release grants no server bound in time; returns how many."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.state == "granted", orm.LeaseRow.expires < now
+                )
+            ).all()
+            for row in rows:
+                self._finish(db, alloc, row, "expired", "system")
+            return len(rows)
+
+    def reconcile(self, running: set[tuple[str, str]], *, actor: str = "system") -> int:
+        """Release leases (and queue entries) of servers the hub no longer runs or spawns."""
+        with self.transaction() as (db, alloc):
+            rows = db.scalars(
+                select(orm.LeaseRow).where(orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)))
+            ).all()
+            gone = [r for r in rows if (r.user, r.server) not in running]
+            for row in gone:
+                self._finish(
+                    db, alloc, row, "stopped" if row.state != "queued" else "cancelled", actor
+                )
+            self._event(db, "reconciled", actor, data={"released": len(gone)})
+            return len(gone)
+
+    def promote(self) -> int:
+        """Serve the queue (after aging, say); returns how many were granted."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            grants = alloc.promote(self._now_s())
+            for grant in grants:
+                row = db.get(orm.LeaseRow, grant.request.id)
+                if row is not None:
+                    self._granted(db, row, grant, now)
+            return len(grants)
+
+    # -- nodes and quotas (admin) ------------------------------------------------------------
+
+    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
+        """cordon / uncordon / drain a node."""
+        flags = {
+            "cordon": {"cordoned": True},
+            "uncordon": {"cordoned": False, "draining": False},
+            "drain": {"draining": True},
+        }
+        if action not in flags:
+            raise StoreError(
+                404, "not_found", f"no node action {action!r}", field="action", allowed=list(flags)
+            )
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, name)
+            if row is None:
+                raise StoreError(404, "not_found", f"no node {name!r}", field="name")
+            for k, v in flags[action].items():
+                setattr(row, k, v)
+            alloc.set_node_flags(name, **flags[action])
+            self._event(db, f"node-{action}", actor, data={"node": name})
+            if action == "uncordon":
+                for grant in alloc.promote(self._now_s()):
+                    waiter = db.get(orm.LeaseRow, grant.request.id)
+                    if waiter is not None:
+                        self._granted(db, waiter, grant, self.clock())
+            return _node_json(row)
+
+    def put_quota(
+        self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
+    ) -> dict:
+        """Set a user's or group's quota by API (wins over the file). Lowering it below current
+        use is allowed: the leases beyond the new guarantee become borrowed."""
+        if kind not in ("users", "groups"):
+            raise StoreError(
+                404,
+                "not_found",
+                f"no quota kind {kind!r}",
+                field="kind",
+                allowed=["users", "groups"],
+            )
+        spec = QuotaSpec.parse(raw, f"quotas.{kind}.{name}")
+        with self.transaction() as (db, alloc):
+            k = kind[:-1]
+            row = db.scalar(
+                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
+            )
+            if row is None:
+                row = orm.QuotaRow(kind=k, name=name)
+                db.add(row)
+            _set_quota(row, spec)
+            row.source = "api"
+            (alloc.quotas.users if k == "user" else alloc.quotas.groups)[name] = spec
+            self._remark_borrowed(db, alloc, k, name)
+            self._event(db, "quota-set", actor, data={"kind": k, "name": name, **spec.to_dict()})
+            return {"name": name, "kind": k, "source": "api", **spec.to_dict()}
+
+    def _remark_borrowed(self, db: Session, alloc: Allocator, kind: str, name: str) -> None:
+        """Re-derive ``borrowed`` for the leases a quota change touches, oldest first."""
+        col = orm.LeaseRow.user if kind == "user" else orm.LeaseRow.group
+        rows = db.scalars(
+            select(orm.LeaseRow)
+            .where(col == name, orm.LeaseRow.state.in_(orm.LIVE_STATES))
+            .order_by(orm.LeaseRow.granted)
+        )
+        book = alloc.quotas
+        users: dict[str, Fraction] = {}
+        groups: dict[str, Fraction] = {}
+        for row in rows:
+            units = Fraction(row.units)
+            u = users.get(row.user, Fraction(0)) + units
+            g = groups.get(row.group or "", Fraction(0)) + units
+            users[row.user], groups[row.group or ""] = u, g
+            within = u <= book.user_spec(row.user).guarantee or (
+                row.group in book.groups and g <= book.groups[row.group].guarantee
+            )
+            if row.borrowed != (not within):
+                row.borrowed = not within
+                lease = alloc.leases.get(row.id)
+                if lease is not None:
+                    lease.borrowed = row.borrowed
+                self._event(db, "borrowed" if row.borrowed else "within-guarantee", "system", row)
+
+    def get_quota(self, kind: str, name: str) -> dict[str, Any]:
+        """A user's or group's effective quota and where it comes from."""
+        if kind not in ("users", "groups"):
+            raise StoreError(
+                404,
+                "not_found",
+                f"no quota kind {kind!r}",
+                field="kind",
+                allowed=["users", "groups"],
+            )
+        with self.read() as db:
+            row = db.scalar(
+                select(orm.QuotaRow).where(
+                    orm.QuotaRow.kind == kind[:-1], orm.QuotaRow.name == name
+                )
+            )
+            if row is None and kind == "users":
+                row = db.scalar(select(orm.QuotaRow).where(orm.QuotaRow.kind == "default"))
+                src = "default"
+            else:
+                src = row.source if row else "none"
+            spec = {"guarantee": 0.0, "limit": None, "budget": None, "period": "month"}
+            if row is not None:
+                spec = {
+                    "guarantee": row.guarantee,
+                    "limit": row.limit,
+                    "budget": row.budget,
+                    "period": row.period,
+                }
+            return {"name": name, "kind": kind[:-1], "source": src, **spec}
+
+    # -- inventory (agents) --------------------------------------------------------------
+
+    def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
+        """An agent's report of a node: add or update it, release leases on vanished GPUs."""
+        with self.transaction() as (db, _):
+            row = self._upsert_node(db, node, source="agent")
+            self._event(db, "inventory", actor, data={"node": node.name, "gpus": len(node.gpus)})
+            db.flush()
+            self._allocator = None  # inventory changed shape: rebuild on the next decision
+            return _node_json(row)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _get(self, db: Session, lease_id: str) -> orm.LeaseRow:
+        row = db.get(orm.LeaseRow, lease_id)
+        if row is None:
+            raise StoreError(404, "not_found", f"no lease {lease_id!r}", field="id")
+        return row
+
+    def allocator(self) -> Allocator:
+        """The allocator, up to date with the database (for read-only views)."""
+        with self.transaction(write=False) as (_, alloc):
+            return alloc
+
+    def lease(self, lease_id: str) -> dict[str, Any]:
+        """One lease as JSON."""
+        with self.read() as db:
+            return self._lease_json(db, self._allocator, self._get(db, lease_id))
+
+    def lease_owner(self, lease_id: str) -> str:
+        """The user a lease belongs to (for scope checks)."""
+        with self.read() as db:
+            return self._get(db, lease_id).user
+
+    def leases(
+        self,
+        *,
+        user: str | None = None,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 200,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Leases, newest first, filtered; returns (page, total)."""
+        if state is not None and state not in orm.LEASE_STATES:
+            raise StoreError(
+                400,
+                "invalid_state",
+                f"unknown state {state!r}",
+                field="state",
+                allowed=orm.LEASE_STATES,
+            )
+        with self.read() as db:
+            q = select(orm.LeaseRow)
+            if user is not None:
+                q = q.where(orm.LeaseRow.user == user)
+            if state is not None:
+                q = q.where(orm.LeaseRow.state == state)
+            total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
+            rows = db.scalars(
+                q.order_by(orm.LeaseRow.created.desc(), orm.LeaseRow.id)
+                .offset(offset)
+                .limit(limit)
+                .options(selectinload(orm.LeaseRow.slots))
+            )
+            return [self._lease_json(db, self._allocator, r) for r in rows], total
+
+    def _lease_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
+        out: dict[str, Any] = {
+            "id": row.id,
+            "user": row.user,
+            "server": row.server,
+            "offer": row.offer,
+            "group": row.group,
+            "state": row.state,
+            "reason": row.reason,
+            "message": row.message,
+            "units": row.units_f,
+            "borrowed": row.borrowed,
+            "node": row.node,
+            "model": row.model,
+            "created": _ts(row.created),
+            "granted": _ts(row.granted),
+            "activated": _ts(row.activated),
+            "released": _ts(row.released),
+            "release_reason": row.release_reason,
+            "expires": _ts(row.expires),
+            "resize_of": row.resize_of,
+            "position": None,
+            "eta_seconds": None,
+            "reclaim": None,
+            "slots": [
+                {
+                    "gpu": s.gpu_uuid,
+                    "kind": s.kind,
+                    "profile": s.profile,
+                    "start": s.start,
+                    "milli": s.milli,
+                    "mig_uuid": None,
+                }
+                for s in row.slots
+            ],
+        }
+        if row.reclaim_deadline is not None:
+            out["reclaim"] = {"deadline": _ts(row.reclaim_deadline), "reason": row.reclaim_reason}
+        if row.state == "queued" and alloc is not None:
+            pos = alloc.position(row.id, self._now_s())
+            out["position"] = pos
+            if pos is not None:
+                out["eta_seconds"] = estimate_wait(pos, self._release_rate(db, row.offer))
+        if row.slots:
+            mig = {
+                (i.gpu.uuid, i.start): i.uuid
+                for s in row.slots
+                if s.kind == "mig"
+                for i in db.scalars(
+                    select(orm.MigInstanceRow).join(orm.GpuRow).where(orm.GpuRow.uuid == s.gpu_uuid)
+                )
+            }
+            for s in out["slots"]:
+                if s["kind"] == "mig":
+                    s["mig_uuid"] = mig.get((s["gpu"], s["start"]))
+        return out
+
+    def _release_rate(self, db: Session, offer: str) -> float:
+        """Releases of ``offer`` in the last hour: the basis of queue wait estimates."""
+        since = self.clock() - timedelta(hours=1)
+        return float(
+            db.scalar(
+                select(func.count())
+                .select_from(orm.LeaseRow)
+                .where(
+                    orm.LeaseRow.offer == offer,
+                    orm.LeaseRow.released >= since,
+                    orm.LeaseRow.granted.is_not(None),
+                )
+            )
+            or 0
+        )
+
+    def offers_for(self, user: str | None, groups: Iterable[str]) -> list[dict[str, Any]]:
+        """Offers visible to ``user`` with live availability, queue length, units and quota fit."""
+        groups = list(groups)
+        alloc = self.allocator()
+        with self.read() as db:
+            out = []
+            for offer in alloc.offers.values():
+                if user is not None and not offer.visible_to(groups):
+                    continue
+                units = alloc._units_for(offer, None)
+                queue = sum(1 for w in alloc.waiters.values() if w.request.offer == offer.name)
+                verdict = alloc.quotas.check(user, groups, units) if user else None
+                available = alloc.available(offer)
+                eta = (
+                    0.0
+                    if available and not queue
+                    else estimate_wait(queue + 1, self._release_rate(db, offer.name))
+                )
+                out.append(
+                    {
+                        **_offer_spec(offer),
+                        "units": float(units),
+                        "available": available,
+                        "queue_length": queue,
+                        "quota_ok": None if verdict is None else verdict.ok,
+                        "quota_reason": None if verdict is None or verdict.ok else verdict.code,
+                        "eta_seconds": eta,
+                    }
+                )
+            return out
+
+    def user(self, name: str, groups: Iterable[str] = ()) -> dict[str, Any]:
+        """A user's quota, use, leases and notices."""
+        alloc = self.allocator()
+        leases, _ = self.leases(user=name, limit=100)
+        live = [le for le in leases if le["state"] != "released"]
+        spec = alloc.quotas.user_spec(name)
+        notices = [
+            {
+                "lease": le["id"],
+                "kind": "reclaim",
+                "message": le["reclaim"]["reason"],
+                "deadline": le["reclaim"]["deadline"],
+            }
+            for le in live
+            if le["reclaim"]
+        ]
+        return {
+            "name": name,
+            "groups": list(groups),
+            "quota": spec.to_dict(),
+            "held_units": float(alloc.quotas.held(name)),
+            "used_unit_hours": alloc.quotas.used_hours.get(name),
+            "leases": live,
+            "notices": notices,
+        }
+
+    def pool(self, *, detail: bool) -> dict[str, Any]:
+        """Inventory: admins get holders per GPU; users get aggregates only."""
+        alloc = self.allocator()
+        holders: dict[str, list[dict[str, Any]]] = {}
+        if detail:
+            for lease in alloc.leases.values():
+                for s in lease.slots:
+                    holders.setdefault(s.gpu, []).append(
+                        {
+                            "lease": lease.id,
+                            "user": lease.request.user,
+                            "kind": s.kind,
+                            "profile": s.profile,
+                            "start": s.start,
+                            "milli": s.milli,
+                        }
+                    )
+        models: dict[str, dict[str, float]] = {}
+        clusters: dict[str, list[dict[str, Any]]] = {}
+        for node in alloc.nodes.values():
+            gpus = []
+            for g in node.gpus:
+                m = models.setdefault(
+                    g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
+                )
+                m["gpus"] += 1
+                free = g.free_units() if node.schedulable else 0.0
+                m["free_units"] += free
+                if detail:
+                    gpus.append(
+                        {
+                            "uuid": g.uuid,
+                            "index": g.index,
+                            "model": g.model.name,
+                            "mig_enabled": g.mig_enabled,
+                            "dynamic_mig": g.dynamic_mig,
+                            "healthy": g.healthy,
+                            "cordoned": g.cordoned,
+                            "free_units": free,
+                            "instances": [
+                                {
+                                    "profile": i.profile,
+                                    "start": i.start,
+                                    "uuid": i.uuid,
+                                    "lease": i.lease,
+                                }
+                                for i in g.instances
+                            ],
+                            "holders": holders.get(g.uuid, []),
+                        }
+                    )
+            if detail:
+                clusters.setdefault(node.cluster, []).append(
+                    {
+                        "name": node.name,
+                        "cordoned": node.cordoned,
+                        "draining": node.draining,
+                        "cpu_milli": node.cpu_milli,
+                        "memory_mib": node.memory_mib,
+                        "cpu_used": node.cpu_used,
+                        "memory_used": node.memory_used,
+                        "gpus": gpus,
+                    }
+                )
+        out: dict[str, Any] = {
+            "totals": dict(alloc.capacity()),
+            "models": list(models.values()),
+            "queue_length": len(alloc.waiters),
+        }
+        if detail:
+            out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
+        return out
+
+    def events(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 200,
+        lease: str | None = None,
+        user: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Audit events, oldest first."""
+        with self.read() as db:
+            q = select(orm.EventRow)
+            if lease is not None:
+                q = q.where(orm.EventRow.lease_id == lease)
+            if user is not None:
+                q = q.where(orm.EventRow.user == user)
+            total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
+            rows = db.scalars(q.order_by(orm.EventRow.id).offset(offset).limit(limit))
+            return [
+                {
+                    "id": e.id,
+                    "ts": _ts(e.ts),
+                    "actor": e.actor,
+                    "kind": e.kind,
+                    "lease": e.lease_id,
+                    "user": e.user,
+                    "data": e.data,
+                }
+                for e in rows
+            ], total
+
+    def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
+        """Unit-hours held and busy per user, group or offer within [start, end)."""
+        if by not in ("user", "group", "offer"):
+            raise StoreError(
+                400,
+                "invalid_by",
+                f"cannot group usage by {by!r}",
+                field="by",
+                allowed=["user", "group", "offer"],
+            )
+        if end <= start:
+            raise StoreError(400, "invalid_range", "'to' must be after 'from'", field="to")
+        with self.read() as db:
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.granted.is_not(None),
+                    orm.LeaseRow.granted < end,
+                    or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released > start),
+                )
+            )
+            acc: dict[str, dict[str, Any]] = {}
+            now = self.clock()
+            for row in rows:
+                key = getattr(row, by) or ""
+                held = _held_hours(row, start, min(end, now))
+                span = _held_hours(row, row.granted, row.released or now)
+                busy = row.busy_hours * (held / span) if span else 0.0
+                a = acc.setdefault(
+                    key, {by: key, "leases": 0, "held_unit_hours": 0.0, "busy_unit_hours": 0.0}
+                )
+                a["leases"] += 1
+                a["held_unit_hours"] += held
+                a["busy_unit_hours"] += busy * row.units_f
+            for a in acc.values():
+                a["held_unit_hours"] = round(a["held_unit_hours"], 6)
+                a["busy_unit_hours"] = round(a["busy_unit_hours"], 6)
+            return sorted(acc.values(), key=lambda a: a[by])
+
+    def _event(
+        self,
+        db: Session,
+        kind: str,
+        actor: str,
+        row: orm.LeaseRow | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        db.add(
+            orm.EventRow(
+                ts=self.clock(),
+                actor=actor or "system",
+                kind=kind,
+                lease_id=row.id if row else None,
+                user=row.user if row else None,
+                data=data or {},
+            )
+        )
+        for listener in self.listeners:
+            listener(kind, {"lease": row.id if row else None, **(data or {})})
+
+
+def _priority(offer: Offer | None) -> int:
+    if offer is None:
+        return 0
+    try:
+        return int(offer.priority_class)
+    except ValueError:
+        return {"low": -10, "default": 0, "high": 10}.get(offer.priority_class, 0)
+
+
+def _set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
+    row.guarantee = float(spec.guarantee)
+    row.limit = None if spec.limit is None else float(spec.limit)
+    row.budget = None if spec.budget is None else float(spec.budget)
+    row.period = spec.period
+
+
+def _held_hours(row: orm.LeaseRow, start: datetime, end: datetime) -> float:
+    """Unit-hours ``row`` was held within [start, end)."""
+    if row.granted is None:
+        return 0.0
+    a = max(row.granted, start)
+    b = min(row.released or end, end)
+    return max(0.0, (b - a).total_seconds() / 3600.0) * row.units_f
+
+
+def period_start(now: datetime, period: str) -> datetime:
+    """Start of the budget period containing ``now`` (UTC days, ISO weeks, calendar months)."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def _offer_spec(offer: Offer) -> dict[str, Any]:
+    spec = {
+        "name": offer.name,
+        "kind": offer.kind,
+        "display_name": offer.display_name,
+        "description": offer.description,
+        "count": offer.count,
+        "profile": offer.profile,
+        "models": list(offer.models),
+        "fraction": offer.fraction,
+        "min_memory_gb": offer.min_memory_gb,
+        "cpu_milli": offer.cpu_milli,
+        "memory_mib": offer.memory_mib,
+        "groups": list(offer.groups),
+        "priority_class": offer.priority_class,
+        "reclaim_policy": offer.reclaim_policy,
+        "idle_timeout": offer.idle_timeout,
+    }
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _node_json(row: orm.NodeRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "cluster": row.cluster,
+        "cordoned": row.cordoned,
+        "draining": row.draining,
+        "gpus": len(row.gpus),
+        "source": row.source,
+    }
+
+
+__all__ = ["ConfigError", "Decision", "PoolConfig", "Store", "StoreError", "utcnow"]
