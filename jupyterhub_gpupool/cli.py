@@ -32,6 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    svc = sub.add_parser(
+        "service", help="run the pool service (a JupyterHub service)", add_help=False
+    )
+    svc.set_defaults(func=_run_app("jupyterhub_gpupool.service.app", "PoolService"))
+    up = sub.add_parser("upgrade-db", help="create or migrate the pool database")
+    up.add_argument(
+        "--db-url",
+        default="sqlite:///jupyterhub-gpupool.sqlite",
+        help="SQLAlchemy URL of the pool database (default: %(default)s)",
+    )
+    up.set_defaults(func=_upgrade_db)
+
     sim = sub.add_parser("simulate", help="replay public GPU traces through the pool's placement")
     sim_sub = sim.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=_Parser)
     sim_sub.required = True
@@ -45,10 +57,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_app(module: str, cls: str):
+    """A subcommand that hands its own argv to a traitlets application."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        app_class = getattr(importlib.import_module(module), cls)
+        app_class.launch_instance(args.rest)
+        return 0
+
+    return run
+
+
+def _upgrade_db(args: argparse.Namespace) -> int:
+    from .dbutil import current_revision, head_revision, make_engine, upgrade
+
+    before = current_revision(make_engine(args.db_url))
+    upgrade(args.db_url)
+    print(f"pool database at {head_revision()} (was {before or 'empty'})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jupyterhub-gpupool`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    apps = {"service"}
+    if argv and argv[0] in apps:  # traitlets apps parse their own flags
+        args = argparse.Namespace(func=parser.parse_args([argv[0]]).func, rest=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -489,7 +489,12 @@ class Store:
             "granted",
             "system",
             row,
-            {"node": grant.node, "slots": [s.key for s in grant.slots]},
+            {
+                "node": grant.node,
+                "offer": row.offer,
+                "waited": (now - row.queued_since).total_seconds() if row.queued_since else None,
+                "slots": [s.key for s in grant.slots],
+            },
         )
 
     def _finish(
@@ -751,6 +756,14 @@ class Store:
             db.flush()
             self._allocator = None  # inventory changed shape: rebuild on the next decision
             return _node_json(row)
+
+    def add_busy(self, hours: Mapping[str, float]) -> None:
+        """Add busy GPU hours to live leases (from utilization samples); no pool lock needed."""
+        if not hours:
+            return
+        with self.session_factory() as db, db.begin():
+            for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
+                row.busy_hours += hours[row.id]
 
     # -- reads ---------------------------------------------------------------------------
 

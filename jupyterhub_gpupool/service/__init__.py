@@ -1,0 +1,1 @@
+"""The pool service: a JupyterHub service owning the allocator, the database and the API."""

@@ -1,0 +1,1 @@
+"""REST API v1 handlers, one module per resource; each ends with ``default_handlers``."""

@@ -1,0 +1,112 @@
+"""Admin endpoints: quotas, node cordon/uncordon/drain, usage reports, the audit log."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+from ...store import utcnow
+from .base import APIError, APIHandler
+
+
+class QuotaHandler(APIHandler):
+    """``GET|PUT quotas/{users|groups}/{name}``."""
+
+    route_name = "quota"
+
+    def get(self, kind: str, name: str) -> None:
+        self.require_admin("read quotas")
+        self.write_json(self.store.get_quota(kind, name))
+
+    def put(self, kind: str, name: str) -> None:
+        self.require_admin("change quotas")
+        body = self.json_body(
+            {
+                "guarantee": ((int, float), False),
+                "limit": ((int, float, type(None)), False),
+                "budget": ((int, float, type(None)), False),
+                "period": (str, False),
+            }
+        )
+        assert self.identity is not None
+        self.write_json(self.store.put_quota(kind, name, body, actor=self.identity.describe()))
+
+
+class NodeActionHandler(APIHandler):
+    """``POST nodes/{name}/{cordon|uncordon|drain}``."""
+
+    route_name = "node-action"
+
+    def post(self, name: str, action: str) -> None:
+        self.require_admin(f"{action} nodes")
+        self.json_body({})
+        assert self.identity is not None
+        self.write_json(self.store.set_node(name, action, actor=self.identity.describe()))
+
+
+class UsageHandler(APIHandler):
+    """``GET usage?from=&to=&by=user|group|offer&format=json|csv`` (unit-hours)."""
+
+    route_name = "usage"
+
+    def get(self) -> None:
+        self.require_admin("read usage reports")
+        end = self.time_arg("to", utcnow())
+        start = self.time_arg("from", end - timedelta(days=30))
+        assert start is not None and end is not None
+        by = self.get_argument("by", "user")
+        fmt = self.get_argument("format", "json")
+        if fmt not in ("json", "csv"):
+            raise APIError(
+                400,
+                "invalid_argument",
+                f"unknown format {fmt!r}",
+                field="format",
+                allowed=["json", "csv"],
+            )
+        rows = self.store.usage(start, end, by)
+        if fmt == "json":
+            self.write_json(
+                {
+                    "from": start.isoformat() + "Z",
+                    "to": end.isoformat() + "Z",
+                    "by": by,
+                    "items": rows,
+                }
+            )
+            return
+        out = io.StringIO()
+        writer = csv.DictWriter(
+            out, [by, "leases", "held_unit_hours", "busy_unit_hours"], lineterminator="\n"
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", f'attachment; filename="gpu-usage-by-{by}.csv"')
+        self.finish(out.getvalue())
+
+
+class EventsHandler(APIHandler):
+    """``GET events?lease=&user=&offset=&limit=``: the audit log (admins)."""
+
+    route_name = "events"
+
+    def get(self) -> None:
+        self.require_admin("read the audit log")
+        offset, limit = self.page_args()
+        items, total = self.store.events(
+            offset=offset,
+            limit=limit,
+            lease=self.get_argument("lease", None),
+            user=self.get_argument("user", None),
+        )
+        self.write_page(items, total, offset, limit)
+
+
+default_handlers = [
+    (r"quotas/([^/]+)/([^/]+)", QuotaHandler),
+    (r"nodes/([^/]+)/(cordon|uncordon|drain)", NodeActionHandler),
+    (r"usage", UsageHandler),
+    (r"events", EventsHandler),
+]

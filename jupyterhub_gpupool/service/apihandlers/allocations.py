@@ -1,0 +1,144 @@
+"""Offers and allocations (leases): what users may ask for, and asking for it."""
+
+from __future__ import annotations
+
+from .base import APIError, APIHandler
+
+
+class OffersHandler(APIHandler):
+    """``GET offers``: the offers the caller may use, with live availability and quota fit."""
+
+    route_name = "offers"
+
+    def get(self) -> None:
+        ident = self.identity
+        assert ident is not None
+        self.require(ident.may_use, "use the GPU pool")
+        user = self.get_argument("user", None)
+        groups = list(ident.groups)
+        if user is not None and user != ident.name:
+            self.require(ident.is_spawner, f"see offers for {user}")
+            groups = self.get_arguments("group")
+        elif ident.kind == "user":
+            user = ident.name
+        self.write_json({"items": self.store.offers_for(user, groups)})
+
+
+class AllocationsHandler(APIHandler):
+    """``POST allocations`` (ask for a lease) and ``GET allocations`` (list them)."""
+
+    route_name = "allocations"
+
+    def post(self) -> None:
+        ident = self.identity
+        assert ident is not None
+        body = self.json_body(
+            {
+                "user": (str, False),
+                "server": (str, False),
+                "offer": (str, True),
+                "group": ((str, type(None)), False),
+                "groups": (list, False),
+                "priority": ((int, type(None)), False),
+            }
+        )
+        user = body.get("user") or (ident.name if ident.kind == "user" else None)
+        if not user:
+            raise APIError(422, "missing_field", "user is required for services", field="user")
+        self.require(ident.may_use_for(user), f"allocate GPUs for {user}")
+        groups = body.get("groups")
+        if groups is not None and not all(isinstance(g, str) for g in groups):
+            raise APIError(422, "invalid_field", "groups must be a list of strings", field="groups")
+        # users cannot claim groups they are not in; the spawner passes the user's groups
+        member_of = groups if ident.is_spawner and groups is not None else list(ident.groups)
+        priority = body.get("priority")
+        if priority is not None:
+            self.require(ident.is_spawner, "set a priority")
+        lease = self.store.allocate(
+            user,
+            body.get("server", ""),
+            body["offer"],
+            group=body.get("group"),
+            groups=member_of,
+            priority=priority,
+            actor=ident.describe(),
+        )
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
+        self.write_json(lease, 201)
+
+    def get(self) -> None:
+        ident = self.identity
+        assert ident is not None
+        self.require(ident.may_use, "use the GPU pool")
+        user = self.get_argument("user", None)
+        if user is None and not ident.is_spawner:
+            user = ident.name
+        if user is not None:
+            self.require(ident.may_use_for(user), f"see {user}'s leases")
+        offset, limit = self.page_args()
+        items, total = self.store.leases(
+            user=user, state=self.get_argument("state", None), offset=offset, limit=limit
+        )
+        self.write_page(items, total, offset, limit)
+
+
+class AllocationHandler(APIHandler):
+    """``GET|DELETE allocations/{id}``: one lease; deleting releases it (or leaves the queue)."""
+
+    route_name = "allocation"
+
+    def _check(self, lease_id: str, what: str) -> None:
+        ident = self.identity
+        assert ident is not None
+        owner = self.store.lease_owner(lease_id)
+        if not ident.may_use_for(owner):
+            # do not reveal that another user's lease exists
+            if ident.may_use:
+                raise APIError(404, "not_found", f"no lease {lease_id!r}", field="id")
+            self.require(False, what)
+
+    def get(self, lease_id: str) -> None:
+        self._check(lease_id, "read leases")
+        self.write_json(self.store.lease(lease_id))
+
+    def delete(self, lease_id: str) -> None:
+        self._check(lease_id, "release leases")
+        assert self.identity is not None
+        reason = self.get_argument("reason", "stopped")
+        if reason not in ("stopped", "cancelled") and not self.identity.is_spawner:
+            self.require(False, f"release with reason {reason!r}")
+        self.write_json(self.store.release(lease_id, reason=reason, actor=self.identity.describe()))
+
+
+class ResizeHandler(AllocationHandler):
+    """``POST allocations/{id}/resize {offer}``: reserve another offer before the restart."""
+
+    route_name = "resize"
+
+    def post(self, lease_id: str) -> None:
+        self._check(lease_id, "resize leases")
+        body = self.json_body({"offer": (str, True)})
+        assert self.identity is not None
+        lease = self.store.resize(lease_id, body["offer"], actor=self.identity.describe())
+        self.write_json(lease, 201)
+
+
+class KeepaliveHandler(AllocationHandler):
+    """``POST allocations/{id}/keepalive``: the server runs on its lease (binds a grant)."""
+
+    route_name = "keepalive"
+
+    def post(self, lease_id: str) -> None:
+        self._check(lease_id, "keep leases alive")
+        self.json_body({})
+        assert self.identity is not None
+        self.write_json(self.store.keepalive(lease_id, actor=self.identity.describe()))
+
+
+default_handlers = [
+    (r"offers", OffersHandler),
+    (r"allocations", AllocationsHandler),
+    (r"allocations/([^/]+)", AllocationHandler),
+    (r"allocations/([^/]+)/resize", ResizeHandler),
+    (r"allocations/([^/]+)/keepalive", KeepaliveHandler),
+]

@@ -1,0 +1,296 @@
+"""``jupyterhub-gpupool service``: the pool as a JupyterHub service (managed or external).
+
+Configured like JupyterHub itself: traits in ``jupyterhub_gpupool_config.py`` or on the command
+line. The hub's environment (``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_URL``,
+``JUPYTERHUB_SERVICE_PREFIX`` …) supplies the rest when the hub manages the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpserver import HTTPServer
+from traitlets import Bool, Enum, Float, Integer, Unicode, default
+from traitlets.config import Application
+
+from .._version import __version__
+from ..dbutil import current_revision, head_revision, make_engine, upgrade
+from ..pool.catalog import default_catalog
+from ..pool.errors import PoolError
+from ..poolconfig import load_pool_config
+from ..store import Store
+from .apihandlers import admin, agent, allocations, users
+from .apihandlers.base import APIError, APIHandler
+from .metrics import PoolMetrics
+from .utilization import UtilizationBuffer
+
+
+class NotFoundHandler(APIHandler):
+    """Unknown API paths answer JSON 404s too."""
+
+    async def prepare(self) -> None:
+        raise APIError(404, "not_found", f"no such endpoint: {self.request.path}")
+
+
+class MetricsHandler(web.RequestHandler):
+    """Prometheus exposition of the pool (open, like JupyterHub's own ``/metrics`` option)."""
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(self.settings["metrics"].render(self.settings["store"]))
+
+
+class PoolService(Application):
+    """The GPU pool service."""
+
+    name = "jupyterhub-gpupool-service"
+    version = __version__
+    description = "Serve the GPU pool's REST API as a JupyterHub service."
+
+    aliases = {
+        "config": "PoolService.config_file",
+        "db-url": "PoolService.db_url",
+        "pool-config": "PoolService.pool_config_file",
+        "ip": "PoolService.ip",
+        "port": "PoolService.port",
+        "log-level": "Application.log_level",
+    }
+    flags = {
+        "upgrade-db": ({"PoolService": {"upgrade_db": True}}, "Upgrade the database on start."),
+        "debug": ({"Application": {"log_level": logging.DEBUG}}, "Log at debug level."),
+    }
+
+    config_file = Unicode(
+        "jupyterhub_gpupool_config.py",
+        help="Python config file to load (a missing default file is fine).",
+    ).tag(config=True)
+    db_url = Unicode(
+        "sqlite:///jupyterhub-gpupool.sqlite",
+        help="SQLAlchemy URL of the pool database: SQLite by default, "
+        "postgresql://user@host/db in production.",
+    ).tag(config=True)
+    upgrade_db = Bool(
+        False,
+        help="Apply pending database migrations on start (otherwise an old schema is an error "
+        "telling you to run `jupyterhub-gpupool upgrade-db`). A new empty database is always "
+        "created.",
+    ).tag(config=True)
+    pool_config_file = Unicode(
+        "",
+        help="YAML file declaring nodes, offers and quotas. Changes made through the admin API "
+        "win over it until reset. Empty: everything comes from agents and the API.",
+    ).tag(config=True)
+    telemetry_source = Enum(
+        ["agents"],
+        default_value="agents",
+        help="Where inventory and utilization come from: node agents posting to the API.",
+    ).tag(config=True)
+    ip = Unicode(help="Interface to listen on (default: from JUPYTERHUB_SERVICE_URL).").tag(
+        config=True
+    )
+    port = Integer(help="Port to listen on (default: from JUPYTERHUB_SERVICE_URL).").tag(
+        config=True
+    )
+    base_url = Unicode(
+        help="URL prefix of the service (default: JUPYTERHUB_SERVICE_PREFIX, else "
+        "/services/gpupool/)."
+    ).tag(config=True)
+    grant_timeout = Float(
+        600.0,
+        help="Seconds a granted slice is held for a server that has not bound it yet "
+        "(keepalive) before it is released as expired.",
+    ).tag(config=True)
+    aging_interval = Float(
+        600.0, help="Seconds of waiting that lift a queued request by one priority level."
+    ).tag(config=True)
+    reserve_after = Float(
+        1800.0,
+        help="Seconds after which a waiting request reserves its GPU models: newcomers queue "
+        "behind it instead of taking the capacity it waits for.",
+    ).tag(config=True)
+    housekeeping_interval = Float(
+        15.0, help="Seconds between expiring unbound grants and serving the queue."
+    ).tag(config=True)
+    reconcile_on_start = Bool(
+        True,
+        help="On start, release leases of servers the hub no longer runs (needs the service "
+        "token to hold list:users and read:servers).",
+    ).tag(config=True)
+    busy_threshold = Float(
+        5.0, help="GPU utilization (percent) at or above which a sample counts as busy time."
+    ).tag(config=True)
+    utilization_window = Float(
+        900.0, help="Seconds of full-rate utilization samples kept in memory per device."
+    ).tag(config=True)
+    hub_api_url = Unicode(help="JupyterHub API URL (default: JUPYTERHUB_API_URL).").tag(config=True)
+
+    @default("ip")
+    def _ip(self) -> str:
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        return urlparse(url).hostname or "127.0.0.1" if url else "127.0.0.1"
+
+    @default("port")
+    def _port(self) -> int:
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        return (urlparse(url).port or 80) if url else 10101
+
+    @default("base_url")
+    def _base_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpupool/")
+
+    @default("hub_api_url")
+    def _hub_api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        """Parse the command line, load the config file, open the database, load the pool."""
+        super().initialize(argv)
+        if self.config_file and os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
+        self.catalog = default_catalog()
+        engine = make_engine(self.db_url)
+        revision = current_revision(engine)
+        if revision is None or (revision != head_revision() and self.upgrade_db):
+            upgrade(self.db_url)
+        elif revision != head_revision():
+            raise SystemExit(
+                f"The pool database is at revision {revision}, this version needs "
+                f"{head_revision()}: run `jupyterhub-gpupool upgrade-db --db-url ...` first."
+            )
+        self.store = Store(
+            engine,
+            self.catalog,
+            grant_timeout=self.grant_timeout,
+            aging_interval=self.aging_interval,
+            reserve_after=self.reserve_after,
+        )
+        if self.pool_config_file:
+            try:
+                self.store.load_config(load_pool_config(self.pool_config_file, self.catalog))
+            except PoolError as e:
+                raise SystemExit(f"pool config: {e}") from None
+        self.metrics = PoolMetrics()
+        self.store.listeners.append(self.metrics.on_event)
+        self.hub_auth = HubOAuth(
+            api_url=self.hub_api_url,
+            cache_max_age=60,
+            oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
+        )
+
+    def make_app(self) -> web.Application:
+        """The tornado application with every route of the API."""
+        api = url_path_join(self.base_url, "api/v1/")
+        handlers = []
+        for module in (allocations, users, agent, admin):
+            handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
+        handlers += [
+            (url_path_join(self.base_url, "metrics"), MetricsHandler),
+            (url_path_join(self.base_url, "oauth_callback"), HubOAuthCallbackHandler),
+            (api + r".*", NotFoundHandler),
+        ]
+        return web.Application(
+            handlers,
+            store=self.store,
+            hub_auth=self.hub_auth,
+            metrics=self.metrics,
+            utilization=UtilizationBuffer(self.utilization_window),
+            busy_threshold=self.busy_threshold,
+            cookie_secret=os.urandom(32),
+            xsrf_cookies=False,
+            log_function=self._log_request,
+        )
+
+    def _log_request(self, handler: web.RequestHandler) -> None:
+        status = handler.get_status()
+        level = logging.INFO if status < 400 else logging.WARNING
+        if status < 300 and handler.request.method == "GET":
+            level = logging.DEBUG
+        self.log.log(
+            level,
+            "%d %s %s %.1fms",
+            status,
+            handler.request.method,
+            handler.request.uri,
+            1000 * handler.request.request_time(),
+        )
+
+    async def running_servers(self) -> set[tuple[str, str]]:
+        """(user, server) of every server the hub runs or is spawning, paging the hub API."""
+        client = AsyncHTTPClient()
+        running: set[tuple[str, str]] = set()
+        offset = 0
+        while True:
+            url = url_path_join(self.hub_api_url, f"users?state=active&offset={offset}&limit=200")
+            req = HTTPRequest(
+                url,
+                headers={
+                    "Authorization": f"token {self.hub_auth.api_token}",
+                    "Accept": "application/jupyterhub-pagination+json",
+                },
+            )
+            body = json.loads((await client.fetch(req)).body)
+            for user in body["items"]:
+                for name in user.get("servers") or {}:
+                    running.add((user["name"], name))
+            nxt = (body.get("_pagination") or {}).get("next")
+            if not nxt:
+                return running
+            offset = nxt["offset"]
+
+    async def reconcile(self) -> None:
+        """Release leases whose servers are gone (logged and audited)."""
+        try:
+            running = await self.running_servers()
+        except Exception as e:  # the hub may be starting; never block the service on it
+            self.log.warning("Could not reconcile leases with the hub: %s", e)
+            return
+        released = self.store.reconcile(running)
+        self.log.info("Reconciled leases with the hub: %d released", released)
+
+    def housekeeping(self) -> None:
+        """Expire unbound grants and serve the queue (aging changes its order over time)."""
+        try:
+            expired = self.store.expire_grants()
+            promoted = self.store.promote()
+        except Exception:
+            self.log.exception("Housekeeping failed")
+            return
+        if expired or promoted:
+            self.log.info("Housekeeping: %d grants expired, %d waiters granted", expired, promoted)
+
+    async def start_async(self) -> None:
+        """Listen, reconcile, run the housekeeping loop until SIGTERM/SIGINT."""
+        self.http_server = HTTPServer(self.make_app(), xheaders=True)
+        self.http_server.listen(self.port, self.ip)
+        self.log.info(
+            "GPU pool service listening on http://%s:%d%s", self.ip, self.port, self.base_url
+        )
+        if self.reconcile_on_start:
+            await self.reconcile()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.housekeeping_interval)
+            except asyncio.TimeoutError:
+                self.housekeeping()
+        self.http_server.stop()
+        self.log.info("GPU pool service stopped")
+
+    def start(self) -> None:
+        """Run the service."""
+        asyncio.run(self.start_async())
+
+
+main = PoolService.launch_instance

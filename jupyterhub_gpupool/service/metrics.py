@@ -1,0 +1,76 @@
+"""Prometheus metrics of the pool, on their own registry (``GET /services/<name>/metrics``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..store import Store
+
+
+class PoolMetrics:
+    """Capacity, use, queue, grants/releases and request latency."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.capacity = Gauge(
+            "gpupool_capacity_units", "GPU units in the pool", ["model"], registry=r
+        )
+        self.free = Gauge("gpupool_free_units", "Free GPU units", ["model"], registry=r)
+        self.used = Gauge("gpupool_used_units", "Held GPU units", ["model"], registry=r)
+        self.offer_available = Gauge(
+            "gpupool_offer_available", "Grants of an offer that fit now", ["offer"], registry=r
+        )
+        self.queue_length = Gauge("gpupool_queue_length", "Requests waiting", ["offer"], registry=r)
+        self.queue_wait = Histogram(
+            "gpupool_queue_wait_seconds",
+            "Time from queued to granted",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400),
+            registry=r,
+        )
+        self.grants = Counter("gpupool_grants_total", "Leases granted", ["offer"], registry=r)
+        self.releases = Counter("gpupool_releases_total", "Leases released", ["reason"], registry=r)
+        self.requests = Histogram(
+            "gpupool_request_duration_seconds",
+            "API request latency",
+            ["method", "route", "status"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        """Store listener: count grants and releases as they commit."""
+        if kind == "granted":
+            self.grants.labels(offer=data.get("offer", "")).inc()
+            if data.get("waited") is not None:
+                self.queue_wait.observe(data["waited"])
+        elif kind == "released":
+            self.releases.labels(reason=data.get("reason", "")).inc()
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Record one API request."""
+        self.requests.labels(method=method, route=route, status=str(status)).observe(seconds)
+
+    def render(self, store: Store) -> bytes:
+        """Refresh the gauges from the pool and render the exposition text."""
+        alloc = store.allocator()
+        per_model: dict[str, list[float]] = {}
+        for node in alloc.nodes.values():
+            for g in node.gpus:
+                cap_free = per_model.setdefault(g.model.name, [0.0, 0.0])
+                cap_free[0] += 1.0
+                cap_free[1] += g.free_units() if node.schedulable else 0.0
+        for model, (cap, free) in per_model.items():
+            self.capacity.labels(model=model).set(cap)
+            self.free.labels(model=model).set(free)
+            self.used.labels(model=model).set(cap - free)
+        waiting: dict[str, int] = dict.fromkeys(alloc.offers, 0)
+        for w in alloc.waiters.values():
+            waiting[w.request.offer] = waiting.get(w.request.offer, 0) + 1
+        for offer, n in waiting.items():
+            self.queue_length.labels(offer=offer).set(n)
+        for offer in alloc.offers.values():
+            self.offer_available.labels(offer=offer.name).set(alloc.available(offer, cap=50))
+        return generate_latest(self.registry)
