@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
+CHP := .node/node_modules/.bin/configurable-http-proxy
+
+$(CHP):
+	npm install --silent --no-audit --no-fund --prefix .node configurable-http-proxy@^4
+
 venv: $(STAMP)
 
 demo: $(STAMP)
@@ -31,7 +36,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html
 
-unit: $(STAMP)
+unit: $(STAMP) $(CHP)
 	$(BIN)/pytest tests
 
 test: lint docs unit

@@ -251,9 +251,10 @@ class PoolService(Application):
         try:
             running = await self.running_servers()
         except Exception as e:  # the hub may be starting; never block the service on it
-            self.log.warning("Could not reconcile leases with the hub: %s", e)
+            self.log.warning("Could not reconcile leases with the hub yet: %s", e)
             return
         released = self.store.reconcile(running)
+        self._reconciled = True
         self.log.info("Reconciled leases with the hub: %d released", released)
 
     def housekeeping(self) -> None:
@@ -274,7 +275,8 @@ class PoolService(Application):
         self.log.info(
             "GPU pool service listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
-        if self.reconcile_on_start:
+        self._reconciled = not self.reconcile_on_start
+        if not self._reconciled:
             await self.reconcile()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -284,6 +286,8 @@ class PoolService(Application):
             try:
                 await asyncio.wait_for(stop.wait(), self.housekeeping_interval)
             except asyncio.TimeoutError:
+                if not self._reconciled:  # the hub was not up at start: try again
+                    await self.reconcile()
                 self.housekeeping()
         self.http_server.stop()
         self.log.info("GPU pool service stopped")

@@ -1,0 +1,69 @@
+"""Shared fixtures: a fresh PostgreSQL database per test, a real hub + pool service."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyterhub_gpupool.data import data_path
+
+PG_ADMIN_URL = os.environ.get("GPUPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards."""
+    import psycopg
+
+    name = f"gpupool_{uuid.uuid4().hex[:10]}"
+    admin = PG_ADMIN_URL.replace("postgresql://", "postgresql://", 1)
+    try:
+        conn = psycopg.connect(admin, autocommit=True)
+    except psycopg.OperationalError as e:
+        pytest.fail(f"PostgreSQL is needed at {PG_ADMIN_URL} (set GPUPOOL_TEST_PG): {e}")
+    with conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A new SQLite database file."""
+    return f"sqlite:///{tmp_path}/pool.sqlite"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/pool.sqlite"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def demo_pool_file() -> Path:
+    """The shipped demo pool config."""
+    return data_path("demo-pool.yaml")
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):  # noqa: ANN201
+    """A running hub and pool service (SQLite, demo pool); stopped afterwards."""
+    from tests.integration.hubenv import HubEnv
+
+    env = HubEnv(tmp_path, sqlite_url, demo_pool_file)
+    try:
+        env.start()
+        yield env
+    except Exception:
+        print(env.logs())
+        raise
+    finally:
+        env.stop()

@@ -1,0 +1,295 @@
+"""A real JupyterHub (with configurable-http-proxy) plus the pool service, for integration tests.
+
+The pool service runs as an *external* hub service started by the test, so tests can kill it
+(``kill -9``) and start it again against the same database. Tokens are real hub tokens: services
+get theirs from the hub config, users get theirs from the hub's REST API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chp_command() -> str:
+    """configurable-http-proxy from ``make``'s local npm install, else from PATH."""
+    local = ROOT / ".node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if local.exists():
+        return str(local)
+    found = shutil.which("configurable-http-proxy")
+    if not found:
+        pytest.fail("configurable-http-proxy not found: run `make test` (it installs it)")
+    return found
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``url`` answers at all (any HTTP status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} while waiting for {url}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")
+
+
+@dataclass
+class Response:
+    """A minimal HTTP response."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def json(self) -> object:
+        """The body as JSON."""
+        return json.loads(self.body)
+
+
+def request(
+    method: str, url: str, token: str | None = None, body: object = None, raw: bytes | None = None
+) -> Response:
+    """One HTTP request with a hub token; never raises for HTTP error statuses."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", f"token {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return Response(r.status, r.read(), dict(r.headers))
+    except urllib.error.HTTPError as e:
+        return Response(e.code, e.read(), dict(e.headers))
+
+
+HUB_CONFIG = """
+import sys
+c = get_config()
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {hub_port}
+c.JupyterHub.hub_port = {hub_api_port}
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.auth_token = {proxy_token!r}
+c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.db_url = "sqlite:///{dir}/hub.sqlite"
+c.JupyterHub.cookie_secret_file = "{dir}/cookie_secret"
+c.JupyterHub.pid_file = "{dir}/hub.pid"
+from jupyterhub_gpupool.service.scopes import CUSTOM_SCOPES
+c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+c.JupyterHub.services = [
+    {{"name": "gpupool", "url": "http://127.0.0.1:{service_port}", "api_token": {service_token!r},
+      "oauth_no_confirm": True}},
+    {{"name": "gpupool-spawner", "api_token": {spawner_token!r}}},
+    {{"name": "gpupool-agent", "api_token": {agent_token!r}}},
+    {{"name": "hub-admin", "api_token": {admin_api_token!r}}},
+]
+c.JupyterHub.load_roles = [
+    {{"name": "user", "scopes": ["self", "custom:gpupool:use!user"]}},
+    {{"name": "server",
+      "scopes": ["users:activity!user", "access:servers!server", "custom:gpupool:use!user"]}},
+    {{"name": "gpupool", "services": ["gpupool"],
+      "scopes": ["list:users", "read:users:groups", "read:servers"]}},
+    {{"name": "gpupool-spawner", "services": ["gpupool-spawner"],
+      "scopes": ["custom:gpupool:spawn"]}},
+    {{"name": "gpupool-agent", "services": ["gpupool-agent"], "scopes": ["custom:gpupool:agent"]}},
+    {{"name": "gpupool-admin", "users": ["admin"], "scopes": ["custom:gpupool:admin"]}},
+    {{"name": "hub-admin", "services": ["hub-admin"], "scopes": ["admin:users", "tokens",
+      "admin:servers", "admin:groups"]}},
+]
+c.Authenticator.allowed_users = {users!r}
+c.Authenticator.admin_users = {{"admin"}}
+"""
+
+
+@dataclass
+class HubEnv:
+    """A running hub + proxy, and (when started) the pool service as an external service."""
+
+    dir: Path
+    db_url: str
+    pool_config: Path | None
+    users: tuple[str, ...] = ("alice", "bob", "admin")
+    hub_port: int = field(default_factory=free_port)
+    hub_api_port: int = field(default_factory=free_port)
+    proxy_api_port: int = field(default_factory=free_port)
+    service_port: int = field(default_factory=free_port)
+    service_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    spawner_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    agent_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    admin_api_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    service_args: tuple[str, ...] = ()
+    hub: subprocess.Popen | None = None
+    service: subprocess.Popen | None = None
+    user_tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hub_url(self) -> str:
+        """Public URL of the hub (through the proxy)."""
+        return f"http://127.0.0.1:{self.hub_port}"
+
+    @property
+    def hub_api(self) -> str:
+        """The hub's own REST API, addressed directly."""
+        return f"http://127.0.0.1:{self.hub_api_port}/hub/api"
+
+    @property
+    def api(self) -> str:
+        """The pool API, addressed directly (not through the proxy: faster for load tests)."""
+        return f"http://127.0.0.1:{self.service_port}/services/gpupool/api/v1"
+
+    @property
+    def proxied_api(self) -> str:
+        """The pool API through the proxy, as browsers and servers reach it."""
+        return f"{self.hub_url}/services/gpupool/api/v1"
+
+    def start(self) -> None:
+        """Start the pool service, then the hub (which checks external services as it starts)."""
+        self.start_service(wait=False)
+        self.start_hub()
+        wait_http(f"{self.api}/pool", 60, self.service)
+
+    def start_hub(self) -> None:
+        """Start JupyterHub and wait for its API."""
+        (self.dir / "jupyterhub_config.py").write_text(
+            textwrap.dedent(
+                HUB_CONFIG.format(
+                    hub_port=self.hub_port,
+                    hub_api_port=self.hub_api_port,
+                    proxy_api_port=self.proxy_api_port,
+                    proxy_token=secrets.token_hex(16),
+                    chp=chp_command(),
+                    dir=self.dir,
+                    service_port=self.service_port,
+                    service_token=self.service_token,
+                    spawner_token=self.spawner_token,
+                    agent_token=self.agent_token,
+                    admin_api_token=self.admin_api_token,
+                    users=set(self.users),
+                )
+            )
+        )
+        log = open(self.dir / "hub.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.hub = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(self.dir / "jupyterhub_config.py")],
+            cwd=self.dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_http(f"{self.hub_api}/", 60, self.hub)
+        deadline = time.monotonic() + 60
+        while request("GET", f"{self.hub_url}/hub/api/").status != 200:  # proxy routes ready
+            if time.monotonic() > deadline:
+                raise TimeoutError("the proxy never routed /hub/")
+            time.sleep(0.1)
+        for user in self.users:
+            r = request("POST", f"{self.hub_api}/users/{user}", self.admin_api_token)
+            assert r.status in (201, 409), r.body
+
+    def service_env(self) -> dict[str, str]:
+        """The environment a hub gives a managed service."""
+        env = dict(os.environ)
+        env.update(
+            JUPYTERHUB_API_TOKEN=self.service_token,
+            JUPYTERHUB_API_URL=f"http://127.0.0.1:{self.hub_api_port}/hub/api",
+            JUPYTERHUB_SERVICE_NAME="gpupool",
+            JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{self.service_port}",
+            JUPYTERHUB_SERVICE_PREFIX="/services/gpupool/",
+            JUPYTERHUB_BASE_URL="/",
+            JUPYTERHUB_CLIENT_ID="service-gpupool",
+            JUPYTERHUB_OAUTH_CALLBACK_URL="/services/gpupool/oauth_callback",
+            JUPYTERHUB_PUBLIC_HUB_URL=self.hub_url,
+        )
+        return env
+
+    def start_service(self, *extra: str, wait: bool = True) -> None:
+        """Start (or restart) the pool service and wait until it answers."""
+        args = [sys.executable, "-m", "jupyterhub_gpupool.cli", "service", f"--db-url={self.db_url}"]
+        if self.pool_config is not None:
+            args.append(f"--pool-config={self.pool_config}")
+        log = open(self.dir / "service.log", "ab")  # noqa: SIM115
+        self.service = subprocess.Popen(
+            [*args, *self.service_args, *extra],
+            cwd=self.dir,
+            env=self.service_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if wait:
+            wait_http(f"{self.api}/pool", 60, self.service)
+
+    def kill_service(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the pool service abruptly (SIGKILL by default)."""
+        if self.service is not None and self.service.poll() is None:
+            os.killpg(self.service.pid, sig)
+            self.service.wait(30)
+        self.service = None
+
+    def token(self, user: str, scopes: list[str] | None = None) -> str:
+        """A fresh API token for ``user`` (all the user's scopes, or only ``scopes``)."""
+        body: dict[str, object] = {"note": f"test-{uuid.uuid4().hex[:6]}"}
+        if scopes is not None:
+            body["scopes"] = scopes
+        r = request("POST", f"{self.hub_api}/users/{user}/tokens", self.admin_api_token, body)
+        assert r.status == 201, r.body
+        return r.json()["token"]  # type: ignore[index]
+
+    def server_token(self, user: str) -> str:
+        """A token with exactly the scopes of the hub's ``server`` role for ``user``."""
+        return self.token(
+            user,
+            [f"users:activity!user={user}", f"access:servers!server={user}/",
+             f"custom:gpupool:use!user={user}"],
+        )
+
+    def stop(self) -> None:
+        """Stop everything (service first)."""
+        self.kill_service(signal.SIGTERM)
+        if self.hub is not None and self.hub.poll() is None:
+            os.killpg(self.hub.pid, signal.SIGTERM)
+            try:
+                self.hub.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.hub.pid, signal.SIGKILL)
+        self.hub = None
+
+    def logs(self) -> str:
+        """Tail of the hub and service logs (for failure messages)."""
+        out = []
+        for name in ("hub.log", "service.log"):
+            p = self.dir / name
+            if p.exists():
+                out.append(f"--- {name}\n" + p.read_text(errors="replace")[-4000:])
+        return "\n".join(out)
