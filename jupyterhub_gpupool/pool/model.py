@@ -6,12 +6,13 @@ limited to occupancy (who holds which piece), done through the allocator only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .catalog import Catalog, GpuModel
-from .errors import ConfigError, RequestError
+from .errors import ConfigError, RequestError, UnknownModel
 
 #: Offer kinds (contract): a whole GPU (or several on one node), a MIG slice, a share of a GPU,
 #: or no GPU at all (a CPU-only server the picker may show).
@@ -187,7 +188,7 @@ def _number(
     raw: Mapping[str, object], key: str, kind: type, *, minimum: float | None = None
 ) -> object:
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"must be a number, got {value!r}", field=key)
     if kind is int and int(value) != value:
         raise ConfigError(f"must be a whole number, got {value!r}", field=key)
@@ -215,18 +216,26 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         raise ConfigError(
             f"offer {name!r}: unknown kind {kind!r}", field="kind", allowed=OFFER_KINDS
         )
-    models = raw.get("models", ())
-    if isinstance(models, str) or not all(isinstance(m, str) for m in models):  # type: ignore[union-attr]
+    models = raw.get("models", [])
+    if not isinstance(models, (list, tuple)) or not all(isinstance(m, str) for m in models):
         raise ConfigError(f"offer {name!r}: models must be a list of names", field="models")
-    resolved = tuple(catalog.model(m).name for m in models)  # type: ignore[union-attr]
+    resolved: list[str] = []
+    for m in models:
+        try:
+            found = catalog.model(m).name
+        except UnknownModel as e:
+            raise UnknownModel(
+                f"offer {name!r}: unknown GPU model {m!r}", field="models", allowed=e.allowed
+            ) from None
+        if found not in resolved:
+            resolved.append(found)
     values: dict[str, object] = dict(raw)
-    values["models"] = resolved
-    for key in ("groups",):
-        if key in raw:
-            groups = raw[key]
-            if isinstance(groups, str) or not all(isinstance(g, str) for g in groups):  # type: ignore[union-attr]
-                raise ConfigError(f"offer {name!r}: must be a list of group names", field=key)
-            values[key] = tuple(groups)  # type: ignore[arg-type]
+    values["models"] = tuple(resolved)
+    if "groups" in raw:
+        groups = raw["groups"]
+        if not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups):
+            raise ConfigError(f"offer {name!r}: must be a list of group names", field="groups")
+        values["groups"] = tuple(groups)
     for key, typ, low in (
         ("count", int, 1),
         ("cpu_milli", int, 0),
@@ -246,6 +255,12 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
                 allowed=[m.name for m in catalog if m.mig_capable],
             )
         for m in resolved:
+            if not catalog.model(m).mig_capable:
+                raise ConfigError(
+                    f"offer {name!r}: {m} has no MIG",
+                    field="models",
+                    allowed=[x.name for x in catalog if x.mig_capable],
+                )
             catalog.model(m).profile(profile)  # raises UnknownProfile naming the allowed ones
         if values.get("count", 1) != 1:
             raise ConfigError(
@@ -257,9 +272,10 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         if "fraction" not in raw:
             raise ConfigError(f"offer {name!r}: a shared offer needs a fraction", field="fraction")
         fraction = _number(raw, "fraction", float)
-        if not 0 < fraction < 1:  # type: ignore[operator]
+        if not 0.001 <= fraction < 1:  # type: ignore[operator]
             raise ConfigError(
-                f"offer {name!r}: fraction must be between 0 and 1 (exclusive)", field="fraction"
+                f"offer {name!r}: fraction must be at least 0.001 (one milli-GPU) and below 1",
+                field="fraction",
             )
         values["fraction"] = fraction
         if values.get("count", 1) != 1:
@@ -272,10 +288,6 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         raise ConfigError(f"offer {name!r}: only shared offers take a fraction", field="fraction")
     if "min_memory_gb" in raw:
         values["min_memory_gb"] = _number(raw, "min_memory_gb", float, minimum=0)
-    if kind == "mig":
-        for m in resolved:
-            if not catalog.model(m).mig_capable:
-                raise ConfigError(f"offer {name!r}: {m} has no MIG", field="models")
     values.setdefault("display_name", name)
     return Offer(**values)  # type: ignore[arg-type]
 
