@@ -1,0 +1,282 @@
+"""The store on SQLite and PostgreSQL: lease lifecycle, queue promotion, expiry, reconcile,
+resize, restart, accounting and the database's own no-double-grant guarantee."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from jupyterhub_gpupool import orm
+from jupyterhub_gpupool.dbutil import make_engine, upgrade
+from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.poolconfig import parse_pool_config
+from jupyterhub_gpupool.store import Store, StoreError
+
+T0 = datetime(2026, 3, 2, 9, 0, 0)
+
+POOL = {
+    "nodes": [
+        {
+            "name": "a100",
+            "cpu_milli": 64000,
+            "memory_mib": 262144,
+            "gpus": [{"model": "A100-80GB", "mig": {"enabled": True, "dynamic": True}}],
+        },
+        {
+            "name": "h100",
+            "cpu_milli": 64000,
+            "memory_mib": 262144,
+            "gpus": [{"model": "H100-80GB", "count": 1}],
+        },
+    ],
+    "offers": [
+        {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
+        {"name": "a100-3g", "kind": "mig", "profile": "3g.40gb", "models": ["A100-80GB"]},
+        {"name": "a100-7g", "kind": "mig", "profile": "7g.80gb", "models": ["A100-80GB"]},
+        {"name": "h100", "kind": "gpu", "models": ["H100-80GB"]},
+        {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
+    ],
+    "quotas": {"default": {"guarantee": 1, "limit": 4}},
+}
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_store(url: str, clock: Clock, pool: dict = POOL, **kw) -> Store:
+    catalog = default_catalog()
+    store = Store(make_engine(url), catalog, clock=clock, **kw)
+    store.load_config(parse_pool_config(pool, catalog))
+    return store
+
+
+@pytest.fixture
+def store(db_url: str, clock: Clock) -> Store:
+    upgrade(db_url)
+    return make_store(db_url, clock, grant_timeout=300)
+
+
+def events(store: Store, lease: str) -> list[str]:
+    items, _ = store.events(lease=lease)
+    return [e["kind"] for e in items]
+
+
+def test_lifecycle_granted_active_released(store, clock):
+    lease = store.allocate("alice", "", "h100")
+    assert lease["state"] == "granted" and lease["node"] == "h100"
+    assert lease["expires"] == "2026-03-02T09:05:00Z"
+    clock.advance(seconds=30)
+    active = store.keepalive(lease["id"])
+    assert active["state"] == "active" and active["activated"] == "2026-03-02T09:00:30Z"
+    assert active["expires"] is None
+    done = store.release(lease["id"])
+    assert done["state"] == "released" and done["release_reason"] == "stopped"
+    assert all(s["gpu"] for s in done["slots"])
+    assert events(store, lease["id"]) == ["granted", "activated", "released"]
+    # releasing twice is harmless and changes nothing
+    assert store.release(lease["id"])["released"] == done["released"]
+
+
+def test_release_promotes_the_waiter_in_the_same_transaction(store):
+    first = store.allocate("alice", "", "h100")
+    waiting = store.allocate("bob", "", "h100")
+    assert waiting["state"] == "queued" and waiting["position"] == 1
+    assert waiting["reason"] == "no_capacity"
+    store.release(first["id"])
+    promoted = store.lease(waiting["id"])
+    assert promoted["state"] == "granted"
+    assert promoted["slots"][0]["gpu"] == first["slots"][0]["gpu"]
+    assert events(store, waiting["id"]) == ["queued", "granted"]
+
+
+def test_unbound_grant_expires_and_frees_the_slice(store, clock):
+    lease = store.allocate("alice", "", "h100")
+    waiting = store.allocate("bob", "", "h100")
+    clock.advance(seconds=299)
+    assert store.expire_grants() == 0
+    clock.advance(seconds=2)
+    assert store.expire_grants() == 1
+    assert store.lease(lease["id"])["release_reason"] == "expired"
+    assert store.lease(waiting["id"])["state"] == "granted"
+
+
+def test_active_lease_never_expires(store, clock):
+    lease = store.allocate("alice", "", "h100")
+    store.keepalive(lease["id"])
+    clock.advance(hours=10)
+    assert store.expire_grants() == 0
+    assert store.lease(lease["id"])["state"] == "active"
+
+
+def test_reconcile_releases_servers_the_hub_no_longer_runs(store):
+    kept = store.allocate("alice", "", "a100-1g")
+    gone = store.allocate("bob", "gpu", "a100-1g")
+    queued_gone = store.allocate("carol", "", "a100-7g")
+    assert queued_gone["state"] == "queued"
+    assert store.reconcile({("alice", "")}) == 2
+    assert store.lease(kept["id"])["state"] == "granted"
+    assert store.lease(gone["id"])["release_reason"] == "stopped"
+    assert store.lease(queued_gone["id"])["release_reason"] == "cancelled"
+    items, _ = store.events()
+    assert items[-1]["kind"] == "reconciled" and items[-1]["data"] == {"released": 2}
+
+
+def test_a_server_gets_one_lease(store):
+    store.allocate("alice", "", "a100-1g")
+    with pytest.raises(StoreError) as e:
+        store.allocate("alice", "", "a100-3g")
+    assert e.value.status == 409 and e.value.code == "already_allocated"
+    assert store.allocate("alice", "other", "a100-1g")["state"] == "granted"
+
+
+def test_resize_is_make_before_break(store):
+    old = store.allocate("alice", "", "a100-1g")
+    store.keepalive(old["id"])
+    new = store.resize(old["id"], "a100-3g")
+    assert new["state"] == "granted" and new["resize_of"] == old["id"]
+    assert store.lease(old["id"])["state"] == "active"  # still has what she had
+    store.keepalive(new["id"])  # the restarted server binds the new slice
+    assert store.lease(old["id"])["release_reason"] == "resized"
+    with pytest.raises(StoreError) as e:
+        store.resize(new["id"], "a100-3g")
+    assert e.value.code == "same_offer" and e.value.status == 422
+
+
+def test_resize_that_cannot_be_met_keeps_the_old_lease(store):
+    old = store.allocate("alice", "", "h100")
+    before = store.leases()
+    with pytest.raises(StoreError) as e:
+        store.resize(old["id"], "h100x2")  # the node has one H100
+    assert e.value.code == "exceeds_node_size" and e.value.field == "count"
+    assert store.leases() == before
+    queued = store.resize(old["id"], "a100-7g")  # possible, just not now? it is free: granted
+    assert queued["state"] == "granted"
+    with pytest.raises(StoreError) as e:
+        store.resize(old["id"], "a100-1g")
+    assert e.value.code == "resize_pending"
+
+
+def test_restart_rebuilds_the_same_occupancy(db_url, store, clock):
+    a = store.allocate("alice", "", "a100-3g")
+    b = store.allocate("bob", "", "a100-1g")
+    store.allocate("carol", "", "a100-7g")  # queued behind them
+    again = make_store(db_url, clock)
+    c = again.allocate("dan", "", "a100-1g")
+    taken = {(s["gpu"], s["start"]) for le in (a, b) for s in le["slots"]}
+    assert c["state"] == "granted"
+    assert (c["slots"][0]["gpu"], c["slots"][0]["start"]) not in taken
+    assert again.allocator().position(store.leases(user="carol")[0][0]["id"], 0) == 1
+
+
+def test_two_replicas_never_double_grant(db_url, store, clock):
+    other = make_store(db_url, clock)
+    leases = []
+    for i in range(8):
+        s = store if i % 2 else other
+        leases.append(s.allocate(f"u{i}", "", "a100-1g"))
+    granted = [le for le in leases if le["state"] == "granted"]
+    assert len(granted) == 7  # 7 × 1g on one A100
+    assert len({s["start"] for le in granted for s in le["slots"]}) == 7
+
+
+def test_database_refuses_a_second_live_holder(store, db_url):
+    lease = store.allocate("alice", "", "h100")
+    slot = lease["slots"][0]
+    engine = make_engine(db_url)
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        conn.execute(
+            sa.insert(orm.LeaseRow).values(
+                id="forged", user="mallory", offer="h100", state="granted", created=T0
+            )
+        )
+        conn.execute(
+            sa.insert(orm.LeaseSlotRow).values(
+                lease_id="forged",
+                slot_key=slot["gpu"],
+                gpu_uuid=slot["gpu"],
+                kind="gpu",
+                milli=1000,
+                create=False,
+                live=True,
+            )
+        )
+
+
+def test_quota_lowered_below_use_marks_borrowed(store):
+    a = store.allocate("alice", "", "h100")
+    b = store.allocate("alice", "nb2", "a100-3g")
+    assert not store.lease(a["id"])["borrowed"]  # 1 unit within the guarantee of 1
+    assert store.lease(b["id"])["borrowed"]
+    store.put_quota("users", "alice", {"guarantee": 0.5, "limit": 4})
+    assert store.lease(a["id"])["borrowed"]  # now beyond the new guarantee
+    assert store.get_quota("users", "alice")["source"] == "api"
+
+
+def test_api_quota_wins_over_the_file(db_url, store, clock):
+    pool = {**POOL, "quotas": {"users": {"alice": {"limit": 1}}}}
+    store.put_quota("users", "alice", {"guarantee": 0, "limit": 3})
+    make_store(db_url, clock, pool)
+    assert store.get_quota("users", "alice")["limit"] == 3
+
+
+def test_bad_quota_is_refused_unchanged(store):
+    with pytest.raises(Exception) as e:
+        store.put_quota("users", "alice", {"limit": -1})
+    assert "quotas.users.alice.limit" in str(e.value)
+    assert store.get_quota("users", "alice")["source"] == "default"
+
+
+def test_usage_matches_a_hand_computed_example(store, clock):
+    # alice: H100 (1 unit) 09:00–11:00; bob: 3g.40gb (1/2) 10:00–13:00; carol: 1g.10gb (1/7)
+    # from 09:00 until now (16:00). Window 10:00–12:00.
+    alice = store.allocate("alice", "", "h100")
+    carol = store.allocate("carol", "", "a100-1g")
+    clock.advance(hours=1)
+    bob = store.allocate("bob", "", "a100-3g")
+    clock.advance(hours=1)
+    store.release(alice["id"])
+    clock.advance(hours=2)
+    store.release(bob["id"])
+    clock.advance(hours=3)
+    rows = store.usage(T0 + timedelta(hours=1), T0 + timedelta(hours=3), "user")
+    held = {r["user"]: r["held_unit_hours"] for r in rows}
+    assert held == {"alice": 1.0, "bob": 1.0, "carol": round(2 / 7, 6)}
+    by_offer = {r["offer"]: r["leases"] for r in store.usage(T0, clock(), "offer")}
+    assert by_offer == {"h100": 1, "a100-3g": 1, "a100-1g": 1}
+    assert store.lease(carol["id"])["state"] == "granted"
+
+
+def test_usage_rejects_bad_arguments(store):
+    with pytest.raises(StoreError) as e:
+        store.usage(T0, T0 + timedelta(hours=1), "colour")
+    assert e.value.field == "by" and e.value.allowed == ["user", "group", "offer"]
+    with pytest.raises(StoreError) as e:
+        store.usage(T0, T0, "user")
+    assert e.value.field == "to"
+
+
+def test_migrations_match_the_models(db_url):
+    upgrade(db_url)
+    engine = make_engine(db_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), orm.Base.metadata)
+    assert diff == []
