@@ -1,13 +1,18 @@
 """Sphinx configuration: MyST Markdown, the pydata theme, warnings are errors in CI."""
 
+import sys
+from pathlib import Path
+
 from jupyterhub_gpupool import __version__
+
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))
 
 project = "jupyterhub-gpupool"
 author = "jupyterhub-gpupool contributors"
 copyright = "2026, jupyterhub-gpupool contributors"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "traitsdoc"]
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

@@ -1,0 +1,29 @@
+"""Every configurable trait has a help string and a default that works (house rule)."""
+
+import pytest
+
+from jupyterhub_gpupool.service.app import PoolService
+
+
+@pytest.mark.parametrize("cls", [PoolService])
+def test_every_trait_is_documented(cls):
+    traits = cls.class_own_traits(config=True)
+    assert traits
+    undocumented = [name for name, t in traits.items() if not (t.help or "").strip()]
+    assert undocumented == []
+
+
+def test_defaults_work_without_a_hub(monkeypatch):
+    for var in ("JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_SERVICE_PREFIX", "JUPYTERHUB_API_URL"):
+        monkeypatch.delenv(var, raising=False)
+    app = PoolService()
+    assert (app.ip, app.port, app.base_url) == ("127.0.0.1", 10101, "/services/gpupool/")
+    assert app.db_url.startswith("sqlite:///")
+    assert app.hub_api_url == "http://127.0.0.1:8081/hub/api"
+
+
+def test_hub_environment_sets_where_to_listen(monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://10.1.2.3:9999")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/services/pool/")
+    app = PoolService()
+    assert (app.ip, app.port, app.base_url) == ("10.1.2.3", 9999, "/services/pool/")
