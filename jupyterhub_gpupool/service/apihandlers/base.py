@@ -8,6 +8,7 @@ store → write JSON.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
+from tornado.log import app_log
 
 from ...pool.errors import PoolError
 from ...store import Store, StoreError
@@ -199,7 +201,9 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         body: dict[str, Any]
-        if isinstance(exc, APIError):
+        if isinstance(exc, PoolError):
+            body = exc.to_dict()["error"]
+        elif isinstance(exc, APIError):
             body = {"code": exc.code, "message": exc.message}
             if exc.field is not None:
                 body["field"] = exc.field
@@ -219,9 +223,21 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self.finish(json.dumps({"error": body}, default=str))
 
     def _handle_request_exception(self, e: BaseException) -> None:
-        """Turn store/domain errors into their API status instead of a 500."""
-        if isinstance(e, StoreError):
-            e = APIError(e.status, e.code, e.message, field=e.field, allowed=e.allowed)
-        elif isinstance(e, PoolError):
-            e = APIError(422, e.code, e.message, field=e.field, allowed=e.allowed)
+        """Store and domain errors answer with their own status (never a 500)."""
+        if isinstance(e, PoolError) and not self._finished:
+            status = e.status if isinstance(e, StoreError) else 422
+            self.set_status(status)
+            self.log_exception(*sys.exc_info())
+            self.send_error(status, exc_info=sys.exc_info())
+            return
         super()._handle_request_exception(e)
+
+    def log_exception(self, typ, value, tb) -> None:  # noqa: ANN001
+        """Expected API errors are one warning line, not a traceback."""
+        if isinstance(value, (PoolError, APIError)):
+            message = getattr(value, "message", str(value))
+            app_log.warning(
+                "%d %s %s: %s", self.get_status(), self.request.method, self.request.uri, message
+            )
+        else:
+            super().log_exception(typ, value, tb)
