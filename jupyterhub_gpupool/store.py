@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
@@ -67,8 +67,8 @@ class PoolConfig:
 
     nodes: tuple[Node, ...] = ()
     offers: tuple[Offer, ...] = ()
-    users: Mapping[str, QuotaSpec] = None  # type: ignore[assignment]
-    groups: Mapping[str, QuotaSpec] = None  # type: ignore[assignment]
+    users: Mapping[str, QuotaSpec] = field(default_factory=dict)
+    groups: Mapping[str, QuotaSpec] = field(default_factory=dict)
     default: QuotaSpec | None = None
 
 
@@ -102,6 +102,7 @@ class Store:
         self._version: int | None = None
         self._thread_lock = threading.RLock()
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self.file_config = PoolConfig()
 
     # -- transactions ----------------------------------------------------------------------
 
@@ -290,6 +291,7 @@ class Store:
         Nodes from the file are added or updated; offers and quotas with ``source='api'`` win
         over the file until an admin resets them.
         """
+        self.file_config = config
         with self.transaction() as (db, _):
             for position, offer in enumerate(config.offers):
                 row = db.get(orm.OfferRow, offer.name)
@@ -689,6 +691,35 @@ class Store:
             self._event(db, "quota-set", actor, data={"kind": k, "name": name, **spec.to_dict()})
             return {"name": name, "kind": k, "source": "api", **spec.to_dict()}
 
+    def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
+        """Drop an admin's API override: the pool config file's quota (or the default) applies."""
+        if kind not in ("users", "groups"):
+            raise StoreError(
+                404,
+                "not_found",
+                f"no quota kind {kind!r}",
+                field="kind",
+                allowed=["users", "groups"],
+            )
+        k = kind[:-1]
+        from_file = (self.file_config.users if k == "user" else self.file_config.groups) or {}
+        with self.transaction() as (db, alloc):
+            row = db.scalar(
+                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
+            )
+            book = alloc.quotas.users if k == "user" else alloc.quotas.groups
+            if row is not None and row.source == "api":
+                if name in from_file:
+                    _set_quota(row, from_file[name])
+                    row.source = "file"
+                    book[name] = from_file[name]
+                else:
+                    db.delete(row)
+                    book.pop(name, None)
+                self._remark_borrowed(db, alloc, k, name)
+                self._event(db, "quota-reset", actor, data={"kind": k, "name": name})
+        return self.get_quota(kind, name)
+
     def _remark_borrowed(self, db: Session, alloc: Allocator, kind: str, name: str) -> None:
         """Re-derive ``borrowed`` for the leases a quota change touches, oldest first."""
         col = orm.LeaseRow.user if kind == "user" else orm.LeaseRow.group
@@ -733,7 +764,7 @@ class Store:
             )
             if row is None and kind == "users":
                 row = db.scalar(select(orm.QuotaRow).where(orm.QuotaRow.kind == "default"))
-                src = "default"
+                src = "default" if row is not None else "none"
             else:
                 src = row.source if row else "none"
             spec = {"guarantee": 0.0, "limit": None, "budget": None, "period": "month"}

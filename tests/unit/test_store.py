@@ -238,6 +238,25 @@ def test_api_quota_wins_over_the_file(db_url, store, clock):
     assert store.get_quota("users", "alice")["limit"] == 3
 
 
+def test_quota_reset_returns_to_the_file(db_url, clock):
+    upgrade(db_url)
+    pool = {**POOL, "quotas": {"users": {"alice": {"guarantee": 1, "limit": 1}}}}
+    store = make_store(db_url, clock, pool)
+    store.put_quota("users", "alice", {"guarantee": 0, "limit": 3})
+    store.put_quota("users", "bob", {"limit": 0})
+    assert store.reset_quota("users", "alice") == {
+        "name": "alice",
+        "kind": "user",
+        "source": "file",
+        "guarantee": 1.0,
+        "limit": 1.0,
+        "budget": None,
+        "period": "month",
+    }
+    assert store.reset_quota("users", "bob")["source"] == "none"
+    assert store.allocate("bob", "", "h100")["state"] == "granted"  # bob's limit 0 is gone
+
+
 def test_bad_quota_is_refused_unchanged(store):
     with pytest.raises(Exception) as e:
         store.put_quota("users", "alice", {"limit": -1})

@@ -32,6 +32,12 @@ class QuotaHandler(APIHandler):
         assert self.identity is not None
         self.write_json(self.store.put_quota(kind, name, body, actor=self.identity.describe()))
 
+    def delete(self, kind: str, name: str) -> None:
+        """Reset: drop the API override so the pool config file's quota applies again."""
+        self.require_admin("reset quotas")
+        assert self.identity is not None
+        self.write_json(self.store.reset_quota(kind, name, actor=self.identity.describe()))
+
 
 class NodeActionHandler(APIHandler):
     """``POST nodes/{name}/{cordon|uncordon|drain}``."""
