@@ -525,6 +525,14 @@ class Store:
             waiter = db.get(orm.LeaseRow, grant.request.id)
             if waiter is not None:
                 self._granted(db, waiter, grant, now)
+        # what the owner still holds may now be within guarantee (the allocator re-derived it)
+        for lease in alloc.leases.values():
+            if lease.request.user == row.user or (row.group and lease.group == row.group):
+                other = db.get(orm.LeaseRow, lease.id)
+                if other is not None and other.borrowed != lease.borrowed:
+                    other.borrowed = lease.borrowed
+                    kind = "borrowed" if lease.borrowed else "within-guarantee"
+                    self._event(db, kind, "system", other)
         return grants
 
     def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
@@ -721,29 +729,14 @@ class Store:
         return self.get_quota(kind, name)
 
     def _remark_borrowed(self, db: Session, alloc: Allocator, kind: str, name: str) -> None:
-        """Re-derive ``borrowed`` for the leases a quota change touches, oldest first."""
-        col = orm.LeaseRow.user if kind == "user" else orm.LeaseRow.group
-        rows = db.scalars(
-            select(orm.LeaseRow)
-            .where(col == name, orm.LeaseRow.state.in_(orm.LIVE_STATES))
-            .order_by(orm.LeaseRow.granted)
+        """Persist the allocator's re-derived ``borrowed`` flags for a user or group."""
+        changed = alloc.rederive_borrowed(
+            user=name if kind == "user" else None, group=name if kind == "group" else None
         )
-        book = alloc.quotas
-        users: dict[str, Fraction] = {}
-        groups: dict[str, Fraction] = {}
-        for row in rows:
-            units = Fraction(row.units)
-            u = users.get(row.user, Fraction(0)) + units
-            g = groups.get(row.group or "", Fraction(0)) + units
-            users[row.user], groups[row.group or ""] = u, g
-            within = u <= book.user_spec(row.user).guarantee or (
-                row.group in book.groups and g <= book.groups[row.group].guarantee
-            )
-            if row.borrowed != (not within):
-                row.borrowed = not within
-                lease = alloc.leases.get(row.id)
-                if lease is not None:
-                    lease.borrowed = row.borrowed
+        for lease in changed:
+            row = db.get(orm.LeaseRow, lease.id)
+            if row is not None:
+                row.borrowed = lease.borrowed
                 self._event(db, "borrowed" if row.borrowed else "within-guarantee", "system", row)
 
     def get_quota(self, kind: str, name: str) -> dict[str, Any]:

@@ -480,7 +480,37 @@ class Allocator:
         lease = self.leases.pop(lease_id)
         self._vacate(lease)
         self.quotas.remove(lease.request.user, lease.group, lease.units)
+        self.rederive_borrowed(lease.request.user, lease.group)
         return self.promote(now)
+
+    def rederive_borrowed(self, user: str | None = None, group: str | None = None) -> list[Lease]:
+        """Recompute which leases are borrowed after a release or a quota change.
+
+        A user's (or group's) leases, oldest first, are within guarantee while their running
+        total fits the user's guarantee or the group's; the rest are borrowed. Returns the
+        leases whose flag changed.
+        """
+        affected = [
+            lease
+            for lease in self.leases.values()
+            if (user is not None and lease.request.user == user)
+            or (group is not None and lease.group == group)
+        ]
+        before = {lease.id: lease.borrowed for lease in affected}
+        per_user: dict[str, Fraction] = {}
+        per_group: dict[str | None, Fraction] = {}
+        for lease in sorted(self.leases.values(), key=lambda le: (le.request.arrival, le.id)):
+            u = per_user[lease.request.user] = (
+                per_user.get(lease.request.user, Fraction(0)) + lease.units
+            )
+            g = per_group[lease.group] = per_group.get(lease.group, Fraction(0)) + lease.units
+            if lease.id not in before:
+                continue
+            within = u <= self.quotas.user_spec(lease.request.user).guarantee or (
+                lease.group in self.quotas.groups and g <= self.quotas.groups[lease.group].guarantee
+            )
+            lease.borrowed = not within
+        return [lease for lease in affected if before[lease.id] != lease.borrowed]
 
     def promote(self, now: float) -> list[Grant]:
         """Grant waiters in queue order while they fit; a long waiter that does not fit holds
@@ -548,8 +578,18 @@ class Allocator:
                 self._vacate(lease)
                 freed.append(lease)
                 if self._place(offer) is not None:
-                    return [lease.id for lease in freed]
-            return []
+                    break
+            else:
+                return []
+            # keep only what is needed: give back, newest-needed last, each lease whose
+            # release the placement does not depend on
+            for lease in list(reversed(freed[:-1])):
+                self._occupy(lease)
+                if self._place(offer) is None:
+                    self._vacate(lease)
+                else:
+                    freed.remove(lease)
+            return [lease.id for lease in freed]
         finally:
             for lease in freed:
                 self._occupy(lease)

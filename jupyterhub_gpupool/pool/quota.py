@@ -31,7 +31,7 @@ def _units(value: object, field_name: str) -> Fraction:
         raise ConfigError(f"must be a number of GPU units, got {value!r}", field=field_name)
     try:
         units = Fraction(value).limit_denominator(10_000)  # type: ignore[arg-type]
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise ConfigError(
             f"must be a number of GPU units, got {value!r}", field=field_name
         ) from None
@@ -198,6 +198,8 @@ class QuotaBook:
                 )
                 continue
             if gspec.limit is not None and self.group_held(g) + units > gspec.limit:
+                if waiting is not None and waiting.code != "over_limit":
+                    waiting = None  # a group that is merely full beats one that never fits
                 waiting = waiting or Verdict(
                     False,
                     group=g,

@@ -82,10 +82,8 @@ class AllocationsHandler(APIHandler):
         self.write_page(items, total, offset, limit)
 
 
-class AllocationHandler(APIHandler):
-    """``GET|DELETE allocations/{id}``: one lease; deleting releases it (or leaves the queue)."""
-
-    route_name = "allocation"
+class _LeaseHandler(APIHandler):
+    """Base of the handlers addressing one lease: hides other users' leases."""
 
     def _check(self, lease_id: str, what: str) -> None:
         ident = self.identity
@@ -96,6 +94,12 @@ class AllocationHandler(APIHandler):
             if ident.may_use:
                 raise APIError(404, "not_found", f"no lease {lease_id!r}", field="id")
             self.require(False, what)
+
+
+class AllocationHandler(_LeaseHandler):
+    """``GET|DELETE allocations/{id}``: one lease; deleting releases it (or leaves the queue)."""
+
+    route_name = "allocation"
 
     def get(self, lease_id: str) -> None:
         self._check(lease_id, "read leases")
@@ -110,7 +114,7 @@ class AllocationHandler(APIHandler):
         self.write_json(self.store.release(lease_id, reason=reason, actor=self.identity.describe()))
 
 
-class ResizeHandler(AllocationHandler):
+class ResizeHandler(_LeaseHandler):
     """``POST allocations/{id}/resize {offer}``: reserve another offer before the restart."""
 
     route_name = "resize"
@@ -123,7 +127,7 @@ class ResizeHandler(AllocationHandler):
         self.write_json(lease, 201)
 
 
-class KeepaliveHandler(AllocationHandler):
+class KeepaliveHandler(_LeaseHandler):
     """``POST allocations/{id}/keepalive``: the server runs on its lease (binds a grant)."""
 
     route_name = "keepalive"
