@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import APIError, APIHandler
+from .base import APIError, APIHandler, lease_not_found
 
 
 class OffersHandler(APIHandler):
@@ -92,7 +92,7 @@ class _LeaseHandler(APIHandler):
         if not ident.may_use_for(owner):
             # do not reveal that another user's lease exists
             if ident.may_use:
-                raise APIError(404, "not_found", f"no lease {lease_id!r}", field="id")
+                raise lease_not_found(lease_id)
             self.require(False, what)
 
 

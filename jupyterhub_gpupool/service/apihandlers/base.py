@@ -52,6 +52,12 @@ class APIError(web.HTTPError):
         self.code, self.message, self.field, self.allowed = code, message, field, allowed
 
 
+def lease_not_found(lease_id: str, field: str = "id") -> StoreError:
+    """The 404 for a lease that does not exist, and for one the caller may not see: identical,
+    so that the answer does not reveal another user's lease exists."""
+    return StoreError(404, "not_found", f"no lease {lease_id!r}", field=field)
+
+
 class APIHandler(HubOAuthenticated, web.RequestHandler):
     """Base of every ``/api/v1`` handler."""
 

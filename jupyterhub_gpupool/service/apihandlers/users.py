@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from datetime import timezone
 
-from .base import APIError, APIHandler
+from ...store import StoreError
+from .base import APIError, APIHandler, lease_not_found
 
 
 class UserHandler(APIHandler):
@@ -56,9 +57,13 @@ class UtilizationHandler(APIHandler):
                 (g.uuid, i.start) for g in self.store.allocator().gpus.values() for i in g.instances
             ]
         else:
-            owner = self.store.lease_owner(lease_id)
+            self.require(ident.may_use, "read utilization")
+            try:
+                owner = self.store.lease_owner(lease_id)
+            except StoreError:
+                raise lease_not_found(lease_id, "lease") from None
             if not ident.may_use_for(owner):
-                raise APIError(404, "not_found", f"no lease {lease_id!r}", field="lease")
+                raise lease_not_found(lease_id, "lease")
             lease = self.store.lease(lease_id)
             devices = [
                 (s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]
