@@ -11,13 +11,22 @@ look-ups rather than a scan of every GPU (see ``benchmarks/allocator_scale.py``)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 from .errors import ConfigError
 from .model import Gpu, MigInstance, Node, Offer, Request, offer_units
-from .placement import NodeChoice, Shape, Slot, best_on_node, slots_for, validate_mig_layout
+from .placement import (
+    Demand,
+    NodeChoice,
+    Shape,
+    Slot,
+    best_on_node,
+    slots_for,
+    validate_mig_layout,
+)
 from .queue import Waiter, ordered
 from .quota import QuotaBook
 
@@ -109,7 +118,10 @@ class Allocator:
         self._node_sid: dict[str, int] = {}
         self._memo: dict[tuple, NodeChoice | None] = {}
         self._demand_counts: dict[str, float] = {}
-        self._demand: tuple[Shape, ...] = ()
+        self._demand: Demand = Demand(())
+        self._demand_weights: dict[str, int] = {}
+        self._shapes: dict[str, Shape] = {}
+        self._never: dict[str, Rejected | None] = {}
         self._demand_version = 0
         self._since_refresh = 0
         self._demand_refresh = demand_refresh
@@ -141,12 +153,16 @@ class Allocator:
             self.gpus[gpu.uuid] = gpu
         self.nodes[node.name] = node
         self._order[node.name] = len(self._order)
+        self._never.clear()
         self._reindex(node)
 
     def _reindex(self, node: Node) -> None:
         old = self._node_sid.pop(node.name, None)
         if old is not None:
-            self._groups[old].pop(node.name, None)
+            group = self._groups[old]
+            group.pop(node.name, None)
+            if not group:
+                del self._groups[old]  # only live states are scanned per decision
         if not node.schedulable:
             return
         sig = node.signature()
@@ -155,8 +171,7 @@ class Allocator:
             sid = self._sid[sig] = len(self._sigs)
             self._sigs.append(sig)
             self._sid_models.append(frozenset(g.model.name for g in node.gpus))
-            self._groups[sid] = {}
-        self._groups[sid][node.name] = None
+        self._groups.setdefault(sid, {})[node.name] = None
         self._node_sid[node.name] = sid
 
     def set_node_flags(
@@ -180,16 +195,23 @@ class Allocator:
     # -- demand ----------------------------------------------------------------------------
 
     def _refresh_demand(self) -> None:
-        shapes = []
-        for name, offer in self.offers.items():
-            if offer.kind == "cpu":
-                continue
-            shapes.append(Shape.of(offer, 1.0 + self._demand_counts.get(name, 0.0)))
-        self._demand = tuple(shapes)
-        self._demand_version += 1
+        """Re-weigh the demand shapes; placement caches survive unless the weights moved.
+
+        Weights are rounded to steps of about 10 % so that the slow drift of request counts
+        does not throw away every cached node score.
+        """
         self._since_refresh = 0
-        if len(self._memo) > 200_000:
-            self._memo.clear()
+        weights = {}
+        for name, offer in self.offers.items():
+            if offer.kind != "cpu":
+                raw = 1.0 + self._demand_counts.get(name, 0.0)
+                weights[name] = round(math.log(raw, 1.1))
+        if weights == self._demand_weights and self._demand.shapes:
+            return
+        self._demand_weights = weights
+        self._demand = Demand(Shape.of(self.offers[name], 1.1**w) for name, w in weights.items())
+        self._demand_version += 1
+        self._memo.clear()
 
     def _note_demand(self, offer: str) -> None:
         decay = self._demand_decay
@@ -201,41 +223,63 @@ class Allocator:
             self._refresh_demand()
 
     @property
-    def demand(self) -> tuple[Shape, ...]:
+    def demand(self) -> Demand:
         """The weighted shapes placement currently optimises for."""
         return self._demand
 
     # -- placement -------------------------------------------------------------------------
 
-    def _choice(self, sid: int, sig: tuple, shape: Shape) -> NodeChoice | None:
-        key = (sid, shape, self._demand_version)
-        try:
-            return self._memo[key]
-        except KeyError:
-            choice = self._memo[key] = best_on_node(sig, shape, self._demand)
-            return choice
+    def shape_of(self, offer: Offer) -> Shape:
+        """The (cached) shape of one grant of ``offer``."""
+        shape = self._shapes.get(offer.name)
+        if shape is None or self.offers.get(offer.name) is not offer:
+            shape = self._shapes[offer.name] = Shape.of(offer)
+        return shape
 
     def _place(
         self, offer: Offer, exclude: frozenset[str] = frozenset()
     ) -> tuple[Node, NodeChoice] | None:
-        shape = Shape.of(offer)
+        """The best node state for ``offer`` (smallest ΔF, then tightest), then its first node
+        (in node order) with CPU and memory room. O(distinct node states), all cached."""
+        shape = self.shape_of(offer)
         models = set(offer.models)
-        sigs = self._sigs
+        sigs, memo, demand = self._sigs, self._memo, self._demand
         ranked = []
-        for sid, members in self._groups.items():
-            if not members or (models and not models & self._sid_models[sid]):
+        best = None
+        for sid in self._groups:
+            if models and not models & self._sid_models[sid]:
                 continue
-            choice = self._choice(sid, sigs[sid], shape)
+            key = (sid, shape)
+            try:
+                choice = memo[key]
+            except KeyError:
+                choice = memo[key] = best_on_node(sigs[sid], shape, demand)
             if choice is not None:
-                ranked.append(((round(choice.delta, 9), choice.free_after, sid), sid, choice))
-        ranked.sort(key=lambda r: r[0])
+                rank = (round(choice.delta, 9), choice.free_after, sid)
+                ranked.append((rank, choice))
+                if best is None or rank < best[0]:
+                    best = (rank, choice)
+        if best is None:
+            return None
+        if len(memo) > 100_000:
+            memo.clear()
         order = self._order
-        for _, sid, choice in ranked:
-            for name in sorted(self._groups[sid], key=order.__getitem__):
+        need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
+        candidates = [best] if not (need_cpu or need_mem or exclude) else sorted(ranked)
+        for rank, choice in candidates:
+            for name in self._in_order(self._groups[rank[2]], order):
                 node = self.nodes[name]
-                if name not in exclude and node.fits_resources(offer.cpu_milli, offer.memory_mib):
+                if name not in exclude and node.fits_resources(need_cpu, need_mem):
                     return node, choice
         return None
+
+    @staticmethod
+    def _in_order(group: dict[str, None], order: dict[str, int]) -> Iterator[str]:
+        """Nodes of a group in node order; the first without sorting the whole group."""
+        first = min(group, key=order.__getitem__)
+        yield first
+        if len(group) > 1:
+            yield from (n for n in sorted(group, key=order.__getitem__) if n != first)
 
     def _units_for(self, offer: Offer, node: Node | None) -> Fraction:
         if node is not None and node.gpus:
@@ -253,7 +297,16 @@ class Allocator:
         return min((offer_units(offer, m) for m in models), default=Fraction(0))
 
     def _never_placeable(self, offer: Offer) -> Rejected | None:
-        """Requests no amount of waiting can satisfy, e.g. 8 GPUs where nodes hold 4."""
+        """Requests no amount of waiting can satisfy, e.g. 8 GPUs where nodes hold 4.
+
+        Depends on the inventory only, so it is cached per offer until the inventory changes.
+        """
+        if offer.name in self._never and self.offers.get(offer.name) is offer:
+            return self._never[offer.name]
+        verdict = self._never[offer.name] = self._check_never_placeable(offer)
+        return verdict
+
+    def _check_never_placeable(self, offer: Offer) -> Rejected | None:
         if offer.kind == "cpu":
             return None
         best = 0
@@ -376,7 +429,7 @@ class Allocator:
             request,
             offer.name,
             node.name,
-            slots_for(node, Shape.of(offer), choice),
+            slots_for(node, self.shape_of(offer), choice),
             units,
             verdict.group,
             verdict.borrowed,
@@ -537,7 +590,7 @@ class Allocator:
                 waiter.request,
                 offer.name,
                 node.name,
-                slots_for(node, Shape.of(offer), choice),
+                slots_for(node, self.shape_of(offer), choice),
                 self._units_for(offer, node),
                 verdict.group,
                 verdict.borrowed,
@@ -609,6 +662,8 @@ class Allocator:
     def set_offers(self, offers: Iterable[Offer]) -> None:
         """Replace the offers (admin edit); leases of removed offers keep their capacity."""
         self.offers = {o.name: o for o in offers}
+        self._never.clear()
+        self._demand_weights = {}  # new definitions: rebuild the demand even if weights match
         self._refresh_demand()
 
     def available(self, offer: Offer, cap: int = 99) -> int:
@@ -630,7 +685,7 @@ class Allocator:
                     Request(f"~probe{len(placed)}", "~", offer.name),
                     offer.name,
                     node.name,
-                    slots_for(node, Shape.of(offer), choice),
+                    slots_for(node, self.shape_of(offer), choice),
                     Fraction(0),
                     None,
                     False,

@@ -17,7 +17,7 @@ per distinct state, which keeps decisions cheap on pools of 10,000 GPUs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .catalog import GpuModel
@@ -124,9 +124,40 @@ class Shape:
             weight=weight,
         )
 
+    def __post_init__(self) -> None:
+        # shapes key hot caches: hash once, not field by field on every look-up
+        object.__setattr__(self, "_hash", hash(astuple_shape(self)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
     def unweighted(self) -> Shape:
         """The same shape with weight 1 (cache key for options)."""
-        return self if self.weight == 1.0 else Shape(**{**self.__dict__, "weight": 1.0})
+        return self if self.weight == 1.0 else replace(self, weight=1.0)
+
+
+def astuple_shape(s: Shape) -> tuple:
+    """The fields of a shape as a tuple (its identity)."""
+    return (s.kind, s.count, s.milli, s.profile, s.models, s.min_memory_gb, s.cpu_milli, s.weight)
+
+
+class Demand:
+    """Weighted shapes the placement optimises for, compared by identity so caches stay cheap.
+
+    The allocator makes a new ``Demand`` only when the weights change materially.
+    """
+
+    def __init__(self, shapes: Iterable[Shape]) -> None:
+        self.shapes = tuple(shapes)
+        self.bare = tuple(s.unweighted() for s in self.shapes)
+        total = sum(s.weight for s in self.shapes)
+        self.weights = tuple(s.weight / total for s in self.shapes) if total else ()
+
+    def __iter__(self):
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
 
 
 def _model_ok(model: GpuModel, shape: Shape) -> bool:
@@ -284,17 +315,50 @@ class NodeChoice:
     picks: tuple[tuple[int, int, bool, tuple], ...]  # (gpu position, start, create, key after)
 
 
-def best_on_node(
-    keys: tuple[tuple, ...], shape: Shape, demand: Sequence[Shape]
-) -> NodeChoice | None:
+@lru_cache(maxsize=131072)
+def key_profile(key: tuple, demand: Demand) -> tuple[float, tuple[int, ...], tuple[float, ...]]:
+    """Per GPU state and demand: free units, whether each shape has an option, its fragment."""
+    free = key_free(key)
+    has = tuple(0 if b.kind == "cpu" else int(bool(key_options(key, b))) for b in demand.bare)
+    unusable = tuple(free if b.kind == "cpu" else key_unusable(key, b) for b in demand.bare)
+    return free, has, unusable
+
+
+def _frag(free: float, fits: Sequence[int], unusable: Sequence[float], demand: Demand) -> float:
+    total = 0.0
+    for shape, weight, n, u in zip(demand.shapes, demand.weights, fits, unusable, strict=True):
+        total += weight * (free if shape.kind == "cpu" or n < shape.count else u)
+    return total
+
+
+def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeChoice | None:
     """Cheapest legal placement of ``shape`` on a node whose GPUs are in states ``keys``.
 
     Whole GPUs take the lowest-indexed free GPUs (all equal for fragmentation); a share or a
-    MIG slice tries every GPU and every legal start and keeps the smallest ΔF, ties going to the
-    tightest fit, then the lowest index (existing MIG instances before creating new ones).
+    MIG slice tries every distinct GPU state and every legal start and keeps the smallest ΔF,
+    ties going to the tightest fit, then the lowest index (existing MIG instances before
+    creating new ones). ΔF is computed incrementally: only the changed GPU's terms move.
+    (Equal to ``node_fragmentation(after) - node_fragmentation(before)``; a test checks it.)
     """
-    before = node_fragmentation(keys, demand)
+    if not demand.shapes:
+        return _best_without_demand(keys, shape)
+    profiles = [key_profile(k, demand) for k in keys]
+    free = sum(p[0] for p in profiles)
+    fits = [sum(col) for col in zip(*(p[1] for p in profiles), strict=True)]
+    unusable = [sum(col) for col in zip(*(p[2] for p in profiles), strict=True)]
+    before = _frag(free, fits, unusable, demand)
     bare = shape.unweighted()
+
+    def moved(changes: list[tuple[tuple, tuple]]) -> tuple[float, float]:
+        f, n, u = free, list(fits), list(unusable)
+        for old, new in changes:
+            po, pn = key_profile(old, demand), key_profile(new, demand)
+            f += pn[0] - po[0]
+            for i in range(len(n)):
+                n[i] += pn[1][i] - po[1][i]
+                u[i] += pn[2][i] - po[2][i]
+        return _frag(f, n, u, demand) - before, f
+
     if shape.kind == "gpu":
         picks = []
         for pos, k in enumerate(keys):
@@ -305,24 +369,46 @@ def best_on_node(
                     break
         if len(picks) < shape.count:
             return None
-        after = list(keys)
-        for pos, _, _, k in picks:
-            after[pos] = k
-        free_after = sum(key_free(k) for k in after)
-        delta = node_fragmentation(after, demand) - before
+        delta, free_after = moved([(keys[pos], k) for pos, _, _, k in picks])
         return NodeChoice(delta, free_after, tuple(picks))
     best: tuple | None = None
+    seen: set[tuple] = set()
     for pos, k in enumerate(keys):
+        if k in seen:  # an identical GPU earlier on the node scores the same and wins the tie
+            continue
+        seen.add(k)
         for new_key, start, create in key_options(k, bare):
-            after = (*keys[:pos], new_key, *keys[pos + 1 :])
-            delta = node_fragmentation(after, demand) - before
+            delta, free_after = moved([(k, new_key)])
             rank = (round(delta, 9), create, key_free(new_key), pos, start)
             if best is None or rank < best[0]:
-                best = (rank, delta, after, (pos, start, create, new_key))
+                best = (rank, delta, free_after, (pos, start, create, new_key))
     if best is None:
         return None
-    _, delta, after, pick = best
-    return NodeChoice(delta, sum(key_free(k) for k in after), (pick,))
+    _, delta, free_after, pick = best
+    return NodeChoice(delta, free_after, (pick,))
+
+
+def _best_without_demand(keys: tuple[tuple, ...], shape: Shape) -> NodeChoice | None:
+    """No demand model yet: tightest fit, lowest index."""
+    bare = shape.unweighted()
+    options = [
+        (key_free(new), pos, start, create, new)
+        for pos, k in enumerate(keys)
+        for new, start, create in key_options(k, bare)
+    ]
+    if shape.kind == "gpu":
+        options = sorted(options, key=lambda o: o[1])[: shape.count]
+        if len(options) < shape.count:
+            return None
+    elif options:
+        options = [min(options, key=lambda o: (o[3], o[0], o[1], o[2]))]
+    else:
+        return None
+    picks = tuple((pos, start, create, new) for _, pos, start, create, new in options)
+    free_after = sum(key_free(k) for k in keys) - sum(
+        key_free(keys[pos]) - key_free(new) for pos, _, _, new in picks
+    )
+    return NodeChoice(0.0, free_after, picks)
 
 
 def slots_for(node: Node, shape: Shape, choice: NodeChoice) -> tuple[Slot, ...]:
