@@ -107,6 +107,8 @@ class Allocator:
         self.offers: dict[str, Offer] = {}
         self.quotas = quotas or QuotaBook()
         self.leases: dict[str, Lease] = {}
+        self._by_user: dict[str, dict[str, Lease]] = {}
+        self._by_group: dict[str, dict[str, Lease]] = {}
         self.waiters: dict[str, Waiter] = {}
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
@@ -464,6 +466,7 @@ class Allocator:
             )
             self._occupy(lease)
             self.leases[lease.id] = lease
+            self._index(lease)
             self.quotas.add(lease.request.user, lease.group, lease.units)
             self.waiters.pop(lease.id, None)
         elif isinstance(decision, Queued):
@@ -531,6 +534,7 @@ class Allocator:
         if self.waiters.pop(lease_id, None) is not None:
             return self.promote(now)
         lease = self.leases.pop(lease_id)
+        self._unindex(lease)
         self._vacate(lease)
         self.quotas.remove(lease.request.user, lease.group, lease.units)
         self.rederive_borrowed(lease.request.user, lease.group)
@@ -539,36 +543,56 @@ class Allocator:
     def rederive_borrowed(self, user: str | None = None, group: str | None = None) -> list[Lease]:
         """Recompute which leases are borrowed after a release or a quota change.
 
-        A user's (or group's) leases, oldest first, are within guarantee while their running
-        total fits the user's guarantee or the group's; the rest are borrowed. Returns the
-        leases whose flag changed.
+        A user's leases, oldest first, are within guarantee while their running total fits the
+        user's guarantee, or while their whole group is within the group's guarantee; the rest
+        are borrowed. Returns the leases whose flag changed. Costs O(the user's leases), or
+        O(the group's leases) for a group quota change.
         """
-        affected = [
-            lease
-            for lease in self.leases.values()
-            if (user is not None and lease.request.user == user)
-            or (group is not None and lease.group == group)
-        ]
-        before = {lease.id: lease.borrowed for lease in affected}
-        per_user: dict[str, Fraction] = {}
-        per_group: dict[str | None, Fraction] = {}
-        for lease in sorted(self.leases.values(), key=lambda le: (le.request.arrival, le.id)):
-            u = per_user[lease.request.user] = (
-                per_user.get(lease.request.user, Fraction(0)) + lease.units
-            )
-            g = per_group[lease.group] = per_group.get(lease.group, Fraction(0)) + lease.units
-            if lease.id not in before:
-                continue
-            within = u <= self.quotas.user_spec(lease.request.user).guarantee or (
-                lease.group in self.quotas.groups and g <= self.quotas.groups[lease.group].guarantee
-            )
-            lease.borrowed = not within
-        return [lease for lease in affected if before[lease.id] != lease.borrowed]
+        users = {user} if user is not None else set()
+        if group is not None:
+            users |= {le.request.user for le in self._by_group.get(group, {}).values()}
+        changed = []
+        for name in users:
+            guarantee = self.quotas.user_spec(name).guarantee
+            total = Fraction(0)
+            mine = self._by_user.get(name, {}).values()
+            for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
+                total += lease.units
+                gspec = self.quotas.groups.get(lease.group) if lease.group else None
+                within = total <= guarantee or (
+                    gspec is not None and self.quotas.group_held(lease.group) <= gspec.guarantee
+                )
+                if lease.borrowed == within:
+                    lease.borrowed = not within
+                    changed.append(lease)
+        return changed
+
+    def _index(self, lease: Lease) -> None:
+        self._by_user.setdefault(lease.request.user, {})[lease.id] = lease
+        if lease.group is not None:
+            self._by_group.setdefault(lease.group, {})[lease.id] = lease
+
+    def _unindex(self, lease: Lease) -> None:
+        self._by_user.get(lease.request.user, {}).pop(lease.id, None)
+        if lease.group is not None:
+            self._by_group.get(lease.group, {}).pop(lease.id, None)
 
     def promote(self, now: float) -> list[Grant]:
         """Grant waiters in queue order while they fit; a long waiter that does not fit holds
-        back later waiters for the same models (no starvation by smaller asks)."""
+        back later waiters for the same models (no starvation by smaller asks).
+
+        Each grant changes shares and so the order: the pass starts again from the head until a
+        whole pass grants nothing, so no grantable waiter is ever left first in line.
+        """
         grants: list[Grant] = []
+        while True:
+            grant = self._promote_one(now)
+            if grant is None:
+                return grants
+            grants.append(grant)
+
+    def _promote_one(self, now: float) -> Grant | None:
+        """Grant the first waiter, in current queue order, that fits now."""
         reserved: set[str] = set()
         for waiter in self.queue(now):
             offer = self.offers.get(waiter.request.offer)
@@ -597,8 +621,8 @@ class Allocator:
             )
             self.waiters.pop(waiter.request.id)
             self.apply(grant, now)
-            grants.append(grant)
-        return grants
+            return grant
+        return None
 
     def reclaimable_for(self, request: Request, now: float) -> list[str]:
         """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
@@ -653,6 +677,7 @@ class Allocator:
         """Re-establish a lease read back from storage (no decision, no demand counted)."""
         self._occupy(lease)
         self.leases[lease.id] = lease
+        self._index(lease)
         self.quotas.add(lease.request.user, lease.group, lease.units)
 
     def restore_waiter(self, waiter: Waiter) -> None:
