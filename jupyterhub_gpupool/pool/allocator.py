@@ -11,6 +11,7 @@ look-ups rather than a scan of every GPU (see ``benchmarks/allocator_scale.py``)
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -99,8 +100,8 @@ class Allocator:
         *,
         aging_interval: float = 600.0,
         reserve_after: float = 1800.0,
-        demand_refresh: int = 256,
-        demand_decay: float = 0.995,
+        demand_refresh: int = 512,
+        demand_decay: float = 0.999,
     ) -> None:
         self.nodes: dict[str, Node] = {}
         self.gpus: dict[str, Gpu] = {}
@@ -119,6 +120,10 @@ class Allocator:
         self._groups: dict[int, dict[str, None]] = {}
         self._node_sid: dict[str, int] = {}
         self._memo: dict[tuple, NodeChoice | None] = {}
+        # per request shape: a heap of (rank, state id) over live node states, kept lazily
+        self._heaps: dict[Shape, list[tuple[tuple, int]]] = {}
+        self._heap_seen: dict[Shape, int] = {}
+        self._revived: list[int] = []
         self._demand_counts: dict[str, float] = {}
         self._demand: Demand = Demand(())
         self._demand_weights: dict[str, int] = {}
@@ -173,7 +178,11 @@ class Allocator:
             sid = self._sid[sig] = len(self._sigs)
             self._sigs.append(sig)
             self._sid_models.append(frozenset(g.model.name for g in node.gpus))
-        self._groups.setdefault(sid, {})[node.name] = None
+        group = self._groups.get(sid)
+        if group is None:
+            group = self._groups[sid] = {}
+            self._revived.append(sid)  # the per-shape heaps pick it up when next asked
+        group[node.name] = None
         self._node_sid[node.name] = sid
 
     def set_node_flags(
@@ -199,21 +208,22 @@ class Allocator:
     def _refresh_demand(self) -> None:
         """Re-weigh the demand shapes; placement caches survive unless the weights moved.
 
-        Weights are rounded to steps of about 10 % so that the slow drift of request counts
-        does not throw away every cached node score.
+        Weights are rounded to steps of 50 % (request counts decay with a half-life of ~700
+        requests) so that the drift of the mix does not throw away every cached node score: a
+        change of demand rescores every live node state once.
         """
         self._since_refresh = 0
         weights = {}
         for name, offer in self.offers.items():
             if offer.kind != "cpu":
                 raw = 1.0 + self._demand_counts.get(name, 0.0)
-                weights[name] = round(math.log(raw, 1.1))
+                weights[name] = round(math.log(raw, 1.5))
         if weights == self._demand_weights and self._demand.shapes:
             return
         self._demand_weights = weights
-        self._demand = Demand(Shape.of(self.offers[name], 1.1**w) for name, w in weights.items())
+        self._demand = Demand(Shape.of(self.offers[name], 1.5**w) for name, w in weights.items())
         self._demand_version += 1
-        self._memo.clear()
+        self._forget_scores()
 
     def _note_demand(self, offer: str) -> None:
         decay = self._demand_decay
@@ -238,38 +248,75 @@ class Allocator:
             shape = self._shapes[offer.name] = Shape.of(offer)
         return shape
 
+    def _forget_scores(self) -> None:
+        """Drop every cached node score (the demand changed, or the caches grew too big)."""
+        self._memo.clear()
+        self._heaps.clear()
+        self._heap_seen.clear()
+        self._revived.clear()
+
+    def _prune_scores(self) -> None:
+        """Keep the scores of live node states only; heaps are rebuilt from them lazily."""
+        live = self._groups
+        self._memo = {k: v for k, v in self._memo.items() if k[0] in live}
+        self._heaps.clear()
+        self._heap_seen.clear()
+        self._revived.clear()
+
+    def _heap(self, shape: Shape) -> list[tuple[tuple, int]]:
+        """The heap of live node states for ``shape``, brought up to date.
+
+        A state that came alive since the last look is scored (once per shape, cached) and
+        pushed; dead states are skipped when they surface. So a decision costs O(log states)
+        plus the scoring of states it has not seen, instead of a scan of all of them.
+        """
+        heap = self._heaps.get(shape)
+        if heap is None or len(heap) > 4 * len(self._groups) + 1024:
+            fresh: Iterable[int] = list(self._groups)
+            heap = self._heaps[shape] = []
+        else:
+            fresh = self._revived[self._heap_seen[shape] :]
+        self._heap_seen[shape] = len(self._revived)
+        models = shape.models
+        sigs, memo, demand = self._sigs, self._memo, self._demand
+        for sid in fresh:
+            if sid not in self._groups or (models and not models & self._sid_models[sid]):
+                continue
+            key = (sid, shape)
+            choice = memo.get(key, False)
+            if choice is False:
+                choice = memo[key] = best_on_node(sigs[sid], shape, demand)
+            if choice is not None:
+                heapq.heappush(heap, ((round(choice.delta, 9), choice.free_after, sid), sid))
+        return heap
+
     def _place(
         self, offer: Offer, exclude: frozenset[str] = frozenset()
     ) -> tuple[Node, NodeChoice] | None:
         """The best node state for ``offer`` (smallest ΔF, then tightest), then its first node
-        (in node order) with CPU and memory room. O(distinct node states), all cached."""
+        (in node order) with CPU and memory room."""
         shape = self.shape_of(offer)
-        models = set(offer.models)
-        sigs, memo, demand = self._sigs, self._memo, self._demand
-        ranked = []
-        best = None
-        for sid in self._groups:
-            if models and not models & self._sid_models[sid]:
-                continue
-            key = (sid, shape)
-            try:
-                choice = memo[key]
-            except KeyError:
-                choice = memo[key] = best_on_node(sigs[sid], shape, demand)
-            if choice is not None:
-                rank = (round(choice.delta, 9), choice.free_after, sid)
-                ranked.append((rank, choice))
-                if best is None or rank < best[0]:
-                    best = (rank, choice)
-        if best is None:
+        heap = self._heap(shape)
+        while heap and heap[0][1] not in self._groups:
+            heapq.heappop(heap)  # a state no node is in any more
+        if not heap:
             return None
-        if len(memo) > 100_000:
-            memo.clear()
+        if len(self._memo) > 200_000 or len(self._revived) > 200_000:
+            self._prune_scores()
         order = self._order
         need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
-        candidates = [best] if not (need_cpu or need_mem or exclude) else sorted(ranked)
-        for rank, choice in candidates:
-            for name in self._in_order(self._groups[rank[2]], order):
+        if need_cpu or need_mem or exclude:
+            live = sorted(
+                {sid: rank for rank, sid in heap if sid in self._groups}.items(),
+                key=lambda kv: kv[1],
+            )
+            candidates = [sid for sid, _ in live]
+        else:
+            candidates = [heap[0][1]]
+        for sid in candidates:
+            choice = self._memo[(sid, shape)]
+            assert choice is not None
+            for name in self._in_order(self._groups[sid], order):
                 node = self.nodes[name]
                 if name not in exclude and node.fits_resources(need_cpu, need_mem):
                     return node, choice
@@ -365,11 +412,13 @@ class Allocator:
                 return i
         return None
 
-    def _reserved_models(self, now: float, ahead_of: Waiter | None = None) -> set[str] | None:
-        """Models held back for long waiters (``None``: nothing reserved; empty set: all models)."""
+    def _reserved_models(self, now: float, newcomer: Waiter) -> set[str] | None:
+        """Models held back for long waiters ranked ahead of ``newcomer`` (``None``: none)."""
+        if not self.waiters:
+            return None
         reserved: set[str] | None = None
-        for w in self.queue(now):
-            if ahead_of is not None and w is ahead_of:
+        for w in ordered([*self.waiters.values(), newcomer], now, self._share, self.aging_interval):
+            if w is newcomer:
                 break
             if now - w.since >= self.reserve_after and w.reason == "no_capacity":
                 offer = self.offers.get(w.request.offer)
@@ -418,7 +467,7 @@ class Allocator:
         if not verdict.ok:
             waiter.reason = "quota"
             return self._queued(waiter, now, verdict.message)
-        reserved = self._reserved_models(now)
+        reserved = self._reserved_models(now, waiter)
         if reserved is not None and (
             "*" in reserved or not offer.models or reserved & set(offer.models)
         ):
@@ -536,8 +585,13 @@ class Allocator:
         lease = self.leases.pop(lease_id)
         self._unindex(lease)
         self._vacate(lease)
+        gspec = self.quotas.groups.get(lease.group) if lease.group else None
+        group_was_over = gspec is not None and self.quotas.group_held(lease.group) > gspec.guarantee
         self.quotas.remove(lease.request.user, lease.group, lease.units)
-        self.rederive_borrowed(lease.request.user, lease.group)
+        # the owner's other leases may now be within guarantee; the whole group's only when
+        # this release brought the group back within its guarantee
+        crossed = group_was_over and self.quotas.group_held(lease.group) <= gspec.guarantee
+        self.rederive_borrowed(lease.request.user, lease.group if crossed else None)
         return self.promote(now)
 
     def rederive_borrowed(self, user: str | None = None, group: str | None = None) -> list[Lease]:
