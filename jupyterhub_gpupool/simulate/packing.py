@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean as mean
 
 import numpy as np
 
@@ -42,17 +43,22 @@ __all__ = [
     "POLICIES",
     "ClusterState",
     "NodeTable",
+    "Pod",
     "PodTable",
     "SimResult",
     "TypicalPods",
+    "add_arguments",
     "best_fit_choose",
     "best_fit_normalise",
     "best_fit_raw",
     "bin_samples",
     "fgd_choose",
+    "fgd_int_score",
     "load_nodes",
     "load_pods",
     "load_published",
+    "mean_bins",
+    "model_access",
     "node_fragmentation",
     "ours_choose",
     "ours_demand",
@@ -61,7 +67,9 @@ __all__ = [
     "parse_seeds",
     "run_cli",
     "run_experiment",
+    "run_experiment_report",
     "simulate",
+    "task_access",
     "tune_workload",
     "typical_pods",
 ]
@@ -89,7 +97,7 @@ _PUBLISHED_NAMES = {"best-fit": "05-BestFit", "fgd": "06-FGD"}
 
 @dataclass(frozen=True)
 class NodeTable:
-    """The cluster's nodes, sorted by name (the simulator sorts them before assigning priorities)."""
+    """The cluster's nodes, sorted by name (the simulator sorts them before drawing priorities)."""
 
     names: tuple[str, ...]
     cpu: np.ndarray  # milli-cpu, int64
@@ -171,7 +179,7 @@ def load_nodes(path: str | Path) -> NodeTable:
 
 
 def load_pods(path: str | Path) -> PodTable:
-    """Read an ``openb_pod_list_*.csv`` (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec]).
+    """Read an ``openb_pod_list_*.csv`` (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec).
 
     Applies the simulator's CSV-to-pod rules: GPU fields only when ``num_gpu != 0``, per-GPU milli
     clamped to [0, 1000]. Timestamps are ignored (the published runs write none).
@@ -215,9 +223,10 @@ def tune_workload(
     The originals arrive in a seeded random order. If their total GPU milli is below
     ``ratio * capacity`` (tune up), clones drawn uniformly with replacement from the name-sorted
     originals are appended, not reshuffled, until the first draw whose *per-GPU* milli would push
-    the running total above the target; that draw is not added (so a final multi-GPU clone may
-    overshoot by up to ``(count - 1) * milli``). Above the target (tune down), pods at uniformly
-    random positions are removed until the total is within it; survivors keep their order.
+    the running total above the target; that draw is not added. A final multi-GPU clone may thus
+    overshoot by up to ``(count - 1) * milli``, after which any draw, even a CPU-only one, stops.
+    Above the target (tune down), pods at uniformly random positions are removed until the total
+    is within it; survivors keep their order.
     """
     n = len(pods)
     order = rng.permutation(n)
@@ -275,14 +284,9 @@ class TypicalPods:
         return len(self.spec)
 
 
-def typical_pods(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
-    """The most frequent resource tuples of the original trace covering ``threshold_pct`` of pods.
-
-    CPU-only pods are included. Tuples are ranked by count (descending), ties going to the larger
-    tuple (cpu, then milli, then count, then spec), and taken until the cumulative count reaches
-    the threshold. Memory is not part of the tuple, as in the simulator.
-    """
-    counts = Counter(
+def _shape_counts(pods: PodTable) -> Counter[tuple[int, int, int, str]]:
+    """Pods per resource tuple (non-zero cpu, per-GPU milli, GPU count, spec); memory is ignored."""
+    return Counter(
         zip(
             pods.cpu_nonzero.tolist(),
             pods.gpu_milli.tolist(),
@@ -291,6 +295,16 @@ def typical_pods(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
             strict=True,
         )
     )
+
+
+def typical_pods(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
+    """The most frequent resource tuples of the original trace covering ``threshold_pct`` of pods.
+
+    CPU-only pods are included. Tuples are ranked by count (descending), ties going to the larger
+    tuple (cpu, then milli, then count, then spec), and taken until the cumulative count reaches
+    the threshold. Memory is not part of the tuple, as in the simulator.
+    """
+    counts = _shape_counts(pods)
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], *kv[0]), reverse=True)
     total = sum(counts.values())
     expected = threshold_pct * total / 100.0
@@ -323,16 +337,10 @@ def ours_demand(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
     appended after the typical shapes.
     """
     base = typical_pods(pods, threshold_pct)
-    kept = set(zip(base.cpu.tolist(), base.milli.tolist(), base.gpus.tolist(), base.spec))
-    counts = Counter(
-        zip(
-            pods.cpu_nonzero.tolist(),
-            pods.gpu_milli.tolist(),
-            pods.num_gpu.tolist(),
-            pods.spec,
-            strict=True,
-        )
+    kept = set(
+        zip(base.cpu.tolist(), base.milli.tolist(), base.gpus.tolist(), base.spec, strict=True)
     )
+    counts = _shape_counts(pods)
     extra = sorted(
         ((k, c) for k, c in counts.items() if k[2] >= 2 and k[1] > 0 and k not in kept),
         key=lambda kv: (kv[1], *kv[0]),
@@ -367,12 +375,21 @@ def _gpu_matrix(nodes: NodeTable) -> np.ndarray:
     return np.where(cols[None, :] < nodes.gpus[:, None], GPU_MILLI, 0).astype(np.int64)
 
 
+def task_access(typical: TypicalPods, node_models: Sequence[str]) -> np.ndarray:
+    """nodes x tasks: whether each typical task's GPU-model spec accepts each node."""
+    if not typical.spec:
+        return np.ones((len(node_models), 0), dtype=bool)
+    return np.stack([model_access(s, node_models) for s in typical.spec], axis=1)
+
+
 def _per_task_fragment(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, access: np.ndarray, typical: TypicalPods
+    gpu_free: np.ndarray, cpu_free: np.ndarray, access: np.ndarray | None, typical: TypicalPods
 ) -> np.ndarray:
     """f_t(node) in milli for every node (rows) and typical task (columns)."""
-    gpu_free = np.asarray(gpu_free, dtype=np.int64)
-    cpu_free = np.asarray(cpu_free, dtype=np.int64)
+    gpu_free = np.atleast_2d(np.asarray(gpu_free, dtype=np.int64))
+    cpu_free = np.atleast_1d(np.asarray(cpu_free, dtype=np.int64))
+    if access is None:
+        access = np.ones((len(gpu_free), len(typical)), dtype=bool)
     idle = gpu_free.sum(axis=1)  # L
     milli = typical.milli[None, :, None]
     big_enough = gpu_free[:, None, :] >= milli  # node x task x GPU
@@ -388,12 +405,16 @@ def _per_task_fragment(
 
 
 def node_fragmentation(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, access: np.ndarray, typical: TypicalPods
+    gpu_free: np.ndarray,
+    cpu_free: np.ndarray,
+    access: np.ndarray | None,
+    typical: TypicalPods,
 ) -> np.ndarray:
     """FGD fragmentation F(node) = sum_t p_t * f_t(node), in milli-GPU, for each node.
 
     ``gpu_free`` is nodes x GPUs (free milli, 0 for absent GPUs), ``cpu_free`` the free milli-cpu,
-    ``access[n, t]`` whether task t's GPU-model spec accepts node n. f_t is the node's whole idle
+    ``access[n, t]`` whether task t's GPU-model spec accepts node n (None: all do; see
+    :func:`task_access`). f_t is the node's whole idle
     GPU milli, except when t needs GPUs, may use the node, finds ``gpus_t`` GPUs with at least
     ``milli_t`` free and enough cpu (the paper's Q3): then only the idle milli on GPUs too small
     for t counts. Memory plays no part, as in the paper.
@@ -403,7 +424,10 @@ def node_fragmentation(
 
 
 def ours_node_fragmentation(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, access: np.ndarray, typical: TypicalPods
+    gpu_free: np.ndarray,
+    cpu_free: np.ndarray,
+    access: np.ndarray | None,
+    typical: TypicalPods,
 ) -> np.ndarray:
     """The pool's F(node) in GPU units (free milli / 1000): what ``ours`` minimises the growth of.
 
@@ -417,14 +441,23 @@ def ours_node_fragmentation(
 # Cluster state
 
 
-@dataclass
-class _Pod:
-    cpu: int
-    cpu_nz: int
-    memory: int
+@dataclass(frozen=True)
+class Pod:
+    """One pod as the scheduler sees it; build it with :meth:`make`."""
+
+    cpu: int  # milli-cpu request (feasibility and state)
+    cpu_nz: int  # the "non-zero" request the scores and fragmentation use (0 -> 100)
+    memory: int  # MiB
     gpus: int
-    milli: int
-    spec: str
+    milli: int  # per-GPU milli, 0..1000
+    spec: str = ""
+
+    @classmethod
+    def make(cls, cpu: int, memory: int = 0, gpus: int = 0, milli: int = 0, spec: str = "") -> Pod:
+        """Apply the trace's rules: GPU fields only with gpus > 0, milli clamped to 0..1000."""
+        milli = min(max(int(milli), 0), GPU_MILLI) if gpus else 0
+        nz = cpu if cpu else DEFAULT_CPU_REQUEST
+        return cls(int(cpu), int(nz), int(memory), int(gpus), milli, _clean_spec(spec))
 
     @property
     def is_sharing(self) -> bool:
@@ -578,7 +611,7 @@ class ClusterState:
             self._access_cache[spec] = mask
         return mask
 
-    def feasible(self, pod: _Pod) -> np.ndarray:
+    def feasible(self, pod: Pod) -> np.ndarray:
         """Indices of nodes that pass cpu, memory, pod-count and (GPU pods) GPU checks."""
         ok = (
             (self.cpu_free >= pod.cpu)
@@ -592,11 +625,11 @@ class ClusterState:
                 ok &= mask
         return np.flatnonzero(ok)
 
-    def lowest_fitting_gpus(self, node: int, pod: _Pod) -> np.ndarray:
+    def lowest_fitting_gpus(self, node: int, pod: Pod) -> np.ndarray:
         """The ``pod.gpus`` lowest-indexed GPUs of ``node`` with at least ``pod.milli`` free."""
         return np.flatnonzero(self.gpu_free[node] >= pod.milli)[: pod.gpus]
 
-    def place(self, node: int, gpus: Iterable[int], pod: _Pod) -> None:
+    def place(self, node: int, gpus: Iterable[int], pod: Pod) -> None:
         """Commit a placement and refresh the node's cached fragmentation."""
         gpus = list(gpus)
         self.cpu_free[node] -= pod.cpu
@@ -616,7 +649,7 @@ class ClusterState:
             model.refresh(node, self.gpu_free[node], int(self.idle[node]), int(self.cpu_free[node]))
 
     # -- hypothetical placements ----------------------------------------------------------------
-    def candidates(self, pod: _Pod, feasible: np.ndarray, model: _FragModel) -> _Candidates:
+    def candidates(self, pod: Pod, feasible: np.ndarray, model: _FragModel) -> _Candidates:
         """Every distinct way to place ``pod`` on the feasible nodes, with dF under ``model``.
 
         Sharing pods: one candidate per GPU that fits, keeping only the lowest index among GPUs of
@@ -718,7 +751,7 @@ def _best_gpu(row: np.ndarray, milli: int) -> int:
     return int(fit[np.argmin(row[fit])])
 
 
-def best_fit_choose(state: ClusterState, pod: _Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
+def best_fit_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
     """The simulator's BestFit: highest normalised score, GPU pick "best"."""
     if len(feasible) == 1:
         node = int(feasible[0])
@@ -730,7 +763,7 @@ def best_fit_choose(state: ClusterState, pod: _Pod, feasible: np.ndarray) -> tup
     return node, _gpus_for(state, node, pod, "best")
 
 
-def _gpus_for(state: ClusterState, node: int, pod: _Pod, how: str) -> list[int]:
+def _gpus_for(state: ClusterState, node: int, pod: Pod, how: str) -> list[int]:
     if not pod.needs_gpu:
         return []
     if pod.is_sharing and how == "best":
@@ -738,16 +771,16 @@ def _gpus_for(state: ClusterState, node: int, pod: _Pod, how: str) -> list[int]:
     return state.lowest_fitting_gpus(node, pod).tolist()
 
 
-def _fgd_int_score(delta_milli: np.ndarray) -> np.ndarray:
+def fgd_int_score(delta_milli: np.ndarray) -> np.ndarray:
     """int(100 * sigmoid((F - F') / 1000)), truncated toward zero, F in milli."""
     x = -np.asarray(delta_milli, dtype=np.float64) / 1000.0
     return np.trunc(1.0 / (1.0 + np.exp(-x)) * 100.0).astype(np.int64)
 
 
-def fgd_choose(state: ClusterState, pod: _Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
+def fgd_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
     """The paper's FGD with its integer score: highest score, GPU by the same score."""
     cand = state.candidates(pod, feasible, state.metric)
-    score = _fgd_int_score(cand.delta_milli)
+    score = fgd_int_score(cand.delta_milli)
     if pod.is_sharing:
         # Node score = its best GPU's score; among equal scores the lowest GPU index.
         order = np.lexsort((cand.gpu, -score, state.priority[cand.node]))
@@ -763,13 +796,15 @@ def fgd_choose(state: ClusterState, pod: _Pod, feasible: np.ndarray) -> tuple[in
     return node, _gpus_for(state, node, pod, "lowest")
 
 
-def ours_choose(state: ClusterState, pod: _Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
+def ours_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
     """The pool's fragmentation-aware placement (float FGD with tight-packing tie-breaks).
 
-    For every feasible placement compute dF = F(after) - F(before) in GPU units (float, no
-    sigmoid, no truncation) and take the smallest. A sharing pod tries every GPU with enough free
-    milli; on its node the GPU with the smallest dF wins, ties (< 1e-9) going to the tightest GPU
-    (least free milli), then the lowest index. Whole-GPU pods take the lowest-indexed free GPUs.
+    F is taken against ``state.demand`` (in :func:`simulate`, :func:`ours_demand`: the typical
+    pods plus every multi-GPU shape of the trace). For every feasible placement compute
+    dF = F(after) - F(before) in GPU units (float, no sigmoid, no truncation) and take the
+    smallest. A sharing pod tries every GPU with enough free milli; on its node the GPU with the
+    smallest dF wins, ties (< 1e-9) going to the tightest GPU (least free milli), then the lowest
+    index. Whole-GPU pods take the lowest-indexed free GPUs.
     Nodes whose dF are within 1e-9 of the smallest tie; among them the node with the least free
     GPU milli after placement wins, then the least free cpu after placement, then the per-seed
     node priority.
@@ -837,7 +872,10 @@ class SimResult:
         return {
             "seed": self.seed,
             "policy": self.policy,
-            "bins": {str(k): v for k, v in self.bins.items()},
+            "bins": {
+                str(k): {key: None if math.isnan(x) else x for key, x in v.items()}
+                for k, v in self.bins.items()
+            },
             "n_pods": self.n_pods,
             "n_failed": self.n_failed,
             "failed_gpu_milli": self.failed_gpu_milli,
@@ -881,7 +919,7 @@ def bin_samples(
     return out
 
 
-def _pod_class(pod: _Pod) -> str:
+def _pod_class(pod: Pod) -> str:
     if not pod.needs_gpu:
         return "cpu-only"
     if pod.is_sharing:
@@ -903,6 +941,9 @@ def simulate(
 
     The seed drives, in order: the shuffle of the originals, the clone draws, and the node
     priority permutation used for tie-breaks, so every policy sees the same arrivals for a seed.
+    ``typical`` overrides the fragmentation measure's task distribution (default: the trace's
+    typical pods). ``policy`` is one of :data:`POLICIES`, or ``"ours-typical"``: ``ours`` scored
+    against the plain typical pods instead of :func:`ours_demand` (the ablation in the docs).
     """
     if policy not in _CHOOSERS:
         raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
@@ -929,7 +970,7 @@ def simulate(
     cpu, cpu_nz, mem = trace.cpu.tolist(), trace.cpu_nonzero.tolist(), trace.memory.tolist()
     gpus, milli, spec = trace.num_gpu.tolist(), trace.gpu_milli.tolist(), trace.spec
     for i, p in enumerate(order.tolist()):
-        pod = _Pod(cpu[p], cpu_nz[p], mem[p], gpus[p], milli[p], spec[p])
+        pod = Pod(cpu[p], cpu_nz[p], mem[p], gpus[p], milli[p], spec[p])
         total = pod.milli * pod.gpus if pod.needs_gpu else 0
         arrived_total += total
         feasible = state.feasible(pod)
@@ -995,14 +1036,15 @@ def run_experiment(
 
 def mean_bins(
     results: Sequence[SimResult], points: Iterable[int] = ARRIVED_POINTS
-) -> dict[str, dict[str, float]]:
-    """Mean over seeds of each bin's allocation % and fragmentation %."""
-    out: dict[str, dict[str, float]] = {}
+) -> dict[str, dict[str, float | None]]:
+    """Mean over seeds of each bin's allocation % and fragmentation % (None if a seed lacks it)."""
+    out: dict[str, dict[str, float | None]] = {}
     for k in points:
-        out[str(k)] = {
-            key: round(float(np.mean([r.bins[k][key] for r in results])), 4)
-            for key in ("alloc_pct", "frag_pct")
-        }
+        cell: dict[str, float | None] = {}
+        for key in ("alloc_pct", "frag_pct"):
+            values = [r.bins[k][key] for r in results]
+            cell[key] = None if any(math.isnan(v) for v in values) else round(mean(values), 4)
+        out[str(k)] = cell
     return out
 
 
@@ -1031,32 +1073,27 @@ def find_published(pods_csv: str | Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def _cell(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3f}"
+
+
 def format_table(
     policy: str,
-    ours: dict[str, dict[str, float]],
+    means: dict[str, dict[str, float | None]],
     published: dict[str, dict[str, dict[str, float]]],
 ) -> str:
     """A plain-text table: arrived % -> alloc %, frag % (and the published means, if known)."""
     head = f"{'arrived %':>9}  {'alloc %':>8}  {'frag %':>7}"
-    has_pub = bool(published)
-    if has_pub:
+    if published:
         head += f"  {'BestFit alloc':>13}  {'frag':>6}  {'FGD alloc':>9}  {'frag':>6}"
     lines = [f"policy: {policy}", head, "-" * len(head)]
-    for k, v in ours.items():
-        line = f"{k:>9}  {v['alloc_pct']:>8.3f}  {v['frag_pct']:>7.3f}"
-        if has_pub:
-            bf = published.get("best-fit", {}).get(k)
-            fg = published.get("fgd", {}).get(k)
-            line += (
-                f"  {bf['alloc_pct']:>13.3f}  {bf['frag_pct']:>6.3f}"
-                if bf
-                else f"  {'-':>13}  {'-':>6}"
-            )
-            line += (
-                f"  {fg['alloc_pct']:>9.3f}  {fg['frag_pct']:>6.3f}"
-                if fg
-                else f"  {'-':>9}  {'-':>6}"
-            )
+    for k, v in means.items():
+        line = f"{k:>9}  {_cell(v['alloc_pct'], 8)}  {_cell(v['frag_pct'], 7)}"
+        if published:
+            bf = published.get("best-fit", {}).get(k, {})
+            fg = published.get("fgd", {}).get(k, {})
+            line += f"  {_cell(bf.get('alloc_pct'), 13)}  {_cell(bf.get('frag_pct'), 6)}"
+            line += f"  {_cell(fg.get('alloc_pct'), 9)}  {_cell(fg.get('frag_pct'), 6)}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -1073,7 +1110,7 @@ def parse_seeds(text: str) -> list[int]:
     """``"42-51"`` (inclusive range), ``"42,43,50"`` (list) or ``"7"`` to a list of seeds."""
     raw = str(text).strip()
     if not raw:
-        raise _UsageError("--seeds: empty; give a range like 42-51, a list like 42,43 or one seed")
+        raise _UsageError("empty; give a range like 42-51, a list like 42,43 or one seed")
     try:
         if "," in raw:
             seeds = [int(part) for part in raw.split(",")]
@@ -1081,7 +1118,7 @@ def parse_seeds(text: str) -> list[int]:
             lo_text, hi_text = raw.split("-", 1)
             lo, hi = int(lo_text), int(hi_text)
             if hi < lo:
-                raise _UsageError(f"--seeds: range {raw!r} runs backwards (write {hi}-{lo})")
+                raise _UsageError(f"range {raw!r} runs backwards (write {hi}-{lo})")
             seeds = list(range(lo, hi + 1))
         else:
             seeds = [int(raw)]
@@ -1089,12 +1126,12 @@ def parse_seeds(text: str) -> list[int]:
         raise
     except ValueError:
         raise _UsageError(
-            f"--seeds: {raw!r} is not a range like 42-51, a list like 42,43 or one seed"
+            f"{raw!r} is not a range like 42-51, a list like 42,43 or one seed"
         ) from None
     if any(s < 0 for s in seeds):
-        raise _UsageError(f"--seeds: seeds must be non-negative integers, got {raw!r}")
+        raise _UsageError(f"seeds must be non-negative integers, got {raw!r}")
     if len(set(seeds)) != len(seeds):
-        raise _UsageError(f"--seeds: {raw!r} repeats a seed")
+        raise _UsageError(f"{raw!r} repeats a seed")
     return seeds
 
 
@@ -1102,12 +1139,10 @@ def parse_policies(text: str) -> list[str]:
     """Comma list of policies, each one of ``ours``, ``best-fit``, ``fgd``."""
     names = [p.strip() for p in str(text).split(",") if p.strip()]
     if not names:
-        raise _UsageError(f"--policies: empty; choose from {', '.join(POLICIES)}")
+        raise _UsageError(f"empty; choose from {', '.join(POLICIES)}")
     bad = [p for p in names if p not in POLICIES]
     if bad:
-        raise _UsageError(
-            f"--policies: unknown {', '.join(bad)}; choose from {', '.join(POLICIES)}"
-        )
+        raise _UsageError(f"unknown {', '.join(bad)}; choose from {', '.join(POLICIES)}")
     return list(dict.fromkeys(names))
 
 
@@ -1115,9 +1150,9 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise _UsageError(f"--tune: {text!r} is not a number") from None
+        raise _UsageError(f"{text!r} is not a number") from None
     if not value > 0 or math.isinf(value):
-        raise _UsageError(f"--tune: must be a positive number, got {text!r}")
+        raise _UsageError(f"must be a positive number, got {text!r}")
     return value
 
 
@@ -1125,9 +1160,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise _UsageError(f"--workers: {text!r} is not an integer") from None
+        raise _UsageError(f"{text!r} is not an integer") from None
     if value < 1:
-        raise _UsageError(f"--workers: must be at least 1, got {text!r}")
+        raise _UsageError(f"must be at least 1, got {text!r}")
     return value
 
 
@@ -1194,24 +1229,29 @@ def run_experiment_report(
     }
 
 
-def _parse_if_text(value: object, parser: object) -> object:
-    return parser(value) if isinstance(value, str) else value  # type: ignore[operator]
+def _seeds_text(seeds: Sequence[int]) -> str:
+    if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(s) for s in seeds)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run the experiment, print one table per policy, and write JSON if ``--json`` is given."""
-    seeds = _parse_if_text(args.seeds, parse_seeds)
-    policies = _parse_if_text(args.policies, parse_policies)
+    # Flags arrive parsed from add_arguments; accept the raw text too (e.g. a hand-made Namespace).
+    seeds = parse_seeds(args.seeds) if isinstance(args.seeds, str) else list(args.seeds)
+    policies = (
+        parse_policies(args.policies) if isinstance(args.policies, str) else list(args.policies)
+    )
     report = run_experiment_report(
         args.pods,
         args.nodes,
-        seeds,  # type: ignore[arg-type]
-        policies,  # type: ignore[arg-type]
+        seeds,
+        policies,
         tune=float(args.tune),
         workers=int(args.workers),
     )
     print(
-        f"trace {report['trace']}: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), "  # type: ignore[index]
+        f"trace {report['trace']}: seeds {_seeds_text(seeds)} ({len(seeds)}), "
         f"tune {report['tune']}, {report['wall_s']} s"
     )
     for policy, means in report["policies"].items():

@@ -1,0 +1,107 @@
+"""The packing benchmark runs *our* placement policy: its vectorised fragmentation measure must be
+the pool's own (``placement.node_fragmentation``) on every state the trace can produce, and the
+allocator's incremental ΔF must equal the difference of two full computations."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.placement import (
+    Demand,
+    Shape,
+    best_on_node,
+    key_options,
+    node_fragmentation,
+)
+from jupyterhub_gpupool.simulate.packing import TypicalPods, ours_node_fragmentation, task_access
+
+CATALOG = default_catalog()
+MODELS = ["G2", "G3", "T4", "V100M16"]
+
+task = st.tuples(
+    st.sampled_from([0, 100, 4000, 16000, 64000]),  # cpu (non-zero request)
+    st.sampled_from([0, 100, 250, 500, 700, 1000]),  # per-GPU milli (0: CPU-only)
+    st.integers(1, 4),  # GPU count for whole-GPU tasks
+    st.sampled_from(["", "G2", "G3|T4", "V100M16"]),  # model spec
+    st.integers(1, 50),  # how many pods of this shape
+)
+
+
+def _shape(cpu: int, milli: int, gpus: int, spec: str, count: int) -> Shape:
+    models = frozenset(spec.split("|")) if spec else None
+    if milli == 0:
+        return Shape("cpu", 0, 0, cpu_milli=cpu, weight=count)
+    if milli == 1000:
+        return Shape("gpu", gpus, 1000, models=models, cpu_milli=cpu, weight=count)
+    return Shape("shared", 1, milli, models=models, cpu_milli=cpu, weight=count)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    free=st.lists(st.sampled_from([0, 50, 250, 300, 500, 750, 1000]), min_size=1, max_size=8),
+    cpu_free=st.sampled_from([0, 2000, 8000, 32000, 96000]),
+    tasks=st.lists(task, min_size=1, max_size=8),
+)
+def test_benchmark_fragmentation_is_the_pools(model, free, cpu_free, tasks):
+    tasks = [(c, m, g if m == 1000 else (0 if m == 0 else 1), s, n) for c, m, g, s, n in tasks]
+    typical = TypicalPods(
+        cpu=np.array([t[0] for t in tasks]),
+        milli=np.array([t[1] for t in tasks]),
+        gpus=np.array([t[2] for t in tasks]),
+        spec=tuple(t[3] for t in tasks),
+        count=np.array([t[4] for t in tasks], dtype=float),
+    )
+    gpu_free = np.array([free], dtype=float)
+    vectorised = ours_node_fragmentation(
+        gpu_free, np.array([cpu_free]), task_access(typical, [model]), typical
+    )[0]
+    gpu_model = CATALOG.model(model)
+    keys = [("n", gpu_model, "auto", f) for f in free]
+    scalar = node_fragmentation(keys, [_shape(*t) for t in tasks], cpu_free=cpu_free)
+    assert abs(vectorised - scalar) < 1e-9
+
+
+mig_key = st.builds(
+    lambda inst: ("m", CATALOG.model("A100-80GB"), True, tuple(sorted(inst))),
+    st.sampled_from(
+        [
+            [],
+            [("3g.40gb", 4, True)],
+            [("3g.40gb", 4, True), ("1g.10gb", 0, True)],
+            [("2g.20gb", 0, False), ("1g.10gb", 2, True)],
+            [("1g.10gb", s, True) for s in range(5)],
+        ]
+    ),
+)
+plain_key = st.builds(
+    lambda f: ("n", CATALOG.model("L4"), "auto", f), st.sampled_from([0, 250, 500, 1000])
+)
+DEMAND = Demand(
+    [
+        Shape("mig", profile="1g.10gb", milli=0, models=frozenset({"A100-80GB"}), weight=3),
+        Shape("mig", profile="3g.40gb", milli=0, models=frozenset({"A100-80GB"}), weight=1),
+        Shape("shared", milli=250, weight=2),
+        Shape("gpu", count=2, weight=1),
+        Shape("gpu", count=1, weight=2),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.one_of(mig_key, plain_key), min_size=1, max_size=6), pick=st.integers(0, 4))
+def test_incremental_delta_equals_full_recomputation(keys, pick):
+    keys = tuple(keys)
+    shape = DEMAND.shapes[pick].unweighted()
+    choice = best_on_node(keys, shape, DEMAND)
+    if choice is None:
+        assert sum(bool(key_options(k, shape)) for k in keys) < shape.count
+        return
+    after = list(keys)
+    for pos, _, _, new_key in choice.picks:
+        after[pos] = new_key
+    full = node_fragmentation(after, DEMAND) - node_fragmentation(keys, DEMAND)
+    assert abs(choice.delta - full) < 1e-9
