@@ -27,8 +27,8 @@ from .dbutil import lock_pool
 from .pool.allocator import Allocator, Decision, Grant, Lease, Queued, Rejected
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
-from .pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
-from .pool.placement import Slot, validate_mig_layout
+from .pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer, validate_node
+from .pool.placement import Slot
 from .pool.queue import Waiter, estimate_wait
 from .pool.quota import QuotaBook, QuotaSpec
 
@@ -339,10 +339,21 @@ class Store:
                 db.delete(row)
 
     def _upsert_node(self, db: Session, node: Node, source: str) -> orm.NodeRow:
-        for gpu in node.gpus:
-            if gpu.mig_enabled:
-                validate_mig_layout(gpu.model, [(i.profile, i.start) for i in gpu.instances])
+        """Add or update a node (validated first: nothing invalid ever reaches the rows)."""
+        validate_node(node)
         row = orm.NodeRow.find(db, node.name)
+        elsewhere = db.scalars(
+            select(orm.GpuRow)
+            .join(orm.NodeRow)
+            .where(orm.GpuRow.uuid.in_([g.uuid for g in node.gpus]), orm.NodeRow.name != node.name)
+        ).first()
+        if elsewhere is not None:
+            raise StoreError(
+                409,
+                "gpu_elsewhere",
+                f"GPU {elsewhere.uuid} belongs to node {elsewhere.node.name}",
+                field="uuid",
+            )
         if row is None:
             row = orm.NodeRow(name=node.name, labels={})
             db.add(row)
@@ -351,7 +362,11 @@ class Store:
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:
-            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
+            g = by_uuid.pop(gpu.uuid, None)
+            if g is not None and g.mig_enabled != gpu.mig_enabled:
+                # the GPU changed mode under its leases: they hold something that is gone
+                self._release_gpu_leases(db, g.uuid, "node-lost", "system")
+            g = g or orm.GpuRow(uuid=gpu.uuid)
             g.index, g.model = gpu.index, gpu.model.name
             g.memory_mib = round(gpu.model.memory_gb * 1024)
             g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
@@ -362,6 +377,23 @@ class Store:
                 or orm.MigInstanceRow(profile=i.profile, start=i.start, uuid=i.uuid)
                 for i in gpu.instances
             ]
+            if g.id is not None:
+                reported = {i.start for i in gpu.instances}
+                for slot in db.scalars(
+                    select(orm.LeaseSlotRow).where(
+                        orm.LeaseSlotRow.gpu_uuid == g.uuid,
+                        orm.LeaseSlotRow.live,
+                        orm.LeaseSlotRow.kind == "mig",
+                    )
+                ):
+                    if slot.start in reported:
+                        continue
+                    if slot.create:  # planned by the pool, not made by the agent yet: keep it
+                        g.instances.append(
+                            orm.MigInstanceRow(profile=slot.profile, start=slot.start)
+                        )
+                    else:  # a held instance vanished
+                        self._finish(db, None, slot.lease, "node-lost", "system")
             keep.append(g)
         row.gpus = keep
         for gone in by_uuid.values():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .errors import ConfigError
-from .model import Gpu, MigInstance, Node, Offer, Request, offer_units
+from .model import Gpu, MigInstance, Node, Offer, Request, offer_units, validate_node
 from .placement import (
     Demand,
     NodeChoice,
@@ -26,7 +26,6 @@ from .placement import (
     Slot,
     best_on_node,
     slots_for,
-    validate_mig_layout,
 )
 from .queue import Waiter, ordered
 from .quota import QuotaBook
@@ -145,17 +144,10 @@ class Allocator:
         """Add a node; its MIG layouts must be legal and its GPU uuids new."""
         if node.name in self.nodes:
             raise ConfigError(f"node {node.name!r} is declared twice", field="nodes")
+        validate_node(node)
         for gpu in node.gpus:
             if gpu.uuid in self.gpus:
                 raise ConfigError(f"GPU {gpu.uuid} is declared twice", field="uuid")
-            if gpu.instances and not gpu.mig_enabled:
-                raise ConfigError(f"GPU {gpu.uuid} has MIG instances but MIG is off", field="mig")
-            if gpu.mig_enabled:
-                if not gpu.model.mig_capable:
-                    raise ConfigError(
-                        f"GPU {gpu.uuid}: {gpu.model.name} does not support MIG", field="mig"
-                    )
-                validate_mig_layout(gpu.model, [(i.profile, i.start) for i in gpu.instances])
             gpu.node = node.name
             self.gpus[gpu.uuid] = gpu
         self.nodes[node.name] = node
@@ -305,14 +297,10 @@ class Allocator:
             self._prune_scores()
         order = self._order
         need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
+        # usually the best state's first node has room: sort the rest only when it has not
+        candidates: Iterable[int] = [heap[0][1]]
         if need_cpu or need_mem or exclude:
-            live = sorted(
-                {sid: rank for rank, sid in heap if sid in self._groups}.items(),
-                key=lambda kv: kv[1],
-            )
-            candidates = [sid for sid, _ in live]
-        else:
-            candidates = [heap[0][1]]
+            candidates = self._ranked_sids(heap)
         for sid in candidates:
             choice = self._memo[(sid, shape)]
             assert choice is not None
@@ -321,6 +309,13 @@ class Allocator:
                 if name not in exclude and node.fits_resources(need_cpu, need_mem):
                     return node, choice
         return None
+
+    def _ranked_sids(self, heap: list[tuple[tuple, int]]) -> Iterator[int]:
+        """Live states in rank order, the best first without sorting the heap."""
+        yield heap[0][1]
+        ranks = {sid: rank for rank, sid in heap if sid in self._groups}
+        ranks.pop(heap[0][1], None)
+        yield from sorted(ranks, key=ranks.__getitem__)
 
     @staticmethod
     def _in_order(group: dict[str, None], order: dict[str, int]) -> Iterator[str]:

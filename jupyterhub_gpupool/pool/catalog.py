@@ -239,7 +239,7 @@ class Catalog:
         return model
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._by_product
+        return isinstance(name, str) and name.strip().lower() in self._by_product
 
     def __iter__(self):
         return iter(self._models.values())
@@ -262,6 +262,7 @@ class Catalog:
         A GPU the catalog has never heard of must still be usable whole or shared, so it is
         registered under its product name rather than rejected.
         """
+        product_name = product_name.strip()
         if product_name in self:
             return self.model(product_name)
         name = product_name.removeprefix("NVIDIA ").replace(" ", "-")

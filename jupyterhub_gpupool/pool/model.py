@@ -145,6 +145,26 @@ class Node:
         return tuple(g.state_key() for g in self.gpus)
 
 
+def validate_node(node: Node) -> None:
+    """A node's GPUs must be consistent on their own: unique uuids, MIG instances only on
+    MIG-enabled GPUs of MIG-capable models, in a layout NVIDIA allows."""
+    from .placement import validate_mig_layout
+
+    seen: set[str] = set()
+    for gpu in node.gpus:
+        if gpu.uuid in seen:
+            raise ConfigError(f"GPU {gpu.uuid} appears twice on node {node.name}", field="uuid")
+        seen.add(gpu.uuid)
+        if gpu.instances and not gpu.mig_enabled:
+            raise ConfigError(f"GPU {gpu.uuid} has MIG instances but MIG is off", field="mig")
+        if gpu.mig_enabled:
+            if not gpu.model.mig_capable:
+                raise ConfigError(
+                    f"GPU {gpu.uuid}: {gpu.model.name} does not support MIG", field="mig"
+                )
+            validate_mig_layout(gpu.model, [(i.profile, i.start) for i in gpu.instances])
+
+
 @dataclass(frozen=True)
 class Offer:
     """What a user can ask for (contract, DESIGN §4), declared by the admin."""

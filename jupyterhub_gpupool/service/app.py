@@ -250,10 +250,10 @@ class PoolService(Application):
         """Release leases whose servers are gone (logged and audited)."""
         try:
             running = await self.running_servers()
-        except Exception as e:  # the hub may be starting; never block the service on it
+            released = self.store.reconcile(running)
+        except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
             return
-        released = self.store.reconcile(running)
         self._reconciled = True
         self.log.info("Reconciled leases with the hub: %d released", released)
 

@@ -235,7 +235,13 @@ class HubEnv:
 
     def start_service(self, *extra: str, wait: bool = True) -> None:
         """Start (or restart) the pool service and wait until it answers."""
-        args = [sys.executable, "-m", "jupyterhub_gpupool.cli", "service", f"--db-url={self.db_url}"]
+        args = [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpupool.cli",
+            "service",
+            f"--db-url={self.db_url}",
+        ]
         if self.pool_config is not None:
             args.append(f"--pool-config={self.pool_config}")
         log = open(self.dir / "service.log", "ab")  # noqa: SIM115
@@ -270,8 +276,11 @@ class HubEnv:
         """A token with exactly the scopes of the hub's ``server`` role for ``user``."""
         return self.token(
             user,
-            [f"users:activity!user={user}", f"access:servers!server={user}/",
-             f"custom:gpupool:use!user={user}"],
+            [
+                f"users:activity!user={user}",
+                f"access:servers!server={user}/",
+                f"custom:gpupool:use!user={user}",
+            ],
         )
 
     def stop(self) -> None:

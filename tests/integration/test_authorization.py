@@ -6,9 +6,9 @@ token; cells that use a lease get a fresh lease of alice's first, and the leases
 cell changed are put back after it. ``test_authorization_matrix`` then fails once, listing every
 mismatching cell with the whole observed matrix.
 
-The module builds its ``HubEnv`` itself (module scope: starting a hub costs seconds) and starts the service with ``reconcile_on_start=False``: otherwise the service, seeing that
-none of the test's servers run in the hub, releases every lease at its first housekeeping pass
-(~15 s after start), in the middle of the matrix.
+The module builds its ``HubEnv`` itself (module scope: starting a hub costs seconds) and starts
+the service with ``reconcile_on_start=False``: otherwise the service, seeing that none of the
+test's servers run in the hub, releases every lease at its first housekeeping pass.
 """
 
 from __future__ import annotations

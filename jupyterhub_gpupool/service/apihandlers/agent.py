@@ -8,8 +8,9 @@ from typing import Any
 
 from ...pool.errors import PoolError
 from ...pool.model import SHARING_MODES, Gpu, MigInstance, Node
+from ...store import StoreError
 from ..utilization import Sample
-from .base import APIError, APIHandler
+from .base import MAX_INT, APIError, APIHandler
 
 MAX_BATCH = 10_000
 _GPU_FIELDS = {"uuid", "index", "model", "memory_mib", "mig", "sharing", "healthy"}
@@ -46,12 +47,18 @@ class InventoryHandler(APIHandler):
             if unknown:
                 raise _bad(f"{where}.{unknown[0]}", "unknown field", sorted(_GPU_FIELDS))
             uuid, model_name = raw.get("uuid"), raw.get("model")
-            if not isinstance(uuid, str) or not uuid:
+            if not isinstance(uuid, str) or not uuid or len(uuid) > 64:
                 raise _bad(f"{where}.uuid", "must be a non-empty string")
-            if not isinstance(model_name, str) or not model_name:
+            if any(g.uuid == uuid for g in gpus):
+                raise _bad(f"{where}.uuid", "appears twice in this report")
+            if not isinstance(model_name, str) or not model_name.strip() or len(model_name) > 64:
                 raise _bad(f"{where}.model", "must be the NVML product or catalog name")
             memory = raw.get("memory_mib", 0)
-            if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+            if (
+                isinstance(memory, bool)
+                or not isinstance(memory, int)
+                or not 0 <= memory <= MAX_INT
+            ):
                 raise _bad(f"{where}.memory_mib", "must be a whole number ≥ 0")
             model = catalog.model_for_nvml(model_name, memory)
             sharing = raw.get("sharing", "auto")
@@ -68,7 +75,7 @@ class InventoryHandler(APIHandler):
                     MigInstance(str(inst.get("profile")), inst["start"], inst.get("uuid"))
                 )
             index = raw.get("index", i)
-            if isinstance(index, bool) or not isinstance(index, int):
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
                 raise _bad(f"{where}.index", "must be an integer")
             gpus.append(
                 Gpu(
@@ -93,6 +100,8 @@ class InventoryHandler(APIHandler):
         )
         try:
             result = self.store.put_inventory(node, actor=self.identity.describe())
+        except StoreError:
+            raise
         except PoolError as e:
             raise APIError(422, e.code, e.message, field=e.field, allowed=e.allowed) from None
         self.write_json(result)

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.client import responses
 from typing import Any
 
@@ -50,6 +50,15 @@ class APIError(web.HTTPError):
     ) -> None:
         super().__init__(status, log_message=message)
         self.code, self.message, self.field, self.allowed = code, message, field, allowed
+
+
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")  # Infinity, -Infinity and NaN are not numbers here
+
+
+#: Integers must fit the database's 32-bit columns; strings its 255-character names.
+MAX_INT = 2**31 - 1
+MAX_STR = 255
 
 
 def lease_not_found(lease_id: str, field: str = "id") -> StoreError:
@@ -120,7 +129,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def json_body(self, fields: Mapping[str, tuple[type | tuple[type, ...], bool]]) -> dict:
         """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)})."""
         try:
-            body = json.loads(self.request.body or b"{}")
+            body = json.loads(self.request.body or b"{}", parse_constant=_no_constants)
         except (ValueError, UnicodeDecodeError):
             raise APIError(400, "invalid_json", "the request body is not valid JSON") from None
         if not isinstance(body, dict):
@@ -150,6 +159,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             if not ok:
                 names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
                 raise APIError(422, "invalid_field", f"{name} must be {names}", field=name)
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+                raise APIError(422, "invalid_field", f"{name} is out of range", field=name)
+            if isinstance(value, str) and len(value) > MAX_STR:
+                raise APIError(
+                    422, "invalid_field", f"{name} is longer than {MAX_STR} characters", field=name
+                )
         return body
 
     def int_arg(self, name: str, default: int, *, low: int = 0, high: int = 10**9) -> int:
@@ -178,12 +193,14 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             if raw.replace(".", "", 1).isdigit():
                 return datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
             dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
+            if dt.tzinfo is not None:
+                dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+            dt + timedelta(days=366)
+            dt - timedelta(days=366)
+        except (ValueError, OverflowError, OSError):
             raise APIError(
                 400, "invalid_argument", f"{name} must be an ISO 8601 time", field=name
             ) from None
-        if dt.tzinfo is not None:
-            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
         return dt
 
     def page_args(self) -> tuple[int, int]:
