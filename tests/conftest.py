@@ -54,7 +54,7 @@ def demo_pool_file() -> Path:
 
 
 @pytest.fixture
-def hub_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):  # noqa: ANN201
+def hub_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool); stopped afterwards."""
     from tests.integration.hubenv import HubEnv
 
