@@ -114,8 +114,9 @@ class Allocator:
         self.reserve_after = reserve_after
         self._order: dict[str, int] = {}
         self._sid: dict[tuple, int] = {}
-        self._sigs: list[tuple] = []
-        self._sid_models: list[frozenset[str]] = []
+        self._sigs: dict[int, tuple] = {}
+        self._sid_models: dict[int, frozenset[str]] = {}
+        self._next_sid = 0
         self._groups: dict[int, dict[str, None]] = {}
         self._node_sid: dict[str, int] = {}
         self._memo: dict[tuple, NodeChoice | None] = {}
@@ -167,9 +168,10 @@ class Allocator:
         sig = node.signature()
         sid = self._sid.get(sig)
         if sid is None:
-            sid = self._sid[sig] = len(self._sigs)
-            self._sigs.append(sig)
-            self._sid_models.append(frozenset(g.model.name for g in node.gpus))
+            sid = self._sid[sig] = self._next_sid
+            self._next_sid += 1
+            self._sigs[sid] = sig
+            self._sid_models[sid] = frozenset(g.model.name for g in node.gpus)
         group = self._groups.get(sid)
         if group is None:
             group = self._groups[sid] = {}
@@ -248,9 +250,16 @@ class Allocator:
         self._revived.clear()
 
     def _prune_scores(self) -> None:
-        """Keep the scores of live node states only; heaps are rebuilt from them lazily."""
+        """Keep live node states and their scores only; heaps are rebuilt from them lazily.
+
+        Bounds memory in a long-running service: states no node is in are forgotten (a state
+        that comes back gets a new id and is scored again).
+        """
         live = self._groups
         self._memo = {k: v for k, v in self._memo.items() if k[0] in live}
+        self._sid = {sig: sid for sig, sid in self._sid.items() if sid in live}
+        self._sigs = {sid: sig for sid, sig in self._sigs.items() if sid in live}
+        self._sid_models = {sid: m for sid, m in self._sid_models.items() if sid in live}
         self._heaps.clear()
         self._heap_seen.clear()
         self._revived.clear()
@@ -293,7 +302,7 @@ class Allocator:
             heapq.heappop(heap)  # a state no node is in any more
         if not heap:
             return None
-        if len(self._memo) > 200_000 or len(self._revived) > 200_000:
+        if len(self._memo) > 200_000 or len(self._revived) > 200_000 or len(self._sid) > 50_000:
             self._prune_scores()
         order = self._order
         need_cpu, need_mem = offer.cpu_milli, offer.memory_mib

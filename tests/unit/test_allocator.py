@@ -658,3 +658,22 @@ def test_promote_leaves_no_grantable_waiter_first_in_line():
     # rather than stop after one pass.
     assert "Z" in [g.request.id for g in alloc.release("L", 200)]
     assert alloc.promote(200) == []
+
+
+def test_forgetting_dead_node_states_keeps_decisions_the_same():
+    # the allocator prunes node states no node is in (bounded memory); decisions must not change
+    def run(prune: bool) -> list[tuple]:
+        alloc = pool()
+        out = []
+        for i in range(12):
+            offer = ["a100-1g", "h100", "shared", "a100-3g"][i % 4]
+            d = alloc.submit(req(f"r{i}", offer, f"u{i}"), i)
+            out.append((d.kind, getattr(d, "node", None), getattr(d, "slots", ())))
+            if i % 3 == 2:
+                alloc.release(f"r{i - 1}", i)
+            if prune:
+                alloc._prune_scores()
+                assert set(alloc._sigs) == set(alloc._groups)
+        return out
+
+    assert run(prune=True) == run(prune=False)
