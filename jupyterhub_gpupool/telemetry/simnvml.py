@@ -1,0 +1,1369 @@
+"""A simulated NVML library with pynvml's names, driven by a pool YAML and load patterns.
+
+Why: tests and the demo should run the very code that reads real GPUs. This module exposes the
+subset of the pynvml function API the reader uses (same names, parameters, constants and
+``NVMLError_*`` classes with the same ``.value`` codes) and follows NVIDIA's rules: MIG
+profiles, IDs and placements come from the pool catalog, illegal or overlapping placements
+raise ``NVMLError_InsufficientResources``, utilization is ``NotSupported`` on MIG GPUs and MIG
+devices, GPM exists only on Hopper and newer, a GPU instance with compute instances or
+processes cannot be destroyed (``InUse``), and a lost GPU raises ``NVMLError_GpuIsLost``.
+
+Use it like the module (``simnvml.configure(yaml_text, node="sim-a100")``, then call
+``simnvml.nvmlInit()`` ...), or make independent simulated machines with
+``SimNvml.from_yaml(...)``; the instance carries the same functions, constants and classes, so
+``NvmlReader(nvml=instance)`` works too. Utilization follows per-GPU or per-MIG-instance load
+patterns (``idle``, ``steady``, ``bursty``, ``notebook``), deterministic for a seed and an
+injectable clock. The YAML's per-GPU ``load`` key and top-level ``simulation`` section are read
+here (``poolconfig`` reserves them)::
+
+    simulation: {seed: 7, driver_version: "550.54.15"}
+    nodes:
+      - name: sim-a100
+        gpus:
+          - model: A100-80GB
+            mig: {enabled: true, instances: [{profile: 3g.40gb, start: 0}]}
+            load: {pattern: idle, instances: {0: {pattern: steady, level: 70}}}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import string
+import time
+import uuid as uuidlib
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..pool.catalog import Catalog, GpuModel, MigProfile, default_catalog
+from ..pool.errors import ConfigError, PoolError
+from ..pool.placement import validate_mig_layout
+from ..poolconfig import parse_nodes
+
+# ---------------------------------------------------------------------------------------------
+# Constants (values as in pynvml / nvml.h)
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+NVML_ERROR_UNKNOWN = 999
+
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9
+NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+
+NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
+
+NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_MAX = 477
+
+#: Pairs NVML_GPU_INSTANCE_PROFILE_* enum values with the profile IDs of ``nvidia-smi mig
+#: -lgip`` (``MigProfile.id``). Copied from ``enum_to_id_observed`` in
+#: /work/shared/reference/mig_profiles.json (matched by the enum meanings in nvml.h), keyed by
+#: the GPU's number of memory slices. Profiles whose ID is not here cannot be reached by enum.
+ENUM_TO_ID: Mapping[int, Mapping[int, int]] = {
+    8: {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0},  # 8-memory-slice GPUs (A100, H100, ...)
+    4: {0: 14, 7: 21, 1: 5, 8: 6, 3: 0},  # A30 (and 4-slice GPUs with the same IDs)
+}
+
+#: Compute-instance profile enum → compute slices (nvml.h).
+_CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+#: GPM metrics the simulator produces, as a share of the activity (graphics) percentage.
+_GPM_SCALE = {
+    NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
+    NVML_GPM_METRIC_SM_UTIL: 0.85,
+    NVML_GPM_METRIC_SM_OCCUPANCY: 0.5,
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.3,
+    NVML_GPM_METRIC_DRAM_BW_UTIL: 0.4,
+}
+_GPM_MIN_INTERVAL = 0.1
+
+# ---------------------------------------------------------------------------------------------
+# Exceptions, made like pynvml's ``_extractNVMLErrorsAsClasses``
+
+
+class NVMLError(Exception):
+    """NVML failure; ``NVMLError(code)`` returns the matching ``NVMLError_*`` subclass."""
+
+    _valClassMapping: dict[int, type] = {}
+    value: int
+
+    def __new__(typ, value: int) -> NVMLError:
+        if typ is NVMLError:
+            typ = NVMLError._valClassMapping.get(value, typ)
+        obj = Exception.__new__(typ)
+        obj.value = value
+        return obj
+
+    def __str__(self) -> str:
+        name = _CODE_NAMES.get(self.value)
+        return name.replace("_", " ").title() if name else f"NVML Error with code {self.value}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+_CODE_NAMES = {
+    v: k.removeprefix("NVML_ERROR_")
+    for k, v in dict(globals()).items()
+    if k.startswith("NVML_ERROR_")
+}
+
+
+def _make_error_classes() -> None:
+    for code, raw in _CODE_NAMES.items():
+        name = "NVMLError_" + string.capwords(raw, "_").replace("_", "")
+
+        def new(typ: type, *args: object, _code: int = code) -> NVMLError:
+            return NVMLError.__new__(typ, _code)
+
+        cls = type(name, (NVMLError,), {"__new__": new, "__module__": __name__})
+        globals()[name] = cls
+        NVMLError._valClassMapping[code] = cls
+
+
+_make_error_classes()
+# explicit names for linters and readers (created above)
+NVMLError_Uninitialized: type[NVMLError] = globals()["NVMLError_Uninitialized"]
+NVMLError_InvalidArgument: type[NVMLError] = globals()["NVMLError_InvalidArgument"]
+NVMLError_NotSupported: type[NVMLError] = globals()["NVMLError_NotSupported"]
+NVMLError_NotFound: type[NVMLError] = globals()["NVMLError_NotFound"]
+NVMLError_FunctionNotFound: type[NVMLError] = globals()["NVMLError_FunctionNotFound"]
+NVMLError_GpuIsLost: type[NVMLError] = globals()["NVMLError_GpuIsLost"]
+NVMLError_InUse: type[NVMLError] = globals()["NVMLError_InUse"]
+NVMLError_InsufficientResources: type[NVMLError] = globals()["NVMLError_InsufficientResources"]
+NVMLError_ArgumentVersionMismatch: type[NVMLError] = globals()["NVMLError_ArgumentVersionMismatch"]
+
+
+def _fail(code: int) -> NVMLError:
+    return NVMLError(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structures (same names and attribute names as pynvml)
+
+
+class _Printable(ctypes.Structure):
+    def __repr__(self) -> str:
+        body = ", ".join(f"{n}={getattr(self, n)!r}" for n, _ in self._fields_)
+        return f"{type(self).__name__}({body})"
+
+
+class c_nvmlGpuInstancePlacement_t(_Printable):
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+class c_nvmlMemory_t(_Printable):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class c_nvmlUtilization_t(_Printable):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class c_nvmlGpmSupport_t(_Printable):
+    _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
+
+
+class c_nvmlGpuInstanceProfileInfo_v2_t(_Printable):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("id", ctypes.c_uint),
+        ("isP2pSupported", ctypes.c_uint),
+        ("sliceCount", ctypes.c_uint),
+        ("instanceCount", ctypes.c_uint),
+        ("multiprocessorCount", ctypes.c_uint),
+        ("copyEngineCount", ctypes.c_uint),
+        ("decoderCount", ctypes.c_uint),
+        ("encoderCount", ctypes.c_uint),
+        ("jpegCount", ctypes.c_uint),
+        ("ofaCount", ctypes.c_uint),
+        ("memorySizeMB", ctypes.c_ulonglong),
+        ("name", ctypes.c_char * 96),
+    ]
+
+
+class c_nvmlComputeInstanceProfileInfo_v2_t(_Printable):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("id", ctypes.c_uint),
+        ("sliceCount", ctypes.c_uint),
+        ("instanceCount", ctypes.c_uint),
+        ("multiprocessorCount", ctypes.c_uint),
+        ("sharedCopyEngineCount", ctypes.c_uint),
+        ("sharedDecoderCount", ctypes.c_uint),
+        ("sharedEncoderCount", ctypes.c_uint),
+        ("sharedJpegCount", ctypes.c_uint),
+        ("sharedOfaCount", ctypes.c_uint),
+        ("name", ctypes.c_char * 96),
+    ]
+
+
+class _HandleArrayType(type):
+    """``(c_nvmlGpuInstance_t * n)()`` makes an n-slot array, as with pynvml's pointer types."""
+
+    def __mul__(cls, n: int) -> Callable[[], list]:
+        return lambda: [None] * n
+
+
+class c_nvmlGpuInstance_t(metaclass=_HandleArrayType):
+    """GPU-instance handle type (only its array form is used by callers)."""
+
+
+class c_nvmlComputeInstance_t(metaclass=_HandleArrayType):
+    """Compute-instance handle type (only its array form is used by callers)."""
+
+
+@dataclass
+class c_nvmlGpuInstanceInfo_t:
+    device: Any
+    id: int
+    profileId: int
+    placement: c_nvmlGpuInstancePlacement_t
+
+
+@dataclass
+class c_nvmlComputeInstanceInfo_t:
+    device: Any
+    gpuInstance: Any
+    id: int
+    profileId: int
+
+
+@dataclass
+class c_nvmlProcessInfo_v3_t:
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class c_metricInfo_t:
+    shortName: str = ""
+    longName: str = ""
+    unit: str = ""
+
+
+@dataclass
+class c_nvmlGpmMetric_t:
+    metricId: int = 0
+    nvmlReturn: int = 0
+    value: float = 0.0
+    metricInfo: c_metricInfo_t = field(default_factory=c_metricInfo_t)
+
+
+class c_nvmlGpmMetricsGet_t:
+    """What ``nvmlGpmMetricsGet`` fills: set version, numMetrics, samples and metric IDs."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [c_nvmlGpmMetric_t() for _ in range(NVML_GPM_METRIC_MAX)]
+
+
+class c_nvmlGpmSample_t:
+    """An opaque GPM sample buffer (``nvmlGpmSampleAlloc``)."""
+
+    def __init__(self) -> None:
+        self.freed = False
+        self.filled = False
+        self.ts = 0.0
+        self.source: tuple = ()  # (GPU, GPU instance or None): what the counters belong to
+
+
+def _deref(ref: Any) -> Any:
+    """The object behind ``ctypes.byref(x)`` (or ``x`` itself)."""
+    return getattr(ref, "_obj", ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load patterns
+
+PATTERNS = ("idle", "steady", "bursty", "notebook")
+_PATTERN_KEYS = {"pattern", "level", "memory", "period", "duty", "train", "delay", "jitter"}
+
+
+@dataclass(frozen=True)
+class LoadPattern:
+    """How busy a GPU or MIG instance is over time, deterministic for a seed and a key.
+
+    ``steady``: ``level`` % all the time. ``bursty``: ``level`` % for ``duty`` of every
+    ``period`` seconds, near 0 otherwise. ``notebook``: trains at ``level`` % for ``train``
+    seconds (after ``delay``), then sits idle while still holding its memory. ``memory`` is the
+    share of the device's memory in use while the workload exists.
+    """
+
+    pattern: str = "idle"
+    level: float = 60.0
+    memory: float = 0.5
+    period: float = 300.0
+    duty: float = 0.3
+    train: float = 1800.0
+    delay: float = 0.0
+    jitter: float = 3.0
+
+    def util(self, t: float, seed: int, key: str) -> float:
+        """Activity percentage at ``t`` seconds after the simulation started."""
+        noise = _noise(seed, key, t) * self.jitter
+        if self.pattern == "steady":
+            value = self.level + noise
+        elif self.pattern == "bursty":
+            offset = (zlib.crc32(f"{seed}:{key}".encode()) % 1000) / 1000 * self.period
+            on = (t + offset) % self.period < self.duty * self.period
+            value = self.level + noise if on else 2.0 + noise / 3
+        elif self.pattern == "notebook":
+            elapsed = t - self.delay
+            value = self.level + noise if 0 <= elapsed < self.train else 0.0
+        else:
+            value = 0.0
+        return min(100.0, max(0.0, value))
+
+    def memory_share(self, t: float) -> float:
+        """Share of the device's memory the workload holds at ``t``."""
+        if self.pattern == "idle" or (self.pattern == "notebook" and t < self.delay):
+            return 0.0
+        return min(1.0, max(0.0, self.memory))
+
+
+def _noise(seed: int, key: str, t: float) -> float:
+    """Deterministic noise in [-1, 1], constant within each simulated second."""
+    h = zlib.crc32(f"{seed}|{key}|{int(t // 1)}".encode())
+    return (h % 20001) / 10000.0 - 1.0
+
+
+def parse_load(raw: object, where: str) -> LoadPattern:
+    """A load pattern from ``idle`` or ``{pattern: steady, level: 70, ...}``."""
+    if isinstance(raw, str):
+        raw = {"pattern": raw}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a pattern name or a mapping", field=where)
+    unknown = set(raw) - _PATTERN_KEYS
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {', '.join(sorted(map(str, unknown)))}",
+            field=where,
+            allowed=sorted(_PATTERN_KEYS),
+        )
+    pattern = raw.get("pattern", "idle")
+    if pattern not in PATTERNS:
+        raise ConfigError(
+            f"unknown load pattern {pattern!r}", field=f"{where}.pattern", allowed=list(PATTERNS)
+        )
+    kwargs: dict[str, float] = {}
+    for key in _PATTERN_KEYS - {"pattern"}:
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"must be a number ≥ 0, got {value!r}", field=f"{where}.{key}")
+            kwargs[key] = float(value)
+    if kwargs.get("level", 0) > 100 or kwargs.get("memory", 0) > 1 or kwargs.get("duty", 0) > 1:
+        raise ConfigError("level is 0–100, memory and duty are 0–1", field=where)
+    if "period" in kwargs and kwargs["period"] <= 0:
+        raise ConfigError("must be > 0", field=f"{where}.period")
+    return LoadPattern(pattern=pattern, **kwargs)
+
+
+def _parse_gpu_load(raw: object, where: str) -> tuple[LoadPattern, dict[int, LoadPattern]]:
+    """A GPU's ``load``: its own pattern plus ``instances: {start: pattern}`` for MIG."""
+    if raw is None:
+        return LoadPattern(), {}
+    per_instance: dict[int, LoadPattern] = {}
+    if isinstance(raw, Mapping) and "instances" in raw:
+        raw = dict(raw)
+        inst = raw.pop("instances") or {}
+        if not isinstance(inst, Mapping):
+            raise ConfigError("must map MIG starts to patterns", field=f"{where}.instances")
+        for start, pat in inst.items():
+            try:
+                s = int(start)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{start!r} is not a memory-slice start", field=f"{where}.instances"
+                ) from None
+            per_instance[s] = parse_load(pat, f"{where}.instances.{start}")
+    return parse_load(raw if raw else "idle", where), per_instance
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulated hardware
+
+
+@dataclass
+class _Process:
+    pid: int
+    used_mib: int
+
+
+@dataclass(eq=False)
+class _ComputeInstance:
+    gi: _GpuInstance
+    id: int
+    profile_id: int
+    slices: int
+    slot: int  # MIG device index (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str
+    processes: list[_Process] = field(default_factory=list)
+    destroyed: bool = False
+
+
+@dataclass(eq=False)
+class _GpuInstance:
+    gpu: _Gpu
+    id: int
+    profile: MigProfile
+    start: int
+    load: LoadPattern
+    cis: dict[int, _ComputeInstance] = field(default_factory=dict)
+    destroyed: bool = False
+
+    @property
+    def memory_mib(self) -> int:
+        p, m = self.profile, self.gpu.model
+        if p.memory_gb:
+            return int(p.memory_gb * 1024)
+        return self.gpu.memory_mib * p.memory_slices // m.memory_slices
+
+
+@dataclass(eq=False)
+class _Gpu:
+    index: int
+    uuid: str
+    model: GpuModel
+    name: str
+    memory_mib: int
+    mig_current: int
+    mig_pending: int
+    load: LoadPattern
+    instance_loads: dict[int, LoadPattern]
+    gis: dict[int, _GpuInstance] = field(default_factory=dict)
+    processes: list[_Process] = field(default_factory=list)
+    lost: bool = False
+    ecc_uncorrected: int = 0
+
+
+class _MigDevice:
+    """A MIG device handle: one compute instance of one GPU instance."""
+
+    __slots__ = ("ci",)
+
+    def __init__(self, ci: _ComputeInstance) -> None:
+        self.ci = ci
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _MigDevice) and other.ci is self.ci
+
+    def __hash__(self) -> int:
+        return id(self.ci)
+
+    def __repr__(self) -> str:
+        return f"<sim MIG device {self.ci.uuid}>"
+
+
+_TDP_W = {"T4": 70, "L4": 72, "A10": 150, "A30-24GB": 165, "H100-80GB": 700, "A100-80GB": 400}
+
+
+def _product_name(model: GpuModel) -> str:
+    return model.product_names[0] if model.product_names else "NVIDIA " + model.name
+
+
+def _api(fn: Callable) -> Callable:
+    """Check init and simulated missing symbols (old drivers) before an NVML call."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: SimNvml, *args: Any, **kwargs: Any) -> Any:
+        if name in self._missing:
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        if self._init_count <= 0 and name != "nvmlInit":
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        return fn(self, *args, **kwargs)
+
+    return call
+
+
+class SimNvml:
+    """One simulated machine (one node of a pool YAML), usable in place of the pynvml module.
+
+    The ``nvml*`` methods take the same parameters as pynvml's functions. Methods without the
+    ``nvml`` prefix drive the simulation: ``add_process``, ``remove_process``, ``set_lost``,
+    ``set_ecc_errors``, ``set_load``, ``set_mig_pending``, ``remove_function``.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        node: str | None = None,
+        *,
+        seed: int | None = None,
+        clock: Callable[[], float] | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self._missing: set[str] = set()
+        self._init_count = 0
+        self.configure(config or {"nodes": []}, node, seed=seed, clock=clock, catalog=catalog)
+
+    @classmethod
+    def from_yaml(
+        cls,
+        source: str | Path,
+        node: str | None = None,
+        *,
+        seed: int | None = None,
+        clock: Callable[[], float] | None = None,
+        catalog: Catalog | None = None,
+    ) -> SimNvml:
+        """A simulated machine from YAML text or a YAML file path."""
+        return cls(_read_yaml(source), node, seed=seed, clock=clock, catalog=catalog)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def configure(
+        self,
+        config: Mapping[str, Any],
+        node: str | None = None,
+        *,
+        seed: int | None = None,
+        clock: Callable[[], float] | None = None,
+        catalog: Catalog | None = None,
+    ) -> SimNvml:
+        """(Re)build the simulated machine from a pool config mapping; keeps init state."""
+        if not isinstance(config, Mapping):
+            raise ConfigError("must be a mapping", field="pool config")
+        catalog = catalog or default_catalog()
+        sim = config.get("simulation") or {}
+        if not isinstance(sim, Mapping):
+            raise ConfigError("must be a mapping", field="simulation")
+        unknown = set(sim) - {"seed", "driver_version"}
+        if unknown:
+            raise ConfigError(
+                f"unknown field(s) {', '.join(sorted(map(str, unknown)))}",
+                field="simulation",
+                allowed=["driver_version", "seed"],
+            )
+        self.seed = int(seed if seed is not None else sim.get("seed", 0))
+        self.driver_version = str(sim.get("driver_version", "550.54.15"))
+        self.clock = clock or time.time
+        self.t0 = self.clock()
+        nodes_raw = config.get("nodes") or []
+        nodes = parse_nodes(nodes_raw, catalog)
+        if node is None:
+            chosen = 0 if nodes else None
+        else:
+            names = [n.name for n in nodes]
+            if node not in names:
+                raise ConfigError(f"no node {node!r} in the pool", field="node", allowed=names)
+            chosen = names.index(node)
+        self.node_name = nodes[chosen].name if chosen is not None else ""
+        self._gpus: list[_Gpu] = []
+        self._next_pid = 1000
+        if chosen is None:
+            return self
+        # the raw GPU entries of the chosen node, expanded by count like parse_nodes does
+        raw_entries: list[tuple[Any, str]] = []
+        for g, gpu_raw in enumerate(nodes_raw[chosen].get("gpus", []) or []):
+            raw_entries += [(gpu_raw, f"nodes[{chosen}].gpus[{g}].load")] * int(
+                gpu_raw.get("count", 1)
+            )
+        for gpu, (gpu_raw, where) in zip(nodes[chosen].gpus, raw_entries, strict=True):
+            load, per_instance = _parse_gpu_load(gpu_raw.get("load"), where)
+            mode = NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else NVML_DEVICE_MIG_DISABLE
+            memory_mib = int(gpu_raw.get("memory_mib") or gpu.model.memory_gb * 1024)
+            sim_gpu = _Gpu(
+                gpu.index,
+                gpu.uuid,
+                gpu.model,
+                _product_name(gpu.model),
+                memory_mib,
+                mode,
+                mode,
+                load,
+                per_instance,
+            )
+            self._gpus.append(sim_gpu)
+            for inst in gpu.instances:
+                gi = self._create_gi(sim_gpu, gpu.model.profile(inst.profile), inst.start)
+                self._create_ci(gi, gi.profile.compute_slices, inst.uuid)
+        return self
+
+    # -- simulation controls ------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds since the simulation started (the load patterns' time axis)."""
+        return self.clock() - self.t0
+
+    def _find(self, target: str | int) -> _Gpu | _ComputeInstance:
+        for g in self._gpus:
+            if target in (g.uuid, g.index):
+                return g
+            for gi in g.gis.values():
+                for ci in gi.cis.values():
+                    if ci.uuid == target:
+                        return ci
+        raise KeyError(f"no simulated GPU or MIG device {target!r}")
+
+    def add_process(self, target: str | int, used_mib: int = 1024, pid: int | None = None) -> int:
+        """Start a simulated compute process on a GPU (UUID or index) or MIG device (UUID)."""
+        found = self._find(target)
+        if pid is None:
+            self._next_pid += 1
+            pid = self._next_pid
+        found.processes.append(_Process(pid, used_mib))
+        return pid
+
+    def remove_process(self, pid: int) -> None:
+        """End a simulated process wherever it runs."""
+        for g in self._gpus:
+            g.processes = [p for p in g.processes if p.pid != pid]
+            for gi in g.gis.values():
+                for ci in gi.cis.values():
+                    ci.processes = [p for p in ci.processes if p.pid != pid]
+
+    def set_lost(self, target: str | int, lost: bool = True) -> None:
+        """Mark a GPU as fallen off the bus: every call about it raises GpuIsLost."""
+        gpu = self._find(target)
+        assert isinstance(gpu, _Gpu), "only whole GPUs get lost"
+        gpu.lost = lost
+
+    def set_ecc_errors(self, target: str | int, uncorrected: int) -> None:
+        """Set the volatile uncorrected ECC error count of a GPU."""
+        gpu = self._find(target)
+        assert isinstance(gpu, _Gpu)
+        gpu.ecc_uncorrected = uncorrected
+
+    def set_load(self, target: str | int, pattern: str | Mapping[str, Any]) -> None:
+        """Change the load pattern of a GPU or of the MIG instance behind a MIG UUID."""
+        found = self._find(target)
+        load = parse_load(pattern, "load")
+        if isinstance(found, _Gpu):
+            found.load = load
+        else:
+            found.gi.load = load
+            found.gi.gpu.instance_loads[found.gi.start] = load
+
+    def set_mig_pending(self, target: str | int, mode: int) -> None:
+        """Set the pending MIG mode (what a reset would switch to)."""
+        gpu = self._find(target)
+        assert isinstance(gpu, _Gpu)
+        gpu.mig_pending = mode
+
+    def remove_function(self, name: str) -> None:
+        """Make an NVML function raise FunctionNotFound, as on a driver without that symbol."""
+        self._missing.add(name)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _gpu(self, handle: Any) -> _Gpu:
+        if isinstance(handle, _MigDevice):
+            if handle.ci.destroyed:
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+            gpu = handle.ci.gi.gpu
+        elif isinstance(handle, _Gpu):
+            gpu = handle
+        else:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    def _parent(self, handle: Any) -> _Gpu:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _MigDevice):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return gpu
+
+    def _live_gi(self, gi: Any) -> _GpuInstance:
+        if not isinstance(gi, _GpuInstance) or gi.destroyed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if gi.gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return gi
+
+    def _profile_for_enum(self, gpu: _Gpu, profile: int) -> MigProfile:
+        if not 0 <= profile < NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not gpu.model.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        pid = ENUM_TO_ID.get(gpu.model.memory_slices, {}).get(profile)
+        for p in gpu.model.profiles.values():
+            if pid is not None and p.id == pid:
+                return p
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def _profile_by_id(self, gpu: _Gpu, profile_id: int) -> MigProfile:
+        if not gpu.model.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        for p in gpu.model.profiles.values():
+            if p.id == profile_id:
+                return p
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def _create_gi(self, gpu: _Gpu, profile: MigProfile, start: int) -> _GpuInstance:
+        gi_id = min(set(range(1, 64)) - set(gpu.gis))
+        load = gpu.instance_loads.get(start, LoadPattern())
+        gi = _GpuInstance(gpu, gi_id, profile, start, load)
+        gpu.gis[gi_id] = gi
+        return gi
+
+    def _create_ci(self, gi: _GpuInstance, slices: int, mig_uuid: str | None) -> _ComputeInstance:
+        gpu = gi.gpu
+        used_slots = {ci.slot for g in gpu.gis.values() for ci in g.cis.values()}
+        slot = min(set(range(gpu.model.compute_slices)) - used_slots)
+        ci_id = min(set(range(0, 8)) - set(gi.cis))
+        if mig_uuid is None:
+            key = f"{gpu.uuid}:{gi.start}:{gi.profile.name}:{ci_id}"
+            mig_uuid = "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, key))
+        ci_profile = {v: k for k, v in _CI_SLICES.items()}[slices]
+        ci = _ComputeInstance(gi, ci_id, ci_profile, slices, slot, mig_uuid)
+        gi.cis[ci_id] = ci
+        return ci
+
+    def _util_at(self, gpu: _Gpu, gi: _GpuInstance | None, t: float) -> float:
+        if gi is not None:
+            return gi.load.util(t, self.seed, f"{gpu.uuid}/{gi.start}")
+        if gpu.mig_current:
+            total = gpu.model.compute_slices or 1
+            return sum(
+                self._util_at(gpu, g, t) * g.profile.compute_slices / total
+                for g in gpu.gis.values()
+            )
+        return gpu.load.util(t, self.seed, gpu.uuid)
+
+    def _mean_util(self, gpu: _Gpu, gi: _GpuInstance | None, t1: float, t2: float) -> float:
+        """Mean activity over [t1, t2], as GPM counters would accumulate it (≤ 600 points)."""
+        n = max(1, min(600, int(t2 - t1)))
+        step = (t2 - t1) / n
+        return sum(self._util_at(gpu, gi, t1 + (i + 0.5) * step) for i in range(n)) / n
+
+    def _used_mib(self, gpu: _Gpu, gi: _GpuInstance | None) -> int:
+        t = self.now()
+        if gi is not None:
+            procs = sum(p.used_mib for ci in gi.cis.values() for p in ci.processes)
+            return min(gi.memory_mib, int(gi.load.memory_share(t) * gi.memory_mib) + procs)
+        if gpu.mig_current:
+            return sum(self._used_mib(gpu, g) for g in gpu.gis.values())
+        procs = sum(p.used_mib for p in gpu.processes)
+        return min(gpu.memory_mib, int(gpu.load.memory_share(t) * gpu.memory_mib) + procs)
+
+    # -- NVML: library ------------------------------------------------------------------------
+
+    @_api
+    def nvmlInit(self) -> None:
+        self._init_count += 1
+
+    @_api
+    def nvmlShutdown(self) -> None:
+        self._init_count -= 1
+
+    @_api
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver_version
+
+    # -- NVML: devices ------------------------------------------------------------------------
+
+    @_api
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self._gpus)
+
+    @_api
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Gpu:
+        if not 0 <= index < len(self._gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self._gpus[index]
+        if gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    @_api
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> _Gpu | _MigDevice:
+        key = uuid.decode() if isinstance(uuid, bytes) else uuid
+        try:
+            found = self._find(key)
+        except KeyError:
+            raise NVMLError(NVML_ERROR_NOT_FOUND) from None
+        if isinstance(found, _Gpu):
+            return self._gpu(found)
+        self._gpu(found.gi.gpu)
+        return _MigDevice(found)
+
+    @_api
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _MigDevice):
+            return f"{gpu.name} MIG {handle.ci.gi.profile.name}"
+        return gpu.name
+
+    @_api
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        gpu = self._gpu(handle)
+        return handle.ci.uuid if isinstance(handle, _MigDevice) else gpu.uuid
+
+    @_api
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        gpu = self._gpu(handle)
+        return handle.ci.slot if isinstance(handle, _MigDevice) else gpu.index
+
+    @_api
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> c_nvmlMemory_t:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _MigDevice):
+            gi = handle.ci.gi
+            total, used = gi.memory_mib, self._used_mib(gpu, gi)
+        else:
+            total, used = gpu.memory_mib, self._used_mib(gpu, None)
+        mib = 1024 * 1024
+        return c_nvmlMemory_t(total * mib, (total - used) * mib, used * mib)
+
+    @_api
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> c_nvmlUtilization_t:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _MigDevice) or gpu.mig_current:
+            # nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not supported"
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        util = self._util_at(gpu, None, self.now())
+        return c_nvmlUtilization_t(round(util), round(util * 0.6))
+
+    @_api
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[c_nvmlProcessInfo_v3_t]:
+        gpu = self._gpu(handle)
+        mib = 1024 * 1024
+        if isinstance(handle, _MigDevice):
+            ci = handle.ci
+            return [
+                c_nvmlProcessInfo_v3_t(p.pid, p.used_mib * mib, ci.gi.id, ci.id)
+                for p in ci.processes
+            ]
+        out = [c_nvmlProcessInfo_v3_t(p.pid, p.used_mib * mib) for p in gpu.processes]
+        for gi in gpu.gis.values():  # aggregate on the parent (as a privileged caller sees it)
+            for ci in gi.cis.values():
+                out += [
+                    c_nvmlProcessInfo_v3_t(p.pid, p.used_mib * mib, gi.id, ci.id)
+                    for p in ci.processes
+                ]
+        return out
+
+    @_api
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._parent(handle)
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return int(32 + 0.45 * self._util_at(gpu, None, self.now()))
+
+    @_api
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        gpu = self._parent(handle)
+        tdp = _TDP_W.get(gpu.model.name, 300)
+        util = self._util_at(gpu, None, self.now())
+        return int((0.15 * tdp + 0.85 * tdp * util / 100) * 1000)  # milliwatts
+
+    @_api
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        gpu = self._parent(handle)
+        if gpu.model.architecture in ("ada",) and gpu.model.name.startswith("RTX"):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return gpu.ecc_uncorrected
+        return 0
+
+    # -- NVML: MIG ----------------------------------------------------------------------------
+
+    @_api
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        gpu = self._parent(device)
+        if not gpu.model.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [gpu.mig_current, gpu.mig_pending]
+
+    @_api
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        gpu = self._parent(device)
+        return gpu.model.compute_slices if gpu.mig_current else 0
+
+    @_api
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> _MigDevice:
+        gpu = self._parent(device)
+        if not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= index < gpu.model.compute_slices:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        for gi in gpu.gis.values():
+            for ci in gi.cis.values():
+                if ci.slot == index:
+                    return _MigDevice(ci)
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    @_api
+    def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> ctypes.c_uint:
+        self._gpu(device)
+        return ctypes.c_uint(int(isinstance(device, _MigDevice)))
+
+    @_api
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, _MigDevice):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return device.ci.gi.id
+
+    @_api
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, _MigDevice):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return device.ci.id
+
+    @_api
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> _Gpu:
+        gpu = self._gpu(migDevice)
+        if not isinstance(migDevice, _MigDevice):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return gpu
+
+    @_api
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, device: Any, profile: int, version: int = 2
+    ) -> c_nvmlGpuInstanceProfileInfo_v2_t:
+        gpu = self._parent(device)
+        if version not in (1, 2):
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        p = self._profile_for_enum(gpu, profile)
+        sms = {"hopper": 132, "blackwell": 148}.get(gpu.model.architecture, 98)
+        return c_nvmlGpuInstanceProfileInfo_v2_t(
+            version=version,
+            id=p.id,
+            isP2pSupported=0,
+            sliceCount=p.compute_slices,
+            instanceCount=p.max_count,
+            multiprocessorCount=sms * p.compute_slices // gpu.model.compute_slices,
+            copyEngineCount=p.compute_slices,
+            decoderCount=p.compute_slices // 2,
+            encoderCount=0,
+            jpegCount=int(p.media_extensions or p.compute_slices == gpu.model.compute_slices),
+            ofaCount=int(p.media_extensions or p.compute_slices == gpu.model.compute_slices),
+            memorySizeMB=int((p.memory_gb or 0) * 1024),
+            name=f"MIG {p.name}".encode(),
+        )
+
+    @_api
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self,
+        device: Any,
+        profileId: int,
+        placementsRef: Any,
+        countRef: Any,
+    ) -> int:
+        gpu = self._parent(device)
+        p = self._profile_by_id(gpu, profileId)
+        count = _deref(countRef)
+        if placementsRef is None:
+            count.value = len(p.starts)
+            return NVML_SUCCESS
+        array = _deref(placementsRef)
+        if count.value < len(p.starts):
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
+        for i, start in enumerate(p.starts):
+            array[i].start, array[i].size = start, p.memory_slices
+        count.value = len(p.starts)
+        return NVML_SUCCESS
+
+    @_api
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, device: Any, profileId: int) -> int:
+        gpu = self._parent(device)
+        if not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        p = self._profile_by_id(gpu, profileId)
+        taken = [(g.profile.name, g.start) for g in gpu.gis.values()]
+        return len(_fitting_starts(gpu.model, taken, p))
+
+    @_api
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self,
+        device: Any,
+        profileId: int,
+        placement: Any,
+    ) -> _GpuInstance:
+        gpu = self._parent(device)
+        if not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        p = self._profile_by_id(gpu, profileId)
+        pl = _deref(placement)
+        start, size = int(pl.start), int(pl.size)
+        if size != p.memory_slices:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        taken = [(g.profile.name, g.start) for g in gpu.gis.values()]
+        try:
+            validate_mig_layout(gpu.model, [*taken, (p.name, start)])
+        except PoolError:  # illegal start, overlap, too many, out of compute slices
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_RESOURCES) from None
+        return self._create_gi(gpu, p, start)
+
+    @_api
+    def nvmlDeviceGetGpuInstances(
+        self,
+        device: Any,
+        profileId: int,
+        gpuInstancesRef: Any,
+        countRef: Any,
+    ) -> int:
+        gpu = self._parent(device)
+        if not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        p = self._profile_by_id(gpu, profileId)
+        found = sorted((g for g in gpu.gis.values() if g.profile is p), key=lambda g: g.start)
+        array = _deref(gpuInstancesRef)
+        if len(array) < len(found):
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
+        for i, gi in enumerate(found):
+            array[i] = gi
+        _deref(countRef).value = len(found)
+        return NVML_SUCCESS
+
+    @_api
+    def nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> _GpuInstance:
+        gpu = self._parent(device)
+        if not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        try:
+            return gpu.gis[gpuInstanceId]
+        except KeyError:
+            raise NVMLError(NVML_ERROR_NOT_FOUND) from None
+
+    @_api
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> c_nvmlGpuInstanceInfo_t:
+        gi = self._live_gi(gpuInstance)
+        return c_nvmlGpuInstanceInfo_t(
+            gi.gpu,
+            gi.id,
+            gi.profile.id or 0,
+            c_nvmlGpuInstancePlacement_t(gi.start, gi.profile.memory_slices),
+        )
+
+    @_api
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self,
+        device: Any,
+        profile: int,
+        engProfile: int,
+        version: int = 2,
+    ) -> c_nvmlComputeInstanceProfileInfo_v2_t:
+        gi = self._live_gi(device)
+        if engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 <= profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        slices = _CI_SLICES.get(profile)
+        total = gi.profile.compute_slices
+        if slices is None or slices > total:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return c_nvmlComputeInstanceProfileInfo_v2_t(
+            version=version,
+            id=profile,
+            sliceCount=slices,
+            instanceCount=total // slices,
+            multiprocessorCount=14 * slices,
+            name=f"MIG {slices}c.{gi.profile.name}".encode(),
+        )
+
+    @_api
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gpuInstance: Any, profileId: int
+    ) -> _ComputeInstance:
+        gi = self._live_gi(gpuInstance)
+        slices = _CI_SLICES.get(profileId)
+        if slices is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        used = sum(ci.slices for ci in gi.cis.values())
+        if used + slices > gi.profile.compute_slices:
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_RESOURCES)
+        return self._create_ci(gi, slices, None)
+
+    @_api
+    def nvmlGpuInstanceGetComputeInstances(
+        self,
+        gpuInstance: Any,
+        profileId: int,
+        computeInstancesRef: Any,
+        countRef: Any,
+    ) -> int:
+        gi = self._live_gi(gpuInstance)
+        found = [ci for ci in gi.cis.values() if ci.profile_id == profileId]
+        array = _deref(computeInstancesRef)
+        if len(array) < len(found):
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
+        for i, ci in enumerate(found):
+            array[i] = ci
+        _deref(countRef).value = len(found)
+        return NVML_SUCCESS
+
+    @_api
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self,
+        gpuInstance: Any,
+        computeInstanceId: int,
+    ) -> _ComputeInstance:
+        gi = self._live_gi(gpuInstance)
+        try:
+            return gi.cis[computeInstanceId]
+        except KeyError:
+            raise NVMLError(NVML_ERROR_NOT_FOUND) from None
+
+    @_api
+    def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> c_nvmlComputeInstanceInfo_t:
+        ci = computeInstance
+        if not isinstance(ci, _ComputeInstance) or ci.destroyed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._live_gi(ci.gi)
+        return c_nvmlComputeInstanceInfo_t(ci.gi.gpu, ci.gi, ci.id, ci.profile_id)
+
+    @_api
+    def nvmlComputeInstanceDestroy(self, computeInstance: Any) -> None:
+        ci = computeInstance
+        if not isinstance(ci, _ComputeInstance) or ci.destroyed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._live_gi(ci.gi)
+        if ci.processes:
+            raise NVMLError(NVML_ERROR_IN_USE)
+        ci.destroyed = True
+        del ci.gi.cis[ci.id]
+
+    @_api
+    def nvmlGpuInstanceDestroy(self, gpuInstance: Any) -> None:
+        gi = self._live_gi(gpuInstance)
+        # nvml.h: IN_USE "if processes (e.g. CUDA application) or compute instances are active"
+        if gi.cis:
+            raise NVMLError(NVML_ERROR_IN_USE)
+        gi.destroyed = True
+        del gi.gpu.gis[gi.id]
+
+    # -- NVML: GPM ----------------------------------------------------------------------------
+
+    @_api
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> c_nvmlGpmSupport_t:
+        gpu = self._gpu(device)
+        return c_nvmlGpmSupport_t(NVML_GPM_SUPPORT_VERSION, int(gpu.model.gpm_supported))
+
+    @_api
+    def nvmlGpmSampleAlloc(self) -> c_nvmlGpmSample_t:
+        return c_nvmlGpmSample_t()
+
+    @_api
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        if not isinstance(gpmSample, c_nvmlGpmSample_t) or gpmSample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpmSample.freed = True
+
+    def _fill(self, sample: Any, gpu: _Gpu, gi: _GpuInstance | None) -> None:
+        if not isinstance(sample, c_nvmlGpmSample_t) or sample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        t = self.now()
+        sample.filled, sample.ts, sample.source = True, t, (gpu, gi)
+
+    @_api
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> None:
+        gpu = self._gpu(device)
+        if not gpu.model.gpm_supported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        gi = device.ci.gi if isinstance(device, _MigDevice) else None
+        self._fill(gpmSample, gpu, gi)
+
+    @_api
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> None:
+        gpu = self._parent(device)
+        if not gpu.model.gpm_supported or not gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        gi = gpu.gis.get(gpuInstanceId)
+        if gi is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        self._fill(gpmSample, gpu, gi)
+
+    @_api
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        mg = _deref(metricsGet)
+        if mg.version != NVML_GPM_METRICS_GET_VERSION:
+            raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        s1, s2 = mg.sample1, mg.sample2
+        for s in (s1, s2):
+            if not isinstance(s, c_nvmlGpmSample_t) or s.freed or not s.filled:
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if s1.source[0] is not s2.source[0] or s1.source[1] is not s2.source[1]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if s2.ts - s1.ts < _GPM_MIN_INTERVAL:
+            # two samples of one device, ≥ 100 ms apart, or the counters mean nothing
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 < mg.numMetrics <= NVML_GPM_METRIC_MAX:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu, gi = s1.source
+        if gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        busy = self._mean_util(gpu, gi, s1.ts, s2.ts)
+        for m in mg.metrics[: mg.numMetrics]:
+            scale = _GPM_SCALE.get(m.metricId)
+            if scale is None:
+                m.nvmlReturn, m.value = NVML_ERROR_NOT_SUPPORTED, 0.0
+            else:
+                m.nvmlReturn, m.value = NVML_SUCCESS, min(100.0, max(0.0, busy * scale))
+        return mg
+
+
+def _fitting_starts(model: GpuModel, taken: list[tuple[str, int]], p: MigProfile) -> list[int]:
+    from ..pool.placement import mig_new_starts
+
+    return list(mig_new_starts(model, taken, p.name))
+
+
+def _read_yaml(source: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(source, Mapping):
+        return source
+    text = source
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+        path = Path(source)
+        if path.exists():
+            text = path.read_text()
+    try:
+        raw = yaml.safe_load(str(text))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML ({e})", field="pool config") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a mapping", field="pool config")
+    return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# The module interface: constants, classes and a default machine behind module-level functions
+
+_EXPORTS = {
+    k: v
+    for k, v in dict(globals()).items()
+    if k.startswith(("NVML_", "NVMLError", "c_nvml", "c_metric"))
+}
+for _name, _value in _EXPORTS.items():
+    setattr(SimNvml, _name, _value)
+
+_default = SimNvml()
+
+
+def configure(
+    source: str | Path | Mapping[str, Any],
+    node: str | None = None,
+    *,
+    seed: int | None = None,
+    clock: Callable[[], float] | None = None,
+    catalog: Catalog | None = None,
+) -> SimNvml:
+    """Load a pool YAML (text, path or mapping) into the module's simulated machine.
+
+    ``node`` picks the node this machine plays (an agent runs per node); default: the first.
+    Returns the machine, whose non-NVML methods (``add_process``, ``set_lost``...) drive it.
+    """
+    return _default.configure(_read_yaml(source), node, seed=seed, clock=clock, catalog=catalog)
+
+
+def machine() -> SimNvml:
+    """The simulated machine behind the module-level functions."""
+    return _default
+
+
+# bound methods keep pynvml's parameter names (checked by tests/unit/test_simnvml_contract.py)
+nvmlInit = _default.nvmlInit
+nvmlShutdown = _default.nvmlShutdown
+nvmlSystemGetDriverVersion = _default.nvmlSystemGetDriverVersion
+nvmlDeviceGetCount = _default.nvmlDeviceGetCount
+nvmlDeviceGetHandleByIndex = _default.nvmlDeviceGetHandleByIndex
+nvmlDeviceGetHandleByUUID = _default.nvmlDeviceGetHandleByUUID
+nvmlDeviceGetName = _default.nvmlDeviceGetName
+nvmlDeviceGetUUID = _default.nvmlDeviceGetUUID
+nvmlDeviceGetIndex = _default.nvmlDeviceGetIndex
+nvmlDeviceGetMemoryInfo = _default.nvmlDeviceGetMemoryInfo
+nvmlDeviceGetUtilizationRates = _default.nvmlDeviceGetUtilizationRates
+nvmlDeviceGetComputeRunningProcesses = _default.nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetTemperature = _default.nvmlDeviceGetTemperature
+nvmlDeviceGetPowerUsage = _default.nvmlDeviceGetPowerUsage
+nvmlDeviceGetTotalEccErrors = _default.nvmlDeviceGetTotalEccErrors
+nvmlDeviceGetMigMode = _default.nvmlDeviceGetMigMode
+nvmlDeviceGetMaxMigDeviceCount = _default.nvmlDeviceGetMaxMigDeviceCount
+nvmlDeviceGetMigDeviceHandleByIndex = _default.nvmlDeviceGetMigDeviceHandleByIndex
+nvmlDeviceIsMigDeviceHandle = _default.nvmlDeviceIsMigDeviceHandle
+nvmlDeviceGetGpuInstanceId = _default.nvmlDeviceGetGpuInstanceId
+nvmlDeviceGetComputeInstanceId = _default.nvmlDeviceGetComputeInstanceId
+nvmlDeviceGetDeviceHandleFromMigDeviceHandle = _default.nvmlDeviceGetDeviceHandleFromMigDeviceHandle
+nvmlDeviceGetGpuInstanceProfileInfo = _default.nvmlDeviceGetGpuInstanceProfileInfo
+nvmlDeviceGetGpuInstancePossiblePlacements = _default.nvmlDeviceGetGpuInstancePossiblePlacements
+nvmlDeviceGetGpuInstanceRemainingCapacity = _default.nvmlDeviceGetGpuInstanceRemainingCapacity
+nvmlDeviceCreateGpuInstanceWithPlacement = _default.nvmlDeviceCreateGpuInstanceWithPlacement
+nvmlDeviceGetGpuInstances = _default.nvmlDeviceGetGpuInstances
+nvmlDeviceGetGpuInstanceById = _default.nvmlDeviceGetGpuInstanceById
+nvmlGpuInstanceGetInfo = _default.nvmlGpuInstanceGetInfo
+nvmlGpuInstanceGetComputeInstanceProfileInfo = _default.nvmlGpuInstanceGetComputeInstanceProfileInfo
+nvmlGpuInstanceCreateComputeInstance = _default.nvmlGpuInstanceCreateComputeInstance
+nvmlGpuInstanceGetComputeInstances = _default.nvmlGpuInstanceGetComputeInstances
+nvmlGpuInstanceGetComputeInstanceById = _default.nvmlGpuInstanceGetComputeInstanceById
+nvmlComputeInstanceGetInfo = _default.nvmlComputeInstanceGetInfo
+nvmlComputeInstanceDestroy = _default.nvmlComputeInstanceDestroy
+nvmlGpuInstanceDestroy = _default.nvmlGpuInstanceDestroy
+nvmlGpmQueryDeviceSupport = _default.nvmlGpmQueryDeviceSupport
+nvmlGpmSampleAlloc = _default.nvmlGpmSampleAlloc
+nvmlGpmSampleFree = _default.nvmlGpmSampleFree
+nvmlGpmSampleGet = _default.nvmlGpmSampleGet
+nvmlGpmMigSampleGet = _default.nvmlGpmMigSampleGet
+nvmlGpmMetricsGet = _default.nvmlGpmMetricsGet

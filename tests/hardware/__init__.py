@@ -1,0 +1,1 @@
+"""Checks against real NVIDIA GPUs (skipped where NVML finds none)."""
