@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
         "service", help="run the pool service (a JupyterHub service)", add_help=False
     )
     svc.set_defaults(func=_run_app("jupyterhub_gpupool.service.app", "PoolService"))
+    ag = sub.add_parser(
+        "agent", help="run a node agent (GPU inventory and utilization)", add_help=False
+    )
+    ag.set_defaults(func=_run_app("jupyterhub_gpupool.telemetry.agent", "NodeAgent"))
     up = sub.add_parser("upgrade-db", help="create or migrate the pool database")
     up.add_argument(
         "--db-url",
@@ -83,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jupyterhub-gpupool`` console script."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    apps = {"service"}
+    apps = {"service", "agent"}
     if argv and argv[0] in apps:  # traitlets apps parse their own flags
         args = argparse.Namespace(func=parser.parse_args([argv[0]]).func, rest=argv[1:])
     else:

@@ -1,0 +1,172 @@
+"""The real agent loop (tornado transport, real time) against the real hub and pool service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from jupyterhub_gpupool.telemetry.agent import AgentLoop, TornadoTransport
+from tests.integration.hubenv import request
+
+NODE = "agent-node"
+GPUS = ("GPU-agent-0", "GPU-agent-1")
+
+
+class FakeReader:
+    """Two H100s on a node the demo pool does not declare (our reader interface, no hardware)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def inventory(self) -> dict[str, Any]:
+        return {
+            "cluster": "default",
+            "cpu_milli": 16000,
+            "memory_mib": 65536,
+            "labels": {"zone": "test"},
+            "gpus": [
+                {"uuid": uuid, "index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}
+                for i, uuid in enumerate(GPUS)
+            ],
+        }
+
+    def samples(self, now: float | None = None) -> list[dict[str, Any]]:
+        self.reads += 1
+        ts = time.time() if now is None else now
+        return [
+            {"gpu": g, "start": None, "ts": ts, "util": 42.0, "memory_used_mib": 1024} for g in GPUS
+        ]
+
+
+def run_agent(loop_factory, seconds: float, done) -> AgentLoop:
+    """Run a loop (built inside the event loop, as tornado's client needs) until ``done``."""
+
+    async def main() -> AgentLoop:
+        loop = loop_factory()
+        deadline = time.monotonic() + seconds
+        await loop.run(until=lambda: done(loop) or time.monotonic() > deadline)
+        return loop
+
+    return asyncio.run(main())
+
+
+def test_agent_reports_inventory_and_samples(hub_env):
+    def make() -> AgentLoop:
+        return AgentLoop(
+            FakeReader(),
+            TornadoTransport(timeout=10),
+            hub_env.api,
+            NODE,
+            hub_env.agent_token,
+            interval=0.2,
+        )
+
+    loop = run_agent(make, 15, lambda lp: lp.stats.sent >= 6)
+    assert loop.stats.inventories == 1 and loop.stats.sent >= 6, loop.stats
+    assert loop.stats.errors == loop.stats.rejected == loop.stats.dropped == 0
+
+    admin = hub_env.token("admin")
+    pool = request("GET", f"{hub_env.api}/pool", admin).json()
+    nodes = {n["name"]: n for c in pool["clusters"] for n in c["nodes"]}
+    assert {"sim-a100", "sim-h100", "sim-t4", NODE} <= set(nodes)
+    assert [g["uuid"] for g in nodes[NODE]["gpus"]] == list(GPUS)
+    assert nodes[NODE]["cpu_milli"] == 16000
+
+    util = request("GET", f"{hub_env.api}/utilization?since=0", admin).json()
+    mine = [s for s in util["samples"] if s["gpu"] in GPUS]
+    assert len(mine) == loop.stats.sent
+    assert {s["util"] for s in mine} == {42.0}
+
+
+def test_agent_command_on_the_simulated_nvml(hub_env, demo_pool_file):
+    """The command itself: simulated NVML for a node of the demo pool, stopped by SIGTERM."""
+    admin = hub_env.token("admin")
+    pool = request("GET", f"{hub_env.api}/pool", admin).json()
+    t4 = next(n for c in pool["clusters"] for n in c["nodes"] if n["name"] == "sim-t4")
+    (uuid,) = [g["uuid"] for g in t4["gpus"]]
+    env = {**os.environ, "GPUPOOL_AGENT_TOKEN": hub_env.agent_token}
+    args = [sys.executable, "-m", "jupyterhub_gpupool.telemetry.agent"]
+    args += [f"--service-url={hub_env.api}", "--node=sim-t4", "--interval=0.2", "--source=sim"]
+    proc = subprocess.Popen(
+        [*args, f"--pool-config={demo_pool_file}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        samples: list = []
+        while len(samples) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            util = request("GET", f"{hub_env.api}/utilization?since=0", admin).json()
+            samples = [s for s in util["samples"] if s["gpu"] == uuid]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    assert len(samples) >= 3, out
+    assert proc.returncode == 0, out
+    assert "Inventory of sim-t4 sent (1 GPUs)" in out and "Agent stopped: sent=" in out, out
+
+
+def test_wrong_token_is_refused_and_logged_once(hub_env, caplog):
+    caplog.set_level(logging.INFO, "jupyterhub_gpupool")
+    user_token = hub_env.token("alice")  # a real token, without custom:gpupool:agent
+
+    def make() -> AgentLoop:
+        return AgentLoop(
+            FakeReader(),
+            TornadoTransport(timeout=10),
+            hub_env.api,
+            NODE,
+            user_token,
+            interval=0.1,
+            denied_retry_interval=0.2,
+        )
+
+    loop = run_agent(make, 15, lambda lp: lp.stats.errors >= 5)
+    assert loop.stats.errors >= 5 and loop.stats.sent == 0 and loop.stats.inventories == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("The agent token is not allowed: 403")
+    admin = hub_env.token("admin")
+    pool = request("GET", f"{hub_env.api}/pool", admin).json()
+    assert NODE not in {n["name"] for c in pool["clusters"] for n in c["nodes"]}
+
+
+def test_service_away_then_back_delivers_the_backlog(hub_env):
+    """Samples queued while the service is down arrive, in order, once it is back."""
+
+    async def main() -> AgentLoop:
+        loop = AgentLoop(
+            FakeReader(),
+            TornadoTransport(timeout=5),
+            hub_env.api,
+            NODE,
+            hub_env.agent_token,
+            interval=0.1,
+            backoff_base=0.1,
+            backoff_max=0.5,
+        )
+        deadline = time.monotonic() + 20
+        await loop.run(until=lambda: loop.stats.sent >= 2 or time.monotonic() > deadline)
+        hub_env.kill_service()
+        await loop.run(until=lambda: loop.stats.errors >= 3 or time.monotonic() > deadline)
+        hub_env.start_service()  # blocks this thread until the service answers
+        backlog = len(loop.queue)
+        await loop.run(until=lambda: not loop.queue or time.monotonic() > deadline)
+        assert backlog > 0
+        return loop
+
+    loop = asyncio.run(main())
+    assert loop.stats.errors >= 3 and not loop.queue and loop.stats.dropped == 0
+    util = request("GET", f"{hub_env.api}/utilization?since=0", hub_env.token("admin")).json()
+    stamps = [s["ts"] for s in util["samples"] if s["gpu"] == GPUS[0]]
+    # the restarted service keeps samples in memory only: it holds what came after the restart
+    assert len(stamps) >= 3 and stamps == sorted(stamps)
