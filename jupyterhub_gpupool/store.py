@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Engine, func, or_, select
+from sqlalchemy import Engine, func, insert, or_, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from . import orm
@@ -123,21 +123,33 @@ class Store:
             try:
                 with db.begin():
                     lock_pool(db)
-                    state = db.get(orm.PoolState, 1)
-                    if state is None:
-                        state = orm.PoolState(id=1, version=0)
-                        db.add(state)
-                        db.flush()
-                    if self._allocator is None or self._version != state.version:
+                    version = self._bump(db, write)
+                    if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
-                    if write:
-                        state.version += 1
                     yield db, self._allocator
-                self._version = state.version
+                self._version = version
             except BaseException:
                 self._allocator = None
                 self._version = None
                 raise
+
+    @staticmethod
+    def _bump(db: Session, write: bool) -> int:
+        """The pool version after this transaction, bumped in one statement when writing."""
+        table = orm.PoolState.__table__
+        if write:
+            version = db.execute(
+                update(table)
+                .where(table.c.id == 1)
+                .values(version=table.c.version + 1)
+                .returning(table.c.version)
+            ).scalar()
+        else:
+            version = db.execute(select(table.c.version).where(table.c.id == 1)).scalar()
+        if version is None:  # a new database
+            db.execute(insert(table).values(id=1, version=int(write)))
+            version = int(write)
+        return version
 
     def _now_s(self) -> float:
         return self.clock().replace(tzinfo=timezone.utc).timestamp()
@@ -501,11 +513,14 @@ class Store:
         row.units, row.units_f, row.borrowed = str(grant.units), float(grant.units), grant.borrowed
         row.expires = now + timedelta(seconds=self.grant_timeout)
         for slot in grant.slots:
-            gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == slot.gpu))
-            if gpu is not None:
-                row.model = gpu.model
-                if slot.create:
-                    gpu.instances.append(orm.MigInstanceRow(profile=slot.profile, start=slot.start))
+            gpu = self._allocator.gpus.get(slot.gpu) if self._allocator else None
+            row.model = gpu.model.name if gpu is not None else row.model
+            if slot.create:  # the pool plans a new MIG instance: record it with the GPU
+                gpu_row = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == slot.gpu))
+                if gpu_row is not None:
+                    gpu_row.instances.append(
+                        orm.MigInstanceRow(profile=slot.profile, start=slot.start)
+                    )
             row.slots.append(
                 orm.LeaseSlotRow(
                     slot_key=slot.key,
@@ -548,6 +563,8 @@ class Store:
         self._event(db, "released", actor, row, {"reason": reason, "from": was})
         if alloc is None:
             return []
+        related = alloc.leases_of(row.user, row.group)
+        borrowed_before = {lid: lease.borrowed for lid, lease in related.items()}
         grants = (
             alloc.release(row.id, self._now_s())
             if row.id in alloc.leases or row.id in alloc.waiters
@@ -558,8 +575,9 @@ class Store:
             if waiter is not None:
                 self._granted(db, waiter, grant, now)
         # what the owner still holds may now be within guarantee (the allocator re-derived it)
-        for lease in alloc.leases.values():
-            if lease.request.user == row.user or (row.group and lease.group == row.group):
+        for lease_id, was in borrowed_before.items():
+            lease = alloc.leases.get(lease_id)
+            if lease is not None and lease.borrowed != was:
                 other = db.get(orm.LeaseRow, lease.id)
                 if other is not None and other.borrowed != lease.borrowed:
                     other.borrowed = lease.borrowed

@@ -625,6 +625,13 @@ class Allocator:
                     changed.append(lease)
         return changed
 
+    def leases_of(self, user: str, group: str | None = None) -> dict[str, Lease]:
+        """The leases of a user, plus those of a group (indexed, no scan)."""
+        out = dict(self._by_user.get(user, {}))
+        if group is not None:
+            out.update(self._by_group.get(group, {}))
+        return out
+
     def _index(self, lease: Lease) -> None:
         self._by_user.setdefault(lease.request.user, {})[lease.id] = lease
         if lease.group is not None:
