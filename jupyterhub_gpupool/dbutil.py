@@ -34,7 +34,9 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn) -> None:  # noqa: ANN001
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # writers take the write lock up front; readers (WAL) never block anybody
+            readonly = conn.get_execution_options().get("gpupool_readonly")
+            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
         return engine
     if url.startswith("postgresql://"):

@@ -98,6 +98,10 @@ class Store:
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
         self.session_factory = sessionmaker(engine, expire_on_commit=False)
+        self.read_factory = sessionmaker(
+            engine.execution_options(gpupool_readonly=True), expire_on_commit=False
+        )
+        self._local = threading.local()
         self._allocator: Allocator | None = None
         self._version: int | None = None
         self._thread_lock = threading.RLock()
@@ -108,9 +112,39 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A read-only session (no pool lock)."""
-        with self.session_factory() as db:
+        """A read-only session (no pool lock; on SQLite a deferred, non-blocking BEGIN)."""
+        with self.read_factory() as db:
             yield db
+
+    @contextmanager
+    def locked(self) -> Iterator[Allocator]:
+        """The allocator, held still (no decision runs meanwhile) for a read-only view.
+
+        Views take no database lock: with several replicas they may lag the newest decision of
+        another replica by one request, which a view may; decisions never do (``transaction``).
+        """
+        with self._thread_lock:
+            if self._allocator is None:
+                with self.transaction(write=False):
+                    pass
+            assert self._allocator is not None
+            yield self._allocator
+
+    def run_batch(self, calls: list[tuple[Callable[..., Any], tuple, dict]]) -> list[Any]:
+        """Run several store calls in ONE transaction (one lock, one commit): group commit.
+
+        Each call's result, or its ``StoreError`` (a refusal, raised before it wrote anything),
+        comes back in order. Any other error rolls the whole batch back and is raised: the
+        caller fails every call of the batch, and nothing of it was committed.
+        """
+        results: list[Any] = []
+        with self.transaction():
+            for fn, args, kwargs in calls:
+                try:
+                    results.append(fn(*args, **kwargs))
+                except StoreError as e:
+                    results.append(e)
+        return results
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[tuple[Session, Allocator]]:
@@ -119,6 +153,10 @@ class Store:
         On any error the transaction rolls back and the in-memory allocator is thrown away (it
         may hold half-applied changes); the next transaction rebuilds it from the rows.
         """
+        active = getattr(self._local, "active", None)
+        if active is not None:  # inside a batch: the calls share its transaction
+            yield active
+            return
         with self._thread_lock, self.session_factory() as db:
             try:
                 with db.begin():
@@ -126,7 +164,11 @@ class Store:
                     version = self._bump(db, write)
                     if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
-                    yield db, self._allocator
+                    self._local.active = (db, self._allocator)
+                    try:
+                        yield db, self._allocator
+                    finally:
+                        self._local.active = None
                 self._version = version
             except BaseException:
                 self._allocator = None
@@ -970,8 +1012,7 @@ class Store:
     def offers_for(self, user: str | None, groups: Iterable[str]) -> list[dict[str, Any]]:
         """Offers visible to ``user`` with live availability, queue length, units and quota fit."""
         groups = list(groups)
-        alloc = self.allocator()
-        with self.read() as db:
+        with self.locked() as alloc, self.read() as db:
             out = []
             for offer in alloc.offers.values():
                 if user is not None and not offer.visible_to(groups):
@@ -1000,102 +1041,102 @@ class Store:
 
     def user(self, name: str, groups: Iterable[str] = ()) -> dict[str, Any]:
         """A user's quota, use, leases and notices."""
-        alloc = self.allocator()
-        leases, _ = self.leases(user=name, limit=100)
-        live = [le for le in leases if le["state"] != "released"]
-        spec = alloc.quotas.user_spec(name)
-        notices = [
-            {
-                "lease": le["id"],
-                "kind": "reclaim",
-                "message": le["reclaim"]["reason"],
-                "deadline": le["reclaim"]["deadline"],
+        with self.locked() as alloc:
+            leases, _ = self.leases(user=name, limit=100)
+            live = [le for le in leases if le["state"] != "released"]
+            spec = alloc.quotas.user_spec(name)
+            notices = [
+                {
+                    "lease": le["id"],
+                    "kind": "reclaim",
+                    "message": le["reclaim"]["reason"],
+                    "deadline": le["reclaim"]["deadline"],
+                }
+                for le in live
+                if le["reclaim"]
+            ]
+            return {
+                "name": name,
+                "groups": list(groups),
+                "quota": spec.to_dict(),
+                "held_units": float(alloc.quotas.held(name)),
+                "used_unit_hours": alloc.quotas.used_hours.get(name),
+                "leases": live,
+                "notices": notices,
             }
-            for le in live
-            if le["reclaim"]
-        ]
-        return {
-            "name": name,
-            "groups": list(groups),
-            "quota": spec.to_dict(),
-            "held_units": float(alloc.quotas.held(name)),
-            "used_unit_hours": alloc.quotas.used_hours.get(name),
-            "leases": live,
-            "notices": notices,
-        }
 
     def pool(self, *, detail: bool) -> dict[str, Any]:
         """Inventory: admins get holders per GPU; users get aggregates only."""
-        alloc = self.allocator()
-        holders: dict[str, list[dict[str, Any]]] = {}
-        if detail:
-            for lease in alloc.leases.values():
-                for s in lease.slots:
-                    holders.setdefault(s.gpu, []).append(
-                        {
-                            "lease": lease.id,
-                            "user": lease.request.user,
-                            "kind": s.kind,
-                            "profile": s.profile,
-                            "start": s.start,
-                            "milli": s.milli,
-                        }
-                    )
-        models: dict[str, dict[str, float]] = {}
-        clusters: dict[str, list[dict[str, Any]]] = {}
-        for node in alloc.nodes.values():
-            gpus = []
-            for g in node.gpus:
-                m = models.setdefault(
-                    g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
-                )
-                m["gpus"] += 1
-                free = g.free_units() if node.schedulable else 0.0
-                m["free_units"] += free
-                if detail:
-                    gpus.append(
-                        {
-                            "uuid": g.uuid,
-                            "index": g.index,
-                            "model": g.model.name,
-                            "mig_enabled": g.mig_enabled,
-                            "dynamic_mig": g.dynamic_mig,
-                            "healthy": g.healthy,
-                            "cordoned": g.cordoned,
-                            "free_units": free,
-                            "instances": [
-                                {
-                                    "profile": i.profile,
-                                    "start": i.start,
-                                    "uuid": i.uuid,
-                                    "lease": i.lease,
-                                }
-                                for i in g.instances
-                            ],
-                            "holders": holders.get(g.uuid, []),
-                        }
-                    )
+        with self.locked() as alloc:
+            holders: dict[str, list[dict[str, Any]]] = {}
             if detail:
-                clusters.setdefault(node.cluster, []).append(
-                    {
-                        "name": node.name,
-                        "cordoned": node.cordoned,
-                        "draining": node.draining,
-                        "cpu_milli": node.cpu_milli,
-                        "memory_mib": node.memory_mib,
-                        "cpu_used": node.cpu_used,
-                        "memory_used": node.memory_used,
-                        "gpus": gpus,
-                    }
-                )
-        out: dict[str, Any] = {
-            "totals": dict(alloc.capacity()),
-            "models": list(models.values()),
-            "queue_length": len(alloc.waiters),
-        }
-        if detail:
-            out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
-        return out
+                for lease in alloc.leases.values():
+                    for s in lease.slots:
+                        holders.setdefault(s.gpu, []).append(
+                            {
+                                "lease": lease.id,
+                                "user": lease.request.user,
+                                "kind": s.kind,
+                                "profile": s.profile,
+                                "start": s.start,
+                                "milli": s.milli,
+                            }
+                        )
+            models: dict[str, dict[str, float]] = {}
+            clusters: dict[str, list[dict[str, Any]]] = {}
+            for node in alloc.nodes.values():
+                gpus = []
+                for g in node.gpus:
+                    m = models.setdefault(
+                        g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
+                    )
+                    m["gpus"] += 1
+                    free = g.free_units() if node.schedulable else 0.0
+                    m["free_units"] += free
+                    if detail:
+                        gpus.append(
+                            {
+                                "uuid": g.uuid,
+                                "index": g.index,
+                                "model": g.model.name,
+                                "mig_enabled": g.mig_enabled,
+                                "dynamic_mig": g.dynamic_mig,
+                                "healthy": g.healthy,
+                                "cordoned": g.cordoned,
+                                "free_units": free,
+                                "instances": [
+                                    {
+                                        "profile": i.profile,
+                                        "start": i.start,
+                                        "uuid": i.uuid,
+                                        "lease": i.lease,
+                                    }
+                                    for i in g.instances
+                                ],
+                                "holders": holders.get(g.uuid, []),
+                            }
+                        )
+                if detail:
+                    clusters.setdefault(node.cluster, []).append(
+                        {
+                            "name": node.name,
+                            "cordoned": node.cordoned,
+                            "draining": node.draining,
+                            "cpu_milli": node.cpu_milli,
+                            "memory_mib": node.memory_mib,
+                            "cpu_used": node.cpu_used,
+                            "memory_used": node.memory_used,
+                            "gpus": gpus,
+                        }
+                    )
+            out: dict[str, Any] = {
+                "totals": dict(alloc.capacity()),
+                "models": list(models.values()),
+                "queue_length": len(alloc.waiters),
+            }
+            if detail:
+                out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
+            return out
 
     def events(
         self,

@@ -32,6 +32,7 @@ from .apihandlers import admin, agent, allocations, users
 from .apihandlers.base import APIError, APIHandler
 from .metrics import PoolMetrics
 from .utilization import UtilizationBuffer
+from .writer import BatchWriter
 
 
 class NotFoundHandler(APIHandler):
@@ -180,6 +181,7 @@ class PoolService(Application):
                 raise SystemExit(f"pool config: {e}") from None
         self.metrics = PoolMetrics()
         self.store.listeners.append(self.metrics.on_event)
+        self.writer = BatchWriter(self.store)
         self.hub_auth = HubOAuth(
             api_url=self.hub_api_url,
             cache_max_age=60,
@@ -203,6 +205,7 @@ class PoolService(Application):
             hub_auth=self.hub_auth,
             metrics=self.metrics,
             utilization=UtilizationBuffer(self.utilization_window),
+            writer=self.writer,
             busy_threshold=self.busy_threshold,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,
@@ -270,6 +273,7 @@ class PoolService(Application):
 
     async def start_async(self) -> None:
         """Listen, reconcile, run the housekeeping loop until SIGTERM/SIGINT."""
+        self.writer.start()
         self.http_server = HTTPServer(self.make_app(), xheaders=True)
         self.http_server.listen(self.port, self.ip)
         self.log.info(
@@ -290,6 +294,7 @@ class PoolService(Application):
                     await self.reconcile()
                 self.housekeeping()
         self.http_server.stop()
+        self.writer.stop()
         self.log.info("GPU pool service stopped")
 
     def start(self) -> None:

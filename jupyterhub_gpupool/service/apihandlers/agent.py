@@ -119,52 +119,58 @@ class SamplesHandler(APIHandler):
         raw = body["samples"]
         if len(raw) > MAX_BATCH:
             raise _bad("samples", f"at most {MAX_BATCH} samples per batch")
-        alloc = self.store.allocator()
-        samples = []
-        for i, s in enumerate(raw):
-            where = f"samples[{i}]"
-            if not isinstance(s, dict):
-                raise _bad(where, "must be an object")
-            gpu = s.get("gpu")
-            if not isinstance(gpu, str) or gpu not in alloc.gpus:
-                raise _bad(f"{where}.gpu", "not a GPU of this pool")
-            if alloc.gpus[gpu].node != name:
-                raise _bad(f"{where}.gpu", f"GPU is not on node {name}")
-            ts = s.get("ts")
-            if isinstance(ts, str):
-                try:
-                    ts = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-                except ValueError:
-                    raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601") from None
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-                raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
-            util = s.get("util")
-            if util is not None and (
-                isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 <= util <= 100
-            ):
-                raise _bad(f"{where}.util", "must be a percentage 0–100 or null")
-            mem = s.get("memory_used_mib", 0)
-            if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
-                raise _bad(f"{where}.memory_used_mib", "must be a whole number ≥ 0")
-            start = s.get("start")
-            if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
-                raise _bad(f"{where}.start", "must be the MIG instance's start or null")
-            samples.append(
-                Sample(float(ts), gpu, start, None if util is None else float(util), mem)
-            )
-        buffer = self.settings["utilization"]
-        threshold = self.settings["busy_threshold"]
-        busy: dict[str, float] = {}
-        for sample in sorted(samples, key=lambda x: x.ts):
-            prev = buffer.previous(sample.gpu, sample.start)
-            if buffer.add([sample]) and prev is not None and (sample.util or 0) >= threshold:
-                seconds = min(sample.ts - prev.ts, 60.0)
-                gpu = alloc.gpus[sample.gpu]
-                holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
-                if sample.start is not None:
-                    holders = [i.lease for i in gpu.instances if i.start == sample.start]
-                for lease in filter(None, holders):
-                    busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
+        with self.store.locked() as alloc:  # no decision changes holders meanwhile
+            samples = []
+            for i, s in enumerate(raw):
+                where = f"samples[{i}]"
+                if not isinstance(s, dict):
+                    raise _bad(where, "must be an object")
+                gpu = s.get("gpu")
+                if not isinstance(gpu, str) or gpu not in alloc.gpus:
+                    raise _bad(f"{where}.gpu", "not a GPU of this pool")
+                if alloc.gpus[gpu].node != name:
+                    raise _bad(f"{where}.gpu", f"GPU is not on node {name}")
+                ts = s.get("ts")
+                if isinstance(ts, str):
+                    try:
+                        ts = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+                    except ValueError:
+                        raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601") from None
+                if (
+                    isinstance(ts, bool)
+                    or not isinstance(ts, (int, float))
+                    or not math.isfinite(ts)
+                ):
+                    raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
+                util = s.get("util")
+                if util is not None and (
+                    isinstance(util, bool)
+                    or not isinstance(util, (int, float))
+                    or not 0 <= util <= 100
+                ):
+                    raise _bad(f"{where}.util", "must be a percentage 0–100 or null")
+                mem = s.get("memory_used_mib", 0)
+                if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
+                    raise _bad(f"{where}.memory_used_mib", "must be a whole number ≥ 0")
+                start = s.get("start")
+                if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
+                    raise _bad(f"{where}.start", "must be the MIG instance's start or null")
+                samples.append(
+                    Sample(float(ts), gpu, start, None if util is None else float(util), mem)
+                )
+            buffer = self.settings["utilization"]
+            threshold = self.settings["busy_threshold"]
+            busy: dict[str, float] = {}
+            for sample in sorted(samples, key=lambda x: x.ts):
+                prev = buffer.previous(sample.gpu, sample.start)
+                if buffer.add([sample]) and prev is not None and (sample.util or 0) >= threshold:
+                    seconds = min(sample.ts - prev.ts, 60.0)
+                    gpu = alloc.gpus[sample.gpu]
+                    holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
+                    if sample.start is not None:
+                        holders = [i.lease for i in gpu.instances if i.start == sample.start]
+                    for lease in filter(None, holders):
+                        busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
         self.store.add_busy(busy)
         self.write_json({"accepted": len(samples), "busy_leases": len(busy)})
 

@@ -16,6 +16,7 @@ from http.client import responses
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated
+from sqlalchemy.exc import DBAPIError
 from tornado import web
 from tornado.log import app_log
 
@@ -76,6 +77,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def store(self) -> Store:
         """The pool's store (one per service)."""
         return self.settings["store"]
+
+    @property
+    def writer(self):
+        """Group commit for the hot write paths (allocate, release, keepalive)."""
+        return self.settings["writer"]
 
     @property
     def hub_auth(self):
@@ -247,6 +253,20 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     def _handle_request_exception(self, e: BaseException) -> None:
         """Store and domain errors answer with their own status (never a 500)."""
+        if isinstance(e, DBAPIError) and not self._finished:
+            self.set_status(503)
+            app_log.error("Database error on %s %s: %s", self.request.method, self.request.uri, e)
+            self.send_error(
+                503,
+                exc_info=(
+                    None,
+                    APIError(
+                        503, "database_unavailable", "the pool database is unavailable; try again"
+                    ),
+                    None,
+                ),
+            )
+            return
         if isinstance(e, PoolError) and not self._finished:
             status = e.status if isinstance(e, StoreError) else 422
             self.set_status(status)

@@ -52,10 +52,9 @@ class UtilizationHandler(APIHandler):
         buffer = self.settings["utilization"]
         if lease_id is None:
             self.require_admin("read every GPU's utilization")
-            devices = [(g, None) for g in self.store.allocator().gpus]
-            devices += [
-                (g.uuid, i.start) for g in self.store.allocator().gpus.values() for i in g.instances
-            ]
+            with self.store.locked() as alloc:
+                devices = [(g, None) for g in alloc.gpus]
+                devices += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
         else:
             self.require(ident.may_use, "read utilization")
             try:
