@@ -138,7 +138,8 @@ class Store:
         caller fails every call of the batch, and nothing of it was committed.
         """
         results: list[Any] = []
-        with self.transaction():
+        # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
+        with self.transaction() as (db, _), db.no_autoflush:
             for fn, args, kwargs in calls:
                 try:
                     results.append(fn(*args, **kwargs))
@@ -481,20 +482,15 @@ class Store:
         now = self.clock()
         with self.transaction() as (db, alloc):
             if resize_of is None:
-                existing = db.scalar(
-                    select(orm.LeaseRow).where(
-                        orm.LeaseRow.user == user,
-                        orm.LeaseRow.server == server,
-                        orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)),
-                        orm.LeaseRow.resize_of.is_(None),
-                    )
-                )
+                # one lease (live or queued) per server; the allocator knows them all, and so
+                # sees the ones made earlier in the same batch too
+                existing = alloc.lease_for_server(user, server)
                 if existing is not None:
+                    lease_id, state = existing
                     raise StoreError(
                         409,
                         "already_allocated",
-                        f"server {user}/{server} already has lease {existing.id} "
-                        f"({existing.state})",
+                        f"server {user}/{server} already has lease {lease_id} ({state})",
                         field="server",
                     )
             offer_obj = alloc.offers.get(offer)
@@ -530,6 +526,9 @@ class Store:
                 units=str(decision.units),
                 units_f=float(decision.units),
                 resize_of=resize_of,
+                borrowed=False,  # set here, not by column defaults: the JSON is built pre-flush
+                within_guarantee=True,
+                busy_hours=0.0,
             )
             db.add(row)
             alloc.apply(decision, self._now_s())
@@ -546,7 +545,6 @@ class Store:
                     row,
                     {"reason": decision.reason, "position": decision.position},
                 )
-            db.flush()
             return self._lease_json(db, alloc, row)
 
     def _granted(self, db: Session, row: orm.LeaseRow, grant: Grant, now: datetime) -> None:
@@ -602,6 +600,8 @@ class Store:
                 gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == s.gpu_uuid))
                 if gpu is not None:
                     gpu.instances = [i for i in gpu.instances if i.start != s.start]
+                    # delete now: a grant later in the same batch may plan an instance here
+                    db.flush()
         self._event(db, "released", actor, row, {"reason": reason, "from": was})
         if alloc is None:
             return []
@@ -884,7 +884,7 @@ class Store:
     # -- reads ---------------------------------------------------------------------------
 
     def _get(self, db: Session, lease_id: str) -> orm.LeaseRow:
-        row = db.get(orm.LeaseRow, lease_id)
+        row = db.get(orm.LeaseRow, lease_id, options=[selectinload(orm.LeaseRow.slots)])
         if row is None:
             raise StoreError(404, "not_found", f"no lease {lease_id!r}", field="id")
         return row
@@ -979,19 +979,24 @@ class Store:
             out["position"] = pos
             if pos is not None:
                 out["eta_seconds"] = estimate_wait(pos, self._release_rate(db, row.offer))
-        if row.slots:
-            mig = {
-                (i.gpu.uuid, i.start): i.uuid
-                for s in row.slots
-                if s.kind == "mig"
-                for i in db.scalars(
-                    select(orm.MigInstanceRow).join(orm.GpuRow).where(orm.GpuRow.uuid == s.gpu_uuid)
-                )
-            }
-            for s in out["slots"]:
-                if s["kind"] == "mig":
-                    s["mig_uuid"] = mig.get((s["gpu"], s["start"]))
+        for s in out["slots"]:
+            if s["kind"] == "mig" and row.state != "released":
+                s["mig_uuid"] = self._mig_uuid(db, alloc, s["gpu"], s["start"])
         return out
+
+    @staticmethod
+    def _mig_uuid(db: Session, alloc: Allocator | None, gpu: str, start: int) -> str | None:
+        """The ``MIG-…`` uuid of the instance at ``start`` (None until the agent made it)."""
+        if alloc is not None and gpu in alloc.gpus:
+            for inst in alloc.gpus[gpu].instances:
+                if inst.start == start:
+                    return inst.uuid
+            return None
+        return db.scalar(
+            select(orm.MigInstanceRow.uuid)
+            .join(orm.GpuRow)
+            .where(orm.GpuRow.uuid == gpu, orm.MigInstanceRow.start == start)
+        )
 
     def _release_rate(self, db: Session, offer: str) -> float:
         """Releases of ``offer`` in the last hour: the basis of queue wait estimates."""

@@ -625,6 +625,16 @@ class Allocator:
                     changed.append(lease)
         return changed
 
+    def lease_for_server(self, user: str, server: str) -> tuple[str, str] | None:
+        """(id, "granted"|"queued") of a lease or queued request for that server, if any."""
+        for lease in self._by_user.get(user, {}).values():
+            if lease.request.server == server:
+                return lease.id, "granted"
+        for waiter in self.waiters.values():
+            if waiter.request.user == user and waiter.request.server == server:
+                return waiter.request.id, "queued"
+        return None
+
     def leases_of(self, user: str, group: str | None = None) -> dict[str, Lease]:
         """The leases of a user, plus those of a group (indexed, no scan)."""
         out = dict(self._by_user.get(user, {}))

@@ -142,10 +142,10 @@ ROUTES = [
 
 
 @cache
-def _function_node(func: Callable) -> ast.FunctionDef:
+def _function_node(func: Callable) -> ast.FunctionDef | ast.AsyncFunctionDef:
     tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     node = tree.body[0]
-    assert isinstance(node, ast.FunctionDef)
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     return node
 
 
