@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
     select,
     text,
 )
@@ -228,3 +229,24 @@ class EventRow(Base):
     lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     user: Mapped[str | None] = mapped_column(String(255), nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class UtilizationMinuteRow(Base):
+    """One minute of one device's utilization: history for reports and charts past the window.
+
+    ``start`` is the MIG instance's start, or -1 for the whole GPU (a NULL would escape the
+    unique key). ``util_samples`` counts the samples that had a utilization (MIG devices may
+    have none), so late samples for a stored minute merge into an exact mean.
+    """
+
+    __tablename__ = "utilization_minutes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_uuid: Mapped[str] = mapped_column(String(64))
+    start: Mapped[int] = mapped_column(Integer, default=-1)
+    minute: Mapped[datetime] = mapped_column(DateTime, index=True)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    util_samples: Mapped[int] = mapped_column(Integer, default=0)
+    util_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    util_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_used_mib_max: Mapped[int] = mapped_column(Integer, default=0)
+    __table_args__ = (UniqueConstraint("gpu_uuid", "start", "minute"),)

@@ -8,10 +8,13 @@ line. The hub's environment (``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_URL`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
+import socket
+from datetime import timedelta
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
@@ -31,7 +34,8 @@ from ..store import Store
 from .apihandlers import admin, agent, allocations, users
 from .apihandlers.base import APIError, APIHandler
 from .metrics import PoolMetrics
-from .utilization import UtilizationBuffer
+from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
+from .utilization import MinuteAggregator, UtilizationBuffer, prune_minutes, write_minutes
 from .writer import BatchWriter
 
 
@@ -91,9 +95,24 @@ class PoolService(Application):
         "win over it until reset. Empty: everything comes from agents and the API.",
     ).tag(config=True)
     telemetry_source = Enum(
-        ["agents"],
+        ["agents", "sim", "nvml"],
         default_value="agents",
-        help="Where inventory and utilization come from: node agents posting to the API.",
+        help="Where inventory and utilization come from: node agents posting to the API "
+        "(agents); or, on one machine, the service itself reading every node of the pool config "
+        "on the simulated NVML (sim, needs pool_config_file) or this machine's GPUs as one node "
+        "through real NVML (nvml, needs nvidia-ml-py). Agents may post in any mode.",
+    ).tag(config=True)
+    node_name = Unicode(
+        help="Node name of this machine's GPUs with telemetry_source = nvml (default: the host "
+        "name)."
+    ).tag(config=True)
+    dynamic_mig = Bool(
+        False,
+        help="With telemetry_source = nvml: the pool may repartition this machine's MIG-enabled "
+        "GPUs (NVML cannot tell).",
+    ).tag(config=True)
+    sample_interval = Float(
+        5.0, help="Seconds between utilization reads with telemetry_source = sim or nvml."
     ).tag(config=True)
     ip = Unicode(help="Interface to listen on (default: from JUPYTERHUB_SERVICE_URL).").tag(
         config=True
@@ -132,6 +151,16 @@ class PoolService(Application):
     utilization_window = Float(
         900.0, help="Seconds of full-rate utilization samples kept in memory per device."
     ).tag(config=True)
+    utilization_flush_interval = Float(
+        60.0,
+        help="Seconds between flushes of the one-minute utilization aggregates to the database "
+        "(a minute flushed in parts is merged).",
+    ).tag(config=True)
+    utilization_retention_days = Float(
+        30.0,
+        help="Days of one-minute utilization aggregates kept in the database (older ones are "
+        "deleted; 0 keeps them forever).",
+    ).tag(config=True)
     hub_api_url = Unicode(help="JupyterHub API URL (default: JUPYTERHUB_API_URL).").tag(config=True)
 
     @default("ip")
@@ -143,6 +172,10 @@ class PoolService(Application):
     def _port(self) -> int:
         url = os.environ.get("JUPYTERHUB_SERVICE_URL")
         return (urlparse(url).port or 80) if url else 10101
+
+    @default("node_name")
+    def _node_name(self) -> str:
+        return socket.gethostname()
 
     @default("base_url")
     def _base_url(self) -> str:
@@ -182,11 +215,94 @@ class PoolService(Application):
         self.metrics = PoolMetrics()
         self.store.listeners.append(self.metrics.on_event)
         self.writer = BatchWriter(self.store)
+        self.utilization = UtilizationBuffer(self.utilization_window)
+        self.minutes = MinuteAggregator()
+        self.telemetry = self.make_telemetry()
         self.hub_auth = HubOAuth(
             api_url=self.hub_api_url,
             cache_max_age=60,
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
         )
+
+    def make_telemetry(self) -> LocalTelemetry | None:
+        """The in-process telemetry of ``telemetry_source`` (None: agents post instead)."""
+        if self.telemetry_source == "agents":
+            return None
+        defaults: dict[str, dict] = {}
+        if self.telemetry_source == "sim":
+            if not self.pool_config_file:
+                raise SystemExit("telemetry_source = sim needs pool_config_file (the pool YAML)")
+            nodes = load_pool_config(self.pool_config_file, self.catalog).nodes
+            readers = sim_readers(self.pool_config_file, [n.name for n in nodes])
+            for n in nodes:
+                defaults[n.name] = {
+                    "cluster": n.cluster,
+                    "cpu_milli": n.cpu_milli,
+                    "memory_mib": n.memory_mib,
+                    "labels": dict(n.labels),
+                    "sharing": {g.uuid: g.sharing for g in n.gpus},
+                }
+        else:
+            readers = {self.node_name: nvml_reader(self.dynamic_mig)}
+        self.log.info(
+            "Telemetry in-process (%s): %s every %gs",
+            self.telemetry_source,
+            ", ".join(readers),
+            self.sample_interval,
+        )
+        return LocalTelemetry(
+            readers,
+            self.store,
+            self.utilization,
+            self.minutes,
+            busy_threshold=self.busy_threshold,
+            interval=self.sample_interval,
+            defaults=lambda name: defaults.get(name, {}),
+        )
+
+    def flush_minutes(self) -> int:
+        """Write the accumulated minute aggregates (blocking: run it off the event loop).
+
+        What a failed write took is put back for the next flush, so nothing is lost to a
+        database hiccup.
+        """
+        taken = self.minutes.take()
+        try:
+            return write_minutes(self.store.session_factory, taken)
+        except Exception:
+            self.minutes.restore(taken)
+            raise
+
+    def prune_minutes(self) -> int:
+        """Delete minute aggregates past ``utilization_retention_days`` (blocking)."""
+        if self.utilization_retention_days <= 0:
+            return 0
+        cutoff = self.store.clock() - timedelta(days=self.utilization_retention_days)
+        return prune_minutes(self.store.session_factory, cutoff)
+
+    async def utilization_housekeeping(self, stop: asyncio.Event) -> None:
+        """Flush minute aggregates every ``utilization_flush_interval``; prune hourly."""
+        loop = asyncio.get_running_loop()
+        next_prune = 0.0
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.utilization_flush_interval)
+            try:
+                # take() runs here on the event loop (where samples are added); the write on a
+                # worker thread, in its own short transaction, never under the pool lock
+                taken = self.minutes.take()
+                await loop.run_in_executor(None, write_minutes, self.store.session_factory, taken)
+            except Exception:
+                self.minutes.restore(taken)
+                self.log.exception("Flushing utilization minutes failed (kept for next time)")
+            if loop.time() >= next_prune:
+                next_prune = loop.time() + 3600
+                try:
+                    pruned = await loop.run_in_executor(None, self.prune_minutes)
+                    if pruned:
+                        self.log.info("Deleted %d utilization minutes past retention", pruned)
+                except Exception:
+                    self.log.exception("Pruning utilization minutes failed")
 
     def make_app(self) -> web.Application:
         """The tornado application with every route of the API."""
@@ -204,7 +320,8 @@ class PoolService(Application):
             store=self.store,
             hub_auth=self.hub_auth,
             metrics=self.metrics,
-            utilization=UtilizationBuffer(self.utilization_window),
+            utilization=self.utilization,
+            minutes=self.minutes,
             writer=self.writer,
             busy_threshold=self.busy_threshold,
             cookie_secret=os.urandom(32),
@@ -286,6 +403,9 @@ class PoolService(Application):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if self.telemetry is not None:
+            self.telemetry.start()
+        flusher = asyncio.ensure_future(self.utilization_housekeeping(stop))
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.housekeeping_interval)
@@ -294,6 +414,13 @@ class PoolService(Application):
                     await self.reconcile()
                 self.housekeeping()
         self.http_server.stop()
+        if self.telemetry is not None:
+            await self.telemetry.stop()
+        await flusher
+        try:  # what accumulated since the flusher's last round
+            self.flush_minutes()
+        except Exception:
+            self.log.exception("Flushing utilization minutes on stop failed")
         self.writer.stop()
         self.log.info("GPU pool service stopped")
 

@@ -402,7 +402,7 @@ class AgentLoop:
 # --- the application -------------------------------------------------------------------------
 
 
-def _sim_reader(pool_config: str, node: str) -> Reader:
+def sim_reader(pool_config: str, node: str) -> Reader:
     """An ``NvmlReader`` over the simulated NVML, driven by a pool YAML (imported lazily).
 
     GPUs the YAML marks ``mig: {dynamic: true}`` are reported as repartitionable, as
@@ -425,7 +425,7 @@ def _sim_reader(pool_config: str, node: str) -> Reader:
     return NvmlReader(machine, dynamic_mig=dynamic)
 
 
-def _nvml_reader(dynamic_mig: bool) -> Reader:
+def nvml_reader(dynamic_mig: bool) -> Reader:
     """An ``NvmlReader`` over real NVML (``pip install jupyterhub-gpupool[nvml]``)."""
     from .nvml import NvmlReader, NvmlUnavailable
 
@@ -567,8 +567,8 @@ class NodeAgent(Application):
     def make_reader(self) -> Reader:
         """The reader for ``--source``."""
         if self.source == "sim":
-            return _sim_reader(self.pool_config_file, self.node)
-        return _nvml_reader(self.dynamic_mig)
+            return sim_reader(self.pool_config_file, self.node)
+        return nvml_reader(self.dynamic_mig)
 
     def make_loop(self, reader: Reader, transport: Transport | None = None) -> AgentLoop:
         """The loop with this application's settings."""

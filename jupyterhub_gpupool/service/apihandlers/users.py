@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from datetime import timezone
+from datetime import datetime, timezone
 
 from ...store import StoreError
+from ..utilization import minute_of, read_minutes
 from .base import APIError, APIHandler, lease_not_found
 
 
@@ -39,7 +40,12 @@ class PoolHandler(APIHandler):
 
 
 class UtilizationHandler(APIHandler):
-    """``GET utilization?lease=&since=``: recent samples of a lease's devices (or all, admins)."""
+    """``GET utilization?lease=&since=&resolution=``: a lease's devices (or all, admins).
+
+    Full-rate samples come from memory (the last ``utilization_window`` seconds); one-minute
+    aggregates from the database are added as ``minutes`` with ``resolution=minute`` or when
+    ``since`` reaches back past the in-memory window (unless ``resolution=sample``).
+    """
 
     route_name = "utilization"
 
@@ -48,8 +54,20 @@ class UtilizationHandler(APIHandler):
         assert ident is not None
         lease_id = self.get_argument("lease", None)
         since_dt = self.time_arg("since")
-        since = since_dt.replace(tzinfo=timezone.utc).timestamp() if since_dt else time.time() - 900
+        resolution = self.get_argument("resolution", None)
+        if resolution not in (None, "sample", "minute"):
+            raise APIError(
+                400,
+                "invalid_argument",
+                "resolution must be sample or minute",
+                field="resolution",
+                allowed=["sample", "minute"],
+            )
+        now = time.time()
+        since = since_dt.replace(tzinfo=timezone.utc).timestamp() if since_dt else now - 900
         buffer = self.settings["utilization"]
+        devices: list[tuple[str, int | None]] | None
+        window: tuple[datetime | None, datetime | None] = (None, None)
         if lease_id is None:
             self.require_admin("read every GPU's utilization")
             with self.store.locked() as alloc:
@@ -67,8 +85,26 @@ class UtilizationHandler(APIHandler):
             devices = [
                 (s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]
             ]
+            window = (_minute_or_none(lease["granted"]), _minute_or_none(lease["released"]))
         samples = buffer.series(devices, since)
-        self.write_json({"lease": lease_id, "samples": [s.to_json() for s in samples]})
+        out: dict[str, object] = {"lease": lease_id, "samples": [s.to_json() for s in samples]}
+        if resolution == "minute" or (resolution is None and since < now - buffer.window):
+            # a lease sees its devices' minutes while it held them, never a previous holder's
+            start = minute_of(since)
+            if window[0] is not None:
+                start = max(start, window[0])
+            with self.store.read() as db:
+                out["minutes"] = read_minutes(
+                    db, devices if lease_id is not None else None, start, window[1]
+                )
+        self.write_json(out)
+
+
+def _minute_or_none(iso: str | None) -> datetime | None:
+    """The naive UTC minute of an ISO timestamp from the store (None stays None)."""
+    if iso is None:
+        return None
+    return minute_of(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
 
 
 default_handlers = [

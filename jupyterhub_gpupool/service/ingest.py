@@ -1,0 +1,131 @@
+"""Telemetry ingestion shared by the agent endpoints and the in-process telemetry loop.
+
+Why one path: samples and inventories posted by node agents and those read in-process
+(``telemetry_source = sim | nvml``) must feed the same buffer, minute aggregates, busy hours
+and inventory rows, so the two sources can never drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..pool.catalog import Catalog
+from ..pool.errors import ConfigError
+from ..pool.model import SHARING_MODES, Gpu, MigInstance, Node
+from ..store import Store
+from .utilization import MinuteAggregator, Sample, UtilizationBuffer
+
+MAX_INT = 2**31 - 1
+GPU_FIELDS = {"uuid", "index", "model", "memory_mib", "mig", "sharing", "healthy"}
+
+
+class InventoryError(ConfigError):
+    """A malformed GPU entry in an inventory report; ``detail`` is ``"field: message"``."""
+
+    code = "invalid_field"
+
+    def __init__(self, field: str, message: str, allowed: list[Any] | None = None) -> None:
+        super().__init__(message, field=field, allowed=allowed)
+        self.detail = f"{field}: {message}"
+
+
+def _bad(field: str, message: str, allowed: list[Any] | None = None) -> InventoryError:
+    return InventoryError(field, message, allowed)
+
+
+def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) -> Node:
+    """A pool ``Node`` from an inventory report (the body of ``PUT nodes/{name}/inventory``).
+
+    Raises ``InventoryError`` (naming the field) for a malformed GPU entry, ``ConfigError`` for
+    an unknown model;
+    the top-level fields' types are the caller's to check.
+    """
+    gpus: list[Gpu] = []
+    for i, raw in enumerate(body["gpus"]):
+        where = f"gpus[{i}]"
+        if not isinstance(raw, dict):
+            raise _bad(where, "must be an object")
+        unknown = sorted(set(raw) - GPU_FIELDS)
+        if unknown:
+            raise _bad(f"{where}.{unknown[0]}", "unknown field", sorted(GPU_FIELDS))
+        uuid, model_name = raw.get("uuid"), raw.get("model")
+        if not isinstance(uuid, str) or not uuid or len(uuid) > 64:
+            raise _bad(f"{where}.uuid", "must be a non-empty string")
+        if any(g.uuid == uuid for g in gpus):
+            raise _bad(f"{where}.uuid", "appears twice in this report")
+        if not isinstance(model_name, str) or not model_name.strip() or len(model_name) > 64:
+            raise _bad(f"{where}.model", "must be the NVML product or catalog name")
+        memory = raw.get("memory_mib", 0)
+        if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory <= MAX_INT:
+            raise _bad(f"{where}.memory_mib", "must be a whole number ≥ 0")
+        model = catalog.model_for_nvml(model_name, memory)
+        sharing = raw.get("sharing", "auto")
+        if sharing not in SHARING_MODES:
+            raise _bad(f"{where}.sharing", "unknown sharing mode", list(SHARING_MODES))
+        mig = raw.get("mig") or {}
+        if not isinstance(mig, dict):
+            raise _bad(f"{where}.mig", "must be an object")
+        instances = []
+        for j, inst in enumerate(mig.get("instances") or []):
+            if not isinstance(inst, dict) or not isinstance(inst.get("start"), int):
+                raise _bad(f"{where}.mig.instances[{j}]", "needs profile and start")
+            instances.append(MigInstance(str(inst.get("profile")), inst["start"], inst.get("uuid")))
+        index = raw.get("index", i)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
+            raise _bad(f"{where}.index", "must be an integer")
+        gpus.append(
+            Gpu(
+                uuid,
+                index,
+                model,
+                name,
+                bool(mig.get("enabled")),
+                bool(mig.get("dynamic")),
+                sharing,
+                bool(raw.get("healthy", True)),
+                instances=instances,
+            )
+        )
+    return Node(
+        name,
+        body.get("cluster", "default"),
+        body.get("cpu_milli", 0),
+        body.get("memory_mib", 0),
+        gpus,
+        labels=body.get("labels", {}),
+    )
+
+
+def ingest(
+    store: Store,
+    buffer: UtilizationBuffer,
+    samples: Iterable[Sample],
+    busy_threshold: float,
+    minutes: MinuteAggregator | None = None,
+) -> dict[str, float]:
+    """Feed trusted samples to the live buffer, the minute aggregates and busy hours.
+
+    A sample counts once (the buffer drops duplicates and out-of-order retries); a busy sample
+    adds the time since the device's previous one (at most a minute) to the leases holding the
+    device. Returns the busy hours added per lease.
+    """
+    busy: dict[str, float] = {}
+    with store.locked() as alloc:  # no decision changes holders meanwhile
+        for sample in sorted(samples, key=lambda x: x.ts):
+            prev = buffer.previous(sample.gpu, sample.start)
+            if not buffer.add([sample]):
+                continue
+            if minutes is not None:
+                minutes.add(sample)
+            gpu = alloc.gpus.get(sample.gpu)
+            if gpu is None or prev is None or (sample.util or 0) < busy_threshold:
+                continue
+            seconds = min(sample.ts - prev.ts, 60.0)
+            holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
+            if sample.start is not None:
+                holders = [i.lease for i in gpu.instances if i.start == sample.start]
+            for lease in filter(None, holders):
+                busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
+    store.add_busy(busy)
+    return busy

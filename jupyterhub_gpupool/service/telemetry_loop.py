@@ -1,0 +1,175 @@
+"""In-process telemetry: on a single machine the service reads the GPUs itself, no agents.
+
+With ``telemetry_source = sim`` every node of the pool config gets a reader on the simulated
+NVML; with ``nvml`` this machine's GPUs are one node read through real NVML. Each node's loop
+reads on a worker thread (NVML calls block) and feeds the very functions the agent endpoints
+use (``ingest``, ``node_from_inventory`` + ``store.put_inventory``), so both sources behave
+the same; the allocator is touched only through store methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..pool.errors import PoolError
+from ..store import Store
+from ..telemetry.agent import Reader, inventory_hash
+from .ingest import ingest, node_from_inventory
+from .utilization import MinuteAggregator, Sample, UtilizationBuffer
+
+log = logging.getLogger(__name__)
+
+
+def sim_readers(pool_config_file: str, node_names: list[str]) -> dict[str, Reader]:
+    """A reader on the simulated NVML for each named node of the pool YAML."""
+    from ..telemetry.agent import sim_reader
+
+    return {name: sim_reader(pool_config_file, name) for name in node_names}
+
+
+def nvml_reader(dynamic_mig: bool) -> Reader:
+    """A reader on this machine's real NVML (SystemExit with the reason when unavailable)."""
+    from ..telemetry.agent import nvml_reader
+
+    return nvml_reader(dynamic_mig)
+
+
+def to_samples(raw: list[dict[str, Any]]) -> list[Sample]:
+    """Reader samples (trusted: our own reader made them) as buffer samples."""
+    return [
+        Sample(
+            float(s["ts"]),
+            s["gpu"],
+            s.get("start"),
+            None if s.get("util") is None else float(s["util"]),
+            int(s.get("memory_used_mib") or 0),
+        )
+        for s in raw
+    ]
+
+
+def with_defaults(inventory: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The inventory, completed by what NVML cannot know (from the pool config's node).
+
+    ``defaults`` may carry ``cluster``, ``cpu_milli``, ``memory_mib``, ``labels`` (merged under
+    the reader's) and ``sharing`` (GPU uuid → mode, for GPUs the reader gives none).
+    """
+    extra = dict(defaults)
+    sharing = extra.pop("sharing", {})
+    labels = {**extra.pop("labels", {}), **inventory.get("labels", {})}
+    gpus = [
+        g
+        if "sharing" in g or g.get("uuid") not in sharing
+        else {**g, "sharing": sharing[g["uuid"]]}
+        for g in inventory.get("gpus", [])
+    ]
+    return {**extra, **inventory, "labels": labels, "gpus": gpus}
+
+
+class LocalTelemetry:
+    """One loop per node: inventory on start and when it changes, samples every ``interval``."""
+
+    def __init__(
+        self,
+        readers: dict[str, Reader],
+        store: Store,
+        buffer: UtilizationBuffer,
+        minutes: MinuteAggregator | None,
+        *,
+        busy_threshold: float = 5.0,
+        interval: float = 5.0,
+        inventory_interval: float = 30.0,
+        defaults: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
+        self.readers = readers
+        self.store = store
+        self.buffer = buffer
+        self.minutes = minutes
+        self.busy_threshold = busy_threshold
+        self.interval = interval
+        self.inventory_interval = inventory_interval
+        self.defaults = defaults or (lambda name: {})
+        self.sent: dict[str, str] = {}  # node → hash of the inventory the store accepted
+        self.samples = 0
+        self._logged: set[tuple[str, str]] = set()
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        """Start every node's loop on the running event loop."""
+        for name in self.readers:
+            self._tasks.append(asyncio.ensure_future(self.run_node(name)))
+
+    async def stop(self) -> None:
+        """Cancel the loops and close the readers."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for reader in self.readers.values():
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+
+    def _once(self, name: str, what: str, err: BaseException) -> None:
+        key = (name, f"{what}:{type(err).__name__}")
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("Telemetry of node %s: %s failed: %s (logged once)", name, what, err)
+
+    async def check_inventory(self, name: str) -> bool:
+        """Read the node's inventory; put it into the pool if it changed. True when put."""
+        loop = asyncio.get_running_loop()
+        reader = self.readers[name]
+        try:
+            inventory = await loop.run_in_executor(None, reader.inventory)
+        except Exception as e:
+            self._once(name, "inventory", e)
+            return False
+        body = with_defaults(inventory, self.defaults(name))
+        digest = inventory_hash(body)
+        if self.sent.get(name) == digest:
+            return False
+        try:
+            node = node_from_inventory(name, body, self.store.catalog)
+            await loop.run_in_executor(
+                None, lambda: self.store.put_inventory(node, actor="telemetry")
+            )
+        except PoolError as e:
+            self._once(name, "inventory", e)
+            return False
+        self.sent[name] = digest
+        log.info("Inventory of %s read in-process (%d GPUs)", name, len(node.gpus))
+        return True
+
+    async def collect(self, name: str) -> int:
+        """Read the node's samples once and ingest them; returns how many were read."""
+        loop = asyncio.get_running_loop()
+        try:
+            raw = await loop.run_in_executor(None, self.readers[name].samples)
+        except Exception as e:
+            self._once(name, "samples", e)
+            return 0
+        samples = to_samples(raw)
+        ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
+        self.samples += len(samples)
+        return len(samples)
+
+    async def run_node(self, name: str) -> None:
+        """The node's loop, until cancelled; a failure is logged and the loop goes on."""
+        loop = asyncio.get_running_loop()
+        next_inventory = 0.0
+        while True:
+            now = loop.time()
+            try:
+                if now >= next_inventory:
+                    next_inventory = now + self.inventory_interval
+                    await self.check_inventory(name)
+                await self.collect(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never let one node's trouble stop its telemetry
+                self._once(name, "loop", e)
+            await asyncio.sleep(self.interval)
