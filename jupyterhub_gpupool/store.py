@@ -767,14 +767,7 @@ class Store:
     ) -> dict:
         """Set a user's or group's quota by API (wins over the file). Lowering it below current
         use is allowed: the leases beyond the new guarantee become borrowed."""
-        if kind not in ("users", "groups"):
-            raise StoreError(
-                404,
-                "not_found",
-                f"no quota kind {kind!r}",
-                field="kind",
-                allowed=["users", "groups"],
-            )
+        _check_quota_kind(kind)
         spec = QuotaSpec.parse(raw, f"quotas.{kind}.{name}")
         with self.transaction() as (db, alloc):
             k = kind[:-1]
@@ -793,14 +786,7 @@ class Store:
 
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
         """Drop an admin's API override: the pool config file's quota (or the default) applies."""
-        if kind not in ("users", "groups"):
-            raise StoreError(
-                404,
-                "not_found",
-                f"no quota kind {kind!r}",
-                field="kind",
-                allowed=["users", "groups"],
-            )
+        _check_quota_kind(kind)
         k = kind[:-1]
         from_file = (self.file_config.users if k == "user" else self.file_config.groups) or {}
         with self.transaction() as (db, alloc):
@@ -833,14 +819,7 @@ class Store:
 
     def get_quota(self, kind: str, name: str) -> dict[str, Any]:
         """A user's or group's effective quota and where it comes from."""
-        if kind not in ("users", "groups"):
-            raise StoreError(
-                404,
-                "not_found",
-                f"no quota kind {kind!r}",
-                field="kind",
-                allowed=["users", "groups"],
-            )
+        _check_quota_kind(kind)
         with self.read() as db:
             row = db.scalar(
                 select(orm.QuotaRow).where(
@@ -1240,6 +1219,14 @@ def _priority(offer: Offer | None) -> int:
         return int(offer.priority_class)
     except ValueError:
         return {"low": -10, "default": 0, "high": 10}.get(offer.priority_class, 0)
+
+
+def _check_quota_kind(kind: str) -> None:
+    """Quotas exist for ``users`` and ``groups`` (the URL's kind)."""
+    if kind not in ("users", "groups"):
+        raise StoreError(
+            404, "not_found", f"no quota kind {kind!r}", field="kind", allowed=["users", "groups"]
+        )
 
 
 def _set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
