@@ -273,43 +273,21 @@ def double_grants(url: str) -> dict[str, int]:
 def bench_env(workdir: Path, db_url: str, profile: Path | None):
     """A HubEnv (from the integration tests) whose service optionally runs under cProfile."""
     sys.path.insert(0, str(ROOT))
-    from tests.integration.hubenv import HubEnv, wait_http
-
-    class BenchEnv(HubEnv):
-        def start_service(self, *extra: str, wait: bool = True) -> None:
-            if profile is None:
-                super().start_service(*extra, wait=wait)
-                return
-            args = [
-                sys.executable,
-                "-m",
-                "cProfile",
-                "-o",
-                str(profile),
-                "-m",
-                "jupyterhub_gpupool.cli",
-                "service",
-                f"--db-url={self.db_url}",
-                f"--pool-config={self.pool_config}",
-            ]
-            import subprocess
-
-            log = open(self.dir / "service.log", "ab")  # noqa: SIM115
-            self.service = subprocess.Popen(
-                [*args, *self.service_args, *extra],
-                cwd=self.dir,
-                env=self.service_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            if wait:
-                wait_http(f"{self.api}/pool", 60, self.service)
+    from tests.integration.hubenv import HubEnv
 
     pool = workdir / "bench-pool.yaml"
     pool.write_text(pool_yaml())
-    # the benchmark's users have no servers in the hub: do not reconcile them away
-    return BenchEnv(workdir, db_url, pool, service_args=("--PoolService.reconcile_on_start=False",))
+    python = (sys.executable,)
+    if profile is not None:
+        python = (sys.executable, "-m", "cProfile", "-o", str(profile))
+    return HubEnv(
+        workdir,
+        db_url,
+        pool,
+        # the benchmark's users have no servers in the hub: do not reconcile them away
+        service_args=("--PoolService.reconcile_on_start=False",),
+        python=python,
+    )
 
 
 def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:

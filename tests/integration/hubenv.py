@@ -149,6 +149,8 @@ class HubEnv:
     agent_token: str = field(default_factory=lambda: secrets.token_hex(16))
     admin_api_token: str = field(default_factory=lambda: secrets.token_hex(16))
     service_args: tuple[str, ...] = ()
+    #: how to run Python for the service (a benchmark prefixes ``-m cProfile -o FILE``)
+    python: tuple[str, ...] = (sys.executable,)
     hub: subprocess.Popen | None = None
     service: subprocess.Popen | None = None
     user_tokens: dict[str, str] = field(default_factory=dict)
@@ -236,7 +238,7 @@ class HubEnv:
     def start_service(self, *extra: str, wait: bool = True) -> None:
         """Start (or restart) the pool service and wait until it answers."""
         args = [
-            sys.executable,
+            *self.python,
             "-m",
             "jupyterhub_gpupool.cli",
             "service",
