@@ -50,6 +50,55 @@ def lock_pool(db: Session) -> None:
         db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": POOL_LOCK_KEY})
 
 
+#: Key of the session-level advisory lock that elects the replica running background loops.
+LEADER_LOCK_KEY = 0x6770_756C  # "gpul"
+
+
+class LeaderLock:
+    """Which replica runs the background loops (expiry, queue promotion, telemetry flushes).
+
+    On PostgreSQL a session-level advisory lock held on a dedicated connection: the first replica
+    to take it leads until its connection ends (crash included), then another takes over. On
+    SQLite there is one replica per database file, so it always leads.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn = None
+        self._leading = False
+
+    def held(self) -> bool:
+        """Whether this process leads now (tries to become leader when it does not)."""
+        if self.engine.dialect.name != "postgresql":
+            return True
+        try:
+            if self._conn is None:
+                self._conn = self.engine.connect()
+            if self._leading:
+                self._conn.execute(text("SELECT 1"))  # still connected, so still holding it
+            else:
+                self._leading = bool(
+                    self._conn.execute(
+                        text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}
+                    ).scalar()
+                )
+            self._conn.commit()
+            return self._leading
+        except Exception:  # connection lost: we no longer hold anything
+            self.release()
+            return False
+
+    def release(self) -> None:
+        """Give up leadership (closing the connection drops the lock)."""
+        self._leading = False
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()  # really close it (a pooled one would keep the lock)
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
 def alembic_config(url: str):
     """An Alembic config pointing at our migrations and ``url``."""
     from alembic.config import Config

@@ -26,7 +26,7 @@ from traitlets import Bool, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from .._version import __version__
-from ..dbutil import current_revision, head_revision, make_engine, upgrade
+from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
@@ -215,6 +215,7 @@ class PoolService(Application):
         self.metrics = PoolMetrics()
         self.store.listeners.append(self.metrics.on_event)
         self.writer = BatchWriter(self.store)
+        self.leader = LeaderLock(engine)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -378,7 +379,13 @@ class PoolService(Application):
         self.log.info("Reconciled leases with the hub: %d released", released)
 
     def housekeeping(self) -> None:
-        """Expire unbound grants and serve the queue (aging changes its order over time)."""
+        """Expire unbound grants and serve the queue (aging changes its order over time).
+
+        Only the leading replica does it (safe on every replica, since each step runs under the
+        pool lock, but redundant).
+        """
+        if not self.leader.held():
+            return
         try:
             expired = self.store.expire_grants()
             promoted = self.store.promote()
@@ -422,6 +429,7 @@ class PoolService(Application):
         except Exception:
             self.log.exception("Flushing utilization minutes on stop failed")
         self.writer.stop()
+        self.leader.release()
         self.log.info("GPU pool service stopped")
 
     def start(self) -> None:

@@ -1,0 +1,18 @@
+"""One replica leads the background loops; another takes over when its connection ends."""
+
+from jupyterhub_gpupool.dbutil import LeaderLock, make_engine
+
+
+def test_one_leader_on_postgresql_and_takeover(pg_url):
+    first, second = LeaderLock(make_engine(pg_url)), LeaderLock(make_engine(pg_url))
+    assert first.held()
+    assert first.held()  # stays leader
+    assert not second.held()
+    first.release()  # e.g. the leading replica died: its session and lock are gone
+    assert second.held()
+    assert not first.held()
+    second.release()
+
+
+def test_sqlite_always_leads(sqlite_url):
+    assert LeaderLock(make_engine(sqlite_url)).held()
