@@ -166,7 +166,7 @@ class PoolService(Application):
     @default("ip")
     def _ip(self) -> str:
         url = os.environ.get("JUPYTERHUB_SERVICE_URL")
-        return urlparse(url).hostname or "127.0.0.1" if url else "127.0.0.1"
+        return (urlparse(url).hostname if url else None) or "127.0.0.1"
 
     @default("port")
     def _port(self) -> int:

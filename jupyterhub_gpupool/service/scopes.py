@@ -8,7 +8,7 @@ and quota; ``spawn`` is for the hub-side spawner, acting for any user; ``admin``
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 USE = "custom:gpupool:use"
 SPAWN = "custom:gpupool:spawn"
@@ -35,7 +35,6 @@ class Identity:
     name: str
     scopes: frozenset[str]
     groups: tuple[str, ...] = ()
-    admin_names: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def from_hub_model(cls, model: dict) -> Identity:
