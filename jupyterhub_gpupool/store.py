@@ -1001,7 +1001,7 @@ class Store:
             for offer in alloc.offers.values():
                 if user is not None and not offer.visible_to(groups):
                     continue
-                units = alloc._units_for(offer, None)
+                units = alloc.units_for(offer, None)
                 queue = sum(1 for w in alloc.waiters.values() if w.request.offer == offer.name)
                 verdict = alloc.quotas.check(user, groups, units) if user else None
                 available = alloc.available(offer)
@@ -1066,17 +1066,11 @@ class Store:
                                 "milli": s.milli,
                             }
                         )
-            models: dict[str, dict[str, float]] = {}
             clusters: dict[str, list[dict[str, Any]]] = {}
             for node in alloc.nodes.values():
                 gpus = []
                 for g in node.gpus:
-                    m = models.setdefault(
-                        g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
-                    )
-                    m["gpus"] += 1
                     free = g.free_units() if node.schedulable else 0.0
-                    m["free_units"] += free
                     if detail:
                         gpus.append(
                             {
@@ -1115,7 +1109,7 @@ class Store:
                     )
             out: dict[str, Any] = {
                 "totals": dict(alloc.capacity()),
-                "models": list(models.values()),
+                "models": list(alloc.capacity_by_model().values()),
                 "queue_length": len(alloc.waiters),
             }
             if detail:

@@ -334,7 +334,8 @@ class Allocator:
         if len(group) > 1:
             yield from (n for n in sorted(group, key=order.__getitem__) if n != first)
 
-    def _units_for(self, offer: Offer, node: Node | None) -> Fraction:
+    def units_for(self, offer: Offer, node: Node | None) -> Fraction:
+        """GPU units one grant of ``offer`` costs (on ``node``, else the cheapest model)."""
         if node is not None and node.gpus:
             model = node.gpus[0].model
             for g in node.gpus:
@@ -462,7 +463,7 @@ class Allocator:
             return Rejected(request, never.code, never.message, never.field, never.allowed)
         placed = self._place(offer)
         node = placed[0] if placed else None
-        units = self._units_for(offer, node)
+        units = self.units_for(offer, node)
         verdict = self.quotas.check(request.user, request.groups, units, request.group)
         if not verdict.can_wait:
             return Rejected(request, verdict.code or "quota", verdict.message, "offer")
@@ -690,7 +691,7 @@ class Allocator:
                 offer.name,
                 node.name,
                 slots_for(node, self.shape_of(offer), choice),
-                self._units_for(offer, node),
+                self.units_for(offer, node),
                 verdict.group,
                 verdict.borrowed,
             )
@@ -708,7 +709,7 @@ class Allocator:
         offer = self.offers.get(request.offer)
         if offer is None or offer.kind == "cpu":
             return []
-        units = self._units_for(offer, None)
+        units = self.units_for(offer, None)
         verdict = self.quotas.check(request.user, request.groups, units, request.group)
         if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
             return []
@@ -798,6 +799,18 @@ class Allocator:
                 self._vacate(lease)
 
     # -- views -----------------------------------------------------------------------------
+
+    def capacity_by_model(self) -> dict[str, dict[str, float]]:
+        """Per GPU model: how many GPUs exist and their free units (0 where nothing new may go)."""
+        out: dict[str, dict[str, float]] = {}
+        for node in self.nodes.values():
+            for g in node.gpus:
+                m = out.setdefault(
+                    g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
+                )
+                m["gpus"] += 1
+                m["free_units"] += g.free_units() if node.schedulable else 0.0
+        return out
 
     def capacity(self) -> Mapping[str, float]:
         """Total and free GPU units of schedulable hardware."""

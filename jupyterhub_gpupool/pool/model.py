@@ -78,31 +78,11 @@ class Gpu:
             and all(i.lease is None for i in self.instances)
         )
 
-    def covered_mask(self) -> int:
-        """Memory slices covered by existing instances (bit i = slice i)."""
-        mask = 0
-        for inst in self.instances:
-            size = self.model.profiles[inst.profile].memory_slices
-            mask |= ((1 << size) - 1) << inst.start
-        return mask
-
-    def held_mask(self) -> int:
-        """Memory slices covered by instances somebody holds."""
-        mask = 0
-        for inst in self.instances:
-            if inst.lease is not None:
-                size = self.model.profiles[inst.profile].memory_slices
-                mask |= ((1 << size) - 1) << inst.start
-        return mask
-
     def free_units(self) -> float:
         """Free capacity in GPU units: free milli for plain GPUs, free memory slices for MIG."""
-        if not self.schedulable:
-            return 0.0
-        if self.mig_enabled:
-            total = self.model.memory_slices
-            return (total - bin(self.held_mask()).count("1")) / total
-        return self.free_milli / MILLI
+        from .placement import key_free  # placement builds on this module
+
+        return key_free(self.state_key())
 
     def state_key(self) -> tuple:
         """Everything placement depends on, hashable: equal keys place and score alike."""

@@ -56,16 +56,10 @@ class PoolMetrics:
     def render(self, store: Store) -> bytes:
         """Refresh the gauges from the pool and render the exposition text."""
         with store.locked() as alloc:
-            per_model: dict[str, list[float]] = {}
-            for node in alloc.nodes.values():
-                for g in node.gpus:
-                    cap_free = per_model.setdefault(g.model.name, [0.0, 0.0])
-                    cap_free[0] += 1.0
-                    cap_free[1] += g.free_units() if node.schedulable else 0.0
-            for model, (cap, free) in per_model.items():
-                self.capacity.labels(model=model).set(cap)
-                self.free.labels(model=model).set(free)
-                self.used.labels(model=model).set(cap - free)
+            for model, m in alloc.capacity_by_model().items():
+                self.capacity.labels(model=model).set(m["gpus"])
+                self.free.labels(model=model).set(m["free_units"])
+                self.used.labels(model=model).set(m["gpus"] - m["free_units"])
             waiting: dict[str, int] = dict.fromkeys(alloc.offers, 0)
             for w in alloc.waiters.values():
                 waiting[w.request.offer] = waiting.get(w.request.offer, 0) + 1

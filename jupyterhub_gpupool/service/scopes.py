@@ -7,7 +7,6 @@ and quota; ``spawn`` is for the hub-side spawner, acting for any user; ``admin``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 USE = "custom:gpupool:use"
@@ -82,8 +81,3 @@ class Identity:
     def describe(self) -> str:
         """For audit events: ``user:alice`` or ``service:gpupool-spawner``."""
         return f"{self.kind}:{self.name}"
-
-
-def scope_names(scopes: Iterable[str]) -> list[str]:
-    """Only the pool's scopes, sorted (for logs and the /me view)."""
-    return sorted(s for s in scopes if s.startswith("custom:gpupool:"))

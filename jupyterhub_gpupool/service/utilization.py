@@ -48,7 +48,6 @@ class UtilizationBuffer:
         self.window = window
         self.max_per_device = max_per_device
         self._rings: dict[tuple[str, int | None], deque[Sample]] = {}
-        self.accepted = 0
 
     def add(self, samples: Iterable[Sample]) -> int:
         """Store samples (oldest beyond the window are dropped); returns how many were new."""
@@ -61,7 +60,6 @@ class UtilizationBuffer:
             while ring and ring[0].ts < s.ts - self.window:
                 ring.popleft()
             n += 1
-        self.accepted += n
         return n
 
     def previous(self, gpu: str, start: int | None) -> Sample | None:

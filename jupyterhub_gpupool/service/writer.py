@@ -29,8 +29,6 @@ class BatchWriter:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpupool-writer", daemon=True)
-        self.batches = 0
-        self.calls = 0
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -77,7 +75,5 @@ class BatchWriter:
                 for *_, future in batch:
                     future.set_exception(e)
                 continue
-            self.batches += 1
-            self.calls += len(batch)
             for (*_, future), result in zip(batch, results, strict=True):
                 future.set_result(result)
