@@ -58,12 +58,5 @@ def hub_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool); stopped afterwards."""
     from tests.integration.hubenv import HubEnv
 
-    env = HubEnv(tmp_path, sqlite_url, demo_pool_file)
-    try:
-        env.start()
+    with HubEnv(tmp_path, sqlite_url, demo_pool_file).running() as env:
         yield env
-    except Exception:
-        print(env.logs())
-        raise
-    finally:
-        env.stop()

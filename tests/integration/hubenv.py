@@ -20,6 +20,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -284,6 +286,18 @@ class HubEnv:
                 f"custom:gpupool:use!user={user}",
             ],
         )
+
+    @contextmanager
+    def running(self) -> Iterator[HubEnv]:
+        """Start everything, hand it over, stop it; print the logs when something failed."""
+        try:
+            self.start()
+            yield self
+        except BaseException:
+            print(self.logs())
+            raise
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """Stop everything (service first)."""

@@ -176,14 +176,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     where = tmp_path_factory.mktemp("contract")
     env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"), USERS)
     env.service_args = ("--PoolService.reconcile_on_start=False",)
-    try:
-        env.start()
+    with env.running():
         yield Api(env)
-    except Exception:
-        print(env.logs())
-        raise
-    finally:
-        env.stop()
 
 
 _servers = itertools.count()

@@ -149,14 +149,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubEnv]:
     where = tmp_path_factory.mktemp("authz")
     env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"))
     env.service_args = ("--PoolService.reconcile_on_start=False",)
-    try:
-        env.start()
+    with env.running():
         yield env
-    except Exception:
-        print(env.logs())
-        raise
-    finally:
-        env.stop()
 
 
 @pytest.fixture(scope="module")

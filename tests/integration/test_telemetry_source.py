@@ -24,14 +24,8 @@ def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path) -> Iterator[H
             "--PoolService.utilization_flush_interval=0.5",
         ),
     )
-    try:
-        env.start()
+    with env.running():
         yield env
-    except Exception:
-        print(env.logs())
-        raise
-    finally:
-        env.stop()
 
 
 def wait_for(check: Callable[[], object], seconds: float = 15.0) -> object:
