@@ -868,15 +868,10 @@ class Store:
             raise StoreError(404, "not_found", f"no lease {lease_id!r}", field="id")
         return row
 
-    def allocator(self) -> Allocator:
-        """The allocator, up to date with the database (for read-only views)."""
-        with self.transaction(write=False) as (_, alloc):
-            return alloc
-
     def lease(self, lease_id: str) -> dict[str, Any]:
         """One lease as JSON."""
-        with self.read() as db:
-            return self._lease_json(db, self._allocator, self._get(db, lease_id))
+        with self.locked() as alloc, self.read() as db:
+            return self._lease_json(db, alloc, self._get(db, lease_id))
 
     def lease_owner(self, lease_id: str) -> str:
         """The user a lease belongs to (for scope checks)."""
@@ -900,7 +895,7 @@ class Store:
                 field="state",
                 allowed=orm.LEASE_STATES,
             )
-        with self.read() as db:
+        with self.locked() as alloc, self.read() as db:
             q = select(orm.LeaseRow)
             if user is not None:
                 q = q.where(orm.LeaseRow.user == user)
@@ -913,9 +908,23 @@ class Store:
                 .limit(limit)
                 .options(selectinload(orm.LeaseRow.slots))
             )
-            return [self._lease_json(db, self._allocator, r) for r in rows], total
+            rows = list(rows)
+            # queue positions and release rates once per page, not once per queued lease
+            positions = rates = None
+            if any(r.state == "queued" for r in rows):
+                now = self._now_s()
+                positions = {w.request.id: i for i, w in enumerate(alloc.queue(now), 1)}
+                rates = {}
+            return [self._lease_json(db, alloc, r, positions, rates) for r in rows], total
 
-    def _lease_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
+    def _lease_json(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        row: orm.LeaseRow,
+        positions: Mapping[str, int] | None = None,
+        rates: dict[str, float] | None = None,
+    ) -> dict:
         out: dict[str, Any] = {
             "id": row.id,
             "user": row.user,
@@ -954,10 +963,19 @@ class Store:
         if row.reclaim_deadline is not None:
             out["reclaim"] = {"deadline": _ts(row.reclaim_deadline), "reason": row.reclaim_reason}
         if row.state == "queued" and alloc is not None:
-            pos = alloc.position(row.id, self._now_s())
+            if positions is None:
+                pos = alloc.position(row.id, self._now_s())
+            else:
+                pos = positions.get(row.id)
             out["position"] = pos
             if pos is not None:
-                out["eta_seconds"] = estimate_wait(pos, self._release_rate(db, row.offer))
+                if rates is None:
+                    rate = self._release_rate(db, row.offer)
+                else:
+                    if row.offer not in rates:
+                        rates[row.offer] = self._release_rate(db, row.offer)
+                    rate = rates[row.offer]
+                out["eta_seconds"] = estimate_wait(pos, rate)
         for s in out["slots"]:
             if s["kind"] == "mig" and row.state != "released":
                 s["mig_uuid"] = self._mig_uuid(db, alloc, s["gpu"], s["start"])

@@ -184,7 +184,8 @@ def test_restart_rebuilds_the_same_occupancy(db_url, store, clock):
     taken = {(s["gpu"], s["start"]) for le in (a, b) for s in le["slots"]}
     assert c["state"] == "granted"
     assert (c["slots"][0]["gpu"], c["slots"][0]["start"]) not in taken
-    assert again.allocator().position(store.leases(user="carol")[0][0]["id"], 0) == 1
+    with again.locked() as alloc:
+        assert alloc.position(store.leases(user="carol")[0][0]["id"], 0) == 1
 
 
 def test_two_replicas_never_double_grant(db_url, store, clock):
