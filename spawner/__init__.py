@@ -1,5 +1,7 @@
-"""Spawners that ask the pool for a GPU slice (installed as ``jupyterhub_gpupool.spawner``).
+"""Spawners that take their GPU from the pool (installed as ``jupyterhub_gpupool.spawner``).
 
-The spawner classes arrive with the spawner issue; this package exists now so the packaging
-layout (``spawner/`` mapped to ``jupyterhub_gpupool.spawner``) is fixed and tested from day one.
+- ``base.GPUPoolSpawnerMixin``: ask the pool, wait in its queue with progress, bind, release.
+- ``local.GPUPoolLocalProcessSpawner`` (entry point ``gpupool-local``): pinned by CUDA env.
+- ``kube.GPUPoolKubeSpawner`` (``gpupool-kube``): device-plugin resources and the pool's node.
+- ``objects``: the pure Kubernetes fragments ``kube`` applies.
 """

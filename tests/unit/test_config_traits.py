@@ -3,9 +3,18 @@
 import pytest
 
 from jupyterhub_gpupool.service.app import PoolService
+from jupyterhub_gpupool.spawner.base import GPUPoolSpawnerMixin
+
+CLASSES = [PoolService, GPUPoolSpawnerMixin]
+try:
+    from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
+
+    CLASSES.append(GPUPoolKubeSpawner)
+except ImportError:  # the kubernetes extra is optional
+    pass
 
 
-@pytest.mark.parametrize("cls", [PoolService])
+@pytest.mark.parametrize("cls", CLASSES)
 def test_every_trait_is_documented(cls):
     traits = cls.class_own_traits(config=True)
     assert traits

@@ -52,5 +52,10 @@ def test_wheel_contents(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "jupyterhub_gpupool/data/mig_profiles.json" in names
     assert "jupyterhub_gpupool/spawner/__init__.py" in names
+    assert "jupyterhub_gpupool/spawner/templates/gpupool_form.html" in names
+    assert "jupyterhub_gpupool/demo/jupyterhub_config.py" in names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[jupyterhub.spawners]" in text and "gpupool-kube = " in text
     assert "jupyterhub_gpupool/pool/allocator.py" in names
     assert not any(n.startswith(("spawner/", "tests/", "benchmarks/")) for n in names)

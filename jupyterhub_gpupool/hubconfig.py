@@ -1,0 +1,129 @@
+"""One call that wires the pool into a ``jupyterhub_config.py``.
+
+``configure_hub(c, ...)`` writes exactly what docs/source/howto/hub-config.md spells out by hand:
+the custom scopes, the pool service (managed, or external when ``command`` is None), the
+spawner's and agents' service tokens, the roles, and the spawner class. It *adds* to roles and
+services already configured rather than replacing them, so it composes with other services
+(the idle culler, say).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .service.scopes import ADMIN, AGENT, CUSTOM_SCOPES, SPAWN, USE
+
+SPAWNERS = {
+    "local": "jupyterhub_gpupool.spawner.local.GPUPoolLocalProcessSpawner",
+    "simple": "jupyterhub_gpupool.spawner.local.GPUPoolSimpleLocalProcessSpawner",
+    "kube": "jupyterhub_gpupool.spawner.kube.GPUPoolKubeSpawner",
+}
+
+
+def _merge_role(roles: list[dict[str, Any]], role: dict[str, Any]) -> None:
+    """Add a role, or extend one of the same name (scopes and holders are unions)."""
+    for existing in roles:
+        if existing.get("name") == role["name"]:
+            for key in ("scopes", "users", "groups", "services"):
+                if key in role:
+                    merged = list(existing.get(key, []))
+                    merged += [v for v in role[key] if v not in merged]
+                    existing[key] = merged
+            return
+    roles.append(role)
+
+
+def configure_hub(
+    c: Any,
+    *,
+    spawner_token: str,
+    pool_config: str | None = None,
+    db_url: str = "sqlite:///jupyterhub-gpupool.sqlite",
+    service_name: str = "gpupool",
+    service_url: str = "http://127.0.0.1:10101",
+    service_token: str | None = None,
+    command: Sequence[str] | None = (),
+    service_args: Sequence[str] = (),
+    agent_token: str | None = None,
+    admin_users: Sequence[str] = (),
+    admin_groups: Sequence[str] = (),
+    spawner: str | None = "local",
+) -> None:
+    """Configure hub ``c`` for the pool.
+
+    ``command=()`` runs the service managed by the hub with ``jupyterhub-gpupool service``
+    (this Python); ``command=None`` registers an external service at ``service_url`` that
+    authenticates with ``service_token``. ``spawner`` is ``local``, ``simple`` (all users share
+    the hub's system user: demos), ``kube``, a class path, or None to leave it alone.
+    """
+    c.JupyterHub.custom_scopes = {**dict(c.JupyterHub.get("custom_scopes", {})), **CUSTOM_SCOPES}
+    service: dict[str, Any] = {"name": service_name, "url": service_url, "oauth_no_confirm": True}
+    if command is None:
+        if not service_token:
+            raise ValueError("an external pool service needs service_token")
+        service["api_token"] = service_token
+    else:
+        argv = list(command) or [sys.executable, "-m", "jupyterhub_gpupool.cli", "service"]
+        argv.append(f"--db-url={db_url}")
+        if pool_config:
+            argv.append(f"--pool-config={pool_config}")
+        service["command"] = argv + list(service_args)
+    services = [s for s in c.JupyterHub.get("services", []) if s.get("name") != service_name]
+    services.append(service)
+    services.append({"name": f"{service_name}-spawner", "api_token": spawner_token})
+    if agent_token:
+        services.append({"name": f"{service_name}-agent", "api_token": agent_token})
+    c.JupyterHub.services = services
+
+    roles = list(c.JupyterHub.get("load_roles", []))
+    _merge_role(roles, {"name": "user", "scopes": ["self", f"{USE}!user"]})
+    _merge_role(
+        roles,
+        {
+            "name": "server",
+            "scopes": ["users:activity!user", "access:servers!server", f"{USE}!user"],
+        },
+    )
+    _merge_role(
+        roles,
+        {
+            "name": service_name,
+            "services": [service_name],
+            "scopes": ["list:users", "read:users:groups", "read:servers"],
+        },
+    )
+    _merge_role(
+        roles,
+        {
+            "name": f"{service_name}-spawner",
+            "services": [f"{service_name}-spawner"],
+            "scopes": [SPAWN],
+        },
+    )
+    if agent_token:
+        _merge_role(
+            roles,
+            {
+                "name": f"{service_name}-agent",
+                "services": [f"{service_name}-agent"],
+                "scopes": [AGENT],
+            },
+        )
+    if admin_users or admin_groups:
+        _merge_role(
+            roles,
+            {
+                "name": f"{service_name}-admin",
+                "users": list(admin_users),
+                "groups": list(admin_groups),
+                "scopes": [ADMIN],
+            },
+        )
+    c.JupyterHub.load_roles = roles
+
+    if spawner is not None:
+        c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
+    c.GPUPoolSpawnerMixin.pool_api_token = spawner_token
+    c.GPUPoolSpawnerMixin.pool_service_name = service_name

@@ -1,0 +1,613 @@
+"""What every GPU pool spawner shares: ask the pool, wait in its queue, pin, give back.
+
+The mixin goes *before* a concrete spawner class (``class S(GPUPoolSpawnerMixin,
+LocalProcessSpawner)``). The lease is requested in ``run_pre_spawn_hook`` — after JupyterHub
+applied the user's options and group overrides, and *outside* ``start_timeout`` (the hub wraps
+only ``start()`` in it), so a long queue has its own limit, :attr:`queue_timeout`. While the
+request waits, :meth:`progress` streams its queue position; then the concrete spawner starts the
+server pinned to the granted devices, and the lease is bound (``keepalive``). The lease id lives
+in the spawner state (versioned) so a hub restart keeps running servers' leases; it is given
+back when the server stops, when ``poll()`` finds it gone, and in any failed spawn. Only a
+release forgets the lease: ``clear_state()`` (which ``poll()`` calls when the process died)
+must not lose it before it is given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from tornado import web
+from tornado.ioloop import IOLoop
+from traitlets import Bool, Float, List, Unicode, default
+from traitlets.config import Configurable
+
+from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
+
+#: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
+OPTION = "gpupool_offer"
+#: key of this mixin's part of the spawner state, and its version
+STATE_KEY = "gpupool"
+STATE_VERSION = 1
+
+_TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+_jinja = Environment(
+    loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True)
+)
+
+
+def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "") -> Exception:
+    """The exception that ends a spawn with ``message`` shown to the user, no traceback.
+
+    ``SpawnException`` on JupyterHub 6; on 5.x an ``HTTPError`` carrying ``jupyterhub_message``,
+    which the progress page shows the same way.
+    """
+    try:
+        from jupyterhub.spawner import SpawnException
+    except ImportError:  # JupyterHub 5
+        err = web.HTTPError(status, "%s", message)
+        err.jupyterhub_message = message  # type: ignore[attr-defined]
+        if html:
+            err.jupyterhub_html_message = html  # type: ignore[attr-defined]
+        return err
+    return SpawnException(message, reason=reason, status_code=status, message_html=html)
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st …"""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def wait_text(seconds: float | None) -> str:
+    """A human estimate of a wait: "about 4 minutes", or "no estimate yet"."""
+    if seconds is None:
+        return "no estimate yet"
+    if seconds < 60:
+        return "less than a minute"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"about {minutes} minute{'s' if minutes != 1 else ''}"
+    return f"about {seconds / 3600:.1f} hours"
+
+
+def units_text(units: float) -> str:
+    """GPU units as people read them: 1/7 of a GPU, 0.25 GPU, 2 GPUs."""
+    for d in (2, 3, 4, 7, 8):
+        if abs(units * d - round(units * d)) < 1e-6 and units < 1:
+            return f"{round(units * d)}/{d} GPU"
+    return f"{units:g} GPU" + ("s" if units > 1 else "")
+
+
+class GPUPoolSpawnerMixin(Configurable):
+    """Pool-aware spawning; combine with a concrete Spawner (see ``local.py``, ``kube.py``)."""
+
+    pool_service_name = Unicode(
+        "gpupool",
+        help="Name of the pool's JupyterHub service; used to find the pool's URL when "
+        "pool_api_url is not set.",
+    ).tag(config=True)
+
+    pool_api_url = Unicode(
+        "",
+        help="Base URL of the pool's REST API v1 as the hub reaches it, e.g. "
+        "http://127.0.0.1:10101/services/gpupool/api/v1/. Empty: the URL of the hub service "
+        "named pool_service_name plus its prefix and api/v1/.",
+    ).tag(config=True)
+
+    pool_api_token = Unicode(
+        help="Hub API token of the service the spawner acts as; it needs the scope "
+        "custom:gpupool:spawn. Default: $GPUPOOL_SPAWNER_TOKEN.",
+    ).tag(config=True)
+
+    @default("pool_api_token")
+    def _default_token(self) -> str:
+        return os.environ.get("GPUPOOL_SPAWNER_TOKEN", "")
+
+    server_pool_api_url = Unicode(
+        "",
+        help="The pool API URL as the single-user server reaches it (GPUPOOL_API_URL in its "
+        "environment). Empty: the same as pool_api_url.",
+    ).tag(config=True)
+
+    pool_offers = List(
+        Unicode(),
+        help="Offers this spawner shows, in this order. Empty: every offer the pool lets the "
+        "user use. A request for any other offer is refused, whatever the form sent.",
+    ).tag(config=True)
+
+    allow_cpu_only = Bool(
+        True,
+        help="Offer a 'No GPU' choice. When False, every server must hold a GPU lease.",
+    ).tag(config=True)
+
+    default_offer = Unicode(
+        "",
+        help="Offer used when a spawn names none (API spawns without options) and the one "
+        "preselected in the picker. Empty: no GPU if allow_cpu_only, else the first offer.",
+    ).tag(config=True)
+
+    queue_timeout = Float(
+        3600.0,
+        help="Seconds a spawn may wait in the pool's queue before it gives up. Separate from "
+        "start_timeout, which counts only the server start after the GPU is granted.",
+    ).tag(config=True)
+
+    queue_poll_interval = Float(
+        2.0, help="Seconds between checks of a queued request (and progress updates)."
+    ).tag(config=True)
+
+    pool_request_timeout = Float(
+        10.0, help="Seconds before one call to the pool service counts as failed."
+    ).tag(config=True)
+
+    release_retry_for = Float(
+        600.0,
+        help="Seconds to keep retrying a release the pool could not take (it was down). "
+        "After that the pool's own reconcile and grant expiry clean up.",
+    ).tag(config=True)
+
+    # -- state ------------------------------------------------------------------------------
+
+    gpupool_lease: dict[str, Any] | None = None
+    _gpupool_events: list[dict[str, Any]]
+    _gpupool_waiting: bool = False
+    _gpupool_changed: asyncio.Event | None = None
+    _gpupool_client: PoolClient | None = None
+
+    def get_state(self) -> dict:
+        """Adds the lease id (versioned) to the concrete spawner's state."""
+        state = super().get_state()  # type: ignore[misc]
+        if self.gpupool_lease:
+            state[STATE_KEY] = {
+                "version": STATE_VERSION,
+                "lease": self.gpupool_lease["id"],
+                "offer": self.gpupool_lease.get("offer"),
+                "slots": self.gpupool_lease.get("slots", []),
+                "node": self.gpupool_lease.get("node"),
+            }
+        return state
+
+    def load_state(self, state: dict) -> None:
+        """Restores the lease of a running server after a hub restart."""
+        super().load_state(state)  # type: ignore[misc]
+        mine = state.get(STATE_KEY)
+        if not mine:
+            return
+        if mine.get("version") != STATE_VERSION:
+            self.log.warning(
+                "Ignoring GPU pool state of unknown version %s for %s",
+                mine.get("version"),
+                self._log_name,
+            )
+            return
+        self.gpupool_lease = {
+            "id": mine["lease"],
+            "offer": mine.get("offer"),
+            "slots": mine.get("slots", []),
+            "node": mine.get("node"),
+        }
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    @property
+    def pool(self) -> PoolClient:
+        """The client of the pool service (built on first use)."""
+        if self._gpupool_client is None:
+            self._gpupool_client = PoolClient(
+                self._pool_url(), self.pool_api_token, timeout=self.pool_request_timeout
+            )
+        return self._gpupool_client
+
+    def _pool_url(self) -> str:
+        if self.pool_api_url:
+            return self.pool_api_url
+        services = getattr(self, "user", None) and self.user.settings.get("services", {})
+        service = (services or {}).get(self.pool_service_name)
+        if service is None or not service.url:
+            raise spawn_error(
+                "The GPU pool is not configured on this hub (no pool_api_url and no service "
+                f"named {self.pool_service_name!r} with a URL).",
+                reason="gpupool_config",
+                status=500,
+            )
+        return service.url.rstrip("/") + service.prefix.rstrip("/") + "/api/v1/"
+
+    @property
+    def user_groups(self) -> list[str]:
+        """The user's JupyterHub groups (the pool charges requests to them)."""
+        return [g.name for g in getattr(self.user, "groups", [])]
+
+    async def _run_apply_user_options(self, user_options: dict) -> None:
+        """JupyterHub ≥ 5.3 warns about options nobody applies; the offer is ours to apply."""
+        run = getattr(super(), "_run_apply_user_options", None)
+        if run is None:
+            return
+        if self.apply_user_options:  # type: ignore[attr-defined]
+            await run(user_options)
+        else:
+            await run({k: v for k, v in (user_options or {}).items() if k != OPTION})
+
+    # -- choosing the offer -----------------------------------------------------------------
+
+    def chosen_offer(self) -> str:
+        """The offer asked for: ``user_options[OPTION]`` (form, query or API), else default.
+
+        Values from forms arrive as lists of strings; API spawns send plain strings.
+        """
+        value = (self.user_options or {}).get(OPTION)
+        if isinstance(value, list):
+            value = value[0] if value else ""
+        if value is None:
+            value = self.default_offer
+            if not value and not self.allow_cpu_only and self.pool_offers:
+                value = self.pool_offers[0]
+        if not isinstance(value, str):
+            raise spawn_error(
+                f"{OPTION} must be an offer name, not {type(value).__name__}",
+                reason="gpupool_invalid",
+            )
+        return value.strip()
+
+    async def resolve_offer(self) -> str:
+        """The offer to ask for; subclasses may look further (KubeSpawner's profiles)."""
+        return self.chosen_offer()
+
+    def check_offer(self, offer: str) -> None:
+        """Server-side enforcement of what the picker showed (forged forms are refused)."""
+        if not offer:
+            if not self.allow_cpu_only:
+                raise spawn_error(
+                    "This hub needs every server to hold a GPU: choose one of the offers.",
+                    reason="gpupool_cpu_only",
+                )
+            return
+        if self.pool_offers and offer not in self.pool_offers:
+            raise spawn_error(
+                f"The GPU offer {offer!r} is not available here "
+                f"(choose one of: {', '.join(self.pool_offers)}).",
+                reason="gpupool_forbidden",
+                status=403,
+            )
+
+    # -- acquiring -------------------------------------------------------------------------
+
+    def _emit(self, progress: int | None, message: str) -> None:
+        event: dict[str, Any] = {"message": message}
+        if progress is not None:
+            event["progress"] = progress
+        self._gpupool_events.append(event)
+        if self._gpupool_changed is not None:
+            self._gpupool_changed.set()
+
+    async def run_pre_spawn_hook(self) -> Any:
+        """Get the GPU first (after options are applied, before ``start_timeout`` runs)."""
+        self._gpupool_events = []
+        self._gpupool_changed = asyncio.Event()
+        self._gpupool_waiting = True
+        if self.gpupool_lease:  # a lease a failed stop kept: give it back first
+            await self.release_lease("stopped")
+        try:
+            offer = await self.resolve_offer()
+            self.check_offer(offer)
+            if offer:
+                self.gpupool_lease = await self._acquire(offer)
+        finally:
+            self._gpupool_waiting = False
+            self._gpupool_changed.set()
+        result = super().run_pre_spawn_hook()  # type: ignore[misc]
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result = await result
+        return result
+
+    async def _acquire(self, offer: str) -> dict[str, Any]:
+        """POST allocations, adopting a lease this server already has; then wait for the grant."""
+        user, server = self.user.name, self.name
+        self._emit(5, f"Asking the GPU pool for {offer}")
+        try:
+            try:
+                lease = await self.pool.allocate(user, server, offer, groups=self.user_groups)
+            except PoolRefused as e:
+                if e.code != "already_allocated":
+                    raise
+                lease = await self._adopt_or_cancel(offer)
+        except PoolUnavailable as e:
+            self.log.error("GPU pool unreachable for %s: %s", self._log_name, e)
+            raise spawn_error(
+                "The GPU pool service is not reachable right now, so no GPU could be "
+                "reserved and the server was not started. Try again in a minute.",
+                reason="gpupool_unavailable",
+                status=503,
+            ) from e
+        except PoolRefused as e:
+            raise self._refusal(offer, e) from e
+        self.gpupool_lease = lease
+        try:
+            lease = await self._wait(lease)
+        except Exception:
+            # not on CancelledError: a hub shutting down mid-queue keeps the request, and the
+            # next spawn of this server adopts it (and its place in line)
+            self._release_soon("cancelled")
+            raise
+        self._emit(40, f"Got {self._describe(lease)}; starting the server")
+        self.log.info(
+            "GPU lease %s for %s: %s on %s",
+            lease["id"],
+            self._log_name,
+            lease["offer"],
+            lease.get("node"),
+        )
+        return lease
+
+    async def _adopt_or_cancel(self, offer: str) -> dict[str, Any]:
+        """This server already has a lease (a hub restart mid-queue): keep it if it is for the
+        same offer — and so keep its place in the queue — else give it back and ask again."""
+        for lease in await self.pool.leases(user=self.user.name):
+            if lease["server"] != self.name or lease["state"] == "released":
+                continue
+            if lease["offer"] == offer:
+                self.log.info("Adopting GPU lease %s of %s", lease["id"], self._log_name)
+                return lease
+            await self.pool.release(lease["id"], "cancelled")
+        return await self.pool.allocate(self.user.name, self.name, offer, groups=self.user_groups)
+
+    def _refusal(self, offer: str, e: PoolRefused) -> Exception:
+        messages = {
+            "no_quota": "You have no GPU quota on this hub; ask an administrator for one.",
+            "exceeds_limit": f"{offer} would take you over your GPU quota: {e.message}.",
+            "over_limit": f"{offer} would take you over your GPU quota: {e.message}.",
+            "unknown_offer": f"There is no GPU offer called {offer!r} (any more).",
+            "offer_not_allowed": f"The GPU offer {offer!r} is not for you: {e.message}.",
+        }
+        text = messages.get(e.code, f"The GPU pool refused {offer}: {e.message}")
+        self.log.warning("GPU pool refused %s for %s: %s", offer, self._log_name, e.message)
+        return spawn_error(text, reason=f"gpupool_{e.code or 'refused'}", status=e.status)
+
+    def _describe(self, lease: dict[str, Any]) -> str:
+        slots = lease.get("slots") or []
+        where = lease.get("node") or "the pool"
+        if slots and slots[0].get("kind") == "mig":
+            return f"an {lease.get('model')} {slots[0].get('profile')} slice on {where}"
+        if slots and slots[0].get("kind") == "shared":
+            return f"{units_text(lease.get('units', 0))} of a {lease.get('model')} on {where}"
+        return f"{len(slots)}× {lease.get('model')} on {where}"
+
+    async def _wait(self, lease: dict[str, Any]) -> dict[str, Any]:
+        """Wait until the lease is granted and its devices exist, with progress updates."""
+        deadline = time.monotonic() + self.queue_timeout
+        last = ""
+        unreachable_since: float | None = None
+        while lease["state"] == "queued" or (
+            lease["state"] == "granted" and not lease.get("ready", True)
+        ):
+            if lease["state"] == "queued":
+                pos = lease.get("position")
+                where = f"{ordinal(pos)} in line" if pos else "in line"
+                msg = (
+                    f"Waiting for {lease['offer']}: {where}, {wait_text(lease.get('eta_seconds'))}"
+                )
+            else:
+                msg = f"Preparing {self._describe(lease)} (creating the MIG instance)"
+            if msg != last:
+                self._emit(10 if lease["state"] == "queued" else 30, msg)
+                last = msg
+            if time.monotonic() > deadline:
+                await self._release_now(lease["id"], "cancelled")
+                self.gpupool_lease = None
+                minutes = round(self.queue_timeout / 60)
+                raise spawn_error(
+                    f"No {lease['offer']} became free within {minutes} minutes; your request "
+                    "left the queue. Try again later or pick another GPU.",
+                    reason="gpupool_queue_timeout",
+                    status=503,
+                )
+            await asyncio.sleep(self.queue_poll_interval)
+            try:
+                lease = await self.pool.lease(lease["id"])
+                unreachable_since = None
+            except PoolUnavailable as e:  # keep our place; the service may come back
+                if unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                    self.log.warning("GPU pool unreachable while %s waits: %s", self._log_name, e)
+                    self._emit(None, "The GPU pool is not answering; still waiting in line")
+        if lease["state"] not in ("granted", "active"):
+            self.gpupool_lease = None
+            reason = lease.get("release_reason") or lease["state"]
+            raise spawn_error(
+                f"Your request for {lease['offer']} ended while waiting ({reason}"
+                + (f": {lease['message']}" if lease.get("message") else "")
+                + ").",
+                reason=f"gpupool_{reason}",
+                status=409,
+            )
+        return lease
+
+    async def bind_lease(self) -> None:
+        """The server runs: bind the grant (granted → active) so it does not expire."""
+        if not self.gpupool_lease:
+            return
+        lease_id = self.gpupool_lease["id"]
+        try:
+            self.gpupool_lease = await self.pool.keepalive(lease_id)
+        except PoolRefused as e:
+            # the grant expired or an admin released it while the server started
+            raise spawn_error(
+                f"Your GPU lease ended before the server was up ({e.message}).",
+                reason="gpupool_lost",
+                status=409,
+            ) from e
+        except PoolUnavailable as e:
+            self.log.warning("Could not bind GPU lease %s yet: %s", lease_id, e)
+            IOLoop.current().add_callback(self._bind_later, lease_id)
+
+    async def _bind_later(self, lease_id: str) -> None:
+        delay, deadline = 2.0, time.monotonic() + self.release_retry_for
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            if not self.gpupool_lease or self.gpupool_lease["id"] != lease_id:
+                return
+            try:
+                await self.pool.keepalive(lease_id)
+                return
+            except PoolUnavailable:
+                delay = min(delay * 2, 60)
+            except PoolRefused as e:
+                self.log.error("GPU lease %s of %s is gone: %s", lease_id, self._log_name, e)
+                return
+
+    # -- progress --------------------------------------------------------------------------
+
+    async def progress(self) -> Any:
+        """Queue position and estimate while waiting, then the concrete spawner's events."""
+        sent = 0
+        events = getattr(self, "_gpupool_events", [])
+        while True:
+            while sent < len(events):
+                yield events[sent]
+                sent += 1
+            if not self._gpupool_waiting or self._gpupool_changed is None:
+                break
+            self._gpupool_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._gpupool_changed.wait(), self.queue_poll_interval * 5)
+        async for event in super().progress():  # type: ignore[misc]
+            yield event
+
+    # -- releasing --------------------------------------------------------------------------
+
+    async def _release_now(self, lease_id: str, reason: str) -> bool:
+        """Release one lease; False if the pool could not be reached (retry later)."""
+        try:
+            await self.pool.release(lease_id, reason)
+        except PoolRefused as e:
+            if e.status != 404 and e.code != "not_live":
+                self.log.warning("Releasing GPU lease %s: %s", lease_id, e)
+        except PoolUnavailable as e:
+            self.log.warning("Could not release GPU lease %s yet: %s", lease_id, e)
+            return False
+        return True
+
+    async def release_lease(self, reason: str = "stopped") -> None:
+        """Give the lease back now; if the pool is away, keep retrying in the background."""
+        lease, self.gpupool_lease = self.gpupool_lease, None
+        if lease is None:
+            return
+        if not await self._release_now(lease["id"], reason):
+            IOLoop.current().add_callback(self._release_later, lease["id"], reason)
+        else:
+            self.log.info("Released GPU lease %s of %s (%s)", lease["id"], self._log_name, reason)
+
+    def _release_soon(self, reason: str) -> None:
+        """From a cancelled wait: release without awaiting here."""
+        lease, self.gpupool_lease = self.gpupool_lease, None
+        if lease is not None:
+            IOLoop.current().add_callback(self._release_later, lease["id"], reason, 0.0)
+
+    async def _release_later(self, lease_id: str, reason: str, delay: float = 2.0) -> None:
+        deadline = time.monotonic() + self.release_retry_for
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            if await self._release_now(lease_id, reason):
+                return
+            delay = min(max(delay, 1.0) * 2, 60)
+        self.log.error("Gave up releasing GPU lease %s; the pool will reconcile it", lease_id)
+
+    async def stop(self, now: bool = False) -> None:
+        """Stop the server, then give its GPU back."""
+        try:
+            await super().stop(now=now)  # type: ignore[misc]
+        finally:
+            await self.release_lease("stopped")
+
+    async def poll(self) -> int | None:
+        """A server found gone gives its GPU back at once (not at the next stop)."""
+        status = await super().poll()  # type: ignore[misc]
+        if status is not None and self.gpupool_lease and not self._gpupool_waiting:
+            await self.release_lease("stopped")
+        return status
+
+    async def run_post_stop_hook(self) -> Any:
+        """Always runs when the hub stops a server (also after a failed spawn): release."""
+        await self.release_lease("stopped")
+        result = super().run_post_stop_hook()  # type: ignore[misc]
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result = await result
+        return result
+
+    # -- environment ------------------------------------------------------------------------
+
+    def gpupool_env(self) -> dict[str, str]:
+        """``GPUPOOL_*`` variables of DESIGN §6 for the granted lease."""
+        if not self.gpupool_lease:
+            return {}
+        return {
+            "GPUPOOL_LEASE_ID": self.gpupool_lease["id"],
+            "GPUPOOL_OFFER": self.gpupool_lease.get("offer") or "",
+            "GPUPOOL_API_URL": self.server_pool_api_url or self._pool_url(),
+        }
+
+    # -- the picker -------------------------------------------------------------------------
+
+    async def gpupool_choices(self) -> dict[str, Any]:
+        """What the picker shows: offers with live availability, the user's quota, errors."""
+        out: dict[str, Any] = {"offers": [], "quota": None, "error": None}
+        try:
+            offers = await self.pool.offers(self.user.name, self.user_groups)
+            out["quota"] = await self.pool.user(self.user.name)
+        except (PoolUnavailable, PoolRefused) as e:
+            self.log.error("GPU pool offers for %s: %s", self._log_name, e)
+            out["error"] = "The GPU pool is not answering right now; GPUs cannot be chosen."
+            return out
+        if self.pool_offers:
+            by_name = {o["name"]: o for o in offers}
+            offers = [by_name[n] for n in self.pool_offers if n in by_name]
+        for o in offers:
+            o["units_text"] = units_text(o["units"])
+            o["wait_text"] = wait_text(o.get("eta_seconds"))
+            o["selectable"] = o.get("quota_ok") is not False
+            o["why_not"] = _quota_reason(o.get("quota_reason"))
+        out["offers"] = offers
+        return out
+
+    async def render_picker(self) -> str:
+        """The options form: offers with free count, queue, wait, cost and quota fit."""
+        choices = await self.gpupool_choices()
+        selected = self.default_offer
+        previous = (self.user_options or {}).get(OPTION) if self.user_options else None
+        if isinstance(previous, list):
+            previous = previous[0] if previous else None
+        if isinstance(previous, str):
+            selected = previous
+        names = {o["name"] for o in choices["offers"] if o["selectable"]}
+        if selected not in names and not (selected == "" and self.allow_cpu_only):
+            selected = next(iter(sorted(names)), "") if not self.allow_cpu_only else ""
+        return _jinja.get_template("gpupool_form.html").render(
+            option=OPTION,
+            offers=choices["offers"],
+            quota=choices["quota"],
+            error=choices["error"],
+            allow_cpu_only=self.allow_cpu_only,
+            selected=selected,
+            units_text=units_text,
+        )
+
+    async def get_options_form(self) -> str:
+        """Our picker, unless the admin configured an ``options_form`` of their own."""
+        if self.options_form:  # type: ignore[attr-defined]
+            return await super().get_options_form()  # type: ignore[misc]
+        return await self.render_picker()
+
+
+def _quota_reason(code: str | None) -> str:
+    return {
+        None: "",
+        "no_quota": "you have no GPU quota",
+        "exceeds_limit": "beyond your quota limit",
+        "over_limit": "beyond your quota limit",
+        "budget_exhausted": "your GPU-hour budget is used up",
+        "not_in_group": "not for your groups",
+    }.get(code, code or "")

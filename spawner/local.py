@@ -1,0 +1,61 @@
+"""``GPUPoolLocalProcessSpawner``: single-user servers as local processes, pinned by env.
+
+On one machine the pool hands out devices of this host, so pinning is the CUDA environment:
+``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` name exactly the granted GPU UUIDs or the
+``MIG-<uuid>`` of the granted slice. A CPU-only server gets neither device (``-1``/``void``), so
+it cannot wander onto a GPU someone else holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
+
+from .base import GPUPoolSpawnerMixin
+
+
+def device_env(lease: dict[str, Any] | None) -> dict[str, str]:
+    """The CUDA pinning for a lease (``None``: a CPU-only server sees no GPU)."""
+    if not lease or not lease.get("slots"):
+        return {"CUDA_VISIBLE_DEVICES": "-1", "NVIDIA_VISIBLE_DEVICES": "void"}
+    devices = []
+    for slot in lease["slots"]:
+        if slot.get("kind") == "mig":
+            if not slot.get("mig_uuid"):
+                raise ValueError(f"lease {lease.get('id')}: MIG slot has no instance yet")
+            devices.append(slot["mig_uuid"])
+        else:
+            devices.append(slot["gpu"])
+    visible = ",".join(dict.fromkeys(devices))  # a shared GPU once, in grant order
+    env = {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible}
+    shared = [s for s in lease["slots"] if s.get("kind") == "shared"]
+    if shared:
+        # the share is a promise, not a partition: tell frameworks what to cap themselves at
+        env["GPUPOOL_GPU_FRACTION"] = f"{shared[0].get('milli', 1000) / 1000:g}"
+    return env
+
+
+class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
+    """A LocalProcessSpawner that takes its GPU from the pool (for one-machine hubs)."""
+
+    def get_env(self) -> dict[str, str]:
+        """JupyterHub's environment plus the lease's devices and ``GPUPOOL_*``."""
+        env = super().get_env()
+        env.update(device_env(self.gpupool_lease))
+        env.update(self.gpupool_env())
+        return env
+
+    async def start(self) -> Any:
+        """Start the process on the granted devices, then bind the lease."""
+        url = await super().start()
+        await self.bind_lease()
+        return url
+
+
+class GPUPoolSimpleLocalProcessSpawner(GPUPoolLocalProcessSpawner, SimpleLocalProcessSpawner):
+    """Every user's server runs as the hub's own system user (demos and tests only).
+
+    JupyterHub's ``SimpleLocalProcessSpawner`` with the pool: no system accounts needed, home
+    directories from ``home_dir_template`` (``/tmp/{username}`` by default).
+    """
