@@ -4,30 +4,56 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint docs unit bench clean
+.PHONY: help venv demo test lint docs unit e2e-jh5 bench clean
 
 help:
 	@echo "make demo   set up, then run JupyterHub with the GPU pool on simulated GPUs"
 	@echo "make test   set up, then run lint, the docs build and every test"
 	@echo "make bench  set up, then run the benchmarks (figures printed and saved as JSON)"
 
+DEMO_STAMP := $(VENV)/.installed-demo
+
+# the demo needs the package and JupyterLab; the tests need everything
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,docs,demo]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+# JupyterHub 5.x (what zero-to-jupyterhub ships) for the end-to-end tests; the main venv has 6.x
+JH5 := .venv-jh5
+JH5_STAMP := $(JH5)/.installed
+
+$(JH5_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(JH5)
+	$(JH5)/bin/python -m pip install --quiet --upgrade pip
+	$(JH5)/bin/python -m pip install --quiet -e . 'jupyterhub>=5.2,<6' 'jupyterlab>=4,<5' \
+		pytest 'psycopg[binary]>=3.1' 'jupyterhub-kubespawner>=7,<8' 'kubernetes-validate>=1.35'
+	touch $(JH5_STAMP)
 
 CHP := .node/node_modules/.bin/configurable-http-proxy
 
 $(CHP):
 	npm install --silent --no-audit --no-fund --prefix .node configurable-http-proxy@^4
 
+# Debian's Chromium for the browser tests (Playwright drives it; never `playwright install`)
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium >/dev/null || \
+		(apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null); \
+	else echo "no $(CHROMIUM) and not root: install Debian's chromium package for the browser tests"; fi
+
 venv: $(STAMP)
 
-demo: $(STAMP)
-	@echo "The embedded demo (JupyterHub + pool service + simulated GPUs) arrives with the spawner issue."
-	@echo "Until then: $(BIN)/jupyterhub-gpupool --help"
-	@$(BIN)/jupyterhub-gpupool --help
+demo: $(DEMO_STAMP) $(CHP)
+	$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -36,14 +62,18 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html
 
-unit: $(STAMP) $(CHP)
+unit: $(STAMP) $(CHP) $(CHROMIUM)
 	$(BIN)/pytest tests
 
-test: lint docs unit
+e2e-jh5: $(JH5_STAMP) $(CHP)
+	$(JH5)/bin/pytest -p no:cacheprovider -m e2e tests/integration/test_spawn_e2e.py \
+		tests/integration/test_kube_spawner.py
+
+test: lint docs unit e2e-jh5
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/allocator_scale.py
 	$(BIN)/python benchmarks/packing.py
 
 clean:
-	rm -rf $(VENV) docs/build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(JH5) .demo docs/build .pytest_cache .ruff_cache

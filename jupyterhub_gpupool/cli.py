@@ -32,6 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    from . import demo
+
+    dm = sub.add_parser(
+        "demo",
+        help="run JupyterHub with the pool on simulated GPUs (or this machine's real ones)",
+        description=demo.__doc__.splitlines()[0] if demo.__doc__ else None,
+    )
+    demo.add_arguments(dm)
+    dm.set_defaults(func=demo.run_cli)
+
     svc = sub.add_parser(
         "service", help="run the pool service (a JupyterHub service)", add_help=False
     )

@@ -7,6 +7,7 @@ get theirs from the hub config, users get theirs from the hub's REST API.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import secrets
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -151,6 +153,9 @@ class HubEnv:
     agent_token: str = field(default_factory=lambda: secrets.token_hex(16))
     admin_api_token: str = field(default_factory=lambda: secrets.token_hex(16))
     service_args: tuple[str, ...] = ()
+    #: more hub configuration, appended (``{dir}``, ``{api}``, ``{spawner_token}``, ``{bin}``
+    #: are filled in): e2e tests configure the pool's spawner here
+    extra_config: str = ""
     #: how to run Python for the service (a benchmark prefixes ``-m cProfile -o FILE``)
     python: tuple[str, ...] = (sys.executable,)
     hub: subprocess.Popen | None = None
@@ -201,6 +206,12 @@ class HubEnv:
                     admin_api_token=self.admin_api_token,
                     users=set(self.users),
                 )
+            )
+            + textwrap.dedent(self.extra_config).format(
+                dir=self.dir,
+                api=self.api,
+                spawner_token=self.spawner_token,
+                bin=str(Path(sys.executable).parent),
             )
         )
         log = open(self.dir / "hub.log", "ab")  # noqa: SIM115 - lives as long as the process
@@ -276,6 +287,17 @@ class HubEnv:
         assert r.status == 201, r.body
         return r.json()["token"]  # type: ignore[index]
 
+    def login(self, user: str) -> urllib.request.OpenerDirector:
+        """A cookie session logged in through the hub's login form (the dummy authenticator)."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        opener.open(f"{self.hub_url}/hub/login", timeout=30).read()
+        xsrf = next(c.value for c in jar if c.name == "_xsrf")
+        form = urllib.parse.urlencode({"username": user, "password": "x", "_xsrf": xsrf})
+        opener.open(f"{self.hub_url}/hub/login", form.encode(), timeout=30).read()
+        assert any(c.name == "jupyterhub-session-id" for c in jar), "login failed"
+        return opener
+
     def server_token(self, user: str) -> str:
         """A token with exactly the scopes of the hub's ``server`` role for ``user``."""
         return self.token(
@@ -302,6 +324,10 @@ class HubEnv:
     def stop(self) -> None:
         """Stop everything (service first)."""
         self.kill_service(signal.SIGTERM)
+        self.stop_hub()
+
+    def stop_hub(self) -> None:
+        """Stop JupyterHub and its proxy (SIGTERM, then SIGKILL after 20 s)."""
         if self.hub is not None and self.hub.poll() is None:
             os.killpg(self.hub.pid, signal.SIGTERM)
             try:

@@ -1,0 +1,231 @@
+"""``jupyterhub-gpupool demo``: JupyterHub with the GPU pool on one machine, in one command.
+
+The launcher picks the GPUs (simulated by default; this machine's real ones where NVML finds
+them), keeps its state (hub and pool databases, tokens, users' home folders) in one folder, and
+runs JupyterHub with ``jupyterhub_config.py`` from this package: a demo authenticator, the pool
+service managed by the hub, and the pool's local spawner. It prints the URL and the demo users
+once the hub answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEMO_USERS = ("alice", "bob", "carol")
+DEMO_ADMIN = "admin"
+HERE = Path(__file__).resolve().parent
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's flags."""
+    parser.add_argument("--ip", default="127.0.0.1", help="address to listen on (%(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="public port (%(default)s)")
+    parser.add_argument(
+        "--state-dir",
+        default=os.path.join(os.path.expanduser("~"), ".local/share/jupyterhub-gpupool/demo"),
+        help="where the demo keeps databases, tokens and home folders (%(default)s)",
+    )
+    parser.add_argument(
+        "--gpus",
+        choices=("auto", "sim", "real"),
+        default="auto",
+        help="simulated GPUs (sim), this machine's through NVML (real), or real when NVML "
+        "finds any (auto, the default)",
+    )
+    parser.add_argument(
+        "--pool-config",
+        help="a pool YAML instead of the built-in demo pool (simulated GPUs only)",
+    )
+    parser.add_argument(
+        "--proxy",
+        help="configurable-http-proxy command (default: ./.node/node_modules/.bin/, then PATH)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="start from empty databases (deletes the state dir)"
+    )
+
+
+def find_proxy(explicit: str | None = None) -> str:
+    """configurable-http-proxy: the given one, ``make``'s local npm install, or PATH."""
+    if explicit:
+        return explicit
+    for base in (Path.cwd(), HERE.parents[1]):
+        local = base / ".node" / "node_modules" / ".bin" / "configurable-http-proxy"
+        if local.exists():
+            return str(local)
+    found = shutil.which("configurable-http-proxy")
+    if not found:
+        raise OSError(
+            "configurable-http-proxy not found: run `make demo` from the repository, or "
+            "`npm install -g configurable-http-proxy`"
+        )
+    return found
+
+
+def nvml_gpu_count() -> int:
+    """How many GPUs NVML sees here (0 without a driver or without nvidia-ml-py)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def pool_from_inventory(inventory: dict[str, Any]) -> dict[str, Any]:
+    """A pool config for this machine's real GPUs: one whole-GPU offer per model, one MIG
+    offer per profile already carved (nodes come from the in-process NVML reader)."""
+    from ..pool.catalog import default_catalog
+
+    catalog = default_catalog()
+    offers: dict[str, dict[str, Any]] = {}
+    for gpu in inventory.get("gpus", []):
+        model = catalog.model_for_nvml(gpu["model"], gpu.get("memory_mib", 0))
+        slug = model.name.lower().replace(" ", "-")
+        mig = gpu.get("mig") or {}
+        if mig.get("enabled"):
+            for inst in mig.get("instances", []):
+                name = f"{slug}-{inst['profile']}".replace(".", "-").replace("+", "-")
+                offers.setdefault(
+                    name,
+                    {
+                        "name": name,
+                        "kind": "mig",
+                        "profile": inst["profile"],
+                        "models": [model.name],
+                        "display_name": f"{model.name} · {inst['profile']} slice",
+                    },
+                )
+        else:
+            offers.setdefault(
+                slug,
+                {
+                    "name": slug,
+                    "kind": "gpu",
+                    "count": 1,
+                    "models": [model.name],
+                    "display_name": f"1× {model.name}",
+                },
+            )
+    return {"offers": list(offers.values()), "quotas": {"default": {"guarantee": 1, "limit": 2}}}
+
+
+def _token(path: Path) -> str:
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def prepare(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
+    """Set up the state folder and the environment the demo's hub config reads."""
+    state = Path(args.state_dir).expanduser().resolve()
+    if args.fresh and state.exists():
+        shutil.rmtree(state)
+    (state / "home").mkdir(parents=True, exist_ok=True)
+    gpus = args.gpus
+    if gpus == "auto":
+        gpus = "real" if nvml_gpu_count() > 0 else "sim"
+    if gpus == "real":
+        if args.pool_config:
+            raise ValueError("--pool-config is for simulated GPUs; real ones are read by NVML")
+        from ..telemetry.nvml import NvmlReader
+
+        reader = NvmlReader()
+        try:
+            config = pool_from_inventory(reader.inventory())
+        finally:
+            reader.close()
+        pool_config = state / "pool-real.yaml"
+        pool_config.write_text(yaml.safe_dump(config, sort_keys=False))
+        source = "nvml"
+    else:
+        pool_config = Path(args.pool_config or HERE.parent / "data" / "demo-pool.yaml").resolve()
+        if not pool_config.exists():
+            raise OSError(f"no pool config at {pool_config}")
+        source = "sim"
+    env = dict(os.environ)
+    env.update(
+        GPUPOOL_DEMO_STATE=str(state),
+        GPUPOOL_DEMO_IP=args.ip,
+        GPUPOOL_DEMO_PORT=str(args.port),
+        GPUPOOL_DEMO_POOL=str(pool_config),
+        GPUPOOL_DEMO_TELEMETRY=source,
+        GPUPOOL_DEMO_PROXY=find_proxy(args.proxy),
+        GPUPOOL_DEMO_SPAWNER_TOKEN=_token(state / "spawner-token"),
+        GPUPOOL_DEMO_PYTHON=sys.executable,
+    )
+    return env, state
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run the demo until Ctrl-C."""
+    env, state = prepare(args)
+    config = HERE / "jupyterhub_config.py"
+    log = open(state / "jupyterhub.log", "ab")  # noqa: SIM115 - lives as long as the hub
+    hub = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+        cwd=state,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://{args.ip}:{args.port}"
+    print(f"Starting JupyterHub with the GPU pool ({env['GPUPOOL_DEMO_TELEMETRY']} GPUs)…")
+    print(f"  log: {state / 'jupyterhub.log'}")
+    try:
+        if not _wait(f"{url}/hub/api/", hub):
+            print(f"JupyterHub did not start; see {state / 'jupyterhub.log'}", file=sys.stderr)
+            return 1
+        users = ", ".join(DEMO_USERS)
+        print(
+            f"\n  JupyterHub with the GPU pool is running at {url}/\n"
+            f"  Log in as {users} (users) or {DEMO_ADMIN} (pool admin), any password.\n"
+            f"  Pool API: {url}/services/gpupool/api/v1/pool   Ctrl-C stops it.\n",
+            flush=True,
+        )
+        return hub.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if hub.poll() is None:
+            os.killpg(hub.pid, signal.SIGTERM)
+            try:
+                hub.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(hub.pid, signal.SIGKILL)

@@ -1,0 +1,53 @@
+"""The demo hub: dummy login, the pool service managed by the hub, the pool's local spawner.
+
+Run by ``jupyterhub-gpupool demo``, which sets the ``GPUPOOL_DEMO_*`` variables read here.
+"""
+
+import os
+from pathlib import Path
+
+from jupyterhub_gpupool.demo import DEMO_ADMIN, DEMO_USERS
+from jupyterhub_gpupool.hubconfig import configure_hub
+
+c = get_config()  # noqa: F821
+env = os.environ
+state = Path(env["GPUPOOL_DEMO_STATE"])
+python = env.get("GPUPOOL_DEMO_PYTHON", "python3")
+bindir = Path(python).parent
+
+c.JupyterHub.ip = env.get("GPUPOOL_DEMO_IP", "127.0.0.1")
+c.JupyterHub.port = int(env.get("GPUPOOL_DEMO_PORT", "8000"))
+c.JupyterHub.hub_port = int(env.get("GPUPOOL_DEMO_HUB_PORT", "8081"))
+c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
+c.ConfigurableHTTPProxy.command = [env["GPUPOOL_DEMO_PROXY"]]
+c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
+
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allowed_users = {*DEMO_USERS, DEMO_ADMIN}
+c.Authenticator.admin_users = {DEMO_ADMIN}
+
+service_port = int(env.get("GPUPOOL_DEMO_SERVICE_PORT", "10101"))
+configure_hub(
+    c,
+    spawner_token=env["GPUPOOL_DEMO_SPAWNER_TOKEN"],
+    pool_config=env["GPUPOOL_DEMO_POOL"],
+    db_url=f"sqlite:///{state / 'gpupool.sqlite'}",
+    service_url=f"http://127.0.0.1:{service_port}",
+    command=[python, "-m", "jupyterhub_gpupool.cli", "service"],
+    service_args=[
+        "--upgrade-db",
+        f"--PoolService.telemetry_source={env.get('GPUPOOL_DEMO_TELEMETRY', 'sim')}",
+    ],
+    admin_users=[DEMO_ADMIN],
+    spawner="simple",
+)
+
+c.Spawner.cmd = [str(bindir / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+if os.geteuid() == 0:  # containers and CI machines often run as root
+    c.Spawner.args = ["--allow-root"]
+c.Spawner.start_timeout = 120
+c.SimpleLocalProcessSpawner.home_dir_template = str(state / "home" / "{username}")
+c.GPUPoolSpawnerMixin.queue_poll_interval = 1.0
