@@ -41,6 +41,7 @@ RELEASE_REASONS = (
     "node-lost",
     "cancelled",
     "rejected",
+    "mig-failed",
 )
 
 NAMING = {
@@ -105,6 +106,9 @@ class GpuRow(Base):
     sharing: Mapped[str] = mapped_column(String(16), default="auto")
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: MIG instances the node last reported (dynamic MIG compares them with ``instances``):
+    #: ``[{profile, start, uuid, processes, attempts}]``; None until the node reported.
+    observed: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     node: Mapped[NodeRow] = relationship(back_populates="gpus")
     instances: Mapped[list[MigInstanceRow]] = relationship(
         back_populates="gpu", cascade="all, delete-orphan", order_by="MigInstanceRow.start"
@@ -112,7 +116,9 @@ class GpuRow(Base):
 
 
 class MigInstanceRow(Base):
-    """A MIG GPU instance that exists on a GPU."""
+    """A MIG GPU instance the pool counts on: it exists (static MIG), or the pool wants it
+    (dynamic MIG: planned for a grant until the node made it; ``attempts`` and ``error``
+    count the node's failed creations)."""
 
     __tablename__ = "mig_instances"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -120,6 +126,8 @@ class MigInstanceRow(Base):
     profile: Mapped[str] = mapped_column(String(32))
     start: Mapped[int] = mapped_column(Integer)
     uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(String(64), nullable=True)
     gpu: Mapped[GpuRow] = relationship(back_populates="instances")
     __table_args__ = (Index("uq_mig_instances_gpu_start", "gpu_id", "start", unique=True),)
 

@@ -24,10 +24,12 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from . import orm
 from .dbutil import lock_pool
+from .migstore import MigStore
 from .pool.allocator import Allocator, Decision, Grant, Lease, Queued, Rejected
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
-from .pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer, validate_node
+from .pool.migplan import MAX_ATTEMPTS
+from .pool.model import RETIRING, Gpu, Node, Offer, Request, parse_offer, validate_node
 from .pool.placement import Slot
 from .pool.queue import Waiter, estimate_wait
 from .pool.quota import QuotaBook, QuotaSpec
@@ -78,8 +80,11 @@ def _ts(dt: datetime | None) -> str | None:
     )
 
 
-class Store:
-    """Leases, inventory, offers and quotas in the database, decided by an ``Allocator``."""
+class Store(MigStore):
+    """Leases, inventory, offers and quotas in the database, decided by an ``Allocator``.
+
+    ``mig_attempts``: failed creations of a planned MIG instance before its grant is released.
+    """
 
     def __init__(
         self,
@@ -90,6 +95,7 @@ class Store:
         grant_timeout: float = 600.0,
         aging_interval: float = 600.0,
         reserve_after: float = 1800.0,
+        mig_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self.engine = engine
         self.catalog = catalog
@@ -97,6 +103,7 @@ class Store:
         self.grant_timeout = grant_timeout
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
+        self.mig_attempts = mig_attempts
         self.session_factory = sessionmaker(engine, expire_on_commit=False)
         self.read_factory = sessionmaker(
             engine.execution_options(gpupool_readonly=True), expire_on_commit=False
@@ -220,7 +227,7 @@ class Store:
                         g.sharing,
                         g.healthy,
                         g.cordoned,
-                        [MigInstance(i.profile, i.start, i.uuid) for i in g.instances],
+                        self._instances_of(g),
                     )
                 )
             nodes.append(
@@ -426,29 +433,7 @@ class Store:
             g.memory_mib = round(gpu.model.memory_gb * 1024)
             g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
             g.healthy = gpu.healthy
-            have = {(i.profile, i.start): i for i in g.instances}
-            g.instances = [
-                have.get((i.profile, i.start))
-                or orm.MigInstanceRow(profile=i.profile, start=i.start, uuid=i.uuid)
-                for i in gpu.instances
-            ]
-            if g.id is not None:
-                reported = {i.start for i in gpu.instances}
-                for slot in db.scalars(
-                    select(orm.LeaseSlotRow).where(
-                        orm.LeaseSlotRow.gpu_uuid == g.uuid,
-                        orm.LeaseSlotRow.live,
-                        orm.LeaseSlotRow.kind == "mig",
-                    )
-                ):
-                    if slot.start in reported:
-                        continue
-                    if slot.create:  # planned by the pool, not made by the agent yet: keep it
-                        g.instances.append(
-                            orm.MigInstanceRow(profile=slot.profile, start=slot.start)
-                        )
-                    else:  # a held instance vanished
-                        self._finish(db, None, slot.lease, "node-lost", "system")
+            self._sync_instances(db, g, gpu, source)
             keep.append(g)
         row.gpus = keep
         for gone in by_uuid.values():
@@ -976,24 +961,17 @@ class Store:
                         rates[row.offer] = self._release_rate(db, row.offer)
                     rate = rates[row.offer]
                 out["eta_seconds"] = estimate_wait(pos, rate)
+        # ready: live, and every MIG instance exists (dynamic MIG: once the node made it)
+        out["ready"] = row.state in orm.LIVE_STATES
         for s in out["slots"]:
-            if s["kind"] == "mig" and row.state != "released":
-                s["mig_uuid"] = self._mig_uuid(db, alloc, s["gpu"], s["start"])
+            if s["kind"] == "mig" and row.state in orm.LIVE_STATES:
+                s["mig_uuid"], exists = (
+                    (None, False)
+                    if alloc is None
+                    else self._slot_device(alloc, row.id, s["gpu"], s["start"])
+                )
+                out["ready"] = out["ready"] and exists
         return out
-
-    @staticmethod
-    def _mig_uuid(db: Session, alloc: Allocator | None, gpu: str, start: int) -> str | None:
-        """The ``MIG-…`` uuid of the instance at ``start`` (None until the agent made it)."""
-        if alloc is not None and gpu in alloc.gpus:
-            for inst in alloc.gpus[gpu].instances:
-                if inst.start == start:
-                    return inst.uuid
-            return None
-        return db.scalar(
-            select(orm.MigInstanceRow.uuid)
-            .join(orm.GpuRow)
-            .where(orm.GpuRow.uuid == gpu, orm.MigInstanceRow.start == start)
-        )
 
     def _release_rate(self, db: Session, offer: str) -> float:
         """Releases of ``offer`` in the last hour: the basis of queue wait estimates."""
@@ -1105,7 +1083,8 @@ class Store:
                                         "profile": i.profile,
                                         "start": i.start,
                                         "uuid": i.uuid,
-                                        "lease": i.lease,
+                                        "lease": None if i.lease == RETIRING else i.lease,
+                                        "state": self._instance_state(g, i),
                                     }
                                     for i in g.instances
                                 ],

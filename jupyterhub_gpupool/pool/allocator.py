@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .errors import ConfigError
-from .model import Gpu, MigInstance, Node, Offer, Request, offer_units, validate_node
+from .model import (
+    RETIRING,
+    Gpu,
+    MigInstance,
+    Node,
+    Offer,
+    Request,
+    offer_units,
+    validate_node,
+)
 from .placement import (
     Demand,
     NodeChoice,
@@ -548,7 +557,16 @@ class Allocator:
             elif slot.kind == "shared":
                 gpu.shares[lease.id] = slot.milli
             else:
-                inst = next((i for i in gpu.instances if i.start == slot.start), None)
+                inst = next(
+                    (
+                        i
+                        for i in gpu.instances
+                        if i.start == slot.start
+                        and i.profile == slot.profile
+                        and i.lease != RETIRING
+                    ),
+                    None,
+                )
                 if inst is None:
                     inst = MigInstance(slot.profile or "", slot.start or 0)
                     gpu.instances.append(inst)
@@ -561,7 +579,10 @@ class Allocator:
                 node.memory_used += offer.memory_mib
             self._reindex(node)
 
-    def _vacate(self, lease: Lease) -> None:
+    def _vacate(self, lease: Lease, retire: bool = False) -> None:
+        """Free what ``lease`` holds. With ``retire`` (a real release, not a probe), an instance
+        the pool made for it that the node already has stays occupied (``RETIRING``) until
+        the node reports it destroyed: nothing may be planned over it before."""
         for slot in lease.slots:
             gpu = self.gpus[slot.gpu]
             if slot.kind == "gpu" and gpu.whole_lease == lease.id:
@@ -570,7 +591,11 @@ class Allocator:
                 gpu.shares.pop(lease.id, None)
             elif slot.create:
                 # the pool made this instance for the lease; it goes with it
-                gpu.instances = [i for i in gpu.instances if i.lease != lease.id]
+                for inst in [i for i in gpu.instances if i.lease == lease.id]:
+                    if retire and inst.uuid is not None:
+                        inst.lease = RETIRING
+                    else:
+                        gpu.instances.remove(inst)
             else:
                 for inst in gpu.instances:
                     if inst.lease == lease.id:
@@ -589,7 +614,7 @@ class Allocator:
             return self.promote(now)
         lease = self.leases.pop(lease_id)
         self._unindex(lease)
-        self._vacate(lease)
+        self._vacate(lease, retire=True)
         gspec = self.quotas.groups.get(lease.group) if lease.group else None
         group_was_over = gspec is not None and self.quotas.group_held(lease.group) > gspec.guarantee
         self.quotas.remove(lease.request.user, lease.group, lease.units)

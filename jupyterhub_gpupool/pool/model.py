@@ -24,15 +24,24 @@ SHARING_MODES = ("auto", "exclusive", "shared")
 
 MILLI = 1000  # a whole GPU, in the milli-GPU units shared fractions are counted in
 
+#: Holder of a MIG instance the pool no longer wants but the node still has (dynamic MIG): it
+#: stays occupied, so nothing is planned over it, until the node reports it destroyed.
+RETIRING = "~retiring"
+
 
 @dataclass
 class MigInstance:
-    """A GPU instance that exists (static MIG) or is planned (dynamic MIG) on one GPU."""
+    """A GPU instance that exists (static MIG) or is planned (dynamic MIG) on one GPU.
+
+    ``processes`` is the node's last count of compute processes on it (None: unknown), as an
+    inventory reports it; the pool never plans to destroy an instance with processes.
+    """
 
     profile: str
     start: int
     uuid: str | None = None
     lease: str | None = None
+    processes: int | None = None
 
 
 @dataclass

@@ -109,7 +109,8 @@ class PoolService(Application):
     dynamic_mig = Bool(
         False,
         help="With telemetry_source = nvml: the pool may repartition this machine's MIG-enabled "
-        "GPUs (NVML cannot tell).",
+        "GPUs (NVML cannot tell); the service then creates and destroys MIG instances itself, "
+        "which NVML allows root only.",
     ).tag(config=True)
     sample_interval = Float(
         5.0, help="Seconds between utilization reads with telemetry_source = sim or nvml."
@@ -127,7 +128,8 @@ class PoolService(Application):
     grant_timeout = Float(
         600.0,
         help="Seconds a granted slice is held for a server that has not bound it yet "
-        "(keepalive) before it is released as expired.",
+        "(keepalive) before it is released as expired. A grant waiting for the MIG instance "
+        "the pool creates for it (dynamic MIG) gets this time again once the instance exists.",
     ).tag(config=True)
     aging_interval = Float(
         600.0, help="Seconds of waiting that lift a queued request by one priority level."
@@ -136,6 +138,12 @@ class PoolService(Application):
         1800.0,
         help="Seconds after which a waiting request reserves its GPU models: newcomers queue "
         "behind it instead of taking the capacity it waits for.",
+    ).tag(config=True)
+    mig_attempts = Integer(
+        3,
+        help="Dynamic MIG: failed attempts at creating a planned MIG instance (or destroying an "
+        "unwanted one) before the pool gives up; a grant waiting for the instance is then "
+        "released with reason mig-failed.",
     ).tag(config=True)
     housekeeping_interval = Float(
         15.0, help="Seconds between expiring unbound grants and serving the queue."
@@ -206,6 +214,7 @@ class PoolService(Application):
             grant_timeout=self.grant_timeout,
             aging_interval=self.aging_interval,
             reserve_after=self.reserve_after,
+            mig_attempts=self.mig_attempts,
         )
         if self.pool_config_file:
             try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..pool.catalog import Catalog
 from ..pool.errors import ConfigError
-from ..pool.model import SHARING_MODES, Gpu, MigInstance, Node
+from ..pool.model import RETIRING, SHARING_MODES, Gpu, MigInstance, Node
 from ..store import Store
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer
 
@@ -70,7 +70,14 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         for j, inst in enumerate(mig.get("instances") or []):
             if not isinstance(inst, dict) or not isinstance(inst.get("start"), int):
                 raise _bad(f"{where}.mig.instances[{j}]", "needs profile and start")
-            instances.append(MigInstance(str(inst.get("profile")), inst["start"], inst.get("uuid")))
+            procs = inst.get("processes")
+            if procs is not None and (
+                isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
+            ):
+                raise _bad(f"{where}.mig.instances[{j}].processes", "must be a count ≥ 0 or null")
+            instances.append(
+                MigInstance(str(inst.get("profile")), inst["start"], inst.get("uuid"), None, procs)
+            )
         index = raw.get("index", i)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
             raise _bad(f"{where}.index", "must be an integer")
@@ -124,7 +131,11 @@ def ingest(
             seconds = min(sample.ts - prev.ts, 60.0)
             holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
             if sample.start is not None:
-                holders = [i.lease for i in gpu.instances if i.start == sample.start]
+                holders = [
+                    i.lease
+                    for i in gpu.instances
+                    if i.start == sample.start and i.lease != RETIRING
+                ]
             for lease in filter(None, holders):
                 busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
     store.add_busy(busy)

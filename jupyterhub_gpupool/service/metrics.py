@@ -32,6 +32,12 @@ class PoolMetrics:
         )
         self.grants = Counter("gpupool_grants_total", "Leases granted", ["offer"], registry=r)
         self.releases = Counter("gpupool_releases_total", "Leases released", ["reason"], registry=r)
+        self.mig_actions = Counter(
+            "gpupool_mig_actions_total",
+            "Dynamic-MIG actions nodes reported, by outcome (ok or the NVML error)",
+            ["op", "result"],
+            registry=r,
+        )
         self.requests = Histogram(
             "gpupool_request_duration_seconds",
             "API request latency",
@@ -48,6 +54,11 @@ class PoolMetrics:
                 self.queue_wait.observe(data["waited"])
         elif kind == "released":
             self.releases.labels(reason=data.get("reason", "")).inc()
+        elif kind in ("mig-created", "mig-destroyed"):
+            op = "create" if kind == "mig-created" else "destroy"
+            self.mig_actions.labels(op=op, result="ok").inc()
+        elif kind == "mig-failed":
+            self.mig_actions.labels(op=data.get("op", ""), result=data.get("error") or "").inc()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Record one API request."""

@@ -5,11 +5,17 @@ NVML; with ``nvml`` this machine's GPUs are one node read through real NVML. Eac
 reads on a worker thread (NVML calls block) and feeds the very functions the agent endpoints
 use (``ingest``, ``node_from_inventory`` + ``store.put_inventory``), so both sources behave
 the same; the allocator is touched only through store methods.
+
+Dynamic MIG goes the agent's way too: the node's plan (``store.mig_plan``) is applied through
+the same reader's ``apply_mig_plan`` and reported with ``store.mig_results``. A grant or a
+release wakes the loops at once, so a planned instance exists within about a second of its
+grant instead of at the next sample tick.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -94,16 +100,38 @@ class LocalTelemetry:
         self.defaults = defaults or (lambda name: {})
         self.sent: dict[str, str] = {}  # node → hash of the inventory the store accepted
         self.samples = 0
+        self.mig_actions = 0
         self._logged: set[tuple[str, str]] = set()
         self._tasks: list[asyncio.Task] = []
+        self._wake: dict[str, asyncio.Event] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
         """Start every node's loop on the running event loop."""
+        self._loop = asyncio.get_running_loop()
         for name in self.readers:
+            self._wake[name] = asyncio.Event()
             self._tasks.append(asyncio.ensure_future(self.run_node(name)))
+        self.store.listeners.append(self.on_event)
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        """A grant or a release may change a MIG plan: wake the loops (called from any thread,
+        inside the deciding transaction; ``store.mig_plan`` waits for its commit)."""
+        if kind in ("granted", "released") and self._loop is not None:
+            node = data.get("node") if kind == "granted" else None  # a release: any node
+            with contextlib.suppress(RuntimeError):  # a closed event loop: nothing to wake
+                self._loop.call_soon_threadsafe(self.wake, node)
+
+    def wake(self, name: str | None = None) -> None:
+        """Let one node's loop (or every loop) run its MIG step now."""
+        for node, event in self._wake.items():
+            if name is None or node == name:
+                event.set()
 
     async def stop(self) -> None:
         """Cancel the loops and close the readers."""
+        if self.on_event in self.store.listeners:
+            self.store.listeners.remove(self.on_event)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -157,19 +185,63 @@ class LocalTelemetry:
         self.samples += len(samples)
         return len(samples)
 
-    async def run_node(self, name: str) -> None:
-        """The node's loop, until cancelled; a failure is logged and the loop goes on."""
+    async def apply_mig(self, name: str) -> int:
+        """Apply the node's MIG plan through its reader, report it, re-read the inventory.
+
+        Returns how many actions were applied. The reader refuses to destroy an instance with
+        processes (checked through NVML right before), whatever the plan says.
+        """
+        apply = getattr(self.readers[name], "apply_mig_plan", None)
+        if apply is None:
+            return 0
         loop = asyncio.get_running_loop()
-        next_inventory = 0.0
+        actions = await loop.run_in_executor(None, self.store.mig_plan, name)
+        if not actions:
+            return 0
+        results = await loop.run_in_executor(None, apply, actions)
+        report = [{**a, **r} for a, r in zip(actions, results, strict=False)]
+        for r in report:
+            level = logging.INFO if r.get("ok") else logging.WARNING
+            log.log(
+                level,
+                "MIG %s %s at %s on %s (node %s): %s",
+                r["op"],
+                r.get("profile"),
+                r["start"],
+                r["gpu"],
+                name,
+                "done" if r.get("ok") else r.get("error"),
+            )
+        await loop.run_in_executor(
+            None, lambda: self.store.mig_results(name, report, actor="telemetry")
+        )
+        self.mig_actions += len(report)
+        await self.check_inventory(name)  # the layout changed: report it now
+        return len(report)
+
+    async def run_node(self, name: str) -> None:
+        """The node's loop, until cancelled; a failure is logged and the loop goes on.
+
+        Samples every ``interval``, the inventory every ``inventory_interval``, the MIG plan
+        at every round and whenever ``wake`` is called.
+        """
+        loop = asyncio.get_running_loop()
+        wake = self._wake.setdefault(name, asyncio.Event())
+        next_inventory = next_sample = 0.0
         while True:
+            wake.clear()
             now = loop.time()
             try:
                 if now >= next_inventory:
                     next_inventory = now + self.inventory_interval
                     await self.check_inventory(name)
-                await self.collect(name)
+                if now >= next_sample:
+                    next_sample = now + self.interval
+                    await self.collect(name)
+                await self.apply_mig(name)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # never let one node's trouble stop its telemetry
                 self._once(name, "loop", e)
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), max(0.0, next_sample - loop.time()))

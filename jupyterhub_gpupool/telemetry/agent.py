@@ -4,7 +4,10 @@ The agent reads the node through a *reader* (real NVML or the simulator, same co
 talks to the pool service's agent endpoints (DESIGN §2, §7):
 
 * ``PUT {api}/nodes/{node}/inventory`` on start and whenever the inventory's hash changes;
-* ``POST {api}/nodes/{node}/samples`` with the samples taken every ``interval`` seconds.
+* ``POST {api}/nodes/{node}/samples`` with the samples taken every ``interval`` seconds;
+* dynamic MIG: the answer to the samples carries the node's MIG plan; the agent applies it
+  through NVML (the reader re-checks processes right before destroying anything), reports
+  what came of it with ``POST {api}/nodes/{node}/mig-results`` and re-sends its inventory.
 
 The service may be away (restart, network): samples wait in a bounded queue (the oldest are
 dropped and counted, so memory never grows without bound) and delivery is retried with capped
@@ -108,18 +111,32 @@ class AgentStats:
     errors: int = 0  # failed requests (network, 5xx, 401/403)
     read_errors: int = 0  # failed reads of the hardware
     inventories: int = 0  # inventory reports the service accepted
+    mig_actions: int = 0  # dynamic-MIG actions applied
+    mig_failures: int = 0  # of which failed
 
     def line(self, queued: int) -> str:
         """One log line's worth."""
         return (
             f"sent={self.sent} queued={queued} dropped={self.dropped} rejected={self.rejected} "
-            f"errors={self.errors} read_errors={self.read_errors} inventories={self.inventories}"
+            f"errors={self.errors} read_errors={self.read_errors} inventories={self.inventories} "
+            f"mig_actions={self.mig_actions} mig_failures={self.mig_failures}"
         )
 
 
 def inventory_hash(inventory: dict[str, Any]) -> str:
     """A stable digest of an inventory, so an unchanged one is never re-sent."""
     return hashlib.sha256(json.dumps(inventory, sort_keys=True).encode()).hexdigest()
+
+
+def _mig_plan(body: bytes) -> list[dict[str, Any]]:
+    """The ``mig_plan`` of a samples answer (empty when absent or malformed)."""
+    try:
+        plan = json.loads(body).get("mig_plan")
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(plan, list):
+        return []
+    return [a for a in plan if isinstance(a, dict)]
 
 
 def _message(body: bytes) -> str:
@@ -191,6 +208,8 @@ class AgentLoop:
         self._inventory: dict[str, Any] | None = None  # read, not yet accepted
         self._inventory_sent: str | None = None  # hash the service accepted
         self._inventory_refused: str | None = None  # hash the service refused (422)
+        self._mig_results: list[dict[str, Any]] = []  # applied, not yet reported
+        self.can_mig = callable(getattr(reader, "apply_mig_plan", None))
         self._denied_logged = False
         self._away_logged = False
         self._drop_logged = False
@@ -216,9 +235,14 @@ class AgentLoop:
     def next_wakeup(self) -> float:
         """When something is due next (sample, inventory check, delivery or stats)."""
         due = [self.next_sample, self.next_inventory, self.next_stats]
-        if self.queue or self._inventory is not None:
+        if self._to_deliver():
             due.append(self.next_send)
         return min(due)
+
+    def _to_deliver(self) -> bool:
+        """Something to send, or a MIG plan to ask for (a reader that can apply one asks at
+        every delivery, even without samples: MIG GPUs without instances have none)."""
+        return bool(self.queue or self._inventory is not None or self._mig_results or self.can_mig)
 
     # --- one step ---------------------------------------------------------------------------
 
@@ -233,7 +257,7 @@ class AgentLoop:
             if self.next_sample <= now:  # slept through ticks (suspend, slow reader): skip them
                 self.next_sample = now + self.interval
             self.collect(now)
-        if now >= self.next_send and (self.queue or self._inventory is not None):
+        if now >= self.next_send and self._to_deliver():
             await self.deliver()
         if now >= self.next_stats:
             self.next_stats = now + self.stats_interval
@@ -283,30 +307,16 @@ class AgentLoop:
     # --- delivery ---------------------------------------------------------------------------
 
     async def deliver(self) -> None:
-        """Send the inventory if pending, then the queued samples in batches, oldest first."""
-        if self._inventory is not None:
-            inventory = self._inventory
-            status, body = await self._request("PUT", "inventory", inventory)
-            if status is None or status >= 500 or status in (401, 403, 429):
-                return self._failed(status, body)
-            digest = inventory_hash(inventory)
-            if status >= 400:
-                self._inventory_refused = digest
-                self.log.error(
-                    "The pool service refused this node's inventory: %d %s (not re-sent until "
-                    "it changes)",
-                    status,
-                    _message(body),
-                )
-            else:
-                self._inventory_sent = digest
-                self._inventory_refused = None
-                self.stats.inventories += 1
-                self.log.info("Inventory of %s sent (%d GPUs)", self.node, len(inventory["gpus"]))
-            if self._inventory is inventory:
-                self._inventory = None
-            self._succeeded()
-        while self.queue:
+        """Send MIG results and the inventory if pending, then the queued samples in batches,
+        oldest first; then apply the MIG plan the service answered with."""
+        if self._mig_results and not await self._send_mig_results():
+            return
+        if self._inventory is not None and not await self._send_inventory():
+            return
+        plan: list[dict[str, Any]] = []
+        ask = self.can_mig  # an empty batch still brings the plan
+        while self.queue or ask:
+            ask = False
             batch = list(islice(self.queue, self.batch_size))
             status, body = await self._request("POST", "samples", {"samples": batch})
             if status is None or status >= 500 or status in (401, 403, 429):
@@ -327,9 +337,99 @@ class AgentLoop:
             else:
                 self.stats.sent += len(batch)
                 self._reject_logged = False
+                plan = _mig_plan(body)
             self._succeeded()
         self._drop_logged = False
         self.next_send = self.clock() + self.flush_interval
+        if plan:
+            await self.apply_mig_plan(plan)
+
+    async def _send_inventory(self) -> bool:
+        """PUT the pending inventory; False when the service is away (retry later)."""
+        inventory = self._inventory
+        assert inventory is not None
+        status, body = await self._request("PUT", "inventory", inventory)
+        if status is None or status >= 500 or status in (401, 403, 429):
+            self._failed(status, body)
+            return False
+        digest = inventory_hash(inventory)
+        if status >= 400:
+            self._inventory_refused = digest
+            self.log.error(
+                "The pool service refused this node's inventory: %d %s (not re-sent until "
+                "it changes)",
+                status,
+                _message(body),
+            )
+        else:
+            self._inventory_sent = digest
+            self._inventory_refused = None
+            self.stats.inventories += 1
+            self.log.info("Inventory of %s sent (%d GPUs)", self.node, len(inventory["gpus"]))
+        if self._inventory is inventory:
+            self._inventory = None
+        self._succeeded()
+        return True
+
+    async def _send_mig_results(self) -> bool:
+        """POST what became of applied MIG actions; False when the service is away."""
+        results = self._mig_results
+        status, body = await self._request("POST", "mig-results", {"results": results})
+        if status is None or status >= 500 or status in (401, 403, 429):
+            self._failed(status, body)
+            return False
+        if status >= 400:
+            self.log.error(
+                "The pool service refused %d MIG results (dropped): %d %s",
+                len(results),
+                status,
+                _message(body),
+            )
+        self._mig_results = []
+        self._succeeded()
+        return True
+
+    async def apply_mig_plan(self, plan: list[dict[str, Any]]) -> None:
+        """Create and destroy MIG instances as the service planned, report, re-send inventory.
+
+        The reader refuses what it must (processes on an instance, a GPU not dynamic); every
+        failure is reported with its NVML error name. The inventory is read again at once, so
+        the service sees the new layout without waiting for the next inventory interval.
+        """
+        apply = getattr(self.reader, "apply_mig_plan", None)
+        if apply is None:
+            self._read_failed("MIG plan", NotImplementedError("this reader cannot change MIG"))
+            return
+        try:
+            results = apply(plan)
+        except Exception as e:
+            self._read_failed("MIG plan", e)
+            return
+        for action, result in zip(plan, results, strict=False):
+            self._mig_results.append({**action, **result})
+            self.stats.mig_actions += 1
+            if result.get("ok"):
+                self.log.info(
+                    "MIG %s %s at %s on %s: done",
+                    action.get("op"),
+                    action.get("profile"),
+                    action.get("start"),
+                    action.get("gpu"),
+                )
+            else:
+                self.stats.mig_failures += 1
+                self.log.warning(
+                    "MIG %s %s at %s on %s failed: %s",
+                    action.get("op"),
+                    action.get("profile"),
+                    action.get("start"),
+                    action.get("gpu"),
+                    result.get("error"),
+                )
+        self._inventory = None  # read before the change: stale
+        self.check_inventory()
+        if await self._send_mig_results() and self._inventory is not None:
+            await self._send_inventory()
 
     async def _request(self, method: str, what: str, data: Any) -> tuple[int | None, bytes]:
         url = f"{self.api_url}nodes/{self.node}/{what}"
@@ -488,8 +588,9 @@ class NodeAgent(Application):
     ).tag(config=True)
     dynamic_mig = Bool(
         False,
-        help="Report this node's MIG-enabled GPUs as repartitionable by the pool (dynamic MIG). "
-        "NVML cannot know it; with --source sim the pool YAML's mig.dynamic decides.",
+        help="Report this node's MIG-enabled GPUs as repartitionable by the pool (dynamic MIG): "
+        "the agent then creates and destroys MIG instances as the pool plans (NVML needs root "
+        "for it). NVML cannot know it; with --source sim the pool YAML's mig.dynamic decides.",
     ).tag(config=True)
     interval = Float(5.0, help="Seconds between utilization samples.").tag(config=True)
     flush_interval = Float(

@@ -224,14 +224,21 @@ class NvmlReader:
         instances = []
         if current:
             mig_uuids: dict[int, str] = {}
-            for _, gi_id, mig_uuid in self._mig_devices(handle):
+            procs: dict[int, int | None] = {}
+            for mig, gi_id, mig_uuid in self._mig_devices(handle):
                 mig_uuids.setdefault(gi_id, mig_uuid)
+                running = self._try("nvmlDeviceGetComputeRunningProcesses", mig)
+                counted = procs.get(gi_id, 0)
+                procs[gi_id] = (
+                    None if running is None or counted is None else counted + len(running)
+                )
             for _, gi_id, start, info in self._gpu_instances(handle):
                 instances.append(
                     {
                         "profile": self._profile_name(model, info),
                         "start": start,
                         "uuid": mig_uuids.get(gi_id),
+                        "processes": procs.get(gi_id, 0),
                     }
                 )
         ecc = self._try(
@@ -454,10 +461,13 @@ class NvmlReader:
         ``{"op": "create", "gpu": uuid, "profile": name, "start": n}`` creates the GPU
         instance at that placement plus one compute instance spanning it (one MIG device);
         ``{"op": "destroy", "gpu": uuid, "start": n}`` destroys its compute instances and the
-        GPU instance, refusing (``InUse``) while processes run on it. Results are
-        ``{"ok", "error", "mig_uuid"}`` where ``error`` is the NVML error name (``InUse``,
-        ``InsufficientResources``, ``NotSupported``...) or ``NotFound``/``UnknownProfile``/
-        ``InvalidAction``. Never changes the MIG mode.
+        GPU instance, refusing (``InUse``) while processes run on it: checked through NVML right
+        before, whatever the plan said. Results are ``{"ok", "error", "mig_uuid"}`` where
+        ``error`` is the NVML error name (``InUse``, ``InsufficientResources``,
+        ``NotSupported``...) or ``NotFound``/``UnknownProfile``/``InvalidAction``, or
+        ``NotDynamic`` for a MIG GPU this reader was not told the pool may repartition.
+        Creating an instance that is already there (same profile and start) succeeds with its
+        uuid, so a plan applied twice changes nothing. Never changes the MIG mode.
         """
         results = []
         for action in actions:
@@ -482,6 +492,8 @@ class NvmlReader:
             handle = self._call("nvmlDeviceGetHandleByUUID", gpu)
         except self.nvml.NVMLError as e:
             return _result(False, error_name(e))
+        if self._mig_mode(handle)[0] and not self._is_dynamic(gpu):
+            return _result(False, "NotDynamic")
         if op == "create":
             return self._create(handle, str(action.get("profile")), start)
         return self._destroy(handle, start)
@@ -496,6 +508,11 @@ class NvmlReader:
             return _result(False, "UnknownProfile")
         if profile.id is None:
             return _result(False, "UnknownProfile")
+        for _, gi_id, s, info in self._gpu_instances(handle):
+            if s == start and int(info.id) == profile.id:  # made already (a plan applied twice)
+                uuid = next((u for _, g, u in self._mig_devices(handle) if g == gi_id), None)
+                if uuid is not None:
+                    return _result(True, None, uuid)
         placement = self.nvml.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, profile.memory_slices
         gi = self._call(

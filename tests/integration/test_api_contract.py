@@ -243,7 +243,19 @@ def test_success_responses_match_spec(api: Api):
             "/nodes/{name}/samples",
             {"samples": samples},
         ).json()
-        assert accepted["accepted"] == 4
+        assert accepted["accepted"] == 4 and accepted["mig_plan"] == []
+        # the node never reported an inventory: nobody could act on a plan
+        plan = call("agent", "GET", "nodes/sim-a100/mig-plan", "/nodes/{name}/mig-plan").json()
+        assert plan == {"node": "sim-a100", "actions": []}
+        gone = {"op": "destroy", "gpu": gpu, "profile": "1g.10gb", "start": 6, "ok": True}
+        recorded = call(
+            "agent",
+            "POST",
+            "nodes/sim-a100/mig-results",
+            "/nodes/{name}/mig-results",
+            {"results": [{**gone, "error": None, "mig_uuid": None}]},
+        ).json()
+        assert recorded == {"accepted": 1}
         util = call(user, "GET", f"utilization?lease={lid}&since=0", "/utilization").json()
         assert util["lease"] == lid and len(util["samples"]) >= 3
         call("admin", "GET", "utilization?since=2020-01-01T00:00:00Z", "/utilization")
@@ -383,6 +395,14 @@ BODY_ENDPOINTS = [
     ("cordon", "admin", "POST", "nodes/sim-t4/cordon", "/nodes/{name}/{action}", None),
     ("inventory", "agent", "PUT", "nodes/sim-t4/inventory", "/nodes/{name}/inventory", None),
     ("samples", "agent", "POST", "nodes/sim-t4/samples", "/nodes/{name}/samples", None),
+    (
+        "mig-results",
+        "agent",
+        "POST",
+        "nodes/sim-a100/mig-results",
+        "/nodes/{name}/mig-results",
+        None,
+    ),
 ]
 
 ALLOWED_FIELDS = {
@@ -393,6 +413,7 @@ ALLOWED_FIELDS = {
     "cordon": "EmptyBody",
     "inventory": "Inventory",
     "samples": "SampleBatch",
+    "mig-results": "MigResults",
 }
 
 CASES: list[Bad] = []
@@ -415,6 +436,7 @@ LEASE = "/allocations/{id}"
 QUOTA = "/quotas/{kind}/{name}"
 INV = "/nodes/{name}/inventory"
 SAMPLES = "/nodes/{name}/samples"
+MIG_RESULTS = "/nodes/{name}/mig-results"
 NODE = "/nodes/{name}/{action}"
 T4_GPU = {"uuid": "{t4}", "model": "T4"}
 
@@ -496,6 +518,19 @@ CASES += [
         template=SAMPLES),
     Bad("sample-ts-missing", "agent", "POST", "nodes/sim-t4/samples", 422, "invalid_field",
         "samples[0].ts", body={"samples": [{"gpu": "{t4}"}]}, template=SAMPLES),
+    Bad("mig-result-op-unknown", "agent", "POST", "nodes/sim-t4/mig-results", 422,
+        "invalid_field", "results[0].op", body={"results": [{"op": "resize"}]},
+        template=MIG_RESULTS),
+    Bad("mig-result-gpu-other-node", "agent", "POST", "nodes/sim-t4/mig-results", 422,
+        "invalid_field", "results[0].gpu", body={"results": [
+            {"op": "create", "gpu": "{h100}", "profile": "1g.10gb", "start": 0, "ok": True}]},
+        template=MIG_RESULTS),
+    Bad("mig-result-node-unknown", "agent", "POST", "nodes/contract-nowhere/mig-results", 404,
+        "not_found", "name", body={"results": [
+            {"op": "create", "gpu": "{t4}", "profile": "1g.10gb", "start": 0, "ok": True}]},
+        template=MIG_RESULTS),
+    Bad("user-reports-mig-results", "carol", "POST", "nodes/sim-t4/mig-results", 403,
+        "forbidden", body={"results": []}, template=MIG_RESULTS),
     Bad("keepalive-with-field", "carol", "POST", "allocations/{lease}/keepalive", 422,
         "unknown_field", "offer", body={"offer": "h100"}, setup="lease", template=KEEP,
         allowed="EmptyBody"),

@@ -55,6 +55,8 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST nodes/sim-h100/drain",              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("PUT nodes/authz-node/inventory",         401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("POST nodes/authz-node/samples",          401,  403,  403,  403,  403,  403,  403,  200,  200),
+    ("GET nodes/sim-a100/mig-plan",            401,  403,  403,  403,  403,  403,  403,  200,  200),
+    ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET events",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
 ]
@@ -81,6 +83,7 @@ BODIES: dict[str, object] = {
         "gpus": [{"uuid": "GPU-authz-0", "model": "T4", "memory_mib": 15360}]
     },
     "POST nodes/authz-node/samples": {"samples": []},
+    "POST nodes/sim-a100/mig-results": {"results": []},
 }
 
 

@@ -46,7 +46,7 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
         for i in range(4)
     ]
     r = request("POST", f"{api}/nodes/sim-h100/samples", hub_env.agent_token, {"samples": batch})
-    assert r.status == 200 and r.json() == {"accepted": 4, "busy_leases": 1}, r.body
+    assert r.status == 200 and r.json() == {"accepted": 4, "busy_leases": 1, "mig_plan": []}, r.body
     again = request(
         "POST", f"{api}/nodes/sim-h100/samples", hub_env.agent_token, {"samples": batch}
     )

@@ -1,4 +1,9 @@
-"""Agent endpoints: a node's inventory and its utilization samples."""
+"""Agent endpoints: a node's inventory, its utilization samples and its dynamic-MIG plan.
+
+The plan rides on the answer to every samples batch (``mig_plan``), so an agent learns of it
+within one delivery interval without asking; ``GET nodes/{name}/mig-plan`` shows the same to
+tools and admins. The agent reports what it did with ``POST nodes/{name}/mig-results``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from ..utilization import Sample
 from .base import APIError, APIHandler
 
 MAX_BATCH = 10_000
+MAX_RESULTS = 1_000
 
 
 def _bad(field: str, message: str, allowed: list[Any] | None = None) -> APIError:
@@ -109,10 +115,64 @@ class SamplesHandler(APIHandler):
             self.settings["busy_threshold"],
             self.settings["minutes"],
         )
-        self.write_json({"accepted": len(samples), "busy_leases": len(busy)})
+        self.write_json(
+            {
+                "accepted": len(samples),
+                "busy_leases": len(busy),
+                "mig_plan": self.store.mig_plan(name),
+            }
+        )
+
+
+class MigPlanHandler(APIHandler):
+    """``GET nodes/{name}/mig-plan``: the MIG instances the node should create or destroy."""
+
+    route_name = "mig-plan"
+
+    def get(self, name: str) -> None:
+        assert self.identity is not None
+        self.require(self.identity.is_agent, "read MIG plans")
+        self.write_json({"node": name, "actions": self.store.mig_plan(name)})
+
+
+class MigResultsHandler(APIHandler):
+    """``POST nodes/{name}/mig-results``: what the node's agent did with its MIG plan."""
+
+    route_name = "mig-results"
+
+    def post(self, name: str) -> None:
+        assert self.identity is not None
+        self.require(self.identity.is_agent, "report MIG results")
+        body = self.json_body({"results": (list, True)})
+        raw = body["results"]
+        if len(raw) > MAX_RESULTS:
+            raise _bad("results", f"at most {MAX_RESULTS} results per report")
+        results = []
+        for i, r in enumerate(raw):
+            where = f"results[{i}]"
+            if not isinstance(r, dict):
+                raise _bad(where, "must be an object")
+            if r.get("op") not in ("create", "destroy"):
+                raise _bad(f"{where}.op", "unknown operation", ["create", "destroy"])
+            for key, size in (("gpu", 64), ("profile", 32)):
+                if not isinstance(r.get(key), str) or not 0 < len(r[key]) <= size:
+                    raise _bad(f"{where}.{key}", f"must be a string of 1–{size} characters")
+            start = r.get("start")
+            if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 64:
+                raise _bad(f"{where}.start", "must be the placement start (0–63)")
+            if not isinstance(r.get("ok"), bool):
+                raise _bad(f"{where}.ok", "must be true or false")
+            for key in ("error", "mig_uuid"):
+                value = r.get(key)
+                if value is not None and (not isinstance(value, str) or len(value) > 64):
+                    raise _bad(f"{where}.{key}", "must be a string (at most 64 characters) or null")
+            results.append(r)
+        self.write_json(self.store.mig_results(name, results, actor=self.identity.describe()))
 
 
 default_handlers = [
     (r"nodes/([^/]+)/inventory", InventoryHandler),
     (r"nodes/([^/]+)/samples", SamplesHandler),
+    (r"nodes/([^/]+)/mig-plan", MigPlanHandler),
+    (r"nodes/([^/]+)/mig-results", MigResultsHandler),
 ]

@@ -1,0 +1,434 @@
+"""Dynamic MIG in the store: the plan per node, what the nodes did with it, and readiness.
+
+Two views of a dynamic GPU live side by side. ``MigInstanceRow``\\ s are the layout the pool
+*wants* (what the allocator places on: declared instances, instances planned for grants, held
+ones). ``GpuRow.observed`` is what the node last *reported*. ``pool.migplan`` turns the two
+into actions; this module feeds it and records the outcome:
+
+* a planned instance the node made gets its ``MIG-…`` uuid: the lease holding it is *ready*,
+  and its grant gets the full ``grant_timeout`` again, counted from then;
+* a failed creation is audited (``mig-failed``, with the NVML error) and told to the lease; the
+  instance is retried until ``mig_attempts`` failures, then the grant is released
+  (``mig-failed``): placing it again would pick the same spot, while a clear failure lets the
+  spawner tell the user;
+* an instance the pool made for a lease that ended stays occupied for the allocator (``RETIRING``)
+  until the node destroyed it, which it is asked to only while no process runs on it.
+
+``Store`` mixes this in: the methods use its transactions, events and ``_finish``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from . import orm
+from .pool.allocator import Allocator
+from .pool.catalog import Catalog
+from .pool.errors import PoolError
+from .pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
+from .pool.model import RETIRING, Gpu, MigInstance
+from .pool.placement import validate_mig_layout
+
+#: ``error`` of a creation the pool gives up on before asking the node: an instance the pool
+#: did not plan, with processes on it, holds its memory slices.
+OCCUPIED = "Occupied"
+
+
+def _key(entry: Mapping[str, Any]) -> tuple[str, int]:
+    return str(entry["profile"]), int(entry["start"])
+
+
+class MigStore:
+    """Store methods for dynamic MIG (a mixin of ``store.Store``)."""
+
+    catalog: Catalog
+    clock: Callable[[], datetime]
+    grant_timeout: float
+    mig_attempts: int
+    _thread_lock: threading.RLock
+    _allocator: Allocator | None
+
+    # provided by Store
+    transaction: Callable[..., Any]
+    read: Callable[..., Any]
+    _finish: Callable[..., Any]
+    _event: Callable[..., None]
+    _granted: Callable[..., None]
+    _rebuild: Callable[[Session], Allocator]
+    _now_s: Callable[[], float]
+
+    # -- the allocator's view ------------------------------------------------------------------
+
+    def _instances_of(self, g: orm.GpuRow) -> list[MigInstance]:
+        """The GPU's instances for the allocator: the wanted ones, and on a dynamic GPU the
+        unwanted ones the node still has, held by ``RETIRING`` so nothing goes over them.
+
+        One in the way of a wanted instance (made by hand, found late) is left out: the plan
+        destroys it first, or fails the grant when it cannot go.
+        """
+        out = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
+        if g.dynamic_mig and g.observed:
+            model = self.catalog.model_for_nvml(g.model, g.memory_mib)
+            wanted = {(i.profile, i.start) for i in g.instances}
+            for o in g.observed:
+                if _key(o) in wanted:
+                    continue
+                try:
+                    validate_mig_layout(model, [(i.profile, i.start) for i in out] + [_key(o)])
+                except PoolError:
+                    continue
+                out.append(MigInstance(o["profile"], o["start"], o.get("uuid"), RETIRING))
+        return out
+
+    @staticmethod
+    def _instance_state(gpu: Gpu, inst: MigInstance) -> str:
+        """``present``, ``planned`` (wanted on a dynamic GPU, not made yet) or ``retiring``."""
+        if inst.lease == RETIRING:
+            return "retiring"
+        return "planned" if gpu.dynamic_mig and inst.uuid is None else "present"
+
+    @staticmethod
+    def _slot_device(
+        alloc: Allocator, lease_id: str, gpu: str, start: int | None
+    ) -> tuple[str | None, bool]:
+        """The ``MIG-…`` uuid of a lease's instance and whether it exists: on a dynamic GPU
+        once the node made it (it has a uuid), on a static GPU always (declared layouts may
+        not know their uuids)."""
+        g = alloc.gpus.get(gpu)
+        if g is None:
+            return None, False
+        for inst in g.instances:
+            if inst.start == start and inst.lease == lease_id:
+                return inst.uuid, inst.uuid is not None or not g.dynamic_mig
+        return None, False
+
+    # -- inventory -----------------------------------------------------------------------------
+
+    def _sync_instances(self, db: Session, g: orm.GpuRow, gpu: Gpu, source: str) -> None:
+        """Make a GPU's instance rows follow a report (an agent's inventory or the pool config).
+
+        Static MIG, and the pool config: the report is the layout, except that instances held
+        by live leases stay (the config does not know them; the agent will tell). Dynamic MIG
+        reported by its node: the pool's rows are the layout and the report only says which
+        exist (``observed``), so an instance the pool planned away is never taken back in. An
+        instance that vanished under a live lease loses it (``node-lost``), except a grant's
+        own, which is simply planned again.
+        """
+        reported = {(i.profile, i.start): i for i in gpu.instances}
+        if source == "agent":
+            g.observed = _observed(g.observed, gpu.instances) if gpu.mig_enabled else None
+        rows = {(r.profile, r.start): r for r in g.instances}
+        held: dict[tuple[str, int], orm.LeaseSlotRow] = {}
+        if g.id is not None:
+            for slot in db.scalars(
+                select(orm.LeaseSlotRow).where(
+                    orm.LeaseSlotRow.gpu_uuid == g.uuid,
+                    orm.LeaseSlotRow.live,
+                    orm.LeaseSlotRow.kind == "mig",
+                )
+            ):
+                held[(slot.profile or "", slot.start or 0)] = slot
+        keep: list[orm.MigInstanceRow] = []
+        lost: list[orm.LeaseRow] = []
+        if source == "agent" and gpu.mig_enabled and gpu.dynamic_mig:
+            for key, row in rows.items():
+                inst, slot = reported.get(key), held.get(key)
+                if inst is not None:
+                    if inst.uuid is not None and row.uuid != inst.uuid:
+                        if slot is not None and row.uuid is None:  # a grant's instance is made
+                            self._made(db, g, row, inst.uuid, slot)
+                        else:
+                            row.uuid, row.attempts, row.error = inst.uuid, 0, None
+                elif row.uuid is not None:  # it existed and is gone
+                    row.uuid = None
+                    if slot is not None and not (slot.create and slot.lease.state == "granted"):
+                        lost.append(slot.lease)
+                        continue
+                keep.append(row)
+        else:
+            for key, inst in reported.items():
+                row = rows.pop(key, None) or orm.MigInstanceRow(profile=key[0], start=key[1])
+                row.uuid = inst.uuid or row.uuid
+                keep.append(row)
+            for key, row in rows.items():
+                slot = held.get(key)
+                if slot is None:
+                    continue
+                if source == "config" or (slot.create and row.uuid is None):
+                    keep.append(row)  # the config knows nothing of it, or not made yet
+                else:  # a held instance vanished
+                    lost.append(slot.lease)
+        if g.id is not None and any(r not in keep for r in g.instances):
+            # delete before inserting: a new instance may take a dropped one's start (unique)
+            g.instances = [r for r in g.instances if r in keep]
+            db.flush()
+        g.instances = keep
+        for lease in lost:
+            self._finish(db, None, lease, "node-lost", "system")
+        if g.id is not None:
+            self._fail_blocked(db, None, g)
+
+    def _made(
+        self,
+        db: Session,
+        g: orm.GpuRow,
+        row: orm.MigInstanceRow,
+        uuid: str | None,
+        slot: orm.LeaseSlotRow | None,
+    ) -> None:
+        """A wanted instance exists now: its lease is ready and gets its full grant time."""
+        row.uuid, row.attempts, row.error = uuid, 0, None
+        lease = slot.lease if slot is not None else None
+        if lease is not None and lease.state == "granted":
+            lease.expires = self.clock() + timedelta(seconds=self.grant_timeout)
+            lease.message = None
+        self._event(
+            db,
+            "mig-created",
+            "system",
+            lease,
+            {
+                "node": g.node.name,
+                "gpu": g.uuid,
+                "profile": row.profile,
+                "start": row.start,
+                "mig_uuid": uuid,
+            },
+        )
+
+    # -- the plan ------------------------------------------------------------------------------
+
+    def _layout(self, g: orm.GpuRow) -> GpuLayout:
+        return GpuLayout(
+            g.uuid,
+            self.catalog.model_for_nvml(g.model, g.memory_mib),
+            tuple(Wanted(i.profile, i.start, i.attempts) for i in g.instances),
+            tuple(
+                Seen(
+                    o["profile"],
+                    o["start"],
+                    o.get("uuid"),
+                    o.get("processes"),
+                    o.get("attempts", 0),
+                )
+                for o in g.observed or ()
+            ),
+        )
+
+    def mig_plan(self, node: str) -> list[dict[str, Any]]:
+        """The MIG actions pending on ``node``'s dynamic GPUs (empty for every other node).
+
+        Only GPUs whose node reported an inventory are planned for: nobody else could act.
+        Waits for a decision in flight in this process, so a plan asked for right after a grant
+        includes it.
+        """
+        with self._thread_lock:
+            alloc = self._allocator
+            if alloc is not None:  # most nodes have no dynamic MIG: answer without the database
+                gpus = alloc.nodes[node].gpus if node in alloc.nodes else []
+                if not any(g.mig_enabled and g.dynamic_mig for g in gpus):
+                    return []
+        with self._thread_lock, self.read() as db:
+            rows = db.scalars(
+                select(orm.GpuRow)
+                .join(orm.NodeRow)
+                .where(orm.NodeRow.name == node, orm.GpuRow.dynamic_mig, orm.GpuRow.mig_enabled)
+                .options(selectinload(orm.GpuRow.instances))
+                .order_by(orm.GpuRow.index)
+            )
+            layouts = [self._layout(g) for g in rows if g.observed is not None]
+        return plan_node(layouts, self.mig_attempts)
+
+    # -- what the node did ---------------------------------------------------------------------
+
+    def mig_results(
+        self, node: str, results: Iterable[Mapping[str, Any]], *, actor: str = ""
+    ) -> dict[str, Any]:
+        """Record what a node's agent did with its plan (one result per action it applied).
+
+        A creation that worked makes its lease ready; one that failed is audited, told to the
+        lease and retried up to ``mig_attempts`` times. A destruction that worked (or found
+        nothing: ``NotFound``) frees the memory slices, and the queue is served at once.
+        ``InUse`` (processes appeared) is no failure: it waits for the next inventory.
+        """
+        from .store import StoreError
+
+        results = list(results)
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, node)
+            if row is None:
+                raise StoreError(404, "not_found", f"no node {node!r}", field="name")
+            gpus = {g.uuid: g for g in row.gpus}
+            for i, r in enumerate(results):
+                if r["gpu"] not in gpus:
+                    raise StoreError(
+                        422,
+                        "invalid_field",
+                        f"results[{i}].gpu: not a GPU of node {node}",
+                        field=f"results[{i}].gpu",
+                    )
+            freed = False
+            for r in results:
+                g = gpus[r["gpu"]]
+                if r["op"] == "create":
+                    self._creation(db, alloc, g, r, actor)
+                else:
+                    freed = self._destruction(db, g, r, actor) or freed
+            for g in {gpus[r["gpu"]] for r in results}:
+                self._fail_blocked(db, alloc, g)
+            db.flush()
+            # the layout changed under the allocator: rebuild it, then serve the queue with
+            # what destroyed instances freed
+            alloc = self._allocator = self._rebuild(db)
+            if freed:
+                now = self.clock()
+                for grant in alloc.promote(self._now_s()):
+                    waiter = db.get(orm.LeaseRow, grant.request.id)
+                    if waiter is not None:
+                        self._granted(db, waiter, grant, now)
+            return {"accepted": len(results)}
+
+    def _holder(self, db: Session, gpu: str, profile: str, start: int) -> orm.LeaseSlotRow | None:
+        return db.scalar(
+            select(orm.LeaseSlotRow).where(
+                orm.LeaseSlotRow.gpu_uuid == gpu,
+                orm.LeaseSlotRow.live,
+                orm.LeaseSlotRow.kind == "mig",
+                orm.LeaseSlotRow.start == start,
+                orm.LeaseSlotRow.profile == profile,
+            )
+        )
+
+    def _creation(
+        self, db: Session, alloc: Allocator, g: orm.GpuRow, r: Mapping[str, Any], actor: str
+    ) -> None:
+        key = _key(r)
+        row = next((i for i in g.instances if (i.profile, i.start) == key), None)
+        slot = self._holder(db, g.uuid, *key)
+        if r["ok"]:
+            seen = {"profile": key[0], "start": key[1], "uuid": r.get("mig_uuid")}
+            g.observed = [o for o in g.observed or () if _key(o) != key] + [
+                {**seen, "processes": 0, "attempts": 0}
+            ]
+            if row is not None and (row.uuid is None or row.uuid != r.get("mig_uuid")):
+                self._made(db, g, row, r.get("mig_uuid"), slot)
+            return
+        data = {
+            "node": g.node.name,
+            "gpu": g.uuid,
+            "op": "create",
+            "profile": key[0],
+            "start": key[1],
+            "error": r.get("error"),
+        }
+        if row is None:  # nothing wanted there any more
+            self._event(db, "mig-failed", actor, None, data)
+            return
+        row.attempts += 1
+        row.error = str(r.get("error") or "Unknown")[:64]
+        lease = slot.lease if slot is not None else None
+        self._event(db, "mig-failed", actor, lease, {**data, "attempt": row.attempts})
+        if lease is not None:
+            lease.message = (
+                f"Creating the MIG {key[0]} instance on node {g.node.name} failed: {row.error} "
+                f"(attempt {row.attempts} of {self.mig_attempts})"
+            )
+        if row.attempts >= self.mig_attempts:
+            self._give_up(db, alloc, g, row, lease)
+
+    def _destruction(self, db: Session, g: orm.GpuRow, r: Mapping[str, Any], actor: str) -> bool:
+        """Record a destruction; True when the memory slices are free now."""
+        key = _key(r)
+        error = r.get("error")
+        data = {
+            "node": g.node.name,
+            "gpu": g.uuid,
+            "op": "destroy",
+            "profile": key[0],
+            "start": key[1],
+            "error": error,
+        }
+        if r["ok"] or error == "NotFound":
+            g.observed = [o for o in g.observed or () if _key(o) != key]
+            self._event(db, "mig-destroyed", actor, None, data)
+            return True
+        observed = []
+        for o in g.observed or ():
+            if _key(o) == key:
+                if error == "InUse":  # a process started: not before the node says it ended
+                    o = {**o, "processes": max(1, o.get("processes") or 0)}
+                else:
+                    o = {**o, "attempts": o.get("attempts", 0) + 1}
+                    data["attempt"] = o["attempts"]
+            observed.append(o)
+        g.observed = observed
+        self._event(db, "mig-failed", actor, None, data)
+        return False
+
+    def _fail_blocked(self, db: Session, alloc: Allocator | None, g: orm.GpuRow) -> None:
+        """Give up at once on wanted instances a busy unwanted one makes impossible."""
+        if not (g.dynamic_mig and g.mig_enabled) or g.observed is None:
+            return
+        for w in plan_gpu(self._layout(g), self.mig_attempts).blocked:
+            row = next(i for i in g.instances if (i.profile, i.start) == (w.profile, w.start))
+            row.error = OCCUPIED
+            slot = self._holder(db, g.uuid, w.profile, w.start)
+            lease = slot.lease if slot is not None else None
+            self._event(
+                db,
+                "mig-failed",
+                "system",
+                lease,
+                {
+                    "node": g.node.name,
+                    "gpu": g.uuid,
+                    "op": "create",
+                    "profile": w.profile,
+                    "start": w.start,
+                    "error": OCCUPIED,
+                },
+            )
+            self._give_up(db, alloc, g, row, lease)
+
+    def _give_up(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        g: orm.GpuRow,
+        row: orm.MigInstanceRow,
+        lease: orm.LeaseRow | None,
+    ) -> None:
+        """Stop trying to create ``row``: its grant is released (``mig-failed``), else the
+        pool just stops wanting it."""
+        if lease is None or lease.state not in orm.LIVE_STATES:
+            g.instances = [i for i in g.instances if i is not row]
+            return
+        lease.message = (
+            f"The node {g.node.name} could not create the MIG {row.profile} instance "
+            f"({row.error}); the grant was released: ask again"
+        )
+        self._finish(db, alloc, lease, "mig-failed", "system")
+
+
+def _observed(
+    before: list[dict[str, Any]] | None, instances: Iterable[MigInstance]
+) -> list[dict[str, Any]]:
+    """A node's reported instances as ``GpuRow.observed`` entries; failed destructions are
+    carried over for the same instance (same profile, start and uuid)."""
+    attempts = {(*_key(o), o.get("uuid")): o.get("attempts", 0) for o in before or ()}
+    return [
+        {
+            "profile": i.profile,
+            "start": i.start,
+            "uuid": i.uuid,
+            "processes": i.processes,
+            "attempts": attempts.get((i.profile, i.start, i.uuid), 0),
+        }
+        for i in instances
+    ]

@@ -1,0 +1,354 @@
+"""Dynamic MIG end to end on the simulated NVML: the pool plans, the node makes and unmakes.
+
+Three ways the plan reaches NVML: the service's own telemetry loop (``telemetry_source =
+sim``) behind a real hub; an external ``jupyterhub-gpupool agent`` process; and the in-process
+loop driven here directly, so the simulated machine can be reached (processes, instances made
+behind the pool's back, NVML refusals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpupool.dbutil import make_engine, upgrade
+from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.poolconfig import load_pool_config
+from jupyterhub_gpupool.service.telemetry_loop import LocalTelemetry
+from jupyterhub_gpupool.service.utilization import UtilizationBuffer
+from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.telemetry.agent import sim_reader
+from tests.integration.hubenv import HubEnv, request
+
+NODE = "sim-a100"
+
+
+def wait_for(check: Callable[[], Any], seconds: float = 15.0, step: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy (or give up and return the last)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(step)
+
+
+def pool_instances(env: HubEnv, token: str, gpu: str) -> list[tuple]:
+    pool = request("GET", f"{env.api}/pool", token).json()
+    for cluster in pool["clusters"]:
+        for node in cluster["nodes"]:
+            for g in node["gpus"]:
+                if g["uuid"] == gpu:
+                    return [
+                        (i["profile"], i["start"], i["uuid"], i["state"]) for i in g["instances"]
+                    ]
+    raise AssertionError(f"no GPU {gpu}")
+
+
+def event_kinds(env: HubEnv, token: str) -> list[tuple[str, Any]]:
+    items = request("GET", f"{env.api}/events?limit=1000", token).json()["items"]
+    return [(e["kind"], e["data"].get("error")) for e in items if e["kind"].startswith("mig-")]
+
+
+# -- the service's own loop, behind a real hub --------------------------------------------------
+
+
+@pytest.fixture
+def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path) -> Iterator[HubEnv]:
+    """Hub + service reading the demo pool's simulated GPUs itself."""
+    env = HubEnv(
+        tmp_path,
+        sqlite_url,
+        demo_pool_file,
+        service_args=(
+            "--PoolService.telemetry_source=sim",
+            "--PoolService.sample_interval=0.5",
+        ),
+    )
+    with env.running():
+        yield env
+
+
+def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(sim_env):
+    admin, alice = sim_env.token("admin"), sim_env.token("alice")
+
+    def reported() -> bool:
+        events = request("GET", f"{sim_env.api}/events?limit=1000", admin).json()["items"]
+        return any(e["kind"] == "inventory" and e["data"]["node"] == NODE for e in events)
+
+    assert wait_for(reported), sim_env.logs()
+    leases = []
+    for server, offer in (("one", "a100-1g"), ("three", "a100-3g")):
+        r = request("POST", f"{sim_env.api}/allocations", alice, {"server": server, "offer": offer})
+        assert r.status == 201, r.body
+        lease = r.json()
+        assert lease["state"] == "granted" and lease["ready"] is False
+        assert lease["slots"][0]["mig_uuid"] is None
+        leases.append(lease)
+
+    def lease(lid: str) -> dict:
+        return request("GET", f"{sim_env.api}/allocations/{lid}", alice).json()
+
+    ready = wait_for(lambda: all(lease(le["id"])["ready"] for le in leases), 10)
+    assert ready, sim_env.logs()
+    for le in leases:
+        now = lease(le["id"])
+        (slot,) = now["slots"]
+        assert now["state"] == "granted" and slot["mig_uuid"].startswith("MIG-")
+        assert (slot["profile"], slot["start"], slot["mig_uuid"], "present") in pool_instances(
+            sim_env, admin, slot["gpu"]
+        )
+        # the simulated NVML has the MIG device: it is sampled at that placement
+        url = f"{sim_env.api}/utilization?lease={le['id']}&resolution=sample"
+        samples = wait_for(lambda u=url: request("GET", u, alice).json()["samples"], 10)
+        assert samples and {(s["gpu"], s["start"]) for s in samples} == {
+            (slot["gpu"], slot["start"])
+        }
+
+    for le in leases:
+        r = request("DELETE", f"{sim_env.api}/allocations/{le['id']}", alice)
+        assert r.status == 200 and r.json()["release_reason"] == "stopped"
+    gpus = {le["slots"][0]["gpu"] for le in leases}
+    assert wait_for(lambda: all(not pool_instances(sim_env, admin, g) for g in gpus), 10), (
+        sim_env.logs()
+    )
+    kinds = event_kinds(sim_env, admin)
+    assert kinds.count(("mig-created", None)) == 2
+    assert kinds.count(("mig-destroyed", None)) == 2
+    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics").body.decode()
+    assert 'gpupool_mig_actions_total{op="create",result="ok"} 2.0' in metrics
+    assert 'gpupool_mig_actions_total{op="destroy",result="ok"} 2.0' in metrics
+
+
+# -- an external agent process ------------------------------------------------------------------
+
+
+def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_pool_file):
+    admin, alice = hub_env.token("admin"), hub_env.token("alice")
+    r = request("POST", f"{hub_env.api}/allocations", alice, {"server": "x", "offer": "a100-1g"})
+    first = r.json()
+    (slot,) = first["slots"]
+    assert first["ready"] is False
+    # no agent has reported this node yet: nobody to plan for
+    plan = request("GET", f"{hub_env.api}/nodes/{NODE}/mig-plan", hub_env.agent_token).json()
+    assert plan == {"node": NODE, "actions": []}
+
+    env = {**os.environ, "GPUPOOL_AGENT_TOKEN": hub_env.agent_token}
+    args = [sys.executable, "-m", "jupyterhub_gpupool.telemetry.agent"]
+    args += [f"--service-url={hub_env.api}", f"--node={NODE}", "--interval=0.3", "--source=sim"]
+    proc = subprocess.Popen(
+        [*args, f"--pool-config={demo_pool_file}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def lease(lid: str) -> dict:
+        return request("GET", f"{hub_env.api}/allocations/{lid}", alice).json()
+
+    try:
+        made = wait_for(lambda: lease(first["id"])["ready"] and lease(first["id"]), 20)
+        assert made, hub_env.logs()
+        uuid = made["slots"][0]["mig_uuid"]
+        assert uuid.startswith("MIG-")
+        assert pool_instances(hub_env, admin, slot["gpu"]) == [
+            (slot["profile"], slot["start"], uuid, "present")
+        ]
+        request("DELETE", f"{hub_env.api}/allocations/{first['id']}", alice)
+        assert wait_for(lambda: not pool_instances(hub_env, admin, slot["gpu"]), 20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0, out
+    assert f"MIG create {slot['profile']} at {slot['start']} on {slot['gpu']}: done" in out, out
+    assert f"MIG destroy {slot['profile']} at {slot['start']} on {slot['gpu']}: done" in out, out
+    assert "mig_actions=2 mig_failures=0" in out, out
+
+    # the agent is gone: report NVML failures by hand, as an agent would
+    r = request("POST", f"{hub_env.api}/allocations", alice, {"server": "y", "offer": "a100-3g"})
+    second = r.json()
+    for attempt in (1, 2, 3):
+        plan = request("GET", f"{hub_env.api}/nodes/{NODE}/mig-plan", hub_env.agent_token).json()
+        (action,) = plan["actions"]
+        assert action["op"] == "create" and action["start"] == second["slots"][0]["start"]
+        result = {**action, "ok": False, "error": "InsufficientResources", "mig_uuid": None}
+        r = request(
+            "POST",
+            f"{hub_env.api}/nodes/{NODE}/mig-results",
+            hub_env.agent_token,
+            {"results": [result]},
+        )
+        assert r.status == 200 and r.json() == {"accepted": 1}
+        if attempt < 3:
+            assert f"attempt {attempt} of 3" in lease(second["id"])["message"]
+    gone = lease(second["id"])
+    assert gone["state"] == "released" and gone["release_reason"] == "mig-failed"
+    assert "InsufficientResources" in gone["message"]
+    assert event_kinds(hub_env, admin).count(("mig-failed", "InsufficientResources")) == 3
+
+
+# -- the in-process loop, with the simulated machine at hand ------------------------------------
+
+
+class Rig:
+    """A store and the in-process telemetry of the demo pool's A100 node, on one event loop."""
+
+    def __init__(self, tmp_path: Path, demo: Path, interval: float) -> None:
+        url = f"sqlite:///{tmp_path}/pool.sqlite"
+        upgrade(url)
+        catalog = default_catalog()
+        self.store = Store(make_engine(url), catalog)
+        self.store.load_config(load_pool_config(demo, catalog))
+        self.reader: Any = sim_reader(str(demo), NODE)
+        self.sim = self.reader.nvml  # the simulated machine behind the reader
+        self.telemetry = LocalTelemetry(
+            {NODE: self.reader},
+            self.store,
+            UtilizationBuffer(900),
+            None,
+            interval=interval,
+            inventory_interval=3600,
+        )
+
+    def on_node(self) -> dict[tuple[str, int], tuple[str, str | None, int | None]]:
+        """What the simulated NVML has: (GPU, start) → (profile, MIG uuid, processes)."""
+        return {
+            (g["uuid"], i["start"]): (i["profile"], i["uuid"], i["processes"])
+            for g in self.reader.inventory()["gpus"]
+            for i in g["mig"]["instances"]
+        }
+
+    def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
+        (result,) = self.reader.apply_mig_plan([action])
+        return result
+
+    async def until(self, check: Callable[[], Any], seconds: float = 5.0) -> Any:
+        deadline = time.monotonic() + seconds
+        while not (result := check()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return result
+
+
+@pytest.fixture
+def rig(tmp_path: Path, demo_pool_file: Path) -> Rig:
+    return Rig(tmp_path, demo_pool_file, interval=0.2)
+
+
+def test_a_grant_wakes_the_loop_the_instance_exists_within_a_second(tmp_path, demo_pool_file):
+    rig = Rig(tmp_path, demo_pool_file, interval=60)  # samples would come only a minute later
+
+    async def main() -> None:
+        rig.telemetry.start()
+        try:
+            assert await rig.until(lambda: rig.store.mig_plan(NODE) == [] and rig.telemetry.sent)
+            t0 = time.monotonic()
+            lease = rig.store.allocate("alice", "", "a100-1g")
+            done = await rig.until(lambda: rig.store.lease(lease["id"])["ready"], 5)
+            assert done and time.monotonic() - t0 < 2.0  # not the next sample, a minute away
+            (slot,) = rig.store.lease(lease["id"])["slots"]
+            assert rig.on_node()[(slot["gpu"], slot["start"])] == (
+                slot["profile"],
+                slot["mig_uuid"],
+                0,
+            )
+        finally:
+            await rig.telemetry.stop()
+
+    asyncio.run(main())
+
+
+def test_an_instance_with_a_process_is_never_destroyed(rig):
+    async def main() -> None:
+        rig.telemetry.start()
+        try:
+            lease = rig.store.allocate("alice", "", "a100-3g")
+            assert await rig.until(lambda: rig.store.lease(lease["id"])["ready"])
+            (slot,) = rig.store.lease(lease["id"])["slots"]
+            where = (slot["gpu"], slot["start"])
+            await asyncio.sleep(0.5)  # the loop's round ends: its inventory shows no process
+            pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
+            rig.store.release(lease["id"])
+            # the pool's last inventory showed no process: it asks, the node re-checks and
+            # refuses (InUse); then it waits for the node to say the process is gone
+            assert await rig.until(lambda: "mig-failed" in kinds(rig.store), 5)
+            await asyncio.sleep(1.0)  # several rounds of the loop
+            assert rig.on_node()[where] == (slot["profile"], slot["mig_uuid"], 1)
+            assert rig.store.mig_plan(NODE) == []
+            rig.sim.remove_process(pid)
+            await rig.telemetry.check_inventory(NODE)  # the node reports the process gone
+            assert await rig.until(lambda: where not in rig.on_node())
+            assert kinds(rig.store) == ["mig-created", "mig-failed", "mig-destroyed"]
+        finally:
+            await rig.telemetry.stop()
+
+    asyncio.run(main())
+
+
+def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
+    """An instance made by hand where the pool plans one: NVML refuses (InsufficientResources),
+    the failure is recorded and told, the node's inventory shows why, and the pool destroys the
+    idle intruder and creates its instance."""
+    gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
+
+    async def main() -> None:
+        rig.telemetry.start()
+        try:
+            assert await rig.until(lambda: rig.telemetry.sent)
+            for gpu in gpus:  # after the pool's last look at the node
+                hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
+                assert rig.by_hand(hand)["ok"]
+            lease = rig.store.allocate("alice", "", "a100-3g")
+            assert await rig.until(lambda: rig.store.lease(lease["id"])["ready"], 10)
+            (slot,) = rig.store.lease(lease["id"])["slots"]
+            assert rig.on_node() == {
+                (slot["gpu"], slot["start"]): (slot["profile"], slot["mig_uuid"], 0)
+            }
+            items, _ = rig.store.events(lease=lease["id"])
+            failures = [e["data"] for e in items if e["kind"] == "mig-failed"]
+            assert [f["error"] for f in failures] == ["InsufficientResources"]
+        finally:
+            await rig.telemetry.stop()
+
+    asyncio.run(main())
+
+
+def test_a_busy_intruder_fails_the_grant_at_once(rig):
+    gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
+
+    async def main() -> None:
+        rig.telemetry.start()
+        try:
+            assert await rig.until(lambda: rig.telemetry.sent)
+            for gpu in gpus:
+                hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
+                rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
+            lease = rig.store.allocate("alice", "", "a100-1g")
+            gone = await rig.until(
+                lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le, 10
+            )
+            assert gone and gone["release_reason"] == "mig-failed", gone
+            assert "could not create" in gone["message"]
+            # nothing the pool does touches the busy instances
+            await asyncio.sleep(0.5)
+            assert sorted(p for p, _, _ in rig.on_node().values()) == ["7g.80gb", "7g.80gb"]
+            assert rig.store.mig_plan(NODE) == []
+        finally:
+            await rig.telemetry.stop()
+
+    asyncio.run(main())
+
+
+def kinds(store: Store) -> list[str]:
+    items, _ = store.events(limit=1000)
+    return [e["kind"] for e in items if e["kind"].startswith("mig-")]
