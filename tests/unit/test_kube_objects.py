@@ -12,6 +12,7 @@ import copy
 import json
 
 import pytest
+
 from jupyterhub_gpupool.spawner import objects
 from jupyterhub_gpupool.spawner.objects import (
     check_lease,

@@ -5,6 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from traitlets.config import Config
+
+from jupyterhub_gpupool.hubconfig import configure_hub
 from jupyterhub_gpupool.spawner.base import (
     OPTION,
     STATE_KEY,
@@ -14,9 +17,6 @@ from jupyterhub_gpupool.spawner.base import (
     wait_text,
 )
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner, device_env
-from traitlets.config import Config
-
-from jupyterhub_gpupool.hubconfig import configure_hub
 
 LEASE = {
     "id": "L1",
