@@ -368,6 +368,17 @@ class Store(MigStore):
             for row in db.scalars(select(orm.OfferRow).where(orm.OfferRow.source == "file")):
                 if row.name not in names:
                     db.delete(row)
+            db.flush()
+            # requests waiting for an offer that no longer exists would wait forever: end them
+            # (leases already held keep their slices until released)
+            kept = set(db.scalars(select(orm.OfferRow.name)))
+            for row in db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.state == "queued", orm.LeaseRow.offer.not_in(kept)
+                )
+            ).all():
+                row.message = f"the offer {row.offer!r} was removed from the pool"
+                self._finish(db, None, row, "cancelled", "system")
             self._load_quotas(db, config)
             for node in config.nodes:
                 self._upsert_node(db, node, source="config")

@@ -300,3 +300,23 @@ def test_migrations_match_the_models(db_url):
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), orm.Base.metadata)
     assert diff == []
+
+
+def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    held = store.allocate("alice", "", "h100")
+    waiting = store.allocate("bob", "", "h100")
+    assert (held["state"], waiting["state"]) == ("granted", "queued")
+    without = {**POOL, "offers": [o for o in POOL["offers"] if o["name"] != "h100"]}
+    store = make_store(db_url, clock, pool=without)  # a restart with the offer gone
+    assert store.lease(held["id"])["state"] == "granted"  # the holder keeps the GPU
+    ended = store.lease(waiting["id"])
+    assert ended["state"] == "released" and ended["release_reason"] == "cancelled"
+    assert "removed from the pool" in ended["message"]
+    assert "h100" not in [o["name"] for o in store.offers_for("alice", [])]
+    assert store.release(held["id"])["state"] == "released"
+    assert store.allocate("carol", "", "a100-1g")["state"] == "granted"
+    with pytest.raises(StoreError) as info:
+        store.allocate("carol", "x", "h100")
+    assert info.value.status == 422
