@@ -54,7 +54,12 @@ def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "")
         if html:
             err.jupyterhub_html_message = html  # type: ignore[attr-defined]
         return err
-    return SpawnException(message, reason=reason, status_code=status, message_html=html)
+    err = SpawnException(message, reason=reason, status_code=status, message_html=html)
+    # the spawn page shows jupyterhub_message when set, else str(err) with status and reason
+    err.jupyterhub_message = message  # type: ignore[attr-defined]
+    if html:
+        err.jupyterhub_html_message = html  # type: ignore[attr-defined]
+    return err
 
 
 def ordinal(n: int) -> str:
@@ -76,11 +81,16 @@ def wait_text(seconds: float | None) -> str:
 
 
 def units_text(units: float) -> str:
-    """GPU units as people read them: 1/7 of a GPU, 0.25 GPU, 2 GPUs."""
-    for d in (2, 3, 4, 7, 8):
-        if abs(units * d - round(units * d)) < 1e-6 and units < 1:
-            return f"{round(units * d)}/{d} GPU"
-    return f"{units:g} GPU" + ("s" if units > 1 else "")
+    """GPU units as people read them: 1/7 GPU, 1/4 GPU, 2 GPUs, 1 1/7 GPUs, 0 GPUs."""
+    whole = int(units + 1e-9)
+    rest = units - whole
+    if rest > 1e-6:
+        for d in (2, 3, 4, 7, 8):
+            if abs(rest * d - round(rest * d)) < 1e-6:
+                frac = f"{round(rest * d)}/{d}"
+                return f"{frac} GPU" if not whole else f"{whole} {frac} GPUs"
+        return f"{units:.2f} GPU" + ("s" if units > 1 else "")
+    return f"{whole} GPU" + ("s" if whole != 1 else "")
 
 
 class GPUPoolSpawnerMixin(Configurable):
@@ -381,15 +391,16 @@ class GPUPoolSpawnerMixin(Configurable):
         deadline = time.monotonic() + self.queue_timeout
         last = ""
         unreachable_since: float | None = None
+        name = lease["offer"]
+        if lease["state"] == "queued":  # a wait worth naming as the picker does
+            name = await self._display_name(name)
         while lease["state"] == "queued" or (
             lease["state"] == "granted" and not lease.get("ready", True)
         ):
             if lease["state"] == "queued":
                 pos = lease.get("position")
                 where = f"{ordinal(pos)} in line" if pos else "in line"
-                msg = (
-                    f"Waiting for {lease['offer']}: {where}, {wait_text(lease.get('eta_seconds'))}"
-                )
+                msg = f"Waiting for {name}: {where}, {wait_text(lease.get('eta_seconds'))}"
             else:
                 msg = f"Preparing {self._describe(lease)} (creating the MIG instance)"
             if msg != last:
@@ -425,6 +436,14 @@ class GPUPoolSpawnerMixin(Configurable):
                 status=409,
             )
         return lease
+
+    async def _display_name(self, offer: str) -> str:
+        """The offer's display name (as the picker shows it); its name if the pool won't say."""
+        try:
+            offers = await self.pool.offers(self.user.name, self.user_groups)
+        except (PoolUnavailable, PoolRefused):
+            return offer
+        return next((o.get("display_name") or offer for o in offers if o["name"] == offer), offer)
 
     async def bind_lease(self) -> None:
         """The server runs: bind the grant (granted → active) so it does not expire."""

@@ -144,9 +144,7 @@ def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> bool:
         try:
             urllib.request.urlopen(url, timeout=2)
             return True
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
+        except OSError:  # HTTPError too: an orphaned proxy answers 404 for a hub that is gone
             time.sleep(0.3)
     return False
 
@@ -216,16 +214,19 @@ def run_cli(args: argparse.Namespace) -> int:
         print(
             f"\n  JupyterHub with the GPU pool is running at {url}/\n"
             f"  Log in as {users} (users) or {DEMO_ADMIN} (pool admin), any password.\n"
-            f"  Pool API: {url}/services/gpupool/api/v1/pool   Ctrl-C stops it.\n",
+            f"  Pool API: {url}/services/gpupool/api/v1/pool (with a token from {url}/hub/token)\n"
+            "  Ctrl-C stops it.\n",
             flush=True,
         )
         return hub.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        if hub.poll() is None:
+        # the whole process group: the proxy too, even when the hub itself already died
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(hub.pid, signal.SIGTERM)
-            try:
-                hub.wait(30)
-            except subprocess.TimeoutExpired:
+        try:
+            hub.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(hub.pid, signal.SIGKILL)

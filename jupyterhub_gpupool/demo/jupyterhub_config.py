@@ -22,6 +22,9 @@ c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
 c.ConfigurableHTTPProxy.command = [env["GPUPOOL_DEMO_PROXY"]]
+# next to the public port, so two demos (or a test demo beside `make demo`) do not collide
+proxy_api_port = int(env.get("GPUPOOL_DEMO_PROXY_API_PORT", c.JupyterHub.port + 1))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
 
 c.JupyterHub.authenticator_class = "dummy"

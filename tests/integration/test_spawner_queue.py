@@ -87,7 +87,7 @@ def test_progress_follows_the_queue_until_the_grant(pool):
     asyncio.run(scenario())
     messages = [e["message"] for e in events]
     assert messages[0] == "Asking the GPU pool for h100"
-    assert any(m.startswith("Waiting for h100: 1st in line") for m in messages)
+    assert any(m.startswith("Waiting for 1× H100 80GB: 1st in line") for m in messages)
     # then the concrete spawner's own progress (JupyterHub's default: "Spawning server...")
     assert messages[-2].startswith("Got 1× H100-80GB on sim-h100")
     assert messages[-1] == "Spawning server..."

@@ -76,7 +76,10 @@ def test_wait_text(seconds, text):
         (3 / 7, "3/7 GPU"),
         (1.0, "1 GPU"),
         (2.0, "2 GPUs"),
-        (0.3, "0.3 GPU"),
+        (0.3, "0.30 GPU"),
+        (1 + 1 / 7, "1 1/7 GPUs"),
+        (0.0, "0 GPUs"),
+        (2.5, "2 1/2 GPUs"),
     ],
 )
 def test_units_text(units, text):

@@ -1,0 +1,1 @@
+"""Browser tests: the real ``jupyterhub-gpupool demo`` driven by headless Chromium (Playwright)."""
