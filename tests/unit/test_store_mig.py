@@ -6,7 +6,6 @@ simulator plays it end to end in tests/integration/test_dynamic_mig.py.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,7 +16,8 @@ from jupyterhub_gpupool.poolconfig import gpu_uuid, parse_pool_config
 from jupyterhub_gpupool.service.ingest import node_from_inventory
 from jupyterhub_gpupool.store import Store
 
-T0 = datetime(2026, 3, 2, 9, 0, 0)
+from .test_store import Clock
+
 GPU = gpu_uuid("a100", 0)
 POOL = {
     "nodes": [
@@ -44,17 +44,6 @@ POOL = {
     ],
     "quotas": {"default": {"guarantee": 4, "limit": 8}},
 }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
 
 
 @pytest.fixture
