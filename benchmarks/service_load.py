@@ -166,6 +166,27 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of a process's main thread (the service's event loop) and of all its
+    other threads together (the service's writer thread, executor threads)."""
+    main = other = 0.0
+    try:
+        tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return 0.0, 0.0
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if tid == pid:
+            main += cpu
+        else:
+            other += cpu
+    return main, other
+
+
 def postgres_cpu() -> dict[int, float]:
     """CPU seconds so far of every ``postgres`` process on this machine (other users' too)."""
     out = {}
@@ -316,6 +337,7 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
         p.start()
     while time.time() < start_at + args.warmup:
         time.sleep(0.005)
+    threads0 = thread_cpu(env.service.pid)
     svc0, hub0, pg0, (busy0, tot0) = (
         proc_cpu(env.service.pid),
         proc_cpu(env.hub.pid),
@@ -325,6 +347,7 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     results = [out.get(timeout=args.seconds * 20 + 600 if args.seconds else 3600) for _ in procs]
     wall = time.time() - t0
+    threads1 = thread_cpu(env.service.pid)
     svc1, hub1, pg1, (busy1, tot1) = (
         proc_cpu(env.service.pid),
         proc_cpu(env.hub.pid),
@@ -367,6 +390,8 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "cpu_cores_used": {
             "clients": round(client_cpu / wall, 3) if wall else None,
             "service": round((svc1 - svc0) / wall, 3) if wall else None,
+            "service_event_loop": round((threads1[0] - threads0[0]) / wall, 3) if wall else None,
+            "service_other_threads": round((threads1[1] - threads0[1]) / wall, 3) if wall else None,
             "hub": round((hub1 - hub0) / wall, 3) if wall else None,
             "postgres_all": round(cpu_delta(pg0, pg1) / wall, 3) if wall else None,
             "machine": round((busy1 - busy0) / wall, 3) if wall else None,
@@ -545,7 +570,7 @@ def in_process(db: str, args: argparse.Namespace) -> dict[str, Any]:
 HEADER = (
     f"{'db':<11}{'clients':>8}{'grants/s':>10}{'req/s':>8}{'POST p50':>10}{'p99':>8}"
     f"{'DELETE p50':>12}{'p99':>8}{'pair p99':>10}{'errors':>8}"
-    f"{'cpu: svc':>10}{'pg':>6}{'clients':>9}{'box':>6}{'svc ms/grant':>14}"
+    f"{'cpu: svc':>10}{'loop':>6}{'other':>6}{'pg':>6}{'clients':>9}{'box':>6}{'svc ms/grant':>14}"
 )
 
 
@@ -556,7 +581,8 @@ def print_row(run: dict[str, Any]) -> None:
         f"{run['requests_per_s']:>8.0f}{run['post_ms']['p50']:>10.1f}{run['post_ms']['p99']:>8.1f}"
         f"{run['delete_ms']['p50']:>12.1f}{run['delete_ms']['p99']:>8.1f}"
         f"{run['pair_ms']['p99']:>10.1f}{sum(run['errors'].values()):>8}"
-        f"{cpu['service']:>10.2f}{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
+        f"{cpu['service']:>10.2f}{cpu['service_event_loop']:>6.2f}"
+        f"{cpu['service_other_threads']:>6.2f}{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
         f"{cpu['machine']:>6.2f}{run['service_cpu_ms_per_grant'] or 0:>14.2f}",
         flush=True,
     )

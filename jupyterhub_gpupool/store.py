@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, or_, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from . import orm
@@ -29,10 +29,11 @@ from .pool.allocator import Allocator, Decision, Grant, Lease, Queued, Rejected
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
 from .pool.migplan import MAX_ATTEMPTS
-from .pool.model import RETIRING, Gpu, Node, Offer, Request, parse_offer, validate_node
+from .pool.model import Gpu, Node, Offer, Request, parse_offer, validate_node
 from .pool.placement import Slot
 from .pool.queue import Waiter, estimate_wait
 from .pool.quota import QuotaBook, QuotaSpec
+from .storeviews import StoreViews, _held_hours, _ts
 
 log = logging.getLogger("jupyterhub_gpupool.store")
 
@@ -74,13 +75,7 @@ class PoolConfig:
     default: QuotaSpec | None = None
 
 
-def _ts(dt: datetime | None) -> str | None:
-    return (
-        None if dt is None else dt.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
-    )
-
-
-class Store(MigStore):
+class Store(StoreViews, MigStore):
     """Leases, inventory, offers and quotas in the database, decided by an ``Allocator``.
 
     ``mig_attempts``: failed creations of a planned MIG instance before its grant is released.
@@ -147,12 +142,31 @@ class Store(MigStore):
         results: list[Any] = []
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
         with self.transaction() as (db, _), db.no_autoflush:
+            held = self._prefetch(
+                db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
+            )
             for fn, args, kwargs in calls:
                 try:
                     results.append(fn(*args, **kwargs))
                 except StoreError as e:
                     results.append(e)
+        del held
         return results
+
+    @staticmethod
+    def _prefetch(db: Session, lease_ids: list[str]) -> list[orm.LeaseRow]:
+        """Load the leases (and their slots) a batch's calls address, in two queries for the
+        whole batch instead of two per call: ``_get`` then finds them in the session's
+        identity map (which holds rows weakly: keep the returned list while the batch runs)."""
+        if len(lease_ids) < 2:
+            return []
+        return list(
+            db.scalars(
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.id.in_(set(lease_ids)))
+                .options(selectinload(orm.LeaseRow.slots))
+            )
+        )
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[tuple[Session, Allocator]]:
@@ -173,10 +187,14 @@ class Store(MigStore):
                     if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
                     self._local.active = (db, self._allocator)
+                    self._local.events = events = []
                     try:
                         yield db, self._allocator
+                        if events:  # the audit log, in order: one multi-row INSERT
+                            db.execute(insert(orm.EventRow.__table__), events)
                     finally:
                         self._local.active = None
+                        self._local.events = None
                 self._version = version
             except BaseException:
                 self._allocator = None
@@ -1056,142 +1074,6 @@ class Store(MigStore):
                 "notices": notices,
             }
 
-    def pool(self, *, detail: bool) -> dict[str, Any]:
-        """Inventory: admins get holders per GPU; users get aggregates only."""
-        with self.locked() as alloc:
-            holders: dict[str, list[dict[str, Any]]] = {}
-            if detail:
-                for lease in alloc.leases.values():
-                    for s in lease.slots:
-                        holders.setdefault(s.gpu, []).append(
-                            {
-                                "lease": lease.id,
-                                "user": lease.request.user,
-                                "kind": s.kind,
-                                "profile": s.profile,
-                                "start": s.start,
-                                "milli": s.milli,
-                            }
-                        )
-            clusters: dict[str, list[dict[str, Any]]] = {}
-            for node in alloc.nodes.values():
-                gpus = []
-                for g in node.gpus:
-                    free = g.free_units() if node.schedulable else 0.0
-                    if detail:
-                        gpus.append(
-                            {
-                                "uuid": g.uuid,
-                                "index": g.index,
-                                "model": g.model.name,
-                                "mig_enabled": g.mig_enabled,
-                                "dynamic_mig": g.dynamic_mig,
-                                "healthy": g.healthy,
-                                "cordoned": g.cordoned,
-                                "free_units": free,
-                                "instances": [
-                                    {
-                                        "profile": i.profile,
-                                        "start": i.start,
-                                        "uuid": i.uuid,
-                                        "lease": None if i.lease == RETIRING else i.lease,
-                                        "state": self._instance_state(g, i),
-                                    }
-                                    for i in g.instances
-                                ],
-                                "holders": holders.get(g.uuid, []),
-                            }
-                        )
-                if detail:
-                    clusters.setdefault(node.cluster, []).append(
-                        {
-                            "name": node.name,
-                            "cordoned": node.cordoned,
-                            "draining": node.draining,
-                            "cpu_milli": node.cpu_milli,
-                            "memory_mib": node.memory_mib,
-                            "cpu_used": node.cpu_used,
-                            "memory_used": node.memory_used,
-                            "gpus": gpus,
-                        }
-                    )
-            out: dict[str, Any] = {
-                "totals": dict(alloc.capacity()),
-                "models": list(alloc.capacity_by_model().values()),
-                "queue_length": len(alloc.waiters),
-            }
-            if detail:
-                out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
-            return out
-
-    def events(
-        self,
-        *,
-        offset: int = 0,
-        limit: int = 200,
-        lease: str | None = None,
-        user: str | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Audit events, oldest first."""
-        with self.read() as db:
-            q = select(orm.EventRow)
-            if lease is not None:
-                q = q.where(orm.EventRow.lease_id == lease)
-            if user is not None:
-                q = q.where(orm.EventRow.user == user)
-            total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
-            rows = db.scalars(q.order_by(orm.EventRow.id).offset(offset).limit(limit))
-            return [
-                {
-                    "id": e.id,
-                    "ts": _ts(e.ts),
-                    "actor": e.actor,
-                    "kind": e.kind,
-                    "lease": e.lease_id,
-                    "user": e.user,
-                    "data": e.data,
-                }
-                for e in rows
-            ], total
-
-    def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
-        """Unit-hours held and busy per user, group or offer within [start, end)."""
-        if by not in ("user", "group", "offer"):
-            raise StoreError(
-                400,
-                "invalid_by",
-                f"cannot group usage by {by!r}",
-                field="by",
-                allowed=["user", "group", "offer"],
-            )
-        if end <= start:
-            raise StoreError(400, "invalid_range", "'to' must be after 'from'", field="to")
-        with self.read() as db:
-            rows = db.scalars(
-                select(orm.LeaseRow).where(
-                    orm.LeaseRow.granted.is_not(None),
-                    orm.LeaseRow.granted < end,
-                    or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released > start),
-                )
-            )
-            acc: dict[str, dict[str, Any]] = {}
-            now = self.clock()
-            for row in rows:
-                key = getattr(row, by) or ""
-                held = _held_hours(row, start, min(end, now))
-                span = _held_hours(row, row.granted, row.released or now)
-                busy = row.busy_hours * (held / span) if span else 0.0
-                a = acc.setdefault(
-                    key, {by: key, "leases": 0, "held_unit_hours": 0.0, "busy_unit_hours": 0.0}
-                )
-                a["leases"] += 1
-                a["held_unit_hours"] += held
-                a["busy_unit_hours"] += busy * row.units_f
-            for a in acc.values():
-                a["held_unit_hours"] = round(a["held_unit_hours"], 6)
-                a["busy_unit_hours"] = round(a["busy_unit_hours"], 6)
-            return sorted(acc.values(), key=lambda a: a[by])
-
     def _event(
         self,
         db: Session,
@@ -1200,18 +1082,29 @@ class Store(MigStore):
         row: orm.LeaseRow | None = None,
         data: dict[str, Any] | None = None,
     ) -> None:
-        db.add(
-            orm.EventRow(
-                ts=self.clock(),
-                actor=actor or "system",
-                kind=kind,
-                lease_id=row.id if row else None,
-                user=row.user if row else None,
-                data=data or {},
-            )
-        )
+        event = {
+            "ts": self.clock(),
+            "actor": actor or "system",
+            "kind": kind,
+            "lease_id": row.id if row else None,
+            "user": row.user if row else None,
+            "data": data or {},
+        }
+        pending = getattr(self._local, "events", None)
+        if pending is not None:  # written with the transaction's other events, before commit
+            pending.append(event)
+        else:
+            db.add(orm.EventRow(**event))
         for listener in self.listeners:
             listener(kind, {"lease": row.id if row else None, **(data or {})})
+
+
+#: Store calls whose first argument is a lease id: a batch loads those leases at once.
+_BY_LEASE_ID = frozenset({"release", "keepalive"})
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", "")
 
 
 def _priority(offer: Offer | None) -> int:
@@ -1236,15 +1129,6 @@ def _set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
     row.limit = None if spec.limit is None else float(spec.limit)
     row.budget = None if spec.budget is None else float(spec.budget)
     row.period = spec.period
-
-
-def _held_hours(row: orm.LeaseRow, start: datetime, end: datetime) -> float:
-    """Unit-hours ``row`` was held within [start, end)."""
-    if row.granted is None:
-        return 0.0
-    a = max(row.granted, start)
-    b = min(row.released or end, end)
-    return max(0.0, (b - a).total_seconds() / 3600.0) * row.units_f
 
 
 def period_start(now: datetime, period: str) -> datetime:

@@ -1,0 +1,88 @@
+"""Group commit: several store calls in one transaction (``Store.run_batch``), as the service's
+writer thread runs them. The leases a batch releases are loaded at once; the audit log is
+written in call order; a refusal fails its own call only."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.store import Store, StoreError
+
+from .test_store import Clock, events, make_store
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def counting(store: Store) -> list[str]:
+    """Every SQL statement the store sends from now on."""
+    sent: list[str] = []
+    sa.event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    return sent
+
+
+def test_batch_releases_load_their_leases_at_once(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    a = store.allocate("alice", "", "a100-1g")
+    b = store.allocate("bob", "", "a100-1g")
+    h = store.allocate("dave", "", "h100")
+    queued = store.allocate("erin", "", "h100")
+    assert queued["state"] == "queued"
+    sent = counting(store)
+    out = store.run_batch(
+        [
+            (store.release, (a["id"],), {"actor": "t"}),
+            (store.keepalive, (b["id"],), {"actor": "t"}),
+            (store.release, ("no-such-lease",), {}),
+            (store.release, (h["id"],), {"actor": "t"}),  # promotes erin
+            (store.release, (b["id"],), {"actor": "t"}),  # kept alive above, same batch
+        ]
+    )
+    assert out[0]["state"] == "released" and out[0]["slots"]
+    assert out[1]["state"] == "active"
+    assert isinstance(out[2], StoreError) and out[2].status == 404
+    assert out[3]["state"] == "released"
+    assert out[4]["state"] == "released" and out[4]["release_reason"] == "stopped"
+    lease_selects = [s for s in sent if s.lstrip().upper().startswith("SELECT LEASES.")]
+    # the prefetch, plus one for the lease that does not exist (and erin's promotion)
+    assert len(lease_selects) <= 3, lease_selects
+    assert store.lease(queued["id"])["state"] == "granted"
+    assert events(store, b["id"]) == ["granted", "activated", "released"]
+    assert events(store, queued["id"]) == ["queued", "granted"]
+    with store.read() as db:
+        live = db.scalar(
+            sa.text("SELECT count(*) FROM lease_slots WHERE live AND lease_id IN (:a, :b, :h)"),
+            {"a": a["id"], "b": b["id"], "h": h["id"]},
+        )
+        kinds = [
+            k
+            for (k,) in db.execute(
+                sa.text("SELECT kind FROM events WHERE kind IN ('released', 'granted') ORDER BY id")
+            )
+        ]
+    assert live == 0
+    # the audit log is in commit order: erin's grant after dave's release that freed the GPU
+    assert kinds[-4:] == ["released", "released", "granted", "released"]
+
+
+def test_failed_batch_writes_nothing(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    a = store.allocate("alice", "", "h100")
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    try:
+        store.run_batch([(store.release, (a["id"],), {}), (boom, (), {})])
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the batch should have failed")
+    assert store.lease(a["id"])["state"] == "granted"
+    assert events(store, a["id"]) == ["granted"]
