@@ -10,8 +10,7 @@ The target (DESIGN §2): an agent uses < 1 % of one core at a 5 s interval.
    the cost of one round, and ``cost / 5 s`` the share of a core at the real interval. The same
    loop with an in-memory transport separates reading + queueing from HTTP.
    The reader is ``NvmlReader`` over the simulated NVML (``telemetry.simnvml``) with a pool YAML
-   of one node with 8 A100-80GB, each split into 7 × 1g.10gb, when that module is available;
-   otherwise a synthetic reader producing the same 56 samples per round (the JSON says which).
+   of one node with 8 A100-80GB, each split into 7 × 1g.10gb (56 samples per round).
 2. **Ingestion.** Batches of samples (one round of the node, 1,000, 10,000 = the API's maximum)
    are POSTed back to back over one keep-alive connection with the agent's token; samples/s is
    what the service accepted per wall-clock second.
@@ -63,64 +62,19 @@ nodes:
 """
 
 
-class SyntheticReader:
-    """8 A100s × 7 × 1g.10gb: what ``NvmlReader`` reports for such a node, without NVML."""
-
-    def __init__(self) -> None:
-        self.rounds = 0
-
-    def inventory(self) -> dict[str, Any]:
-        return {
-            "cpu_milli": 128000,
-            "memory_mib": 1048576,
-            "gpus": [
-                {
-                    "uuid": f"GPU-bench-{i}",
-                    "index": i,
-                    "model": "NVIDIA A100-SXM4-80GB",
-                    "memory_mib": 81920,
-                    "mig": {
-                        "enabled": True,
-                        "instances": [
-                            {"profile": "1g.10gb", "start": s, "uuid": f"MIG-bench-{i}-{s}"}
-                            for s in range(SLICES)
-                        ],
-                    },
-                }
-                for i in range(GPUS)
-            ],
-        }
-
-    def samples(self, now: float | None = None) -> list[dict[str, Any]]:
-        self.rounds += 1
-        ts = time.time() if now is None else now
-        return [
-            {
-                "gpu": f"GPU-bench-{i}",
-                "start": s,
-                "ts": ts,
-                "util": None,  # NVML has no utilization for MIG instances
-                "memory_used_mib": (self.rounds * 37 + i * 7 + s) % 10240,
-            }
-            for i in range(GPUS)
-            for s in range(SLICES)
-        ]
-
-
 def make_reader(tmp: Path) -> tuple[Any, str]:
-    """The simulated NVML through the real ``NvmlReader`` if present, else the synthetic one."""
-    try:
-        from jupyterhub_gpupool.telemetry import agent
+    """The simulated NVML through the real ``NvmlReader`` (the code path real GPUs take).
 
-        path = tmp / "bench-pool.yaml"
-        path.write_text(POOL_YAML)
-        reader = agent._sim_reader(str(path), NODE)
-        reader.inventory()
-        reader.samples()
-        return reader, "NvmlReader(simnvml)"
-    except Exception as e:  # module missing or its API differs: measure the agent alone
-        print(f"(simulated NVML not usable: {type(e).__name__}: {e}; using a synthetic reader)")
-        return SyntheticReader(), "synthetic"
+    No fallback: a benchmark that quietly measured something else would mislead.
+    """
+    from jupyterhub_gpupool.telemetry import agent
+
+    path = tmp / "bench-pool.yaml"
+    path.write_text(POOL_YAML)
+    reader = agent.sim_reader(str(path), NODE)
+    reader.inventory()
+    reader.samples()
+    return reader, "NvmlReader(simnvml)"
 
 
 class NullTransport:
