@@ -88,10 +88,21 @@ class Gpu:
         )
 
     def free_units(self) -> float:
-        """Free capacity in GPU units: free milli for plain GPUs, free memory slices for MIG."""
-        from .placement import key_free  # placement builds on this module
+        """Free capacity in the units quotas charge: free milli for plain GPUs; for MIG, one
+        GPU less the dominant shares of the held instances (a held 1g.10gb of an A100 takes
+        1/7, as its lease is charged). Placement scores fragmentation on memory slices instead
+        (``placement.key_free``); this is the view users and reports read."""
+        if not self.schedulable:
+            return 0.0
+        if not self.mig_enabled:
+            from .placement import key_free  # placement builds on this module
 
-        return key_free(self.state_key())
+            return key_free(self.state_key())
+        held = sum(
+            (self.model.profile_units(i.profile) for i in self.instances if i.lease is not None),
+            Fraction(0),
+        )
+        return float(max(Fraction(0), 1 - held))
 
     def state_key(self) -> tuple:
         """Everything placement depends on, hashable: equal keys place and score alike."""
