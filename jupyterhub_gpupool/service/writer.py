@@ -9,7 +9,7 @@ requests meanwhile. A grant is still answered only after its commit.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -19,6 +19,13 @@ from typing import Any
 from ..store import Store
 
 log = logging.getLogger("jupyterhub_gpupool.writer")
+
+
+class _Failed:
+    """A batch that failed as a whole (its exception is raised in every caller)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class BatchWriter:
@@ -41,12 +48,34 @@ class BatchWriter:
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` in the next batch; its StoreError is raised here."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, args, kwargs, future))
-        result = await asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._queue.put((fn, args, kwargs, (loop, future)))
+        result = await future
         if isinstance(result, BaseException):
             raise result
         return result
+
+    @staticmethod
+    def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+        """On the event loop: settle a whole batch's futures in one callback."""
+        for future, result in pairs:
+            if future.cancelled():
+                continue
+            if isinstance(result, _Failed):
+                future.set_exception(result.error)
+            else:
+                future.set_result(result)
+
+    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+        """Hand the results to their loops: one thread-safe wake-up per loop and batch, not one
+        per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+        for (*_, (loop, future)), result in zip(batch, results, strict=True):
+            by_loop.setdefault(loop, []).append((future, result))
+        for loop, pairs in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(self._deliver, pairs)
 
     def _take(self) -> list[tuple] | None:
         first = self._queue.get()
@@ -72,8 +101,6 @@ class BatchWriter:
                 log.warning(
                     "A batch of %d pool changes failed and was rolled back: %s", len(batch), e
                 )
-                for *_, future in batch:
-                    future.set_exception(e)
+                self._settle(batch, [_Failed(e)] * len(batch))
                 continue
-            for (*_, future), result in zip(batch, results, strict=True):
-                future.set_result(result)
+            self._settle(batch, results)
