@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.utils import maybe_future
 from tornado import web
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Float, List, Unicode, default
@@ -309,10 +310,7 @@ class GPUPoolSpawnerMixin(Configurable):
         finally:
             self._gpupool_waiting = False
             self._gpupool_changed.set()
-        result = super().run_pre_spawn_hook()  # type: ignore[misc]
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-            result = await result
-        return result
+        return await maybe_future(super().run_pre_spawn_hook())  # type: ignore[misc]
 
     async def _acquire(self, offer: str) -> dict[str, Any]:
         """POST allocations, adopting a lease this server already has; then wait for the grant."""
@@ -335,7 +333,7 @@ class GPUPoolSpawnerMixin(Configurable):
             ) from e
         except PoolRefused as e:
             raise self._refusal(offer, e) from e
-        self.gpupool_lease = lease
+        self.gpupool_lease = lease  # known from here on, so a failed wait can give it back
         try:
             lease = await self._wait(lease)
         except Exception:
@@ -552,10 +550,7 @@ class GPUPoolSpawnerMixin(Configurable):
     async def run_post_stop_hook(self) -> Any:
         """Always runs when the hub stops a server (also after a failed spawn): release."""
         await self.release_lease("stopped")
-        result = super().run_post_stop_hook()  # type: ignore[misc]
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-            result = await result
-        return result
+        return await maybe_future(super().run_post_stop_hook())  # type: ignore[misc]
 
     # -- environment ------------------------------------------------------------------------
 
