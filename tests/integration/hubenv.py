@@ -109,28 +109,23 @@ c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.db_url = "sqlite:///{dir}/hub.sqlite"
 c.JupyterHub.cookie_secret_file = "{dir}/cookie_secret"
 c.JupyterHub.pid_file = "{dir}/hub.pid"
-from jupyterhub_gpupool.service.scopes import CUSTOM_SCOPES
-c.JupyterHub.custom_scopes = CUSTOM_SCOPES
-c.JupyterHub.services = [
-    {{"name": "gpupool", "url": "http://127.0.0.1:{service_port}", "api_token": {service_token!r},
-      "oauth_no_confirm": True}},
-    {{"name": "gpupool-spawner", "api_token": {spawner_token!r}}},
-    {{"name": "gpupool-agent", "api_token": {agent_token!r}}},
-    {{"name": "hub-admin", "api_token": {admin_api_token!r}}},
-]
-c.JupyterHub.load_roles = [
-    {{"name": "user", "scopes": ["self", "custom:gpupool:use!user"]}},
-    {{"name": "server",
-      "scopes": ["users:activity!user", "access:servers!server", "custom:gpupool:use!user"]}},
-    {{"name": "gpupool", "services": ["gpupool"],
-      "scopes": ["list:users", "read:users:groups", "read:servers"]}},
-    {{"name": "gpupool-spawner", "services": ["gpupool-spawner"],
-      "scopes": ["custom:gpupool:spawn"]}},
-    {{"name": "gpupool-agent", "services": ["gpupool-agent"], "scopes": ["custom:gpupool:agent"]}},
-    {{"name": "gpupool-admin", "users": ["admin"], "scopes": ["custom:gpupool:admin"]}},
+# the pool's part is the shipped helper (docs/howto/spawners.md), so the tests run what users run
+from jupyterhub_gpupool.hubconfig import configure_hub
+configure_hub(
+    c,
+    command=None,
+    service_url="http://127.0.0.1:{service_port}",
+    service_token={service_token!r},
+    spawner_token={spawner_token!r},
+    agent_token={agent_token!r},
+    admin_users=["admin"],
+    spawner=None,
+)
+c.JupyterHub.services.append({{"name": "hub-admin", "api_token": {admin_api_token!r}}})
+c.JupyterHub.load_roles.append(
     {{"name": "hub-admin", "services": ["hub-admin"], "scopes": ["admin:users", "tokens",
-      "admin:servers", "admin:groups"]}},
-]
+      "admin:servers", "admin:groups"]}}
+)
 c.Authenticator.allowed_users = {users!r}
 c.Authenticator.admin_users = {{"admin"}}
 """
