@@ -11,7 +11,6 @@ import http.cookiejar
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpupool.demo import find_proxy
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,14 +41,11 @@ def free_port() -> int:
 
 
 def chp_command() -> str:
-    """configurable-http-proxy from ``make``'s local npm install, else from PATH."""
-    local = ROOT / ".node" / "node_modules" / ".bin" / "configurable-http-proxy"
-    if local.exists():
-        return str(local)
-    found = shutil.which("configurable-http-proxy")
-    if not found:
+    """configurable-http-proxy as the demo finds it (``make``'s local npm install, then PATH)."""
+    try:
+        return find_proxy()
+    except OSError:
         pytest.fail("configurable-http-proxy not found: run `make test` (it installs it)")
-    return found
 
 
 def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
