@@ -566,12 +566,14 @@ class GPUPoolSpawnerMixin(Configurable):
 
     # -- the picker -------------------------------------------------------------------------
 
-    async def gpupool_choices(self) -> dict[str, Any]:
-        """What the picker shows: offers with live availability, the user's quota, errors."""
+    async def gpupool_choices(self, with_quota: bool = True) -> dict[str, Any]:
+        """What the picker shows: offers with live availability, the user's quota (unless
+        ``with_quota`` is off: KubeSpawner's profile form has no place for it), errors."""
         out: dict[str, Any] = {"offers": [], "quota": None, "error": None}
         try:
             offers = await self.pool.offers(self.user.name, self.user_groups)
-            out["quota"] = await self.pool.user(self.user.name)
+            if with_quota:
+                out["quota"] = await self.pool.user(self.user.name)
         except (PoolUnavailable, PoolRefused) as e:
             self.log.error("GPU pool offers for %s: %s", self._log_name, e)
             out["error"] = "The GPU pool is not answering right now; GPUs cannot be chosen."

@@ -143,7 +143,7 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
         profiles = await self._profiles()
         if not profiles:
             return await self.render_picker()
-        choices = await self.gpupool_choices()
+        choices = await self.gpupool_choices(with_quota=False)
         by_name = {o["name"]: o for o in choices["offers"]}
         annotated = []
         for profile in copy.deepcopy(profiles):
