@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import Engine, func, insert, select, update
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, joinedload, selectinload, sessionmaker
 
 from . import orm
 from .dbutil import lock_pool
@@ -107,6 +108,9 @@ class Store(StoreViews, MigStore):
         self._allocator: Allocator | None = None
         self._version: int | None = None
         self._thread_lock = threading.RLock()
+        #: Seconds a view may lag the commits of another process deciding on the same pool.
+        self.view_lag = 1.0
+        self._checked = 0.0
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.file_config = PoolConfig()
 
@@ -122,15 +126,29 @@ class Store(StoreViews, MigStore):
     def locked(self) -> Iterator[Allocator]:
         """The allocator, held still (no decision runs meanwhile) for a read-only view.
 
-        Views take no database lock: with several replicas they may lag the newest decision of
-        another replica by one request, which a view may; decisions never do (``transaction``).
+        Views take no pool lock. When another process decides too (a replica, or the service's
+        store process), a view catches up with its commits at most ``view_lag`` seconds late,
+        which a view may; decisions never do (``transaction`` always does first).
         """
         with self._thread_lock:
-            if self._allocator is None:
+            if self._allocator is None or self._moved_on():
                 with self.transaction(write=False):
                     pass
             assert self._allocator is not None
             yield self._allocator
+
+    def _moved_on(self) -> bool:
+        """Whether another process committed since this allocator's version (asked of the
+        database at most once per ``view_lag`` seconds)."""
+        now = time.monotonic()
+        if now - self._checked < self.view_lag:
+            return False
+        self._checked = now
+        table = orm.PoolState.__table__
+        with self.read() as db:
+            return db.execute(select(table.c.version).where(table.c.id == 1)).scalar() != (
+                self._version
+            )
 
     def run_batch(self, calls: list[tuple[Callable[..., Any], tuple, dict]]) -> list[Any]:
         """Run several store calls in ONE transaction (one lock, one commit): group commit.
@@ -155,7 +173,7 @@ class Store(StoreViews, MigStore):
 
     @staticmethod
     def _prefetch(db: Session, lease_ids: list[str]) -> list[orm.LeaseRow]:
-        """Load the leases (and their slots) a batch's calls address, in two queries for the
+        """Load the leases (and their slots) a batch's calls address, in one query for the
         whole batch instead of two per call: ``_get`` then finds them in the session's
         identity map (which holds rows weakly: keep the returned list while the batch runs)."""
         if len(lease_ids) < 2:
@@ -164,8 +182,8 @@ class Store(StoreViews, MigStore):
             db.scalars(
                 select(orm.LeaseRow)
                 .where(orm.LeaseRow.id.in_(set(lease_ids)))
-                .options(selectinload(orm.LeaseRow.slots))
-            )
+                .options(joinedload(orm.LeaseRow.slots))
+            ).unique()
         )
 
     @contextmanager
@@ -182,8 +200,7 @@ class Store(StoreViews, MigStore):
         with self._thread_lock, self.session_factory() as db:
             try:
                 with db.begin():
-                    lock_pool(db)
-                    version = self._bump(db, write)
+                    version = self._lock_version(db, write)
                     if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
                     self._local.active = (db, self._allocator)
@@ -202,21 +219,32 @@ class Store(StoreViews, MigStore):
                 raise
 
     @staticmethod
-    def _bump(db: Session, write: bool) -> int:
-        """The pool version after this transaction, bumped in one statement when writing."""
+    def _lock_version(db: Session, write: bool) -> int:
+        """Serialise with every other writer and return the pool version after this transaction.
+
+        One statement does both: a writer bumps the version row, whose row lock (held to
+        commit) orders writers across replicas on PostgreSQL; a reader takes a share lock on
+        it, so it never sees half of a writer's changes. (SQLite's ``BEGIN IMMEDIATE`` already
+        serialised the transaction.)
+        """
         table = orm.PoolState.__table__
         if write:
-            version = db.execute(
+            stmt = (
                 update(table)
                 .where(table.c.id == 1)
                 .values(version=table.c.version + 1)
                 .returning(table.c.version)
-            ).scalar()
+            )
         else:
-            version = db.execute(select(table.c.version).where(table.c.id == 1)).scalar()
-        if version is None:  # a new database
-            db.execute(insert(table).values(id=1, version=int(write)))
-            version = int(write)
+            stmt = select(table.c.version).where(table.c.id == 1)
+            if db.get_bind().dialect.name == "postgresql":
+                stmt = stmt.with_for_update(read=True)
+        version = db.execute(stmt).scalar()
+        if version is None:  # a new database: make the row once, then lock it as above
+            lock_pool(db)
+            if db.execute(select(table.c.version).where(table.c.id == 1)).scalar() is None:
+                db.execute(insert(table).values(id=1, version=0))
+            version = db.execute(stmt).scalar()
         return version
 
     def _now_s(self) -> float:
