@@ -111,6 +111,7 @@ class Store(StoreViews, MigStore):
         #: Seconds a view may lag the commits of another process deciding on the same pool.
         self.view_lag = 1.0
         self._checked = 0.0
+        self._elsewhere = self._elsewhere_seen = 0
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.file_config = PoolConfig()
 
@@ -123,27 +124,35 @@ class Store(StoreViews, MigStore):
             yield db
 
     @contextmanager
-    def locked(self) -> Iterator[Allocator]:
+    def locked(self, *, fresh: bool = True) -> Iterator[Allocator]:
         """The allocator, held still (no decision runs meanwhile) for a read-only view.
 
-        Views take no pool lock. When another process decides too (a replica, or the service's
-        store process), a view catches up with its commits at most ``view_lag`` seconds late,
-        which a view may; decisions never do (``transaction`` always does first).
+        Views take no pool lock. When another process decides too, a view first catches up with
+        its commits: at once with those it was told of (``commits_elsewhere``: the service's
+        store process, so an answer never shows less than the decisions already answered), and
+        within ``view_lag`` seconds with the rest (another replica's). ``fresh=False`` is for
+        bulk readers (sample ingestion, metrics), which may be ``view_lag`` behind rather than
+        rebuild the allocator for every batch of decisions.
         """
         with self._thread_lock:
-            if self._allocator is None or self._moved_on():
+            if self._allocator is None or self._behind(fresh):
                 with self.transaction(write=False):
                     pass
             assert self._allocator is not None
             yield self._allocator
 
-    def _moved_on(self) -> bool:
+    def commits_elsewhere(self) -> None:
+        """Note that another process committed decisions on this pool (cheap; any thread)."""
+        self._elsewhere += 1
+
+    def _behind(self, fresh: bool) -> bool:
         """Whether another process committed since this allocator's version (asked of the
-        database at most once per ``view_lag`` seconds)."""
+        database when told so and ``fresh``, else at most once per ``view_lag`` seconds)."""
         now = time.monotonic()
-        if now - self._checked < self.view_lag:
+        told = self._elsewhere
+        if not (fresh and told != self._elsewhere_seen) and now - self._checked < self.view_lag:
             return False
-        self._checked = now
+        self._checked, self._elsewhere_seen = now, told
         table = orm.PoolState.__table__
         with self.read() as db:
             return db.execute(select(table.c.version).where(table.c.id == 1)).scalar() != (
@@ -537,16 +546,19 @@ class Store(StoreViews, MigStore):
                     )
             offer_obj = alloc.offers.get(offer)
             prio = priority if priority is not None else _priority(offer_obj)
-            request = Request(
-                uuid.uuid4().hex,
-                user,
-                offer,
-                server,
-                group,
-                tuple(groups),
-                prio,
-                now.replace(tzinfo=timezone.utc).timestamp(),
-            )
+            try:
+                request = Request(
+                    uuid.uuid4().hex,
+                    user,
+                    offer,
+                    server,
+                    group,
+                    tuple(groups),
+                    prio,
+                    now.replace(tzinfo=timezone.utc).timestamp(),
+                )
+            except PoolError as e:  # a refusal of this call alone, even inside a batch
+                raise StoreError(422, e.code, e.message, field=e.field) from None
             decision = alloc.decide(request, self._now_s())
             if isinstance(decision, Rejected):
                 raise StoreError(

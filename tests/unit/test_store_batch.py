@@ -86,3 +86,22 @@ def test_failed_batch_writes_nothing(db_url, clock):
         raise AssertionError("the batch should have failed")
     assert store.lease(a["id"])["state"] == "granted"
     assert events(store, a["id"]) == ["granted"]
+
+
+def test_a_malformed_request_fails_alone_in_its_batch(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    out = store.run_batch(
+        [
+            (store.allocate, ("alice", "", "a100-1g"), {}),
+            (store.allocate, ("bob", "", ""), {}),  # no offer: refused before it writes
+            (store.allocate, ("", "", "a100-1g"), {}),  # no user
+            (store.allocate, ("carol", "", "a100-1g"), {}),
+        ]
+    )
+    assert out[0]["state"] == "granted" and out[3]["state"] == "granted"
+    for refused, field in ((out[1], "offer"), (out[2], "user")):
+        assert isinstance(refused, StoreError)
+        assert (refused.status, refused.code, refused.field) == (422, "invalid_request", field)
+    items, total = store.leases()
+    assert total == 2 and {le["user"] for le in items} == {"alice", "carol"}
