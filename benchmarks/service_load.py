@@ -166,6 +166,19 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (the service's store process, with decisions = process)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
 def thread_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds so far of a process's main thread (the service's event loop) and of all its
     other threads together (the service's writer thread, executor threads)."""
@@ -291,7 +304,7 @@ def double_grants(url: str) -> dict[str, int]:
 # -- one database: hub + service, then each client count -----------------------------------------
 
 
-def bench_env(workdir: Path, db_url: str, profile: Path | None):
+def bench_env(workdir: Path, db_url: str, profile: Path | None, decisions: str = "auto"):
     """A HubEnv (from the integration tests) whose service optionally runs under cProfile."""
     sys.path.insert(0, str(ROOT))
     from tests.integration.hubenv import HubEnv
@@ -306,7 +319,10 @@ def bench_env(workdir: Path, db_url: str, profile: Path | None):
         db_url,
         pool,
         # the benchmark's users have no servers in the hub: do not reconcile them away
-        service_args=("--PoolService.reconcile_on_start=False",),
+        service_args=(
+            "--PoolService.reconcile_on_start=False",
+            f"--PoolService.decisions={decisions}",
+        ),
         python=python,
     )
 
@@ -338,8 +354,10 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
     while time.time() < start_at + args.warmup:
         time.sleep(0.005)
     threads0 = thread_cpu(env.service.pid)
+    store_pids = children(env.service.pid)
+    store0 = sum(proc_cpu(p) for p in store_pids)
     svc0, hub0, pg0, (busy0, tot0) = (
-        proc_cpu(env.service.pid),
+        proc_cpu(env.service.pid) + store0,
         proc_cpu(env.hub.pid),
         postgres_cpu(),
         machine_busy(),
@@ -348,8 +366,9 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
     results = [out.get(timeout=args.seconds * 20 + 600 if args.seconds else 3600) for _ in procs]
     wall = time.time() - t0
     threads1 = thread_cpu(env.service.pid)
+    store1 = sum(proc_cpu(p) for p in store_pids)
     svc1, hub1, pg1, (busy1, tot1) = (
-        proc_cpu(env.service.pid),
+        proc_cpu(env.service.pid) + store1,
         proc_cpu(env.hub.pid),
         postgres_cpu(),
         machine_busy(),
@@ -392,6 +411,7 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
             "service": round((svc1 - svc0) / wall, 3) if wall else None,
             "service_event_loop": round((threads1[0] - threads0[0]) / wall, 3) if wall else None,
             "service_other_threads": round((threads1[1] - threads0[1]) / wall, 3) if wall else None,
+            "service_store_process": round((store1 - store0) / wall, 3) if wall else None,
             "hub": round((hub1 - hub0) / wall, 3) if wall else None,
             "postgres_all": round(cpu_delta(pg0, pg1) / wall, 3) if wall else None,
             "machine": round((busy1 - busy0) / wall, 3) if wall else None,
@@ -416,7 +436,7 @@ def bench_db(db: str, args: argparse.Namespace) -> dict[str, Any]:
             profile.parent.mkdir(parents=True, exist_ok=True)
         runs: list[dict[str, Any]] = []
         try:
-            env = bench_env(workdir, url, profile)
+            env = bench_env(workdir, url, profile, args.decisions)
             try:
                 env.start()
                 for n in args.clients:
@@ -570,7 +590,8 @@ def in_process(db: str, args: argparse.Namespace) -> dict[str, Any]:
 HEADER = (
     f"{'db':<11}{'clients':>8}{'grants/s':>10}{'req/s':>8}{'POST p50':>10}{'p99':>8}"
     f"{'DELETE p50':>12}{'p99':>8}{'pair p99':>10}{'errors':>8}"
-    f"{'cpu: svc':>10}{'loop':>6}{'other':>6}{'pg':>6}{'clients':>9}{'box':>6}{'svc ms/grant':>14}"
+    f"{'cpu: svc':>10}{'loop':>6}{'other':>6}{'store':>6}{'pg':>6}{'clients':>9}{'box':>6}"
+    f"{'svc ms/grant':>14}"
 )
 
 
@@ -582,7 +603,8 @@ def print_row(run: dict[str, Any]) -> None:
         f"{run['delete_ms']['p50']:>12.1f}{run['delete_ms']['p99']:>8.1f}"
         f"{run['pair_ms']['p99']:>10.1f}{sum(run['errors'].values()):>8}"
         f"{cpu['service']:>10.2f}{cpu['service_event_loop']:>6.2f}"
-        f"{cpu['service_other_threads']:>6.2f}{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
+        f"{cpu['service_other_threads']:>6.2f}{cpu['service_store_process']:>6.2f}"
+        f"{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
         f"{cpu['machine']:>6.2f}{run['service_cpu_ms_per_grant'] or 0:>14.2f}",
         flush=True,
     )
@@ -597,6 +619,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to save the figures")
     ap.add_argument("--profile", action="store_true", help="run the service under cProfile")
+    ap.add_argument(
+        "--decisions",
+        default="auto",
+        choices=("auto", "thread", "process"),
+        help="PoolService.decisions: where allocate/release run (auto: process on PostgreSQL)",
+    )
     ap.add_argument(
         "--profile-dir", type=Path, help="keep the cProfile files here (default: thrown away)"
     )

@@ -53,10 +53,12 @@ def demo_pool_file() -> Path:
     return data_path("demo-pool.yaml")
 
 
-@pytest.fixture
-def hub_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
-    """A running hub and pool service (SQLite, demo pool); stopped afterwards."""
+@pytest.fixture(params=["thread", "process"])
+def hub_env(request: pytest.FixtureRequest, tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
+    """A running hub and pool service (SQLite, demo pool); stopped afterwards. Once with the
+    decisions in a thread of the service, once in its store process."""
     from tests.integration.hubenv import HubEnv
 
-    with HubEnv(tmp_path, sqlite_url, demo_pool_file).running() as env:
+    decisions = (f"--PoolService.decisions={request.param}",)
+    with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=decisions).running() as env:
         yield env

@@ -37,7 +37,7 @@ from .apihandlers.base import APIError, APIHandler
 from .metrics import PoolMetrics
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer, prune_minutes, write_minutes
-from .writer import BatchWriter
+from .writer import BatchWriter, ProcessBatchWriter
 
 
 class NotFoundHandler(APIHandler):
@@ -146,6 +146,16 @@ class PoolService(Application):
         "unwanted one) before the pool gives up; a grant waiting for the instance is then "
         "released with reason mig-failed.",
     ).tag(config=True)
+    decisions = Enum(
+        ["auto", "thread", "process"],
+        "auto",
+        help="Where allocate, release and keepalive run, in batches of one transaction each: "
+        "'thread' (a thread of the service: HTTP handling and decisions share one core), "
+        "'process' (a child process with its own database connections: they use two cores, "
+        "which under load gives more grants per second and lower latency; the service's views "
+        "follow its commits within a second), or 'auto': 'process' on PostgreSQL, 'thread' on "
+        "SQLite (the small single-machine setup, where one process is simpler).",
+    ).tag(config=True)
     housekeeping_interval = Float(
         15.0, help="Seconds between expiring unbound grants and serving the queue."
     ).tag(config=True)
@@ -224,7 +234,7 @@ class PoolService(Application):
                 raise SystemExit(f"pool config: {e}") from None
         self.metrics = PoolMetrics()
         self.store.listeners.append(self.metrics.on_event)
-        self.writer = BatchWriter(self.store)
+        self.writer = self.make_writer()
         self.leader = LeaderLock(engine)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
@@ -234,6 +244,21 @@ class PoolService(Application):
             cache_max_age=60,
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
         )
+
+    def make_writer(self) -> BatchWriter:
+        """The batch writer ``decisions`` asks for (started with the service)."""
+        mode = self.decisions
+        if mode == "auto":
+            mode = "process" if self.store.engine.dialect.name == "postgresql" else "thread"
+        if mode == "thread":
+            return BatchWriter(self.store)
+        options = {
+            "grant_timeout": self.grant_timeout,
+            "aging_interval": self.aging_interval,
+            "reserve_after": self.reserve_after,
+            "mig_attempts": self.mig_attempts,
+        }
+        return ProcessBatchWriter(self.store, self.db_url, options)
 
     def make_telemetry(self) -> LocalTelemetry | None:
         """The in-process telemetry of ``telemetry_source`` (None: agents post instead)."""
@@ -388,17 +413,19 @@ class PoolService(Application):
         self._reconciled = True
         self.log.info("Reconciled leases with the hub: %d released", released)
 
-    def housekeeping(self) -> None:
+    async def housekeeping(self) -> None:
         """Expire unbound grants and serve the queue (aging changes its order over time).
 
         Only the leading replica does it (safe on every replica, since each step runs under the
-        pool lock, but redundant).
+        pool lock, but redundant). Both go through the writer like the handlers' decisions: off
+        the event loop, and (decisions = process) in the process that decides anyway, which
+        then has nothing to catch up with.
         """
         if not self.leader.held():
             return
         try:
-            expired = self.store.expire_grants()
-            promoted = self.store.promote()
+            expired = await self.writer.call(self.store.expire_grants)
+            promoted = await self.writer.call(self.store.promote)
         except Exception:
             self.log.exception("Housekeeping failed")
             return
@@ -415,6 +442,8 @@ class PoolService(Application):
         gc.freeze()
         gc.set_threshold(10_000, 10, 10)
         self.writer.start()
+        if isinstance(self.writer, ProcessBatchWriter):
+            self.log.info("Allocation decisions run in process %s", self.writer.pid)
         self.http_server = HTTPServer(self.make_app(), xheaders=True)
         self.http_server.listen(self.port, self.ip)
         self.log.info(
@@ -436,7 +465,7 @@ class PoolService(Application):
             except asyncio.TimeoutError:
                 if not self._reconciled:  # the hub was not up at start: try again
                     await self.reconcile()
-                self.housekeeping()
+                await self.housekeeping()
         self.http_server.stop()
         if self.telemetry is not None:
             await self.telemetry.stop()

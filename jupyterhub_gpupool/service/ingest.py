@@ -118,7 +118,7 @@ def ingest(
     device. Returns the busy hours added per lease.
     """
     busy: dict[str, float] = {}
-    with store.locked() as alloc:  # no decision changes holders meanwhile
+    with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
         for sample in sorted(samples, key=lambda x: x.ts):
             prev = buffer.previous(sample.gpu, sample.start)
             if not buffer.add([sample]):

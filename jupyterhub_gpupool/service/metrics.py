@@ -66,7 +66,7 @@ class PoolMetrics:
 
     def render(self, store: Store) -> bytes:
         """Refresh the gauges from the pool and render the exposition text."""
-        with store.locked() as alloc:
+        with store.locked(fresh=False) as alloc:
             for model, m in alloc.capacity_by_model().items():
                 self.capacity.labels(model=model).set(m["gpus"])
                 self.free.labels(model=model).set(m["free_units"])

@@ -4,19 +4,27 @@ Under load, many allocate/release requests wait for the pool lock at once. Runni
 transaction (one lock, one version bump, one commit) instead of one each multiplies throughput,
 and moving the database work off the event loop lets tornado parse and authenticate the next
 requests meanwhile. A grant is still answered only after its commit.
+
+``ProcessBatchWriter`` runs the same batches in a child process with its own ``Store``: in one
+process, HTTP handling and the decisions share one interpreter lock (one core); in two they use
+two. The service's own ``Store`` stays for everything else and follows the child's commits as
+another replica would, told of each batch the child committed (``Store.commits_elsewhere``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import multiprocessing as mp
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..store import Store
+from ..store import Store, StoreError
 
 log = logging.getLogger("jupyterhub_gpupool.writer")
 
@@ -96,7 +104,7 @@ class BatchWriter:
     def _run(self) -> None:
         while (batch := self._take()) is not None:
             try:
-                results = self.store.run_batch([(fn, a, kw) for fn, a, kw, _ in batch])
+                results = self._apply(batch)
             except BaseException as e:  # nothing of the batch was committed
                 log.warning(
                     "A batch of %d pool changes failed and was rolled back: %s", len(batch), e
@@ -104,3 +112,151 @@ class BatchWriter:
                 self._settle(batch, [_Failed(e)] * len(batch))
                 continue
             self._settle(batch, results)
+
+    def _apply(self, batch: list[tuple]) -> list[Any]:
+        """Run one batch; returns each call's result or StoreError."""
+        return self.store.run_batch([(fn, a, kw) for fn, a, kw, _ in batch])
+
+
+#: Store methods the child process runs: the handlers' decisions and the housekeeping's
+#: (each refuses, if at all, before it writes: safe to share a transaction with others).
+BATCHED = frozenset({"allocate", "release", "keepalive", "expire_grants", "promote"})
+
+
+class ProcessBatchWriter(BatchWriter):
+    """The batches run by a child process (``spawn``: a clean interpreter, no inherited threads
+    or database connections) that has its own ``Store`` on the same database.
+
+    The store's listeners (metrics, the telemetry loop's wake-ups) are called here in the
+    service with the events each batch produced, after its commit. A child that dies fails the
+    batch it had (``503 store_restarting``: whether it was committed is unknown, as after a
+    crash of the whole service) and is started again.
+    """
+
+    def __init__(
+        self, store: Store, db_url: str, options: dict[str, Any], max_batch: int = 64
+    ) -> None:
+        super().__init__(store, max_batch)
+        self.db_url = db_url
+        self.options = options
+        self._ctx = mp.get_context("spawn")
+        self._conn: Any = None
+        self._child: Any = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        """Start the child, then the thread that feeds it."""
+        self._spawn()
+        super().start()
+
+    def _spawn(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._child = self._ctx.Process(
+            target=store_process,
+            args=(child, self.db_url, self.options, log.getEffectiveLevel()),
+            name="gpupool-store",
+            daemon=True,
+        )
+        self._child.start()
+        child.close()
+        self._conn = parent
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id."""
+        return self._child.pid if self._child is not None else None
+
+    def stop(self) -> None:
+        """Finish what is queued, then stop the thread and the child."""
+        super().stop()
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._child.join(timeout=30)
+        if self._child.is_alive():
+            self._child.kill()
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` (a ``Store`` method named in ``BATCHED``) in the child's next batch."""
+        if getattr(fn, "__name__", None) not in BATCHED:
+            raise ValueError(f"not a batched store call: {fn!r}")
+        return await super().call(fn, *args, **kwargs)
+
+    def _apply(self, batch: list[tuple]) -> list[Any]:
+        try:
+            self._conn.send([(fn.__name__, a, kw) for fn, a, kw, _ in batch])
+            outcome, events = self._conn.recv()
+        except (EOFError, OSError) as e:
+            log.error("The pool store process died (%s); starting it again", e)
+            self.restarts += 1
+            with contextlib.suppress(Exception):
+                self._child.join(timeout=5)
+            self._spawn()
+            error = StoreError(
+                503,
+                "store_restarting",
+                "the pool's store process restarted; whether this change was made is unknown: "
+                "read the lease back or try again",
+            )
+            return [error] * len(batch)
+        if isinstance(outcome, str):  # the batch failed as a whole and was rolled back
+            raise RuntimeError(outcome)
+        self.store.commits_elsewhere()  # the service's views catch up before they answer
+        for kind, data in events:
+            for listener in self.store.listeners:
+                try:
+                    listener(kind, data)
+                except Exception:
+                    log.exception("A store listener failed on %s", kind)
+        return [_unwire(r) for r in outcome]
+
+
+def _wire(result: Any) -> Any:
+    """A result as it crosses the pipe (a StoreError by its parts: exceptions pickle badly)."""
+    if isinstance(result, StoreError):
+        parts = (result.status, result.code, result.message, result.field, result.allowed)
+        return ("__store_error__", *parts)
+    return result
+
+
+def _unwire(result: Any) -> Any:
+    if isinstance(result, tuple) and result and result[0] == "__store_error__":
+        _, status, code, message, field, allowed = result
+        error = StoreError(status, code, message)  # message is already the full text
+        error.field, error.allowed, error.message, error.args = field, allowed, message, (message,)
+        return error
+    return result
+
+
+def store_process(conn: Any, db_url: str, options: dict[str, Any], level: int) -> None:
+    """The child: apply batches from ``conn`` until told to stop or the service is gone."""
+    from ..dbutil import make_engine
+    from ..pool.catalog import default_catalog
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the
+    logging.basicConfig(level=level)  # service stops us in order (None), or we see EOF
+    store = Store(make_engine(db_url), default_catalog(), **options)
+    events: list[tuple[str, dict[str, Any]]] = []
+    store.listeners.append(lambda kind, data: events.append((kind, data)))
+    with store.locked():  # build the allocator now, then keep it out of full GC passes
+        pass
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return  # the service is gone
+        if batch is None:
+            return
+        events.clear()
+        try:
+            results = store.run_batch([(getattr(store, n), a, kw) for n, a, kw in batch])
+            outcome: Any = [_wire(r) for r in results]
+        except BaseException as e:  # rolled back: every call of the batch fails
+            log.warning("A batch of %d pool changes failed and was rolled back: %s", len(batch), e)
+            outcome, events[:] = f"{type(e).__name__}: {e}", []
+        try:
+            conn.send((outcome, list(events)))
+        except (EOFError, OSError):
+            return

@@ -175,7 +175,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     """One hub + pool service (demo pool, SQLite, reconcile off) for the module."""
     where = tmp_path_factory.mktemp("contract")
     env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"), USERS)
-    env.service_args = ("--PoolService.reconcile_on_start=False",)
+    # decisions in the store process: every error shape crosses the process boundary too
+    env.service_args = ("--PoolService.reconcile_on_start=False", "--PoolService.decisions=process")
     with env.running():
         yield Api(env)
 

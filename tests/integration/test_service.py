@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import signal
 import time
 
 from tests.integration.hubenv import request
@@ -126,3 +127,40 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
     events = request("GET", f"{api}/events?limit=1000", admin).json()["items"]
     reconciled = [e for e in events if e["kind"] == "reconciled"]
     assert reconciled and reconciled[-1]["data"]["released"] == 2  # alice's and the waiter's
+
+
+def test_housekeeping_expires_unbound_grants_and_serves_the_queue(hub_env):
+    """The leading service's housekeeping runs through the writer (in the store process with
+    decisions = process): a grant nobody binds expires, and the waiter behind it gets its GPU."""
+    api, spawner = hub_env.api, hub_env.spawner_token
+    hub_env.kill_service(signal.SIGTERM)
+    hub_env.start_service(
+        "--PoolService.grant_timeout=1.5", "--PoolService.housekeeping_interval=0.2"
+    )
+    leases = [
+        request("POST", f"{api}/allocations", spawner, {"user": u, "offer": "h100"}).json()
+        for u in ("alice", "bob", "carol")
+    ]
+    assert [le["state"] for le in leases] == ["granted", "granted", "queued"]
+    alice, bob, carol = (le["id"] for le in leases)
+    bound = request("POST", f"{api}/allocations/{bob}/keepalive", spawner, {})
+    assert bound.status == 200 and bound.json()["state"] == "active"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if request("GET", f"{api}/allocations/{carol}", spawner).json()["state"] == "granted":
+            break
+        time.sleep(0.2)
+    expired = request("GET", f"{api}/allocations/{alice}", spawner).json()
+    assert (expired["state"], expired["release_reason"]) == ("released", "expired")
+    assert request("GET", f"{api}/allocations/{carol}", spawner).json()["state"] == "granted"
+    assert request("GET", f"{api}/allocations/{bob}", spawner).json()["state"] == "active"
+    # the service's own views (GET pool: the allocator's holders) follow the writer's
+    # decisions, within Store.view_lag (1 s) when they were made in the store process
+    admin = hub_env.token("admin")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        pool = request("GET", f"{api}/pool", admin).body.decode()
+        if carol in pool:
+            break
+        time.sleep(0.2)
+    assert carol in pool and bob in pool and alice not in pool

@@ -69,7 +69,7 @@ class SamplesHandler(APIHandler):
         raw = body["samples"]
         if len(raw) > MAX_BATCH:
             raise _bad("samples", f"at most {MAX_BATCH} samples per batch")
-        with self.store.locked() as alloc:  # no decision changes holders meanwhile
+        with self.store.locked(fresh=False) as alloc:  # the GPUs, to check the batch
             samples = []
             for i, s in enumerate(raw):
                 where = f"samples[{i}]"

@@ -1,0 +1,98 @@
+"""Decisions in a child process (``PoolService.decisions = process``): what the handlers await
+is what the thread writer would give them, and a dying child costs only its own batch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.writer import ProcessBatchWriter
+from jupyterhub_gpupool.store import Store, StoreError, utcnow
+
+from ..unit.test_store import make_store
+
+
+@pytest.fixture
+def store(db_url: str) -> Store:
+    upgrade(db_url)
+    return make_store(db_url, utcnow, grant_timeout=300)  # the child's clock is the real one
+
+
+def started(store: Store, db_url: str) -> ProcessBatchWriter:
+    writer = ProcessBatchWriter(store, db_url, {"grant_timeout": 300})
+    writer.start()
+    return writer
+
+
+def test_results_refusals_and_events_cross_over(store, db_url):
+    seen: list[tuple[str, str | None]] = []
+    store.listeners.append(lambda kind, data: seen.append((kind, data.get("lease"))))
+    writer = started(store, db_url)
+    try:
+
+        async def scenario():
+            a, b, missing, bad = await asyncio.gather(
+                writer.call(store.allocate, "alice", "", "a100-1g", actor="t"),
+                writer.call(store.allocate, "bob", "", "h100", actor="t"),
+                writer.call(store.release, "no-such-lease", actor="t"),
+                writer.call(store.allocate, "carol", "", "no-such-offer", actor="t"),
+                return_exceptions=True,
+            )
+            return a, b, missing, bad
+
+        a, b, missing, bad = asyncio.run(scenario())
+        assert a["state"] == "granted" and a["user"] == "alice" and a["slots"]
+        assert b["state"] == "granted" and b["node"] == "h100"
+        # refusals keep status, code, field and allowed values, as the thread writer raises them
+        assert isinstance(missing, StoreError) and missing.status == 404
+        assert missing.to_dict()["error"]["code"] == "not_found"
+        assert isinstance(bad, StoreError) and (bad.status, bad.field) == (422, "offer")
+        assert "h100" in bad.to_dict()["error"]["allowed"]
+        # the listeners of the service's store heard the child's events, after its commit
+        assert ("granted", a["id"]) in seen and ("granted", b["id"]) in seen
+        # the service's own store reads what the child committed, and its views are told to
+        # catch up: they never show less than the decisions already answered
+        assert store.lease(a["id"])["state"] == "granted"
+        store.view_lag = 3600.0  # no help from the timer
+        with store.locked() as alloc:
+            assert a["id"] in alloc.leases and b["id"] in alloc.leases
+        released = asyncio.run(writer.call(store.release, a["id"], actor="t"))
+        assert released["state"] == "released"
+        with store.locked() as alloc:
+            assert a["id"] not in alloc.leases
+    finally:
+        writer.stop()
+    assert not writer._child.is_alive()
+
+
+def test_only_the_batched_calls_cross_over(store, db_url):
+    writer = started(store, db_url)
+    try:
+        with pytest.raises(ValueError, match="not a batched store call"):
+            asyncio.run(writer.call(store.set_node, "h100", "cordon"))
+    finally:
+        writer.stop()
+
+
+def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
+    writer = started(store, db_url)
+    try:
+        first = asyncio.run(writer.call(store.allocate, "alice", "", "a100-1g", actor="t"))
+        os.kill(writer.pid, signal.SIGKILL)
+        writer._child.join(10)
+        with pytest.raises(StoreError) as err:
+            asyncio.run(writer.call(store.allocate, "bob", "", "a100-1g", actor="t"))
+        assert err.value.status == 503 and err.value.code == "store_restarting"
+        assert writer.restarts == 1 and writer._child.is_alive()
+        # the new child starts from the database: it knows alice's lease, and serves bob
+        with pytest.raises(StoreError) as err:
+            asyncio.run(writer.call(store.allocate, "alice", "", "a100-1g", actor="t"))
+        assert err.value.code == "already_allocated" and first["id"] in str(err.value)
+        bob = asyncio.run(writer.call(store.allocate, "bob", "", "a100-1g", actor="t"))
+        assert bob["state"] == "granted"
+    finally:
+        writer.stop()
