@@ -156,6 +156,14 @@ class GPUPoolSpawnerMixin(Configurable):
         10.0, help="Seconds before one call to the pool service counts as failed."
     ).tag(config=True)
 
+    allocate_retry_for = Float(
+        5.0,
+        help="Seconds to keep asking for a GPU while the pool service is unreachable or "
+        "restarting when a spawn starts (a restart takes a second or two); then the spawn "
+        "fails with a clear message. A request that reached the pool before it went away is "
+        "found and kept, not made twice. 0: fail at once.",
+    ).tag(config=True)
+
     release_retry_for = Float(
         600.0,
         help="Seconds to keep retrying a release the pool could not take (it was down). "
@@ -314,15 +322,9 @@ class GPUPoolSpawnerMixin(Configurable):
 
     async def _acquire(self, offer: str) -> dict[str, Any]:
         """POST allocations, adopting a lease this server already has; then wait for the grant."""
-        user, server = self.user.name, self.name
         self._emit(5, f"Asking the GPU pool for {offer}")
         try:
-            try:
-                lease = await self.pool.allocate(user, server, offer, groups=self.user_groups)
-            except PoolRefused as e:
-                if e.code != "already_allocated":
-                    raise
-                lease = await self._adopt_or_cancel(offer)
+            lease = await self._allocate(offer)
         except PoolUnavailable as e:
             self.log.error("GPU pool unreachable for %s: %s", self._log_name, e)
             raise spawn_error(
@@ -350,6 +352,35 @@ class GPUPoolSpawnerMixin(Configurable):
             lease.get("node"),
         )
         return lease
+
+    async def _allocate(self, offer: str) -> dict[str, Any]:
+        """POST allocations; while the pool is unavailable, ask again for ``allocate_retry_for``.
+
+        Asking again is safe: if an earlier attempt was made after all (the pool went away
+        before it answered), the pool answers ``already_allocated`` and that lease is adopted.
+        """
+        delay, deadline = 0.25, time.monotonic() + self.allocate_retry_for
+        while True:
+            try:
+                try:
+                    return await self.pool.allocate(
+                        self.user.name, self.name, offer, groups=self.user_groups
+                    )
+                except PoolRefused as e:
+                    if e.code != "already_allocated":
+                        raise
+                    return await self._adopt_or_cancel(offer)
+            except PoolUnavailable as e:
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.log.warning(
+                    "GPU pool unavailable for %s (%s); asking again in %gs",
+                    self._log_name,
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _adopt_or_cancel(self, offer: str) -> dict[str, Any]:
         """This server already has a lease (a hub restart mid-queue): keep it if it is for the

@@ -139,9 +139,26 @@ def test_pool_restart_mid_queue_and_an_offer_removed(pool):
 
 
 def test_unreachable_pool_at_spawn_is_a_clear_503(pool):
-    spawner = make_spawner(pool, "alice", "h100")
+    spawner = make_spawner(pool, "alice", "h100", allocate_retry_for=1.0)
     pool.kill_service()
     with pytest.raises(Exception, match="not reachable right now") as info:
         asyncio.run(spawner.run_pre_spawn_hook())
     assert info.value.status_code == 503
     assert spawner.gpupool_lease is None
+
+
+def test_a_pool_restarting_at_spawn_time_is_waited_for(pool):
+    """The service is down when the spawn asks; it is back within allocate_retry_for."""
+    spawner = make_spawner(pool, "alice", "h100", allocate_retry_for=60.0)
+    pool.kill_service()
+
+    async def scenario():
+        spawn = asyncio.ensure_future(spawner.run_pre_spawn_hook())
+        await asyncio.sleep(1.0)
+        assert not spawn.done()  # still asking
+        await asyncio.get_running_loop().run_in_executor(None, pool.start_service)
+        await asyncio.wait_for(spawn, 30)
+
+    asyncio.run(scenario())
+    assert spawner.gpupool_lease["state"] == "granted"
+    assert lease_of(pool, "alice")["id"] == spawner.gpupool_lease["id"]
