@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, func, insert, or_, select, update
 from sqlalchemy.orm import Session, joinedload, selectinload, sessionmaker
 
 from . import orm
@@ -112,6 +112,9 @@ class Store(StoreViews, MigStore):
         self.view_lag = 1.0
         self._checked = 0.0
         self._elsewhere = self._elsewhere_seen = 0
+        #: Seconds between recounts of the budget hours used (see ``_used_hours``).
+        self.budget_refresh = 60.0
+        self._budgets_at = 0.0
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.file_config = PoolConfig()
 
@@ -212,6 +215,10 @@ class Store(StoreViews, MigStore):
                     version = self._lock_version(db, write)
                     if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
+                    elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
+                        self._allocator.quotas.used_hours = self._used_hours(
+                            db, self._allocator.quotas
+                        )
                     self._local.active = (db, self._allocator)
                     self._local.events = events = []
                     try:
@@ -379,14 +386,26 @@ class Store(StoreViews, MigStore):
         return book
 
     def _used_hours(self, db: Session, book: QuotaBook) -> dict[str, float]:
-        """Unit-hours used this period by users and groups that have a budget."""
+        """Unit-hours used this period by users and groups that have a budget.
+
+        Computed when the allocator is built and again every ``budget_refresh`` seconds of the
+        store's clock (by the next deciding transaction): held leases keep using their budget.
+        """
+        self._budgets_at = self._now_s()
         budgets = {u: s for u, s in book.users.items() if s.budget is not None}
         gbudgets = {g: s for g, s in book.groups.items() if s.budget is not None}
         if book.default_user.budget is None and not budgets and not gbudgets:
             return {}
         now = self.clock()
+        specs = [*budgets.values(), *gbudgets.values(), book.default_user]
+        earliest = min(period_start(now, spec.period) for spec in specs)
         used: dict[str, float] = {}
-        rows = db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.granted.is_not(None)))
+        rows = db.scalars(
+            select(orm.LeaseRow).where(
+                orm.LeaseRow.granted.is_not(None),
+                or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released >= earliest),
+            )
+        )
         for row in rows:
             spec = book.users.get(row.user, book.default_user)
             if spec.budget is not None:

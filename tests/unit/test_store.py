@@ -320,3 +320,32 @@ def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, cl
     with pytest.raises(StoreError) as info:
         store.allocate("carol", "x", "h100")
     assert info.value.status == 422
+
+
+def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
+    """Used budget hours are recounted as time passes, not only when the allocator is built."""
+    upgrade(db_url)
+    pool = {
+        **POOL,
+        "quotas": {
+            "default": {"guarantee": 1, "limit": 4},
+            "users": {"alice": {"guarantee": 1, "limit": 4, "budget": 2, "period": "day"}},
+        },
+    }
+    store = make_store(db_url, clock, pool)
+    first = store.allocate("alice", "a", "h100")  # 1 unit
+    store.keepalive(first["id"])
+    clock.advance(minutes=90)
+    second = store.allocate("alice", "b", "a100-1g")  # 1.5 of 2 hours used: still fine
+    assert second["state"] == "granted"
+    store.release(second["id"])
+    clock.advance(minutes=45)  # 2.25 hours used by the H100 alone
+    with pytest.raises(StoreError) as e:
+        store.allocate("alice", "c", "a100-1g")
+    assert (e.value.status, e.value.code) == (403, "budget_exhausted")
+    assert store.user("alice")["used_unit_hours"] == pytest.approx(2.25)
+    assert store.allocate("bob", "", "a100-1g")["state"] == "granted"  # others are unaffected
+    # a new day, a new budget
+    store.release(first["id"])
+    clock.advance(hours=24)
+    assert store.allocate("alice", "d", "a100-1g")["state"] == "granted"
