@@ -192,6 +192,10 @@ class LeaseRow(Base):
     slots: Mapped[list[LeaseSlotRow]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"
     )
+    __table_args__ = (
+        # queue wait estimates count an offer's releases of the last hour (Store._release_rate)
+        Index("ix_leases_offer_released", "offer", "released"),
+    )
 
     @classmethod
     def find(cls, db: Session, lease_id: str) -> LeaseRow | None:
