@@ -224,7 +224,8 @@ class Store(StoreViews, MigStore):
                     try:
                         yield db, self._allocator
                         if events:  # the audit log, in order: one multi-row INSERT
-                            db.execute(insert(orm.EventRow.__table__), events)
+                            # on the session's connection: Core, no ORM execution path
+                            db.connection().execute(insert(orm.EventRow.__table__), events)
                     finally:
                         self._local.active = None
                         self._local.events = None
@@ -255,12 +256,13 @@ class Store(StoreViews, MigStore):
             stmt = select(table.c.version).where(table.c.id == 1)
             if db.get_bind().dialect.name == "postgresql":
                 stmt = stmt.with_for_update(read=True)
-        version = db.execute(stmt).scalar()
+        conn = db.connection()  # Core statements: no need for the ORM's execution path
+        version = conn.execute(stmt).scalar()
         if version is None:  # a new database: make the row once, then lock it as above
             lock_pool(db)
-            if db.execute(select(table.c.version).where(table.c.id == 1)).scalar() is None:
-                db.execute(insert(table).values(id=1, version=0))
-            version = db.execute(stmt).scalar()
+            if conn.execute(select(table.c.version).where(table.c.id == 1)).scalar() is None:
+                conn.execute(insert(table).values(id=1, version=0))
+            version = conn.execute(stmt).scalar()
         return version
 
     def _now_s(self) -> float:
