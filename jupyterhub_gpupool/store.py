@@ -731,6 +731,18 @@ class Store(StoreViews, MigStore):
             row = self._get(db, lease_id)
             if row.state in ("queued", "released"):
                 raise StoreError(409, "not_live", f"lease {lease_id} is {row.state}", field="id")
+            if row.state == "granted" and any(
+                not self._slot_device(alloc, row.id, s.gpu_uuid, s.start)[1]
+                for s in row.slots
+                if s.live and s.kind == "mig"
+            ):  # dynamic MIG: nothing to run on yet (the lease says ready once there is)
+                raise StoreError(
+                    409,
+                    "not_ready",
+                    f"lease {lease_id} waits for its MIG instance to be made; bind it once "
+                    "the lease is ready",
+                    field="id",
+                )
             row.keepalive = now
             if row.state == "granted":
                 row.state, row.activated, row.expires = "active", now, None

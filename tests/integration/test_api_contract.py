@@ -38,6 +38,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 
 from jupyterhub_gpupool.data import data_path
+from jupyterhub_gpupool.poolconfig import gpu_uuid
 from tests.integration.hubenv import HubEnv, Response, request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,6 +219,39 @@ def test_success_responses_match_spec(api: Api):
         call(user, "GET", "allocations", "/allocations")
         call("spawner", "GET", "allocations?state=granted&limit=5", "/allocations")
         assert call(user, "GET", f"allocations/{lid}", "/allocations/{id}").json() == lease
+        # dynamic MIG: the slice is made by the node's agent before the server can bind it
+        assert lease["ready"] is False
+        early = api.call(user, "POST", f"allocations/{lid}/keepalive", {})
+        assert early.status == 409 and early.json()["error"]["code"] == "not_ready"
+        gpu, start = lease["slots"][0]["gpu"], lease["slots"][0]["start"]
+        inventory = {
+            "cpu_milli": 64000,
+            "memory_mib": 524288,
+            "gpus": [
+                {
+                    "uuid": gpu_uuid("sim-a100", i),
+                    "index": i,
+                    "model": "NVIDIA A100-SXM4-80GB",
+                    "memory_mib": 81920,
+                    "mig": {"enabled": True, "dynamic": True, "instances": []},
+                }
+                for i in range(2)
+            ],
+        }
+        call("agent", "PUT", "nodes/sim-a100/inventory", "/nodes/{name}/inventory", inventory)
+        plan = call("agent", "GET", "nodes/sim-a100/mig-plan", "/nodes/{name}/mig-plan").json()
+        create = {"op": "create", "gpu": gpu, "profile": "1g.10gb", "start": start}
+        assert plan == {"node": "sim-a100", "actions": [create]}
+        made = {**create, "ok": True, "error": None, "mig_uuid": "MIG-contract"}
+        call(
+            "agent",
+            "POST",
+            "nodes/sim-a100/mig-results",
+            "/nodes/{name}/mig-results",
+            {"results": [made]},
+        )
+        lease = call(user, "GET", f"allocations/{lid}", "/allocations/{id}").json()
+        assert lease["ready"] is True and lease["slots"][0]["mig_uuid"] == "MIG-contract"
         active = call(user, "POST", f"allocations/{lid}/keepalive", "/allocations/{id}/keepalive")
         assert active.json()["state"] == "active"
         resized = call(
@@ -231,8 +265,6 @@ def test_success_responses_match_spec(api: Api):
 
         assert "clusters" not in call(user, "GET", "pool", "/pool").json()
         assert "clusters" in call("admin", "GET", "pool", "/pool").json()
-        gpu = lease["slots"][0]["gpu"]
-        start = lease["slots"][0]["start"]
         samples = [
             {"gpu": gpu, "start": start, "ts": 1_700_000_000 + i, "util": None} for i in range(3)
         ]
@@ -244,10 +276,7 @@ def test_success_responses_match_spec(api: Api):
             "/nodes/{name}/samples",
             {"samples": samples},
         ).json()
-        assert accepted["accepted"] == 4 and accepted["mig_plan"] == []
-        # the node never reported an inventory: nobody could act on a plan
-        plan = call("agent", "GET", "nodes/sim-a100/mig-plan", "/nodes/{name}/mig-plan").json()
-        assert plan == {"node": "sim-a100", "actions": []}
+        assert accepted["accepted"] == 4 and accepted["mig_plan"] == []  # all made
         gone = {"op": "destroy", "gpu": gpu, "profile": "1g.10gb", "start": 6, "ok": True}
         recorded = call(
             "agent",
@@ -316,8 +345,8 @@ def test_success_responses_match_spec(api: Api):
         csv = call("admin", "GET", "usage?format=csv&by=group", "/usage")
         assert csv.body.decode().splitlines()[0] == "group,leases,held_unit_hours,busy_unit_hours"
         events = call("admin", "GET", f"events?lease={lid}&limit=2", "/events").json()
-        assert [e["kind"] for e in events["items"]] == ["granted", "activated"]
-        assert events["total"] == 2 and events["next_offset"] is None
+        assert [e["kind"] for e in events["items"]] == ["granted", "mig-created"]
+        assert events["total"] == 3 and events["next_offset"] == 2
         assert call("admin", "GET", "events?limit=1", "/events").json()["next_offset"] == 1
         call("admin", "GET", f"events?user={user}", "/events")
         done = call(user, "DELETE", f"allocations/{lid}", "/allocations/{id}").json()

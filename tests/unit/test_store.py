@@ -75,6 +75,36 @@ def store(db_url: str, clock: Clock) -> Store:
     return make_store(db_url, clock, grant_timeout=300)
 
 
+def make_instances(store: Store, node: str = "a100") -> None:
+    """Play the dynamic-MIG node's agent: report the GPU, then make every planned instance
+    (a grant is ``ready``, and may be bound, once its instance exists)."""
+    from jupyterhub_gpupool.poolconfig import gpu_uuid
+    from jupyterhub_gpupool.service.ingest import node_from_inventory
+
+    made = [
+        {"profile": i["profile"], "start": i["start"], "uuid": i["uuid"]}
+        for c in store.pool(detail=True)["clusters"]
+        for n in c["nodes"]
+        if n["name"] == node
+        for i in n["gpus"][0]["instances"]
+        if i["uuid"]
+    ]
+    gpu = {
+        "uuid": gpu_uuid(node, 0),
+        "index": 0,
+        "model": "NVIDIA A100-SXM4-80GB",
+        "memory_mib": 81920,
+        "mig": {"enabled": True, "dynamic": True, "instances": made},
+    }
+    store.put_inventory(node_from_inventory(node, {"gpus": [gpu]}, store.catalog))
+    results = [
+        {**a, "ok": True, "error": None, "mig_uuid": f"MIG-{a['start']}-{a['profile']}"}
+        for a in store.mig_plan(node)
+        if a["op"] == "create"
+    ]
+    store.mig_results(node, results)
+
+
 def events(store: Store, lease: str) -> list[str]:
     items, _ = store.events(lease=lease)
     return [e["kind"] for e in items]
@@ -150,10 +180,16 @@ def test_a_server_gets_one_lease(store):
 
 def test_resize_is_make_before_break(store):
     old = store.allocate("alice", "", "a100-1g")
+    with pytest.raises(StoreError) as e:  # dynamic MIG: nothing to bind before the node made it
+        store.keepalive(old["id"])
+    assert (e.value.status, e.value.code) == (409, "not_ready")
+    assert store.lease(old["id"])["state"] == "granted"
+    make_instances(store)
     store.keepalive(old["id"])
     new = store.resize(old["id"], "a100-3g")
     assert new["state"] == "granted" and new["resize_of"] == old["id"]
     assert store.lease(old["id"])["state"] == "active"  # still has what she had
+    make_instances(store)
     store.keepalive(new["id"])  # the restarted server binds the new slice
     assert store.lease(old["id"])["release_reason"] == "resized"
     with pytest.raises(StoreError) as e:

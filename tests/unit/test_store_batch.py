@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.store import Store, StoreError
 
-from .test_store import Clock, events, make_store
+from .test_store import Clock, events, make_instances, make_store
 
 
 @pytest.fixture
@@ -33,6 +33,7 @@ def test_batch_releases_load_their_leases_at_once(db_url, clock):
     h = store.allocate("dave", "", "h100")
     queued = store.allocate("erin", "", "h100")
     assert queued["state"] == "queued"
+    make_instances(store)  # the MIG slices exist: b may be bound
     sent = counting(store)
     out = store.run_batch(
         [
@@ -52,7 +53,7 @@ def test_batch_releases_load_their_leases_at_once(db_url, clock):
     # the prefetch, plus one for the lease that does not exist (and erin's promotion)
     assert len(lease_selects) <= 3, lease_selects
     assert store.lease(queued["id"])["state"] == "granted"
-    assert events(store, b["id"]) == ["granted", "activated", "released"]
+    assert events(store, b["id"]) == ["granted", "mig-created", "activated", "released"]
     assert events(store, queued["id"]) == ["queued", "granted"]
     with store.read() as db:
         live = db.scalar(
