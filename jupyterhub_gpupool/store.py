@@ -186,7 +186,7 @@ class Store(StoreViews, MigStore):
     @staticmethod
     def _prefetch(db: Session, lease_ids: list[str]) -> list[orm.LeaseRow]:
         """Load the leases (and their slots) a batch's calls address, in one query for the
-        whole batch instead of two per call: ``_get`` then finds them in the session's
+        whole batch instead of one per call: ``_get`` then finds them in the session's
         identity map (which holds rows weakly: keep the returned list while the batch runs)."""
         if len(lease_ids) < 2:
             return []
@@ -950,7 +950,7 @@ class Store(StoreViews, MigStore):
     # -- reads ---------------------------------------------------------------------------
 
     def _get(self, db: Session, lease_id: str) -> orm.LeaseRow:
-        row = db.get(orm.LeaseRow, lease_id, options=[selectinload(orm.LeaseRow.slots)])
+        row = db.get(orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)])
         if row is None:
             raise StoreError(404, "not_found", f"no lease {lease_id!r}", field="id")
         return row
