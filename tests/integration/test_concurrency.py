@@ -338,6 +338,7 @@ class Held:
     hold_until: float | None = None
     seen_granted: bool = False
     promoted: bool = False
+    ready: bool = False  # the lease said so (a dynamic-MIG slice never is: no node makes it)
     final: dict[str, Any] | None = None
 
 
@@ -376,7 +377,7 @@ def run_client(spec: ClientSpec, progress: Any) -> dict[str, Any]:
 
     def saw(held: Held, lease: dict[str, Any], answered: float) -> None:
         """Note a lease state seen in a response answered at ``answered``."""
-        held.state = lease["state"]
+        held.state, held.ready = lease["state"], bool(lease.get("ready"))
         if lease["state"] in LIVE:
             held.slots, held.model = lease["slots"], lease["model"]
             if not held.seen_granted:
@@ -446,10 +447,19 @@ def run_client(spec: ClientSpec, progress: Any) -> dict[str, Any]:
             keepalive(held)
 
     def keepalive(held: Held) -> None:
+        """Bind the lease as a server would; a grant that is not ready (its MIG instance does
+        not exist: nothing makes instances in this test) must be refused with not_ready."""
         status, lease, _, answered = api.retry(
             "POST", f"allocations/{held.id}/keepalive", {}, deadline=deadline
         )
-        log("POST", "keepalive", status, lease, 200)
+        if held.ready:
+            log("POST", "keepalive", status, lease, 200)
+        else:
+            code = (lease.get("error") or {}).get("code") if isinstance(lease, dict) else None
+            if (status, code) != (409, "not_ready"):
+                unexpected.append(f"POST keepalive (not ready) -> {status}: {str(lease)[:300]}")
+            log("POST", "keepalive", status, lease, status)  # checked just above
+            counts["keepalives_not_ready"] += 1
         if status == 200:
             saw(held, lease, answered)
             counts["keepalives"] += 1
@@ -702,6 +712,8 @@ def check_invariants(load: Load, db_url: str) -> dict[str, Any]:
     try:
         unexpected = [u for c in load.clients.values() for u in c["unexpected"]]
         assert not unexpected, f"{len(unexpected)} unexpected responses: {unexpected[:10]}"
+        # binds happened, and binds of MIG grants no node made were refused (not_ready)
+        assert load.count("keepalives") > 0 and load.count("keepalives_not_ready") > 0
         leases = load.leases
         ids = [le["id"] for le in leases]
         assert len(ids) == len(set(ids)), "one lease id was given to two requests"
@@ -764,6 +776,7 @@ def check_invariants(load: Load, db_url: str) -> dict[str, Any]:
         "first_queued": load.count("first_queued"),
         "promoted": sum(1 for le in leases if le["promoted"]),
         "keepalives": load.count("keepalives"),
+        "keepalives_not_ready": load.count("keepalives_not_ready"),
         "responses": sum(len(c["responses"]) for c in load.clients.values()),
         "audit_events_replayed": n_events,
         "checker": load.checker["samples"],
