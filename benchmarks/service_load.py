@@ -10,16 +10,19 @@ count, that many client *processes* each loop ``POST allocations`` (a grant) -> 
 allocations/{id}`` (its release) over one keep-alive HTTP/1.1 connection with the spawner's token,
 addressing the service directly (not through the proxy). After a warm-up, it reports grants/s
 (= completed allocate+release pairs per second), requests/s, p50/p99 latency of each request
-and of the pair, the CPU the clients, the service and PostgreSQL used (so a client bottleneck
-would show), and at the end counts double grants in the database: live slots held twice, and
-slots held twice at any moment of the audit log replayed in commit order (must be 0).
+and of the pair, the CPU the clients, the service (event loop, other threads, and its store
+process when decisions run there) and PostgreSQL used (so a client bottleneck would show), and at
+the end counts double grants in the database: live slots held twice, and slots held twice at any
+moment of the audit log replayed in commit order (must be 0).
 
 Run ``python benchmarks/service_load.py`` (``--db sqlite,postgresql --clients 1,8,32 --seconds 10``
 by default; ``--requests N`` measures N grants per run instead). PostgreSQL is reached at
 ``$GPUPOOL_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``, as for the tests);
 a fresh database is created and dropped. ``--profile`` runs the service under cProfile and prints
 where its time goes; ``--in-process`` runs the same allocate+release loop on ``Store`` directly
-(no HTTP, no hub auth) to separate database cost from the rest.
+(no HTTP, no hub auth) to separate database cost from the rest. ``--decisions thread|process``
+sets ``PoolService.decisions`` (default ``auto``: a store process on PostgreSQL, a thread on
+SQLite) to compare the two.
 """
 
 from __future__ import annotations
