@@ -2,7 +2,9 @@
 
 Allocation transactions must serialise: on SQLite every transaction starts with ``BEGIN
 IMMEDIATE`` (the write lock up front, so two writers never both read then both write); on
-PostgreSQL the store takes a transaction-scoped advisory lock (``lock_pool``).
+PostgreSQL the store's first statement locks the pool version row until commit
+(``Store._lock_version``), and a transaction-scoped advisory lock (``lock_pool``) guards only
+the creation of that row in a new database.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from sqlalchemy import Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.orm import Session
 
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
-#: Key of the PostgreSQL advisory lock that serialises allocation decisions across replicas.
+#: Key of the PostgreSQL advisory lock under which a new database gets its pool version row.
 POOL_LOCK_KEY = 0x6770_7570  # "gpup"
 
 
@@ -83,7 +85,8 @@ def ping_idle_connections(engine: Engine, after: float = PING_AFTER_IDLE) -> Non
 
 
 def lock_pool(db: Session) -> None:
-    """Serialise allocation decisions for the rest of this transaction (PostgreSQL)."""
+    """Serialise with other transactions that take it, until commit (PostgreSQL): a new
+    database's first writers, creating its pool version row."""
     if db.get_bind().dialect.name == "postgresql":
         db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": POOL_LOCK_KEY})
 

@@ -51,6 +51,25 @@ class StoreError(PoolError):
         super().__init__(message, code=code, **kw)
         self.status = status
 
+    def __reduce__(self) -> tuple:
+        """Pickle by state (the store process sends refusals back): ``message`` already holds
+        the field and allowed values that ``__init__`` would add again."""
+        return _restore_store_error, (
+            self.status,
+            self.code,
+            self.message,
+            self.field,
+            self.allowed,
+        )
+
+
+def _restore_store_error(
+    status: int, code: str, message: str, field: str | None, allowed: list | None
+) -> StoreError:
+    error = StoreError(status, code, message)
+    error.field, error.allowed, error.message, error.args = field, allowed, message, (message,)
+    return error
+
 
 _REJECT_STATUS = {
     "unknown_offer": 422,
@@ -138,8 +157,8 @@ class Store(StoreViews, MigStore):
         rebuild the allocator for every batch of decisions.
         """
         with self._thread_lock:
-            if self._allocator is None or self._behind(fresh):
-                with self.transaction(write=False):
+            if self._allocator is None or self._check_due(fresh):
+                with self.transaction(write=False):  # reads the version; rebuilds if it moved
                     pass
             assert self._allocator is not None
             yield self._allocator
@@ -148,19 +167,14 @@ class Store(StoreViews, MigStore):
         """Note that another process committed decisions on this pool (cheap; any thread)."""
         self._elsewhere += 1
 
-    def _behind(self, fresh: bool) -> bool:
-        """Whether another process committed since this allocator's version (asked of the
-        database when told so and ``fresh``, else at most once per ``view_lag`` seconds)."""
-        now = time.monotonic()
-        told = self._elsewhere
+    def _check_due(self, fresh: bool) -> bool:
+        """Whether a view must look at the pool version first: told of other commits (and
+        ``fresh``), or ``view_lag`` seconds since the last look."""
+        now, told = time.monotonic(), self._elsewhere
         if not (fresh and told != self._elsewhere_seen) and now - self._checked < self.view_lag:
             return False
         self._checked, self._elsewhere_seen = now, told
-        table = orm.PoolState.__table__
-        with self.read() as db:
-            return db.execute(select(table.c.version).where(table.c.id == 1)).scalar() != (
-                self._version
-            )
+        return True
 
     def run_batch(self, calls: list[tuple[Callable[..., Any], tuple, dict]]) -> list[Any]:
         """Run several store calls in ONE transaction (one lock, one commit): group commit.
@@ -731,11 +745,8 @@ class Store(StoreViews, MigStore):
             row = self._get(db, lease_id)
             if row.state in ("queued", "released"):
                 raise StoreError(409, "not_live", f"lease {lease_id} is {row.state}", field="id")
-            if row.state == "granted" and any(
-                not self._slot_device(alloc, row.id, s.gpu_uuid, s.start)[1]
-                for s in row.slots
-                if s.live and s.kind == "mig"
-            ):  # dynamic MIG: nothing to run on yet (the lease says ready once there is)
+            if row.state == "granted" and not self._lease_json(db, alloc, row)["ready"]:
+                # dynamic MIG: nothing to run on yet (the lease says ready once there is)
                 raise StoreError(
                     409,
                     "not_ready",

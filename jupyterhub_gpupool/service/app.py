@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
 import signal
 import socket
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
@@ -37,7 +37,7 @@ from .apihandlers.base import APIError, APIHandler
 from .metrics import PoolMetrics
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer, prune_minutes, write_minutes
-from .writer import BatchWriter, ProcessBatchWriter
+from .writer import BatchWriter, ProcessBatchWriter, settle_garbage_collector
 
 
 class NotFoundHandler(APIHandler):
@@ -219,14 +219,7 @@ class PoolService(Application):
                 f"The pool database is at revision {revision}, this version needs "
                 f"{head_revision()}: run `jupyterhub-gpupool upgrade-db --db-url ...` first."
             )
-        self.store = Store(
-            engine,
-            self.catalog,
-            grant_timeout=self.grant_timeout,
-            aging_interval=self.aging_interval,
-            reserve_after=self.reserve_after,
-            mig_attempts=self.mig_attempts,
-        )
+        self.store = Store(engine, self.catalog, **self.store_options())
         if self.pool_config_file:
             try:
                 self.store.load_config(load_pool_config(self.pool_config_file, self.catalog))
@@ -252,13 +245,16 @@ class PoolService(Application):
             mode = "process" if self.store.engine.dialect.name == "postgresql" else "thread"
         if mode == "thread":
             return BatchWriter(self.store)
-        options = {
+        return ProcessBatchWriter(self.store, self.db_url, self.store_options())
+
+    def store_options(self) -> dict[str, Any]:
+        """The ``Store`` settings from this configuration (the service's and its child's)."""
+        return {
             "grant_timeout": self.grant_timeout,
             "aging_interval": self.aging_interval,
             "reserve_after": self.reserve_after,
             "mig_attempts": self.mig_attempts,
         }
-        return ProcessBatchWriter(self.store, self.db_url, options)
 
     def make_telemetry(self) -> LocalTelemetry | None:
         """The in-process telemetry of ``telemetry_source`` (None: agents post instead)."""
@@ -424,8 +420,9 @@ class PoolService(Application):
         if not self.leader.held():
             return
         try:
-            expired = await self.writer.call(self.store.expire_grants)
-            promoted = await self.writer.call(self.store.promote)
+            expired, promoted = await asyncio.gather(  # queued in order: one batch
+                self.writer.call(self.store.expire_grants), self.writer.call(self.store.promote)
+            )
         except Exception:
             self.log.exception("Housekeeping failed")
             return
@@ -434,13 +431,7 @@ class PoolService(Application):
 
     async def start_async(self) -> None:
         """Listen, reconcile, run the housekeeping loop until SIGTERM/SIGINT."""
-        # What start-up made (modules, mappings, the allocator) lives as long as the process:
-        # keep it out of the garbage collector's full passes, which otherwise stalled request
-        # handling for tens of milliseconds now and then (the p99 of the load benchmark), and
-        # collect the young generation less often (each pass is cheap, there are fewer of them).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(10_000, 10, 10)
+        settle_garbage_collector()
         self.writer.start()
         if isinstance(self.writer, ProcessBatchWriter):
             self.log.info("Allocation decisions run in process %s", self.writer.pid)
