@@ -53,6 +53,22 @@ def demo_pool_file() -> Path:
     return data_path("demo-pool.yaml")
 
 
+@pytest.fixture
+def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
+    """A running hub and pool service (SQLite, demo pool) reading the demo pool's simulated GPUs
+    itself (``telemetry_source = sim``): samples every 0.2 s, utilization minutes flushed every
+    0.5 s."""
+    from tests.integration.hubenv import HubEnv
+
+    args = (
+        "--PoolService.telemetry_source=sim",
+        "--PoolService.sample_interval=0.2",
+        "--PoolService.utilization_flush_interval=0.5",
+    )
+    with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=args).running() as env:
+        yield env
+
+
 @pytest.fixture(params=["thread", "process"])
 def hub_env(request: pytest.FixtureRequest, tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool); stopped afterwards. Once with the

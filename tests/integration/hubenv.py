@@ -291,6 +291,26 @@ class HubEnv:
         assert any(c.name == "jupyterhub-session-id" for c in jar), "login failed"
         return opener
 
+    def start_agent(self, node: str, pool_config: Path, interval: float) -> subprocess.Popen:
+        """The node agent command on the simulated NVML of ``pool_config``'s ``node``,
+        reporting to this service with the agent token (text output on its stdout)."""
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterhub_gpupool.telemetry.agent",
+                f"--service-url={self.api}",
+                f"--node={node}",
+                f"--interval={interval}",
+                "--source=sim",
+                f"--pool-config={pool_config}",
+            ],
+            env={**os.environ, "GPUPOOL_AGENT_TOKEN": self.agent_token},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
     def server_token(self, user: str) -> str:
         """A token with exactly the scopes of the hub's ``server`` role for ``user``."""
         return self.token(

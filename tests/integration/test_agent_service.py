@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -90,16 +87,7 @@ def test_agent_command_on_the_simulated_nvml(hub_env, demo_pool_file):
     pool = request("GET", f"{hub_env.api}/pool", admin).json()
     t4 = next(n for c in pool["clusters"] for n in c["nodes"] if n["name"] == "sim-t4")
     (uuid,) = [g["uuid"] for g in t4["gpus"]]
-    env = {**os.environ, "GPUPOOL_AGENT_TOKEN": hub_env.agent_token}
-    args = [sys.executable, "-m", "jupyterhub_gpupool.telemetry.agent"]
-    args += [f"--service-url={hub_env.api}", "--node=sim-t4", "--interval=0.2", "--source=sim"]
-    proc = subprocess.Popen(
-        [*args, f"--pool-config={demo_pool_file}"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = hub_env.start_agent("sim-t4", demo_pool_file, 0.2)
     try:
         deadline = time.monotonic() + 15
         samples: list = []

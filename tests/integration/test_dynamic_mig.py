@@ -9,12 +9,9 @@ behind the pool's back, NVML refusals).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +57,6 @@ def event_kinds(env: HubEnv, token: str) -> list[tuple[str, Any]]:
 
 
 # -- the service's own loop, behind a real hub --------------------------------------------------
-
-
-@pytest.fixture
-def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path) -> Iterator[HubEnv]:
-    """Hub + service reading the demo pool's simulated GPUs itself."""
-    env = HubEnv(
-        tmp_path,
-        sqlite_url,
-        demo_pool_file,
-        service_args=(
-            "--PoolService.telemetry_source=sim",
-            "--PoolService.sample_interval=0.5",
-        ),
-    )
-    with env.running():
-        yield env
 
 
 def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(sim_env):
@@ -142,16 +123,7 @@ def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_po
     plan = request("GET", f"{hub_env.api}/nodes/{NODE}/mig-plan", hub_env.agent_token).json()
     assert plan == {"node": NODE, "actions": []}
 
-    env = {**os.environ, "GPUPOOL_AGENT_TOKEN": hub_env.agent_token}
-    args = [sys.executable, "-m", "jupyterhub_gpupool.telemetry.agent"]
-    args += [f"--service-url={hub_env.api}", f"--node={NODE}", "--interval=0.3", "--source=sim"]
-    proc = subprocess.Popen(
-        [*args, f"--pool-config={demo_pool_file}"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = hub_env.start_agent(NODE, demo_pool_file, 0.3)
 
     def lease(lid: str) -> dict:
         return request("GET", f"{hub_env.api}/allocations/{lid}", alice).json()

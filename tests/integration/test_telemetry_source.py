@@ -3,29 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
-
-from tests.integration.hubenv import HubEnv, request
-
-
-@pytest.fixture
-def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path) -> Iterator[HubEnv]:
-    """Hub + service sampling in-process every 0.2 s, flushing minutes every 0.5 s."""
-    env = HubEnv(
-        tmp_path,
-        sqlite_url,
-        demo_pool_file,
-        service_args=(
-            "--PoolService.telemetry_source=sim",
-            "--PoolService.sample_interval=0.2",
-            "--PoolService.utilization_flush_interval=0.5",
-        ),
-    )
-    with env.running():
-        yield env
+from tests.integration.hubenv import request
 
 
 def wait_for(check: Callable[[], object], seconds: float = 15.0) -> object:
