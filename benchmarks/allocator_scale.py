@@ -41,8 +41,8 @@ from pathlib import Path
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import Catalog, default_catalog
 from jupyterhub_gpupool.pool.errors import MigLayoutError
+from jupyterhub_gpupool.pool.miglayout import validate_mig_layout
 from jupyterhub_gpupool.pool.model import MILLI, Gpu, Node, Offer, Request, offer_units, parse_offer
-from jupyterhub_gpupool.pool.placement import validate_mig_layout
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
 
 HERE = Path(__file__).resolve().parent

@@ -13,6 +13,7 @@ from fractions import Fraction
 
 from .catalog import Catalog, GpuModel
 from .errors import ConfigError, RequestError, UnknownModel
+from .miglayout import validate_mig_layout
 
 #: Offer kinds (contract): a whole GPU (or several on one node), a MIG slice, a share of a GPU,
 #: or no GPU at all (a CPU-only server the picker may show).
@@ -95,9 +96,7 @@ class Gpu:
         if not self.schedulable:
             return 0.0
         if not self.mig_enabled:
-            from .placement import key_free  # placement builds on this module
-
-            return key_free(self.state_key())
+            return self.free_milli / MILLI
         held = sum(
             (self.model.profile_units(i.profile) for i in self.instances if i.lease is not None),
             Fraction(0),
@@ -148,8 +147,6 @@ class Node:
 def validate_node(node: Node) -> None:
     """A node's GPUs must be consistent on their own: unique uuids, MIG instances only on
     MIG-enabled GPUs of MIG-capable models, in a layout NVIDIA allows."""
-    from .placement import validate_mig_layout
-
     seen: set[str] = set()
     for gpu in node.gpus:
         if gpu.uuid in seen:

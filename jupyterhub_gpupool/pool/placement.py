@@ -1,9 +1,8 @@
 """Where a request may go, and where it should go.
 
-*May*: NVIDIA's MIG rules (valid starts only, no overlapping memory slices, per-profile instance
-caps, one media-extension instance, compute slices within the GPU, one mode per GPU), whole GPUs
-(several only on one node), shared fractions (by fraction and memory), node CPU/memory, and
-nothing new on cordoned, draining or unhealthy hardware.
+*May*: NVIDIA's MIG rules (``miglayout``), one mode per GPU, whole GPUs (several only on one
+node), shared fractions (by fraction and memory), node CPU/memory, and nothing new on cordoned,
+draining or unhealthy hardware.
 
 *Should*: the option that leaves the most future demand placeable. Future demand is a weighted
 set of typical request ``Shape``s; a GPU's *fragment* for a shape is the free capacity that shape
@@ -21,77 +20,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .catalog import GpuModel
-from .errors import MigLayoutError
+from .miglayout import memory_mask, mig_new_starts
+
+# re-exported for the store and config code that still imports it from here
+from .miglayout import validate_mig_layout as validate_mig_layout
 from .model import MILLI, Gpu, Node, Offer
-
-# ---------------------------------------------------------------------------------------------
-# MIG rules
-
-
-def _span(start: int, size: int) -> int:
-    return ((1 << size) - 1) << start
-
-
-def validate_mig_layout(model: GpuModel, instances: Iterable[tuple[str, int]]) -> None:
-    """Raise ``MigLayoutError`` unless ``(profile, start)`` pairs form a layout NVIDIA allows."""
-    if not model.mig_capable:
-        raise MigLayoutError(f"{model.name} does not support MIG", field="model")
-    used = 0
-    counts: dict[str, int] = {}
-    compute = media = 0
-    for name, start in instances:
-        p = model.profile(name)
-        if start not in p.starts:
-            raise MigLayoutError(
-                f"{name} cannot start at memory slice {start} on {model.name}",
-                field="start",
-                allowed=p.starts,
-            )
-        span = _span(start, p.memory_slices)
-        if used & span:
-            raise MigLayoutError(
-                f"{name} at {start} overlaps memory slices already in use on {model.name}",
-                field="start",
-            )
-        used |= span
-        counts[name] = counts.get(name, 0) + 1
-        if counts[name] > p.max_count:
-            raise MigLayoutError(
-                f"at most {p.max_count} instance(s) of {name} fit on {model.name}",
-                field="profile",
-            )
-        compute += p.compute_slices
-        media += p.media_extensions
-    if compute > model.compute_slices:
-        raise MigLayoutError(
-            f"layout needs {compute} compute slices, {model.name} has {model.compute_slices}",
-            field="profile",
-        )
-    if media > 1:
-        raise MigLayoutError(
-            "only one instance per GPU can own the media extensions (+me)", field="profile"
-        )
-
-
-def mig_new_starts(
-    model: GpuModel, instances: Sequence[tuple[str, int]], profile: str
-) -> tuple[int, ...]:
-    """Starts where a new ``profile`` instance could be created next to ``instances``."""
-    p = model.profile(profile)
-    used = 0
-    compute = media = same = 0
-    for name, start in instances:
-        q = model.profiles[name]
-        used |= _span(start, q.memory_slices)
-        compute += q.compute_slices
-        media += q.media_extensions
-        same += name == profile
-    if same >= p.max_count or compute + p.compute_slices > model.compute_slices:
-        return ()
-    if p.media_extensions and media:
-        return ()
-    return tuple(s for s in p.starts if not used & _span(s, p.memory_slices))
-
 
 # ---------------------------------------------------------------------------------------------
 # Shapes of demand and per-GPU options
@@ -179,7 +112,7 @@ def key_free(key: tuple) -> float:
         held = 0
         for name, start, is_held in key[3]:
             if is_held:
-                held |= _span(start, model.profiles[name].memory_slices)
+                held |= memory_mask(start, model.profiles[name].memory_slices)
         return (model.memory_slices - held.bit_count()) / model.memory_slices
     return 0.0
 
@@ -238,11 +171,11 @@ def key_unusable(key: tuple, shape: Shape) -> float:
     size = model.profiles[shape.profile].memory_slices  # type: ignore[index]
     covered = 0
     for _, start, _ in options:
-        covered |= _span(start, size)
+        covered |= memory_mask(start, size)
     held = 0
     for name, start, is_held in key[3]:
         if is_held:
-            held |= _span(start, model.profiles[name].memory_slices)
+            held |= memory_mask(start, model.profiles[name].memory_slices)
     free_mask = ((1 << model.memory_slices) - 1) & ~held
     return (free_mask & ~covered).bit_count() / model.memory_slices
 

@@ -42,7 +42,7 @@ import yaml
 
 from ..pool.catalog import Catalog, GpuModel, MigProfile, default_catalog
 from ..pool.errors import ConfigError, PoolError
-from ..pool.placement import validate_mig_layout
+from ..pool.miglayout import mig_new_starts, validate_mig_layout
 from ..poolconfig import parse_nodes
 
 # ---------------------------------------------------------------------------------------------
@@ -1267,8 +1267,6 @@ class SimNvml:
 
 
 def _fitting_starts(model: GpuModel, taken: list[tuple[str, int]], p: MigProfile) -> list[int]:
-    from ..pool.placement import mig_new_starts
-
     return list(mig_new_starts(model, taken, p.name))
 
 

@@ -15,8 +15,8 @@ import pytest
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.pool.catalog import PLACEMENT_STATUSES, default_catalog
 from jupyterhub_gpupool.pool.errors import ConfigError, MigLayoutError, UnknownModel, UnknownProfile
+from jupyterhub_gpupool.pool.miglayout import mig_new_starts, validate_mig_layout
 from jupyterhub_gpupool.pool.model import parse_offer
-from jupyterhub_gpupool.pool.placement import mig_new_starts, validate_mig_layout
 
 #: sha256 of the canonical form (sorted keys, compact separators, UTF-8) of
 #: ``shared/reference/mig_profiles.json``. The shipped copy must be the same data; when the

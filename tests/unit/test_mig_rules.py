@@ -28,7 +28,7 @@ import pytest
 
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import MigLayoutError, PoolError, UnknownProfile
-from jupyterhub_gpupool.pool.placement import mig_new_starts, validate_mig_layout
+from jupyterhub_gpupool.pool.miglayout import mig_new_starts, validate_mig_layout
 
 CATALOG = default_catalog()
 

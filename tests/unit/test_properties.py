@@ -21,8 +21,8 @@ from hypothesis.stateful import (
 
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued, Rejected
 from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.miglayout import validate_mig_layout
 from jupyterhub_gpupool.pool.model import MILLI, Gpu, MigInstance, Node, Request, parse_offer
-from jupyterhub_gpupool.pool.placement import validate_mig_layout
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
 
 CATALOG = default_catalog()
