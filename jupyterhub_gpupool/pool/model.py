@@ -29,6 +29,9 @@ MILLI = 1000  # a whole GPU, in the milli-GPU units shared fractions are counted
 #: stays occupied, so nothing is planned over it, until the node reports it destroyed.
 RETIRING = "~retiring"
 
+#: Queue priority of the named priority classes; an offer may also give a number instead.
+PRIORITY_CLASSES = {"low": -10, "default": 0, "high": 10}
+
 
 @dataclass
 class MigInstance:
@@ -189,6 +192,15 @@ class Offer:
             return round((self.fraction or 0) * MILLI)
         return MILLI if self.kind == "gpu" else 0
 
+    @property
+    def priority(self) -> int:
+        """Queue priority of a request for this offer: ``priority_class`` as a number if it is
+        one, else the named class's value (an unknown name counts as default)."""
+        try:
+            return int(self.priority_class)
+        except ValueError:
+            return PRIORITY_CLASSES.get(self.priority_class, 0)
+
     def allows_model(self, model: str) -> bool:
         """An empty model list means any model."""
         return not self.models or model in self.models
@@ -196,6 +208,11 @@ class Offer:
     def visible_to(self, groups: Iterable[str]) -> bool:
         """An offer without groups is for everybody."""
         return not self.groups or bool(set(self.groups) & set(groups))
+
+
+def offer_priority(offer: Offer | None) -> int:
+    """``offer.priority``, or 0 for a request whose offer is gone from the configuration."""
+    return 0 if offer is None else offer.priority
 
 
 _OFFER_FIELDS = {f for f in Offer.__dataclass_fields__}

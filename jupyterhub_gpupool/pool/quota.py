@@ -10,11 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from fractions import Fraction
 
 from .errors import ConfigError
 
 PERIODS = ("day", "week", "month")
+
+
+def period_start(now: datetime, period: str) -> datetime:
+    """Start of the budget period containing ``now``: a day, an ISO week (from Monday) or a
+    calendar month. Budgets reset at these instants, so ``now`` must be in UTC for every pool
+    process to agree on them; any period but day and week counts as a month."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
 
 #: Reasons a request is refused or held back by quota (machine-readable, part of the API).
 QUOTA_CODES = (
