@@ -17,7 +17,7 @@ from typing import Any
 
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
-from traitlets import Dict, List, Unicode, Union
+from traitlets import Dict, Enum, List, Unicode, Union
 
 from . import objects
 from .base import OPTION, GPUPoolSpawnerMixin, units_text, wait_text
@@ -33,10 +33,13 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
         "kubespawner_override ({gpupool_offer: a100-1g}); a profile without one is CPU-only.",
     ).tag(config=True)
 
-    mig_strategy = Unicode(
-        "mixed",
+    mig_strategy = Enum(
+        objects.MIG_STRATEGIES,
+        default_value="mixed",
         help="The NVIDIA device plugin's MIG strategy on your nodes: mixed (a MIG slice is "
-        "nvidia.com/mig-<profile>), single (nvidia.com/gpu), or none (no MIG).",
+        "nvidia.com/mig-<profile>), single (nvidia.com/gpu), or none (no MIG). It decides the "
+        "extended resource a pod asks for, so it must match the plugin's, and a typo fails "
+        "when the config loads rather than at the first spawn.",
     ).tag(config=True)
 
     node_label = Unicode(

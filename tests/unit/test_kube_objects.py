@@ -12,6 +12,7 @@ import copy
 import json
 
 import pytest
+from traitlets import TraitError
 
 from jupyterhub_gpupool.spawner import objects
 from jupyterhub_gpupool.spawner.objects import (
@@ -185,6 +186,14 @@ def test_device_resource_refuses_what_the_device_plugin_cannot_give():
     assert refusal(device_resource, MIG, mig_resource_names={"1g.10gb": "small"}) == (
         "mig_resource_names['1g.10gb'] 'small' is not a resource name"
     )
+
+
+def test_the_spawner_refuses_an_unknown_mig_strategy_when_configured():
+    kube = pytest.importorskip("jupyterhub_gpupool.spawner.kube")
+    trait = kube.GPUPoolKubeSpawner.class_traits()["mig_strategy"]
+    assert (trait.default_value, tuple(trait.values)) == ("mixed", objects.MIG_STRATEGIES)
+    with pytest.raises(TraitError, match="expected any of"):
+        trait.validate(None, "Mixed")
 
 
 def _broken(**changes):
