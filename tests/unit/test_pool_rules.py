@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -12,7 +12,7 @@ from jupyterhub_gpupool.pool.quota import PERIODS, period_start
 
 
 def at(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+    return datetime(*args, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize(
@@ -42,9 +42,13 @@ def test_period_start(now, period, start):
 def test_period_start_keeps_the_time_zone_and_contains_now(period):
     now = at(2024, 7, 4, 18, 30)
     start = period_start(now, period)
-    assert start.tzinfo is UTC
+    assert start.tzinfo is timezone.utc
     assert start <= now
     assert period_start(start, period) == start  # a period's start is in that period
+    # the store's naive UTC datetimes give the same instants
+    naive = period_start(now.replace(tzinfo=None), period)
+    assert naive.tzinfo is None
+    assert naive == start.replace(tzinfo=None)
 
 
 def offer(priority_class: str) -> Offer:
