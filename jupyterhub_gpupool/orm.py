@@ -1,4 +1,4 @@
-"""Database models (SQLAlchemy 2.0 typed mappings). Only ``store.py`` writes them.
+"""Database models (SQLAlchemy 2.0 typed mappings). Only the ``store`` package writes them.
 
 The one invariant the database itself enforces: a whole GPU or a MIG instance is held by at most
 one live lease (``uq_lease_slots_live``, a unique partial index), so even a buggy or racing
@@ -27,9 +27,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-#: Lease states (contract, DESIGN §4).
-LEASE_STATES = ("queued", "granted", "active", "reclaiming", "released")
-LIVE_STATES = ("granted", "active", "reclaiming")
+# lease states (contract) are defined with the lease rules; re-exported for the queries here
+from .pool.leases import LEASE_STATES as LEASE_STATES
+from .pool.leases import LIVE_STATES as LIVE_STATES
+
 #: Why a lease ended (contract).
 RELEASE_REASONS = (
     "stopped",

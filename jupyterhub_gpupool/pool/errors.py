@@ -35,7 +35,8 @@ class PoolError(Exception):
         self.message = text
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON error body of DESIGN §6 (plus ``field``/``allowed`` when known)."""
+        """The JSON error body ``{"error": {"code", "message"}}`` (plus ``field``/``allowed``
+        when known)."""
         body: dict[str, object] = {"code": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
@@ -72,3 +73,35 @@ class RequestError(PoolError):
     """A request that can never be satisfied as asked (not merely "not now")."""
 
     code = "invalid_request"
+
+
+class Refusal(PoolError):
+    """A request the pool refuses: the code comes first, and no transport status goes with it.
+
+    The service maps the code to an HTTP status in one table (``service/apihandlers/errors``),
+    so persistence and domain code never decide how the web answers. Refusals pickle by state:
+    the store process sends them back to the service.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        allowed: Iterable[object] | None = None,
+    ) -> None:
+        super().__init__(message, field=field, allowed=allowed, code=code)
+
+    def __reduce__(self) -> tuple:
+        """``message`` already holds the field and allowed values ``__init__`` would add."""
+        return _restore, (type(self), self.code, self.message, self.field, self.allowed)
+
+
+def _restore(
+    cls: type[Refusal], code: str, message: str, field: str | None, allowed: list | None
+) -> Refusal:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.code, error.message, error.field, error.allowed = code, message, field, allowed
+    return error

@@ -1,0 +1,43 @@
+"""The lease lifecycle's rules that more than one part needs: states, and when a grant is ready.
+
+A lease moves ``queued → granted → active → (reclaiming) → released``. A grant is *ready* once
+everything it holds exists: a whole GPU or a share always does; a MIG slice on a static GPU
+does (its layout was declared), on a dynamic GPU only once the node made the instance (it then
+has a ``MIG-…`` uuid). The store refuses to bind a grant that is not ready, the lease JSON says
+``ready``, and the spawner waits for it: all three ask this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .model import Gpu
+
+#: Lease states (contract).
+LEASE_STATES = ("queued", "granted", "active", "reclaiming", "released")
+#: States that hold capacity.
+LIVE_STATES = ("granted", "active", "reclaiming")
+
+
+def mig_device(gpu: Gpu | None, lease_id: str, start: int | None) -> tuple[str | None, bool]:
+    """The ``MIG-…`` uuid of the lease's instance at ``start`` on ``gpu``, and whether that
+    instance exists (static GPUs: always, declared layouts may not know their uuids)."""
+    if gpu is None:
+        return None, False
+    for inst in gpu.instances:
+        if inst.start == start and inst.lease == lease_id:
+            return inst.uuid, inst.uuid is not None or not gpu.dynamic_mig
+    return None, False
+
+
+def is_ready(state: str, mig_instances_exist: Iterable[bool]) -> bool:
+    """Whether a lease can be run on: live, and each of its MIG instances exists."""
+    return state in LIVE_STATES and all(mig_instances_exist)
+
+
+def still_waiting(lease: Mapping[str, Any]) -> bool:
+    """For clients of the lease JSON: queued, or granted but not ready yet."""
+    return lease["state"] == "queued" or (
+        lease["state"] == "granted" and not lease.get("ready", True)
+    )
