@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,21 @@ import yaml
 
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
-from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, parse_offer
-from .pool.placement import validate_mig_layout
+from .pool.miglayout import validate_mig_layout
+from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offer
 from .pool.quota import QuotaSpec
-from .store import PoolConfig
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What the pool config file declares (validated)."""
+
+    nodes: tuple[Node, ...] = ()
+    offers: tuple[Offer, ...] = ()
+    users: Mapping[str, QuotaSpec] = field(default_factory=dict)
+    groups: Mapping[str, QuotaSpec] = field(default_factory=dict)
+    default: QuotaSpec | None = None
+
 
 _TOP = {"nodes", "offers", "quotas", "simulation"}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}

@@ -27,6 +27,8 @@ from tornado.ioloop import IOLoop
 from traitlets import Bool, Float, List, Unicode, default
 from traitlets.config import Configurable
 
+from jupyterhub_gpupool.pool.codes import describe, picker_reason
+from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
 
 #: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
@@ -395,14 +397,7 @@ class GPUPoolSpawnerMixin(Configurable):
         return await self.pool.allocate(self.user.name, self.name, offer, groups=self.user_groups)
 
     def _refusal(self, offer: str, e: PoolRefused) -> Exception:
-        messages = {
-            "no_quota": "You have no GPU quota on this hub; ask an administrator for one.",
-            "exceeds_limit": f"{offer} would take you over your GPU quota: {e.message}.",
-            "over_limit": f"{offer} would take you over your GPU quota: {e.message}.",
-            "unknown_offer": f"There is no GPU offer called {offer!r} (any more).",
-            "offer_not_allowed": f"The GPU offer {offer!r} is not for you: {e.message}.",
-        }
-        text = messages.get(e.code, f"The GPU pool refused {offer}: {e.message}")
+        text = describe(e.code).spawn_message(offer, e.message)
         self.log.warning("GPU pool refused %s for %s: %s", offer, self._log_name, e.message)
         return spawn_error(text, reason=f"gpupool_{e.code or 'refused'}", status=e.status)
 
@@ -423,9 +418,7 @@ class GPUPoolSpawnerMixin(Configurable):
         name = lease["offer"]
         if lease["state"] == "queued":  # a wait worth naming as the picker does
             name = await self._display_name(name)
-        while lease["state"] == "queued" or (
-            lease["state"] == "granted" and not lease.get("ready", True)
-        ):
+        while still_waiting(lease):
             if lease["state"] == "queued":
                 pos = lease.get("position")
                 where = f"{ordinal(pos)} in line" if pos else "in line"
@@ -586,7 +579,8 @@ class GPUPoolSpawnerMixin(Configurable):
     # -- environment ------------------------------------------------------------------------
 
     def gpupool_env(self) -> dict[str, str]:
-        """``GPUPOOL_*`` variables of DESIGN §6 for the granted lease."""
+        """The server environment for the granted lease: ``GPUPOOL_LEASE_ID``, ``GPUPOOL_OFFER``,
+        ``GPUPOOL_API_URL``."""
         if not self.gpupool_lease:
             return {}
         return {
@@ -616,7 +610,7 @@ class GPUPoolSpawnerMixin(Configurable):
             o["units_text"] = units_text(o["units"])
             o["wait_text"] = wait_text(o.get("eta_seconds"))
             o["selectable"] = o.get("quota_ok") is not False
-            o["why_not"] = _quota_reason(o.get("quota_reason"))
+            o["why_not"] = picker_reason(o.get("quota_reason"))
         out["offers"] = offers
         return out
 
@@ -647,14 +641,3 @@ class GPUPoolSpawnerMixin(Configurable):
         if self.options_form:  # type: ignore[attr-defined]
             return await super().get_options_form()  # type: ignore[misc]
         return await self.render_picker()
-
-
-def _quota_reason(code: str | None) -> str:
-    return {
-        None: "",
-        "no_quota": "you have no GPU quota",
-        "exceeds_limit": "beyond your quota limit",
-        "over_limit": "beyond your quota limit",
-        "budget_exhausted": "your GPU-hour budget is used up",
-        "not_in_group": "not for your groups",
-    }.get(code, code or "")

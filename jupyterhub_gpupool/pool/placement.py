@@ -21,9 +21,6 @@ from functools import lru_cache
 
 from .catalog import GpuModel
 from .miglayout import memory_mask, mig_new_starts
-
-# re-exported for the store and config code that still imports it from here
-from .miglayout import validate_mig_layout as validate_mig_layout
 from .model import MILLI, Gpu, Node, Offer
 
 # ---------------------------------------------------------------------------------------------

@@ -33,10 +33,11 @@ from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
 from .apihandlers import admin, agent, allocations, users
-from .apihandlers.base import APIError, APIHandler
+from .apihandlers.base import APIHandler
+from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
-from .utilization import MinuteAggregator, UtilizationBuffer, prune_minutes, write_minutes
+from .utilization import MinuteAggregator, UtilizationBuffer
 from .writer import BatchWriter, ProcessBatchWriter, settle_garbage_collector
 
 
@@ -44,7 +45,7 @@ class NotFoundHandler(APIHandler):
     """Unknown API paths answer JSON 404s too."""
 
     async def prepare(self) -> None:
-        raise APIError(404, "not_found", f"no such endpoint: {self.request.path}")
+        raise APIError("not_found", f"no such endpoint: {self.request.path}")
 
 
 class MetricsHandler(web.RequestHandler):
@@ -285,6 +286,7 @@ class PoolService(Application):
         return LocalTelemetry(
             readers,
             self.store,
+            self.writer,
             self.utilization,
             self.minutes,
             busy_threshold=self.busy_threshold,
@@ -292,25 +294,26 @@ class PoolService(Application):
             defaults=lambda name: defaults.get(name, {}),
         )
 
-    def flush_minutes(self) -> int:
-        """Write the accumulated minute aggregates (blocking: run it off the event loop).
+    async def flush_minutes(self) -> int:
+        """Write the accumulated minute aggregates (through the writer, in a short transaction
+        of their own, never under the pool lock).
 
-        What a failed write took is put back for the next flush, so nothing is lost to a
-        database hiccup.
+        ``take()`` runs here on the event loop, where samples are added. What a failed write
+        took is put back for the next flush, so nothing is lost to a database hiccup.
         """
         taken = self.minutes.take()
         try:
-            return write_minutes(self.store.session_factory, taken)
+            return await self.writer.call(self.store.write_minutes, taken)
         except Exception:
             self.minutes.restore(taken)
             raise
 
-    def prune_minutes(self) -> int:
-        """Delete minute aggregates past ``utilization_retention_days`` (blocking)."""
+    async def prune_minutes(self) -> int:
+        """Delete minute aggregates past ``utilization_retention_days``."""
         if self.utilization_retention_days <= 0:
             return 0
         cutoff = self.store.clock() - timedelta(days=self.utilization_retention_days)
-        return prune_minutes(self.store.session_factory, cutoff)
+        return await self.writer.call(self.store.prune_minutes, cutoff)
 
     async def utilization_housekeeping(self, stop: asyncio.Event) -> None:
         """Flush minute aggregates every ``utilization_flush_interval``; prune hourly."""
@@ -320,17 +323,13 @@ class PoolService(Application):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.utilization_flush_interval)
             try:
-                # take() runs here on the event loop (where samples are added); the write on a
-                # worker thread, in its own short transaction, never under the pool lock
-                taken = self.minutes.take()
-                await loop.run_in_executor(None, write_minutes, self.store.session_factory, taken)
+                await self.flush_minutes()
             except Exception:
-                self.minutes.restore(taken)
                 self.log.exception("Flushing utilization minutes failed (kept for next time)")
             if loop.time() >= next_prune:
                 next_prune = loop.time() + 3600
                 try:
-                    pruned = await loop.run_in_executor(None, self.prune_minutes)
+                    pruned = await self.prune_minutes()
                     if pruned:
                         self.log.info("Deleted %d utilization minutes past retention", pruned)
                 except Exception:
@@ -402,7 +401,7 @@ class PoolService(Application):
         """Release leases whose servers are gone (logged and audited)."""
         try:
             running = await self.running_servers()
-            released = self.store.reconcile(running)
+            released = await self.writer.call(self.store.reconcile, running)
         except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
             return
@@ -462,7 +461,7 @@ class PoolService(Application):
             await self.telemetry.stop()
         await flusher
         try:  # what accumulated since the flusher's last round
-            self.flush_minutes()
+            await self.flush_minutes()
         except Exception:
             self.log.exception("Flushing utilization minutes on stop failed")
         self.writer.stop()

@@ -115,7 +115,8 @@ def ingest(
 
     A sample counts once (the buffer drops duplicates and out-of-order retries); a busy sample
     adds the time since the device's previous one (at most a minute) to the leases holding the
-    device. Returns the busy hours added per lease.
+    device. Returns the busy hours per lease, for the caller to add through the writer
+    (``Store.add_busy``).
     """
     busy: dict[str, float] = {}
     with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
@@ -138,5 +139,4 @@ def ingest(
                 ]
             for lease in filter(None, holders):
                 busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
-    store.add_busy(busy)
     return busy

@@ -1,4 +1,4 @@
-"""JupyterHub custom scopes of the pool (DESIGN §6) and who may do what with them.
+"""JupyterHub custom scopes of the pool and who may do what with them.
 
 ``custom:gpupool:use`` lets users (and their servers' tokens) see and change their *own* leases
 and quota; ``spawn`` is for the hub-side spawner, acting for any user; ``admin`` for admins;

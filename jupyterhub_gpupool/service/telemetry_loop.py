@@ -4,7 +4,7 @@ With ``telemetry_source = sim`` every node of the pool config gets a reader on t
 NVML; with ``nvml`` this machine's GPUs are one node read through real NVML. Each node's loop
 reads on a worker thread (NVML calls block) and feeds the very functions the agent endpoints
 use (``ingest``, ``node_from_inventory`` + ``store.put_inventory``), so both sources behave
-the same; the allocator is touched only through store methods.
+the same; changes go through the service's writer like the handlers'.
 
 Dynamic MIG goes the agent's way too: the node's plan (``store.mig_plan``) is applied through
 the same reader's ``apply_mig_plan`` and reported with ``store.mig_results``. A grant or a
@@ -25,6 +25,7 @@ from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
 from .ingest import ingest, node_from_inventory
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer
+from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class LocalTelemetry:
         self,
         readers: dict[str, Reader],
         store: Store,
+        writer: BatchWriter,
         buffer: UtilizationBuffer,
         minutes: MinuteAggregator | None,
         *,
@@ -92,6 +94,7 @@ class LocalTelemetry:
     ) -> None:
         self.readers = readers
         self.store = store
+        self.writer = writer
         self.buffer = buffer
         self.minutes = minutes
         self.busy_threshold = busy_threshold
@@ -162,9 +165,7 @@ class LocalTelemetry:
             return False
         try:
             node = node_from_inventory(name, body, self.store.catalog)
-            await loop.run_in_executor(
-                None, lambda: self.store.put_inventory(node, actor="telemetry")
-            )
+            await self.writer.call(self.store.put_inventory, node, actor="telemetry")
         except PoolError as e:
             self._once(name, "inventory", e)
             return False
@@ -181,7 +182,8 @@ class LocalTelemetry:
             self._once(name, "samples", e)
             return 0
         samples = to_samples(raw)
-        ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
+        busy = ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
+        await self.writer.call(self.store.add_busy, busy)
         self.samples += len(samples)
         return len(samples)
 
@@ -212,9 +214,7 @@ class LocalTelemetry:
                 name,
                 "done" if r.get("ok") else r.get("error"),
             )
-        await loop.run_in_executor(
-            None, lambda: self.store.mig_results(name, report, actor="telemetry")
-        )
+        await self.writer.call(self.store.mig_results, name, report, actor="telemetry")
         self.mig_actions += len(report)
         await self.check_inventory(name)  # the layout changed: report it now
         return len(report)

@@ -2,7 +2,8 @@
 
 Node agents (or the in-process telemetry loop) feed samples; the buffer keeps the last
 ``window`` seconds per device. Each new sample is also folded into its device's minute, and the
-minutes are flushed to ``utilization_minutes`` for history, reports and idle decisions, kept
+minutes are flushed (``Store.write_minutes``, through the writer) to ``utilization_minutes``
+for history, reports and idle decisions, kept
 for a configurable number of days. A lease's busy time grows by each sample interval in which
 its device was at or above ``busy_threshold`` percent.
 """
@@ -10,14 +11,12 @@ its device was at or above ``busy_threshold`` percent.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import case, delete, func, select
-from sqlalchemy.orm import Session
-
-from .. import orm
+from ..store.rows import epoch as epoch
+from ..store.utilization import MinuteKey
 
 
 @dataclass(frozen=True)
@@ -75,18 +74,10 @@ class UtilizationBuffer:
 
 # --- one-minute aggregates (history) -----------------------------------------------------------
 
-#: A device's minute: (GPU uuid, MIG start or -1 for the whole GPU, naive UTC minute).
-MinuteKey = tuple[str, int, datetime]
-
 
 def minute_of(ts: float) -> datetime:
     """The naive UTC minute an epoch timestamp falls in."""
     return datetime.fromtimestamp(ts - ts % 60, timezone.utc).replace(tzinfo=None)
-
-
-def epoch(dt: datetime) -> float:
-    """Epoch seconds of a naive UTC datetime."""
-    return dt.replace(tzinfo=timezone.utc).timestamp()
 
 
 @dataclass
@@ -149,103 +140,3 @@ class MinuteAggregator:
         """Put back what a failed flush took (merged with what came meanwhile)."""
         for key, stats in taken.items():
             self.pending.setdefault(key, MinuteStats()).merge(stats)
-
-
-def write_minutes(
-    session_factory: Callable[[], Session], minutes: Mapping[MinuteKey, MinuteStats]
-) -> int:
-    """Upsert minutes into ``utilization_minutes`` in one short transaction (no pool lock).
-
-    A minute already stored (an earlier partial flush, a late agent backlog) is merged: counts
-    add, the mean is weighted by the samples that had a utilization, maxima stay maxima.
-    """
-    if not minutes:
-        return 0
-    rows = [
-        {
-            "gpu_uuid": gpu,
-            "start": start,
-            "minute": minute,
-            "samples": s.samples,
-            "util_samples": s.util_samples,
-            "util_mean": s.util_mean,
-            "util_max": s.util_max,
-            "memory_used_mib_max": s.memory_used_mib_max,
-        }
-        for (gpu, start, minute), s in sorted(minutes.items())
-    ]
-    with session_factory() as db, db.begin():
-        if db.get_bind().dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        t = orm.UtilizationMinuteRow.__table__.c
-        for i in range(0, len(rows), 100):  # well under SQLite's bound-parameter limit
-            stmt = insert(orm.UtilizationMinuteRow).values(rows[i : i + 100])
-            new = stmt.excluded
-            n = t.util_samples + new.util_samples
-            weighted = (
-                func.coalesce(t.util_mean, 0.0) * t.util_samples
-                + func.coalesce(new.util_mean, 0.0) * new.util_samples
-            )
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[t.gpu_uuid, t.start, t.minute],
-                set_={
-                    "samples": t.samples + new.samples,
-                    "util_samples": n,
-                    "util_mean": case((n == 0, None), else_=weighted / n),
-                    "util_max": case(
-                        (t.util_max.is_(None), new.util_max),
-                        (new.util_max.is_(None), t.util_max),
-                        (new.util_max > t.util_max, new.util_max),
-                        else_=t.util_max,
-                    ),
-                    "memory_used_mib_max": case(
-                        (new.memory_used_mib_max > t.memory_used_mib_max, new.memory_used_mib_max),
-                        else_=t.memory_used_mib_max,
-                    ),
-                },
-            )
-            db.execute(stmt)
-    return len(rows)
-
-
-def prune_minutes(session_factory: Callable[[], Session], before: datetime) -> int:
-    """Delete minutes older than ``before`` (the retention limit); returns how many."""
-    with session_factory() as db, db.begin():
-        result = db.execute(
-            delete(orm.UtilizationMinuteRow).where(orm.UtilizationMinuteRow.minute < before)
-        )
-        return result.rowcount or 0
-
-
-def read_minutes(
-    db: Session,
-    devices: Iterable[tuple[str, int | None]] | None,
-    since: datetime,
-    until: datetime | None = None,
-) -> list[dict[str, object]]:
-    """Stored minutes from ``since`` (to ``until``) of ``devices`` (None: all), JSON-ready."""
-    T = orm.UtilizationMinuteRow
-    query = select(T).where(T.minute >= since).order_by(T.minute, T.gpu_uuid, T.start)
-    if until is not None:
-        query = query.where(T.minute <= until)
-    wanted = None
-    if devices is not None:
-        wanted = {(g, -1 if s is None else s) for g, s in devices}
-        if not wanted:
-            return []
-        query = query.where(T.gpu_uuid.in_(sorted({g for g, _ in wanted})))
-    return [
-        {
-            "ts": epoch(r.minute),
-            "gpu": r.gpu_uuid,
-            "start": None if r.start == -1 else r.start,
-            "samples": r.samples,
-            "util_mean": r.util_mean,
-            "util_max": r.util_max,
-            "memory_used_mib_max": r.memory_used_mib_max,
-        }
-        for r in db.scalars(query)
-        if wanted is None or (r.gpu_uuid, r.start) in wanted
-    ]

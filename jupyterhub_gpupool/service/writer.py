@@ -1,9 +1,13 @@
-"""Group commit: one thread applies the hot store calls in batches, handlers await the results.
+"""The one write path: every store call that changes state runs here, off the event loop.
 
-Under load, many allocate/release requests wait for the pool lock at once. Running them in one
-transaction (one lock, one version bump, one commit) instead of one each multiplies throughput,
-and moving the database work off the event loop lets tornado parse and authenticate the next
-requests meanwhile. A grant is still answered only after its commit.
+Handlers and background loops ``await writer.call(store.method, ...)``; reads go to the store
+directly. One thread applies the calls in order. Under load, many allocate/release requests
+wait for the pool lock at once: consecutive ``BATCHABLE`` calls (those that refuse before they
+write) run in one transaction (one lock, one version bump, one commit) instead of one each,
+which multiplies throughput; every other write (inventory, quotas, node actions, MIG results,
+minutes) runs in a transaction of its own, in the same queue. Moving the database work off the
+event loop lets tornado parse and authenticate the next requests meanwhile. A change is still
+answered only after its commit.
 
 ``ProcessBatchWriter`` runs the same batches in a child process with its own ``Store``: in one
 process, HTTP handling and the decisions share one interpreter lock (one core); in two they use
@@ -24,7 +28,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..store import Store, StoreError
+from sqlalchemy.exc import DBAPIError
+
+from ..store import BATCHABLE, WRITES, Store, StoreError
 
 log = logging.getLogger("jupyterhub_gpupool.writer")
 
@@ -46,8 +52,50 @@ class _Failed:
         self.error = error
 
 
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", "")
+
+
+def apply_calls(
+    store: Store,
+    calls: list[tuple[Callable[..., Any], tuple, dict]],
+    events: list | None = None,
+) -> list[Any]:
+    """Run ``calls`` in order: each run of consecutive ``BATCHABLE`` ones in one transaction,
+    every other write alone. Returns each call's result, refusal, or ``_Failed`` (its
+    transaction rolled back; the events it produced, when collected in ``events``, are
+    dropped). A database that is down answers ``database_unavailable``.
+    """
+    results: list[Any] = []
+    i = 0
+    while i < len(calls):
+        j = i + 1
+        if _name(calls[i][0]) in BATCHABLE:
+            while j < len(calls) and _name(calls[j][0]) in BATCHABLE:
+                j += 1
+        segment, mark = calls[i:j], len(events) if events is not None else 0
+        try:
+            if j - i == 1 and _name(segment[0][0]) not in BATCHABLE:
+                fn, args, kwargs = segment[0]
+                results.append(store.run_solo(fn, args, kwargs))
+            else:
+                results += store.run_batch(segment)
+        except Exception as e:  # nothing of the segment was committed
+            log.warning("%d pool change(s) failed and were rolled back: %s", len(segment), e)
+            if events is not None:
+                del events[mark:]
+            failed: Any = _Failed(e)
+            if isinstance(e, DBAPIError):
+                failed = StoreError(
+                    "database_unavailable", "the pool database is unavailable; try again"
+                )
+            results += [failed] * len(segment)
+        i = j
+    return results
+
+
 class BatchWriter:
-    """A single writer thread in front of ``Store.run_batch``."""
+    """A single writer thread in front of the store's writes."""
 
     def __init__(self, store: Store, max_batch: int = 64) -> None:
         self.store = store
@@ -65,7 +113,10 @@ class BatchWriter:
         self._thread.join(timeout=30)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` in the next batch; its StoreError is raised here."""
+        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
+        here."""
+        if _name(fn) not in WRITES:
+            raise ValueError(f"not a store write: {fn!r}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._queue.put((fn, args, kwargs, (loop, future)))
@@ -115,22 +166,14 @@ class BatchWriter:
         while (batch := self._take()) is not None:
             try:
                 results = self._apply(batch)
-            except BaseException as e:  # nothing of the batch was committed
-                log.warning(
-                    "A batch of %d pool changes failed and was rolled back: %s", len(batch), e
-                )
-                self._settle(batch, [_Failed(e)] * len(batch))
-                continue
+            except Exception as e:  # the batch never reached the store
+                log.warning("%d pool changes failed: %s", len(batch), e)
+                results = [_Failed(e)] * len(batch)
             self._settle(batch, results)
 
     def _apply(self, batch: list[tuple]) -> list[Any]:
-        """Run one batch; returns each call's result or StoreError."""
-        return self.store.run_batch([(fn, a, kw) for fn, a, kw, _ in batch])
-
-
-#: Store methods the child process runs: the handlers' decisions and the housekeeping's
-#: (each refuses, if at all, before it writes: safe to share a transaction with others).
-BATCHED = frozenset({"allocate", "release", "keepalive", "expire_grants", "promote"})
+        """Run one batch; returns each call's result, refusal or ``_Failed``."""
+        return apply_calls(self.store, [(fn, a, kw) for fn, a, kw, _ in batch])
 
 
 class ProcessBatchWriter(BatchWriter):
@@ -138,7 +181,8 @@ class ProcessBatchWriter(BatchWriter):
     or database connections) that has its own ``Store`` on the same database.
 
     The store's listeners (metrics, the telemetry loop's wake-ups) are called here in the
-    service with the events each batch produced, after its commit. A child that dies fails the
+    service with the events each batch produced, after its commit. The child knows the pool
+    config file as the service loaded it (a reset quota returns to it). A child that dies fails the
     batch it had (``503 store_restarting``: whether it was committed is unknown, as after a
     crash of the whole service) and is started again.
     """
@@ -163,7 +207,13 @@ class ProcessBatchWriter(BatchWriter):
         parent, child = self._ctx.Pipe()
         self._child = self._ctx.Process(
             target=store_process,
-            args=(child, self.db_url, self.options, log.getEffectiveLevel()),
+            args=(
+                child,
+                self.db_url,
+                self.options,
+                log.getEffectiveLevel(),
+                self.store.file_config,
+            ),
             name="gpupool-store",
             daemon=True,
         )
@@ -185,12 +235,6 @@ class ProcessBatchWriter(BatchWriter):
         if self._child.is_alive():
             self._child.kill()
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn`` (a ``Store`` method named in ``BATCHED``) in the child's next batch."""
-        if getattr(fn, "__name__", None) not in BATCHED:
-            raise ValueError(f"not a batched store call: {fn!r}")
-        return await super().call(fn, *args, **kwargs)
-
     def _apply(self, batch: list[tuple]) -> list[Any]:
         try:
             self._conn.send([(fn.__name__, a, kw) for fn, a, kw, _ in batch])
@@ -202,14 +246,11 @@ class ProcessBatchWriter(BatchWriter):
                 self._child.join(timeout=5)
             self._spawn()
             error = StoreError(
-                503,
                 "store_restarting",
                 "the pool's store process restarted; whether this change was made is unknown: "
                 "read the lease back or try again",
             )
             return [error] * len(batch)
-        if isinstance(outcome, str):  # the batch failed as a whole and was rolled back
-            raise RuntimeError(outcome)
         self.store.commits_elsewhere()  # the service's views catch up before they answer
         for kind, data in events:
             for listener in self.store.listeners:
@@ -217,17 +258,19 @@ class ProcessBatchWriter(BatchWriter):
                     listener(kind, data)
                 except Exception:
                     log.exception("A store listener failed on %s", kind)
-        return outcome  # results and StoreErrors (which pickle themselves)
+        return outcome  # results, refusals (which pickle themselves) and _Failed
 
 
-def store_process(conn: Any, db_url: str, options: dict[str, Any], level: int) -> None:
+def store_process(
+    conn: Any, db_url: str, options: dict[str, Any], level: int, file_config: Any = None
+) -> None:
     """The child: apply batches from ``conn`` until told to stop or the service is gone."""
     from ..dbutil import make_engine
     from ..pool.catalog import default_catalog
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the
     logging.basicConfig(level=level)  # service stops us in order (None), or we see EOF
-    store = Store(make_engine(db_url), default_catalog(), **options)
+    store = Store(make_engine(db_url), default_catalog(), **options, file_config=file_config)
     events: list[tuple[str, dict[str, Any]]] = []
     store.listeners.append(lambda kind, data: events.append((kind, data)))
     with store.locked():  # build the allocator now, then keep it out of full GC passes
@@ -241,11 +284,12 @@ def store_process(conn: Any, db_url: str, options: dict[str, Any], level: int) -
         if batch is None:
             return
         events.clear()
-        try:
-            outcome: Any = store.run_batch([(getattr(store, n), a, kw) for n, a, kw in batch])
-        except BaseException as e:  # rolled back: every call of the batch fails
-            log.warning("A batch of %d pool changes failed and was rolled back: %s", len(batch), e)
-            outcome, events[:] = f"{type(e).__name__}: {e}", []
+        outcome = [
+            _Failed(RuntimeError(f"{type(r.error).__name__}: {r.error}"))  # may not pickle
+            if isinstance(r, _Failed)
+            else r
+            for r in apply_calls(store, [(getattr(store, n), a, kw) for n, a, kw in batch], events)
+        ]
         try:
             conn.send((outcome, list(events)))
         except (EOFError, OSError):

@@ -24,7 +24,8 @@ from tornado import web
 
 from jupyterhub_gpupool.service import app
 from jupyterhub_gpupool.service.apihandlers import allocations, users
-from jupyterhub_gpupool.service.apihandlers.base import APIError, APIHandler
+from jupyterhub_gpupool.service.apihandlers.base import APIHandler
+from jupyterhub_gpupool.service.apihandlers.errors import STATUS, APIError
 from jupyterhub_gpupool.store import StoreError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,7 +226,8 @@ def query_arguments(handler: type, method: str) -> set[str]:
 def error_statuses(handler: type, method: str) -> set[int]:
     """4xx statuses the handler itself can answer (the store adds its own on top)."""
     statuses = {401}  # APIHandler.prepare: no valid token
-    if _self_calls(handler, method, "require") or _self_calls(handler, method, "require_admin"):
+    needs = getattr(getattr(handler, method.lower()), "needs", None)  # declared by @needs
+    if (needs is not None and needs[0] != "identified") or _self_calls(handler, method, "require"):
         statuses.add(403)
     if _self_calls(handler, method, "json_body"):
         statuses |= {400, 422}
@@ -241,12 +243,12 @@ def error_statuses(handler: type, method: str) -> set[int]:
 
 
 def _api_error_statuses(call: ast.Call, scope: dict[str, Any]) -> set[int]:
-    """``APIError(4xx, ...)`` or ``StoreError(4xx, ...)``, or a helper function of the module
-    that builds one."""
+    """``APIError(code, ...)`` or ``StoreError(code, ...)`` (the status its code maps to), or
+    a helper function of the module that builds one."""
     target = scope.get(call.func.id)  # type: ignore[attr-defined]
     if target in (APIError, StoreError):
-        status = call.args[0] if call.args else None
-        return {status.value} if isinstance(status, ast.Constant) else set()
+        code = call.args[0] if call.args else None
+        return {STATUS[code.value]} if isinstance(code, ast.Constant) else set()
     if inspect.isfunction(target):
         return {
             status

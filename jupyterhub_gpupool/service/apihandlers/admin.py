@@ -7,7 +7,7 @@ import io
 from datetime import timedelta
 
 from ...store import utcnow
-from .base import APIError, APIHandler
+from .base import APIError, APIHandler, needs
 
 
 class QuotaHandler(APIHandler):
@@ -15,12 +15,12 @@ class QuotaHandler(APIHandler):
 
     route_name = "quota"
 
+    @needs("admin", "read quotas")
     def get(self, kind: str, name: str) -> None:
-        self.require_admin("read quotas")
         self.write_json(self.store.get_quota(kind, name))
 
-    def put(self, kind: str, name: str) -> None:
-        self.require_admin("change quotas")
+    @needs("admin", "change quotas")
+    async def put(self, kind: str, name: str) -> None:
         body = self.json_body(
             {
                 "guarantee": ((int, float), False),
@@ -29,14 +29,14 @@ class QuotaHandler(APIHandler):
                 "period": (str, False),
             }
         )
-        assert self.identity is not None
-        self.write_json(self.store.put_quota(kind, name, body, actor=self.identity.describe()))
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.put_quota, kind, name, body, actor=actor))
 
-    def delete(self, kind: str, name: str) -> None:
+    @needs("admin", "reset quotas")
+    async def delete(self, kind: str, name: str) -> None:
         """Reset: drop the API override so the pool config file's quota applies again."""
-        self.require_admin("reset quotas")
-        assert self.identity is not None
-        self.write_json(self.store.reset_quota(kind, name, actor=self.identity.describe()))
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.reset_quota, kind, name, actor=actor))
 
 
 class NodeActionHandler(APIHandler):
@@ -44,11 +44,11 @@ class NodeActionHandler(APIHandler):
 
     route_name = "node-action"
 
-    def post(self, name: str, action: str) -> None:
-        self.require_admin(f"{action} nodes")
+    @needs("admin", "{action} nodes")
+    async def post(self, name: str, action: str) -> None:
         self.json_body({})
-        assert self.identity is not None
-        self.write_json(self.store.set_node(name, action, actor=self.identity.describe()))
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.set_node, name, action, actor=actor))
 
 
 class UsageHandler(APIHandler):
@@ -56,8 +56,8 @@ class UsageHandler(APIHandler):
 
     route_name = "usage"
 
+    @needs("admin", "read usage reports")
     def get(self) -> None:
-        self.require_admin("read usage reports")
         end = self.time_arg("to", utcnow())
         start = self.time_arg("from", end - timedelta(days=30))
         assert start is not None and end is not None
@@ -65,7 +65,6 @@ class UsageHandler(APIHandler):
         fmt = self.get_argument("format", "json")
         if fmt not in ("json", "csv"):
             raise APIError(
-                400,
                 "invalid_argument",
                 f"unknown format {fmt!r}",
                 field="format",
@@ -98,8 +97,8 @@ class EventsHandler(APIHandler):
 
     route_name = "events"
 
+    @needs("admin", "read the audit log")
     def get(self) -> None:
-        self.require_admin("read the audit log")
         offset, limit = self.page_args()
         items, total = self.store.events(
             offset=offset,

@@ -11,18 +11,16 @@ import math
 from datetime import datetime
 from typing import Any
 
-from ...pool.errors import PoolError
-from ...store import StoreError
 from ..ingest import InventoryError, ingest, node_from_inventory
 from ..utilization import Sample
-from .base import APIError, APIHandler
+from .base import APIError, APIHandler, needs
 
 MAX_BATCH = 10_000
 MAX_RESULTS = 1_000
 
 
 def _bad(field: str, message: str, allowed: list[Any] | None = None) -> APIError:
-    return APIError(422, "invalid_field", f"{field}: {message}", field=field, allowed=allowed)
+    return APIError("invalid_field", f"{field}: {message}", field=field, allowed=allowed)
 
 
 class InventoryHandler(APIHandler):
@@ -30,9 +28,8 @@ class InventoryHandler(APIHandler):
 
     route_name = "inventory"
 
-    def put(self, name: str) -> None:
-        assert self.identity is not None
-        self.require(self.identity.is_agent, "report inventory")
+    @needs("agent", "report inventory")
+    async def put(self, name: str) -> None:
         body = self.json_body(
             {
                 "cluster": (str, False),
@@ -45,16 +42,9 @@ class InventoryHandler(APIHandler):
         try:
             node = node_from_inventory(name, body, self.store.catalog)
         except InventoryError as e:
-            raise APIError(
-                422, "invalid_field", e.detail, field=e.field, allowed=e.allowed
-            ) from None
-        try:
-            result = self.store.put_inventory(node, actor=self.identity.describe())
-        except StoreError:
-            raise
-        except PoolError as e:
-            raise APIError(422, e.code, e.message, field=e.field, allowed=e.allowed) from None
-        self.write_json(result)
+            raise APIError("invalid_field", e.detail, field=e.field, allowed=e.allowed) from None
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.put_inventory, node, actor=actor))
 
 
 class SamplesHandler(APIHandler):
@@ -62,9 +52,8 @@ class SamplesHandler(APIHandler):
 
     route_name = "samples"
 
-    def post(self, name: str) -> None:
-        assert self.identity is not None
-        self.require(self.identity.is_agent, "report samples")
+    @needs("agent", "report samples")
+    async def post(self, name: str) -> None:
         body = self.json_body({"samples": (list, True)})
         raw = body["samples"]
         if len(raw) > MAX_BATCH:
@@ -115,6 +104,7 @@ class SamplesHandler(APIHandler):
             self.settings["busy_threshold"],
             self.settings["minutes"],
         )
+        await self.writer.call(self.store.add_busy, busy)
         self.write_json(
             {
                 "accepted": len(samples),
@@ -129,9 +119,8 @@ class MigPlanHandler(APIHandler):
 
     route_name = "mig-plan"
 
+    @needs("agent", "read MIG plans")
     def get(self, name: str) -> None:
-        assert self.identity is not None
-        self.require(self.identity.is_agent, "read MIG plans")
         self.write_json({"node": name, "actions": self.store.mig_plan(name)})
 
 
@@ -140,9 +129,8 @@ class MigResultsHandler(APIHandler):
 
     route_name = "mig-results"
 
-    def post(self, name: str) -> None:
-        assert self.identity is not None
-        self.require(self.identity.is_agent, "report MIG results")
+    @needs("agent", "report MIG results")
+    async def post(self, name: str) -> None:
         body = self.json_body({"results": (list, True)})
         raw = body["results"]
         if len(raw) > MAX_RESULTS:
@@ -167,7 +155,8 @@ class MigResultsHandler(APIHandler):
                 if value is not None and (not isinstance(value, str) or len(value) > 64):
                     raise _bad(f"{where}.{key}", "must be a string (at most 64 characters) or null")
             results.append(r)
-        self.write_json(self.store.mig_results(name, results, actor=self.identity.describe()))
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.mig_results, name, results, actor=actor))
 
 
 default_handlers = [

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .base import APIError, APIHandler, lease_not_found
+from ...store import lease_not_found
+from .base import APIError, APIHandler, needs
 
 
 class OffersHandler(APIHandler):
@@ -10,10 +11,9 @@ class OffersHandler(APIHandler):
 
     route_name = "offers"
 
+    @needs("use", "use the GPU pool")
     def get(self) -> None:
         ident = self.identity
-        assert ident is not None
-        self.require(ident.may_use, "use the GPU pool")
         user = self.get_argument("user", None)
         groups = list(ident.groups)
         if user is not None and user != ident.name:
@@ -29,9 +29,9 @@ class AllocationsHandler(APIHandler):
 
     route_name = "allocations"
 
+    @needs("identified", "allocate GPUs")
     async def post(self) -> None:
         ident = self.identity
-        assert ident is not None
         body = self.json_body(
             {
                 "user": (str, False),
@@ -44,11 +44,11 @@ class AllocationsHandler(APIHandler):
         )
         user = body.get("user") or (ident.name if ident.kind == "user" else None)
         if not user:
-            raise APIError(422, "missing_field", "user is required for services", field="user")
+            raise APIError("missing_field", "user is required for services", field="user")
         self.require(ident.may_use_for(user), f"allocate GPUs for {user}")
         groups = body.get("groups")
         if groups is not None and not all(isinstance(g, str) for g in groups):
-            raise APIError(422, "invalid_field", "groups must be a list of strings", field="groups")
+            raise APIError("invalid_field", "groups must be a list of strings", field="groups")
         # users cannot claim groups they are not in; the spawner passes the user's groups
         member_of = groups if ident.is_spawner and groups is not None else list(ident.groups)
         priority = body.get("priority")
@@ -67,10 +67,9 @@ class AllocationsHandler(APIHandler):
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
         self.write_json(lease, 201)
 
+    @needs("use", "use the GPU pool")
     def get(self) -> None:
         ident = self.identity
-        assert ident is not None
-        self.require(ident.may_use, "use the GPU pool")
         user = self.get_argument("user", None)
         if user is None and not ident.is_spawner:
             user = ident.name
@@ -88,7 +87,6 @@ class _LeaseHandler(APIHandler):
 
     def _check(self, lease_id: str, what: str) -> None:
         ident = self.identity
-        assert ident is not None
         if ident.is_spawner:
             return  # may touch any lease; a missing one is the store's 404 (saves a read)
         owner = self.store.lease_owner(lease_id)
@@ -104,13 +102,14 @@ class AllocationHandler(_LeaseHandler):
 
     route_name = "allocation"
 
+    @needs("identified", "read leases")
     def get(self, lease_id: str) -> None:
         self._check(lease_id, "read leases")
         self.write_json(self.store.lease(lease_id))
 
+    @needs("identified", "release leases")
     async def delete(self, lease_id: str) -> None:
         self._check(lease_id, "release leases")
-        assert self.identity is not None
         reason = self.get_argument("reason", "stopped")
         if reason not in ("stopped", "cancelled") and not self.identity.is_spawner:
             self.require(False, f"release with reason {reason!r}")
@@ -125,11 +124,12 @@ class ResizeHandler(_LeaseHandler):
 
     route_name = "resize"
 
-    def post(self, lease_id: str) -> None:
+    @needs("identified", "resize leases")
+    async def post(self, lease_id: str) -> None:
         self._check(lease_id, "resize leases")
         body = self.json_body({"offer": (str, True)})
-        assert self.identity is not None
-        lease = self.store.resize(lease_id, body["offer"], actor=self.identity.describe())
+        actor = self.identity.describe()
+        lease = await self.writer.call(self.store.resize, lease_id, body["offer"], actor=actor)
         self.write_json(lease, 201)
 
 
@@ -138,10 +138,10 @@ class KeepaliveHandler(_LeaseHandler):
 
     route_name = "keepalive"
 
+    @needs("identified", "keep leases alive")
     async def post(self, lease_id: str) -> None:
         self._check(lease_id, "keep leases alive")
         self.json_body({})
-        assert self.identity is not None
         actor = self.identity.describe()
         self.write_json(await self.writer.call(self.store.keepalive, lease_id, actor=actor))
 

@@ -1,16 +1,19 @@
 """The JSON API base handler: hub authentication, scope checks, body parsing, errors, pages.
 
-Every error leaves as ``{"error": {"code", "message"[, "field", "allowed"]}}`` with a 4xx/5xx
-status, never as an HTML traceback page. Handlers stay thin: check scope → parse → call the
-store → write JSON.
+Every error leaves as ``{"error": {"code", "message"[, "field", "allowed"]}}`` with the status
+its code maps to (``errors.STATUS``), never as an HTML traceback page. Handlers stay thin: the
+scope they need is declared on the method (``@needs``) → parse → the writer (changes) or the
+store (reads) → write JSON.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from http.client import responses
 from typing import Any
@@ -21,36 +24,47 @@ from tornado import web
 from tornado.log import app_log
 
 from ...pool.errors import PoolError
-from ...store import Store, StoreError
+from ...store import Store
 from ..scopes import Identity
+from ..writer import BatchWriter
+from .errors import GENERIC, APIError, status_of
 
-_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    422: "unprocessable",
-    500: "internal_error",
-    503: "unavailable",
+#: What each ``@needs`` ability asks of the caller's identity.
+ABILITIES: dict[str, Callable[[Identity], bool]] = {
+    "use": lambda i: i.may_use,
+    "spawn": lambda i: i.is_spawner,
+    "admin": lambda i: i.is_admin,
+    "agent": lambda i: i.is_agent,
+    "use-or-agent": lambda i: i.may_use or i.is_agent,
+    "identified": lambda i: True,
 }
 
 
-class APIError(web.HTTPError):
-    """An HTTP error with a machine-readable code and, optionally, the field at fault."""
+def needs(ability: str, what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare what a handler method's caller must hold (like JupyterHub's ``@needs_scope``):
+    one of ``ABILITIES``; otherwise 403 "<caller> may not <what>" (``what`` may name the
+    method's path arguments, e.g. ``"{action} nodes"``). Checks that depend on the request
+    (whose lease, which user) stay in the method, after it."""
+    check = ABILITIES[ability]
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        field: str | None = None,
-        allowed: list[Any] | None = None,
-    ) -> None:
-        super().__init__(status, log_message=message)
-        self.code, self.message, self.field, self.allowed = code, message, field, allowed
+    def decorator(method: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def checked(self: APIHandler, *args: Any, **kwargs: Any) -> Any:
+            if self.identity is None:
+                raise APIError("unauthorized", "a JupyterHub token is required")
+            if not check(self.identity):
+                text = what
+                if "{" in what:
+                    text = what.format(**signature.bind(self, *args, **kwargs).arguments)
+                raise APIError("forbidden", f"{self.identity.describe()} may not {text}")
+            return method(self, *args, **kwargs)
+
+        checked.needs = (ability, what)  # type: ignore[attr-defined]
+        return checked
+
+    return decorator
 
 
 def _no_constants(name: str) -> float:
@@ -62,25 +76,20 @@ MAX_INT = 2**31 - 1
 MAX_STR = 255
 
 
-def lease_not_found(lease_id: str, field: str = "id") -> StoreError:
-    """The 404 for a lease that does not exist, and for one the caller may not see: identical,
-    so that the answer does not reveal another user's lease exists."""
-    return StoreError(404, "not_found", f"no lease {lease_id!r}", field=field)
-
-
 class APIHandler(HubOAuthenticated, web.RequestHandler):
     """Base of every ``/api/v1`` handler."""
 
-    identity: Identity | None = None
+    #: The caller (set by ``prepare`` before any method runs).
+    identity: Identity = None  # type: ignore[assignment]
 
     @property
     def store(self) -> Store:
-        """The pool's store (one per service)."""
+        """The pool's store (one per service): reads."""
         return self.settings["store"]
 
     @property
-    def writer(self):
-        """Group commit for the hot write paths (allocate, release, keepalive)."""
+    def writer(self) -> BatchWriter:
+        """The one write path: every change goes through ``writer.call(store.method, ...)``."""
         return self.settings["writer"]
 
     @property
@@ -107,7 +116,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self._started = time.perf_counter()
         model = await self.hub_auth.get_user(self, sync=False)
         if model is None:
-            raise APIError(401, "unauthorized", "a JupyterHub token is required")
+            raise APIError("unauthorized", "a JupyterHub token is required")
         self.identity = Identity.from_hub_model(model)
 
     def on_finish(self) -> None:
@@ -121,14 +130,10 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     # -- permissions -----------------------------------------------------------------------
 
     def require(self, allowed: bool, what: str) -> None:
-        """403 unless ``allowed``."""
+        """403 unless ``allowed``: for checks that depend on the request (whose lease, which
+        user); what every call of a method needs is declared with ``@needs``."""
         if not allowed:
-            assert self.identity is not None
-            raise APIError(403, "forbidden", f"{self.identity.describe()} may not {what}")
-
-    def require_admin(self, what: str) -> None:
-        """403 unless the caller holds ``custom:gpupool:admin``."""
-        self.require(self.identity is not None and self.identity.is_admin, what)
+            raise APIError("forbidden", f"{self.identity.describe()} may not {what}")
 
     # -- input -------------------------------------------------------------------------------
 
@@ -137,13 +142,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         try:
             body = json.loads(self.request.body or b"{}", parse_constant=_no_constants)
         except (ValueError, UnicodeDecodeError):
-            raise APIError(400, "invalid_json", "the request body is not valid JSON") from None
+            raise APIError("invalid_json", "the request body is not valid JSON") from None
         if not isinstance(body, dict):
-            raise APIError(400, "invalid_json", "the request body must be a JSON object")
+            raise APIError("invalid_json", "the request body must be a JSON object")
         unknown = sorted(set(body) - set(fields))
         if unknown:
             raise APIError(
-                422,
                 "unknown_field",
                 f"unknown field(s): {', '.join(unknown)}",
                 field=unknown[0],
@@ -152,7 +156,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         for name, (types, required) in fields.items():
             if name not in body:
                 if required:
-                    raise APIError(422, "missing_field", f"{name} is required", field=name)
+                    raise APIError("missing_field", f"{name} is required", field=name)
                 continue
             value = body[name]
             expected = types if isinstance(types, tuple) else (types,)
@@ -164,12 +168,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
                 ok = isinstance(value, tuple(t for t in expected if t is not type(None)))
             if not ok:
                 names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
-                raise APIError(422, "invalid_field", f"{name} must be {names}", field=name)
+                raise APIError("invalid_field", f"{name} must be {names}", field=name)
             if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
-                raise APIError(422, "invalid_field", f"{name} is out of range", field=name)
+                raise APIError("invalid_field", f"{name} is out of range", field=name)
             if isinstance(value, str) and len(value) > MAX_STR:
                 raise APIError(
-                    422, "invalid_field", f"{name} is longer than {MAX_STR} characters", field=name
+                    "invalid_field", f"{name} is longer than {MAX_STR} characters", field=name
                 )
         return body
 
@@ -181,12 +185,10 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         try:
             value = int(raw)
         except ValueError:
-            raise APIError(
-                400, "invalid_argument", f"{name} must be an integer", field=name
-            ) from None
+            raise APIError("invalid_argument", f"{name} must be an integer", field=name) from None
         if not low <= value <= high:
             raise APIError(
-                400, "invalid_argument", f"{name} must be between {low} and {high}", field=name
+                "invalid_argument", f"{name} must be between {low} and {high}", field=name
             )
         return value
 
@@ -205,7 +207,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             dt - timedelta(days=366)
         except (ValueError, OverflowError, OSError):
             raise APIError(
-                400, "invalid_argument", f"{name} must be an ISO 8601 time", field=name
+                "invalid_argument", f"{name} must be an ISO 8601 time", field=name
             ) from None
         return dt
 
@@ -232,27 +234,21 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         body: dict[str, Any]
         if isinstance(exc, PoolError):
             body = exc.to_dict()["error"]
-        elif isinstance(exc, APIError):
-            body = {"code": exc.code, "message": exc.message}
-            if exc.field is not None:
-                body["field"] = exc.field
-            if exc.allowed is not None:
-                body["allowed"] = exc.allowed
         elif isinstance(exc, web.HTTPError):
             body = {
-                "code": _CODES.get(status_code, "error"),
+                "code": GENERIC.get(status_code, "error"),
                 "message": exc.log_message or responses.get(status_code, "error"),
             }
         else:
             body = {
-                "code": _CODES.get(status_code, "error"),
+                "code": GENERIC.get(status_code, "error"),
                 "message": responses.get(status_code, "error"),
             }
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"error": body}, default=str))
 
     def _handle_request_exception(self, e: BaseException) -> None:
-        """Store and domain errors answer with their own status (never a 500)."""
+        """Refusals answer with their code's status (never a 500)."""
         if isinstance(e, DBAPIError) and not self._finished:
             self.set_status(503)
             app_log.error("Database error on %s %s: %s", self.request.method, self.request.uri, e)
@@ -260,15 +256,13 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
                 503,
                 exc_info=(
                     None,
-                    APIError(
-                        503, "database_unavailable", "the pool database is unavailable; try again"
-                    ),
+                    APIError("database_unavailable", "the pool database is unavailable; try again"),
                     None,
                 ),
             )
             return
         if isinstance(e, PoolError) and not self._finished:
-            status = e.status if isinstance(e, StoreError) else 422
+            status = status_of(e)
             self.set_status(status)
             self.log_exception(*sys.exc_info())
             self.send_error(status, exc_info=sys.exc_info())
@@ -277,7 +271,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     def log_exception(self, typ, value, tb) -> None:  # noqa: ANN001
         """Expected API errors are one warning line, not a traceback."""
-        if isinstance(value, (PoolError, APIError)):
+        if isinstance(value, PoolError):
             message = getattr(value, "message", str(value))
             app_log.warning(
                 "%d %s %s: %s", self.get_status(), self.request.method, self.request.uri, message

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from ...store import StoreError
-from ..utilization import minute_of, read_minutes
-from .base import APIError, APIHandler, lease_not_found
+from ...store import StoreError, lease_not_found
+from ..utilization import minute_of
+from .base import APIError, APIHandler, needs
 
 
 class UserHandler(APIHandler):
@@ -15,12 +15,12 @@ class UserHandler(APIHandler):
 
     route_name = "user"
 
+    @needs("identified", "see quotas")
     def get(self, name: str) -> None:
         ident = self.identity
-        assert ident is not None
         if name == "me":
             if ident.kind != "user":
-                raise APIError(404, "not_found", "services have no user page", field="name")
+                raise APIError("not_found", "services have no user page", field="name")
             name = ident.name
         self.require(ident.may_use_for(name), f"see {name}'s quota")
         groups = ident.groups if name == ident.name else ()
@@ -32,11 +32,9 @@ class PoolHandler(APIHandler):
 
     route_name = "pool"
 
+    @needs("use-or-agent", "see the pool")
     def get(self) -> None:
-        ident = self.identity
-        assert ident is not None
-        self.require(ident.may_use or ident.is_agent, "see the pool")
-        self.write_json(self.store.pool(detail=ident.is_admin))
+        self.write_json(self.store.pool(detail=self.identity.is_admin))
 
 
 class UtilizationHandler(APIHandler):
@@ -49,15 +47,14 @@ class UtilizationHandler(APIHandler):
 
     route_name = "utilization"
 
+    @needs("identified", "read utilization")
     def get(self) -> None:
         ident = self.identity
-        assert ident is not None
         lease_id = self.get_argument("lease", None)
         since_dt = self.time_arg("since")
         resolution = self.get_argument("resolution", None)
         if resolution not in (None, "sample", "minute"):
             raise APIError(
-                400,
                 "invalid_argument",
                 "resolution must be sample or minute",
                 field="resolution",
@@ -69,7 +66,7 @@ class UtilizationHandler(APIHandler):
         devices: list[tuple[str, int | None]] | None
         window: tuple[datetime | None, datetime | None] = (None, None)
         if lease_id is None:
-            self.require_admin("read every GPU's utilization")
+            self.require(ident.is_admin, "read every GPU's utilization")
             with self.store.locked() as alloc:
                 devices = [(g, None) for g in alloc.gpus]
                 devices += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
@@ -93,10 +90,9 @@ class UtilizationHandler(APIHandler):
             start = minute_of(since)
             if window[0] is not None:
                 start = max(start, window[0])
-            with self.store.read() as db:
-                out["minutes"] = read_minutes(
-                    db, devices if lease_id is not None else None, start, window[1]
-                )
+            out["minutes"] = self.store.minutes(
+                devices if lease_id is not None else None, start, window[1]
+            )
         self.write_json(out)
 
 

@@ -14,99 +14,32 @@ into actions; this module feeds it and records the outcome:
 * an instance the pool made for a lease that ended stays occupied for the allocator (``RETIRING``)
   until the node destroyed it, which it is asked to only while no process runs on it.
 
-``Store`` mixes this in: the methods use its transactions, events and ``_finish``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from . import orm
-from .pool.allocator import Allocator
-from .pool.catalog import Catalog
-from .pool.errors import PoolError
-from .pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
-from .pool.model import RETIRING, Gpu, MigInstance
-from .pool.placement import validate_mig_layout
+from .. import orm
+from ..pool.allocator import Allocator
+from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
+from ..pool.model import Gpu, MigInstance
+from .apply import Applier
+from .errors import StoreError
+from .rebuild import mig_key as _key
 
 #: ``error`` of a creation the pool gives up on before asking the node: an instance the pool
 #: did not plan, with processes on it, holds its memory slices.
 OCCUPIED = "Occupied"
 
 
-def _key(entry: Mapping[str, Any]) -> tuple[str, int]:
-    return str(entry["profile"]), int(entry["start"])
-
-
-class MigStore:
-    """Store methods for dynamic MIG (a mixin of ``store.Store``)."""
-
-    catalog: Catalog
-    clock: Callable[[], datetime]
-    grant_timeout: float
-    mig_attempts: int
-    _thread_lock: threading.RLock
-    _allocator: Allocator | None
-
-    # provided by Store
-    transaction: Callable[..., Any]
-    read: Callable[..., Any]
-    _finish: Callable[..., Any]
-    _event: Callable[..., None]
-    _granted: Callable[..., None]
-    _rebuild: Callable[[Session], Allocator]
-    _now_s: Callable[[], float]
-
-    # -- the allocator's view ------------------------------------------------------------------
-
-    def _instances_of(self, g: orm.GpuRow) -> list[MigInstance]:
-        """The GPU's instances for the allocator: the wanted ones, and on a dynamic GPU the
-        unwanted ones the node still has, held by ``RETIRING`` so nothing goes over them.
-
-        One in the way of a wanted instance (made by hand, found late) is left out: the plan
-        destroys it first, or fails the grant when it cannot go.
-        """
-        out = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
-        if g.dynamic_mig and g.observed:
-            model = self.catalog.model_for_nvml(g.model, g.memory_mib)
-            wanted = {(i.profile, i.start) for i in g.instances}
-            for o in g.observed:
-                if _key(o) in wanted:
-                    continue
-                try:
-                    validate_mig_layout(model, [(i.profile, i.start) for i in out] + [_key(o)])
-                except PoolError:
-                    continue
-                out.append(MigInstance(o["profile"], o["start"], o.get("uuid"), RETIRING))
-        return out
-
-    @staticmethod
-    def _instance_state(gpu: Gpu, inst: MigInstance) -> str:
-        """``present``, ``planned`` (wanted on a dynamic GPU, not made yet) or ``retiring``."""
-        if inst.lease == RETIRING:
-            return "retiring"
-        return "planned" if gpu.dynamic_mig and inst.uuid is None else "present"
-
-    @staticmethod
-    def _slot_device(
-        alloc: Allocator, lease_id: str, gpu: str, start: int | None
-    ) -> tuple[str | None, bool]:
-        """The ``MIG-…`` uuid of a lease's instance and whether it exists: on a dynamic GPU
-        once the node made it (it has a uuid), on a static GPU always (declared layouts may
-        not know their uuids)."""
-        g = alloc.gpus.get(gpu)
-        if g is None:
-            return None, False
-        for inst in g.instances:
-            if inst.start == start and inst.lease == lease_id:
-                return inst.uuid, inst.uuid is not None or not g.dynamic_mig
-        return None, False
+class MigStore(Applier):
+    """Dynamic MIG: the plan per node, and what the nodes did with it."""
 
     # -- inventory -----------------------------------------------------------------------------
 
@@ -225,15 +158,13 @@ class MigStore:
         """The MIG actions pending on ``node``'s dynamic GPUs (empty for every other node).
 
         Only GPUs whose node reported an inventory are planned for: nobody else could act.
-        Waits for a decision in flight in this process, so a plan asked for right after a grant
-        includes it.
+        Waits for a decision in flight in this process, and catches up with those another
+        process was told to have committed, so a plan asked for right after a grant includes it.
         """
-        with self._thread_lock:
-            alloc = self._allocator
-            if alloc is not None:  # most nodes have no dynamic MIG: answer without the database
-                gpus = alloc.nodes[node].gpus if node in alloc.nodes else []
-                if not any(g.mig_enabled and g.dynamic_mig for g in gpus):
-                    return []
+        with self.locked() as alloc:  # most nodes have no dynamic MIG: answer without the rows
+            gpus = alloc.nodes[node].gpus if node in alloc.nodes else []
+            if not any(g.mig_enabled and g.dynamic_mig for g in gpus):
+                return []
         with self._thread_lock, self.read() as db:
             rows = db.scalars(
                 select(orm.GpuRow)
@@ -257,18 +188,15 @@ class MigStore:
         nothing: ``NotFound``) frees the memory slices, and the queue is served at once.
         ``InUse`` (processes appeared) is no failure: it waits for the next inventory.
         """
-        from .store import StoreError
-
         results = list(results)
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, node)
             if row is None:
-                raise StoreError(404, "not_found", f"no node {node!r}", field="name")
+                raise StoreError("not_found", f"no node {node!r}", field="name")
             gpus = {g.uuid: g for g in row.gpus}
             for i, r in enumerate(results):
                 if r["gpu"] not in gpus:
                     raise StoreError(
-                        422,
                         "invalid_field",
                         f"results[{i}].gpu: not a GPU of node {node}",
                         field=f"results[{i}].gpu",
@@ -287,11 +215,7 @@ class MigStore:
             # what destroyed instances freed
             alloc = self._allocator = self._rebuild(db)
             if freed:
-                now = self.clock()
-                for grant in alloc.promote(self._now_s()):
-                    waiter = db.get(orm.LeaseRow, grant.request.id)
-                    if waiter is not None:
-                        self._granted(db, waiter, grant, now)
+                self._serve_queue(db, alloc)
             return {"accepted": len(results)}
 
     def _holder(self, db: Session, gpu: str, profile: str, start: int) -> orm.LeaseSlotRow | None:

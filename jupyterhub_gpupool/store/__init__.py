@@ -1,0 +1,42 @@
+"""The only code that turns the allocator's decisions into rows.
+
+Modules by responsibility, imports pointing one way (each only to those above it):
+
+* ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
+* ``rows`` — conversions between rows and values;
+* ``rebuild`` — the allocator built from the rows;
+* ``core`` — transactions, the pool lock, the allocator kept in step, the audit log;
+* ``apply`` — the one applier of the allocator's decisions;
+* ``views`` — read-only views (leases, offers, users, inventory, audit, usage);
+* ``leases`` — the lease lifecycle; ``mig`` — dynamic MIG; ``admin`` — config, nodes,
+  quotas; ``utilization`` — minute aggregates.
+
+``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
+calls those only through its writer (``service/writer.py``), off the event loop.
+"""
+
+from __future__ import annotations
+
+from ..poolconfig import PoolConfig
+from .admin import AdminStore
+from .core import BATCHABLE, WRITES
+from .errors import StoreError, lease_not_found
+from .leases import LeaseStore
+from .rows import utcnow
+from .utilization import UtilizationStore
+
+
+class Store(LeaseStore, AdminStore, UtilizationStore):
+    """Leases, inventory, offers, quotas and utilization history in the database, decided by
+    an ``Allocator``."""
+
+
+__all__ = [
+    "BATCHABLE",
+    "WRITES",
+    "PoolConfig",
+    "Store",
+    "StoreError",
+    "lease_not_found",
+    "utcnow",
+]

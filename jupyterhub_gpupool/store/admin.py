@@ -1,0 +1,239 @@
+"""What admins and agents change: the pool config, nodes (inventory, cordon, drain), quotas,
+and the busy hours the samples add to leases."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .. import orm
+from ..pool.model import Node, validate_node
+from ..pool.quota import QuotaSpec
+from ..poolconfig import PoolConfig
+from .errors import StoreError
+from .mig import MigStore
+from .rows import check_quota_kind, node_json, offer_spec, set_quota
+from .views import ViewStore
+
+#: What each node action sets.
+NODE_ACTIONS = {
+    "cordon": {"cordoned": True},
+    "uncordon": {"cordoned": False, "draining": False},
+    "drain": {"draining": True},
+}
+
+
+class AdminStore(MigStore, ViewStore):
+    """Configuration, inventory and quotas."""
+
+    # -- the pool config file ----------------------------------------------------------------
+
+    def load_config(self, config: PoolConfig) -> None:
+        """Make the database match the pool config file, except what admins changed by API.
+
+        Nodes from the file are added or updated; offers and quotas with ``source='api'`` win
+        over the file until an admin resets them.
+        """
+        self.file_config = config
+        with self.transaction() as (db, _):
+            for position, offer in enumerate(config.offers):
+                row = db.get(orm.OfferRow, offer.name)
+                spec = offer_spec(offer)
+                if row is None:
+                    db.add(
+                        orm.OfferRow(name=offer.name, spec=spec, source="file", position=position)
+                    )
+                elif row.source == "file":
+                    row.spec, row.position = spec, position
+            names = {o.name for o in config.offers}
+            for row in db.scalars(select(orm.OfferRow).where(orm.OfferRow.source == "file")):
+                if row.name not in names:
+                    db.delete(row)
+            db.flush()
+            # requests waiting for an offer that no longer exists would wait forever: end them
+            # (leases already held keep their slices until released)
+            kept = set(db.scalars(select(orm.OfferRow.name)))
+            for row in db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.state == "queued", orm.LeaseRow.offer.not_in(kept)
+                )
+            ).all():
+                row.message = f"the offer {row.offer!r} was removed from the pool"
+                self._finish(db, None, row, "cancelled", "system")
+            self._load_quotas(db, config)
+            for node in config.nodes:
+                self._upsert_node(db, node, source="config")
+            self._event(
+                db,
+                "config-loaded",
+                "system",
+                data={"offers": len(config.offers), "nodes": len(config.nodes)},
+            )
+            db.flush()
+            self._allocator = None  # offers, quotas and nodes changed: rebuild from the rows
+
+    def _load_quotas(self, db: Session, config: PoolConfig) -> None:
+        wanted: dict[tuple[str, str], QuotaSpec] = {}
+        for name, spec in (config.users or {}).items():
+            wanted[("user", name)] = spec
+        for name, spec in (config.groups or {}).items():
+            wanted[("group", name)] = spec
+        if config.default is not None:
+            wanted[("default", "*")] = config.default
+        existing = {(q.kind, q.name): q for q in db.scalars(select(orm.QuotaRow))}
+        for key, spec in wanted.items():
+            row = existing.get(key)
+            if row is None:
+                row = orm.QuotaRow(kind=key[0], name=key[1], source="file")
+                db.add(row)
+            if row.source == "file":
+                set_quota(row, spec)
+        for key, row in existing.items():
+            if row.source == "file" and key not in wanted:
+                db.delete(row)
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
+        """An agent's report of a node: add or update it, release leases on vanished GPUs."""
+        with self.transaction() as (db, _):
+            row = self._upsert_node(db, node, source="agent")
+            self._event(db, "inventory", actor, data={"node": node.name, "gpus": len(node.gpus)})
+            db.flush()
+            self._allocator = None  # inventory changed shape: rebuild on the next decision
+            return node_json(row)
+
+    def _upsert_node(self, db: Session, node: Node, source: str) -> orm.NodeRow:
+        """Add or update a node (validated first: nothing invalid ever reaches the rows)."""
+        validate_node(node)
+        row = orm.NodeRow.find(db, node.name)
+        elsewhere = db.scalars(
+            select(orm.GpuRow)
+            .join(orm.NodeRow)
+            .where(orm.GpuRow.uuid.in_([g.uuid for g in node.gpus]), orm.NodeRow.name != node.name)
+        ).first()
+        if elsewhere is not None:
+            raise StoreError(
+                "gpu_elsewhere",
+                f"GPU {elsewhere.uuid} belongs to node {elsewhere.node.name}",
+                field="uuid",
+            )
+        if row is None:
+            row = orm.NodeRow(name=node.name, labels={})
+            db.add(row)
+        row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
+        row.labels, row.source, row.last_seen = dict(node.labels), source, self.clock()
+        by_uuid = {g.uuid: g for g in row.gpus}
+        keep = []
+        for gpu in node.gpus:
+            g = by_uuid.pop(gpu.uuid, None)
+            if g is not None and g.mig_enabled != gpu.mig_enabled:
+                # the GPU changed mode under its leases: they hold something that is gone
+                self._release_gpu_leases(db, g.uuid, "node-lost", "system")
+            g = g or orm.GpuRow(uuid=gpu.uuid)
+            g.index, g.model = gpu.index, gpu.model.name
+            g.memory_mib = round(gpu.model.memory_gb * 1024)
+            g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
+            g.healthy = gpu.healthy
+            self._sync_instances(db, g, gpu, source)
+            keep.append(g)
+        row.gpus = keep
+        for gone in by_uuid.values():
+            self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
+        return row
+
+    def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
+        rows = db.scalars(
+            select(orm.LeaseRow)
+            .join(orm.LeaseSlotRow)
+            .where(orm.LeaseSlotRow.gpu_uuid == gpu_uuid, orm.LeaseSlotRow.live)
+        ).unique()
+        for row in rows:
+            self._finish(db, None, row, reason, actor)
+
+    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
+        """cordon / uncordon / drain a node."""
+        if action not in NODE_ACTIONS:
+            raise StoreError(
+                "not_found",
+                f"no node action {action!r}",
+                field="action",
+                allowed=list(NODE_ACTIONS),
+            )
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, name)
+            if row is None:
+                raise StoreError("not_found", f"no node {name!r}", field="name")
+            for k, v in NODE_ACTIONS[action].items():
+                setattr(row, k, v)
+            alloc.set_node_flags(name, **NODE_ACTIONS[action])
+            self._event(db, f"node-{action}", actor, data={"node": name})
+            if action == "uncordon":
+                self._serve_queue(db, alloc)
+            return node_json(row)
+
+    # -- quotas ------------------------------------------------------------------------------
+
+    def put_quota(
+        self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
+    ) -> dict:
+        """Set a user's or group's quota by API (wins over the file). Lowering it below current
+        use is allowed: the leases beyond the new guarantee become borrowed."""
+        k = check_quota_kind(kind)
+        spec = QuotaSpec.parse(raw, f"quotas.{kind}.{name}")
+        with self.transaction() as (db, alloc):
+            row = db.scalar(
+                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
+            )
+            if row is None:
+                row = orm.QuotaRow(kind=k, name=name)
+                db.add(row)
+            set_quota(row, spec)
+            row.source = "api"
+            (alloc.quotas.users if k == "user" else alloc.quotas.groups)[name] = spec
+            self._rederive_borrowed(db, alloc, k, name)
+            self._event(db, "quota-set", actor, data={"kind": k, "name": name, **spec.to_dict()})
+            return {"name": name, "kind": k, "source": "api", **spec.to_dict()}
+
+    def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
+        """Drop an admin's API override: the pool config file's quota (or the default) applies."""
+        k = check_quota_kind(kind)
+        from_file = (self.file_config.users if k == "user" else self.file_config.groups) or {}
+        with self.transaction() as (db, alloc):
+            row = db.scalar(
+                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
+            )
+            book = alloc.quotas.users if k == "user" else alloc.quotas.groups
+            if row is not None and row.source == "api":
+                if name in from_file:
+                    set_quota(row, from_file[name])
+                    row.source = "file"
+                    book[name] = from_file[name]
+                else:
+                    db.delete(row)
+                    book.pop(name, None)
+                self._rederive_borrowed(db, alloc, k, name)
+                self._event(db, "quota-reset", actor, data={"kind": k, "name": name})
+        return self.get_quota(kind, name)
+
+    def _rederive_borrowed(self, db: Session, alloc: Any, kind: str, name: str) -> None:
+        """A quota changed: persist the ``borrowed`` flags the allocator re-derives for it."""
+        self._record_borrowed(
+            db,
+            alloc.rederive_borrowed(
+                user=name if kind == "user" else None, group=name if kind == "group" else None
+            ),
+        )
+
+    # -- busy hours ----------------------------------------------------------------------------
+
+    def add_busy(self, hours: Mapping[str, float]) -> None:
+        """Add busy GPU hours to live leases (from utilization samples); no pool lock needed."""
+        if not hours:
+            return
+        with self.writing() as db:
+            for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
+                row.busy_hours += hours[row.id]

@@ -1,0 +1,344 @@
+"""Transactions, the pool lock, the in-memory allocator and the audit log: what every part of
+the store stands on.
+
+Every change runs in one transaction that first takes the pool lock (``BEGIN IMMEDIATE`` on
+SQLite; on PostgreSQL the version row's row lock), then checks the pool version: when another
+process changed the pool since this one last looked, the in-memory allocator is rebuilt from
+the rows. So several service replicas on one PostgreSQL database never double-grant, and a
+restart (or ``kill -9``) loses nothing that was acknowledged: a grant is answered only after
+its commit. Reads take no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.orm import Session, joinedload, sessionmaker
+
+from .. import orm
+from ..dbutil import lock_pool
+from ..pool.allocator import Allocator
+from ..pool.catalog import Catalog
+from ..pool.errors import PoolError
+from ..pool.migplan import MAX_ATTEMPTS
+from ..poolconfig import PoolConfig
+from .errors import StoreError
+from .rebuild import build_allocator, used_hours
+from .rows import utcnow
+
+#: Store methods that change state. The service calls them only through its writer, off the
+#: event loop; with ``strict_writes`` a write on a thread running an event loop is an error.
+WRITES = frozenset(
+    {
+        "allocate",
+        "release",
+        "keepalive",
+        "resize",
+        "expire_grants",
+        "promote",
+        "reconcile",
+        "set_node",
+        "put_quota",
+        "reset_quota",
+        "put_inventory",
+        "add_busy",
+        "mig_results",
+        "load_config",
+        "write_minutes",
+        "prune_minutes",
+    }
+)
+#: Writes that refuse, if at all, before they write anything: they may share one transaction
+#: with other calls (group commit). The others run in a transaction of their own.
+BATCHABLE = frozenset({"allocate", "release", "keepalive", "resize", "expire_grants", "promote"})
+#: Batched calls whose first argument is a lease id: a batch loads those leases at once.
+_BY_LEASE_ID = frozenset({"release", "keepalive"})
+
+#: Set (to anything but empty or 0) to make every store write check that it runs off the
+#: event loop; the test suite sets it for every process it starts.
+STRICT_WRITES_ENV = "GPUPOOL_STRICT_WRITES"
+
+
+class StoreCore:
+    """The database, the allocator kept in step with it, and the transaction discipline.
+
+    ``mig_attempts``: failed creations of a planned MIG instance before its grant is released.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        catalog: Catalog,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        grant_timeout: float = 600.0,
+        aging_interval: float = 600.0,
+        reserve_after: float = 1800.0,
+        mig_attempts: int = MAX_ATTEMPTS,
+        file_config: PoolConfig | None = None,
+        strict_writes: bool | None = None,
+    ) -> None:
+        self.engine = engine
+        self.catalog = catalog
+        self.clock = clock
+        self.grant_timeout = grant_timeout
+        self.aging_interval = aging_interval
+        self.reserve_after = reserve_after
+        self.mig_attempts = mig_attempts
+        if strict_writes is None:
+            strict_writes = os.environ.get(STRICT_WRITES_ENV, "") not in ("", "0")
+        self.strict_writes = strict_writes
+        self.session_factory = sessionmaker(engine, expire_on_commit=False)
+        self.read_factory = sessionmaker(
+            engine.execution_options(gpupool_readonly=True), expire_on_commit=False
+        )
+        self._local = threading.local()
+        self._allocator: Allocator | None = None
+        self._version: int | None = None
+        self._thread_lock = threading.RLock()
+        #: Seconds a view may lag the commits of another process deciding on the same pool.
+        self.view_lag = 1.0
+        self._checked = 0.0
+        self._elsewhere = self._elsewhere_seen = 0
+        #: Seconds between recounts of the budget hours used (see ``rebuild.used_hours``).
+        self.budget_refresh = 60.0
+        self._budgets_at = 0.0
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        #: What the pool config file declares (an API override is reset to it).
+        self.file_config = file_config or PoolConfig()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only session (no pool lock; on SQLite a deferred, non-blocking BEGIN)."""
+        with self.read_factory() as db:
+            yield db
+
+    @contextmanager
+    def locked(self, *, fresh: bool = True) -> Iterator[Allocator]:
+        """The allocator, held still (no decision runs meanwhile) for a read-only view.
+
+        Views take no pool lock. When another process decides too, a view first catches up with
+        its commits: at once with those it was told of (``commits_elsewhere``: the service's
+        store process, so an answer never shows less than the decisions already answered), and
+        within ``view_lag`` seconds with the rest (another replica's). ``fresh=False`` is for
+        bulk readers (sample ingestion, metrics), which may be ``view_lag`` behind rather than
+        rebuild the allocator for every batch of decisions.
+        """
+        with self._thread_lock:
+            if self._allocator is None or self._check_due(fresh):
+                with self.transaction(write=False):  # reads the version; rebuilds if it moved
+                    pass
+            assert self._allocator is not None
+            yield self._allocator
+
+    def commits_elsewhere(self) -> None:
+        """Note that another process committed decisions on this pool (cheap; any thread)."""
+        self._elsewhere += 1
+
+    def _check_due(self, fresh: bool) -> bool:
+        """Whether a view must look at the pool version first: told of other commits (and
+        ``fresh``), or ``view_lag`` seconds since the last look."""
+        now, told = time.monotonic(), self._elsewhere
+        if not (fresh and told != self._elsewhere_seen) and now - self._checked < self.view_lag:
+            return False
+        self._checked, self._elsewhere_seen = now, told
+        return True
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def run_batch(self, calls: list[tuple[Callable[..., Any], tuple, dict]]) -> list[Any]:
+        """Run several ``BATCHABLE`` calls in ONE transaction (one lock, one commit).
+
+        Each call's result, or its ``StoreError`` (a refusal, raised before it wrote anything),
+        comes back in order. Any other error rolls the whole batch back and is raised: the
+        caller fails every call of the batch, and nothing of it was committed.
+        """
+        results: list[Any] = []
+        # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
+        with self.transaction() as (db, _), db.no_autoflush:
+            held = self._prefetch(
+                db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
+            )
+            for fn, args, kwargs in calls:
+                try:
+                    results.append(fn(*args, **kwargs))
+                except StoreError as e:
+                    results.append(e)
+        del held
+        return results
+
+    def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Run one write in a transaction of its own; a refusal (any ``PoolError``, which may
+        come after it wrote) rolls it back and is returned instead of raised."""
+        try:
+            return fn(*args, **kwargs)
+        except PoolError as e:
+            return e
+
+    @staticmethod
+    def _prefetch(db: Session, lease_ids: list[str]) -> list[orm.LeaseRow]:
+        """Load the leases (and their slots) a batch's calls address, in one query for the
+        whole batch instead of one per call: ``lease_row`` then finds them in the session's
+        identity map (which holds rows weakly: keep the returned list while the batch runs)."""
+        if len(lease_ids) < 2:
+            return []
+        return list(
+            db.scalars(
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.id.in_(set(lease_ids)))
+                .options(joinedload(orm.LeaseRow.slots))
+            ).unique()
+        )
+
+    def check_off_loop(self) -> None:
+        """With ``strict_writes``: refuse to write on a thread that runs an event loop (a
+        write there stalls every request for the length of a transaction)."""
+        if not self.strict_writes:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(
+            "a store write ran on the event loop's thread: call it through the service's writer"
+        )
+
+    @contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A short write transaction without the pool lock (busy hours, utilization minutes):
+        rows no decision reads."""
+        self.check_off_loop()
+        with self.session_factory() as db, db.begin():
+            yield db
+
+    @contextmanager
+    def transaction(self, write: bool = True) -> Iterator[tuple[Session, Allocator]]:
+        """Lock the pool, bring the allocator up to date, yield both; commit and bump on success.
+
+        On any error the transaction rolls back and the in-memory allocator is thrown away (it
+        may hold half-applied changes); the next transaction rebuilds it from the rows.
+        """
+        active = getattr(self._local, "active", None)
+        if active is not None:  # inside a batch: the calls share its transaction
+            yield active
+            return
+        if write:
+            self.check_off_loop()
+        with self._thread_lock, self.session_factory() as db:
+            try:
+                with db.begin():
+                    version = self._lock_version(db, write)
+                    if self._allocator is None or self._version != version - write:
+                        self._allocator = self._rebuild(db)
+                    elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
+                        self._budgets_at = self._now_s()
+                        self._allocator.quotas.used_hours = used_hours(
+                            db, self._allocator.quotas, self.clock()
+                        )
+                    self._local.active = (db, self._allocator)
+                    self._local.events = events = []
+                    try:
+                        yield db, self._allocator
+                        if events:  # the audit log, in order: one multi-row INSERT
+                            # on the session's connection: Core, no ORM execution path
+                            db.connection().execute(insert(orm.EventRow.__table__), events)
+                    finally:
+                        self._local.active = None
+                        self._local.events = None
+                self._version = version
+            except BaseException:
+                self._allocator = None
+                self._version = None
+                raise
+
+    @staticmethod
+    def _lock_version(db: Session, write: bool) -> int:
+        """Serialise with every other writer and return the pool version after this transaction.
+
+        One statement does both: a writer bumps the version row, whose row lock (held to
+        commit) orders writers across replicas on PostgreSQL; a reader takes a share lock on
+        it, so it never sees half of a writer's changes. (SQLite's ``BEGIN IMMEDIATE`` already
+        serialised the transaction.)
+        """
+        table = orm.PoolState.__table__
+        if write:
+            stmt = (
+                update(table)
+                .where(table.c.id == 1)
+                .values(version=table.c.version + 1)
+                .returning(table.c.version)
+            )
+        else:
+            stmt = select(table.c.version).where(table.c.id == 1)
+            if db.get_bind().dialect.name == "postgresql":
+                stmt = stmt.with_for_update(read=True)
+        conn = db.connection()  # Core statements: no need for the ORM's execution path
+        version = conn.execute(stmt).scalar()
+        if version is None:  # a new database: make the row once, then lock it as above
+            lock_pool(db)
+            if conn.execute(select(table.c.version).where(table.c.id == 1)).scalar() is None:
+                conn.execute(insert(table).values(id=1, version=0))
+            version = conn.execute(stmt).scalar()
+        return version
+
+    def _now_s(self) -> float:
+        return self.clock().replace(tzinfo=timezone.utc).timestamp()
+
+    def _rebuild(self, db: Session) -> Allocator:
+        """The allocator from the rows (and the budget hours counted now)."""
+        self._budgets_at = self._now_s()
+        return build_allocator(
+            db,
+            self.catalog,
+            self.clock(),
+            aging_interval=self.aging_interval,
+            reserve_after=self.reserve_after,
+        )
+
+    # -- the audit log -----------------------------------------------------------------------
+
+    def _event(
+        self,
+        db: Session,
+        kind: str,
+        actor: str,
+        row: orm.LeaseRow | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Audit ``kind`` (written with the transaction) and tell the listeners."""
+        event = {
+            "ts": self.clock(),
+            "actor": actor or "system",
+            "kind": kind,
+            "lease_id": row.id if row else None,
+            "user": row.user if row else None,
+            "data": data or {},
+        }
+        pending = getattr(self._local, "events", None)
+        if pending is not None:  # written with the transaction's other events, before commit
+            pending.append(event)
+        else:
+            db.add(orm.EventRow(**event))
+        for listener in self.listeners:
+            listener(kind, {"lease": row.id if row else None, **(data or {})})
+
+    def lease_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
+        """The lease's row with its slots, or the ``not_found`` refusal."""
+        row = db.get(orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)])
+        if row is None:
+            raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
+        return row
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", "")

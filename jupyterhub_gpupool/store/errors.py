@@ -1,0 +1,19 @@
+"""The store's refusals: domain errors with a code, never an HTTP status.
+
+A refusal is raised before the call wrote anything, so a batch of calls can answer it alone
+and commit the others (group commit). The HTTP status of each code lives at the HTTP boundary.
+"""
+
+from __future__ import annotations
+
+from ..pool.errors import Refusal
+
+
+class StoreError(Refusal):
+    """A request the store refuses (``code``, ``message``, ``field``, ``allowed``)."""
+
+
+def lease_not_found(lease_id: str, field: str = "id") -> StoreError:
+    """The refusal for a lease that does not exist, and for one the caller may not see:
+    identical, so that the answer does not reveal another user's lease exists."""
+    return StoreError("not_found", f"no lease {lease_id!r}", field=field)

@@ -1,0 +1,193 @@
+"""The lease lifecycle: ask, bind, resize, release, and the housekeeping that keeps it moving
+(expiring unbound grants, serving the queue, reconciling with the hub)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select
+
+from .. import orm
+from ..pool.allocator import Rejected
+from ..pool.errors import PoolError
+from ..pool.leases import LIVE_STATES, is_ready
+from ..pool.model import Request, offer_priority
+from .apply import Applier
+from .errors import StoreError
+from .rows import epoch
+from .views import ViewStore
+
+
+class LeaseStore(Applier, ViewStore):
+    """Leases: every method decides in one transaction and answers the lease JSON."""
+
+    def allocate(
+        self,
+        user: str,
+        server: str,
+        offer: str,
+        *,
+        group: str | None = None,
+        groups: Iterable[str] = (),
+        priority: int | None = None,
+        actor: str = "",
+        resize_of: str | None = None,
+    ) -> dict[str, Any]:
+        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, or StoreError."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            if resize_of is None:
+                # one lease (live or queued) per server; the allocator knows them all, and so
+                # sees the ones made earlier in the same batch too
+                existing = alloc.lease_for_server(user, server)
+                if existing is not None:
+                    lease_id, state = existing
+                    raise StoreError(
+                        "already_allocated",
+                        f"server {user}/{server} already has lease {lease_id} ({state})",
+                        field="server",
+                    )
+            prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
+            try:
+                request = Request(
+                    uuid.uuid4().hex, user, offer, server, group, tuple(groups), prio, epoch(now)
+                )
+            except PoolError as e:  # a refusal of this call alone, even inside a batch
+                raise StoreError(e.code, e.message, field=e.field) from None
+            decision = alloc.decide(request, self._now_s())
+            if isinstance(decision, Rejected):
+                raise StoreError(
+                    decision.code, decision.message, field=decision.field, allowed=decision.allowed
+                )
+            row = orm.LeaseRow(
+                id=request.id,
+                user=user,
+                server=server,
+                offer=offer,
+                group=decision.group,
+                groups=list(groups),
+                priority=prio,
+                created=now,
+                units=str(decision.units),
+                units_f=float(decision.units),
+                resize_of=resize_of,
+                borrowed=False,  # set here, not by column defaults: the JSON is built pre-flush
+                within_guarantee=True,
+                busy_hours=0.0,
+            )
+            db.add(row)
+            alloc.apply(decision, self._now_s())
+            self._record(db, row, decision, actor)
+            return self._lease_json(db, alloc, row)
+
+    def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
+        """End a lease (or leave the queue) and serve the queue with what it frees."""
+        if reason not in orm.RELEASE_REASONS:
+            raise StoreError(
+                "invalid_reason",
+                f"unknown release reason {reason!r}",
+                field="reason",
+                allowed=orm.RELEASE_REASONS,
+            )
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.state != "released":
+                if row.state == "queued" and reason == "stopped":
+                    reason = "cancelled"
+                self._finish(db, alloc, row, reason, actor)
+            return self._lease_json(db, alloc, row)
+
+    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+        """The server is running on its lease: bind a grant (granted → active), note liveness.
+
+        Binding the new lease of a resize releases the old one (make-before-break).
+        """
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.state in ("queued", "released"):
+                raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
+            made = (exists for _, exists in self._mig_devices(alloc, row).values())
+            if row.state == "granted" and not is_ready(row.state, made):
+                # dynamic MIG: nothing to run on yet (the lease says ready once there is)
+                raise StoreError(
+                    "not_ready",
+                    f"lease {lease_id} waits for its MIG instance to be made; bind it once "
+                    "the lease is ready",
+                    field="id",
+                )
+            row.keepalive = now
+            if row.state == "granted":
+                row.state, row.activated, row.expires = "active", now, None
+                self._event(db, "activated", actor, row)
+                if row.resize_of:
+                    old = db.get(orm.LeaseRow, row.resize_of)
+                    if old is not None and old.state != "released":
+                        self._finish(db, alloc, old, "resized", actor)
+            return self._lease_json(db, alloc, row)
+
+    def resize(self, lease_id: str, offer: str, *, actor: str = "") -> dict[str, Any]:
+        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds."""
+        with self.transaction() as (db, _):
+            row = self.lease_row(db, lease_id)
+            if row.state not in LIVE_STATES:
+                raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
+            if offer == row.offer:
+                raise StoreError(
+                    "same_offer", f"lease {lease_id} already has {offer!r}", field="offer"
+                )
+            pending = db.scalar(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.resize_of == lease_id,
+                    orm.LeaseRow.state.in_(("queued", *LIVE_STATES)),
+                )
+            )
+            if pending is not None:
+                raise StoreError(
+                    "resize_pending",
+                    f"lease {lease_id} already has resize {pending.id} pending",
+                    field="id",
+                )
+            return self.allocate(
+                row.user,
+                row.server,
+                offer,
+                group=row.group,
+                groups=row.groups or (),
+                actor=actor,
+                resize_of=lease_id,
+            )
+
+    def expire_grants(self) -> int:
+        """Release grants no server bound in time; returns how many."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.state == "granted", orm.LeaseRow.expires < now
+                )
+            ).all()
+            for row in rows:
+                self._finish(db, alloc, row, "expired", "system")
+            return len(rows)
+
+    def reconcile(self, running: set[tuple[str, str]], *, actor: str = "system") -> int:
+        """Release leases (and queue entries) of servers the hub no longer runs or spawns."""
+        with self.transaction() as (db, alloc):
+            rows = db.scalars(
+                select(orm.LeaseRow).where(orm.LeaseRow.state.in_(("queued", *LIVE_STATES)))
+            ).all()
+            gone = [r for r in rows if (r.user, r.server) not in running]
+            for row in gone:
+                self._finish(
+                    db, alloc, row, "stopped" if row.state != "queued" else "cancelled", actor
+                )
+            self._event(db, "reconciled", actor, data={"released": len(gone)})
+            return len(gone)
+
+    def promote(self) -> int:
+        """Serve the queue (after aging, say); returns how many were granted."""
+        with self.transaction() as (db, alloc):
+            return self._serve_queue(db, alloc)

@@ -1,0 +1,203 @@
+"""The allocator, built from the rows: what a process decides with after a restart, after
+another replica's commits, and after the inventory or the config changed shape."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, selectinload
+
+from .. import orm
+from ..pool.allocator import Allocator, Lease
+from ..pool.catalog import Catalog
+from ..pool.errors import PoolError
+from ..pool.miglayout import validate_mig_layout
+from ..pool.model import RETIRING, Gpu, MigInstance, Node, Request, parse_offer
+from ..pool.placement import Slot
+from ..pool.queue import Waiter
+from ..pool.quota import QuotaBook, QuotaSpec, period_start
+from .rows import epoch, held_hours
+
+
+def mig_key(entry: Mapping[str, Any]) -> tuple[str, int]:
+    """(profile, start) of an instance entry of ``GpuRow.observed`` or a MIG result."""
+    return str(entry["profile"]), int(entry["start"])
+
+
+def instances_of(catalog: Catalog, g: orm.GpuRow) -> list[MigInstance]:
+    """The GPU's instances for the allocator: the wanted ones, and on a dynamic GPU the
+    unwanted ones the node still has, held by ``RETIRING`` so nothing goes over them.
+
+    One in the way of a wanted instance (made by hand, found late) is left out: the plan
+    destroys it first, or fails the grant when it cannot go.
+    """
+    out = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
+    if g.dynamic_mig and g.observed:
+        model = catalog.model_for_nvml(g.model, g.memory_mib)
+        wanted = {(i.profile, i.start) for i in g.instances}
+        for o in g.observed:
+            if mig_key(o) in wanted:
+                continue
+            try:
+                validate_mig_layout(model, [(i.profile, i.start) for i in out] + [mig_key(o)])
+            except PoolError:
+                continue
+            out.append(MigInstance(o["profile"], o["start"], o.get("uuid"), RETIRING))
+    return out
+
+
+def request_of(row: orm.LeaseRow) -> Request:
+    """The allocator's request behind a lease row."""
+    return Request(
+        row.id,
+        row.user,
+        row.offer,
+        row.server,
+        row.group,
+        tuple(row.groups or ()),
+        row.priority,
+        epoch(row.created),
+    )
+
+
+def quota_book(db: Session, now: datetime) -> QuotaBook:
+    """Every quota row, and the budget hours used this period."""
+    book = QuotaBook()
+    for q in db.scalars(select(orm.QuotaRow)):
+        spec = QuotaSpec.parse(
+            {"guarantee": q.guarantee, "limit": q.limit, "budget": q.budget, "period": q.period},
+            f"quotas.{q.kind}s.{q.name}",
+        )
+        if q.kind == "user":
+            book.users[q.name] = spec
+        elif q.kind == "group":
+            book.groups[q.name] = spec
+        else:
+            book.default_user = spec
+    book.used_hours = used_hours(db, book, now)
+    return book
+
+
+def used_hours(db: Session, book: QuotaBook, now: datetime) -> dict[str, float]:
+    """Unit-hours used this period by users and groups that have a budget (groups keyed
+    ``group:<name>``), reading only leases that overlap the earliest period start."""
+    budgets = {u: s for u, s in book.users.items() if s.budget is not None}
+    gbudgets = {g: s for g, s in book.groups.items() if s.budget is not None}
+    if book.default_user.budget is None and not budgets and not gbudgets:
+        return {}
+    specs = [*budgets.values(), *gbudgets.values(), book.default_user]
+    earliest = min(period_start(now, spec.period) for spec in specs)
+    used: dict[str, float] = {}
+    rows = db.scalars(
+        select(orm.LeaseRow).where(
+            orm.LeaseRow.granted.is_not(None),
+            or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released >= earliest),
+        )
+    )
+    for row in rows:
+        spec = book.users.get(row.user, book.default_user)
+        if spec.budget is not None:
+            used[row.user] = used.get(row.user, 0.0) + held_hours(
+                row, period_start(now, spec.period), now
+            )
+        if row.group in gbudgets:
+            key = f"group:{row.group}"
+            used[key] = used.get(key, 0.0) + held_hours(
+                row, period_start(now, gbudgets[row.group].period), now
+            )
+    return used
+
+
+def build_allocator(
+    db: Session,
+    catalog: Catalog,
+    now: datetime,
+    *,
+    aging_interval: float,
+    reserve_after: float,
+) -> Allocator:
+    """An allocator holding exactly what the rows say: inventory, offers, quotas, live
+    leases and the queue."""
+    nodes = []
+    for row in db.scalars(
+        select(orm.NodeRow)
+        .options(selectinload(orm.NodeRow.gpus).selectinload(orm.GpuRow.instances))
+        .order_by(orm.NodeRow.id)
+    ):
+        gpus = [
+            Gpu(
+                g.uuid,
+                g.index,
+                catalog.model_for_nvml(g.model, g.memory_mib),
+                row.name,
+                g.mig_enabled,
+                g.dynamic_mig,
+                g.sharing,
+                g.healthy,
+                g.cordoned,
+                instances_of(catalog, g),
+            )
+            for g in row.gpus
+        ]
+        nodes.append(
+            Node(
+                row.name,
+                row.cluster,
+                row.cpu_milli,
+                row.memory_mib,
+                gpus,
+                row.cordoned,
+                row.draining,
+                dict(row.labels or {}),
+            )
+        )
+    offers = [
+        parse_offer(r.spec, catalog)
+        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
+    ]
+    allocator = Allocator(
+        nodes,
+        offers,
+        quota_book(db, now),
+        aging_interval=aging_interval,
+        reserve_after=reserve_after,
+    )
+    live = db.scalars(
+        select(orm.LeaseRow)
+        .where(orm.LeaseRow.state.in_(orm.LIVE_STATES))
+        .options(selectinload(orm.LeaseRow.slots))
+    )
+    for row in live:
+        slots = tuple(
+            Slot(s.gpu_uuid, s.kind, s.milli, s.profile, s.start, s.create)
+            for s in row.slots
+            if s.live
+        )
+        allocator.restore(
+            Lease(
+                row.id,
+                request_of(row),
+                row.offer,
+                row.node or "",
+                slots,
+                Fraction(row.units),
+                row.group,
+                row.borrowed,
+            )
+        )
+    for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.state == "queued")):
+        allocator.restore_waiter(
+            Waiter(
+                request_of(row),
+                Fraction(row.units),
+                row.group,
+                row.within_guarantee,
+                row.reason or "no_capacity",
+                epoch(row.queued_since or row.created),
+            )
+        )
+    return allocator

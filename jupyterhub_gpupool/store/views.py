@@ -1,0 +1,400 @@
+"""Read-only views for the API: leases, offers, a user's page, the inventory, the audit log
+and usage reports. They never take the pool lock or write; they read the allocator held still
+(``locked``) and read-only sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, selectinload
+
+from .. import orm
+from ..pool.allocator import Allocator
+from ..pool.leases import is_ready, mig_device
+from ..pool.model import RETIRING, Gpu, MigInstance
+from ..pool.queue import estimate_wait
+from .core import StoreCore
+from .errors import StoreError
+from .rows import check_quota_kind, held_hours, offer_spec, ts
+
+
+class ViewStore(StoreCore):
+    """The store's read side."""
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease(self, lease_id: str) -> dict[str, Any]:
+        """One lease as JSON."""
+        with self.locked() as alloc, self.read() as db:
+            return self._lease_json(db, alloc, self.lease_row(db, lease_id))
+
+    def lease_owner(self, lease_id: str) -> str:
+        """The user a lease belongs to (for scope checks)."""
+        with self.read() as db:
+            return self.lease_row(db, lease_id).user
+
+    def leases(
+        self,
+        *,
+        user: str | None = None,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 200,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Leases, newest first, filtered; returns (page, total)."""
+        if state is not None and state not in orm.LEASE_STATES:
+            raise StoreError(
+                "invalid_state",
+                f"unknown state {state!r}",
+                field="state",
+                allowed=orm.LEASE_STATES,
+            )
+        with self.locked() as alloc, self.read() as db:
+            q = select(orm.LeaseRow)
+            if user is not None:
+                q = q.where(orm.LeaseRow.user == user)
+            if state is not None:
+                q = q.where(orm.LeaseRow.state == state)
+            total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
+            rows = list(
+                db.scalars(
+                    q.order_by(orm.LeaseRow.created.desc(), orm.LeaseRow.id)
+                    .offset(offset)
+                    .limit(limit)
+                    .options(selectinload(orm.LeaseRow.slots))
+                )
+            )
+            # queue positions and release rates once per page, not once per queued lease
+            positions = rates = None
+            if any(r.state == "queued" for r in rows):
+                now = self._now_s()
+                positions = {w.request.id: i for i, w in enumerate(alloc.queue(now), 1)}
+                rates = {}
+            return [self._lease_json(db, alloc, r, positions, rates) for r in rows], total
+
+    def _lease_json(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        row: orm.LeaseRow,
+        positions: Mapping[str, int] | None = None,
+        rates: dict[str, float] | None = None,
+    ) -> dict:
+        out: dict[str, Any] = {
+            "id": row.id,
+            "user": row.user,
+            "server": row.server,
+            "offer": row.offer,
+            "group": row.group,
+            "state": row.state,
+            "reason": row.reason,
+            "message": row.message,
+            "units": row.units_f,
+            "borrowed": row.borrowed,
+            "node": row.node,
+            "model": row.model,
+            "created": ts(row.created),
+            "granted": ts(row.granted),
+            "activated": ts(row.activated),
+            "released": ts(row.released),
+            "release_reason": row.release_reason,
+            "expires": ts(row.expires),
+            "resize_of": row.resize_of,
+            "position": None,
+            "eta_seconds": None,
+            "reclaim": None,
+            "slots": [
+                {
+                    "gpu": s.gpu_uuid,
+                    "kind": s.kind,
+                    "profile": s.profile,
+                    "start": s.start,
+                    "milli": s.milli,
+                    "mig_uuid": None,
+                }
+                for s in row.slots
+            ],
+        }
+        if row.reclaim_deadline is not None:
+            out["reclaim"] = {"deadline": ts(row.reclaim_deadline), "reason": row.reclaim_reason}
+        if row.state == "queued" and alloc is not None:
+            pos = (
+                alloc.position(row.id, self._now_s())
+                if positions is None
+                else positions.get(row.id)
+            )
+            out["position"] = pos
+            if pos is not None:
+                if rates is None:
+                    rate = self._release_rate(db, row.offer)
+                else:
+                    if row.offer not in rates:
+                        rates[row.offer] = self._release_rate(db, row.offer)
+                    rate = rates[row.offer]
+                out["eta_seconds"] = estimate_wait(pos, rate)
+        devices = self._mig_devices(alloc, row)
+        for s in out["slots"]:
+            if s["kind"] == "mig" and row.state in orm.LIVE_STATES:
+                s["mig_uuid"] = devices[(s["gpu"], s["start"])][0]
+        out["ready"] = is_ready(row.state, (made for _, made in devices.values()))
+        return out
+
+    @staticmethod
+    def _mig_devices(
+        alloc: Allocator | None, row: orm.LeaseRow
+    ) -> dict[tuple[str, int | None], tuple[str | None, bool]]:
+        """A live lease's MIG instances: (GPU, start) → (``MIG-…`` uuid, whether it exists)."""
+        if row.state not in orm.LIVE_STATES:
+            return {}
+        return {
+            (s.gpu_uuid, s.start): mig_device(
+                None if alloc is None else alloc.gpus.get(s.gpu_uuid), row.id, s.start
+            )
+            for s in row.slots
+            if s.kind == "mig"
+        }
+
+    def _release_rate(self, db: Session, offer: str) -> float:
+        """Releases of ``offer`` in the last hour: the basis of queue wait estimates."""
+        since = self.clock() - timedelta(hours=1)
+        return float(
+            db.scalar(
+                select(func.count())
+                .select_from(orm.LeaseRow)
+                .where(
+                    orm.LeaseRow.offer == offer,
+                    orm.LeaseRow.released >= since,
+                    orm.LeaseRow.granted.is_not(None),
+                )
+            )
+            or 0
+        )
+
+    # -- offers and users ------------------------------------------------------------------
+
+    def offers_for(self, user: str | None, groups: Iterable[str]) -> list[dict[str, Any]]:
+        """Offers visible to ``user`` with live availability, queue length, units and quota fit."""
+        groups = list(groups)
+        with self.locked() as alloc, self.read() as db:
+            out = []
+            for offer in alloc.offers.values():
+                if user is not None and not offer.visible_to(groups):
+                    continue
+                units = alloc.units_for(offer, None)
+                queue = sum(1 for w in alloc.waiters.values() if w.request.offer == offer.name)
+                verdict = alloc.quotas.check(user, groups, units) if user else None
+                available = alloc.available(offer)
+                eta = (
+                    0.0
+                    if available and not queue
+                    else estimate_wait(queue + 1, self._release_rate(db, offer.name))
+                )
+                out.append(
+                    {
+                        **offer_spec(offer),
+                        "units": float(units),
+                        "available": available,
+                        "queue_length": queue,
+                        "quota_ok": None if verdict is None else verdict.ok,
+                        "quota_reason": None if verdict is None or verdict.ok else verdict.code,
+                        "eta_seconds": eta,
+                    }
+                )
+            return out
+
+    def user(self, name: str, groups: Iterable[str] = ()) -> dict[str, Any]:
+        """A user's quota, use, leases and notices."""
+        with self.locked() as alloc:
+            leases, _ = self.leases(user=name, limit=100)
+            live = [le for le in leases if le["state"] != "released"]
+            spec = alloc.quotas.user_spec(name)
+            notices = [
+                {
+                    "lease": le["id"],
+                    "kind": "reclaim",
+                    "message": le["reclaim"]["reason"],
+                    "deadline": le["reclaim"]["deadline"],
+                }
+                for le in live
+                if le["reclaim"]
+            ]
+            return {
+                "name": name,
+                "groups": list(groups),
+                "quota": spec.to_dict(),
+                "held_units": float(alloc.quotas.held(name)),
+                "used_unit_hours": alloc.quotas.used_hours.get(name),
+                "leases": live,
+                "notices": notices,
+            }
+
+    def get_quota(self, kind: str, name: str) -> dict[str, Any]:
+        """A user's or group's effective quota and where it comes from."""
+        k = check_quota_kind(kind)
+        with self.read() as db:
+            row = db.scalar(
+                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
+            )
+            if row is None and kind == "users":
+                row = db.scalar(select(orm.QuotaRow).where(orm.QuotaRow.kind == "default"))
+                src = "default" if row is not None else "none"
+            else:
+                src = row.source if row else "none"
+            spec = {"guarantee": 0.0, "limit": None, "budget": None, "period": "month"}
+            if row is not None:
+                spec = {
+                    "guarantee": row.guarantee,
+                    "limit": row.limit,
+                    "budget": row.budget,
+                    "period": row.period,
+                }
+            return {"name": name, "kind": k, "source": src, **spec}
+
+    # -- the pool --------------------------------------------------------------------------
+
+    def pool(self, *, detail: bool) -> dict[str, Any]:
+        """Inventory: admins get holders per GPU; users get aggregates only."""
+        with self.locked() as alloc:
+            holders: dict[str, list[dict[str, Any]]] = {}
+            if detail:
+                for lease in alloc.leases.values():
+                    for s in lease.slots:
+                        holders.setdefault(s.gpu, []).append(
+                            {
+                                "lease": lease.id,
+                                "user": lease.request.user,
+                                "kind": s.kind,
+                                "profile": s.profile,
+                                "start": s.start,
+                                "milli": s.milli,
+                            }
+                        )
+            clusters: dict[str, list[dict[str, Any]]] = {}
+            if detail:
+                for node in alloc.nodes.values():
+                    clusters.setdefault(node.cluster, []).append(
+                        {
+                            "name": node.name,
+                            "cordoned": node.cordoned,
+                            "draining": node.draining,
+                            "cpu_milli": node.cpu_milli,
+                            "memory_mib": node.memory_mib,
+                            "cpu_used": node.cpu_used,
+                            "memory_used": node.memory_used,
+                            "gpus": [
+                                _gpu_json(g, node.schedulable, holders.get(g.uuid, []))
+                                for g in node.gpus
+                            ],
+                        }
+                    )
+            out: dict[str, Any] = {
+                "totals": dict(alloc.capacity()),
+                "models": list(alloc.capacity_by_model().values()),
+                "queue_length": len(alloc.waiters),
+            }
+            if detail:
+                out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
+            return out
+
+    # -- the audit log and usage ---------------------------------------------------------------
+
+    def events(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 200,
+        lease: str | None = None,
+        user: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Audit events, oldest first."""
+        with self.read() as db:
+            q = select(orm.EventRow)
+            if lease is not None:
+                q = q.where(orm.EventRow.lease_id == lease)
+            if user is not None:
+                q = q.where(orm.EventRow.user == user)
+            total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
+            rows = db.scalars(q.order_by(orm.EventRow.id).offset(offset).limit(limit))
+            return [
+                {
+                    "id": e.id,
+                    "ts": ts(e.ts),
+                    "actor": e.actor,
+                    "kind": e.kind,
+                    "lease": e.lease_id,
+                    "user": e.user,
+                    "data": e.data,
+                }
+                for e in rows
+            ], total
+
+    def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
+        """Unit-hours held and busy per user, group or offer within [start, end)."""
+        if by not in ("user", "group", "offer"):
+            raise StoreError(
+                "invalid_by",
+                f"cannot group usage by {by!r}",
+                field="by",
+                allowed=["user", "group", "offer"],
+            )
+        if end <= start:
+            raise StoreError("invalid_range", "'to' must be after 'from'", field="to")
+        with self.read() as db:
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.granted.is_not(None),
+                    orm.LeaseRow.granted < end,
+                    or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released > start),
+                )
+            )
+            acc: dict[str, dict[str, Any]] = {}
+            now = self.clock()
+            for row in rows:
+                key = getattr(row, by) or ""
+                held = held_hours(row, start, min(end, now))
+                span = held_hours(row, row.granted, row.released or now)
+                busy = row.busy_hours * (held / span) if span else 0.0
+                a = acc.setdefault(
+                    key, {by: key, "leases": 0, "held_unit_hours": 0.0, "busy_unit_hours": 0.0}
+                )
+                a["leases"] += 1
+                a["held_unit_hours"] += held
+                a["busy_unit_hours"] += busy * row.units_f
+            for a in acc.values():
+                a["held_unit_hours"] = round(a["held_unit_hours"], 6)
+                a["busy_unit_hours"] = round(a["busy_unit_hours"], 6)
+            return sorted(acc.values(), key=lambda a: a[by])
+
+
+def instance_state(gpu: Gpu, inst: MigInstance) -> str:
+    """``present``, ``planned`` (wanted on a dynamic GPU, not made yet) or ``retiring``."""
+    if inst.lease == RETIRING:
+        return "retiring"
+    return "planned" if gpu.dynamic_mig and inst.uuid is None else "present"
+
+
+def _gpu_json(g: Gpu, schedulable: bool, holders: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "uuid": g.uuid,
+        "index": g.index,
+        "model": g.model.name,
+        "mig_enabled": g.mig_enabled,
+        "dynamic_mig": g.dynamic_mig,
+        "healthy": g.healthy,
+        "cordoned": g.cordoned,
+        "free_units": g.free_units() if schedulable else 0.0,
+        "instances": [
+            {
+                "profile": i.profile,
+                "start": i.start,
+                "uuid": i.uuid,
+                "lease": None if i.lease == RETIRING else i.lease,
+                "state": instance_state(g, i),
+            }
+            for i in g.instances
+        ],
+        "holders": holders,
+    }
