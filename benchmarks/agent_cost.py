@@ -1,6 +1,6 @@
 """Node agent cost: CPU per sample on a node of 8 A100-80GB × 7 MIG slices, and ingestion rate.
 
-The target (DESIGN §2): an agent uses < 1 % of one core at a 5 s interval.
+The target: an agent uses < 1 % of one core at a 5 s interval.
 
 1. **Agent CPU.** A real hub and pool service run as in the integration tests
    (``tests/integration/hubenv.py``). The agent loop runs in this process with its production

@@ -1,4 +1,4 @@
-"""``jupyterhub-gpupool``: one command, one subcommand per part (DESIGN §6).
+"""``jupyterhub-gpupool``: one command, one subcommand per part.
 
 Subcommands that are full applications (service, agent, reclaimer) are traitlets apps and get
 their own argv; the rest are small argparse commands. Bad flags exit 2 with one line.

@@ -42,7 +42,8 @@ NODE_KEY = PREFIX + "node"
 SLOTS_KEY = PREFIX + "slots"
 DISPLAY_NAME_KEY = PREFIX + "offer-display-name"
 
-#: Server environment (DESIGN §6). On Kubernetes the device variables are the device plugin's.
+#: Server environment (a contract: the lab extension reads it). On Kubernetes the device
+#: variables are the device plugin's.
 ENV_LEASE_ID = "GPUPOOL_LEASE_ID"
 ENV_OFFER = "GPUPOOL_OFFER"
 ENV_API_URL = "GPUPOOL_API_URL"

@@ -98,7 +98,8 @@ class Lease:
 
 
 class Allocator:
-    """In-memory pool state plus the decision rules of DESIGN §4."""
+    """In-memory pool state plus the decision rules: placement, quotas, the fair queue and
+    the lease lifecycle."""
 
     def __init__(
         self,

@@ -108,7 +108,7 @@ class GpuModel:
             ) from None
 
     def profile_units(self, name: str) -> Fraction:
-        """GPU units of one instance: its dominant share of the GPU (DESIGN §4).
+        """GPU units of one instance: its dominant share of the GPU.
 
         1g.10gb on an A100-80GB is max(1/7, 1/8) = 1/7; 3g.40gb is max(3/7, 4/8) = 1/2.
         """

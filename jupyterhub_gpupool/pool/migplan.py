@@ -6,7 +6,7 @@ instance made by hand). Deriving the actions from the two every time makes deliv
 an agent that missed a plan gets the same one again, and one that applied it twice changes
 nothing. Pure values in, pure values out; the store feeds it rows and records the outcome.
 
-Rules (DESIGN §4, docs/source/howto/node-agent.md "Dynamic MIG"):
+Rules (docs/source/howto/node-agent.md "Dynamic MIG"):
 
 * **create** a wanted instance the node does not report, at the pool's placement, until it has
   failed ``max_attempts`` times;

@@ -167,7 +167,7 @@ def validate_node(node: Node) -> None:
 
 @dataclass(frozen=True)
 class Offer:
-    """What a user can ask for (contract, DESIGN §4), declared by the admin."""
+    """What a user can ask for (a contract users and scripts rely on), declared by the admin."""
 
     name: str
     kind: str
@@ -327,7 +327,8 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
 
 
 def offer_units(offer: Offer, model: GpuModel) -> Fraction:
-    """GPU units one grant of ``offer`` on ``model`` costs (DESIGN §4)."""
+    """GPU units one grant of ``offer`` on ``model`` costs: a whole GPU is 1 (times the
+    model's weight), a MIG slice its dominant share of its GPU, a share its fraction."""
     if offer.kind == "mig":
         return model.profile_units(offer.profile or "")
     if offer.kind == "shared":

@@ -1,6 +1,6 @@
 """The fair queue: who is served first when capacity frees.
 
-Order (DESIGN §4): priority class, then requests within guarantee before borrowing ones, then the
+Order: priority class, then requests within guarantee before borrowing ones, then the
 lowest weighted share of the group (held / guarantee), then arrival. Aging lifts a waiter one
 priority level per ``aging_interval`` seconds waited, so nobody starves behind a busy class.
 """

@@ -1,7 +1,7 @@
 """``jupyterhub-gpupool agent``: one per GPU node, reporting inventory and utilization.
 
 The agent reads the node through a *reader* (real NVML or the simulator, same code path) and
-talks to the pool service's agent endpoints (DESIGN §2, §7):
+talks to the pool service's agent endpoints:
 
 * ``PUT {api}/nodes/{node}/inventory`` on start and whenever the inventory's hash changes;
 * ``POST {api}/nodes/{node}/samples`` with the samples taken every ``interval`` seconds;
