@@ -12,8 +12,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.writer import ProcessBatchWriter
 from jupyterhub_gpupool.store import Store, StoreError, utcnow
-
-from ..unit.test_store import make_store
+from tests.fakes import make_store
 
 
 @pytest.fixture

@@ -6,151 +6,19 @@ batching and queue bounds are checked exactly, without timing assertions.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import logging
-import random
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
-from jupyterhub_gpupool.telemetry.agent import AgentLoop, NodeAgent, inventory_hash
-
-T0 = 1_700_000_000.0
-API = "http://pool.test/services/gpupool/api/v1/"
-
-
-class FakeClock:
-    """Wall time that moves only when the loop sleeps."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.now += seconds
-
-
-class FakeReader:
-    """A deterministic node: ``gpus`` GPUs with ``slices`` MIG instances each (our interface)."""
-
-    def __init__(self, gpus: int = 2, slices: int = 0) -> None:
-        self.gpus = gpus
-        self.slices = slices
-        self.reads = 0
-        self.fail: Exception | None = None
-
-    def inventory(self) -> dict[str, Any]:
-        gpus = []
-        for i in range(self.gpus):
-            mig = {
-                "enabled": bool(self.slices),
-                "instances": [{"profile": "1g.10gb", "start": s} for s in range(self.slices)],
-            }
-            gpus.append(
-                {"uuid": f"GPU-{i}", "index": i, "model": "NVIDIA A100-SXM4-80GB", "mig": mig}
-            )
-        return {"cpu_milli": 8000, "memory_mib": 65536, "gpus": gpus}
-
-    def samples(self, now: float | None = None) -> list[dict[str, Any]]:
-        if self.fail is not None:
-            raise self.fail
-        self.reads += 1
-        out = []
-        for i in range(self.gpus):
-            for start in range(self.slices) if self.slices else [None]:
-                out.append(
-                    {
-                        "gpu": f"GPU-{i}",
-                        "start": start,
-                        "ts": now,
-                        "util": None if start is not None else float(self.reads % 100),
-                        "memory_used_mib": self.reads,
-                    }
-                )
-        return out
-
-
-@dataclass
-class Call:
-    t: float
-    method: str
-    url: str
-    body: Any
-    status: int | None
-
-
-@dataclass
-class FakeService:
-    """An in-memory transport recording every request; ``status`` None means unreachable."""
-
-    clock: FakeClock
-    status: int | None = 200
-    post_status: int | None = None  # overrides ``status`` for samples when set
-    calls: list[Call] = field(default_factory=list)
-
-    async def __call__(self, method: str, url: str, headers: dict[str, str], body: bytes):
-        assert headers["Authorization"] == "token secret"
-        status = self.status
-        if method == "POST" and self.post_status is not None:
-            status = self.post_status
-        self.calls.append(Call(self.clock.now, method, url, json.loads(body), status))
-        if status is None:
-            raise ConnectionRefusedError("Connection refused")
-        if status >= 400:
-            return status, json.dumps({"status": status, "message": "nope"}).encode()
-        return status, b"{}"
-
-    def puts(self) -> list[Call]:
-        return [c for c in self.calls if c.method == "PUT"]
-
-    def posts(self, ok_only: bool = True) -> list[Call]:
-        return [
-            c
-            for c in self.calls
-            if c.method == "POST" and (not ok_only or (c.status is not None and c.status < 300))
-        ]
-
-    def delivered(self) -> list[dict[str, Any]]:
-        return [s for c in self.posts() for s in c.body["samples"]]
-
-
-def make(reader: FakeReader | None = None, **kw: Any) -> tuple[AgentLoop, FakeClock, FakeService]:
-    clock = FakeClock()
-    service = FakeService(clock)
-    kw.setdefault("rand", random.Random(7).random)
-    loop = AgentLoop(
-        reader or FakeReader(),
-        service,
-        API,
-        "node-1",
-        "secret",
-        clock=clock,
-        sleep=clock.sleep,
-        **kw,
-    )
-    return loop, clock, service
-
-
-def run_for(loop: AgentLoop, clock: FakeClock, seconds: float, check=None) -> None:
-    end = clock.now + seconds
-
-    def until() -> bool:
-        if check is not None:
-            check()
-        return clock.now >= end
-
-    asyncio.run(loop.run(until=until))
+from jupyterhub_gpupool.telemetry.agent import NodeAgent, inventory_hash
+from tests.fakes import AGENT_API as API
+from tests.fakes import FakeReader, FakeService, SecondsClock, make_agent, run_for
 
 
 def test_inventory_sent_at_start_then_only_when_it_changes():
     reader = FakeReader(gpus=2, slices=0)
-    loop, clock, service = make(reader, inventory_interval=10)
+    loop, clock, service = make_agent(reader, inventory_interval=10)
     run_for(loop, clock, 0.5)
     assert [c.method for c in service.calls] == ["PUT", "POST"]  # inventory before samples
     assert service.calls[0].url == API + "nodes/node-1/inventory"
@@ -170,7 +38,7 @@ def test_inventory_sent_at_start_then_only_when_it_changes():
 
 def test_samples_are_batched_and_delivered_in_order():
     reader = FakeReader(gpus=8, slices=7)
-    loop, clock, service = make(reader, interval=5, flush_interval=20)
+    loop, clock, service = make_agent(reader, interval=5, flush_interval=20)
     run_for(loop, clock, 100.5)
     posts = service.posts()
     # a batch at start, then one per 20 s holding four 5 s rounds of 56 samples
@@ -184,7 +52,7 @@ def test_samples_are_batched_and_delivered_in_order():
 
 def test_a_large_queue_goes_out_in_bounded_batches():
     reader = FakeReader(gpus=10)
-    loop, clock, service = make(reader, batch_size=25, flush_interval=100)
+    loop, clock, service = make_agent(reader, batch_size=25, flush_interval=100)
     run_for(loop, clock, 5)  # the first round goes out at once
     run_for(loop, clock, 100)  # then 20 rounds (200 samples) wait for the flush
     sizes = [len(p.body["samples"]) for p in service.posts()]
@@ -194,7 +62,7 @@ def test_a_large_queue_goes_out_in_bounded_batches():
 
 def test_service_away_backs_off_to_the_cap_bounds_the_queue_and_catches_up():
     reader = FakeReader(gpus=4)
-    loop, clock, service = make(
+    loop, clock, service = make_agent(
         reader, interval=5, max_queue=200, backoff_base=1, backoff_max=60, batch_size=100
     )
     run_for(loop, clock, 1)
@@ -229,7 +97,7 @@ def test_service_away_backs_off_to_the_cap_bounds_the_queue_and_catches_up():
 
 
 def test_5xx_counts_as_away():
-    loop, clock, service = make(backoff_max=8)
+    loop, clock, service = make_agent(backoff_max=8)
     service.status = 503
     run_for(loop, clock, 200)
     assert loop.stats.errors == len(service.calls) > 10
@@ -241,7 +109,7 @@ def test_5xx_counts_as_away():
 
 def test_forbidden_token_is_logged_once_and_retried_slowly(caplog):
     caplog.set_level(logging.DEBUG, "jupyterhub_gpupool")
-    loop, clock, service = make(denied_retry_interval=60)
+    loop, clock, service = make_agent(denied_retry_interval=60)
     service.status = 403
     run_for(loop, clock, 3600)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -258,7 +126,7 @@ def test_forbidden_token_is_logged_once_and_retried_slowly(caplog):
 
 def test_unknown_token_401_is_the_same_single_line(caplog):
     caplog.set_level(logging.INFO, "jupyterhub_gpupool")
-    loop, clock, service = make()
+    loop, clock, service = make_agent()
     service.status = 401
     run_for(loop, clock, 1000)
     assert len(service.calls) > 10
@@ -268,7 +136,7 @@ def test_unknown_token_401_is_the_same_single_line(caplog):
 
 
 def test_refused_samples_are_dropped_not_retried_and_inventory_is_resent(caplog):
-    loop, clock, service = make(inventory_interval=10)
+    loop, clock, service = make_agent(inventory_interval=10)
     run_for(loop, clock, 1)
     service.post_status = 422  # e.g. an admin removed this node from the pool
     run_for(loop, clock, 30)
@@ -289,7 +157,7 @@ def test_refused_samples_are_dropped_not_retried_and_inventory_is_resent(caplog)
 
 def test_refused_inventory_is_not_resent_until_it_changes(caplog):
     reader = FakeReader()
-    loop, clock, service = make(reader, inventory_interval=10)
+    loop, clock, service = make_agent(reader, inventory_interval=10)
     service.status = 422
     run_for(loop, clock, 100)
     assert len(service.puts()) == 1
@@ -302,7 +170,7 @@ def test_refused_inventory_is_not_resent_until_it_changes(caplog):
 
 def test_reader_failures_are_counted_and_logged_once_per_error(caplog):
     reader = FakeReader()
-    loop, clock, _ = make(reader)
+    loop, clock, _ = make_agent(reader)
     reader.fail = RuntimeError("NVML_ERROR_GPU_IS_LOST")
     run_for(loop, clock, 100)
     assert loop.stats.read_errors == 20
@@ -315,7 +183,7 @@ def test_reader_failures_are_counted_and_logged_once_per_error(caplog):
 
 def test_counters_are_logged_at_a_low_rate(caplog):
     caplog.set_level(logging.INFO, "jupyterhub_gpupool")
-    loop, clock, _ = make(stats_interval=300)
+    loop, clock, _ = make_agent(stats_interval=300)
     run_for(loop, clock, 1000)
     lines = [r.getMessage() for r in caplog.records if "dropped=" in r.getMessage()]
     assert len(lines) == 3
@@ -323,7 +191,7 @@ def test_counters_are_logged_at_a_low_rate(caplog):
 
 
 def test_backoff_is_capped_and_jittered():
-    loop, _, _ = make(backoff_base=1, backoff_max=60, backoff_jitter=0.5)
+    loop, _, _ = make_agent(backoff_base=1, backoff_max=60, backoff_jitter=0.5)
     delays = [loop.backoff(n) for n in range(1, 200)]
     assert all(0 < d <= 60 for d in delays)
     assert delays[0] <= 1 and min(delays[20:]) >= 30
@@ -339,9 +207,9 @@ def test_inventory_hash_ignores_key_order():
 
 def test_loop_rejects_settings_that_cannot_work():
     with pytest.raises(ValueError):
-        make(interval=0)
+        make_agent(interval=0)
     with pytest.raises(ValueError):
-        make(batch_size=10_001)
+        make_agent(batch_size=10_001)
 
 
 # --- the application --------------------------------------------------------------------------
@@ -367,7 +235,7 @@ def test_command_line_and_environment(monkeypatch, tmp_path):
         "from-hub-env",
         "nvml",
     )
-    loop = app.make_loop(FakeReader(), transport=FakeService(FakeClock()))
+    loop = app.make_loop(FakeReader(), transport=FakeService(SecondsClock()))
     assert loop.interval == 2.0 and loop.flush_interval == 2.0
     assert loop.headers["Authorization"] == "token from-hub-env"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.unit.test_agent import FakeClock, FakeReader, FakeService, make, run_for
+from tests.fakes import AGENT_T0, FakeReader, FakeService, SecondsClock, make_agent, run_for
 
 GPU = "GPU-0"
 CREATE = {"op": "create", "gpu": GPU, "profile": "1g.10gb", "start": 6}
@@ -50,7 +50,7 @@ class MigReader(FakeReader):
 class PlanningService(FakeService):
     """Answers samples with a plan until the node reported a result for it."""
 
-    def __init__(self, clock: FakeClock, plan: list[dict[str, Any]]) -> None:
+    def __init__(self, clock: SecondsClock, plan: list[dict[str, Any]]) -> None:
         super().__init__(clock)
         self.plan = plan
 
@@ -65,7 +65,7 @@ class PlanningService(FakeService):
 
 
 def make_planned(reader: MigReader, plan: list[dict[str, Any]], **kw: Any):
-    loop, clock, _ = make(reader, **kw)
+    loop, clock, _ = make_agent(reader, **kw)
     service = PlanningService(clock, plan)
     loop.transport = service
     return loop, clock, service
@@ -108,7 +108,7 @@ def test_results_wait_for_a_service_that_is_away():
     loop, clock, service = make_planned(reader, [CREATE], backoff_base=1.0, backoff_max=2.0)
 
     async def away_for_results(method, url, headers, body):
-        if url.endswith("/mig-results") and clock.now < 1_700_000_010.0:
+        if url.endswith("/mig-results") and clock.now < AGENT_T0 + 10:
             service.calls.append(None)  # type: ignore[arg-type]
             raise ConnectionRefusedError("down")
         return await PlanningService.__call__(service, method, url, headers, body)
@@ -122,7 +122,7 @@ def test_results_wait_for_a_service_that_is_away():
 
 
 def test_a_reader_that_cannot_change_mig_applies_nothing():
-    loop, clock, _ = make(FakeReader(gpus=1))
+    loop, clock, _ = make_agent(FakeReader(gpus=1))
     service = PlanningService(clock, [CREATE])
     loop.transport = service
     run_for(loop, clock, 1.0)

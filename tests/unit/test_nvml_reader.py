@@ -11,6 +11,7 @@ from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.telemetry import simnvml
 from jupyterhub_gpupool.telemetry.nvml import PENDING_LABEL, NvmlReader, NvmlUnavailable
 from jupyterhub_gpupool.telemetry.simnvml import SimNvml
+from tests.fakes import SecondsClock
 
 DEMO = data_path("demo-pool.yaml")
 
@@ -34,20 +35,16 @@ nodes:
 """
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
+T0 = 2_000_000.0
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> SecondsClock:
+    """The simulated NVML's clock (seconds), at ``T0``: it moves only when the test moves it."""
+    return SecondsClock(T0)
 
 
-def reader(source, node: str, clock: Clock, **kw) -> tuple[SimNvml, NvmlReader]:
+def reader(source, node: str, clock: SecondsClock, **kw) -> tuple[SimNvml, NvmlReader]:
     sim = SimNvml.from_yaml(source, node, clock=clock)
     return sim, NvmlReader(sim, clock=clock, **kw)
 
@@ -99,7 +96,7 @@ def test_samples_a100_mig_util_unknown_memory_known(clock):
     assert [(s["start"], s["util"]) for s in samples] == [(0, None), (6, None)]
     assert samples[0]["memory_used_mib"] == 10 * 1024  # a quarter of 40 GB
     assert samples[1]["memory_used_mib"] == 0
-    assert all(s["ts"] == clock.t for s in samples)
+    assert all(s["ts"] == clock.now for s in samples)
 
 
 def test_samples_h100_mig_gpm_util_from_second_reading(clock):
@@ -110,9 +107,9 @@ def test_samples_h100_mig_gpm_util_from_second_reading(clock):
     whole = [s for s in first if s["start"] is None]
     assert [s["util"] for s in whole] == [40.0]
     assert whole[0]["memory_used_mib"] == 40 * 1024
-    clock.t += 0.05  # too close for GPM: still unknown, the older sample is kept
+    clock.now += 0.05  # too close for GPM: still unknown, the older sample is kept
     assert [s["util"] for s in r.samples() if s["start"] is not None] == [None, None]
-    clock.t += 30
+    clock.now += 30
     by_start = {s["start"]: s["util"] for s in r.samples()}
     assert by_start[0] == pytest.approx(80.0)
     assert by_start[4] == 0.0
@@ -164,7 +161,7 @@ def test_old_driver_without_gpm_gives_unknown_util(clock, caplog):
     sim.remove_function("nvmlDeviceGetTemperature")
     with caplog.at_level(logging.WARNING):
         r.samples()
-        clock.t += 10
+        clock.now += 10
         samples = r.samples()
     assert [s["util"] for s in samples if s["start"] is not None] == [None, None]
     assert r.health()[0]["temperature_c"] is None

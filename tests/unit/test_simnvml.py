@@ -9,6 +9,7 @@ import pytest
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.telemetry import simnvml
 from jupyterhub_gpupool.telemetry.simnvml import SimNvml
+from tests.fakes import SecondsClock
 
 POOL = """
 simulation: {seed: 3}
@@ -29,20 +30,16 @@ nodes:
 """
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
+T0 = 1_000_000.0
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> SecondsClock:
+    """The simulated NVML's clock (seconds), at ``T0``: it moves only when the test moves it."""
+    return SecondsClock(T0)
 
 
-def machine(node: str, clock: Clock, **kw) -> SimNvml:
+def machine(node: str, clock: SecondsClock, **kw) -> SimNvml:
     sim = SimNvml.from_yaml(POOL, node, clock=clock, **kw)
     sim.nvmlInit()
     return sim
@@ -180,10 +177,10 @@ def test_utilization_not_supported_on_mig(clock):
     assert 0 <= sim.nvmlDeviceGetUtilizationRates(sim.nvmlDeviceGetHandleByIndex(1)).gpu <= 100
 
 
-def gpm_pair(sim: SimNvml, clock: Clock, gpu, gi_id: int, seconds: float) -> float:
+def gpm_pair(sim: SimNvml, clock: SecondsClock, gpu, gi_id: int, seconds: float) -> float:
     s1, s2 = sim.nvmlGpmSampleAlloc(), sim.nvmlGpmSampleAlloc()
     sim.nvmlGpmMigSampleGet(gpu, gi_id, s1)
-    clock.t += seconds
+    clock.now += seconds
     sim.nvmlGpmMigSampleGet(gpu, gi_id, s2)
     mg = sim.c_nvmlGpmMetricsGet_t()
     mg.version, mg.numMetrics, mg.sample1, mg.sample2 = 1, 2, s1, s2
@@ -241,7 +238,7 @@ def test_error_classes_behave_like_pynvml():
 
 
 def series(pattern: dict, seed: int = 1, seconds: int = 600) -> list[float]:
-    clock = Clock()
+    clock = SecondsClock(T0)
     gpus = f"[{{model: T4, load: {pattern}}}]"
     text = f"simulation: {{seed: {seed}}}\nnodes: [{{name: n, gpus: {gpus}}}]"
     sim = SimNvml.from_yaml(text, clock=clock)
@@ -250,7 +247,7 @@ def series(pattern: dict, seed: int = 1, seconds: int = 600) -> list[float]:
     out = []
     for _ in range(seconds // 10):
         out.append(sim.nvmlDeviceGetUtilizationRates(gpu).gpu)
-        clock.t += 10
+        clock.now += 10
     return out
 
 
@@ -272,7 +269,7 @@ def test_notebook_keeps_memory_after_training(clock):
     sim = SimNvml.from_yaml(text, clock=clock)
     sim.nvmlInit()
     gpu = sim.nvmlDeviceGetHandleByIndex(0)
-    clock.t += 600
+    clock.now += 600
     assert sim.nvmlDeviceGetUtilizationRates(gpu).gpu == 0
     assert sim.nvmlDeviceGetMemoryInfo(gpu).used > 0
 

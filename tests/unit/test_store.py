@@ -3,7 +3,7 @@ resize, restart, accounting and the database's own no-double-grant guarantee."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -12,102 +12,17 @@ from alembic.migration import MigrationContext
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import make_engine, upgrade
-from jupyterhub_gpupool.pool.catalog import default_catalog
-from jupyterhub_gpupool.poolconfig import parse_pool_config
 from jupyterhub_gpupool.store import Store, StoreError
-
-T0 = datetime(2026, 3, 2, 9, 0, 0)
-
-POOL = {
-    "nodes": [
-        {
-            "name": "a100",
-            "cpu_milli": 64000,
-            "memory_mib": 262144,
-            "gpus": [{"model": "A100-80GB", "mig": {"enabled": True, "dynamic": True}}],
-        },
-        {
-            "name": "h100",
-            "cpu_milli": 64000,
-            "memory_mib": 262144,
-            "gpus": [{"model": "H100-80GB", "count": 1}],
-        },
-    ],
-    "offers": [
-        {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
-        {"name": "a100-3g", "kind": "mig", "profile": "3g.40gb", "models": ["A100-80GB"]},
-        {"name": "a100-7g", "kind": "mig", "profile": "7g.80gb", "models": ["A100-80GB"]},
-        {"name": "h100", "kind": "gpu", "models": ["H100-80GB"]},
-        {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
-    ],
-    "quotas": {"default": {"guarantee": 1, "limit": 4}},
-}
-
-
-class Clock:
-    """A clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
+from tests.fakes import STORE_POOL as POOL
+from tests.fakes import STORE_T0 as T0
+from tests.fakes import StoreClock, make_instances, make_store
+from tests.fakes import lease_events as events
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def make_store(url: str, clock: Clock, pool: dict = POOL, **kw) -> Store:
-    catalog = default_catalog()
-    store = Store(make_engine(url), catalog, clock=clock, **kw)
-    store.load_config(parse_pool_config(pool, catalog))
-    return store
-
-
-@pytest.fixture
-def store(db_url: str, clock: Clock) -> Store:
+def store(db_url: str, clock: StoreClock) -> Store:
     upgrade(db_url)
     return make_store(db_url, clock, grant_timeout=300)
-
-
-def make_instances(store: Store, node: str = "a100") -> None:
-    """Play the dynamic-MIG node's agent: report the GPU, then make every planned instance
-    (a grant is ``ready``, and may be bound, once its instance exists)."""
-    from jupyterhub_gpupool.poolconfig import gpu_uuid
-    from jupyterhub_gpupool.service.ingest import node_from_inventory
-
-    made = [
-        {"profile": i["profile"], "start": i["start"], "uuid": i["uuid"]}
-        for c in store.pool(detail=True)["clusters"]
-        for n in c["nodes"]
-        if n["name"] == node
-        for i in n["gpus"][0]["instances"]
-        if i["uuid"]
-    ]
-    gpu = {
-        "uuid": gpu_uuid(node, 0),
-        "index": 0,
-        "model": "NVIDIA A100-SXM4-80GB",
-        "memory_mib": 81920,
-        "mig": {"enabled": True, "dynamic": True, "instances": made},
-    }
-    store.put_inventory(node_from_inventory(node, {"gpus": [gpu]}, store.catalog))
-    results = [
-        {**a, "ok": True, "error": None, "mig_uuid": f"MIG-{a['start']}-{a['profile']}"}
-        for a in store.mig_plan(node)
-        if a["op"] == "create"
-    ]
-    store.mig_results(node, results)
-
-
-def events(store: Store, lease: str) -> list[str]:
-    items, _ = store.events(lease=lease)
-    return [e["kind"] for e in items]
 
 
 def test_lifecycle_granted_active_released(store, clock):

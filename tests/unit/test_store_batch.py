@@ -4,18 +4,12 @@ written in call order; a refusal fails its own call only."""
 
 from __future__ import annotations
 
-import pytest
 import sqlalchemy as sa
 
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.store import Store, StoreError
-
-from .test_store import Clock, events, make_instances, make_store
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+from tests.fakes import lease_events as events
+from tests.fakes import make_instances, make_store
 
 
 def counting(store: Store) -> list[str]:

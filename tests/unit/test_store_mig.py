@@ -15,8 +15,7 @@ from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid, parse_pool_config
 from jupyterhub_gpupool.service.ingest import node_from_inventory
 from jupyterhub_gpupool.store import Store
-
-from .test_store import Clock
+from tests.fakes import StoreClock
 
 GPU = gpu_uuid("a100", 0)
 POOL = {
@@ -47,12 +46,7 @@ POOL = {
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(db_url: str, clock: Clock) -> Store:
+def store(db_url: str, clock: StoreClock) -> Store:
     upgrade(db_url)
     catalog = default_catalog()
     s = Store(make_engine(db_url), catalog, clock=clock, grant_timeout=300, mig_attempts=3)
