@@ -96,6 +96,14 @@ _DECLARED = (
     Code("not_live", "The lease is queued or released."),
     Code("not_ready", "The grant waits for its MIG instance; bind it once the lease is ready."),
     Code("resize_pending", "The lease already has a resize pending."),
+    Code(
+        "extension_limit",
+        "A keepalive on a reclaim notice after every extension the policy allows was used.",
+    ),
+    Code(
+        "not_extendable",
+        "A reclaim notice no keepalive can extend (borrowed capacity owed, or the maximum age).",
+    ),
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
     Code("invalid_config", "Invalid offers, quotas or inventory."),

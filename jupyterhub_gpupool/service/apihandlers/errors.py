@@ -38,6 +38,8 @@ STATUS: dict[str, int] = {
     "not_live": 409,
     "not_ready": 409,
     "resize_pending": 409,
+    "extension_limit": 409,
+    "not_extendable": 409,
     "gpu_elsewhere": 409,
     "over_limit": 409,
     "conflict": 409,

@@ -1,0 +1,226 @@
+"""The idle signal: three sources read over a window, and the table of what each combination means.
+
+A window of a lease is read as a GPU state (utilization on whole GPUs and shares, GPM activity
+on Hopper-and-newer MIG, processes and memory on older MIG — NVML has no MIG utilization), a
+kernel state (the user's server's ``/api/kernels``) and the user's presence (input in the lab,
+else the hub's ``last_activity``; open connections). :data:`CASES` says, for each of the 27
+combinations, whether the window resets the idle count or adds to which one; the docs render
+the same rows and the tests check every one. Missing or old inputs are *stale*: nothing counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .catalog import GpuModel
+from .model import Offer
+
+#: How a lease's GPU reports activity: utilization (whole GPUs and shares), GPM SM activity
+#: (MIG on Hopper and newer), or only processes and memory in use (MIG on older GPUs).
+SIGNAL_SOURCES = ("utilization", "gpm", "memory")
+GPU_STATES = ("busy", "idle", "unknown")
+#: ``unknown``: the kernels API refused the reclaimer's token (or answered nonsense).
+KERNEL_STATES = ("busy", "idle", "unknown")
+#: ``connected``: a lab tab is open but nobody typed or clicked in the window (a tab left open).
+PRESENCE_STATES = ("present", "connected", "absent")
+#: ``active`` resets every count; ``idle`` counts towards ``idle_timeout`` (or the pressure
+#: timeout); ``idle-cpu`` counts towards the longer ``cpu_busy_timeout`` only.
+VERDICTS = ("active", "idle", "idle-cpu")
+#: Below this (MiB) with no process count, a MIG instance without activity metrics is unused.
+MIG_IDLE_MEMORY_MIB = 64
+#: A change of at least this much memory (MiB) within a window counts as GPU activity where
+#: nothing better is known (MIG without GPM).
+MIG_MEMORY_DELTA_MIB = 256
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the cases table: the three signals of a window and what the window counts as."""
+
+    gpu: str
+    kernel: str
+    presence: str
+    verdict: str
+    why: str
+
+
+def _cases() -> tuple[Case, ...]:
+    rows = []
+    for gpu in GPU_STATES:
+        for kernel in KERNEL_STATES:
+            for presence in PRESENCE_STATES:
+                rows.append(Case(gpu, kernel, presence, *_rule(gpu, kernel, presence)))
+    return tuple(rows)
+
+
+def _rule(gpu: str, kernel: str, presence: str) -> tuple[str, str]:
+    if gpu == "busy":
+        if kernel == "busy":
+            return "active", "computing on the GPU: never reclaimed"
+        return "active", "the GPU is working (a process outside the kernel, or a neighbour)"
+    if presence == "present":
+        return "active", "the user is at the keyboard"
+    if gpu == "unknown":  # MIG without GPM: processes hold memory, activity unknowable
+        if kernel == "idle":
+            return "idle", "no kernel runs, so nothing drives the GPU"
+        if kernel == "busy":
+            return "active", "the kernel may be computing on the GPU; the GPU cannot tell"
+        return "active", "neither the GPU nor the kernel can be read: never act"
+    if kernel == "idle":
+        return "idle", "GPU and kernel idle, nobody at the keyboard (an open tab is not presence)"
+    if kernel == "busy":
+        return "idle-cpu", "the kernel computes on the CPU with the GPU idle: longer timeout"
+    return "idle-cpu", "the GPU is idle; the kernel cannot be read, so it counts as busy on CPU"
+
+
+#: Every combination of the three signals (3 x 3 x 3 rows) and what the reclaimer does with it.
+CASES: tuple[Case, ...] = _cases()
+_CASE = {(c.gpu, c.kernel, c.presence): c for c in CASES}
+
+
+def classify(gpu: str, kernel: str, presence: str) -> Case:
+    """The row of :data:`CASES` for one window's signals."""
+    return _CASE[(gpu, kernel, presence)]
+
+
+def cases_markdown() -> str:
+    """The cases table as Markdown (the explanation page carries this exact text)."""
+    lines = ["| GPU | kernel | user | window counts as | why |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {c.gpu} | {c.kernel} | {c.presence} | {c.verdict} | {c.why} |" for c in CASES]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One telemetry sample of the lease's device (a GPU, a share's GPU or a MIG instance).
+
+    ``util`` is a percentage or ``None`` where NVML cannot know it (MIG without GPM, a first
+    GPM reading); ``None`` is never read as 0 %.
+    """
+
+    ts: float
+    util: float | None
+    memory_used_mib: int | None = None
+    processes: int | None = None
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """The kernels of the user's server as last read (``GET /api/kernels``).
+
+    ``state`` is ``busy`` if any kernel's ``execution_state`` is busy, ``idle`` if all are
+    idle (or there are none), ``unknown`` when the API refused the token. ``last_activity``
+    is the newest kernel ``last_activity``.
+    """
+
+    observed_at: float
+    state: str
+    last_activity: float | None = None
+
+
+@dataclass(frozen=True)
+class PresenceView:
+    """The user as last seen: ``last_input`` is the last human interaction (the lab's input
+    events where the lab package runs, else the hub's ``last_activity`` — which an open tab's
+    polling keeps fresh), ``connections`` the open lab connections."""
+
+    observed_at: float
+    last_input: float | None = None
+    connections: int = 0
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What was seen of one lease over the window ``[start, end]``."""
+
+    start: float
+    end: float
+    source: str = "utilization"
+    gpu: tuple[GpuSample, ...] = ()
+    kernel: KernelView | None = None
+    presence: PresenceView | None = None
+
+
+def gpu_signal_source(offer: Offer, model: GpuModel) -> str:
+    """Which GPU signal a lease of ``offer`` on ``model`` has (see :data:`SIGNAL_SOURCES`)."""
+    if offer.kind != "mig":
+        return "utilization"
+    return "gpm" if model.gpm_supported else "memory"
+
+
+def gpu_activity(samples: Sequence[GpuSample], threshold: float) -> str:
+    """``busy``, ``idle`` or ``unknown`` for the window's samples.
+
+    Utilization (or GPM activity) above ``threshold`` anywhere is busy. Samples without it fall
+    back on memory: a change of :data:`MIG_MEMORY_DELTA_MIB` is busy, no process (or almost no
+    memory) is idle, and a process holding steady memory is unknown.
+    """
+    known = [s.util for s in samples if s.util is not None]
+    if any(u > threshold for u in known):
+        return "busy"
+    rest = [s for s in samples if s.util is None]
+    if not rest:
+        return "idle" if known else "unknown"
+    mems = [s.memory_used_mib for s in rest if s.memory_used_mib is not None]
+    if len(mems) >= 2 and max(mems) - min(mems) >= MIG_MEMORY_DELTA_MIB:
+        return "busy"
+    if all(_unused(s) for s in rest):
+        return "idle"
+    return "unknown"
+
+
+def _unused(s: GpuSample) -> bool:
+    if s.processes is not None:
+        return s.processes == 0
+    return s.memory_used_mib is not None and s.memory_used_mib <= MIG_IDLE_MEMORY_MIB
+
+
+def kernel_activity(kernel: KernelView, start: float) -> str:
+    """A kernel busy now, or active since ``start`` (it ran something in the window), is busy."""
+    if kernel.state not in KERNEL_STATES or kernel.state == "unknown":
+        return "unknown"
+    if kernel.state == "busy" or (
+        kernel.last_activity is not None and kernel.last_activity >= start
+    ):
+        return "busy"
+    return "idle"
+
+
+def presence_of(presence: PresenceView, start: float) -> str:
+    """Input in the window is presence; an open tab without input is only ``connected``."""
+    if presence.last_input is not None and presence.last_input >= start:
+        return "present"
+    return "connected" if presence.connections > 0 else "absent"
+
+
+def stale_reason(signals: Signals | None, now: float, stale_after: float) -> str | None:
+    """Why these signals must not be acted on (``None``: they are fresh and complete)."""
+    if signals is None:
+        return "no signals for this lease"
+    if now - signals.end > stale_after:
+        return f"the window ended {now - signals.end:.0f} s ago"
+    if not signals.gpu:
+        return "no GPU telemetry in the window"
+    newest = max(s.ts for s in signals.gpu)
+    if now - newest > stale_after:
+        return f"GPU telemetry is {now - newest:.0f} s old"
+    if signals.kernel is None:
+        return "the user's server was not reached"
+    if now - signals.kernel.observed_at > stale_after:
+        return f"the kernel state is {now - signals.kernel.observed_at:.0f} s old"
+    if signals.presence is None:
+        return "the hub was not reached"
+    if now - signals.presence.observed_at > stale_after:
+        return f"the hub's activity data is {now - signals.presence.observed_at:.0f} s old"
+    return None
+
+
+def read_window(signals: Signals, threshold: float) -> Case:
+    """The cases-table row of a fresh window (``threshold``: the GPU-idle utilization, %)."""
+    assert signals.kernel is not None and signals.presence is not None
+    return classify(
+        gpu_activity(signals.gpu, threshold),
+        kernel_activity(signals.kernel, signals.start),
+        presence_of(signals.presence, signals.start),
+    )
