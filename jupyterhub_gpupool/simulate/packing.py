@@ -38,6 +38,19 @@ from statistics import fmean as mean
 
 import numpy as np
 
+from .traces import (
+    DEFAULT_CPU_REQUEST,
+    GPU_MILLI,
+    NodeTable,
+    PodTable,
+    TraceError,
+    check_models,
+    load_nodes,
+    load_pods,
+)
+from .traces import clean_spec as _clean_spec
+from .traces import spec_models as _spec_models
+
 __all__ = [
     "ARRIVED_POINTS",
     "POLICIES",
@@ -46,12 +59,14 @@ __all__ = [
     "Pod",
     "PodTable",
     "SimResult",
+    "TraceError",
     "TypicalPods",
     "add_arguments",
     "best_fit_choose",
     "best_fit_normalise",
     "best_fit_raw",
     "bin_samples",
+    "check_models",
     "fgd_choose",
     "fgd_int_score",
     "load_nodes",
@@ -74,12 +89,8 @@ __all__ = [
     "typical_pods",
 ]
 
-GPU_MILLI = 1000
-"""Capacity of one GPU in milli-GPU."""
 MAX_PODS_PER_NODE = 1001
 """The simulator's per-node pod limit (Kubernetes ``pods`` allocatable)."""
-DEFAULT_CPU_REQUEST = 100
-"""Kubernetes' "non-zero" cpu request used by scores and fragmentation when a pod asks for 0."""
 BEST_FIT_MAX_CPU = 128000
 BEST_FIT_MAX_GPU = 8000
 ARRIVED_POINTS: tuple[int, ...] = (90, 100, 110, 120, 130)
@@ -89,126 +100,6 @@ TIE_EPS = 1e-9
 """Two fragmentation deltas closer than this (GPU units) are a tie for ``ours``."""
 
 _PUBLISHED_NAMES = {"best-fit": "05-BestFit", "fgd": "06-FGD"}
-
-
-# ------------------------------------------------------------------------------------------------
-# Inputs
-
-
-@dataclass(frozen=True)
-class NodeTable:
-    """The cluster's nodes, sorted by name (the simulator sorts them before drawing priorities)."""
-
-    names: tuple[str, ...]
-    cpu: np.ndarray  # milli-cpu, int64
-    memory: np.ndarray  # MiB, int64
-    gpus: np.ndarray  # GPU count, int64
-    model: tuple[str, ...]
-
-    @property
-    def total_gpus(self) -> int:
-        return int(self.gpus.sum())
-
-    @property
-    def capacity_milli(self) -> int:
-        return self.total_gpus * GPU_MILLI
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
-@dataclass(frozen=True)
-class PodTable:
-    """The original trace's pods, sorted by name, as the simulator turns CSV rows into pods.
-
-    ``gpu_milli`` is the per-GPU request clamped to [0, 1000]; pods with ``num_gpu == 0`` get
-    milli 0. ``spec`` is the GPU-model list with empty ``|`` parts removed ("" = any model).
-    """
-
-    name: str
-    names: tuple[str, ...]
-    cpu: np.ndarray
-    memory: np.ndarray
-    num_gpu: np.ndarray
-    gpu_milli: np.ndarray
-    spec: tuple[str, ...]
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    @property
-    def cpu_nonzero(self) -> np.ndarray:
-        """Cpu as the scores and the fragmentation measure see it (0 becomes 100)."""
-        return np.where(self.cpu == 0, DEFAULT_CPU_REQUEST, self.cpu)
-
-    @property
-    def total_milli(self) -> np.ndarray:
-        """Total GPU milli per pod: per-GPU milli x GPU count."""
-        return self.gpu_milli * self.num_gpu
-
-
-def _int(value: str | None) -> int:
-    if value is None or value.strip() == "":
-        return 0
-    return int(float(value))
-
-
-def _clean_spec(spec: str | None) -> str:
-    if not spec:
-        return ""
-    return "|".join(part for part in spec.split("|") if part)
-
-
-def load_nodes(path: str | Path) -> NodeTable:
-    """Read an ``openb_node_list_*.csv`` (columns sn, cpu_milli, memory_mib, gpu, model)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path}: no nodes")
-    missing = {"sn", "cpu_milli", "memory_mib", "gpu"} - set(rows[0])
-    if missing:
-        raise ValueError(f"{path}: missing node column(s) {', '.join(sorted(missing))}")
-    rows.sort(key=lambda r: r["sn"])
-    return NodeTable(
-        names=tuple(r["sn"] for r in rows),
-        cpu=np.array([_int(r["cpu_milli"]) for r in rows], dtype=np.int64),
-        memory=np.array([_int(r["memory_mib"]) for r in rows], dtype=np.int64),
-        gpus=np.array([_int(r["gpu"]) for r in rows], dtype=np.int64),
-        model=tuple((r.get("model") or "").strip() for r in rows),
-    )
-
-
-def load_pods(path: str | Path) -> PodTable:
-    """Read an ``openb_pod_list_*.csv`` (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec).
-
-    Applies the simulator's CSV-to-pod rules: GPU fields only when ``num_gpu != 0``, per-GPU milli
-    clamped to [0, 1000]. Timestamps are ignored (the published runs write none).
-    """
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path}: no pods")
-    missing = {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"} - set(rows[0])
-    if missing:
-        raise ValueError(f"{path}: missing pod column(s) {', '.join(sorted(missing))}")
-    rows.sort(key=lambda r: r["name"])
-    num_gpu = np.array([_int(r["num_gpu"]) for r in rows], dtype=np.int64)
-    milli = np.array([_int(r["gpu_milli"]) for r in rows], dtype=np.int64)
-    milli = np.where(num_gpu != 0, np.clip(milli, 0, GPU_MILLI), 0)
-    spec = tuple(
-        _clean_spec(r.get("gpu_spec")) if n != 0 else "" for r, n in zip(rows, num_gpu, strict=True)
-    )
-    if (num_gpu < 0).any():
-        raise ValueError(f"{path}: negative num_gpu")
-    return PodTable(
-        name=Path(path).stem,
-        names=tuple(r["name"] for r in rows),
-        cpu=np.array([_int(r["cpu_milli"]) for r in rows], dtype=np.int64),
-        memory=np.array([_int(r["memory_mib"]) for r in rows], dtype=np.int64),
-        num_gpu=num_gpu,
-        gpu_milli=milli,
-        spec=spec,
-    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -354,10 +245,6 @@ def ours_demand(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
         count=np.r_[base.count, [c for _, c in extra]].astype(np.int64),
         n_tuples=base.n_tuples,
     )
-
-
-def _spec_models(spec: str) -> frozenset[str]:
-    return frozenset(part for part in spec.split("|") if part)
 
 
 def model_access(spec: str, node_models: Sequence[str]) -> np.ndarray:
@@ -1213,6 +1100,7 @@ def run_experiment_report(
     """Run the experiment and build the JSON report (means, per-seed values, published means)."""
     trace = load_pods(pods_csv)
     nodes = load_nodes(nodes_csv)
+    check_models(trace, nodes)
     started = time.perf_counter()
     runs = run_experiment(trace, nodes, seeds, policies, tune=tune, workers=workers)
     wall = time.perf_counter() - started
