@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from jupyterhub_gpupool.telemetry.agent import AgentLoop, TornadoTransport
-from tests.integration.hubenv import request
+from tests.fakes import request, until, wait_until
 
 NODE = "agent-node"
 GPUS = ("GPU-agent-0", "GPU-agent-1")
@@ -41,13 +41,13 @@ class FakeReader:
         ]
 
 
-def run_agent(loop_factory, seconds: float, done) -> AgentLoop:
-    """Run a loop (built inside the event loop, as tornado's client needs) until ``done``."""
+def run_agent(loop_factory, done, what: str) -> AgentLoop:
+    """Run a loop (built inside the event loop, as tornado's client needs) until ``done``
+    (failing the test, naming ``what``, if it never is)."""
 
     async def main() -> AgentLoop:
         loop = loop_factory()
-        deadline = time.monotonic() + seconds
-        await loop.run(until=lambda: done(loop) or time.monotonic() > deadline)
+        await loop.run(until=until(lambda: done(loop), what=what))
         return loop
 
     return asyncio.run(main())
@@ -64,7 +64,7 @@ def test_agent_reports_inventory_and_samples(hub_env):
             interval=0.2,
         )
 
-    loop = run_agent(make, 15, lambda lp: lp.stats.sent >= 6)
+    loop = run_agent(make, lambda lp: lp.stats.sent >= 6, "six samples delivered")
     assert loop.stats.inventories == 1 and loop.stats.sent >= 6, loop.stats
     assert loop.stats.errors == loop.stats.rejected == loop.stats.dropped == 0
 
@@ -88,17 +88,21 @@ def test_agent_command_on_the_simulated_nvml(hub_env, demo_pool_file):
     t4 = next(n for c in pool["clusters"] for n in c["nodes"] if n["name"] == "sim-t4")
     (uuid,) = [g["uuid"] for g in t4["gpus"]]
     proc = hub_env.start_agent("sim-t4", demo_pool_file, 0.2)
-    try:
-        deadline = time.monotonic() + 15
-        samples: list = []
-        while len(samples) < 3 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            util = request("GET", f"{hub_env.api}/utilization?since=0", admin).json()
-            samples = [s for s in util["samples"] if s["gpu"] == uuid]
+
+    def samples() -> list:
+        util = request("GET", f"{hub_env.api}/utilization?since=0", admin).json()
+        return [s for s in util["samples"] if s["gpu"] == uuid]
+
+    try:  # three samples arrived, or the agent exited (its output says why)
+        wait_until(
+            lambda: len(samples()) >= 3 or proc.poll() is not None,
+            what="three samples from the agent command",
+            step=0.2,
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=15)
-    assert len(samples) >= 3, out
+    assert len(samples()) >= 3, out
     assert proc.returncode == 0, out
     assert "Inventory of sim-t4 sent (1 GPUs)" in out and "Agent stopped: sent=" in out, out
 
@@ -118,7 +122,7 @@ def test_wrong_token_is_refused_and_logged_once(hub_env, caplog):
             denied_retry_interval=0.2,
         )
 
-    loop = run_agent(make, 15, lambda lp: lp.stats.errors >= 5)
+    loop = run_agent(make, lambda lp: lp.stats.errors >= 5, "five refused deliveries")
     assert loop.stats.errors >= 5 and loop.stats.sent == 0 and loop.stats.inventories == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, errors
@@ -142,13 +146,12 @@ def test_service_away_then_back_delivers_the_backlog(hub_env):
             backoff_base=0.1,
             backoff_max=0.5,
         )
-        deadline = time.monotonic() + 20
-        await loop.run(until=lambda: loop.stats.sent >= 2 or time.monotonic() > deadline)
+        await loop.run(until=until(lambda: loop.stats.sent >= 2, what="two deliveries"))
         hub_env.kill_service()
-        await loop.run(until=lambda: loop.stats.errors >= 3 or time.monotonic() > deadline)
+        await loop.run(until=until(lambda: loop.stats.errors >= 3, what="three failed sends"))
         hub_env.start_service()  # blocks this thread until the service answers
         backlog = len(loop.queue)
-        await loop.run(until=lambda: not loop.queue or time.monotonic() > deadline)
+        await loop.run(until=until(lambda: not loop.queue, what="the backlog delivered"))
         assert backlog > 0
         return loop
 

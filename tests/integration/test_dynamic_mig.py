@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,9 @@ from jupyterhub_gpupool.service.telemetry_loop import LocalTelemetry
 from jupyterhub_gpupool.service.utilization import UtilizationBuffer
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.telemetry.agent import sim_reader
-from tests.integration.hubenv import HubEnv, request
+from tests.fakes import HubEnv, request, wait_until, wait_until_async
 
 NODE = "sim-a100"
-
-
-def wait_for(check: Callable[[], Any], seconds: float = 15.0, step: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy (or give up and return the last)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(step)
 
 
 def pool_instances(env: HubEnv, token: str, gpu: str) -> list[tuple]:
@@ -66,7 +55,7 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
         events = request("GET", f"{sim_env.api}/events?limit=1000", admin).json()["items"]
         return any(e["kind"] == "inventory" and e["data"]["node"] == NODE for e in events)
 
-    assert wait_for(reported), sim_env.logs()
+    wait_until(reported, what="the A100 node's inventory", step=0.1, info=sim_env.logs)
     leases = []
     for server, offer in (("one", "a100-1g"), ("three", "a100-3g")):
         r = request("POST", f"{sim_env.api}/allocations", alice, {"server": server, "offer": offer})
@@ -79,8 +68,12 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
     def lease(lid: str) -> dict:
         return request("GET", f"{sim_env.api}/allocations/{lid}", alice).json()
 
-    ready = wait_for(lambda: all(lease(le["id"])["ready"] for le in leases), 10)
-    assert ready, sim_env.logs()
+    wait_until(
+        lambda: all(lease(le["id"])["ready"] for le in leases),
+        what="both grants' instances",
+        step=0.1,
+        info=sim_env.logs,
+    )
     for le in leases:
         now = lease(le["id"])
         (slot,) = now["slots"]
@@ -90,22 +83,28 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
         )
         # the simulated NVML has the MIG device: it is sampled at that placement
         url = f"{sim_env.api}/utilization?lease={le['id']}&resolution=sample"
-        samples = wait_for(lambda u=url: request("GET", u, alice).json()["samples"], 10)
-        assert samples and {(s["gpu"], s["start"]) for s in samples} == {
-            (slot["gpu"], slot["start"])
-        }
+        samples = wait_until(
+            lambda u=url: request("GET", u, alice).json()["samples"],
+            what="samples at the instance's placement",
+            step=0.1,
+            info=sim_env.logs,
+        )
+        assert {(s["gpu"], s["start"]) for s in samples} == {(slot["gpu"], slot["start"])}
 
     for le in leases:
         r = request("DELETE", f"{sim_env.api}/allocations/{le['id']}", alice)
         assert r.status == 200 and r.json()["release_reason"] == "stopped"
     gpus = {le["slots"][0]["gpu"] for le in leases}
-    assert wait_for(lambda: all(not pool_instances(sim_env, admin, g) for g in gpus), 10), (
-        sim_env.logs()
+    wait_until(
+        lambda: all(not pool_instances(sim_env, admin, g) for g in gpus),
+        what="both instances destroyed",
+        step=0.1,
+        info=sim_env.logs,
     )
     kinds = event_kinds(sim_env, admin)
     assert kinds.count(("mig-created", None)) == 2
     assert kinds.count(("mig-destroyed", None)) == 2
-    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics").body.decode()
+    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics", admin).body.decode()
     assert 'gpupool_mig_actions_total{op="create",result="ok"} 2.0' in metrics
     assert 'gpupool_mig_actions_total{op="destroy",result="ok"} 2.0' in metrics
 
@@ -129,8 +128,12 @@ def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_po
         return request("GET", f"{hub_env.api}/allocations/{lid}", alice).json()
 
     try:
-        made = wait_for(lambda: lease(first["id"])["ready"] and lease(first["id"]), 20)
-        assert made, hub_env.logs()
+        made = wait_until(
+            lambda: lease(first["id"])["ready"] and lease(first["id"]),
+            what="the agent to make the grant's instance",
+            step=0.1,
+            info=hub_env.logs,
+        )
         uuid = made["slots"][0]["mig_uuid"]
         assert uuid.startswith("MIG-")
         assert pool_instances(hub_env, admin, slot["gpu"]) == [
@@ -186,6 +189,7 @@ class Rig:
         self.telemetry = LocalTelemetry(
             {NODE: self.reader},
             self.store,
+            self.writer,
             UtilizationBuffer(900),
             None,
             interval=interval,
@@ -200,16 +204,32 @@ class Rig:
             for i in g["mig"]["instances"]
         }
 
+    def start(self) -> None:
+        """Start the writer and the node's loop (on the running event loop)."""
+        self.writer.start()
+        self.telemetry.start()
+
+    async def stop(self) -> None:
+        await self.telemetry.stop()
+        self.writer.stop()
+
+    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A store write, through the writer as the service makes it."""
+        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
+
     def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
         """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
         (result,) = self.reader.apply_mig_plan([action])
         return result
 
-    async def until(self, check: Callable[[], Any], seconds: float = 5.0) -> Any:
-        deadline = time.monotonic() + seconds
-        while not (result := check()) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        return result
+    async def until(self, check: Callable[[], Any], what: str) -> Any:
+        """Wait, the event loop running, until ``check()`` is truthy (failing after a minute)."""
+        return await wait_until_async(check, what=what, step=0.02)
+
+    async def rounds(self, n: int) -> None:
+        """Wait until the loop finished ``n`` more MIG steps from now."""
+        target = self.mig_steps + n
+        await self.until(lambda: self.mig_steps >= target, f"{n} more MIG steps of the loop")
 
 
 @pytest.fixture
@@ -221,7 +241,7 @@ def test_a_grant_wakes_the_loop_the_instance_exists_within_a_second(tmp_path, de
     rig = Rig(tmp_path, demo_pool_file, interval=60)  # samples would come only a minute later
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             assert await rig.until(lambda: rig.store.mig_plan(NODE) == [] and rig.telemetry.sent)
             t0 = time.monotonic()
@@ -242,19 +262,19 @@ def test_a_grant_wakes_the_loop_the_instance_exists_within_a_second(tmp_path, de
 
 def test_an_instance_with_a_process_is_never_destroyed(rig):
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             lease = rig.store.allocate("alice", "", "a100-3g")
-            assert await rig.until(lambda: rig.store.lease(lease["id"])["ready"])
+            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             where = (slot["gpu"], slot["start"])
             await asyncio.sleep(0.5)  # the loop's round ends: its inventory shows no process
             pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
-            rig.store.release(lease["id"])
+            await rig.write("release", lease["id"])
             # the pool's last inventory showed no process: it asks, the node re-checks and
             # refuses (InUse); then it waits for the node to say the process is gone
-            assert await rig.until(lambda: "mig-failed" in kinds(rig.store), 5)
-            await asyncio.sleep(1.0)  # several rounds of the loop
+            await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
+            await rig.rounds(3)  # several rounds of the loop
             assert rig.on_node()[where] == (slot["profile"], slot["mig_uuid"], 1)
             assert rig.store.mig_plan(NODE) == []
             rig.sim.remove_process(pid)
@@ -274,9 +294,9 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
-            assert await rig.until(lambda: rig.telemetry.sent)
+            await rig.until(lambda: rig.telemetry.sent, "the node's first inventory")
             for gpu in gpus:  # after the pool's last look at the node
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
@@ -299,7 +319,7 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             assert await rig.until(lambda: rig.telemetry.sent)
             for gpu in gpus:
@@ -307,9 +327,10 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
                 rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
             lease = rig.store.allocate("alice", "", "a100-1g")
             gone = await rig.until(
-                lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le, 10
+                lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le,
+                "the grant released",
             )
-            assert gone and gone["release_reason"] == "mig-failed", gone
+            assert gone["release_reason"] == "mig-failed", gone
             assert "could not create" in gone["message"]
             # nothing the pool does touches the busy instances
             await asyncio.sleep(0.5)

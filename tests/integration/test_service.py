@@ -8,7 +8,10 @@ import io
 import signal
 import time
 
-from tests.integration.hubenv import request
+from tests.fakes import request, wait_until
+
+#: seconds an unbound grant lives in the housekeeping test (the service runs on real time)
+GRANT_TIMEOUT = 3.0
 
 
 def _metric(text: str, name: str, **labels: str) -> float | None:
@@ -31,7 +34,7 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
     other = request("POST", f"{api}/allocations", spawner, {"user": "bob", "offer": "h100"}).json()
     third = request("POST", f"{api}/allocations", spawner, {"user": "admin", "offer": "h100"})
     assert third.json()["state"] == "queued"
-    metrics = request("GET", api.replace("/api/v1", "/metrics")).body.decode()
+    metrics = request("GET", api.replace("/api/v1", "/metrics"), admin).body.decode()
     assert _metric(metrics, "gpupool_grants_total", offer="h100") == 2.0
     assert _metric(metrics, "gpupool_capacity_units", model="H100-80GB") == 2.0
     assert _metric(metrics, "gpupool_free_units", model="H100-80GB") == 0.0
@@ -117,12 +120,12 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
     # --- restart: alice has no running server, so reconcile releases her lease -------------
     hub_env.kill_service()
     hub_env.start_service()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def released() -> dict | None:
         state = request("GET", f"{api}/allocations/{lease['id']}", admin).json()
-        if state["state"] == "released":
-            break
-        time.sleep(0.2)
+        return state if state["state"] == "released" else None
+
+    state = wait_until(released, what="the reconcile on start to release alice's lease", step=0.2)
     assert state["release_reason"] == "stopped"
     events = request("GET", f"{api}/events?limit=1000", admin).json()["items"]
     reconciled = [e for e in events if e["kind"] == "reconciled"]
@@ -134,22 +137,33 @@ def test_housekeeping_expires_unbound_grants_and_serves_the_queue(hub_env):
     decisions = process): a grant nobody binds expires, and the waiter behind it gets its GPU."""
     api, spawner = hub_env.api, hub_env.spawner_token
     hub_env.kill_service(signal.SIGTERM)
+    # the service's clock is the real one: the grant timeout is a few seconds, and nothing the
+    # test does between a grant and what must come before its expiry takes more than one call
     hub_env.start_service(
-        "--PoolService.grant_timeout=1.5", "--PoolService.housekeeping_interval=0.2"
+        f"--PoolService.grant_timeout={GRANT_TIMEOUT}", "--PoolService.housekeeping_interval=0.2"
     )
-    leases = [
-        request("POST", f"{api}/allocations", spawner, {"user": u, "offer": "h100"}).json()
-        for u in ("alice", "bob", "carol")
-    ]
-    assert [le["state"] for le in leases] == ["granted", "granted", "queued"]
-    alice, bob, carol = (le["id"] for le in leases)
-    bound = request("POST", f"{api}/allocations/{bob}/keepalive", spawner, {})
+
+    def allocate(user: str) -> dict:
+        return request(
+            "POST", f"{api}/allocations", spawner, {"user": user, "offer": "h100"}
+        ).json()
+
+    # bob binds his grant at once (a server that started), so only alice's can expire
+    first = allocate("bob")
+    bound = request("POST", f"{api}/allocations/{first['id']}/keepalive", spawner, {})
     assert bound.status == 200 and bound.json()["state"] == "active"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if request("GET", f"{api}/allocations/{carol}", spawner).json()["state"] == "granted":
-            break
-        time.sleep(0.2)
+    leases = {"bob": first} | {u: allocate(u) for u in ("alice", "carol")}
+    assert [leases[u]["state"] for u in ("alice", "bob", "carol")] == [
+        "granted",
+        "granted",
+        "queued",
+    ]
+    alice, bob, carol = (leases[u]["id"] for u in ("alice", "bob", "carol"))
+    wait_until(
+        lambda: request("GET", f"{api}/allocations/{carol}", spawner).json()["state"] == "granted",
+        what="alice's grant to expire and carol to get the GPU",
+        step=0.2,
+    )
     expired = request("GET", f"{api}/allocations/{alice}", spawner).json()
     assert (expired["state"], expired["release_reason"]) == ("released", "expired")
     assert request("GET", f"{api}/allocations/{carol}", spawner).json()["state"] == "granted"
@@ -157,10 +171,9 @@ def test_housekeeping_expires_unbound_grants_and_serves_the_queue(hub_env):
     # the service's own views (GET pool: the allocator's holders) follow the writer's
     # decisions, within Store.view_lag (1 s) when they were made in the store process
     admin = hub_env.token("admin")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        pool = request("GET", f"{api}/pool", admin).body.decode()
-        if carol in pool:
-            break
-        time.sleep(0.2)
+    pool = wait_until(
+        lambda: carol in (text := request("GET", f"{api}/pool", admin).body.decode()) and text,
+        what="GET pool to show carol's grant",
+        step=0.2,
+    )
     assert carol in pool and bob in pool and alice not in pool

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .hubenv import HubEnv, request
+from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_until, write_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -42,27 +42,10 @@ quotas:
     carol: {guarantee: 0, limit: 0}
 """
 
-SPAWNER_CONFIG = """
-c.JupyterHub.spawner_class = "gpupool-simple"
-c.GPUPoolSpawnerMixin.pool_api_url = {api!r}
-c.GPUPoolSpawnerMixin.pool_api_token = {spawner_token!r}
-c.GPUPoolSpawnerMixin.queue_poll_interval = 0.3
-c.Spawner.cmd = [{bin!r} + "/jupyterhub-singleuser"]
-c.Spawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
-c.Spawner.start_timeout = 90
-c.Spawner.http_timeout = 60
-c.SimpleLocalProcessSpawner.home_dir_template = "{dir}/home/{{username}}"
-c.JupyterHub.cleanup_servers = False
-c.JupyterHub.load_roles.append(
-    {{"name": "e2e-state", "services": ["hub-admin"], "scopes": ["admin:server_state"]}}
-)
-"""
-
 
 @pytest.fixture
 def hub(tmp_path: Path):
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(POOL)
+    pool = write_pool(tmp_path, POOL)
     env = HubEnv(
         tmp_path,
         f"sqlite:///{tmp_path}/pool.sqlite",
@@ -82,13 +65,12 @@ def hub(tmp_path: Path):
             print(env.logs())  # shown by pytest when the test failed
 
 
-def _wait_all_stopped(env: HubEnv, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_all_stopped(env: HubEnv, timeout: float = 120) -> None:
+    def stopped() -> bool:
         users = request("GET", f"{env.hub_api}/users", env.admin_api_token).json()
-        if not any(u["servers"] for u in users):  # type: ignore[union-attr]
-            return
-        time.sleep(0.3)
+        return not any(u["servers"] for u in users)  # type: ignore[union-attr]
+
+    wait_until(stopped, timeout, "every server to stop", step=0.3, info=env.logs)
 
 
 def spawn(env: HubEnv, user: str, offer: str | None) -> int:
@@ -101,16 +83,14 @@ def server_model(env: HubEnv, user: str) -> dict:
     return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
 
 
-def wait_ready(env: HubEnv, user: str, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_ready(env: HubEnv, user: str, timeout: float = 120) -> dict:
+    def ready() -> dict | None:
         s = server_model(env, user)
-        if s.get("ready"):
-            return s
         if not s:  # the spawn failed and the server is gone
             raise AssertionError(f"{user}'s spawn failed:\n{env.logs()}")
-        time.sleep(0.3)
-    raise AssertionError(f"{user}'s server not ready in {timeout}s:\n{env.logs()}")
+        return s if s.get("ready") else None
+
+    return wait_until(ready, timeout, f"{user}'s server to be ready", step=0.3, info=env.logs)
 
 
 def server_environ(env: HubEnv, user: str) -> dict[str, str]:

@@ -13,21 +13,24 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
+from tests.fakes import HubEnv, request, wait_until_async, write_pool
 
-from .hubenv import HubEnv, request
+#: what the spawner's progress says while the pool does not answer a queued request
+UNREACHABLE = "The GPU pool is not answering; still waiting in line"
 
 
 @pytest.fixture
 def pool(tmp_path: Path):
-    config = tmp_path / "pool.yaml"
-    config.write_text(Path(data_path("demo-pool.yaml")).read_text())
+    config = write_pool(tmp_path)  # the demo pool's, which a test edits
     env = HubEnv(
         tmp_path,
         f"sqlite:///{tmp_path}/pool.sqlite",
         config,
-        service_args=("--PoolService.reconcile_on_start=False",),
+        service_args=(
+            "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
+        ),
     )
     with env.running():
         yield env
@@ -61,6 +64,19 @@ def lease_of(pool: HubEnv, user: str) -> dict:
     return r.json()["items"][0]
 
 
+def count_calls(obj: object, method: str) -> list[tuple]:
+    """Record every call of ``obj.method`` (an async method), passing it on."""
+    calls: list[tuple] = []
+    real = getattr(obj, method)
+
+    async def counted(*args, **kwargs):
+        calls.append(args)
+        return await real(*args, **kwargs)
+
+    setattr(obj, method, counted)
+    return calls
+
+
 async def _collect(spawner, events: list[dict]) -> None:
     async for event in spawner.progress():
         events.append(event)
@@ -73,10 +89,12 @@ def test_progress_follows_the_queue_until_the_grant(pool):
 
     async def scenario():
         spawn = asyncio.ensure_future(spawner.run_pre_spawn_hook())
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: spawner._gpupool_waiting, what="the pre-spawn hook")
         progress = asyncio.ensure_future(_collect(spawner, events))
-        while not any("1st in line" in e["message"] for e in events):
-            await asyncio.sleep(0.1)
+        await wait_until_async(
+            lambda: any("1st in line" in e["message"] for e in events),
+            what="progress to say alice is 1st in line",
+        )
         r = await asyncio.to_thread(
             request, "DELETE", f"{pool.api}/allocations/{holders[0]}", pool.spawner_token
         )
@@ -114,11 +132,14 @@ def test_pool_restart_mid_queue_and_an_offer_removed(pool):
 
     async def scenario():
         spawn = asyncio.ensure_future(spawner.run_pre_spawn_hook())
-        while spawner.gpupool_lease is None:
-            await asyncio.sleep(0.05)
-        # the pool goes away while alice waits: she keeps waiting (and her place)
+        await wait_until_async(lambda: spawner.gpupool_lease, what="alice's queued lease")
+        # the pool goes away while alice waits: she keeps waiting (and her place) — once her
+        # spawner found the pool gone (its progress says so), the spawn is still on
         await asyncio.to_thread(pool.kill_service)
-        await asyncio.sleep(1.0)
+        await wait_until_async(
+            lambda: any(UNREACHABLE in e["message"] for e in spawner._gpupool_events),
+            what="the spawner to notice the pool is away",
+        )
         assert not spawn.done()
         # it comes back without the h100 offer: her request ends with the reason
         text = pool.pool_config.read_text()
@@ -151,10 +172,12 @@ def test_a_pool_restarting_at_spawn_time_is_waited_for(pool):
     """The service is down when the spawn asks; it is back within allocate_retry_for."""
     spawner = make_spawner(pool, "alice", "h100", allocate_retry_for=60.0)
     pool.kill_service()
+    asked = count_calls(spawner.pool, "allocate")
 
     async def scenario():
         spawn = asyncio.ensure_future(spawner.run_pre_spawn_hook())
-        await asyncio.sleep(1.0)
+        # it asked, found nobody, and asked again: still asking
+        await wait_until_async(lambda: len(asked) >= 2, what="a second allocation attempt")
         assert not spawn.done()  # still asking
         await asyncio.get_running_loop().run_in_executor(None, pool.start_service)
         await asyncio.wait_for(spawn, 30)

@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-from tests.integration.hubenv import request
-
-
-def wait_for(check: Callable[[], object], seconds: float = 15.0) -> object:
-    """Poll ``check`` until it returns something truthy (or give up and return the last)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.2)
+from tests.fakes import request, wait_until
 
 
 def test_sim_source_fills_inventory_samples_and_minutes(sim_env):
@@ -30,11 +17,13 @@ def test_sim_source_fills_inventory_samples_and_minutes(sim_env):
         }
 
     # every node of the pool config is read in-process and its inventory put into the pool
-    assert wait_for(lambda: len(reported()) == 3 and reported()) == {
-        "sim-a100",
-        "sim-h100",
-        "sim-t4",
-    }, sim_env.logs()
+    reporting = wait_until(
+        lambda: len(reported()) == 3 and reported(),
+        what="three nodes' inventories",
+        step=0.2,
+        info=sim_env.logs,
+    )
+    assert reporting == {"sim-a100", "sim-h100", "sim-t4"}, sim_env.logs()
     pool = request("GET", f"{sim_env.api}/pool", admin).json()
     nodes = {n["name"]: n for c in pool["clusters"] for n in c["nodes"]}
     assert nodes["sim-t4"]["cpu_milli"] == 32000  # completed from the pool config
@@ -50,15 +39,19 @@ def test_sim_source_fills_inventory_samples_and_minutes(sim_env):
     def samples() -> list:
         return request("GET", f"{url}&resolution=sample", alice).json()["samples"]
 
-    got = wait_for(lambda: len(samples()) >= 3 and samples())
-    assert got and {x["gpu"] for x in got} == {gpu}, sim_env.logs()
+    got = wait_until(
+        lambda: len(samples()) >= 3 and samples(),
+        what="three samples of the lease",
+        step=0.2,
+        info=sim_env.logs,
+    )
+    assert {x["gpu"] for x in got} == {gpu}, sim_env.logs()
     assert "minutes" not in request("GET", url, alice).json()
 
     def minutes() -> list:
         return request("GET", f"{url}&resolution=minute", alice).json()["minutes"]
 
-    rows = wait_for(minutes)
-    assert rows, sim_env.logs()
+    rows = wait_until(minutes, what="the lease's utilization minutes", step=0.2, info=sim_env.logs)
     assert {(m["gpu"], m["start"]) for m in rows} == {(gpu, None)}
     assert all(m["samples"] >= 1 and m["ts"] % 60 == 0 for m in rows)
 

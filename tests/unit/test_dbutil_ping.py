@@ -1,12 +1,14 @@
 """Pooled PostgreSQL connections are pinged only after sitting idle, and replaced if gone."""
 
-import time
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 from sqlalchemy import create_engine, exc, text
 
+from jupyterhub_gpupool import dbutil
 from jupyterhub_gpupool.dbutil import ping_idle_connections
+from tests.fakes import SecondsClock
 
 
 def _engine(pg_url: str, after: float):
@@ -34,10 +36,18 @@ def _kill_backend(pg_url: str, engine) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
-def test_an_idle_connection_the_server_closed_is_replaced(pg_url):
+@pytest.fixture
+def idle_clock(monkeypatch) -> SecondsClock:
+    """The clock the idle check reads (``time.monotonic`` in dbutil), moved by the test."""
+    clock = SecondsClock(0.0)
+    monkeypatch.setattr(dbutil, "time", SimpleNamespace(monotonic=clock))
+    return clock
+
+
+def test_an_idle_connection_the_server_closed_is_replaced(pg_url, idle_clock):
     engine, sent = _engine(pg_url, after=0.05)
     _kill_backend(pg_url, engine)  # e.g. the database restarted while the pool sat idle
-    time.sleep(0.1)
+    idle_clock.advance(0.1)
     sent.clear()
     with engine.connect() as c:
         assert c.execute(text("SELECT 41 + 1")).scalar() == 42
