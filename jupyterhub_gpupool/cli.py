@@ -23,6 +23,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (also used by the docs' CLI reference)."""
     from .simulate import packing
+    from .simulate import reclaim as reclaim_sim
 
     parser = _Parser(
         prog="jupyterhub-gpupool",
@@ -68,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     packing.add_arguments(pack)
     pack.set_defaults(func=packing.run_cli)
+    rec = sim_sub.add_parser(
+        "reclaim",
+        help="a day of notebook sessions under four idle-reclaim rules (40 GPUs, 200 users)",
+        description=reclaim_sim.__doc__.splitlines()[0] if reclaim_sim.__doc__ else None,
+    )
+    reclaim_sim.add_arguments(rec)
+    rec.set_defaults(func=reclaim_sim.run_cli)
     return parser
 
 

@@ -313,6 +313,7 @@ def plan_reclaims(
     """
     waiting = [w for w in queue if w.reason != "quota" and w.request.offer in offers]
     waiting_ids = {w.request.id for w in waiting}
+    wants = {(w.request.offer, w.units) for w in waiting}  # distinct asks: one check each
     pool_stale = None
     if pool_at is not None and now - pool_at > stale_after:
         pool_stale = f"the pool's data is {now - pool_at:.0f} s old"
@@ -337,7 +338,7 @@ def plan_reclaims(
             continue
         case = cases[lease.id] = read_window(sig, policy.gpu_idle_threshold)
         observed = replace(lease, state=observe(lease.state, case, sig.start, sig.end))
-        pressure = any(serves(observed, offers[w.request.offer], w.units, offers) for w in waiting)
+        pressure = any(serves(observed, offers[o], units, offers) for o, units in wants)
         out[lease.id] = _decide(observed, policy, case, pressure, now, waiting_ids)
     _reclaim_borrowed(leases, out, cases, policies, waiting, quotas, now, offers, serves)
     return [out[le.id] for le in leases]
@@ -501,6 +502,7 @@ def _reclaim_borrowed(
     held_user, held_group = dict(quotas.held_user), dict(quotas.held_group)
     spare: list[str] = []
     promised: set[str] = set()
+    hopeless: set[tuple[str, Fraction]] = set()
     for lid, d in out.items():
         rec = d.state.reclaiming
         if rec is None:
@@ -517,6 +519,9 @@ def _reclaim_borrowed(
         coming = next((lid for lid in spare if serves(by_id[lid], wanted, w.units, offers)), None)
         if coming is not None:
             spare.remove(coming)
+            continue
+        ask = (w.request.offer, w.units)
+        if ask in hopeless:  # an identical ask found no lease this round; none has appeared
             continue
         best: tuple[tuple, LeaseInfo, ReclaimPolicy] | None = None
         for le in leases:
@@ -540,6 +545,7 @@ def _reclaim_borrowed(
             if best is None or key < best[0]:
                 best = (key, le, policy)
         if best is None:
+            hopeless.add(ask)
             continue
         _, le, policy = best
         _take(le, held_user, held_group)
