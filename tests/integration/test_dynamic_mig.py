@@ -104,7 +104,7 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
     kinds = event_kinds(sim_env, admin)
     assert kinds.count(("mig-created", None)) == 2
     assert kinds.count(("mig-destroyed", None)) == 2
-    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics", admin).body.decode()
+    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics").body.decode()
     assert 'gpupool_mig_actions_total{op="create",result="ok"} 2.0' in metrics
     assert 'gpupool_mig_actions_total{op="destroy",result="ok"} 2.0' in metrics
 
@@ -140,7 +140,12 @@ def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_po
             (slot["profile"], slot["start"], uuid, "present")
         ]
         request("DELETE", f"{hub_env.api}/allocations/{first['id']}", alice)
-        assert wait_for(lambda: not pool_instances(hub_env, admin, slot["gpu"]), 20)
+        wait_until(
+            lambda: not pool_instances(hub_env, admin, slot["gpu"]),
+            what="the agent to destroy the instance",
+            step=0.1,
+            info=hub_env.logs,
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=15)
@@ -189,12 +194,23 @@ class Rig:
         self.telemetry = LocalTelemetry(
             {NODE: self.reader},
             self.store,
-            self.writer,
             UtilizationBuffer(900),
             None,
             interval=interval,
             inventory_interval=3600,
         )
+        # the MIG steps the loop finished (one per round, one per wake-up): a test waits for
+        # the loop to have gone past a point (``rounds``), never for a while
+        self.mig_steps = 0
+        apply_mig = self.telemetry.apply_mig
+
+        async def counted(name: str) -> int:
+            try:
+                return await apply_mig(name)
+            finally:
+                self.mig_steps += 1
+
+        self.telemetry.apply_mig = counted  # type: ignore[method-assign]
 
     def on_node(self) -> dict[tuple[str, int], tuple[str, str | None, int | None]]:
         """What the simulated NVML has: (GPU, start) → (profile, MIG uuid, processes)."""
@@ -203,19 +219,6 @@ class Rig:
             for g in self.reader.inventory()["gpus"]
             for i in g["mig"]["instances"]
         }
-
-    def start(self) -> None:
-        """Start the writer and the node's loop (on the running event loop)."""
-        self.writer.start()
-        self.telemetry.start()
-
-    async def stop(self) -> None:
-        await self.telemetry.stop()
-        self.writer.stop()
-
-    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A store write, through the writer as the service makes it."""
-        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
 
     def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
         """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
@@ -237,17 +240,24 @@ def rig(tmp_path: Path, demo_pool_file: Path) -> Rig:
     return Rig(tmp_path, demo_pool_file, interval=0.2)
 
 
-def test_a_grant_wakes_the_loop_the_instance_exists_within_a_second(tmp_path, demo_pool_file):
-    rig = Rig(tmp_path, demo_pool_file, interval=60)  # samples would come only a minute later
+def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
+    tmp_path, demo_pool_file
+):
+    rig = Rig(tmp_path, demo_pool_file, interval=3600)  # the next samples: an hour later
 
     async def main() -> None:
-        rig.start()
+        rig.telemetry.start()
         try:
-            assert await rig.until(lambda: rig.store.mig_plan(NODE) == [] and rig.telemetry.sent)
-            t0 = time.monotonic()
+            await rig.until(
+                lambda: rig.mig_steps and rig.store.mig_plan(NODE) == [] and rig.telemetry.sent,
+                "the loop's first round",
+            )
+            sampled = rig.telemetry.samples
             lease = rig.store.allocate("alice", "", "a100-1g")
-            done = await rig.until(lambda: rig.store.lease(lease["id"])["ready"], 5)
-            assert done and time.monotonic() - t0 < 2.0  # not the next sample, a minute away
+            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
+            # no round of samples ran meanwhile: the grant woke the loop, it did not wait for
+            # the next sample tick (an hour away)
+            assert rig.telemetry.samples == sampled
             (slot,) = rig.store.lease(lease["id"])["slots"]
             assert rig.on_node()[(slot["gpu"], slot["start"])] == (
                 slot["profile"],
@@ -262,15 +272,15 @@ def test_a_grant_wakes_the_loop_the_instance_exists_within_a_second(tmp_path, de
 
 def test_an_instance_with_a_process_is_never_destroyed(rig):
     async def main() -> None:
-        rig.start()
+        rig.telemetry.start()
         try:
             lease = rig.store.allocate("alice", "", "a100-3g")
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             where = (slot["gpu"], slot["start"])
-            await asyncio.sleep(0.5)  # the loop's round ends: its inventory shows no process
+            await rig.rounds(1)  # the creating step is over: its inventory shows no process
             pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
-            await rig.write("release", lease["id"])
+            rig.store.release(lease["id"])
             # the pool's last inventory showed no process: it asks, the node re-checks and
             # refuses (InUse); then it waits for the node to say the process is gone
             await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
@@ -279,7 +289,9 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
             assert rig.store.mig_plan(NODE) == []
             rig.sim.remove_process(pid)
             await rig.telemetry.check_inventory(NODE)  # the node reports the process gone
-            assert await rig.until(lambda: where not in rig.on_node())
+            # the node destroys the instance, then the pool records it: wait for the record
+            await rig.until(lambda: "mig-destroyed" in kinds(rig.store), "the destruction")
+            assert where not in rig.on_node()
             assert kinds(rig.store) == ["mig-created", "mig-failed", "mig-destroyed"]
         finally:
             await rig.telemetry.stop()
@@ -294,14 +306,14 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.start()
+        rig.telemetry.start()
         try:
             await rig.until(lambda: rig.telemetry.sent, "the node's first inventory")
             for gpu in gpus:  # after the pool's last look at the node
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
             lease = rig.store.allocate("alice", "", "a100-3g")
-            assert await rig.until(lambda: rig.store.lease(lease["id"])["ready"], 10)
+            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             assert rig.on_node() == {
                 (slot["gpu"], slot["start"]): (slot["profile"], slot["mig_uuid"], 0)
@@ -319,9 +331,9 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.start()
+        rig.telemetry.start()
         try:
-            assert await rig.until(lambda: rig.telemetry.sent)
+            await rig.until(lambda: rig.telemetry.sent, "the node's first inventory")
             for gpu in gpus:
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
@@ -332,8 +344,8 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
             )
             assert gone["release_reason"] == "mig-failed", gone
             assert "could not create" in gone["message"]
-            # nothing the pool does touches the busy instances
-            await asyncio.sleep(0.5)
+            # nothing the pool does touches the busy instances (the loop goes on after it)
+            await rig.rounds(2)
             assert sorted(p for p, _, _ in rig.on_node().values()) == ["7g.80gb", "7g.80gb"]
             assert rig.store.mig_plan(NODE) == []
         finally:

@@ -27,10 +27,7 @@ def pool(tmp_path: Path):
         tmp_path,
         f"sqlite:///{tmp_path}/pool.sqlite",
         config,
-        service_args=(
-            "--PoolService.reconcile_on_start=False",
-            "--PoolService.reconcile_interval=0",
-        ),
+        service_args=("--PoolService.reconcile_on_start=False",),
     )
     with env.running():
         yield env
