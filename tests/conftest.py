@@ -58,7 +58,7 @@ def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool) reading the demo pool's simulated GPUs
     itself (``telemetry_source = sim``): samples every 0.2 s, utilization minutes flushed every
     0.5 s."""
-    from tests.integration.hubenv import HubEnv
+    from tests.fakes import HubEnv
 
     args = (
         "--PoolService.telemetry_source=sim",
@@ -73,7 +73,7 @@ def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
 def hub_env(request: pytest.FixtureRequest, tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool); stopped afterwards. Once with the
     decisions in a thread of the service, once in its store process."""
-    from tests.integration.hubenv import HubEnv
+    from tests.fakes import HubEnv
 
     decisions = (f"--PoolService.decisions={request.param}",)
     with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=decisions).running() as env:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.hubenv import ROOT, chp_command, free_port, request
+from tests.fakes import ROOT, chp_command, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")
 VIEWPORT = {"width": 1200, "height": 800}

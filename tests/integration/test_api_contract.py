@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.poolconfig import gpu_uuid
-from tests.integration.hubenv import HubEnv, Response, request
+from tests.fakes import HubEnv, Response, request
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "docs" / "source" / "_static" / "rest-api.yml").read_text())

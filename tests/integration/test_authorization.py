@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from jupyterhub_gpupool.data import data_path
-from tests.integration.hubenv import HubEnv, request
+from tests.fakes import HubEnv, request
 
 #: Callers, in the matrix's column order. ``alice_srv``/``bob_srv``: tokens with exactly the hub's
 #: ``server`` role; ``no_scope``: alice's token holding no pool scope at all.

@@ -46,7 +46,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from tests.integration.hubenv import HubEnv
+from tests.fakes import HubEnv, write_pool
 
 CLIENTS = 8
 ITERATIONS = 250  # allocate/release cycles per client
@@ -561,8 +561,7 @@ class Load:
 
 
 def start_env(tmp_path: Path, db_url: str) -> HubEnv:
-    pool = tmp_path / "contended-pool.yaml"
-    pool.write_text(POOL_YAML)
+    pool = write_pool(tmp_path, POOL_YAML, "contended-pool.yaml")
     env = HubEnv(
         tmp_path,
         db_url,

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from jupyterhub_gpupool.data import data_path
-
-from .hubenv import HubEnv, request
+from tests.fakes import HubEnv, request
 
 pytestmark = pytest.mark.e2e
 
