@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.spawner import Spawner
 from jupyterhub.utils import maybe_future
 from tornado import web
 from tornado.ioloop import IOLoop
@@ -138,6 +139,17 @@ class GPUPoolSpawnerMixin(Configurable):
         help="Offer a 'No GPU' choice. When False, every server must hold a GPU lease.",
     ).tag(config=True)
 
+    allow_offer_from_query = Bool(
+        False,
+        help="Let a GET of /hub/spawn with query arguments (?gpupool_offer=... or "
+        "?opt-gpupool_offer=..., and /hub/spawn/<user>/<server>?...) start a server with a "
+        "GPU. JupyterHub starts a server straight from such a link, which any web page can "
+        "make a logged-in user's browser follow, so by default a query spawn that would take a "
+        "GPU is refused with a message on the spawn page and the GPU is chosen in the form "
+        "(a POST JupyterHub protects against cross-site requests). Spawns through the REST "
+        "API are not affected.",
+    ).tag(config=True)
+
     default_offer = Unicode(
         "",
         help="Offer used when a spawn names none (API spawns without options) and the one "
@@ -177,6 +189,8 @@ class GPUPoolSpawnerMixin(Configurable):
     gpupool_lease: dict[str, Any] | None = None
     _gpupool_events: list[dict[str, Any]]
     _gpupool_waiting: bool = False
+    #: this spawn's run_pre_spawn_hook has begun (so its events are the ones to stream)
+    _gpupool_started: bool = False
     _gpupool_changed: asyncio.Event | None = None
     _gpupool_client: PoolClient | None = None
 
@@ -278,6 +292,43 @@ class GPUPoolSpawnerMixin(Configurable):
         """The offer to ask for; subclasses may look further (KubeSpawner's profiles)."""
         return self.chosen_offer()
 
+    async def options_from_query(self, query_data: dict) -> dict:
+        """Refuse a GPU asked for by a link, unless ``allow_offer_from_query``.
+
+        JupyterHub 5 and 6 turn the arguments of ``GET /hub/spawn[/<user>/<server>]?...``
+        (6 strips an ``opt-`` prefix first) into ``user_options`` here and spawn at once, with
+        no XSRF check: any web page can send a logged-in user's browser there. Raising here
+        comes before any lease or server exists; the hub shows the form again with the message.
+        """
+        options = await maybe_future(super().options_from_query(query_data))  # type: ignore[misc]
+        if self.allow_offer_from_query:
+            return options
+        named = {OPTION, f"opt-{OPTION}"} & (set(query_data) | set(options or {}))
+        if not named and not await self._query_needs_gpu(options):
+            return options  # a CPU-only server, as JupyterHub starts from any link
+        self.log.warning(
+            "Refused a GPU from the query string for %s (allow_offer_from_query is off)",
+            self._log_name,
+        )
+        raise spawn_error(
+            "A GPU is not handed out from a link: choose one below and press Start.",
+            reason="gpupool_query",
+            status=403,
+        )
+
+    async def _query_needs_gpu(self, options: dict) -> bool:
+        """Whether a spawn with ``options`` would ask the pool for a GPU (a default offer, a
+        KubeSpawner profile naming one, or a hub that has no CPU-only servers)."""
+        saved = self.user_options
+        self.user_options = options or {}
+        try:
+            offer = await self.resolve_offer()
+        except web.HTTPError:
+            return True  # malformed: refuse rather than guess
+        finally:
+            self.user_options = saved
+        return bool(offer) or not self.allow_cpu_only
+
     def check_offer(self, offer: str) -> None:
         """Server-side enforcement of what the picker showed (forged forms are refused)."""
         if not offer:
@@ -310,6 +361,7 @@ class GPUPoolSpawnerMixin(Configurable):
         self._gpupool_events = []
         self._gpupool_changed = asyncio.Event()
         self._gpupool_waiting = True
+        self._gpupool_started = True
         if self.gpupool_lease:  # a lease a failed stop kept: give it back first
             await self.release_lease("stopped")
         try:
@@ -323,8 +375,12 @@ class GPUPoolSpawnerMixin(Configurable):
         return await maybe_future(super().run_pre_spawn_hook())  # type: ignore[misc]
 
     async def _acquire(self, offer: str) -> dict[str, Any]:
-        """POST allocations, adopting a lease this server already has; then wait for the grant."""
-        self._emit(5, f"Asking the GPU pool for {offer}")
+        """POST allocations, adopting a lease this server already has; then wait for the grant.
+
+        Progress names the offer as the picker does (its display name), not by its id.
+        """
+        name = await self._display_name(offer)
+        self._emit(5, f"Asking the GPU pool for {name}")
         try:
             lease = await self._allocate(offer)
         except PoolUnavailable as e:
@@ -339,13 +395,13 @@ class GPUPoolSpawnerMixin(Configurable):
             raise self._refusal(offer, e) from e
         self.gpupool_lease = lease  # known from here on, so a failed wait can give it back
         try:
-            lease = await self._wait(lease)
+            lease = await self._wait(lease, name)
         except Exception:
             # not on CancelledError: a hub shutting down mid-queue keeps the request, and the
             # next spawn of this server adopts it (and its place in line)
             self._release_soon("cancelled")
             raise
-        self._emit(40, f"Got {self._describe(lease)}; starting the server")
+        self._emit(40, f"Got {name} on {lease.get('node') or 'the pool'}; starting your server")
         self.log.info(
             "GPU lease %s for %s: %s on %s",
             lease["id"],
@@ -401,30 +457,22 @@ class GPUPoolSpawnerMixin(Configurable):
         self.log.warning("GPU pool refused %s for %s: %s", offer, self._log_name, e.message)
         return spawn_error(text, reason=f"gpupool_{e.code or 'refused'}", status=e.status)
 
-    def _describe(self, lease: dict[str, Any]) -> str:
-        slots = lease.get("slots") or []
-        where = lease.get("node") or "the pool"
-        if slots and slots[0].get("kind") == "mig":
-            return f"an {lease.get('model')} {slots[0].get('profile')} slice on {where}"
-        if slots and slots[0].get("kind") == "shared":
-            return f"{units_text(lease.get('units', 0))} of a {lease.get('model')} on {where}"
-        return f"{len(slots)}× {lease.get('model')} on {where}"
-
-    async def _wait(self, lease: dict[str, Any]) -> dict[str, Any]:
-        """Wait until the lease is granted and its devices exist, with progress updates."""
+    async def _wait(self, lease: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+        """Wait until the lease is granted and its devices exist, with progress updates
+        naming the offer ``name`` (its display name; looked up when not given)."""
         deadline = time.monotonic() + self.queue_timeout
         last = ""
         unreachable_since: float | None = None
-        name = lease["offer"]
-        if lease["state"] == "queued":  # a wait worth naming as the picker does
-            name = await self._display_name(name)
+        if name is None:
+            name = await self._display_name(lease["offer"])
         while still_waiting(lease):
             if lease["state"] == "queued":
                 pos = lease.get("position")
                 where = f"{ordinal(pos)} in line" if pos else "in line"
                 msg = f"Waiting for {name}: {where}, {wait_text(lease.get('eta_seconds'))}"
             else:
-                msg = f"Preparing {self._describe(lease)} (creating the MIG instance)"
+                where = lease.get("node") or "the pool"
+                msg = f"Preparing {name} on {where} (creating the MIG instance)"
             if msg != last:
                 self._emit(10 if lease["state"] == "queued" else 30, msg)
                 last = msg
@@ -503,7 +551,16 @@ class GPUPoolSpawnerMixin(Configurable):
     # -- progress --------------------------------------------------------------------------
 
     async def progress(self) -> Any:
-        """Queue position and estimate while waiting, then the concrete spawner's events."""
+        """Queue position and estimate while waiting, then the concrete spawner's events.
+
+        The page shows the latest event's ``message`` as its status line, so after a grant
+        the pool's message stays there: JupyterHub's placeholder progress ("Spawning
+        server...", all a LocalProcessSpawner has) is left out. KubeSpawner's pod events follow.
+        """
+        # the hub may open the stream before run_pre_spawn_hook began (it awaits the
+        # authenticator and other hooks first): wait for this spawn's own events
+        while self._spawn_pending and not self._gpupool_started:
+            await asyncio.sleep(0.1)
         sent = 0
         events = getattr(self, "_gpupool_events", [])
         while True:
@@ -515,8 +572,18 @@ class GPUPoolSpawnerMixin(Configurable):
             self._gpupool_changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._gpupool_changed.wait(), self.queue_poll_interval * 5)
+        if sent and self._placeholder_progress():
+            return
         async for event in super().progress():  # type: ignore[misc]
             yield event
+
+    def _placeholder_progress(self) -> bool:
+        """Whether the concrete spawner's progress is JupyterHub's one-line placeholder."""
+        mro = type(self).__mro__
+        for cls in mro[mro.index(GPUPoolSpawnerMixin) + 1 :]:
+            if "progress" in vars(cls):
+                return cls is Spawner
+        return True
 
     # -- releasing --------------------------------------------------------------------------
 
@@ -573,6 +640,7 @@ class GPUPoolSpawnerMixin(Configurable):
 
     async def run_post_stop_hook(self) -> Any:
         """Always runs when the hub stops a server (also after a failed spawn): release."""
+        self._gpupool_started = False  # the next spawn streams its own events
         await self.release_lease("stopped")
         return await maybe_future(super().run_post_stop_hook())  # type: ignore[misc]
 

@@ -135,7 +135,7 @@ def test_pick_queue_and_hand_over(demo, login, shoot):
     )
     assert "/hub/spawn-pending/bob" in bob.url, bob.url
     bob.locator("#progress-details summary").click()  # the event log, for the screenshot
-    expect(bob.locator("#progress-log")).to_contain_text("Asking the GPU pool for h100")
+    expect(bob.locator("#progress-log")).to_contain_text("Asking the GPU pool for 1× H100 80GB")
     shoot(bob, "queue", down_to="#stop-server-btn")
 
     # carol sees bob waiting, and takes a MIG slice instead: her server sees only that slice

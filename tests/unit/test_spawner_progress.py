@@ -1,0 +1,127 @@
+"""The spawn progress page's status line is the pool's message, naming the offer as the picker does.
+
+JupyterHub's progress page shows the latest event's ``message`` as its status line (the rest
+goes to the collapsed event log). So every pool event names the offer by its display name, and
+after the grant JupyterHub's placeholder ("Spawning server...", all a LocalProcessSpawner says)
+does not replace the pool's last word. A fake pool client stands in for the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from jupyterhub_gpupool.poolclient import PoolUnavailable
+from jupyterhub_gpupool.spawner.base import OPTION
+from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
+from tests.fakes import wait_until_async
+
+QUEUED = {"id": "L1", "offer": "h100", "state": "queued", "position": 1, "eta_seconds": None}
+GRANTED = {**QUEUED, "state": "granted", "ready": True, "node": "node-h100", "position": None}
+PREPARING = {**GRANTED, "offer": "a100-1g", "ready": False, "node": "node-a100"}
+
+
+class FakePool:
+    """What the spawner asks the pool: offers (display names), allocate, the lease's states."""
+
+    def __init__(self, *states: dict[str, Any], offers_fail: bool = False) -> None:
+        self.states = list(states)
+        self.offers_fail = offers_fail
+
+    async def offers(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
+        if self.offers_fail:
+            raise PoolUnavailable("down")
+        return [
+            {"name": "h100", "display_name": "1× H100 80GB"},
+            {"name": "a100-1g", "display_name": "A100 · 1g.10gb slice"},
+        ]
+
+    async def allocate(self, user: str, server: str, offer: str, groups: Any = ()) -> dict:
+        return self.states.pop(0)
+
+    async def lease(self, lease_id: str) -> dict[str, Any]:
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def spawner(offer: str, pool: FakePool) -> GPUPoolSimpleLocalProcessSpawner:
+    s = GPUPoolSimpleLocalProcessSpawner(
+        user=SimpleNamespace(name="bob", groups=[], settings={}), queue_poll_interval=0.01
+    )
+    s._gpupool_client = pool  # type: ignore[assignment]
+    s.user_options = {OPTION: offer}
+    return s
+
+
+async def spawn_and_watch(s: GPUPoolSimpleLocalProcessSpawner) -> list[str]:
+    """Run the pre-spawn hook (the GPU part of a spawn) and collect what progress() yields,
+    the stream opened as the hub does: as soon as the spawn is pending."""
+    s._spawn_pending = True
+    events: list[str] = []
+
+    async def watch() -> None:
+        async for event in s.progress():
+            events.append(event["message"])
+
+    watching = asyncio.ensure_future(watch())
+    await asyncio.sleep(0.2)  # the hub awaits the authenticator and other hooks first
+    await s.run_pre_spawn_hook()
+    await asyncio.wait_for(watching, 10)
+    return events
+
+
+def test_the_status_line_names_the_offer_and_stays_the_pools():
+    s = spawner("h100", FakePool(QUEUED, QUEUED, GRANTED))
+    messages = asyncio.run(spawn_and_watch(s))
+    assert messages == [
+        "Asking the GPU pool for 1× H100 80GB",
+        "Waiting for 1× H100 80GB: 1st in line, no estimate yet",
+        "Got 1× H100 80GB on node-h100; starting your server",
+    ]  # and no "Spawning server..." after it: the page's last word is the pool's
+
+
+def test_a_slice_being_made_is_named_too():
+    s = spawner("a100-1g", FakePool(PREPARING, PREPARING, {**PREPARING, "ready": True}))
+    messages = asyncio.run(spawn_and_watch(s))
+    assert "Preparing A100 · 1g.10gb slice on node-a100 (creating the MIG instance)" in messages
+    assert messages[-1] == "Got A100 · 1g.10gb slice on node-a100; starting your server"
+
+
+def test_without_display_names_the_offer_id_is_used():
+    s = spawner("h100", FakePool(GRANTED, offers_fail=True))
+    messages = asyncio.run(spawn_and_watch(s))
+    assert messages == [
+        "Asking the GPU pool for h100",
+        "Got h100 on node-h100; starting your server",
+    ]
+
+
+def test_a_cpu_only_spawn_keeps_jupyterhubs_progress():
+    s = spawner("", FakePool())
+    assert asyncio.run(spawn_and_watch(s)) == ["Spawning server..."]
+
+
+def test_a_stream_opened_before_the_hook_waits_for_this_spawns_events():
+    """The hub marks the spawn pending before it runs run_pre_spawn_hook: a progress stream
+    opened in between must not fall through to the placeholder and end."""
+    s = spawner("h100", FakePool(QUEUED, QUEUED, GRANTED))
+
+    async def scenario() -> list[str]:
+        s._spawn_pending = True
+        got: list[str] = []
+
+        async def watch() -> None:
+            async for event in s.progress():
+                got.append(event["message"])
+
+        watching = asyncio.ensure_future(watch())
+        await asyncio.sleep(0.3)
+        assert got == [] and not watching.done()  # waiting, not "Spawning server..."
+        hook = asyncio.ensure_future(s.run_pre_spawn_hook())
+        await wait_until_async(lambda: watching.done(), 10, "the progress stream to end")
+        await hook
+        return got
+
+    messages = asyncio.run(scenario())
+    assert messages[0] == "Asking the GPU pool for 1× H100 80GB"
+    assert "Spawning server..." not in messages
