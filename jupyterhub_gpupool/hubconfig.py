@@ -70,6 +70,10 @@ def configure_hub(
         if pool_config:
             argv.append(f"--pool-config={pool_config}")
         service["command"] = argv + list(service_args)
+        # the per-user request cap follows the hub's named-server limit (set it before this)
+        limit = c.JupyterHub.get("named_server_limit_per_user", None)
+        if c.JupyterHub.get("allow_named_servers", False) and isinstance(limit, int):
+            service["environment"] = {"GPUPOOL_NAMED_SERVER_LIMIT": str(limit)}
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") != service_name]
     services.append(service)
     services.append({"name": f"{service_name}-spawner", "api_token": spawner_token})

@@ -43,6 +43,7 @@ RELEASE_REASONS = (
     "cancelled",
     "rejected",
     "mig-failed",
+    "orphaned",
 )
 
 NAMING = {

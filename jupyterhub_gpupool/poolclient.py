@@ -19,11 +19,14 @@ from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from .logredact import redact
+
 
 class PoolClientError(Exception):
     """Any failure talking to the pool service."""
 
     def __init__(self, message: str, *, status: int = 0, code: str = "", field: str | None = None):
+        message = redact(message)  # it reaches logs and the spawn page: never with a token
         super().__init__(message)
         self.message = message
         self.status = status

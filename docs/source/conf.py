@@ -12,7 +12,14 @@ author = "jupyterhub-gpupool contributors"
 copyright = "2026, jupyterhub-gpupool contributors"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "traitsdoc", "openapi_md", "codes_md"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "traitsdoc",
+    "openapi_md",
+    "codes_md",
+]
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

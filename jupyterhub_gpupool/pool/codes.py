@@ -34,6 +34,8 @@ class Code:
 _DECLARED = (
     # the request itself
     Code("invalid_json", "The body is not a JSON object."),
+    Code("too_deep", "The body nests deeper than the service parses (32 levels)."),
+    Code("body_too_large", "The body is larger than the service takes (4 MiB)."),
     Code("unknown_field", "The body has a field the operation does not take."),
     Code("missing_field", "A required field is missing."),
     Code("invalid_field", "A field has the wrong type, size or value."),
@@ -93,6 +95,13 @@ _DECLARED = (
     # the lease's state
     Code("already_allocated", "The server already has a lease (live or queued)."),
     Code("duplicate_request", "A request with that id exists already."),
+    Code(
+        "too_many_requests",
+        "The user has as many live GPU requests (queued, granted or held) as one may.",
+        spawn="You already have as many GPU requests as one user may ({message}); stop a "
+        "server or cancel a wait first.",
+    ),
+    Code("unknown_server", "The request names a server the hub does not know for that user."),
     Code("not_live", "The lease is queued or released."),
     Code("not_ready", "The grant waits for its MIG instance; bind it once the lease is ready."),
     Code("resize_pending", "The lease already has a resize pending."),
@@ -113,6 +122,7 @@ _DECLARED = (
     Code("pool_error", "Any other refusal of the pool core."),
     # the service
     Code("database_unavailable", "The pool database is unavailable; try again."),
+    Code("hub_unavailable", "JupyterHub's API did not answer; try again."),
     Code(
         "store_restarting",
         "The store process restarted mid-change: read the lease back or try again.",

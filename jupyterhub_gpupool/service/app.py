@@ -21,21 +21,25 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httpserver import HTTPServer
 from traitlets import Bool, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from .._version import __version__
 from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
+from ..hubclient import HubClient
+from ..logredact import install as install_redaction
+from ..logredact import redact
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
+from . import pages
 from .apihandlers import admin, agent, allocations, users
-from .apihandlers.base import APIHandler
+from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
+from .scopes import ADMIN, METRICS_SCOPE
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer
 from .writer import BatchWriter, ProcessBatchWriter, settle_garbage_collector
@@ -49,11 +53,28 @@ class NotFoundHandler(APIHandler):
 
 
 class MetricsHandler(web.RequestHandler):
-    """Prometheus exposition of the pool (open, like JupyterHub's own ``/metrics`` option)."""
+    """Prometheus exposition of the pool. Like JupyterHub's own ``/metrics``
+    (``authenticate_prometheus``), it needs a token by default: one holding ``read:metrics``
+    (what a hub-registered Prometheus service gets) or the pool's admin scope."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
+        if self.settings["authenticate_prometheus"]:
+            model = await self.settings["hub_auth"].get_user(self, sync=False)
+            if model is None:
+                self._refuse(401, "unauthorized", "a JupyterHub token is required")
+                return
+            scopes = set(model.get("scopes") or ())
+            if not scopes & {METRICS_SCOPE, ADMIN}:
+                name = f"{model.get('kind', 'user')}:{model.get('name')}"
+                self._refuse(403, "forbidden", f"{name} may not read the pool's metrics")
+                return
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.finish(self.settings["metrics"].render(self.settings["store"]))
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps(APIError(code, message).to_dict()))
 
 
 class PoolService(Application):
@@ -182,6 +203,36 @@ class PoolService(Application):
         "deleted; 0 keeps them forever).",
     ).tag(config=True)
     hub_api_url = Unicode(help="JupyterHub API URL (default: JUPYTERHUB_API_URL).").tag(config=True)
+    reconcile_interval = Float(
+        300.0,
+        help="Seconds between reconciles with the hub while the service runs (0: only on "
+        "start): leases whose server the hub no longer runs or spawns are released (reason "
+        "orphaned), and requests still queued for such a server end (cancelled).",
+    ).tag(config=True)
+    orphan_after = Float(
+        600.0,
+        help="Seconds a lease or request must exist before the periodic reconcile may take it "
+        "for an orphan: a spawner asks the pool before the hub lists its server as spawning.",
+    ).tag(config=True)
+    max_requests_per_user = Integer(
+        0,
+        help="Live GPU requests (queued, granted or held) one user may have at once; beyond, "
+        "allocate answers 429 too_many_requests. 0 derives it from the hub's named-server "
+        "limit ($GPUPOOL_NAMED_SERVER_LIMIT, which configure_hub passes on): twice the number "
+        "of servers a user may run (each may hold a lease and a resize target), or 10 when the "
+        "limit is unknown or unlimited. -1: no cap.",
+    ).tag(config=True)
+    check_user_servers = Bool(
+        True,
+        help="A user's own allocate (not the spawner's) may only name a server of theirs the "
+        "hub knows (asked through the hub API; needs read:servers).",
+    ).tag(config=True)
+    authenticate_prometheus = Bool(
+        True,
+        help="The /metrics endpoint needs a token with read:metrics (or the pool's admin "
+        "scope), like JupyterHub's own authenticate_prometheus. False serves it to anyone who "
+        "can reach the service.",
+    ).tag(config=True)
 
     @default("ip")
     def _ip(self) -> str:
@@ -208,6 +259,7 @@ class PoolService(Application):
     def initialize(self, argv: list[str] | None = None) -> None:
         """Parse the command line, load the config file, open the database, load the pool."""
         super().initialize(argv)
+        install_redaction([self.log])
         if self.config_file and os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         self.catalog = default_catalog()
@@ -238,6 +290,7 @@ class PoolService(Application):
             cache_max_age=60,
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
         )
+        self.hub = HubClient(self.hub_api_url, self.hub_auth.api_token)
 
     def make_writer(self) -> BatchWriter:
         """The batch writer ``decisions`` asks for (started with the service)."""
@@ -255,7 +308,20 @@ class PoolService(Application):
             "aging_interval": self.aging_interval,
             "reserve_after": self.reserve_after,
             "mig_attempts": self.mig_attempts,
+            "max_requests_per_user": self.request_cap(),
         }
+
+    def request_cap(self) -> int:
+        """``max_requests_per_user`` as the store applies it (0: no cap)."""
+        if self.max_requests_per_user < 0:
+            return 0
+        if self.max_requests_per_user > 0:
+            return self.max_requests_per_user
+        try:
+            named = int(os.environ.get("GPUPOOL_NAMED_SERVER_LIMIT", "0"))
+        except ValueError:
+            named = 0
+        return 2 * (named + 1) if named > 0 else 10
 
     def make_telemetry(self) -> LocalTelemetry | None:
         """The in-process telemetry of ``telemetry_source`` (None: agents post instead)."""
@@ -344,12 +410,16 @@ class PoolService(Application):
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),
             (url_path_join(self.base_url, "oauth_callback"), HubOAuthCallbackHandler),
+            *pages.default_handlers(self.base_url),
             (api + r".*", NotFoundHandler),
         ]
         return web.Application(
             handlers,
             store=self.store,
             hub_auth=self.hub_auth,
+            hub=self.hub,
+            check_user_servers=self.check_user_servers,
+            authenticate_prometheus=self.authenticate_prometheus,
             metrics=self.metrics,
             utilization=self.utilization,
             minutes=self.minutes,
@@ -370,43 +440,35 @@ class PoolService(Application):
             "%d %s %s %.1fms",
             status,
             handler.request.method,
-            handler.request.uri,
+            redact(handler.request.uri or ""),
             1000 * handler.request.request_time(),
         )
 
-    async def running_servers(self) -> set[tuple[str, str]]:
-        """(user, server) of every server the hub runs or is spawning, paging the hub API."""
-        client = AsyncHTTPClient()
-        running: set[tuple[str, str]] = set()
-        offset = 0
-        while True:
-            url = url_path_join(self.hub_api_url, f"users?state=active&offset={offset}&limit=200")
-            req = HTTPRequest(
-                url,
-                headers={
-                    "Authorization": f"token {self.hub_auth.api_token}",
-                    "Accept": "application/jupyterhub-pagination+json",
-                },
-            )
-            body = json.loads((await client.fetch(req)).body)
-            for user in body["items"]:
-                for name in user.get("servers") or {}:
-                    running.add((user["name"], name))
-            nxt = (body.get("_pagination") or {}).get("next")
-            if not nxt:
-                return running
-            offset = nxt["offset"]
-
-    async def reconcile(self) -> None:
-        """Release leases whose servers are gone (logged and audited)."""
+    async def reconcile(self, *, periodic: bool = False) -> None:
+        """Release leases whose servers are gone (logged and audited). At start every such
+        lease goes (``stopped``: it stopped while the pool was away); the periodic reconcile
+        takes only those older than ``orphan_after`` (``orphaned``)."""
         try:
-            running = await self.running_servers()
-            released = await self.writer.call(self.store.reconcile, running)
+            running = await self.hub.running_servers()
+            if periodic:
+                older = self.store.clock() - timedelta(seconds=self.orphan_after)
+                released = await self.writer.call(
+                    self.store.reconcile, running, reason="orphaned", older_than=older
+                )
+            else:
+                released = await self.writer.call(self.store.reconcile, running)
         except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
             return
         self._reconciled = True
-        self.log.info("Reconciled leases with the hub: %d released", released)
+        self._reconciled_at = asyncio.get_running_loop().time()
+        if released or not periodic:
+            self.log.info("Reconciled leases with the hub: %d released", released)
+
+    def reconcile_due(self, now: float) -> bool:
+        """Whether the periodic reconcile should run at loop time ``now``."""
+        interval = self.reconcile_interval
+        return interval > 0 and now - self._reconciled_at >= interval
 
     async def housekeeping(self) -> None:
         """Expire unbound grants and serve the queue (aging changes its order over time).
@@ -434,12 +496,15 @@ class PoolService(Application):
         self.writer.start()
         if isinstance(self.writer, ProcessBatchWriter):
             self.log.info("Allocation decisions run in process %s", self.writer.pid)
-        self.http_server = HTTPServer(self.make_app(), xheaders=True)
+        # bodies up to MAX_BODY are parsed; up to 16 times that, the handler answers a JSON 413;
+        # beyond, tornado closes the connection without reading it
+        self.http_server = HTTPServer(self.make_app(), xheaders=True, max_body_size=16 * MAX_BODY)
         self.http_server.listen(self.port, self.ip)
         self.log.info(
             "GPU pool service listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
         self._reconciled = not self.reconcile_on_start
+        self._reconciled_at = asyncio.get_running_loop().time()
         if not self._reconciled:
             await self.reconcile()
         stop = asyncio.Event()
@@ -455,6 +520,8 @@ class PoolService(Application):
             except asyncio.TimeoutError:
                 if not self._reconciled:  # the hub was not up at start: try again
                     await self.reconcile()
+                elif self.reconcile_due(loop.time()) and self.leader.held():
+                    await self.reconcile(periodic=True)
                 await self.housekeeping()
         self.http_server.stop()
         if self.telemetry is not None:

@@ -17,7 +17,13 @@ from ..store import Store
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer
 
 MAX_INT = 2**31 - 1
+MAX_STR = 255
+MAX_LABELS = 256
+#: More instances than any GPU can hold (seven on the largest MIG GPUs) is not a report.
+MAX_INSTANCES = 16
 GPU_FIELDS = {"uuid", "index", "model", "memory_mib", "mig", "sharing", "healthy"}
+MIG_FIELDS = {"enabled", "dynamic", "instances"}
+INSTANCE_FIELDS = {"profile", "start", "uuid", "processes"}
 
 
 class InventoryError(ConfigError):
@@ -32,6 +38,28 @@ class InventoryError(ConfigError):
 
 def _bad(field: str, message: str, allowed: list[Any] | None = None) -> InventoryError:
     return InventoryError(field, message, allowed)
+
+
+def _instance(inst: Any, where: str) -> MigInstance:
+    """One reported MIG instance, checked field by field."""
+    if not isinstance(inst, dict):
+        raise _bad(where, "must be an object")
+    unknown = sorted(set(inst) - INSTANCE_FIELDS)
+    if unknown:
+        raise _bad(f"{where}.{unknown[0]}", "unknown field", sorted(INSTANCE_FIELDS))
+    profile, start, uuid = inst.get("profile"), inst.get("start"), inst.get("uuid")
+    if not isinstance(profile, str) or not 0 < len(profile) <= 32:
+        raise _bad(f"{where}.profile", "must be a MIG profile name (1–32 characters)")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 64:
+        raise _bad(f"{where}.start", "must be the placement start (0–63)")
+    if uuid is not None and (not isinstance(uuid, str) or not 0 < len(uuid) <= 64):
+        raise _bad(f"{where}.uuid", "must be a MIG-… uuid (1–64 characters) or null")
+    procs = inst.get("processes")
+    if procs is not None and (
+        isinstance(procs, bool) or not isinstance(procs, int) or not 0 <= procs <= MAX_INT
+    ):
+        raise _bad(f"{where}.processes", "must be a count ≥ 0 or null")
+    return MigInstance(profile, start, uuid, None, procs)
 
 
 def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) -> Node:
@@ -51,11 +79,13 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
             raise _bad(f"{where}.{unknown[0]}", "unknown field", sorted(GPU_FIELDS))
         uuid, model_name = raw.get("uuid"), raw.get("model")
         if not isinstance(uuid, str) or not uuid or len(uuid) > 64:
-            raise _bad(f"{where}.uuid", "must be a non-empty string")
+            raise _bad(f"{where}.uuid", "must be a string of 1–64 characters")
         if any(g.uuid == uuid for g in gpus):
             raise _bad(f"{where}.uuid", "appears twice in this report")
         if not isinstance(model_name, str) or not model_name.strip() or len(model_name) > 64:
             raise _bad(f"{where}.model", "must be the NVML product or catalog name")
+        if not isinstance(raw.get("healthy", True), bool):
+            raise _bad(f"{where}.healthy", "must be true or false")
         memory = raw.get("memory_mib", 0)
         if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory <= MAX_INT:
             raise _bad(f"{where}.memory_mib", "must be a whole number ≥ 0")
@@ -66,18 +96,20 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         mig = raw.get("mig") or {}
         if not isinstance(mig, dict):
             raise _bad(f"{where}.mig", "must be an object")
-        instances = []
-        for j, inst in enumerate(mig.get("instances") or []):
-            if not isinstance(inst, dict) or not isinstance(inst.get("start"), int):
-                raise _bad(f"{where}.mig.instances[{j}]", "needs profile and start")
-            procs = inst.get("processes")
-            if procs is not None and (
-                isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
-            ):
-                raise _bad(f"{where}.mig.instances[{j}].processes", "must be a count ≥ 0 or null")
-            instances.append(
-                MigInstance(str(inst.get("profile")), inst["start"], inst.get("uuid"), None, procs)
-            )
+        unknown = sorted(set(mig) - MIG_FIELDS)
+        if unknown:
+            raise _bad(f"{where}.mig.{unknown[0]}", "unknown field", sorted(MIG_FIELDS))
+        for flag in ("enabled", "dynamic"):
+            if not isinstance(mig.get(flag, False), bool):
+                raise _bad(f"{where}.mig.{flag}", "must be true or false")
+        raw_instances = mig.get("instances") or []
+        if not isinstance(raw_instances, list):
+            raise _bad(f"{where}.mig.instances", "must be a list")
+        if len(raw_instances) > MAX_INSTANCES:
+            raise _bad(f"{where}.mig.instances", f"at most {MAX_INSTANCES} instances")
+        instances = [
+            _instance(inst, f"{where}.mig.instances[{j}]") for j, inst in enumerate(raw_instances)
+        ]
         index = raw.get("index", i)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
             raise _bad(f"{where}.index", "must be an integer")
@@ -94,6 +126,12 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
                 instances=instances,
             )
         )
+    labels = body.get("labels", {})
+    if len(labels) > MAX_LABELS:
+        raise _bad("labels", f"at most {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not isinstance(value, str) or not 0 < len(key) <= MAX_STR or len(value) > MAX_STR:
+            raise _bad(f"labels.{key[:64]}", f"keys and values must be strings of ≤ {MAX_STR}")
     return Node(
         name,
         body.get("cluster", "default"),

@@ -13,6 +13,8 @@ USE = "custom:gpupool:use"
 SPAWN = "custom:gpupool:spawn"
 ADMIN = "custom:gpupool:admin"
 AGENT = "custom:gpupool:agent"
+#: JupyterHub's own scope for reading metrics: a Prometheus service's token holds it.
+METRICS_SCOPE = "read:metrics"
 
 #: Paste into ``c.JupyterHub.custom_scopes`` (the docs show the whole hub config).
 CUSTOM_SCOPES = {

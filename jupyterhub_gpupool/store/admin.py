@@ -198,6 +198,16 @@ class AdminStore(MigStore, ViewStore):
             self._event(db, "quota-set", actor, data={"kind": k, "name": name, **spec.to_dict()})
             return {"name": name, "kind": k, "source": "api", **spec.to_dict()}
 
+    def patch_quota(
+        self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
+    ) -> dict:
+        """Change only the fields ``raw`` names of the quota now in effect for a user or group
+        (their own, the file's, or for a user the default) and store it by API."""
+        with self.transaction():  # holds the pool lock: nobody changes it in between
+            current = self.get_quota(kind, name)
+            merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
+            return self.put_quota(kind, name, {**merged, **raw}, actor=actor)
+
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
         """Drop an admin's API override: the pool config file's quota (or the default) applies."""
         k = check_quota_kind(kind)

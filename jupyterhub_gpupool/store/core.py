@@ -47,6 +47,7 @@ WRITES = frozenset(
         "reconcile",
         "set_node",
         "put_quota",
+        "patch_quota",
         "reset_quota",
         "put_inventory",
         "add_busy",
@@ -85,6 +86,7 @@ class StoreCore:
         mig_attempts: int = MAX_ATTEMPTS,
         file_config: PoolConfig | None = None,
         strict_writes: bool | None = None,
+        max_requests_per_user: int = 0,
     ) -> None:
         self.engine = engine
         self.catalog = catalog
@@ -93,6 +95,8 @@ class StoreCore:
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
         self.mig_attempts = mig_attempts
+        #: Live requests (queued, granted, held) one user may have at once; 0: no cap.
+        self.max_requests_per_user = max_requests_per_user
         if strict_writes is None:
             strict_writes = os.environ.get(STRICT_WRITES_ENV, "") not in ("", "0")
         self.strict_writes = strict_writes

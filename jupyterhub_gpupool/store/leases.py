@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 
 from .. import orm
-from ..pool.allocator import Rejected
+from ..pool.allocator import Allocator, Rejected
 from ..pool.errors import PoolError
 from ..pool.leases import LIVE_STATES, is_ready
 from ..pool.model import Request, offer_priority
@@ -49,6 +50,7 @@ class LeaseStore(Applier, ViewStore):
                         f"server {user}/{server} already has lease {lease_id} ({state})",
                         field="server",
                     )
+                self._check_request_cap(alloc, user)
             prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
             try:
                 request = Request(
@@ -81,6 +83,23 @@ class LeaseStore(Applier, ViewStore):
             alloc.apply(decision, self._now_s())
             self._record(db, row, decision, actor)
             return self._lease_json(db, alloc, row)
+
+    def _check_request_cap(self, alloc: Allocator, user: str) -> None:
+        """One user cannot flood the queue: at most ``max_requests_per_user`` live requests
+        (a resize target is the same server's, and not counted against it)."""
+        cap = self.max_requests_per_user
+        if not cap:
+            return
+        live = len(alloc.leases_of(user)) + sum(
+            1 for w in alloc.waiters.values() if w.request.user == user
+        )
+        if live >= cap:
+            raise StoreError(
+                "too_many_requests",
+                f"{user} already has {live} GPU requests (queued, granted or held); "
+                f"at most {cap} at once",
+                field="user",
+            )
 
     def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
         """End a lease (or leave the queue) and serve the queue with what it frees."""
@@ -173,16 +192,25 @@ class LeaseStore(Applier, ViewStore):
                 self._finish(db, alloc, row, "expired", "system")
             return len(rows)
 
-    def reconcile(self, running: set[tuple[str, str]], *, actor: str = "system") -> int:
-        """Release leases (and queue entries) of servers the hub no longer runs or spawns."""
+    def reconcile(
+        self,
+        running: set[tuple[str, str]],
+        *,
+        actor: str = "system",
+        reason: str = "stopped",
+        older_than: datetime | None = None,
+    ) -> int:
+        """Release leases (``reason``) and end queue entries (``cancelled``) of servers the hub
+        no longer runs or spawns. With ``older_than``, only those made before it: a request
+        the spawner just made may come before the hub lists its server as spawning."""
         with self.transaction() as (db, alloc):
-            rows = db.scalars(
-                select(orm.LeaseRow).where(orm.LeaseRow.state.in_(("queued", *LIVE_STATES)))
-            ).all()
-            gone = [r for r in rows if (r.user, r.server) not in running]
+            query = select(orm.LeaseRow).where(orm.LeaseRow.state.in_(("queued", *LIVE_STATES)))
+            if older_than is not None:
+                query = query.where(orm.LeaseRow.created < older_than)
+            gone = [r for r in db.scalars(query).all() if (r.user, r.server) not in running]
             for row in gone:
                 self._finish(
-                    db, alloc, row, "stopped" if row.state != "queued" else "cancelled", actor
+                    db, alloc, row, reason if row.state != "queued" else "cancelled", actor
                 )
             self._event(db, "reconciled", actor, data={"released": len(gone)})
             return len(gone)

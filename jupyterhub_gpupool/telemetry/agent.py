@@ -40,6 +40,7 @@ from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 from traitlets.config import Application
 
 from .._version import __version__
+from ..logredact import install as install_redaction
 
 MAX_BATCH = 10_000  # the service's own limit per POST (service/apihandlers/agent.py)
 
@@ -655,6 +656,7 @@ class NodeAgent(Application):
     def initialize(self, argv: list[str] | None = None) -> None:
         """Parse the command line, load the config file, check what is needed to start."""
         super().initialize(argv)
+        install_redaction([self.log])
         if self.config_file and os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         if not self.service_url:

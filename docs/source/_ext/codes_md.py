@@ -10,9 +10,8 @@ status table (``jupyterhub_gpupool.service.apihandlers.errors``), so the page ca
 from __future__ import annotations
 
 from docutils import nodes
-from sphinx.util.docutils import SphinxDirective
-
 from openapi_md import _inline, _table
+from sphinx.util.docutils import SphinxDirective
 
 
 class RefusalCodesDirective(SphinxDirective):

@@ -7,7 +7,8 @@ import io
 from datetime import timedelta
 
 from ...store import utcnow
-from .base import APIError, APIHandler, needs
+from ...store.rows import check_quota_kind
+from .base import MAX_STR, APIError, APIHandler, needs
 
 
 class QuotaHandler(APIHandler):
@@ -21,6 +22,26 @@ class QuotaHandler(APIHandler):
 
     @needs("admin", "change quotas")
     async def put(self, kind: str, name: str) -> None:
+        """Replace the quota: every field is required, so a forgotten one cannot silently
+        lift a cap (``limit: null`` says "no limit" on purpose)."""
+        check_quota_kind(kind)  # the URL first: no such resource is a 404 whatever the body
+        self._check_name(name)
+        body = self.json_body(
+            {
+                "guarantee": ((int, float), True),
+                "limit": ((int, float, type(None)), True),
+                "budget": ((int, float, type(None)), True),
+                "period": (str, True),
+            }
+        )
+        actor = self.identity.describe()
+        self.write_json(await self.writer.call(self.store.put_quota, kind, name, body, actor=actor))
+
+    @needs("admin", "change quotas")
+    async def patch(self, kind: str, name: str) -> None:
+        """Change only the fields named; the others keep their current values."""
+        check_quota_kind(kind)
+        self._check_name(name)
         body = self.json_body(
             {
                 "guarantee": ((int, float), False),
@@ -30,7 +51,18 @@ class QuotaHandler(APIHandler):
             }
         )
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.put_quota, kind, name, body, actor=actor))
+        self.write_json(
+            await self.writer.call(self.store.patch_quota, kind, name, body, actor=actor)
+        )
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if not 0 < len(name) <= MAX_STR:
+            raise APIError(
+                "invalid_field",
+                f"name must be 1 to {MAX_STR} characters",
+                field="name",
+            )
 
     @needs("admin", "reset quotas")
     async def delete(self, kind: str, name: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..ingest import InventoryError, ingest, node_from_inventory
 from ..utilization import Sample
-from .base import APIError, APIHandler, needs
+from .base import MAX_STR, APIError, APIHandler, needs
 
 MAX_BATCH = 10_000
 MAX_RESULTS = 1_000
@@ -39,6 +39,11 @@ class InventoryHandler(APIHandler):
                 "gpus": (list, True),
             }
         )
+        if not 0 < len(name) <= MAX_STR:
+            raise _bad("name", f"a node name has 1–{MAX_STR} characters")
+        for key in ("cpu_milli", "memory_mib"):
+            if body.get(key, 0) < 0:
+                raise _bad(key, "must be a whole number ≥ 0")
         try:
             node = node_from_inventory(name, body, self.store.catalog)
         except InventoryError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...hubclient import HubUnavailable
 from ...store import lease_not_found
 from .base import APIError, APIHandler, needs
 
@@ -46,6 +47,9 @@ class AllocationsHandler(APIHandler):
         if not user:
             raise APIError("missing_field", "user is required for services", field="user")
         self.require(ident.may_use_for(user), f"allocate GPUs for {user}")
+        server = body.get("server", "")
+        if not ident.is_spawner:
+            await self._check_server(user, server)
         groups = body.get("groups")
         if groups is not None and not all(isinstance(g, str) for g in groups):
             raise APIError("invalid_field", "groups must be a list of strings", field="groups")
@@ -57,7 +61,7 @@ class AllocationsHandler(APIHandler):
         lease = await self.writer.call(
             self.store.allocate,
             user,
-            body.get("server", ""),
+            server,
             body["offer"],
             group=body.get("group"),
             groups=member_of,
@@ -66,6 +70,24 @@ class AllocationsHandler(APIHandler):
         )
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
         self.write_json(lease, 201)
+
+    async def _check_server(self, user: str, server: str) -> None:
+        """A user asks for their own server only, one the hub knows: made-up server names
+        cannot fill the queue (the spawner asks for servers the hub is spawning)."""
+        if not self.settings.get("check_user_servers", True):
+            return
+        try:
+            names = await self.settings["hub"].server_names(user)
+        except HubUnavailable as e:
+            raise APIError(
+                "hub_unavailable", f"JupyterHub did not answer ({e}); try again"
+            ) from None
+        if names is None or server not in names:
+            raise APIError(
+                "unknown_server",
+                f"{user} has no server {server!r} on the hub; start it from the hub first",
+                field="server",
+            )
 
     @needs("use", "use the GPU pool")
     def get(self) -> None:
@@ -83,18 +105,19 @@ class AllocationsHandler(APIHandler):
 
 
 class _LeaseHandler(APIHandler):
-    """Base of the handlers addressing one lease: hides other users' leases."""
+    """Base of the handlers addressing one lease: hides other users' leases.
 
-    def _check(self, lease_id: str, what: str) -> None:
+    The scope is checked before the lease is looked up (``@needs("use")`` on each method), so
+    a caller without it gets 403 whether or not the lease exists; a caller with it gets the
+    same 404 for another user's lease as for a missing one.
+    """
+
+    def _check(self, lease_id: str) -> None:
         ident = self.identity
         if ident.is_spawner:
             return  # may touch any lease; a missing one is the store's 404 (saves a read)
-        owner = self.store.lease_owner(lease_id)
-        if not ident.may_use_for(owner):
-            # do not reveal that another user's lease exists
-            if ident.may_use:
-                raise lease_not_found(lease_id)
-            self.require(False, what)
+        if not ident.may_use_for(self.store.lease_owner(lease_id)):
+            raise lease_not_found(lease_id)
 
 
 class AllocationHandler(_LeaseHandler):
@@ -102,14 +125,14 @@ class AllocationHandler(_LeaseHandler):
 
     route_name = "allocation"
 
-    @needs("identified", "read leases")
+    @needs("use", "read leases")
     def get(self, lease_id: str) -> None:
-        self._check(lease_id, "read leases")
+        self._check(lease_id)
         self.write_json(self.store.lease(lease_id))
 
-    @needs("identified", "release leases")
+    @needs("use", "release leases")
     async def delete(self, lease_id: str) -> None:
-        self._check(lease_id, "release leases")
+        self._check(lease_id)
         reason = self.get_argument("reason", "stopped")
         if reason not in ("stopped", "cancelled") and not self.identity.is_spawner:
             self.require(False, f"release with reason {reason!r}")
@@ -124,9 +147,9 @@ class ResizeHandler(_LeaseHandler):
 
     route_name = "resize"
 
-    @needs("identified", "resize leases")
+    @needs("use", "resize leases")
     async def post(self, lease_id: str) -> None:
-        self._check(lease_id, "resize leases")
+        self._check(lease_id)
         body = self.json_body({"offer": (str, True)})
         actor = self.identity.describe()
         lease = await self.writer.call(self.store.resize, lease_id, body["offer"], actor=actor)
@@ -138,9 +161,9 @@ class KeepaliveHandler(_LeaseHandler):
 
     route_name = "keepalive"
 
-    @needs("identified", "keep leases alive")
+    @needs("use", "keep leases alive")
     async def post(self, lease_id: str) -> None:
-        self._check(lease_id, "keep leases alive")
+        self._check(lease_id)
         self.json_body({})
         actor = self.identity.describe()
         self.write_json(await self.writer.call(self.store.keepalive, lease_id, actor=actor))

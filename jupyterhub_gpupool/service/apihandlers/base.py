@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from tornado import web
 from tornado.log import app_log
 
+from ...logredact import redact
 from ...pool.errors import PoolError
 from ...store import Store
 from ..scopes import Identity
@@ -74,6 +75,27 @@ def _no_constants(name: str) -> float:
 #: Integers must fit the database's 32-bit columns; strings its 255-character names.
 MAX_INT = 2**31 - 1
 MAX_STR = 255
+#: The largest request body (an agent's batch of 10,000 samples is about 1.2 MiB).
+MAX_BODY = 4 * 1024 * 1024
+#: How deep a request body may nest (the deepest real one, an inventory, nests 5).
+MAX_DEPTH = 32
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a parsed JSON value nests deeper than ``limit`` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 class APIHandler(HubOAuthenticated, web.RequestHandler):
@@ -138,11 +160,23 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     # -- input -------------------------------------------------------------------------------
 
     def json_body(self, fields: Mapping[str, tuple[type | tuple[type, ...], bool]]) -> dict:
-        """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)})."""
+        """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)}).
+
+        At most ``MAX_BODY`` bytes (413 ``body_too_large``) nested at most ``MAX_DEPTH`` deep
+        (400 ``too_deep``): JSON nested a thousand levels would otherwise exhaust the parser's
+        recursion.
+        """
+        raw = self.request.body or b"{}"
+        if len(raw) > MAX_BODY:
+            raise APIError("body_too_large", f"the request body is over {MAX_BODY // 1024} KiB")
         try:
-            body = json.loads(self.request.body or b"{}", parse_constant=_no_constants)
+            body = json.loads(raw, parse_constant=_no_constants)
+        except RecursionError:
+            body = None  # deeper than the parser goes: certainly deeper than MAX_DEPTH
         except (ValueError, UnicodeDecodeError):
             raise APIError("invalid_json", "the request body is not valid JSON") from None
+        if body is None or _too_deep(body):
+            raise APIError("too_deep", f"the request body nests deeper than {MAX_DEPTH} levels")
         if not isinstance(body, dict):
             raise APIError("invalid_json", "the request body must be a JSON object")
         unknown = sorted(set(body) - set(fields))
@@ -251,7 +285,9 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         """Refusals answer with their code's status (never a 500)."""
         if isinstance(e, DBAPIError) and not self._finished:
             self.set_status(503)
-            app_log.error("Database error on %s %s: %s", self.request.method, self.request.uri, e)
+            app_log.error(
+                "Database error on %s %s: %s", self.request.method, redact(self.request.uri), e
+            )
             self.send_error(
                 503,
                 exc_info=(
@@ -274,7 +310,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         if isinstance(value, PoolError):
             message = getattr(value, "message", str(value))
             app_log.warning(
-                "%d %s %s: %s", self.get_status(), self.request.method, self.request.uri, message
+                "%d %s %s: %s",
+                self.get_status(),
+                self.request.method,
+                redact(self.request.uri or ""),
+                message,
             )
         else:
             super().log_exception(typ, value, tb)

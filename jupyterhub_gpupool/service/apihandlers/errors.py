@@ -17,6 +17,7 @@ from ...pool.errors import PoolError
 STATUS: dict[str, int] = {
     # 400: the request is malformed
     "invalid_json": 400,
+    "too_deep": 400,
     "invalid_argument": 400,
     "invalid_state": 400,
     "invalid_by": 400,
@@ -32,6 +33,7 @@ STATUS: dict[str, int] = {
     # 404/405
     "not_found": 404,
     "method_not_allowed": 405,
+    "body_too_large": 413,
     # 409: the current state is in the way
     "already_allocated": 409,
     "duplicate_request": 409,
@@ -43,6 +45,8 @@ STATUS: dict[str, int] = {
     "gpu_elsewhere": 409,
     "over_limit": 409,
     "conflict": 409,
+    # 429: too much at once
+    "too_many_requests": 429,
     # 422: well-formed, but the pool cannot act on it
     "unknown_field": 422,
     "missing_field": 422,
@@ -54,6 +58,7 @@ STATUS: dict[str, int] = {
     "exceeds_node_size": 422,
     "exceeds_limit": 422,
     "same_offer": 422,
+    "unknown_server": 422,
     "invalid_config": 422,
     "unknown_gpu_model": 422,
     "unknown_mig_profile": 422,
@@ -63,6 +68,7 @@ STATUS: dict[str, int] = {
     # 5xx
     "internal_error": 500,
     "database_unavailable": 503,
+    "hub_unavailable": 503,
     "store_restarting": 503,
     "unavailable": 503,
     "error": 500,
