@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .errors import ConfigError
@@ -83,6 +84,39 @@ class Rejected:
 Decision = Grant | Queued | Rejected
 
 
+def _rank(choice: NodeChoice, sid: int) -> tuple:
+    """Heap order of a node state for a shape: smallest ΔF, then tightest, then oldest state."""
+    return (round(choice.delta, 9), choice.free_after, sid)
+
+
+def _compact(heap: list[tuple[tuple, int]], live: Mapping[int, object]) -> list:
+    """The heap without dead states and duplicates (O(n), instead of re-scoring the states)."""
+    seen: set[int] = set()
+    out = []
+    for entry in heap:
+        sid = entry[1]
+        if sid in live and sid not in seen:
+            seen.add(sid)
+            out.append(entry)
+    heapq.heapify(out)
+    return out
+
+
+@dataclass
+class _Rescore:
+    """A demand change being applied: the live states still to score, and the new scores."""
+
+    demand: Demand
+    shapes: list[Shape]
+    todo: list[int]
+    revived_at: int
+    memo: dict[tuple, NodeChoice | None] = field(default_factory=dict)
+    heaps: dict[Shape, list[tuple[tuple, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.heaps = {shape: [] for shape in self.shapes}
+
+
 @dataclass
 class Lease:
     """A grant the allocator holds capacity for."""
@@ -111,6 +145,7 @@ class Allocator:
         reserve_after: float = 1800.0,
         demand_refresh: int = 512,
         demand_decay: float = 0.999,
+        rescore_batch: int = 8,
     ) -> None:
         self.nodes: dict[str, Node] = {}
         self.gpus: dict[str, Gpu] = {}
@@ -134,6 +169,8 @@ class Allocator:
         self._heaps: dict[Shape, list[tuple[tuple, int]]] = {}
         self._heap_seen: dict[Shape, int] = {}
         self._revived: list[int] = []
+        self._dead: deque[int] = deque()  # states no node is in, oldest first (forgotten later)
+        self._rescore: _Rescore | None = None  # a demand change being scored in steps
         self._demand_counts: dict[str, float] = {}
         self._demand: Demand = Demand(())
         self._demand_weights: dict[str, int] = {}
@@ -143,6 +180,7 @@ class Allocator:
         self._since_refresh = 0
         self._demand_refresh = demand_refresh
         self._demand_decay = demand_decay
+        self._rescore_batch = rescore_batch  # node states re-scored per decision (demand change)
         for node in nodes:
             self.add_node(node)
         for offer in offers:
@@ -173,6 +211,7 @@ class Allocator:
             group.pop(node.name, None)
             if not group:
                 del self._groups[old]  # only live states are scanned per decision
+                self._dead.append(old)
         if not node.schedulable:
             return
         sig = node.signature()
@@ -225,9 +264,19 @@ class Allocator:
         if weights == self._demand_weights and self._demand.shapes:
             return
         self._demand_weights = weights
-        self._demand = Demand(Shape.of(self.offers[name], 1.5**w) for name, w in weights.items())
+        demand = Demand(Shape.of(self.offers[name], 1.5**w) for name, w in weights.items())
         self._demand_version += 1
-        self._forget_scores()
+        shapes = [self.shape_of(o) for o in self.offers.values() if o.kind != "cpu"]
+        shapes += [sh for sh in self._heaps if sh not in shapes]
+        if not self._heaps or not self._groups:
+            self._demand = demand
+            self._forget_scores()
+            return
+        # Re-score the live node states under the new weights a few per decision (see
+        # ``_rescore_step``); until then decisions use the old weights' scores. Scoring them
+        # all at once took ~1 s at 100,000 GPUs, in the middle of one decision.
+        self._rescore = _Rescore(demand, shapes, list(self._groups), len(self._revived))
+        self._rescore_step(8 * self._rescore_batch)  # a small pool switches at once
 
     def _note_demand(self, offer: str) -> None:
         decay = self._demand_decay
@@ -253,26 +302,78 @@ class Allocator:
         return shape
 
     def _forget_scores(self) -> None:
-        """Drop every cached node score (the demand changed, or the caches grew too big)."""
+        """Drop every cached node score (the demand changed before anything was cached)."""
         self._memo.clear()
         self._heaps.clear()
         self._heap_seen.clear()
         self._revived.clear()
+        self._rescore = None
 
-    def _prune_scores(self) -> None:
-        """Keep live node states and their scores only; heaps are rebuilt from them lazily.
+    def _forget_dead(self, budget: int = 32, keep: int | None = None) -> None:
+        """Forget a few of the oldest dead node states once there are many of them.
 
-        Bounds memory in a long-running service: states no node is in are forgotten (a state
-        that comes back gets a new id and is scored again).
+        Bounds memory in a long-running service without a pause: a dead state's scores are
+        kept for a while (a node often returns to a state it had), then dropped, ``budget`` at
+        a time; a state that comes back after that gets a new id and is scored again. Heap
+        entries of a forgotten id are skipped when they surface, as any dead state's are.
         """
-        live = self._groups
-        self._memo = {k: v for k, v in self._memo.items() if k[0] in live}
-        self._sid = {sig: sid for sig, sid in self._sid.items() if sid in live}
-        self._sigs = {sid: sig for sid, sig in self._sigs.items() if sid in live}
-        self._sid_models = {sid: m for sid, m in self._sid_models.items() if sid in live}
-        self._heaps.clear()
-        self._heap_seen.clear()
-        self._revived.clear()
+        keep = 2 * len(self._groups) + 4096 if keep is None else keep
+        shapes = list(self._heaps)
+        if self._rescore is not None:
+            shapes += [sh for sh in self._rescore.shapes if sh not in self._heaps]
+        while len(self._dead) > keep and budget > 0:
+            budget -= 1
+            sid = self._dead.popleft()
+            if sid in self._groups:
+                continue  # alive again; it is queued once more if it dies again
+            sig = self._sigs.pop(sid, None)
+            if sig is None:
+                continue
+            self._sid.pop(sig, None)
+            self._sid_models.pop(sid, None)
+            for shape in shapes:
+                self._memo.pop((sid, shape), None)
+                if self._rescore is not None:
+                    self._rescore.memo.pop((sid, shape), None)
+        if len(self._revived) > 65536 and self._rescore is None:
+            # drop the prefix every heap has consumed
+            done = min(self._heap_seen.values(), default=len(self._revived))
+            del self._revived[:done]
+            for shape in self._heap_seen:
+                self._heap_seen[shape] -= done
+
+    def _rescore_step(self, batch: int | None = None) -> None:
+        """Score ``batch`` more live node states under the pending demand; switch when done."""
+        job = self._rescore
+        if job is None:
+            return
+        batch = self._rescore_batch if batch is None else batch
+        groups, sigs, models_of = self._groups, self._sigs, self._sid_models
+        while job.todo and batch > 0:
+            sid = job.todo.pop()
+            if sid not in groups:
+                continue
+            batch -= 1
+            for shape in job.shapes:
+                if shape.models and not shape.models & models_of[sid]:
+                    continue
+                choice = best_on_node(sigs[sid], shape, job.demand)
+                job.memo[(sid, shape)] = choice
+                if choice is not None:
+                    job.heaps[shape].append((_rank(choice, sid), sid))
+        if job.todo:
+            return
+        # Every state alive at the start is scored; those born since are in ``_revived`` after
+        # ``job.revived_at`` and get scored (under the new demand) when their heap is next used.
+        self._rescore = None
+        self._demand = job.demand
+        self._memo = job.memo
+        self._heaps = {}
+        self._heap_seen = {}
+        for shape, heap in job.heaps.items():
+            heapq.heapify(heap)
+            self._heaps[shape] = heap
+            self._heap_seen[shape] = job.revived_at
 
     def _heap(self, shape: Shape) -> list[tuple[tuple, int]]:
         """The heap of live node states for ``shape``, brought up to date.
@@ -282,11 +383,13 @@ class Allocator:
         plus the scoring of states it has not seen, instead of a scan of all of them.
         """
         heap = self._heaps.get(shape)
-        if heap is None or len(heap) > 4 * len(self._groups) + 1024:
+        if heap is None:  # first use of this shape: score every live state once
             fresh: Iterable[int] = list(self._groups)
             heap = self._heaps[shape] = []
         else:
             fresh = self._revived[self._heap_seen[shape] :]
+            if len(heap) > 2 * len(self._groups) + 256:
+                heap = self._heaps[shape] = _compact(heap, self._groups)
         self._heap_seen[shape] = len(self._revived)
         models = shape.models
         sigs, memo, demand = self._sigs, self._memo, self._demand
@@ -298,7 +401,7 @@ class Allocator:
             if choice is False:
                 choice = memo[key] = best_on_node(sigs[sid], shape, demand)
             if choice is not None:
-                heapq.heappush(heap, ((round(choice.delta, 9), choice.free_after, sid), sid))
+                heapq.heappush(heap, (_rank(choice, sid), sid))
         return heap
 
     def _place(
@@ -306,14 +409,14 @@ class Allocator:
     ) -> tuple[Node, NodeChoice] | None:
         """The best node state for ``offer`` (smallest ΔF, then tightest), then its first node
         (in node order) with CPU and memory room."""
+        self._rescore_step()
+        self._forget_dead()
         shape = self.shape_of(offer)
         heap = self._heap(shape)
         while heap and heap[0][1] not in self._groups:
             heapq.heappop(heap)  # a state no node is in any more
         if not heap:
             return None
-        if len(self._memo) > 200_000 or len(self._revived) > 200_000 or len(self._sid) > 50_000:
-            self._prune_scores()
         order = self._order
         need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
         # usually the best state's first node has room: sort the rest only when it has not
@@ -330,11 +433,19 @@ class Allocator:
         return None
 
     def _ranked_sids(self, heap: list[tuple[tuple, int]]) -> Iterator[int]:
-        """Live states in rank order, the best first without sorting the heap."""
-        yield heap[0][1]
-        ranks = {sid: rank for rank, sid in heap if sid in self._groups}
-        ranks.pop(heap[0][1], None)
-        yield from sorted(ranks, key=ranks.__getitem__)
+        """Live states in rank order, walking the heap lazily: O(log n) per state looked at,
+        so a request that skips a few full nodes does not sort every state of the pool."""
+        groups = self._groups
+        seen: set[int] = set()
+        frontier = [(heap[0], 0)]
+        while frontier:
+            (_, sid), i = heapq.heappop(frontier)
+            if sid in groups and sid not in seen:
+                seen.add(sid)
+                yield sid
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
 
     @staticmethod
     def _in_order(group: dict[str, None], order: dict[str, int]) -> Iterator[str]:

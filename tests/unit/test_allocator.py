@@ -662,7 +662,7 @@ def test_promote_leaves_no_grantable_waiter_first_in_line():
 
 
 def test_forgetting_dead_node_states_keeps_decisions_the_same():
-    # the allocator prunes node states no node is in (bounded memory); decisions must not change
+    # the allocator forgets node states no node is in (bounded memory); decisions must not change
     def run(prune: bool) -> list[tuple]:
         alloc = pool()
         out = []
@@ -673,8 +673,38 @@ def test_forgetting_dead_node_states_keeps_decisions_the_same():
             if i % 3 == 2:
                 alloc.release(f"r{i - 1}", i)
             if prune:
-                alloc._prune_scores()
+                alloc._forget_dead(budget=10**6, keep=0)
                 assert set(alloc._sigs) == set(alloc._groups)
         return out
 
     assert run(prune=True) == run(prune=False)
+
+
+def test_a_demand_change_is_scored_a_few_node_states_per_decision():
+    # 120 MIG nodes in distinct states: re-scoring them all inside one decision was the
+    # allocator's longest pause. The new weights apply once every live state is scored again,
+    # and the scores then equal a fresh scoring under the new demand.
+    from jupyterhub_gpupool.pool.placement import best_on_node
+
+    nodes = [mig_node(f"m{i:03d}", 1 + i % 4) for i in range(120)]
+    alloc = Allocator(nodes, offers(), demand_refresh=10**9, rescore_batch=1)
+    for i in range(300):
+        granted(alloc.submit(req(f"r{i}", ["a100-1g", "a100-3g"][i % 3 // 2], f"u{i}"), i))
+    for i in range(0, 300, 7):
+        alloc.release(f"r{i}", 300)
+    assert len(alloc._groups) > 16
+    old = alloc.demand
+    alloc._demand_counts = {"a100-3g": 500.0}
+    alloc._refresh_demand()
+    assert alloc._rescore is not None and alloc.demand is old  # not all at once
+    steps = 0
+    while alloc._rescore is not None:
+        granted(alloc.submit(req(f"s{steps}", "a100-1g", f"v{steps}"), 400 + steps))
+        alloc.release(f"s{steps}", 400 + steps)
+        steps += 1
+    assert alloc.demand is not old and steps > 3
+    for sid in alloc._groups:
+        for shape in alloc._heaps:
+            if (sid, shape) in alloc._memo:
+                fresh = best_on_node(alloc._sigs[sid], shape, alloc.demand)
+                assert alloc._memo[(sid, shape)] == fresh
