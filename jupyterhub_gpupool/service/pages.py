@@ -1,0 +1,114 @@
+"""The pool service's HTML pages, behind hub OAuth: the user page at the service's prefix root.
+
+The hub's **Services → gpupool** link opens ``/services/gpupool/``; without a page there it was
+a bare 404. This one shows the logged-in user their own leases and quota, read from the store
+like ``GET users/me``, with links to the docs, the token page and the API. Jinja autoescapes
+every value, so a server name or a pool message a user chose cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..store import Store
+
+#: The project's documentation (the tutorial, the REST reference), from the project page.
+DOCS_URL = "https://github.com/jupyterhub-gpupool/jupyterhub-gpupool/tree/main/docs/source"
+
+_jinja = Environment(
+    loader=FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+)
+
+
+def units_text(units: float | None) -> str:
+    """GPU units as the picker writes them: 1/7 GPU, 1/4 GPU, 1 GPU, 2 GPUs, 1 1/2 GPUs."""
+    units = float(units or 0)
+    whole = int(units + 1e-9)
+    rest = units - whole
+    if rest > 1e-6:
+        for d in (2, 3, 4, 7, 8):
+            if abs(rest * d - round(rest * d)) < 1e-6:
+                frac = f"{round(rest * d)}/{d}"
+                return f"{frac} GPU" if not whole else f"{whole} {frac} GPUs"
+        return f"{units:.2f} GPU" + ("s" if units > 1 else "")
+    return f"{whole} GPU" + ("s" if whole != 1 else "")
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th …"""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+_jinja.filters["units"] = units_text
+_jinja.filters["ordinal"] = ordinal
+
+
+class UserPageHandler(HubOAuthenticated, web.RequestHandler):
+    """``GET /services/gpupool/``: the logged-in user's leases and quota (HTML)."""
+
+    @property
+    def hub_auth(self) -> Any:
+        """The service's ``HubOAuth`` (one per service, shared with the API)."""
+        return self.settings["hub_auth"]
+
+    @property
+    def store(self) -> Store:
+        """The pool's store: this page only reads."""
+        return self.settings["store"]
+
+    async def prepare(self) -> None:
+        """Identify the caller without blocking the event loop (``get_user(sync=False)``);
+        ``@web.authenticated`` then sends strangers through the hub's OAuth login."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            raise web.HTTPError(403, "not allowed to use the GPU pool's pages") from None
+
+    def set_default_headers(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+
+    @web.authenticated
+    def get(self) -> None:
+        if not self.request.path.endswith("/"):  # so the page's relative links resolve
+            self.redirect(self.request.path + "/", permanent=True)
+            return
+        model = self.current_user
+        if model.get("kind", "user") != "user":
+            raise web.HTTPError(404, "services have no user page")
+        name = model["name"]
+        groups = tuple(model.get("groups") or ())
+        me = self.store.user(name, groups)
+        offers = {o["name"]: o for o in self.store.offers_for(name, groups)}
+        hub = self.hub_auth.hub_prefix
+        html = _jinja.get_template("user.html").render(
+            user=name,
+            me=me,
+            quota=me.get("quota") or {},
+            leases=me.get("leases") or [],
+            notices=me.get("notices") or [],
+            display_names={n: o.get("display_name") or n for n, o in offers.items()},
+            api_url=self.request.path + "api/v1/users/me",
+            hub_home=url_path_join(hub, "home"),
+            hub_token=url_path_join(hub, "token"),
+            docs_url=DOCS_URL,
+            rest_docs_url=f"{DOCS_URL}/reference/rest-api.md",
+        )
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(html)
+
+
+def default_handlers(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    """The pages under the service ``prefix`` (``/services/gpupool/``), with or without its
+    trailing slash: the hub's Services menu links to the prefix itself."""
+    return [(prefix.rstrip("/") + "/?", UserPageHandler)]
