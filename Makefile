@@ -13,12 +13,13 @@ help:
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-# the demo needs the package and JupyterLab; the tests need everything
+# the demo needs the package and JupyterLab; the tests need everything. Quiet apart from real
+# errors: setuptools' notice that an editable install uses an import finder is not one.
 $(DEMO_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[demo]'
-	touch $(DEMO_STAMP)
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[demo]'
+	@touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +53,9 @@ $(CHROMIUM):
 
 venv: $(STAMP)
 
+# a second `make demo` while one runs refuses with one line (and make's own Error line)
 demo: $(DEMO_STAMP) $(CHP)
-	$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
+	@$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

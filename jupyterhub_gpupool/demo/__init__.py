@@ -4,7 +4,8 @@ The launcher picks the GPUs (simulated by default; this machine's real ones wher
 them), keeps its state (hub and pool databases, tokens, users' home folders) in one folder, and
 runs JupyterHub with ``jupyterhub_config.py`` from this package: a demo authenticator, the pool
 service managed by the hub, and the pool's local spawner. It prints the URL and the demo users
-once the hub answers.
+once the hub answers. A second demo on the same state folder or port refuses at once; Ctrl-C,
+SIGTERM or SIGHUP stop everything the demo started (``lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from typing import Any
 
 import yaml
 
+from . import lifecycle
+
 DEMO_USERS = ("alice", "bob", "carol")
 DEMO_ADMIN = "admin"
 HERE = Path(__file__).resolve().parent
+#: Seconds the hub gets to stop users' servers, the pool service and the proxy on its own.
+HUB_PATIENCE = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,12 +154,26 @@ def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> bool:
     return False
 
 
-def prepare(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
+def _empty(state: Path) -> None:
+    """``--fresh``: delete what the state folder holds, except the lock this demo holds."""
+    for entry in state.iterdir():
+        if entry.name == lifecycle.LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def prepare(
+    args: argparse.Namespace, ports: dict[str, int] | None = None
+) -> tuple[dict[str, str], Path]:
     """Set up the state folder and the environment the demo's hub config reads."""
     state = Path(args.state_dir).expanduser().resolve()
     if args.fresh and state.exists():
-        shutil.rmtree(state)
+        _empty(state)
     (state / "home").mkdir(parents=True, exist_ok=True)
+    ports = ports or lifecycle.demo_ports(args.port, dict(os.environ))
     gpus = args.gpus
     if gpus == "auto":
         gpus = "real" if nvml_gpu_count() > 0 else "sim"
@@ -181,6 +200,9 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
         GPUPOOL_DEMO_STATE=str(state),
         GPUPOOL_DEMO_IP=args.ip,
         GPUPOOL_DEMO_PORT=str(args.port),
+        GPUPOOL_DEMO_PROXY_API_PORT=str(ports["proxy API"]),
+        GPUPOOL_DEMO_HUB_PORT=str(ports["hub API"]),
+        GPUPOOL_DEMO_SERVICE_PORT=str(ports["pool service"]),
         GPUPOOL_DEMO_POOL=str(pool_config),
         GPUPOOL_DEMO_TELEMETRY=source,
         GPUPOOL_DEMO_PROXY=find_proxy(args.proxy),
@@ -190,23 +212,53 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
     return env, state
 
 
+class _Stop(BaseException):
+    """SIGINT, SIGTERM or SIGHUP, raised where the launcher waits."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signum)
+
+
 def run_cli(args: argparse.Namespace) -> int:
-    """Run the demo until Ctrl-C."""
-    env, state = prepare(args)
-    config = HERE / "jupyterhub_config.py"
-    log = open(state / "jupyterhub.log", "ab")  # noqa: SIM115 - lives as long as the hub
-    hub = subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
-        cwd=state,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """Run the demo until Ctrl-C, SIGTERM or SIGHUP, then stop everything it started.
+
+    Refuses at once (one line, exit 1, nothing of the running demo touched) when a demo holds
+    the state folder or one of the ports.
+    """
+    state = Path(args.state_dir).expanduser().resolve()
     url = f"http://{args.ip}:{args.port}"
-    print(f"Starting JupyterHub with the GPU pool ({env['GPUPOOL_DEMO_TELEMETRY']} GPUs)…")
-    print(f"  log: {state / 'jupyterhub.log'}")
+    ports = lifecycle.demo_ports(args.port, dict(os.environ))
+    lock = lifecycle.StateLock(state)
     try:
+        lock.acquire(url, args.port)
+        lifecycle.stop_leftovers(state)
+        lifecycle.check_ports(args.ip, ports, state)
+    except lifecycle.DemoRunning as e:
+        lock.release()
+        print(e, file=sys.stderr)
+        return 1
+    lifecycle.become_subreaper()
+    # SIGINT too: a shell starts background jobs with it ignored, and Python then leaves it so
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup means it
+        signal.signal(signal.SIGHUP, _raise_stop)
+    hub: subprocess.Popen | None = None
+    try:
+        env, state = prepare(args, ports)
+        config = HERE / "jupyterhub_config.py"
+        log = open(state / "jupyterhub.log", "ab")  # noqa: SIM115 - lives as long as the hub
+        hub = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            cwd=state,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        print(f"Starting JupyterHub with the GPU pool ({env['GPUPOOL_DEMO_TELEMETRY']} GPUs)…")
+        print(f"  log: {state / 'jupyterhub.log'}")
         if not _wait(f"{url}/hub/api/", hub):
             print(f"JupyterHub did not start; see {state / 'jupyterhub.log'}", file=sys.stderr)
             return 1
@@ -218,15 +270,30 @@ def run_cli(args: argparse.Namespace) -> int:
             "  Ctrl-C stops it.\n",
             flush=True,
         )
-        return hub.wait()
-    except KeyboardInterrupt:
+        while hub.poll() is None:
+            lifecycle.reap_orphans(keep={hub.pid})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                hub.wait(2)
+        return hub.returncode
+    except (KeyboardInterrupt, _Stop):
         return 0
     finally:
-        # the whole process group: the proxy too, even when the hub itself already died
+        _shutdown(hub)
+        lock.release()
+
+
+def _shutdown(hub: subprocess.Popen | None) -> None:
+    """Let the hub stop users' servers, the pool service and the proxy (it does on SIGTERM);
+    then end whatever of the demo still runs. A second Ctrl-C skips the wait."""
+    if hub is not None and hub.poll() is None:
+        print("\nStopping the demo (users' servers, the pool service, the proxy, the hub)…")
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(hub.pid, signal.SIGTERM)
-        try:
-            hub.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(hub.pid, signal.SIGKILL)
+            hub.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
+            hub.wait(HUB_PATIENCE)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the rest is bounded: about 15 s at most
+    lifecycle.stop_everything()
+    if hub is not None and hub.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(hub.pid, signal.SIGKILL)

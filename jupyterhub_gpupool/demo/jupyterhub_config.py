@@ -17,12 +17,12 @@ bindir = Path(python).parent
 
 c.JupyterHub.ip = env.get("GPUPOOL_DEMO_IP", "127.0.0.1")
 c.JupyterHub.port = int(env.get("GPUPOOL_DEMO_PORT", "8000"))
-c.JupyterHub.hub_port = int(env.get("GPUPOOL_DEMO_HUB_PORT", "8081"))
+# the launcher picks the ports (they follow --port: lifecycle.demo_ports)
+c.JupyterHub.hub_port = int(env.get("GPUPOOL_DEMO_HUB_PORT", c.JupyterHub.port + 81))
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
 c.ConfigurableHTTPProxy.command = [env["GPUPOOL_DEMO_PROXY"]]
-# next to the public port, so two demos (or a test demo beside `make demo`) do not collide
 proxy_api_port = int(env.get("GPUPOOL_DEMO_PROXY_API_PORT", c.JupyterHub.port + 1))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
@@ -31,7 +31,7 @@ c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allowed_users = {*DEMO_USERS, DEMO_ADMIN}
 c.Authenticator.admin_users = {DEMO_ADMIN}
 
-service_port = int(env.get("GPUPOOL_DEMO_SERVICE_PORT", "10101"))
+service_port = int(env.get("GPUPOOL_DEMO_SERVICE_PORT", c.JupyterHub.port + 2101))
 configure_hub(
     c,
     spawner_token=env["GPUPOOL_DEMO_SPAWNER_TOKEN"],
@@ -46,6 +46,11 @@ configure_hub(
     admin_users=[DEMO_ADMIN],
     spawner="simple",
 )
+
+# every user may open the pool's own pages (Services → gpupool): hub OAuth asks for this scope
+for role in c.JupyterHub.load_roles:
+    if role["name"] == "user":
+        role["scopes"].append("access:services!service=gpupool")
 
 c.Spawner.cmd = [str(bindir / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
