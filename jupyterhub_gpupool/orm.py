@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     select,
     text,
 )
@@ -83,6 +84,8 @@ class NodeRow(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     source: Mapped[str] = mapped_column(String(16), default="config")
     last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: Its agent went silent: no new grants until it reports again (leases stay).
+    unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     gpus: Mapped[list[GpuRow]] = relationship(
         back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"
     )

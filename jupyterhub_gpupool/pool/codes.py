@@ -121,7 +121,7 @@ _DECLARED = (
     Code("invalid_mig_layout", "MIG instances NVIDIA's placement rules do not allow together."),
     Code("pool_error", "Any other refusal of the pool core."),
     # the service
-    Code("database_unavailable", "The pool database is unavailable; try again."),
+    Code("store_unavailable", "The pool database does not answer (down or restarting); try again."),
     Code("hub_unavailable", "JupyterHub's API did not answer; try again."),
     Code(
         "store_restarting",

@@ -130,11 +130,13 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     cpu_used: int = 0
     memory_used: int = 0
+    #: Its agent went silent (the node may be down): it keeps its leases, takes nothing new.
+    unreachable: bool = False
 
     @property
     def schedulable(self) -> bool:
-        """Cordoned and draining nodes take nothing new."""
-        return not (self.cordoned or self.draining)
+        """Cordoned, draining and unreachable nodes take nothing new."""
+        return not (self.cordoned or self.draining or self.unreachable)
 
     def fits_resources(self, cpu_milli: int, memory_mib: int) -> bool:
         """CPU and memory room for one more request (0 capacity means "not tracked")."""

@@ -203,6 +203,13 @@ class PoolService(Application):
         "deleted; 0 keeps them forever).",
     ).tag(config=True)
     hub_api_url = Unicode(help="JupyterHub API URL (default: JUPYTERHUB_API_URL).").tag(config=True)
+    agent_timeout = Float(
+        120.0,
+        help="Seconds without a word (samples or inventory) from a node's agent after which the "
+        "node is marked unreachable: it takes no new grants and shows so in GET pool and "
+        "/metrics; its leases stay until an admin or the node decides. The agent's next "
+        "report makes it reachable again. 0 never marks a node.",
+    ).tag(config=True)
     reconcile_interval = Float(
         300.0,
         help="Seconds between reconciles with the hub while the service runs (0: only on "
@@ -484,11 +491,21 @@ class PoolService(Application):
             expired, promoted = await asyncio.gather(  # queued in order: one batch
                 self.writer.call(self.store.expire_grants), self.writer.call(self.store.promote)
             )
+            silent: list[str] = []
+            if self.agent_timeout > 0:
+                since = self.store.clock() - timedelta(seconds=self.agent_timeout)
+                silent = await self.writer.call(self.store.mark_unreachable, since)
         except Exception:
             self.log.exception("Housekeeping failed")
             return
         if expired or promoted:
             self.log.info("Housekeeping: %d grants expired, %d waiters granted", expired, promoted)
+        for node in silent:
+            self.log.warning(
+                "Node %s is unreachable: its agent said nothing for %gs; it takes no new grants",
+                node,
+                self.agent_timeout,
+            )
 
     async def start_async(self) -> None:
         """Listen, reconcile, run the housekeeping loop until SIGTERM/SIGINT."""

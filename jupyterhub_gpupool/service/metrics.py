@@ -24,6 +24,12 @@ class PoolMetrics:
             "gpupool_offer_available", "Grants of an offer that fit now", ["offer"], registry=r
         )
         self.queue_length = Gauge("gpupool_queue_length", "Requests waiting", ["offer"], registry=r)
+        self.node_unreachable = Gauge(
+            "gpupool_node_unreachable",
+            "1 while the node's agent is silent (no new grants there)",
+            ["node"],
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "gpupool_queue_wait_seconds",
             "Time from queued to granted",
@@ -78,4 +84,6 @@ class PoolMetrics:
                 self.queue_length.labels(offer=offer).set(n)
             for offer in alloc.offers.values():
                 self.offer_available.labels(offer=offer.name).set(alloc.available(offer, cap=50))
+            for node in alloc.nodes.values():
+                self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
         return generate_latest(self.registry)

@@ -183,7 +183,7 @@ class LocalTelemetry:
             return 0
         samples = to_samples(raw)
         busy = ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
-        await self.writer.call(self.store.add_busy, busy)
+        await self.writer.call(self.store.add_busy, busy, node=name)
         self.samples += len(samples)
         return len(samples)
 

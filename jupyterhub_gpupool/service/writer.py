@@ -64,7 +64,7 @@ def apply_calls(
     """Run ``calls`` in order: each run of consecutive ``BATCHABLE`` ones in one transaction,
     every other write alone. Returns each call's result, refusal, or ``_Failed`` (its
     transaction rolled back; the events it produced, when collected in ``events``, are
-    dropped). A database that is down answers ``database_unavailable``.
+    dropped). A database that is down answers ``store_unavailable``.
     """
     results: list[Any] = []
     i = 0
@@ -87,7 +87,7 @@ def apply_calls(
             failed: Any = _Failed(e)
             if isinstance(e, DBAPIError):
                 failed = StoreError(
-                    "database_unavailable", "the pool database is unavailable; try again"
+                    "store_unavailable", "the pool database is unavailable; try again"
                 )
             results += [failed] * len(segment)
         i = j

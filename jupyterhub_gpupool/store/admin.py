@@ -4,6 +4,7 @@ and the busy hours the samples add to leases."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -15,7 +16,7 @@ from ..pool.quota import QuotaSpec
 from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, set_quota
+from .rows import check_quota_kind, node_json, offer_spec, set_quota, ts
 from .views import ViewStore
 
 #: What each node action sets.
@@ -126,6 +127,9 @@ class AdminStore(MigStore, ViewStore):
             db.add(row)
         row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
         row.labels, row.source, row.last_seen = dict(node.labels), source, self.clock()
+        if source == "agent" and row.unreachable:  # its agent is back
+            row.unreachable = False
+            self._event(db, "node-reachable", "system", data={"node": node.name})
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:
@@ -240,10 +244,57 @@ class AdminStore(MigStore, ViewStore):
 
     # -- busy hours ----------------------------------------------------------------------------
 
-    def add_busy(self, hours: Mapping[str, float]) -> None:
-        """Add busy GPU hours to live leases (from utilization samples); no pool lock needed."""
-        if not hours:
+    def add_busy(self, hours: Mapping[str, float], *, node: str | None = None) -> None:
+        """Add busy GPU hours to live leases (from utilization samples) and note that
+        ``node``'s agent is alive; no pool lock needed, unless the node was unreachable."""
+        if not hours and node is None:
             return
+        back = False
         with self.writing() as db:
-            for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
-                row.busy_hours += hours[row.id]
+            if hours:
+                for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
+                    row.busy_hours += hours[row.id]
+            if node is not None:
+                row = orm.NodeRow.find(db, node)
+                if row is not None:
+                    row.last_seen = self.clock()
+                    back = row.unreachable
+        if back:
+            self._reachable_again(node or "")
+
+    def _reachable_again(self, name: str) -> None:
+        """An unreachable node's agent reports again: it takes grants again."""
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, name)
+            if row is None or not row.unreachable:
+                return
+            row.unreachable = False
+            if name in alloc.nodes:
+                alloc.nodes[name].unreachable = False
+                alloc.set_node_flags(name)  # re-index it as schedulable
+            self._event(db, "node-reachable", "system", data={"node": name})
+            self._serve_queue(db, alloc)
+
+    def mark_unreachable(self, silent_since: datetime) -> list[str]:
+        """Nodes whose agent has said nothing since ``silent_since`` take no new grants
+        (their leases stay until an admin or the node decides); returns their names."""
+        with self.transaction() as (db, alloc):
+            rows = db.scalars(
+                select(orm.NodeRow).where(
+                    orm.NodeRow.source == "agent",
+                    orm.NodeRow.unreachable.is_(False),
+                    orm.NodeRow.last_seen < silent_since,
+                )
+            ).all()
+            for row in rows:
+                row.unreachable = True
+                if row.name in alloc.nodes:
+                    alloc.nodes[row.name].unreachable = True
+                    alloc.set_node_flags(row.name)  # re-index it as unschedulable
+                self._event(
+                    db,
+                    "node-unreachable",
+                    "system",
+                    data={"node": row.name, "last_seen": ts(row.last_seen)},
+                )
+            return [row.name for row in rows]

@@ -51,6 +51,7 @@ WRITES = frozenset(
         "reset_quota",
         "put_inventory",
         "add_busy",
+        "mark_unreachable",
         "mig_results",
         "load_config",
         "write_minutes",

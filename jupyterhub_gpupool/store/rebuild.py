@@ -153,6 +153,7 @@ def build_allocator(
                 row.cordoned,
                 row.draining,
                 dict(row.labels or {}),
+                unreachable=row.unreachable,
             )
         )
     offers = [

@@ -83,6 +83,7 @@ def node_json(row: orm.NodeRow) -> dict[str, Any]:
         "cluster": row.cluster,
         "cordoned": row.cordoned,
         "draining": row.draining,
+        "unreachable": row.unreachable,
         "gpus": len(row.gpus),
         "source": row.source,
     }

@@ -280,6 +280,7 @@ class ViewStore(StoreCore):
                             "name": node.name,
                             "cordoned": node.cordoned,
                             "draining": node.draining,
+                            "unreachable": node.unreachable,
                             "cpu_milli": node.cpu_milli,
                             "memory_mib": node.memory_mib,
                             "cpu_used": node.cpu_used,

@@ -109,7 +109,7 @@ class SamplesHandler(APIHandler):
             self.settings["busy_threshold"],
             self.settings["minutes"],
         )
-        await self.writer.call(self.store.add_busy, busy)
+        await self.writer.call(self.store.add_busy, busy, node=name)
         self.write_json(
             {
                 "accepted": len(samples),

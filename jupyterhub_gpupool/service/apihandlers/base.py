@@ -292,7 +292,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
                 503,
                 exc_info=(
                     None,
-                    APIError("database_unavailable", "the pool database is unavailable; try again"),
+                    APIError("store_unavailable", "the pool database is unavailable; try again"),
                     None,
                 ),
             )

@@ -67,7 +67,7 @@ STATUS: dict[str, int] = {
     "unprocessable": 422,
     # 5xx
     "internal_error": 500,
-    "database_unavailable": 503,
+    "store_unavailable": 503,
     "hub_unavailable": 503,
     "store_restarting": 503,
     "unavailable": 503,
