@@ -9,10 +9,11 @@ every value, so a server name or a pool message a user chose cannot inject marku
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -47,7 +48,19 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def when(iso: str | None) -> str:
+    """An ISO timestamp from the store as people read it: 2026-03-02 09:15 UTC."""
+    if not iso:
+        return ""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 _jinja.filters["units"] = units_text
+_jinja.filters["when"] = when
 _jinja.filters["ordinal"] = ordinal
 
 
@@ -56,8 +69,11 @@ class UserPageHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def hub_auth(self) -> Any:
-        """The service's ``HubOAuth`` (one per service, shared with the API)."""
-        return self.settings["hub_auth"]
+        """``HubOAuth.instance()``: the one the stock ``oauth_callback`` handler completes
+        logins with. A login's state (and its PKCE verifier) lives in the memory of the object
+        that began it, so the page must begin logins on that same object, not on the
+        ``hub_auth`` the API handlers identify tokens with."""
+        return HubOAuth.instance()
 
     @property
     def store(self) -> Store:
@@ -98,7 +114,7 @@ class UserPageHandler(HubOAuthenticated, web.RequestHandler):
             leases=me.get("leases") or [],
             notices=me.get("notices") or [],
             display_names={n: o.get("display_name") or n for n, o in offers.items()},
-            api_url=self.request.path + "api/v1/users/me",
+            api_url=f"{self.request.protocol}://{self.request.host}{self.request.path}api/v1/users/me",
             hub_home=url_path_join(hub, "home"),
             hub_token=url_path_join(hub, "token"),
             docs_url=DOCS_URL,

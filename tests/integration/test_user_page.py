@@ -72,7 +72,9 @@ def test_the_page_shows_my_leases_and_quota_escaped(hub):
     assert "Up to <strong>2 GPUs</strong> at a time" in html
     assert "1/4 GPU" in html
     assert HOSTILE not in html and "&lt;img src=x onerror=" in html
-    assert 'href="/hub/token"' in html and "/services/gpupool/api/v1/users/me" in html
+    assert 'href="/hub/token"' in html
+    assert f"{hub.hub_url}/services/gpupool/api/v1/users/me" in html
+    assert " UTC</td>" in html
     # bob sees his own (empty) page, not alice's lease
     status, _, html = get(page, hub.token("bob"))
     assert status == 200 and "You hold no GPU and wait for none" in html
