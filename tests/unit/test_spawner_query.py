@@ -78,3 +78,26 @@ def test_the_trait_is_configurable_with_help():
     assert trait.default_value is False
     assert trait.metadata.get("config") is True
     assert "link" in trait.help
+
+
+def test_a_kubespawner_profile_naming_a_gpu_is_refused_from_a_link(monkeypatch):
+    """``/hub/spawn?profile=gpu``: the profile's kubespawner_override names the offer."""
+    kubespawner = pytest.importorskip("kubespawner.spawner")
+    from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
+
+    monkeypatch.setattr(kubespawner, "load_config", lambda **kw: None)
+    monkeypatch.setattr(kubespawner, "shared_client", lambda name: None)
+    user = SimpleNamespace(
+        name="alice", groups=[], settings={}, url="/user/alice/", id=1, escaped_name="alice"
+    )
+    s = GPUPoolKubeSpawner(
+        _mock=True,
+        user=user,
+        profile_list=[
+            {"display_name": "CPU", "slug": "cpu", "default": True},
+            {"display_name": "GPU", "slug": "gpu", "kubespawner_override": {OPTION: "h100"}},
+        ],
+    )
+    assert from_query(s, {"profile": ["cpu"]}) == {"profile": "cpu"}
+    with pytest.raises(Exception, match=REFUSED):
+        from_query(s, {"profile": ["gpu"]})
