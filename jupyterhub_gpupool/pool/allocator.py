@@ -90,24 +90,6 @@ GC_FREEZE_EVERY = 4096
 """Grants between two ``gc.freeze()`` calls in such a pool."""
 
 
-def _rank(choice: NodeChoice, sid: int) -> tuple:
-    """Heap order of a node state for a shape: smallest ΔF, then tightest, then oldest state."""
-    return (round(choice.delta, 9), choice.free_after, sid)
-
-
-def _compact(heap: list[tuple[tuple, int]], live: Mapping[int, object]) -> list:
-    """The heap without dead states and duplicates (O(n), instead of re-scoring the states)."""
-    seen: set[int] = set()
-    out = []
-    for entry in heap:
-        sid = entry[1]
-        if sid in live and sid not in seen:
-            seen.add(sid)
-            out.append(entry)
-    heapq.heapify(out)
-    return out
-
-
 @dataclass
 class _Rescore:
     """A demand change being applied: the live states still to score, and the new scores."""
@@ -170,6 +152,8 @@ class Allocator:
         self._sid_models: dict[int, frozenset[str]] = {}
         self._next_sid = 0
         self._groups: dict[int, dict[str, None]] = {}
+        # per state: (node order, name) of its nodes, a heap with lazy deletion (first node fast)
+        self._group_heap: dict[int, list[tuple[int, str]]] = {}
         self._node_sid: dict[str, int] = {}
         self._memo: dict[tuple, NodeChoice | None] = {}
         # per request shape: a heap of (rank, state id) over live node states, kept lazily
@@ -228,6 +212,7 @@ class Allocator:
             group.pop(node.name, None)
             if not group:
                 del self._groups[old]  # only live states are scanned per decision
+                del self._group_heap[old]
                 self._dead.append(old)
         if not node.schedulable:
             return
@@ -239,11 +224,27 @@ class Allocator:
             self._sigs[sid] = sig
             self._sid_models[sid] = frozenset(g.model.name for g in node.gpus)
         group = self._groups.get(sid)
+        rank = self._order[node.name]
         if group is None:
             group = self._groups[sid] = {}
+            self._group_heap[sid] = []
             self._revived.append(sid)  # the per-shape heaps pick it up when next asked
+        elif rank < self._group_first(sid)[0]:
+            self._revived.append(sid)  # it now ranks earlier: heaps take a fresh entry
         group[node.name] = None
+        heapq.heappush(self._group_heap[sid], (rank, node.name))
         self._node_sid[node.name] = sid
+
+    def _group_first(self, sid: int) -> tuple[int, str]:
+        """(order, name) of the first node, in node order, of a live state."""
+        heap, group = self._group_heap[sid], self._groups[sid]
+        while heap[0][1] not in group:
+            heapq.heappop(heap)
+        return heap[0]
+
+    def _rank(self, choice: NodeChoice, sid: int) -> tuple:
+        """Heap order of a node state for a shape: best score, then first in node order."""
+        return (-choice.score, self._group_first(sid)[0], sid)
 
     def set_node_flags(
         self, name: str, *, cordoned: bool | None = None, draining: bool | None = None
@@ -377,7 +378,7 @@ class Allocator:
                 choice = best_on_node(sigs[sid], shape, job.demand)
                 job.memo[(sid, shape)] = choice
                 if choice is not None:
-                    job.heaps[shape].append((_rank(choice, sid), sid))
+                    job.heaps[shape].append((self._rank(choice, sid), sid))
         if job.todo:
             return
         # Every state alive at the start is scored; those born since are in ``_revived`` after
@@ -406,7 +407,7 @@ class Allocator:
         else:
             fresh = self._revived[self._heap_seen[shape] :]
             if len(heap) > 2 * len(self._groups) + 256:
-                heap = self._heaps[shape] = _compact(heap, self._groups)
+                heap = self._heaps[shape] = self._compact(heap)
         self._heap_seen[shape] = len(self._revived)
         models = shape.models
         sigs, memo, demand = self._sigs, self._memo, self._demand
@@ -418,20 +419,30 @@ class Allocator:
             if choice is False:
                 choice = memo[key] = best_on_node(sigs[sid], shape, demand)
             if choice is not None:
-                heapq.heappush(heap, (_rank(choice, sid), sid))
+                heapq.heappush(heap, (self._rank(choice, sid), sid))
         return heap
 
     def _place(
         self, offer: Offer, exclude: frozenset[str] = frozenset()
     ) -> tuple[Node, NodeChoice] | None:
-        """The best node state for ``offer`` (smallest ΔF, then tightest), then its first node
-        (in node order) with CPU and memory room."""
+        """The best node state for ``offer`` (highest ``fgd_score`` of its ΔF, ties to the state
+        whose first node comes first in node order), then its first node with CPU and memory
+        room."""
         self._rescore_step()
         self._forget_dead()
         shape = self.shape_of(offer)
         heap = self._heap(shape)
-        while heap and heap[0][1] not in self._groups:
-            heapq.heappop(heap)  # a state no node is in any more
+        groups = self._groups
+        while heap:
+            rank, sid = heap[0]
+            if sid not in groups:
+                heapq.heappop(heap)  # a state no node is in any more
+                continue
+            first = self._group_first(sid)[0]
+            if rank[1] != first:  # its first node left: it ranks later now
+                heapq.heapreplace(heap, ((rank[0], first, sid), sid))
+                continue
+            break
         if not heap:
             return None
         order = self._order
@@ -443,7 +454,7 @@ class Allocator:
         for sid in candidates:
             choice = self._memo[(sid, shape)]
             assert choice is not None
-            for name in self._in_order(self._groups[sid], order):
+            for name in self._in_order(sid, order):
                 node = self.nodes[name]
                 if name not in exclude and node.fits_resources(need_cpu, need_mem):
                     return node, choice
@@ -464,10 +475,23 @@ class Allocator:
                 if child < len(heap):
                     heapq.heappush(frontier, (heap[child], child))
 
-    @staticmethod
-    def _in_order(group: dict[str, None], order: dict[str, int]) -> Iterator[str]:
-        """Nodes of a group in node order; the first without sorting the whole group."""
-        first = min(group, key=order.__getitem__)
+    def _compact(self, heap: list[tuple[tuple, int]]) -> list[tuple[tuple, int]]:
+        """The heap without dead states and duplicates, ranks brought up to date: O(n), instead
+        of scoring the states again."""
+        groups = self._groups
+        seen: set[int] = set()
+        out = []
+        for rank, sid in heap:
+            if sid in groups and sid not in seen:
+                seen.add(sid)
+                out.append(((rank[0], self._group_first(sid)[0], sid), sid))
+        heapq.heapify(out)
+        return out
+
+    def _in_order(self, sid: int, order: dict[str, int]) -> Iterator[str]:
+        """Nodes of a state in node order; the first without sorting the whole group."""
+        group = self._groups[sid]
+        first = self._group_first(sid)[1]
         yield first
         if len(group) > 1:
             yield from (n for n in sorted(group, key=order.__getitem__) if n != first)

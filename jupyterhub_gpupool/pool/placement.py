@@ -15,6 +15,7 @@ per distinct state, which keeps decisions cheap on pools of 10,000 GPUs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -236,6 +237,20 @@ class Slot:
         return self.gpu if self.kind == "gpu" else f"{self.gpu}/shared"
 
 
+def fgd_score(delta: float) -> int:
+    """The quantised score of a placement that changes F by ``delta`` GPU units.
+
+    ``int(100 * sigmoid(-delta))``, FGD's own node score (Weng et al., ATC 2023: F in milli-GPU,
+    divided by 1000), truncated to an integer. The truncation is part of the rule, not a
+    rounding detail: placements whose ΔF differ by less than a step (about 0.04 GPU near 0,
+    wider for larger changes) tie, and ties go to a fixed node order, so load concentrates on
+    the same nodes instead of scattering over whichever node a float minimum happens to pick.
+    """
+    if delta > 700:  # exp overflows; the score is 0 long before
+        return 0
+    return int(1.0 / (1.0 + math.exp(delta)) * 100.0)  # the order of FGD's float operations
+
+
 @dataclass(frozen=True)
 class NodeChoice:
     """The best way to place a request on one node state, with its cost."""
@@ -243,6 +258,11 @@ class NodeChoice:
     delta: float
     free_after: float
     picks: tuple[tuple[int, int, bool, tuple], ...]  # (gpu position, start, create, key after)
+
+    @property
+    def score(self) -> int:
+        """:func:`fgd_score` of ``delta``: higher is better; equal scores tie."""
+        return fgd_score(self.delta)
 
 
 @lru_cache(maxsize=131072)
@@ -265,9 +285,10 @@ def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeC
     """Cheapest legal placement of ``shape`` on a node whose GPUs are in states ``keys``.
 
     Whole GPUs take the lowest-indexed free GPUs (all equal for fragmentation); a share or a
-    MIG slice tries every distinct GPU state and every legal start and keeps the smallest ΔF,
-    ties going to the tightest fit, then the lowest index (existing MIG instances before
-    creating new ones). ΔF is computed incrementally: only the changed GPU's terms move.
+    MIG slice tries every distinct GPU state and every legal start and keeps the best
+    :func:`fgd_score` of its ΔF, ties going to existing MIG instances before new ones, then the
+    tightest fit, then the lowest index. ΔF is computed incrementally: only the changed GPU's
+    terms move.
     (Equal to ``node_fragmentation(after) - node_fragmentation(before)``; a test checks it.)
     """
     if not demand.shapes:
@@ -309,7 +330,7 @@ def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeC
         seen.add(k)
         for new_key, start, create in key_options(k, bare):
             delta, free_after = moved([(k, new_key)])
-            rank = (round(delta, 9), create, key_free(new_key), pos, start)
+            rank = (-fgd_score(delta), create, key_free(new_key), pos, start)
             if best is None or rank < best[0]:
                 best = (rank, delta, free_after, (pos, start, create, new_key))
     if best is None:

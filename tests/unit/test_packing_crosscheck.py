@@ -105,3 +105,13 @@ def test_incremental_delta_equals_full_recomputation(keys, pick):
         after[pos] = new_key
     full = node_fragmentation(after, DEMAND) - node_fragmentation(keys, DEMAND)
     assert abs(choice.delta - full) < 1e-9
+
+
+def test_the_pools_score_is_the_benchmarks_fgd_score():
+    # the pool scores ΔF in GPU units, the benchmark in milli: the same integer either way
+    from jupyterhub_gpupool.pool.placement import fgd_score
+    from jupyterhub_gpupool.simulate.packing import fgd_int_score
+
+    deltas = np.r_[np.linspace(-12, 12, 2401), [0.0, 1e-12, -1e-12, 0.04, -0.04, 600.0]]
+    pool = [fgd_score(float(d)) for d in deltas]
+    assert pool == fgd_int_score(deltas * 1000.0).tolist()
