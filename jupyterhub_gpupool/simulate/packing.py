@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from statistics import fmean as mean
 
@@ -52,6 +53,7 @@ from .traces import clean_spec as _clean_spec
 from .traces import spec_models as _spec_models
 
 __all__ = [
+    "ALL_POLICIES",
     "ARRIVED_POINTS",
     "POLICIES",
     "ClusterState",
@@ -69,6 +71,7 @@ __all__ = [
     "check_models",
     "fgd_choose",
     "fgd_int_score",
+    "float_choose",
     "load_nodes",
     "load_pods",
     "load_published",
@@ -683,8 +686,8 @@ def fgd_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int
     return node, _gpus_for(state, node, pod, "lowest")
 
 
-def ours_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
-    """The pool's fragmentation-aware placement (float FGD with tight-packing tie-breaks).
+def float_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[int, list[int]]:
+    """The previous ``ours`` (ablation ``ours-float``): float ΔF with tight-packing tie-breaks.
 
     F is taken against ``state.demand`` (in :func:`simulate`, :func:`ours_demand`: the typical
     pods plus every multi-GPU shape of the trace). For every feasible placement compute
@@ -727,13 +730,62 @@ def ours_choose(state: ClusterState, pod: Pod, feasible: np.ndarray) -> tuple[in
     return node, [int(cand.gpu[best])]
 
 
+def ours_choose(
+    state: ClusterState,
+    pod: Pod,
+    feasible: np.ndarray,
+    *,
+    multi_demand: str = "all",
+    ties: str = "order",
+) -> tuple[int, list[int]]:
+    """The pool's placement rule: FGD's quantised score, a fixed node order, and the demand
+    that competes for what the pod takes.
+
+    1. **Score** every feasible placement with :func:`fgd_int_score` of its ΔF (FGD's
+       ``int(100 * sigmoid(-ΔF / 1000))``; the pool's ``placement.fgd_score``), higher first.
+       Placements whose ΔF differ by less than a score step tie.
+    2. **Ties go to a fixed node order** (``state.priority``; in the pool, the configured node
+       order), so equal placements keep landing on the same nodes and the others stay whole.
+    3. **Demand**: ΔF is taken against the typical pods *plus every multi-GPU shape of the
+       trace* (:func:`ours_demand`): rare by pod count, so the paper's popularity cut drops
+       them, but all-or-nothing asks for whole free GPUs on one node. In the pool the demand is
+       every offer, weighted by how often it is asked for, so multi-GPU offers are always in.
+    4. A sharing pod takes, on its node, the GPU with the best score, then the tightest, then
+       the lowest index (the pool's order of a node's options).
+
+    ``multi_demand`` ("all", "multi": multi-GPU pods only, "none": which pods score against
+    :func:`ours_demand` rather than the typical pods) and
+    ``ties`` ("order", or "tightest": least idle GPU, then least cpu, then order) exist for the
+    ablation variants of :data:`ALL_POLICIES`.
+    """
+    uses_demand = multi_demand == "all" or (multi_demand == "multi" and pod.gpus >= 2)
+    cand = state.candidates(pod, feasible, state.demand if uses_demand else state.metric)
+    score = fgd_int_score(cand.delta_milli)
+    prio = state.priority[cand.node]
+    keys: list[np.ndarray] = [cand.gpu, cand.gpu_free_before]  # within a node (last keys first)
+    if ties == "tightest":
+        keys += [prio, cand.cpu_after, cand.idle_after]
+    else:
+        keys += [prio]
+    best = int(np.lexsort((*keys, -score))[0])
+    node = int(cand.node[best])
+    if pod.is_sharing:
+        return node, [int(cand.gpu[best])]
+    return node, _gpus_for(state, node, pod, "lowest")
+
+
 _CHOOSERS = {
     "best-fit": best_fit_choose,
     "fgd": fgd_choose,
     "ours": ours_choose,
-    # Ablation, library only: ``ours`` scored against the plain typical pods (no multi-GPU tail).
-    "ours-typical": ours_choose,
+    # Ablation variants (docs: the packing benchmark), each ``ours`` with one ingredient changed:
+    "ours-float": float_choose,  # the previous rule: float ΔF, tightest-node ties
+    "ours-tightest-ties": partial(ours_choose, ties="tightest"),
+    "ours-no-multi": partial(ours_choose, multi_demand="none"),
+    "ours-multi-pods-only": partial(ours_choose, multi_demand="multi"),
 }
+ALL_POLICIES: tuple[str, ...] = tuple(_CHOOSERS)
+_USES_DEMAND = {"ours", "ours-float", "ours-tightest-ties", "ours-multi-pods-only"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -829,17 +881,17 @@ def simulate(
     The seed drives, in order: the shuffle of the originals, the clone draws, and the node
     priority permutation used for tie-breaks, so every policy sees the same arrivals for a seed.
     ``typical`` overrides the fragmentation measure's task distribution (default: the trace's
-    typical pods). ``policy`` is one of :data:`POLICIES`, or ``"ours-typical"``: ``ours`` scored
-    against the plain typical pods instead of :func:`ours_demand` (the ablation in the docs).
+    typical pods). ``policy`` is one of :data:`ALL_POLICIES` (:data:`POLICIES` and the ablation
+    variants).
     """
     if policy not in _CHOOSERS:
-        raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+        raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(ALL_POLICIES)})")
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     order = tune_workload(trace, nodes.capacity_milli, tune, rng)
     priority = rng.permutation(len(nodes))
     typical = typical_pods(trace) if typical is None else typical
-    demand = ours_demand(trace) if policy == "ours" else None
+    demand = ours_demand(trace) if policy in _USES_DEMAND else None
     state = ClusterState(nodes, typical, priority, demand=demand)
     choose = _CHOOSERS[policy]
 
@@ -1027,7 +1079,7 @@ def parse_policies(text: str) -> list[str]:
     names = [p.strip() for p in str(text).split(",") if p.strip()]
     if not names:
         raise _UsageError(f"empty; choose from {', '.join(POLICIES)}")
-    bad = [p for p in names if p not in POLICIES]
+    bad = [p for p in names if p not in ALL_POLICIES]
     if bad:
         raise _UsageError(f"unknown {', '.join(bad)}; choose from {', '.join(POLICIES)}")
     return list(dict.fromkeys(names))

@@ -316,7 +316,7 @@ def test_ours_sharing_gpu_is_the_smallest_delta_then_the_tightest(tmp_path):
     assert pk.ours_choose(state, small, state.feasible(small)) == (0, [0])
 
 
-def test_ours_node_ties_prefer_less_idle_then_less_cpu_then_priority(tmp_path):
+def test_ours_node_ties_go_to_the_node_order_and_the_ablation_to_the_tightest(tmp_path):
     rows = [
         ("a", 64000, 65536, 2, "T4"),
         ("b", 32000, 65536, 2, "T4"),
@@ -325,21 +325,27 @@ def test_ours_node_ties_prefer_less_idle_then_less_cpu_then_priority(tmp_path):
     nodes = nodes_table(tmp_path, rows)
     state = pk.ClusterState(nodes, typical([(1000, 0, 0, "", 1)]), priority=np.array([0, 2, 1]))
     pod = pk.Pod.make(1000, gpus=1, milli=1000)
-    # Every node: dF = -1000 (CPU-only task). a and b leave 1000 idle, c 3000; b has less cpu.
-    assert pk.ours_choose(state, pod, state.feasible(pod)) == (1, [0])
-    state.cpu_free[1] = 64000  # now a and b tie on idle and cpu: the priority decides (a: 0)
+    # Every node: dF = -1000 (CPU-only task), the same score: the node order decides (a: 0).
     assert pk.ours_choose(state, pod, state.feasible(pod)) == (0, [0])
+    # The ablation's ties: a and b leave 1000 idle, c 3000; b has less cpu.
+    tightest = pk._CHOOSERS["ours-tightest-ties"]
+    assert tightest(state, pod, state.feasible(pod)) == (1, [0])
+    state.cpu_free[1] = 64000  # now a and b tie on idle and cpu: the priority decides (a: 0)
+    assert tightest(state, pod, state.feasible(pod)) == (0, [0])
 
 
 # ------------------------------------------------------------------------------------------------
 # ours: the vectorised choice equals a scalar reading of its definition
 
 
-def reference_ours(state, pod, demand, access):
-    """ours, written as plainly as possible from its definition (scalar loops, float GPU units)."""
+def reference_ours(state, pod, demand, access, typical_pods, typical_access):
+    """ours, written as plainly as possible from its definition (scalar loops)."""
 
     def frag(row, cpu, n):
-        return pk.ours_node_fragmentation(row[None, :], [cpu], access[n : n + 1], demand)[0]
+        return pk.node_fragmentation(row[None, :], [cpu], access[n : n + 1], demand)[0]
+
+    def score(delta):
+        return int(1.0 / (1.0 + math.exp(delta / 1000)) * 100.0)
 
     options = []
     for n in state.feasible(pod):
@@ -347,26 +353,21 @@ def reference_ours(state, pod, demand, access):
         before = frag(row, cpu, n)
         cpu_after = cpu - pod.cpu_nz
         if pod.is_sharing:
-            per_gpu = []
             for g in range(len(row)):
                 if row[g] >= pod.milli:
                     after = row.copy()
                     after[g] -= pod.milli
-                    per_gpu.append((frag(after, cpu_after, n) - before, int(row[g]), g))
-            node_min = min(d for d, _, _ in per_gpu)
-            _, _, g = min((x for x in per_gpu if x[0] - node_min < 1e-9), key=lambda x: x[1:])
-            delta, gpus = node_min, [g]
+                    s = score(frag(after, cpu_after, n) - before)
+                    options.append((-s, int(state.priority[n]), int(row[g]), g, int(n), [g]))
         else:
             after = row.copy()
             gpus = []
             if pod.needs_gpu:
                 gpus = [g for g in range(len(row)) if row[g] >= pod.milli][: pod.gpus]
                 after[gpus] -= pod.milli
-            delta = frag(after, cpu_after, n) - before
-        idle_after = int(row.sum()) - (pod.milli * pod.gpus if pod.needs_gpu else 0)
-        options.append((delta, idle_after, cpu_after, int(state.priority[n]), int(n), gpus))
-    best = min(o[0] for o in options)
-    chosen = min((o for o in options if o[0] - best < 1e-9), key=lambda o: o[1:4])
+            s = score(frag(after, cpu_after, n) - before)
+            options.append((-s, int(state.priority[n]), 0, 0, int(n), gpus))
+    chosen = min(options, key=lambda o: o[:4])
     return chosen[4], chosen[5]
 
 
@@ -395,6 +396,8 @@ def test_ours_choose_matches_the_scalar_definition_and_caches_stay_exact(tmp_pat
     rng = np.random.default_rng(7)
     state = pk.ClusterState(nodes, typical(FRAG_TASKS), rng.permutation(len(nodes)), demand)
     access = pk.task_access(demand, nodes.model)
+    metric = typical(FRAG_TASKS)
+    metric_access = pk.task_access(metric, nodes.model)
     shapes = [
         (3000, 1, 800, ""),
         (11000, 1, 1000, ""),
@@ -412,7 +415,8 @@ def test_ours_choose_matches_the_scalar_definition_and_caches_stay_exact(tmp_pat
         if not len(feasible):
             continue
         got = pk.ours_choose(state, pod, feasible)
-        assert got == reference_ours(state, pod, demand, access), f"pod {i}: {pod}"
+        want = reference_ours(state, pod, demand, access, metric, metric_access)
+        assert got == want, f"pod {i}: {pod}"
         state.place(*got, pod)
         placed += 1
         direct = pk.node_fragmentation(
