@@ -82,7 +82,14 @@ def configure_hub(
     c.JupyterHub.services = services
 
     roles = list(c.JupyterHub.get("load_roles", []))
-    _merge_role(roles, {"name": "user", "scopes": ["self", f"{USE}!user"]})
+    # users reach the pool's own page (the hub's Services menu) and API with their cookie
+    _merge_role(
+        roles,
+        {
+            "name": "user",
+            "scopes": ["self", f"{USE}!user", f"access:services!service={service_name}"],
+        },
+    )
     _merge_role(
         roles,
         {

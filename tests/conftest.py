@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpupool.data import data_path
+from jupyterhub_gpupool.store.core import STRICT_WRITES_ENV
 
 PG_ADMIN_URL = os.environ.get("GPUPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+# Every store write in the test run, here and in every service process the tests start (they
+# inherit the environment), checks that it runs off the event loop: a handler or loop that
+# writes directly instead of through the service's writer fails its test.
+os.environ[STRICT_WRITES_ENV] = "1"
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tests.integration.hubenv import (
     ROOT,
+    SPAWNER_CONFIG,
     HubEnv,
     Response,
     chp_command,
@@ -55,6 +56,7 @@ __all__ = [
     "AGENT_API",
     "AGENT_T0",
     "ROOT",
+    "SPAWNER_CONFIG",
     "STORE_POOL",
     "STORE_T0",
     "Call",

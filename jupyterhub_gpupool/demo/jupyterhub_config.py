@@ -47,11 +47,6 @@ configure_hub(
     spawner="simple",
 )
 
-# every user may open the pool's own pages (Services → gpupool): hub OAuth asks for this scope
-for role in c.JupyterHub.load_roles:
-    if role["name"] == "user":
-        role["scopes"].append("access:services!service=gpupool")
-
 c.Spawner.cmd = [str(bindir / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 if os.geteuid() == 0:  # containers and CI machines often run as root

@@ -292,7 +292,9 @@ class PoolService(Application):
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
-        self.hub_auth = HubOAuth(
+        # the singleton: the stock oauth_callback handler completes logins on HubOAuth.instance(),
+        # so the page that begins them and the API that identifies tokens share it
+        self.hub_auth = HubOAuth.instance(
             api_url=self.hub_api_url,
             cache_max_age=60,
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -69,11 +69,10 @@ class UserPageHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def hub_auth(self) -> Any:
-        """``HubOAuth.instance()``: the one the stock ``oauth_callback`` handler completes
-        logins with. A login's state (and its PKCE verifier) lives in the memory of the object
-        that began it, so the page must begin logins on that same object, not on the
-        ``hub_auth`` the API handlers identify tokens with."""
-        return HubOAuth.instance()
+        """The service's ``HubOAuth`` (``HubOAuth.instance()``, the one the stock
+        ``oauth_callback`` handler completes logins with: a login's state and its PKCE verifier
+        live in the object that began it)."""
+        return self.settings["hub_auth"]
 
     @property
     def store(self) -> Store:

@@ -357,3 +357,23 @@ class HubEnv:
             if p.exists():
                 out.append(f"--- {name}\n" + p.read_text(errors="replace")[-4000:])
         return "\n".join(out)
+
+
+#: Hub configuration for tests that spawn real single-user servers through the pool's simple
+#: local spawner (``HubEnv.extra_config``): JupyterLab servers in per-user homes under the
+#: test's folder, the pool asked with the spawner's token, queue progress polled fast.
+SPAWNER_CONFIG = """
+c.JupyterHub.spawner_class = "gpupool-simple"
+c.GPUPoolSpawnerMixin.pool_api_url = {api!r}
+c.GPUPoolSpawnerMixin.pool_api_token = {spawner_token!r}
+c.GPUPoolSpawnerMixin.queue_poll_interval = 0.3
+c.Spawner.cmd = [{bin!r} + "/jupyterhub-singleuser"]
+c.Spawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
+c.Spawner.start_timeout = 90
+c.Spawner.http_timeout = 60
+c.SimpleLocalProcessSpawner.home_dir_template = "{dir}/home/{{username}}"
+c.JupyterHub.cleanup_servers = False
+c.JupyterHub.load_roles.append(
+    {{"name": "e2e-state", "services": ["hub-admin"], "scopes": ["admin:server_state"]}}
+)
+"""

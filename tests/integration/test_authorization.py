@@ -50,6 +50,7 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("GET utilization",                        401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET quotas/users/alice",                 401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("PUT quotas/users/alice",                 401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("PATCH quotas/users/alice",               401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("POST nodes/sim-h100/cordon",             401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("POST nodes/sim-h100/uncordon",           401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("POST nodes/sim-h100/drain",              401,  403,  403,  403,  403,  403,  403,  403,  200),
@@ -75,7 +76,8 @@ BODIES: dict[str, object] = {
     "POST allocations": {"user": "alice", "offer": "t4-quarter"},
     "POST allocations/{id}/resize": {"offer": "a100-1g"},
     "POST allocations/{id}/keepalive": {},
-    "PUT quotas/users/alice": {"guarantee": 0, "limit": 2},
+    "PUT quotas/users/alice": {"guarantee": 0, "limit": 2, "budget": None, "period": "month"},
+    "PATCH quotas/users/alice": {"limit": 2},
     "POST nodes/sim-h100/cordon": {},
     "POST nodes/sim-h100/uncordon": {},
     "POST nodes/sim-h100/drain": {},
@@ -151,7 +153,13 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubEnv]:
     """One hub + proxy + pool service for the module (reconcile off: no real servers run)."""
     where = tmp_path_factory.mktemp("authz")
     env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"))
-    env.service_args = ("--PoolService.reconcile_on_start=False",)
+    env.service_args = (
+        "--PoolService.reconcile_on_start=False",
+        "--PoolService.reconcile_interval=0",
+        # the matrix is about scopes: its made-up server names are not the hub's (the check
+        # that a user names only their own servers is tested in test_hardening)
+        "--PoolService.check_user_servers=False",
+    )
     with env.running():
         yield env
 
@@ -309,7 +317,8 @@ def test_users_cannot_act_for_others_or_raise_their_standing(
 ) -> None:
     """A user (or their server) cannot allocate for another user, set a priority, or claim
     groups: ``groups`` is ignored for them, ``group`` must be one they are in."""
-    r = _call(hub, "PUT", "quotas/groups/ml", tokens["admin"], {"guarantee": 1, "limit": 2})
+    whole = {"guarantee": 1, "limit": 2, "budget": None, "period": "month"}
+    r = _call(hub, "PUT", "quotas/groups/ml", tokens["admin"], whole)
     assert r.status == 200, r.body  # "ml" has a quota, so a lease would be charged to it
     for col in ("alice", "alice_srv"):
         token = tokens[col]

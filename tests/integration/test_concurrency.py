@@ -568,6 +568,7 @@ def start_env(tmp_path: Path, db_url: str) -> HubEnv:
         pool,
         service_args=(
             "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
             "--PoolService.housekeeping_interval=1",  # promote() runs between requests too
         ),
     )

@@ -21,6 +21,7 @@ from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import load_pool_config
 from jupyterhub_gpupool.service.telemetry_loop import LocalTelemetry
 from jupyterhub_gpupool.service.utilization import UtilizationBuffer
+from jupyterhub_gpupool.service.writer import BatchWriter
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.telemetry.agent import sim_reader
 from tests.fakes import HubEnv, request, wait_until, wait_until_async
@@ -58,7 +59,9 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
     wait_until(reported, what="the A100 node's inventory", step=0.1, info=sim_env.logs)
     leases = []
     for server, offer in (("one", "a100-1g"), ("three", "a100-3g")):
-        r = request("POST", f"{sim_env.api}/allocations", alice, {"server": server, "offer": offer})
+        # the spawner asks for alice's servers (a user may name only servers the hub knows)
+        body = {"user": "alice", "server": server, "offer": offer}
+        r = request("POST", f"{sim_env.api}/allocations", sim_env.spawner_token, body)
         assert r.status == 201, r.body
         lease = r.json()
         assert lease["state"] == "granted" and lease["ready"] is False
@@ -104,7 +107,7 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
     kinds = event_kinds(sim_env, admin)
     assert kinds.count(("mig-created", None)) == 2
     assert kinds.count(("mig-destroyed", None)) == 2
-    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics").body.decode()
+    metrics = request("GET", sim_env.api.removesuffix("/api/v1") + "/metrics", admin).body.decode()
     assert 'gpupool_mig_actions_total{op="create",result="ok"} 2.0' in metrics
     assert 'gpupool_mig_actions_total{op="destroy",result="ok"} 2.0' in metrics
 
@@ -114,7 +117,8 @@ def test_in_process_sim_makes_the_instances_of_grants_and_destroys_them_after(si
 
 def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_pool_file):
     admin, alice = hub_env.token("admin"), hub_env.token("alice")
-    r = request("POST", f"{hub_env.api}/allocations", alice, {"server": "x", "offer": "a100-1g"})
+    body = {"user": "alice", "server": "x", "offer": "a100-1g"}
+    r = request("POST", f"{hub_env.api}/allocations", hub_env.spawner_token, body)
     first = r.json()
     (slot,) = first["slots"]
     assert first["ready"] is False
@@ -155,7 +159,8 @@ def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_po
     assert "mig_actions=2 mig_failures=0" in out, out
 
     # the agent is gone: report NVML failures by hand, as an agent would
-    r = request("POST", f"{hub_env.api}/allocations", alice, {"server": "y", "offer": "a100-3g"})
+    body = {"user": "alice", "server": "y", "offer": "a100-3g"}
+    r = request("POST", f"{hub_env.api}/allocations", hub_env.spawner_token, body)
     second = r.json()
     for attempt in (1, 2, 3):
         plan = request("GET", f"{hub_env.api}/nodes/{NODE}/mig-plan", hub_env.agent_token).json()
@@ -191,9 +196,11 @@ class Rig:
         self.store.load_config(load_pool_config(demo, catalog))
         self.reader: Any = sim_reader(str(demo), NODE)
         self.sim = self.reader.nvml  # the simulated machine behind the reader
+        self.writer = BatchWriter(self.store)  # the service's one write path
         self.telemetry = LocalTelemetry(
             {NODE: self.reader},
             self.store,
+            self.writer,
             UtilizationBuffer(900),
             None,
             interval=interval,
@@ -219,6 +226,19 @@ class Rig:
             for g in self.reader.inventory()["gpus"]
             for i in g["mig"]["instances"]
         }
+
+    def start(self) -> None:
+        """Start the writer and the node's loop (on the running event loop)."""
+        self.writer.start()
+        self.telemetry.start()
+
+    async def stop(self) -> None:
+        await self.telemetry.stop()
+        self.writer.stop()
+
+    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A store write, through the writer as the service makes it."""
+        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
 
     def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
         """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
@@ -246,14 +266,14 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
     rig = Rig(tmp_path, demo_pool_file, interval=3600)  # the next samples: an hour later
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             await rig.until(
                 lambda: rig.mig_steps and rig.store.mig_plan(NODE) == [] and rig.telemetry.sent,
                 "the loop's first round",
             )
             sampled = rig.telemetry.samples
-            lease = rig.store.allocate("alice", "", "a100-1g")
+            lease = await rig.write("allocate", "alice", "", "a100-1g")
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             # no round of samples ran meanwhile: the grant woke the loop, it did not wait for
             # the next sample tick (an hour away)
@@ -265,22 +285,22 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
                 0,
             )
         finally:
-            await rig.telemetry.stop()
+            await rig.stop()
 
     asyncio.run(main())
 
 
 def test_an_instance_with_a_process_is_never_destroyed(rig):
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
-            lease = rig.store.allocate("alice", "", "a100-3g")
+            lease = await rig.write("allocate", "alice", "", "a100-3g")
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             where = (slot["gpu"], slot["start"])
             await rig.rounds(1)  # the creating step is over: its inventory shows no process
             pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
-            rig.store.release(lease["id"])
+            await rig.write("release", lease["id"])
             # the pool's last inventory showed no process: it asks, the node re-checks and
             # refuses (InUse); then it waits for the node to say the process is gone
             await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
@@ -294,7 +314,7 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
             assert where not in rig.on_node()
             assert kinds(rig.store) == ["mig-created", "mig-failed", "mig-destroyed"]
         finally:
-            await rig.telemetry.stop()
+            await rig.stop()
 
     asyncio.run(main())
 
@@ -306,13 +326,13 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             await rig.until(lambda: rig.telemetry.sent, "the node's first inventory")
             for gpu in gpus:  # after the pool's last look at the node
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
-            lease = rig.store.allocate("alice", "", "a100-3g")
+            lease = await rig.write("allocate", "alice", "", "a100-3g")
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             assert rig.on_node() == {
@@ -322,7 +342,7 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
             failures = [e["data"] for e in items if e["kind"] == "mig-failed"]
             assert [f["error"] for f in failures] == ["InsufficientResources"]
         finally:
-            await rig.telemetry.stop()
+            await rig.stop()
 
     asyncio.run(main())
 
@@ -331,13 +351,13 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
     gpus = [g["uuid"] for g in rig.reader.inventory()["gpus"]]
 
     async def main() -> None:
-        rig.telemetry.start()
+        rig.start()
         try:
             await rig.until(lambda: rig.telemetry.sent, "the node's first inventory")
             for gpu in gpus:
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
-            lease = rig.store.allocate("alice", "", "a100-1g")
+            lease = await rig.write("allocate", "alice", "", "a100-1g")
             gone = await rig.until(
                 lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le,
                 "the grant released",
@@ -349,7 +369,7 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
             assert sorted(p for p, _, _ in rig.on_node().values()) == ["7g.80gb", "7g.80gb"]
             assert rig.store.mig_plan(NODE) == []
         finally:
-            await rig.telemetry.stop()
+            await rig.stop()
 
     asyncio.run(main())
 

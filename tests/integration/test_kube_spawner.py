@@ -50,6 +50,7 @@ def pool(tmp_path_factory):
         service_args=(
             "--PoolService.telemetry_source=sim",
             "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
         ),
     )
     with env.running():

@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.service.writer import ProcessBatchWriter
 from jupyterhub_gpupool.store import Store, StoreError, utcnow
 from tests.fakes import make_store
@@ -47,9 +48,9 @@ def test_results_refusals_and_events_cross_over(store, db_url):
         assert a["state"] == "granted" and a["user"] == "alice" and a["slots"]
         assert b["state"] == "granted" and b["node"] == "h100"
         # refusals keep status, code, field and allowed values, as the thread writer raises them
-        assert isinstance(missing, StoreError) and missing.status == 404
+        assert isinstance(missing, StoreError) and status_of(missing) == 404
         assert missing.to_dict()["error"]["code"] == "not_found"
-        assert isinstance(bad, StoreError) and (bad.status, bad.field) == (422, "offer")
+        assert isinstance(bad, StoreError) and (status_of(bad), bad.field) == (422, "offer")
         assert "h100" in bad.to_dict()["error"]["allowed"]
         # the listeners of the service's store heard the child's events, after its commit
         assert ("granted", a["id"]) in seen and ("granted", b["id"]) in seen
@@ -68,13 +69,29 @@ def test_results_refusals_and_events_cross_over(store, db_url):
     assert not writer._child.is_alive()
 
 
-def test_only_the_batched_calls_cross_over(store, db_url):
+def test_every_store_write_crosses_over_and_nothing_else(store, db_url):
+    """The writer is the one write path: node actions (and every other write) run in the
+    child too, each in its own transaction; a read or any other function is refused."""
     writer = started(store, db_url)
     try:
-        with pytest.raises(ValueError, match="not a batched store call"):
-            asyncio.run(writer.call(store.set_node, "h100", "cordon"))
+        with pytest.raises(ValueError, match="not a store write"):
+            asyncio.run(writer.call(store.lease, "nope"))
+        with pytest.raises(ValueError, match="not a store write"):
+            asyncio.run(writer.call(print, "hello"))
+        node = next(iter(store.file_config.nodes)).name
+        done = asyncio.run(writer.call(store.set_node, node, "cordon", actor="t"))
+        assert done["name"] == node and done["cordoned"] is True
+        with pytest.raises(StoreError) as err:
+            asyncio.run(writer.call(store.set_node, "no-such-node", "cordon"))
+        assert status_of(err.value) == 404 and err.value.field == "name"
+        # the service's views follow the child's commit
+        assert any(n["name"] == node and n["cordoned"] for n in _nodes(store))
     finally:
         writer.stop()
+
+
+def _nodes(store: Store) -> list[dict]:
+    return [n for c in store.pool(detail=True)["clusters"] for n in c["nodes"]]
 
 
 def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
@@ -85,7 +102,7 @@ def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
         writer._child.join(10)
         with pytest.raises(StoreError) as err:
             asyncio.run(writer.call(store.allocate, "bob", "", "a100-1g", actor="t"))
-        assert err.value.status == 503 and err.value.code == "store_restarting"
+        assert status_of(err.value) == 503 and err.value.code == "store_restarting"
         assert writer.restarts == 1 and writer._child.is_alive()
         # the new child starts from the database: it knows alice's lease, and serves bob
         with pytest.raises(StoreError) as err:

@@ -34,7 +34,7 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
     other = request("POST", f"{api}/allocations", spawner, {"user": "bob", "offer": "h100"}).json()
     third = request("POST", f"{api}/allocations", spawner, {"user": "admin", "offer": "h100"})
     assert third.json()["state"] == "queued"
-    metrics = request("GET", api.replace("/api/v1", "/metrics")).body.decode()
+    metrics = request("GET", api.replace("/api/v1", "/metrics"), admin).body.decode()
     assert _metric(metrics, "gpupool_grants_total", offer="h100") == 2.0
     assert _metric(metrics, "gpupool_capacity_units", model="H100-80GB") == 2.0
     assert _metric(metrics, "gpupool_free_units", model="H100-80GB") == 0.0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import HubEnv, request, wait_until, write_pool
+from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_until, write_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -40,22 +40,6 @@ quotas:
   default: {guarantee: 1, limit: 2}
   users:
     carol: {guarantee: 0, limit: 0}
-"""
-
-SPAWNER_CONFIG = """
-c.JupyterHub.spawner_class = "gpupool-simple"
-c.GPUPoolSpawnerMixin.pool_api_url = {api!r}
-c.GPUPoolSpawnerMixin.pool_api_token = {spawner_token!r}
-c.GPUPoolSpawnerMixin.queue_poll_interval = 0.3
-c.Spawner.cmd = [{bin!r} + "/jupyterhub-singleuser"]
-c.Spawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
-c.Spawner.start_timeout = 90
-c.Spawner.http_timeout = 60
-c.SimpleLocalProcessSpawner.home_dir_template = "{dir}/home/{{username}}"
-c.JupyterHub.cleanup_servers = False
-c.JupyterHub.load_roles.append(
-    {{"name": "e2e-state", "services": ["hub-admin"], "scopes": ["admin:server_state"]}}
-)
 """
 
 

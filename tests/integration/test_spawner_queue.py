@@ -27,7 +27,10 @@ def pool(tmp_path: Path):
         tmp_path,
         f"sqlite:///{tmp_path}/pool.sqlite",
         config,
-        service_args=("--PoolService.reconcile_on_start=False",),
+        service_args=(
+            "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
+        ),
     )
     with env.running():
         yield env
@@ -101,11 +104,12 @@ def test_progress_follows_the_queue_until_the_grant(pool):
 
     asyncio.run(scenario())
     messages = [e["message"] for e in events]
-    assert messages[0] == "Asking the GPU pool for h100"
+    # the offer by its display name, as the picker shows it
+    assert messages[0] == "Asking the GPU pool for 1× H100 80GB"
     assert any(m.startswith("Waiting for 1× H100 80GB: 1st in line") for m in messages)
-    # then the concrete spawner's own progress (JupyterHub's default: "Spawning server...")
-    assert messages[-2].startswith("Got 1× H100-80GB on sim-h100")
-    assert messages[-1] == "Spawning server..."
+    # the pool's message stays the status line until the server is up (JupyterHub's own
+    # "Spawning server..." placeholder no longer replaces it)
+    assert messages[-1].startswith("Got 1× H100 80GB on sim-h100")
     assert spawner.gpupool_lease["state"] == "granted"
     assert spawner.gpupool_lease["slots"][0]["gpu"] == lease_of(pool, "holder1")["slots"][0]["gpu"]
     asyncio.run(spawner.release_lease())

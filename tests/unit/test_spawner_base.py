@@ -186,7 +186,12 @@ def test_configure_hub_adds_to_existing_roles_and_services():
     assert pool["url"] == "http://127.0.0.1:10101"
     assert "--pool-config=/p.yaml" in pool["command"]
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
-    assert roles["user"]["scopes"] == ["self", "read:users:name", "custom:gpupool:use!user"]
+    assert roles["user"]["scopes"] == [
+        "self",
+        "read:users:name",
+        "custom:gpupool:use!user",
+        "access:services!service=gpupool",  # the pool's own page, from the Services menu
+    ]
     assert roles["gpupool-spawner"]["scopes"] == ["custom:gpupool:spawn"]
     assert roles["gpupool-admin"]["users"] == ["root"]
     assert "custom:gpupool:admin" in c.JupyterHub.custom_scopes

@@ -12,6 +12,7 @@ from alembic.migration import MigrationContext
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import make_engine, upgrade
+from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.store import Store, StoreError
 from tests.fakes import STORE_POOL as POOL
 from tests.fakes import STORE_T0 as T0
@@ -89,7 +90,7 @@ def test_a_server_gets_one_lease(store):
     store.allocate("alice", "", "a100-1g")
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "", "a100-3g")
-    assert e.value.status == 409 and e.value.code == "already_allocated"
+    assert status_of(e.value) == 409 and e.value.code == "already_allocated"
     assert store.allocate("alice", "other", "a100-1g")["state"] == "granted"
 
 
@@ -97,7 +98,7 @@ def test_resize_is_make_before_break(store):
     old = store.allocate("alice", "", "a100-1g")
     with pytest.raises(StoreError) as e:  # dynamic MIG: nothing to bind before the node made it
         store.keepalive(old["id"])
-    assert (e.value.status, e.value.code) == (409, "not_ready")
+    assert (status_of(e.value), e.value.code) == (409, "not_ready")
     assert store.lease(old["id"])["state"] == "granted"
     make_instances(store)
     store.keepalive(old["id"])
@@ -109,7 +110,7 @@ def test_resize_is_make_before_break(store):
     assert store.lease(old["id"])["release_reason"] == "resized"
     with pytest.raises(StoreError) as e:
         store.resize(new["id"], "a100-3g")
-    assert e.value.code == "same_offer" and e.value.status == 422
+    assert e.value.code == "same_offer" and status_of(e.value) == 422
 
 
 def test_resize_that_cannot_be_met_keeps_the_old_lease(store):
@@ -270,7 +271,7 @@ def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, cl
     assert store.allocate("carol", "", "a100-1g")["state"] == "granted"
     with pytest.raises(StoreError) as info:
         store.allocate("carol", "x", "h100")
-    assert info.value.status == 422
+    assert status_of(info.value) == 422
 
 
 def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
@@ -293,7 +294,7 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
     clock.advance(minutes=45)  # 2.25 hours used by the H100 alone
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "c", "a100-1g")
-    assert (e.value.status, e.value.code) == (403, "budget_exhausted")
+    assert (status_of(e.value), e.value.code) == (403, "budget_exhausted")
     assert store.user("alice")["used_unit_hours"] == pytest.approx(2.25)
     assert store.allocate("bob", "", "a100-1g")["state"] == "granted"  # others are unaffected
     # a new day, a new budget

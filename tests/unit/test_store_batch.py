@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.store import Store, StoreError
 from tests.fakes import lease_events as events
 from tests.fakes import make_instances, make_store
@@ -40,7 +41,7 @@ def test_batch_releases_load_their_leases_at_once(db_url, clock):
     )
     assert out[0]["state"] == "released" and out[0]["slots"]
     assert out[1]["state"] == "active"
-    assert isinstance(out[2], StoreError) and out[2].status == 404
+    assert isinstance(out[2], StoreError) and status_of(out[2]) == 404
     assert out[3]["state"] == "released"
     assert out[4]["state"] == "released" and out[4]["release_reason"] == "stopped"
     lease_selects = [s for s in sent if s.lstrip().upper().startswith("SELECT LEASES.")]
@@ -97,6 +98,6 @@ def test_a_malformed_request_fails_alone_in_its_batch(db_url, clock):
     assert out[0]["state"] == "granted" and out[3]["state"] == "granted"
     for refused, field in ((out[1], "offer"), (out[2], "user")):
         assert isinstance(refused, StoreError)
-        assert (refused.status, refused.code, refused.field) == (422, "invalid_request", field)
+        assert (status_of(refused), refused.code, refused.field) == (422, "invalid_request", field)
     items, total = store.leases()
     assert total == 2 and {le["user"] for le in items} == {"alice", "carol"}

@@ -19,10 +19,8 @@ from jupyterhub_gpupool.service.utilization import (
     UtilizationBuffer,
     epoch,
     minute_of,
-    prune_minutes,
-    read_minutes,
-    write_minutes,
 )
+from jupyterhub_gpupool.service.writer import BatchWriter
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.telemetry.nvml import NvmlReader
 from jupyterhub_gpupool.telemetry.simnvml import SimNvml
@@ -88,12 +86,11 @@ def test_upsert_merges_partial_minutes(db_url):
     key = ("GPU-a", -1, M0)
     mig = ("GPU-a", 2, M0)
     first = {key: _stats(s(T0, 10.0, 100), s(T0 + 5, 20.0, 500)), mig: _stats(s(T0, None, 7))}
-    assert write_minutes(store.session_factory, first) == 2
+    assert store.write_minutes(first) == 2
     second = {key: _stats(s(T0 + 30, 60.0, 200), s(T0 + 35, None, 50)), mig: _stats(s(T0, None))}
-    write_minutes(store.session_factory, second)
-    write_minutes(store.session_factory, {mig: _stats(s(T0 + 40, 80.0, 1))})
-    with store.read() as db:
-        rows = read_minutes(db, None, M0 - timedelta(hours=1))
+    store.write_minutes(second)
+    store.write_minutes({mig: _stats(s(T0 + 40, 80.0, 1))})
+    rows = store.minutes(None, M0 - timedelta(hours=1))
     assert rows == [
         {
             "ts": T0,
@@ -114,24 +111,22 @@ def test_upsert_merges_partial_minutes(db_url):
             "memory_used_mib_max": 7,
         },
     ]
-    with store.read() as db:
-        assert [r["start"] for r in read_minutes(db, [("GPU-a", 2)], M0)] == [2]
-        assert read_minutes(db, [("GPU-b", None)], M0) == []
-        assert read_minutes(db, [], M0) == []
-        assert read_minutes(db, None, M0 + timedelta(minutes=1)) == []
-        assert read_minutes(db, None, M0, M0 - timedelta(minutes=1)) == []
+    assert [r["start"] for r in store.minutes([("GPU-a", 2)], M0)] == [2]
+    assert store.minutes([("GPU-b", None)], M0) == []
+    assert store.minutes([], M0) == []
+    assert store.minutes(None, M0 + timedelta(minutes=1)) == []
+    assert store.minutes(None, M0, M0 - timedelta(minutes=1)) == []
 
 
 def test_retention_deletes_only_older_minutes(db_url):
     upgrade(db_url)
     store = Store(make_engine(db_url), default_catalog())
     days = {d: ("GPU-a", -1, M0 - timedelta(days=d)) for d in (0, 29, 31, 400)}
-    write_minutes(store.session_factory, {k: _stats(s(T0, 1.0)) for k in days.values()})
-    assert prune_minutes(store.session_factory, M0 - timedelta(days=30)) == 2
-    with store.read() as db:
-        left = read_minutes(db, None, datetime(2000, 1, 1))
+    store.write_minutes({k: _stats(s(T0, 1.0)) for k in days.values()})
+    assert store.prune_minutes(M0 - timedelta(days=30)) == 2
+    left = store.minutes(None, datetime(2000, 1, 1))
     assert [r["ts"] for r in left] == [epoch(days[29][2]), epoch(days[0][2])]
-    assert prune_minutes(store.session_factory, M0 - timedelta(days=30)) == 0
+    assert store.prune_minutes(M0 - timedelta(days=30)) == 0
 
 
 def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_file):
@@ -144,7 +139,9 @@ def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_f
     machine = SimNvml.from_yaml(demo_pool_file, "sim-h100", clock=lambda: now[0])
     reader = NvmlReader(machine, clock=lambda: now[0])
     buffer, minutes = UtilizationBuffer(), MinuteAggregator()
-    loop = LocalTelemetry({"sim-h100": reader}, store, buffer, minutes)
+    writer = BatchWriter(store)
+    writer.start()
+    loop = LocalTelemetry({"sim-h100": reader}, store, writer, buffer, minutes)
 
     async def run() -> None:
         assert await loop.check_inventory("sim-h100")
@@ -153,15 +150,17 @@ def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_f
             now[0] = t
             await loop.collect("sim-h100")
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        writer.stop()
     gpus = sorted({k[0] for k in minutes.pending})
     assert len(gpus) == 2
     counts = {(k[0], k[2]): v.samples for k, v in minutes.pending.items()}
     for gpu in gpus:
         assert counts[(gpu, M0)] == 3 and counts[(gpu, M0 + timedelta(minutes=1))] == 1
-    write_minutes(store.session_factory, minutes.take())
-    with store.read() as db:
-        rows = read_minutes(db, [(gpus[0], None)], M0)
+    store.write_minutes(minutes.take())
+    rows = store.minutes([(gpus[0], None)], M0)
     assert [(r["ts"], r["samples"]) for r in rows] == [(T0, 3), (T0 + 60, 1)]
     assert all(r["util_mean"] is not None for r in rows)
 
