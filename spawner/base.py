@@ -31,6 +31,7 @@ from traitlets.config import Configurable
 from jupyterhub_gpupool.pool.codes import describe, picker_reason
 from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
+from jupyterhub_gpupool.wording import ordinal, units_text
 
 #: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
 OPTION = "gpupool_offer"
@@ -66,12 +67,6 @@ def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "")
     return err
 
 
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th, 11th, 21st …"""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def wait_text(seconds: float | None) -> str:
     """A human estimate of a wait: "about 4 minutes", or "no estimate yet"."""
     if seconds is None:
@@ -82,19 +77,6 @@ def wait_text(seconds: float | None) -> str:
     if minutes < 90:
         return f"about {minutes} minute{'s' if minutes != 1 else ''}"
     return f"about {seconds / 3600:.1f} hours"
-
-
-def units_text(units: float) -> str:
-    """GPU units as people read them: 1/7 GPU, 1/4 GPU, 2 GPUs, 1 1/7 GPUs, 0 GPUs."""
-    whole = int(units + 1e-9)
-    rest = units - whole
-    if rest > 1e-6:
-        for d in (2, 3, 4, 7, 8):
-            if abs(rest * d - round(rest * d)) < 1e-6:
-                frac = f"{round(rest * d)}/{d}"
-                return f"{frac} GPU" if not whole else f"{whole} {frac} GPUs"
-        return f"{units:.2f} GPU" + ("s" if units > 1 else "")
-    return f"{whole} GPU" + ("s" if whole != 1 else "")
 
 
 class GPUPoolSpawnerMixin(Configurable):

@@ -19,8 +19,10 @@ from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Dict, Enum, List, Unicode, Union
 
+from jupyterhub_gpupool.wording import units_text
+
 from . import objects
-from .base import OPTION, GPUPoolSpawnerMixin, units_text, wait_text
+from .base import OPTION, GPUPoolSpawnerMixin, wait_text
 
 
 class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):

@@ -18,6 +18,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..store import Store
+from ..wording import ordinal, units_text
 
 #: The project's documentation (the tutorial, the REST reference), from the project page.
 DOCS_URL = "https://github.com/jupyterhub-gpupool/jupyterhub-gpupool/tree/main/docs/source"
@@ -26,26 +27,6 @@ _jinja = Environment(
     loader=FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
     autoescape=select_autoescape(default=True, default_for_string=True),
 )
-
-
-def units_text(units: float | None) -> str:
-    """GPU units as the picker writes them: 1/7 GPU, 1/4 GPU, 1 GPU, 2 GPUs, 1 1/2 GPUs."""
-    units = float(units or 0)
-    whole = int(units + 1e-9)
-    rest = units - whole
-    if rest > 1e-6:
-        for d in (2, 3, 4, 7, 8):
-            if abs(rest * d - round(rest * d)) < 1e-6:
-                frac = f"{round(rest * d)}/{d}"
-                return f"{frac} GPU" if not whole else f"{whole} {frac} GPUs"
-        return f"{units:.2f} GPU" + ("s" if units > 1 else "")
-    return f"{whole} GPU" + ("s" if whole != 1 else "")
-
-
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th, 11th …"""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def when(iso: str | None) -> str:

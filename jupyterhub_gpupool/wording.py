@@ -1,0 +1,24 @@
+"""How the pool's numbers read to people, the same on the spawn page, the picker and the pool's
+own pages: "1/7 GPU", "1 1/2 GPUs", "2nd in line"."""
+
+from __future__ import annotations
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st …"""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def units_text(units: float | None) -> str:
+    """GPU units as people read them: 1/7 GPU, 1/4 GPU, 2 GPUs, 1 1/7 GPUs, 0 GPUs."""
+    units = float(units or 0)
+    whole = int(units + 1e-9)
+    rest = units - whole
+    if rest > 1e-6:
+        for d in (2, 3, 4, 7, 8):
+            if abs(rest * d - round(rest * d)) < 1e-6:
+                frac = f"{round(rest * d)}/{d}"
+                return f"{frac} GPU" if not whole else f"{whole} {frac} GPUs"
+        return f"{units:.2f} GPU" + ("s" if units > 1 else "")
+    return f"{whole} GPU" + ("s" if whole != 1 else "")
