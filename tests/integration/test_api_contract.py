@@ -177,7 +177,12 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     where = tmp_path_factory.mktemp("contract")
     env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"), USERS)
     # decisions in the store process: every error shape crosses the process boundary too
-    env.service_args = ("--PoolService.reconcile_on_start=False", "--PoolService.decisions=process")
+    env.service_args = (
+        "--PoolService.reconcile_on_start=False",
+        "--PoolService.reconcile_interval=0",
+        "--PoolService.check_user_servers=False",  # fuzzed server names are not the hub's
+        "--PoolService.decisions=process",
+    )
     with env.running():
         yield Api(env)
 
@@ -295,7 +300,9 @@ def test_success_responses_match_spec(api: Api):
         body = {"guarantee": 1, "limit": 2.5, "budget": 100, "period": "week"}
         put = call("admin", "PUT", f"quotas/users/{user}", "/quotas/{kind}/{name}", body).json()
         assert put == {"name": user, "kind": "user", "source": "api", **body}
-        call("admin", "PUT", "quotas/groups/physics", "/quotas/{kind}/{name}", {"guarantee": 2})
+        call("admin", "PUT", "quotas/groups/physics", "/quotas/{kind}/{name}", whole(guarantee=2))
+        patched = {"limit": 3}
+        call("admin", "PATCH", "quotas/groups/physics", "/quotas/{kind}/{name}", patched)
         call("admin", "GET", "quotas/groups/physics", "/quotas/{kind}/{name}")
         reset = call("admin", "DELETE", f"quotas/users/{user}", "/quotas/{kind}/{name}").json()
         assert reset["source"] == "default"
@@ -366,12 +373,12 @@ def test_success_responses_match_spec(api: Api):
 def test_quota_below_current_use_marks_leases_borrowed(api: Api):
     user = "bob"
     try:
-        api.ok("admin", "PUT", f"quotas/users/{user}", {"guarantee": 2, "limit": 2})
+        api.ok("admin", "PUT", f"quotas/users/{user}", whole(guarantee=2, limit=2))
         small = api.ok("bob", "POST", "allocations", {"offer": "a100-1g", "server": "a"})
         big = api.ok("bob", "POST", "allocations", {"offer": "h100", "server": "b"})
         assert (small["borrowed"], big["borrowed"]) == (False, False)
 
-        lowered = api.ok("admin", "PUT", f"quotas/users/{user}", {"guarantee": 0.5, "limit": 2})
+        lowered = api.ok("admin", "PUT", f"quotas/users/{user}", whole(guarantee=0.5, limit=2))
         assert lowered["guarantee"] == 0.5
         after = {le["id"]: le for le in api.live_leases(user)}
         assert after[small["id"]]["state"] == after[big["id"]]["state"] == "granted"
@@ -380,7 +387,7 @@ def test_quota_below_current_use_marks_leases_borrowed(api: Api):
         assert after[big["id"]]["borrowed"] is True
         assert api.ok("bob", "GET", "users/me")["held_units"] == pytest.approx(1 + 1 / 7)
 
-        api.ok("admin", "PUT", f"quotas/users/{user}", {"guarantee": 2, "limit": 2})
+        api.ok("admin", "PUT", f"quotas/users/{user}", whole(guarantee=2, limit=2))
         assert not any(le["borrowed"] for le in api.live_leases(user))
     finally:
         api.release_all(user)
@@ -464,6 +471,14 @@ RESIZE = "/allocations/{id}/resize"
 KEEP = "/allocations/{id}/keepalive"
 LEASE = "/allocations/{id}"
 QUOTA = "/quotas/{kind}/{name}"
+
+
+def whole(**fields: Any) -> dict[str, Any]:
+    """A whole quota for ``PUT`` (which requires every field): the given fields, and the
+    defaults a partial ``PUT`` used to fill in."""
+    return {"guarantee": 0, "limit": None, "budget": None, "period": "month", **fields}
+
+
 INV = "/nodes/{name}/inventory"
 SAMPLES = "/nodes/{name}/samples"
 MIG_RESULTS = "/nodes/{name}/mig-results"
@@ -500,15 +515,15 @@ CASES += [
     Bad("resize-offer-null", "carol", "POST", "allocations/{lease}/resize", 422,
         "invalid_field", "offer", body={"offer": None}, setup="lease", template=RESIZE),
     Bad("guarantee-string", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_field",
-        "guarantee", body={"guarantee": "1"}, template=QUOTA),
+        "guarantee", body=whole(guarantee='1'), template=QUOTA),
     Bad("guarantee-boolean", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_field",
-        "guarantee", body={"guarantee": True}, template=QUOTA),
+        "guarantee", body=whole(guarantee=True), template=QUOTA),
     Bad("guarantee-null", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_field",
-        "guarantee", body={"guarantee": None}, template=QUOTA),
+        "guarantee", body=whole(guarantee=None), template=QUOTA),
     Bad("limit-string", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_field", "limit",
-        body={"limit": "2"}, template=QUOTA),
+        body=whole(limit='2'), template=QUOTA),
     Bad("period-number", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_field",
-        "period", body={"period": 7}, template=QUOTA),
+        "period", body=whole(period=7), template=QUOTA),
     Bad("gpus-not-list", "agent", "PUT", "nodes/sim-t4/inventory", 422, "invalid_field", "gpus",
         body={"gpus": {}}, template=INV),
     Bad("gpus-missing", "agent", "PUT", "nodes/sim-t4/inventory", 422, "missing_field", "gpus",
@@ -630,21 +645,27 @@ CASES += [
         body={"offer": "a100-1g", "priority": 100}, template=ALLOC),
     # quotas
     Bad("quota-guarantee-above-limit", "admin", "PUT", f"quotas/users/{ACTOR}", 422,
-        "invalid_config", body={"guarantee": 3, "limit": 1}, template=QUOTA),
+        "invalid_config", body=whole(guarantee=3, limit=1), template=QUOTA),
     Bad("quota-negative", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_config",
-        body={"guarantee": -1}, template=QUOTA),
+        body=whole(guarantee=-1), template=QUOTA),
     Bad("quota-period-unknown", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "invalid_config",
-        body={"period": "year"}, template=QUOTA),
+        body=whole(period='year'), template=QUOTA),
     Bad("quota-unknown-kind", "admin", "GET", "quotas/teams/x", 404, "not_found", "kind",
         template=QUOTA),
     Bad("quota-put-unknown-kind", "admin", "PUT", "quotas/teams/x", 404, "not_found", "kind",
-        body={"guarantee": 1}, template=QUOTA),
+        body=whole(guarantee=1), template=QUOTA),
     Bad("quota-infinity", "admin", "PUT", f"quotas/users/{ACTOR}", 400, "invalid_json",
         raw=b'{"guarantee": Infinity}', template=QUOTA, ),
     Bad("quota-nan", "admin", "PUT", f"quotas/users/{ACTOR}", 400, "invalid_json",
         raw=b'{"limit": NaN}', template=QUOTA, ),
+    Bad("quota-put-partial", "admin", "PUT", f"quotas/users/{ACTOR}", 422, "missing_field",
+        "limit", body={"guarantee": 1}, template=QUOTA),
+    Bad("quota-patch-unknown-field", "admin", "PATCH", f"quotas/users/{ACTOR}", 422,
+        "unknown_field", "cap", body={"cap": 1}, template=QUOTA),
+    Bad("quota-patch-above-limit", "admin", "PATCH", f"quotas/users/{ACTOR}", 422,
+        "invalid_config", body={"guarantee": 99}, template=QUOTA),
     Bad("quota-by-user", "carol", "PUT", f"quotas/users/{ACTOR}", 403, "forbidden",
-        body={"guarantee": 7}, template=QUOTA),
+        body=whole(guarantee=7), template=QUOTA),
     # release reasons
     Bad("release-reason-unknown", "spawner", "DELETE", "allocations/{lease}?reason=bored", 422,
         "invalid_reason", "reason", setup="lease", template=LEASE),
@@ -726,7 +747,7 @@ def prepared(api: Api, request: pytest.FixtureRequest) -> Iterator[tuple[Bad, di
     owner = "bob" if case.setup == "others" else ACTOR
     try:
         if case.setup == "limited":
-            api.ok("admin", "PUT", f"quotas/users/{ACTOR}", {"guarantee": 0, "limit": 0.5})
+            api.ok("admin", "PUT", f"quotas/users/{ACTOR}", whole(guarantee=0, limit=0.5))
         if case.setup is not None:
             offer = "a100-1g" if case.setup == "limited" else "t4-quarter"
             body = {"user": owner, "server": server, "offer": offer}
