@@ -1,4 +1,4 @@
-"""The authorization matrix (DESIGN §6) against a real JupyterHub: who may call which endpoint.
+"""The authorization matrix (the pool's scopes) against a real JupyterHub: who may call which endpoint.
 
 One hub + proxy + pool service (the reference config of ``hubenv.HUB_CONFIG``) serves the whole
 module. Every cell of ``MATRIX`` is one request through the proxy with one caller's real hub
@@ -27,7 +27,7 @@ from tests.fakes import HubEnv, request
 #: ``server`` role; ``no_scope``: alice's token holding no pool scope at all.
 COLUMNS = ("anon", "alice", "bob", "alice_srv", "bob_srv", "no_scope", "spawner", "agent", "admin")
 
-# The expected status of every endpoint × caller, as DESIGN §6 wants it. "{id}" is a fresh
+# The expected status of every endpoint × caller, as the scopes say. "{id}" is a fresh
 # lease of alice's; words after the path name a variant of the request (see _body).
 # fmt: off
 MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
@@ -219,7 +219,7 @@ def _render(results: dict[tuple[str, str], Outcome]) -> str:
 
 
 def test_authorization_matrix(matrix_results: dict[tuple[str, str], Outcome]) -> None:
-    """Every cell answers as DESIGN §6 wants (known handler bugs are checked separately)."""
+    """Every cell answers as the scopes say (known handler bugs are checked separately)."""
     mismatches, bad_bodies = [], []
     for (label, col), want in EXPECTED.items():
         got = matrix_results[label, col]

@@ -1,4 +1,4 @@
-"""The allocator (DESIGN §4 "Placement", "Queue", "Quotas", "Leases"): exact grants, queueing,
+"""The allocator (placement, queue, quotas, leases): exact grants, queueing,
 quota holds, fair promotion, unschedulable hardware, reclaim candidates, starvation guard and
 fragmentation-aware MIG placement."""
 
@@ -490,7 +490,7 @@ def test_reclaimable_for_skips_a_lease_that_is_within_guarantee_now():
     granted(alloc.submit(req("o1", "h100", "o"), 0))
     alloc.release("A", 1)
     granted(alloc.submit(req("o2", "h100", "o"), 1))
-    # g now holds exactly its guarantee (1 unit, lease B): DESIGN §4 says only a lease "beyond
+    # g now holds exactly its guarantee (1 unit, lease B): the rule says only a lease "beyond
     # its owner's guarantee is borrowed and may be reclaimed"; o's leases are the borrowed ones.
     assert alloc.quotas.held("g") == alloc.quotas.user_spec("g").guarantee
     assert alloc.leases["B"].borrowed is False
@@ -618,7 +618,7 @@ def test_idle_dynamic_mig_gpu_can_be_repartitioned():
     granted(alloc.submit(req("a", "1g.10gb"), 0))
     alloc.release("a", 1)
     assert alloc.capacity()["free"] == 1.0
-    # DESIGN §4: with dynamic MIG the pool creates instances "on free memory slices"; all 8 are
+    # with dynamic MIG the pool creates instances "on free memory slices"; all 8 are
     # free (nobody holds anything on this GPU).
     granted(alloc.submit(req("b", "7g.80gb"), 2))
 

@@ -1,4 +1,4 @@
-"""The pool view's free capacity is counted in the units quotas charge (DESIGN §4 "Units")."""
+"""The pool view's free capacity is counted in the units quotas charge (a MIG slice is its dominant share of its GPU)."""
 
 from fractions import Fraction
 

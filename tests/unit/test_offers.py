@@ -1,7 +1,7 @@
 """Offer declarations (``parse_offer``) and the allocator's up-front refusals.
 
 Every bad input is a ``ConfigError`` naming the offending field and, where the set is closed,
-the allowed values (DESIGN §4 offers contract; errors.py).
+the allowed values (the offers contract; errors.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Invariants of the allocator under random sequences of submits, releases, cancels, cordons and
-health changes (DESIGN §4): no two leases overlap, MIG layouts stay legal, shares fit, limits
+health changes: no two leases overlap, MIG layouts stay legal, shares fit, limits
 hold, units add up exactly, node CPU/memory is never exceeded, promotion leaves no grantable
 waiter first in line, and a grant followed by its release restores capacity exactly."""
 
@@ -202,7 +202,7 @@ def check_quotas(alloc: Allocator) -> None:
         assert book.group_held(group) == per_group[group], group
         spec = book.groups.get(group)
         assert spec is None or spec.limit is None or book.group_held(group) <= spec.limit, group
-    # borrowed means beyond the owner's guarantee (DESIGN §4): a lease flagged borrowed must
+    # borrowed means beyond the owner's guarantee: a lease flagged borrowed must
     # still be beyond the user's guarantee and its group's
     within: dict[str, Fraction] = defaultdict(Fraction)
     for lease in alloc.leases.values():

@@ -1,4 +1,4 @@
-"""The fair queue (DESIGN §4 "Queue"): priority class, then within-guarantee before borrowing,
+"""The fair queue: priority class, then within-guarantee before borrowing,
 then lowest weighted share, then arrival; aging against starvation; wait estimates."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Quotas in GPU units (DESIGN §4 "Units" and "Quotas"): exact units, guarantee/limit/borrowing
+"""Quotas in GPU units: exact units, guarantee/limit/borrowing
 per user and per group, the group a request is charged to, and config validation."""
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def test_user_limit_applies_after_the_group_is_chosen():
 
 @pytest.mark.parametrize("first", [spec(limit=Fraction(1, 2)), spec(limit=0)])
 def test_a_full_later_group_makes_the_request_wait_not_fail(first):
-    # DESIGN §4: "charged to the group the request names, else the first group with room".
+    # the rule: "charged to the group the request names, else the first group with room".
     # "small" can never hold a whole GPU, "big" can once its members release something, so the
     # request must be able to wait (over_limit, charged to big), not be refused for ever.
     book = QuotaBook(groups={"small": first, "big": spec(limit=2)})
