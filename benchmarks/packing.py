@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--chart",
-        type=Path,
+        type=lambda text: Path(text) if text else None,
         default=CHART,
         help="PNG of allocation %% vs arrived %% per policy (matplotlib); '' to skip",
     )
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         reports.append(report)
     print()
     print(comparison_table(reports))
-    if str(args.chart):
+    if args.chart is not None:
         bound = RESULTS / "packing-bound.json"
         path = write_chart(reports, bound if bound.is_file() else None, args.chart)
         if path:
