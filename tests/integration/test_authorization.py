@@ -1,4 +1,4 @@
-"""The authorization matrix (the pool's scopes) against a real JupyterHub: who may call which endpoint.
+"""The authorization matrix against a real JupyterHub: who may call which endpoint.
 
 One hub + proxy + pool service (the reference config of ``hubenv.HUB_CONFIG``) serves the whole
 module. Every cell of ``MATRIX`` is one request through the proxy with one caller's real hub

@@ -1,4 +1,5 @@
-"""The pool view's free capacity is counted in the units quotas charge (a MIG slice is its dominant share of its GPU)."""
+"""The pool view's free capacity is counted in the units quotas charge (a MIG slice is its
+dominant share of its GPU)."""
 
 from fractions import Fraction
 
