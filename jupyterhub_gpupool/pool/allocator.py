@@ -86,7 +86,7 @@ Decision = Grant | Queued | Rejected
 
 GC_FREEZE_MIN_GPUS = 2000
 """Pools at least this large freeze the collector's view of their objects (see ``Allocator``)."""
-GC_FREEZE_EVERY = 4096
+GC_FREEZE_EVERY = 1024
 """Grants between two ``gc.freeze()`` calls in such a pool."""
 
 
