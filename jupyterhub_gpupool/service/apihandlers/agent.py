@@ -17,6 +17,9 @@ from .base import MAX_STR, APIError, APIHandler, needs
 
 MAX_BATCH = 10_000
 MAX_RESULTS = 1_000
+#: A GPU's memory, at most (1 TiB): an unknown model's size is kept in tenths of a GB, which
+#: rounds the largest 32-bit MiB counts past what the database's column holds.
+MAX_GPU_MEMORY_MIB = 1024 * 1024
 
 
 def _bad(field: str, message: str, allowed: list[Any] | None = None) -> APIError:
@@ -44,6 +47,10 @@ class InventoryHandler(APIHandler):
         for key in ("cpu_milli", "memory_mib"):
             if body.get(key, 0) < 0:
                 raise _bad(key, "must be a whole number ≥ 0")
+        for i, gpu in enumerate(body["gpus"]):
+            memory = gpu.get("memory_mib") if isinstance(gpu, dict) else None
+            if isinstance(memory, int) and memory > MAX_GPU_MEMORY_MIB:
+                raise _bad(f"gpus[{i}].memory_mib", f"at most {MAX_GPU_MEMORY_MIB} MiB")
         try:
             node = node_from_inventory(name, body, self.store.catalog)
         except InventoryError as e:

@@ -74,7 +74,11 @@ def _no_constants(name: str) -> float:
 
 #: Integers must fit the database's 32-bit columns; strings its 255-character names.
 MAX_INT = 2**31 - 1
+MIN_INT = -(2**31)
 MAX_STR = 255
+#: The earliest and latest times a query argument stands for (``time_arg`` clamps to them).
+EARLIEST = datetime.min + timedelta(days=366)
+LATEST = datetime.max - timedelta(days=366)
 #: The largest request body (an agent's batch of 10,000 samples is about 1.2 MiB).
 MAX_BODY = 4 * 1024 * 1024
 #: How deep a request body may nest (the deepest real one, an inventory, nests 5).
@@ -96,6 +100,25 @@ def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
+
+
+def _nul_at(value: Any) -> str | None:
+    """The path (``gpus[0].uuid``) of the first string or key holding NUL, or None."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path or "<body>"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                at = f"{path}.{key}" if path else key
+                if "\x00" in key:
+                    return at.replace("\x00", "\\0")
+                stack.append((child, at))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    return None
 
 
 class APIHandler(HubOAuthenticated, web.RequestHandler):
@@ -140,6 +163,13 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         if model is None:
             raise APIError("unauthorized", "a JupyterHub token is required")
         self.identity = Identity.from_hub_model(model)
+        # PostgreSQL cannot store NUL in text, SQLite would: refuse it alike, up front
+        for arg in self.path_args:
+            if "\x00" in arg:
+                raise APIError("invalid_argument", "a path segment contains NUL", field="path")
+        for name, values in self.request.query_arguments.items():
+            if "\x00" in name or any(b"\x00" in value for value in values):
+                raise APIError("invalid_argument", f"{name} contains NUL", field=name)
 
     def on_finish(self) -> None:
         metrics = self.settings.get("metrics")
@@ -179,6 +209,9 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             raise APIError("too_deep", f"the request body nests deeper than {MAX_DEPTH} levels")
         if not isinstance(body, dict):
             raise APIError("invalid_json", "the request body must be a JSON object")
+        where = _nul_at(body)
+        if where is not None:
+            raise APIError("invalid_field", f"{where} contains NUL", field=where)
         unknown = sorted(set(body) - set(fields))
         if unknown:
             raise APIError(
@@ -203,7 +236,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             if not ok:
                 names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
                 raise APIError("invalid_field", f"{name} must be {names}", field=name)
-            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            if (
+                isinstance(value, int)
+                and not isinstance(value, bool)
+                and not MIN_INT <= value <= MAX_INT
+            ):
                 raise APIError("invalid_field", f"{name} is out of range", field=name)
             if isinstance(value, str) and len(value) > MAX_STR:
                 raise APIError(
@@ -227,23 +264,30 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         return value
 
     def time_arg(self, name: str, default: datetime | None = None) -> datetime | None:
-        """An ISO 8601 (or epoch seconds) query argument, as naive UTC."""
+        """An ISO 8601 (or epoch seconds) query argument, as naive UTC.
+
+        Times at the ends of what ``datetime`` holds (year 1 with a positive offset, year
+        9999) are clamped to a year inside them, so later arithmetic (a default range, minute
+        buckets) cannot overflow: such a bound means "as far back (or ahead) as there is".
+        """
         raw = self.get_argument(name, None)
         if raw is None:
             return default
         try:
             if raw.replace(".", "", 1).isdigit():
-                return datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
-            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-            if dt.tzinfo is not None:
-                dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
-            dt + timedelta(days=366)
-            dt - timedelta(days=366)
+                dt = datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
+            else:
+                dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+                if dt.tzinfo is not None:
+                    try:
+                        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+                    except OverflowError:  # the offset takes it below year 1 or past 9999
+                        dt = EARLIEST if dt.year == 1 else LATEST
         except (ValueError, OverflowError, OSError):
             raise APIError(
                 "invalid_argument", f"{name} must be an ISO 8601 time", field=name
             ) from None
-        return dt
+        return min(max(dt, EARLIEST), LATEST)
 
     def page_args(self) -> tuple[int, int]:
         """``offset`` and ``limit`` (1–1000, default 200)."""
@@ -279,7 +323,18 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
                 "message": responses.get(status_code, "error"),
             }
         self.set_header("Content-Type", "application/json; charset=utf-8")
+        if status_code == 405:  # RFC 9110: a 405 says which methods the resource serves
+            self.set_header("Allow", ", ".join(sorted(self.allowed_methods())))
         self.finish(json.dumps({"error": body}, default=str))
+
+    @classmethod
+    def allowed_methods(cls) -> set[str]:
+        """The HTTP methods this handler implements (tornado answers 405 to the others)."""
+        return {
+            method
+            for method in cls.SUPPORTED_METHODS
+            if getattr(cls, method.lower(), None) is not getattr(web.RequestHandler, method.lower())
+        }
 
     def _handle_request_exception(self, e: BaseException) -> None:
         """Refusals answer with their code's status (never a 500)."""
