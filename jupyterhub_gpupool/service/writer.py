@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from ..store import BATCHABLE, WRITES, Store, StoreError
 
@@ -85,7 +85,7 @@ def apply_calls(
             if events is not None:
                 del events[mark:]
             failed: Any = _Failed(e)
-            if isinstance(e, DBAPIError):
+            if isinstance(e, (OperationalError, InterfaceError)):  # away, not bad data
                 failed = StoreError(
                     "store_unavailable", "the pool database is unavailable; try again"
                 )

@@ -182,7 +182,33 @@ class HubEnv:
         wait_http(f"{self.api}/pool", 60, self.service)
 
     def start_hub(self) -> None:
-        """Start JupyterHub and wait for its API."""
+        """Start JupyterHub and wait for its API.
+
+        Ports are picked free but not held until the hub (or its proxy) binds them, so another
+        process on a busy machine may take one first: then the hub exits with EADDRINUSE, and it
+        is started again on fresh ports (the pool service too, which must know the hub's API
+        port). Any other failure is raised at once.
+        """
+        for attempt in range(3):
+            log = self.dir / "hub.log"
+            seen = log.stat().st_size if log.exists() else 0
+            try:
+                self._start_hub_once()
+                return
+            except (RuntimeError, TimeoutError):
+                self.stop_hub()
+                text = log.read_bytes()[seen:].decode(errors="replace") if log.exists() else ""
+                if "EADDRINUSE" not in text and "Address already in use" not in text:
+                    raise
+                if attempt == 2:
+                    raise
+            self.hub_port, self.hub_api_port = free_port(), free_port()
+            self.proxy_api_port = free_port()
+            if self.service is not None:  # it was told the old hub API port
+                self.kill_service()
+                self.start_service(wait=False)
+
+    def _start_hub_once(self) -> None:
         (self.dir / "jupyterhub_config.py").write_text(
             textwrap.dedent(
                 HUB_CONFIG.format(

@@ -19,7 +19,7 @@ from http.client import responses
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from tornado import web
 from tornado.log import app_log
 
@@ -338,7 +338,8 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     def _handle_request_exception(self, e: BaseException) -> None:
         """Refusals answer with their code's status (never a 500)."""
-        if isinstance(e, DBAPIError) and not self._finished:
+        # the database away (down, restarting): 503; bad data is a bug, answered 500 and logged
+        if isinstance(e, (OperationalError, InterfaceError)) and not self._finished:
             self.set_status(503)
             app_log.error(
                 "Database error on %s %s: %s", self.request.method, redact(self.request.uri), e
