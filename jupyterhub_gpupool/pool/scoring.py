@@ -1,0 +1,350 @@
+"""Node states and their scores: the index behind the allocator's fast placement.
+
+Nodes are grouped by the state of their GPUs (``Node.signature``); each distinct state is scored
+once per request shape under the current demand and cached, and per shape a heap of (rank, state
+id) over the live states is kept lazily, so a placement costs O(log states) plus the scoring of
+states it has not seen, rather than a scan of every GPU (see ``benchmarks/allocator_scale.py``).
+A change of demand re-scores the live states a few per decision (``_rescore_step``); dead states
+are forgotten a few at a time (``_forget_dead``).
+
+``NodeStates`` is a base of ``Allocator``: it holds the index and the demand, and finds the best
+node for an offer (``_place``); the allocator keeps the inventory, the leases, the quotas and the
+queue, and calls ``_reindex`` whenever a node's state changes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .model import Node, Offer
+from .placement import Demand, NodeChoice, Shape, best_on_node
+
+
+@dataclass
+class _Rescore:
+    """A demand change being applied: the live states still to score, and the new scores."""
+
+    demand: Demand
+    shapes: list[Shape]
+    todo: list[int]
+    revived_at: int
+    memo: dict[tuple, NodeChoice | None] = field(default_factory=dict)
+    heaps: dict[Shape, list[tuple[tuple, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.heaps = {shape: [] for shape in self.shapes}
+
+
+class NodeStates:
+    """The node-state index, the per-shape score cache and the demand it scores against.
+
+    The host class provides ``nodes`` (name → node) and ``offers`` (name → offer), and calls
+    ``_init_states`` before adding any node.
+    """
+
+    nodes: dict[str, Node]
+    offers: dict[str, Offer]
+
+    def _init_states(self, demand_refresh: int, demand_decay: float, rescore_batch: int) -> None:
+        self._order: dict[str, int] = {}
+        self._sid: dict[tuple, int] = {}
+        self._sigs: dict[int, tuple] = {}
+        self._sid_models: dict[int, frozenset[str]] = {}
+        self._next_sid = 0
+        self._groups: dict[int, dict[str, None]] = {}
+        # per state: (node order, name) of its nodes, a heap with lazy deletion (first node fast)
+        self._group_heap: dict[int, list[tuple[int, str]]] = {}
+        self._node_sid: dict[str, int] = {}
+        self._memo: dict[tuple, NodeChoice | None] = {}
+        # per request shape: a heap of (rank, state id) over live node states, kept lazily
+        self._heaps: dict[Shape, list[tuple[tuple, int]]] = {}
+        self._heap_seen: dict[Shape, int] = {}
+        self._revived: list[int] = []
+        self._dead: deque[int] = deque()  # states no node is in, oldest first (forgotten later)
+        self._rescore: _Rescore | None = None  # a demand change being scored in steps
+        self._demand_counts: dict[str, float] = {}
+        self._demand: Demand = Demand(())
+        self._demand_weights: dict[str, int] = {}
+        self._shapes: dict[str, Shape] = {}
+        self._demand_version = 0
+        self._since_refresh = 0
+        self._demand_refresh = demand_refresh
+        self._demand_decay = demand_decay
+        self._rescore_batch = rescore_batch  # node states re-scored per decision (demand change)
+
+    def _reindex(self, node: Node) -> None:
+        old = self._node_sid.pop(node.name, None)
+        if old is not None:
+            group = self._groups[old]
+            group.pop(node.name, None)
+            if not group:
+                del self._groups[old]  # only live states are scanned per decision
+                del self._group_heap[old]
+                self._dead.append(old)
+        if not node.schedulable:
+            return
+        sig = node.signature()
+        sid = self._sid.get(sig)
+        if sid is None:
+            sid = self._sid[sig] = self._next_sid
+            self._next_sid += 1
+            self._sigs[sid] = sig
+            self._sid_models[sid] = frozenset(g.model.name for g in node.gpus)
+        group = self._groups.get(sid)
+        rank = self._order[node.name]
+        if group is None:
+            group = self._groups[sid] = {}
+            self._group_heap[sid] = []
+            self._revived.append(sid)  # the per-shape heaps pick it up when next asked
+        elif rank < self._group_first(sid)[0]:
+            self._revived.append(sid)  # it now ranks earlier: heaps take a fresh entry
+        group[node.name] = None
+        heapq.heappush(self._group_heap[sid], (rank, node.name))
+        self._node_sid[node.name] = sid
+
+    def _group_first(self, sid: int) -> tuple[int, str]:
+        """(order, name) of the first node, in node order, of a live state."""
+        heap, group = self._group_heap[sid], self._groups[sid]
+        while heap[0][1] not in group:
+            heapq.heappop(heap)
+        return heap[0]
+
+    def _rank(self, choice: NodeChoice, sid: int) -> tuple:
+        """Heap order of a node state for a shape: best score, then first in node order."""
+        return (-choice.score, self._group_first(sid)[0], sid)
+
+    # -- demand ----------------------------------------------------------------------------
+
+    def _refresh_demand(self) -> None:
+        """Re-weigh the demand shapes; placement caches survive unless the weights moved.
+
+        Weights are rounded to steps of 50 % (request counts decay with a half-life of ~700
+        requests) so that the drift of the mix does not throw away every cached node score: a
+        change of demand rescores every live node state once.
+        """
+        self._since_refresh = 0
+        weights = {}
+        for name, offer in self.offers.items():
+            if offer.kind != "cpu":
+                raw = 1.0 + self._demand_counts.get(name, 0.0)
+                weights[name] = round(math.log(raw, 1.5))
+        if weights == self._demand_weights and self._demand.shapes:
+            return
+        self._demand_weights = weights
+        demand = Demand(Shape.of(self.offers[name], 1.5**w) for name, w in weights.items())
+        self._demand_version += 1
+        shapes = [self.shape_of(o) for o in self.offers.values() if o.kind != "cpu"]
+        shapes += [sh for sh in self._heaps if sh not in shapes]
+        if not self._heaps or not self._groups:
+            self._demand = demand
+            self._forget_scores()
+            return
+        # Re-score the live node states under the new weights a few per decision (see
+        # ``_rescore_step``); until then decisions use the old weights' scores. Scoring them
+        # all at once took ~1 s at 100,000 GPUs, in the middle of one decision.
+        self._rescore = _Rescore(demand, shapes, list(self._groups), len(self._revived))
+        self._rescore_step(8 * self._rescore_batch)  # a small pool switches at once
+
+    def _note_demand(self, offer: str) -> None:
+        decay = self._demand_decay
+        for k in self._demand_counts:
+            self._demand_counts[k] *= decay
+        self._demand_counts[offer] = self._demand_counts.get(offer, 0.0) + 1.0
+        self._since_refresh += 1
+        if self._since_refresh >= self._demand_refresh:
+            self._refresh_demand()
+
+    @property
+    def demand(self) -> Demand:
+        """The weighted shapes placement currently optimises for."""
+        return self._demand
+
+    # -- placement -------------------------------------------------------------------------
+
+    def shape_of(self, offer: Offer) -> Shape:
+        """The (cached) shape of one grant of ``offer``."""
+        shape = self._shapes.get(offer.name)
+        if shape is None or self.offers.get(offer.name) is not offer:
+            shape = self._shapes[offer.name] = Shape.of(offer)
+        return shape
+
+    def _forget_scores(self) -> None:
+        """Drop every cached node score (the demand changed before anything was cached)."""
+        self._memo.clear()
+        self._heaps.clear()
+        self._heap_seen.clear()
+        self._revived.clear()
+        self._rescore = None
+
+    def _forget_dead(self, budget: int = 32, keep: int | None = None) -> None:
+        """Forget a few of the oldest dead node states once there are many of them.
+
+        Bounds memory in a long-running service without a pause: a dead state's scores are
+        kept for a while (a node often returns to a state it had), then dropped, ``budget`` at
+        a time; a state that comes back after that gets a new id and is scored again. Heap
+        entries of a forgotten id are skipped when they surface, as any dead state's are.
+        """
+        keep = 2 * len(self._groups) + 4096 if keep is None else keep
+        shapes = list(self._heaps)
+        if self._rescore is not None:
+            shapes += [sh for sh in self._rescore.shapes if sh not in self._heaps]
+        while len(self._dead) > keep and budget > 0:
+            budget -= 1
+            sid = self._dead.popleft()
+            if sid in self._groups:
+                continue  # alive again; it is queued once more if it dies again
+            sig = self._sigs.pop(sid, None)
+            if sig is None:
+                continue
+            self._sid.pop(sig, None)
+            self._sid_models.pop(sid, None)
+            for shape in shapes:
+                self._memo.pop((sid, shape), None)
+                if self._rescore is not None:
+                    self._rescore.memo.pop((sid, shape), None)
+        if len(self._revived) > 65536 and self._rescore is None:
+            # drop the prefix every heap has consumed
+            done = min(self._heap_seen.values(), default=len(self._revived))
+            del self._revived[:done]
+            for shape in self._heap_seen:
+                self._heap_seen[shape] -= done
+
+    def _rescore_step(self, batch: int | None = None) -> None:
+        """Score ``batch`` more live node states under the pending demand; switch when done."""
+        job = self._rescore
+        if job is None:
+            return
+        batch = self._rescore_batch if batch is None else batch
+        groups, sigs, models_of = self._groups, self._sigs, self._sid_models
+        while job.todo and batch > 0:
+            sid = job.todo.pop()
+            if sid not in groups:
+                continue
+            batch -= 1
+            for shape in job.shapes:
+                if shape.models and not shape.models & models_of[sid]:
+                    continue
+                choice = best_on_node(sigs[sid], shape, job.demand)
+                job.memo[(sid, shape)] = choice
+                if choice is not None:
+                    job.heaps[shape].append((self._rank(choice, sid), sid))
+        if job.todo:
+            return
+        # Every state alive at the start is scored; those born since are in ``_revived`` after
+        # ``job.revived_at`` and get scored (under the new demand) when their heap is next used.
+        self._rescore = None
+        self._demand = job.demand
+        self._memo = job.memo
+        self._heaps = {}
+        self._heap_seen = {}
+        for shape, heap in job.heaps.items():
+            heapq.heapify(heap)
+            self._heaps[shape] = heap
+            self._heap_seen[shape] = job.revived_at
+
+    def _heap(self, shape: Shape) -> list[tuple[tuple, int]]:
+        """The heap of live node states for ``shape``, brought up to date.
+
+        A state that came alive since the last look is scored (once per shape, cached) and
+        pushed; dead states are skipped when they surface. So a decision costs O(log states)
+        plus the scoring of states it has not seen, instead of a scan of all of them.
+        """
+        heap = self._heaps.get(shape)
+        if heap is None:  # first use of this shape: score every live state once
+            fresh: Iterable[int] = list(self._groups)
+            heap = self._heaps[shape] = []
+        else:
+            fresh = self._revived[self._heap_seen[shape] :]
+            if len(heap) > 2 * len(self._groups) + 256:
+                heap = self._heaps[shape] = self._compact(heap)
+        self._heap_seen[shape] = len(self._revived)
+        models = shape.models
+        sigs, memo, demand = self._sigs, self._memo, self._demand
+        for sid in fresh:
+            if sid not in self._groups or (models and not models & self._sid_models[sid]):
+                continue
+            key = (sid, shape)
+            choice = memo.get(key, False)
+            if choice is False:
+                choice = memo[key] = best_on_node(sigs[sid], shape, demand)
+            if choice is not None:
+                heapq.heappush(heap, (self._rank(choice, sid), sid))
+        return heap
+
+    def _place(
+        self, offer: Offer, exclude: frozenset[str] = frozenset()
+    ) -> tuple[Node, NodeChoice] | None:
+        """The best node state for ``offer`` (highest ``fgd_score`` of its ΔF, ties to the state
+        whose first node comes first in node order), then its first node with CPU and memory
+        room."""
+        self._rescore_step()
+        self._forget_dead()
+        shape = self.shape_of(offer)
+        heap = self._heap(shape)
+        groups = self._groups
+        while heap:
+            rank, sid = heap[0]
+            if sid not in groups:
+                heapq.heappop(heap)  # a state no node is in any more
+                continue
+            first = self._group_first(sid)[0]
+            if rank[1] != first:  # its first node left: it ranks later now
+                heapq.heapreplace(heap, ((rank[0], first, sid), sid))
+                continue
+            break
+        if not heap:
+            return None
+        order = self._order
+        need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
+        # usually the best state's first node has room: sort the rest only when it has not
+        candidates: Iterable[int] = [heap[0][1]]
+        if need_cpu or need_mem or exclude:
+            candidates = self._ranked_sids(heap)
+        for sid in candidates:
+            choice = self._memo[(sid, shape)]
+            assert choice is not None
+            for name in self._in_order(sid, order):
+                node = self.nodes[name]
+                if name not in exclude and node.fits_resources(need_cpu, need_mem):
+                    return node, choice
+        return None
+
+    def _ranked_sids(self, heap: list[tuple[tuple, int]]) -> Iterator[int]:
+        """Live states in rank order, walking the heap lazily: O(log n) per state looked at,
+        so a request that skips a few full nodes does not sort every state of the pool."""
+        groups = self._groups
+        seen: set[int] = set()
+        frontier = [(heap[0], 0)]
+        while frontier:
+            (_, sid), i = heapq.heappop(frontier)
+            if sid in groups and sid not in seen:
+                seen.add(sid)
+                yield sid
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+
+    def _compact(self, heap: list[tuple[tuple, int]]) -> list[tuple[tuple, int]]:
+        """The heap without dead states and duplicates, ranks brought up to date: O(n), instead
+        of scoring the states again."""
+        groups = self._groups
+        seen: set[int] = set()
+        out = []
+        for rank, sid in heap:
+            if sid in groups and sid not in seen:
+                seen.add(sid)
+                out.append(((rank[0], self._group_first(sid)[0], sid), sid))
+        heapq.heapify(out)
+        return out
+
+    def _in_order(self, sid: int, order: dict[str, int]) -> Iterator[str]:
+        """Nodes of a state in node order; the first without sorting the whole group."""
+        group = self._groups[sid]
+        first = self._group_first(sid)[1]
+        yield first
+        if len(group) > 1:
+            yield from (n for n in sorted(group, key=order.__getitem__) if n != first)
