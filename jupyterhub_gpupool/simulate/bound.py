@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .packing import tune_workload
+from .fragmentation import tune_workload
 from .traces import GPU_MILLI, NodeTable, PodTable, spec_models
 
 __all__ = ["BoundResult", "arrived_prefix", "config_lp_bound", "fluid_bound"]
