@@ -101,13 +101,25 @@ def test_a_cpu_only_spawn_keeps_jupyterhubs_progress():
     assert asyncio.run(spawn_and_watch(s)) == ["Spawning server..."]
 
 
+class Pending:
+    """A true ``_spawn_pending`` that counts how often the spawner looks at it."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def __bool__(self) -> bool:
+        self.checks += 1
+        return True
+
+
 def test_a_stream_opened_before_the_hook_waits_for_this_spawns_events():
     """The hub marks the spawn pending before it runs run_pre_spawn_hook: a progress stream
     opened in between must not fall through to the placeholder and end."""
     s = spawner("h100", FakePool(QUEUED, QUEUED, GRANTED))
 
     async def scenario() -> list[str]:
-        s._spawn_pending = True
+        pending = Pending()
+        s._spawn_pending = pending  # type: ignore[assignment]
         got: list[str] = []
 
         async def watch() -> None:
@@ -115,7 +127,10 @@ def test_a_stream_opened_before_the_hook_waits_for_this_spawns_events():
                 got.append(event["message"])
 
         watching = asyncio.ensure_future(watch())
-        await asyncio.sleep(0.3)
+        # the stream looked three times whether the spawn is still pending (or it ended: wrong)
+        await wait_until_async(
+            lambda: pending.checks >= 3 or watching.done(), what="the stream to check 3 times"
+        )
         assert got == [] and not watching.done()  # waiting, not "Spawning server..."
         hook = asyncio.ensure_future(s.run_pre_spawn_hook())
         await wait_until_async(lambda: watching.done(), 10, "the progress stream to end")
