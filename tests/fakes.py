@@ -15,6 +15,8 @@ another: ``tests/unit/test_test_layout.py`` fails when a module imports a ``test
   dynamic-MIG node's agent by hand), :func:`lease_events`.
 * **The node agent.** :class:`FakeReader`, :class:`FakeService`, :func:`make_agent`,
   :func:`run_for`: the agent loop with no real time and no socket.
+* **The simulated rig.** :class:`Rig`: a store and the service's in-process telemetry of one
+  simulated node, on the test's event loop, with the simulated machine at hand.
 * **Pool YAML.** :func:`write_pool`: a pool config file a test may edit (the demo pool's by
   default).
 * **The hub environment.** :class:`HubEnv` (a real JupyterHub + proxy + the pool service as
@@ -64,6 +66,7 @@ __all__ = [
     "FakeService",
     "HubEnv",
     "Response",
+    "Rig",
     "SecondsClock",
     "StoreClock",
     "WaitTimeout",
@@ -410,6 +413,93 @@ def run_for(
         return clock.now >= end
 
     asyncio.run(loop.run(until=stop))
+
+
+# -- the simulated rig -----------------------------------------------------------------------
+
+
+class Rig:
+    """A store and the service's in-process telemetry of one simulated node of a pool YAML, on
+    the test's event loop, writing through the service's writer.
+
+    ``sim`` is the simulated machine (processes, instances made behind the pool's back). The
+    rig counts the MIG steps its telemetry loop finished (``mig_steps``: one per round, one per
+    wake-up), so a test waits for the loop to have gone *past* a point (:meth:`rounds`), never
+    for a while.
+    """
+
+    def __init__(self, tmp_path: Path, pool_file: Path, node: str, interval: float) -> None:
+        from jupyterhub_gpupool.dbutil import make_engine, upgrade
+        from jupyterhub_gpupool.pool.catalog import default_catalog
+        from jupyterhub_gpupool.poolconfig import load_pool_config
+        from jupyterhub_gpupool.service.telemetry_loop import LocalTelemetry
+        from jupyterhub_gpupool.service.utilization import UtilizationBuffer
+        from jupyterhub_gpupool.service.writer import BatchWriter
+        from jupyterhub_gpupool.store import Store
+        from jupyterhub_gpupool.telemetry.agent import sim_reader
+
+        url = f"sqlite:///{tmp_path}/pool.sqlite"
+        upgrade(url)
+        catalog = default_catalog()
+        self.store = Store(make_engine(url), catalog)
+        self.store.load_config(load_pool_config(pool_file, catalog))
+        self.reader: Any = sim_reader(str(pool_file), node)
+        self.sim = self.reader.nvml  # the simulated machine behind the reader
+        self.writer = BatchWriter(self.store)  # the service's one write path
+        self.telemetry = LocalTelemetry(
+            {node: self.reader},
+            self.store,
+            self.writer,
+            UtilizationBuffer(900),
+            None,
+            interval=interval,
+            inventory_interval=3600,
+        )
+        self.mig_steps = 0
+        apply_mig = self.telemetry.apply_mig
+
+        async def counted(name: str) -> int:
+            try:
+                return await apply_mig(name)
+            finally:
+                self.mig_steps += 1
+
+        self.telemetry.apply_mig = counted  # type: ignore[method-assign]
+
+    def on_node(self) -> dict[tuple[str, int], tuple[str, str | None, int | None]]:
+        """What the simulated NVML has: (GPU, start) → (profile, MIG uuid, processes)."""
+        return {
+            (g["uuid"], i["start"]): (i["profile"], i["uuid"], i["processes"])
+            for g in self.reader.inventory()["gpus"]
+            for i in g["mig"]["instances"]
+        }
+
+    def start(self) -> None:
+        """Start the writer and the node's loop (on the running event loop)."""
+        self.writer.start()
+        self.telemetry.start()
+
+    async def stop(self) -> None:
+        await self.telemetry.stop()
+        self.writer.stop()
+
+    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A store write, through the writer as the service makes it."""
+        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
+
+    def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
+        (result,) = self.reader.apply_mig_plan([action])
+        return result
+
+    async def until(self, check: Callable[[], T], what: str) -> T:
+        """Wait, the event loop running, until ``check()`` is truthy (failing after a minute)."""
+        return await wait_until_async(check, what=what, step=0.02)
+
+    async def rounds(self, n: int) -> None:
+        """Wait until the loop finished ``n`` more MIG steps from now."""
+        target = self.mig_steps + n
+        await self.until(lambda: self.mig_steps >= target, f"{n} more MIG steps of the loop")
 
 
 # -- pool YAML -------------------------------------------------------------------------------

@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyterhub_gpupool.dbutil import make_engine, upgrade
-from jupyterhub_gpupool.pool.catalog import default_catalog
-from jupyterhub_gpupool.poolconfig import load_pool_config
-from jupyterhub_gpupool.service.telemetry_loop import LocalTelemetry
-from jupyterhub_gpupool.service.utilization import UtilizationBuffer
-from jupyterhub_gpupool.service.writer import BatchWriter
 from jupyterhub_gpupool.store import Store
-from jupyterhub_gpupool.telemetry.agent import sim_reader
-from tests.fakes import HubEnv, request, wait_until, wait_until_async
+from tests.fakes import HubEnv, Rig, request, wait_until
 
 NODE = "sim-a100"
 
@@ -185,85 +177,16 @@ def test_external_agent_applies_the_plan_and_failures_come_back(hub_env, demo_po
 # -- the in-process loop, with the simulated machine at hand ------------------------------------
 
 
-class Rig:
-    """A store and the in-process telemetry of the demo pool's A100 node, on one event loop."""
-
-    def __init__(self, tmp_path: Path, demo: Path, interval: float) -> None:
-        url = f"sqlite:///{tmp_path}/pool.sqlite"
-        upgrade(url)
-        catalog = default_catalog()
-        self.store = Store(make_engine(url), catalog)
-        self.store.load_config(load_pool_config(demo, catalog))
-        self.reader: Any = sim_reader(str(demo), NODE)
-        self.sim = self.reader.nvml  # the simulated machine behind the reader
-        self.writer = BatchWriter(self.store)  # the service's one write path
-        self.telemetry = LocalTelemetry(
-            {NODE: self.reader},
-            self.store,
-            self.writer,
-            UtilizationBuffer(900),
-            None,
-            interval=interval,
-            inventory_interval=3600,
-        )
-        # the MIG steps the loop finished (one per round, one per wake-up): a test waits for
-        # the loop to have gone past a point (``rounds``), never for a while
-        self.mig_steps = 0
-        apply_mig = self.telemetry.apply_mig
-
-        async def counted(name: str) -> int:
-            try:
-                return await apply_mig(name)
-            finally:
-                self.mig_steps += 1
-
-        self.telemetry.apply_mig = counted  # type: ignore[method-assign]
-
-    def on_node(self) -> dict[tuple[str, int], tuple[str, str | None, int | None]]:
-        """What the simulated NVML has: (GPU, start) → (profile, MIG uuid, processes)."""
-        return {
-            (g["uuid"], i["start"]): (i["profile"], i["uuid"], i["processes"])
-            for g in self.reader.inventory()["gpus"]
-            for i in g["mig"]["instances"]
-        }
-
-    def start(self) -> None:
-        """Start the writer and the node's loop (on the running event loop)."""
-        self.writer.start()
-        self.telemetry.start()
-
-    async def stop(self) -> None:
-        await self.telemetry.stop()
-        self.writer.stop()
-
-    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A store write, through the writer as the service makes it."""
-        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
-
-    def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
-        """Change the node behind the pool's back (as an admin with nvidia-smi would)."""
-        (result,) = self.reader.apply_mig_plan([action])
-        return result
-
-    async def until(self, check: Callable[[], Any], what: str) -> Any:
-        """Wait, the event loop running, until ``check()`` is truthy (failing after a minute)."""
-        return await wait_until_async(check, what=what, step=0.02)
-
-    async def rounds(self, n: int) -> None:
-        """Wait until the loop finished ``n`` more MIG steps from now."""
-        target = self.mig_steps + n
-        await self.until(lambda: self.mig_steps >= target, f"{n} more MIG steps of the loop")
-
-
 @pytest.fixture
 def rig(tmp_path: Path, demo_pool_file: Path) -> Rig:
-    return Rig(tmp_path, demo_pool_file, interval=0.2)
+    """The demo pool's A100 node, its telemetry loop sampling every 0.2 s."""
+    return Rig(tmp_path, demo_pool_file, NODE, interval=0.2)
 
 
 def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
     tmp_path, demo_pool_file
 ):
-    rig = Rig(tmp_path, demo_pool_file, interval=3600)  # the next samples: an hour later
+    rig = Rig(tmp_path, demo_pool_file, NODE, interval=3600)  # the next samples: an hour later
 
     async def main() -> None:
         rig.start()
