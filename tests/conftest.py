@@ -14,6 +14,11 @@ from jupyterhub_gpupool.store.core import STRICT_WRITES_ENV
 
 PG_ADMIN_URL = os.environ.get("GPUPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
+#: The hub fixtures' services run their housekeeping every second (not every 15 s), so the
+#: reconcile at start that the hub was not up for comes soon and the fixtures can wait for it
+#: (``wait_reconciled``) before a test makes leases of servers the hub does not know.
+RECONCILE_SOON = "--PoolService.housekeeping_interval=1"
+
 # Every store write in the test run, here and in every service process the tests start (they
 # inherit the environment), checks that it runs off the event loop: a handler or loop that
 # writes directly instead of through the service's writer fails its test.
@@ -64,14 +69,16 @@ def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool) reading the demo pool's simulated GPUs
     itself (``telemetry_source = sim``): samples every 0.2 s, utilization minutes flushed every
     0.5 s."""
-    from tests.fakes import HubEnv
+    from tests.fakes import HubEnv, wait_reconciled
 
     args = (
         "--PoolService.telemetry_source=sim",
         "--PoolService.sample_interval=0.2",
         "--PoolService.utilization_flush_interval=0.5",
+        RECONCILE_SOON,
     )
     with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=args).running() as env:
+        wait_reconciled(env)
         yield env
 
 
@@ -79,8 +86,9 @@ def sim_env(tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
 def hub_env(request: pytest.FixtureRequest, tmp_path: Path, sqlite_url: str, demo_pool_file: Path):
     """A running hub and pool service (SQLite, demo pool); stopped afterwards. Once with the
     decisions in a thread of the service, once in its store process."""
-    from tests.fakes import HubEnv
+    from tests.fakes import HubEnv, wait_reconciled
 
-    decisions = (f"--PoolService.decisions={request.param}",)
-    with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=decisions).running() as env:
+    args = (f"--PoolService.decisions={request.param}", RECONCILE_SOON)
+    with HubEnv(tmp_path, sqlite_url, demo_pool_file, service_args=args).running() as env:
+        wait_reconciled(env)
         yield env

@@ -21,7 +21,8 @@ another: ``tests/unit/test_test_layout.py`` fails when a module imports a ``test
   default).
 * **The hub environment.** :class:`HubEnv` (a real JupyterHub + proxy + the pool service as
   processes) and :func:`request`, defined in ``tests/integration/hubenv.py`` — the harness the
-  benchmarks and the docs name — and reached by tests through this module only.
+  benchmarks and the docs name — and reached by tests through this module only;
+  :func:`wait_reconciled` waits for the service's reconcile at start.
 
 Store and service modules are imported inside the helpers that need them, so a unit test of
 the agent does not import the store.
@@ -76,10 +77,12 @@ __all__ = [
     "make_agent",
     "make_instances",
     "make_store",
+    "reconciles",
     "request",
     "run_for",
     "until",
     "wait_http",
+    "wait_reconciled",
     "wait_until",
     "wait_until_async",
     "write_pool",
@@ -500,6 +503,35 @@ class Rig:
         """Wait until the loop finished ``n`` more MIG steps from now."""
         target = self.mig_steps + n
         await self.until(lambda: self.mig_steps >= target, f"{n} more MIG steps of the loop")
+
+
+# -- the hub environment ----------------------------------------------------------------------
+
+
+def reconciles(env: HubEnv, admin: str) -> int:
+    """How many times the service reconciled its leases with the hub (``reconciled`` events)."""
+    items = request("GET", f"{env.api}/events?limit=1000", admin).json()["items"]
+    return sum(e["kind"] == "reconciled" for e in items)
+
+
+def wait_reconciled(env: HubEnv, before: int = 0) -> None:
+    """Wait until the service has reconciled its leases with the hub at start: more than
+    ``before`` ``reconciled`` audit events (count them before restarting a service), with a
+    generous bound.
+
+    The reconcile at start releases, as ``stopped``, the leases of servers the hub does not
+    know, so a test that makes such leases must not begin before it. HubEnv starts the service
+    before the hub: that reconcile fails once and runs again at a housekeeping round after the
+    hub answers (a short ``housekeeping_interval`` keeps this wait short); a restarted service
+    runs it while it already answers requests.
+    """
+    admin = env.token("admin")
+    wait_until(
+        lambda: reconciles(env, admin) > before,
+        what="the service's reconcile at start",
+        step=0.1,
+        info=env.logs,
+    )
 
 
 # -- pool YAML -------------------------------------------------------------------------------

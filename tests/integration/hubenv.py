@@ -64,6 +64,13 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"{url} did not answer in {timeout}s")
 
 
+def overridden(base: tuple[str, ...], extra: tuple[str, ...]) -> list[str]:
+    """``base`` then ``extra`` command-line options, an ``--Option=value`` of ``extra``
+    replacing the same option in ``base`` (traitlets refuses an option given twice)."""
+    names = {a.split("=", 1)[0] for a in extra if a.startswith("--") and "=" in a}
+    return [a for a in base if a.split("=", 1)[0] not in names] + list(extra)
+
+
 @dataclass
 class Response:
     """A minimal HTTP response."""
@@ -268,7 +275,8 @@ class HubEnv:
         return env
 
     def start_service(self, *extra: str, wait: bool = True) -> None:
-        """Start (or restart) the pool service and wait until it answers."""
+        """Start (or restart) the pool service and wait until it answers. An ``extra``
+        ``--Option=value`` replaces the same option of ``service_args``."""
         args = [
             *self.python,
             "-m",
@@ -280,7 +288,7 @@ class HubEnv:
             args.append(f"--pool-config={self.pool_config}")
         log = open(self.dir / "service.log", "ab")  # noqa: SIM115
         self.service = subprocess.Popen(
-            [*args, *self.service_args, *extra],
+            [*args, *overridden(self.service_args, extra)],
             cwd=self.dir,
             env=self.service_env(),
             stdout=log,

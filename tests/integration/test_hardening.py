@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_until, write_pool
+from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_reconciled, wait_until, write_pool
 
 POOL = """
 nodes:
@@ -44,19 +44,7 @@ def hub(tmp_path: Path):
     )
     (tmp_path / "home").mkdir()
     with env.running():
-        # the service started before the hub: its reconcile at start (which releases, as
-        # "stopped", every lease of a server the hub does not know) runs at a housekeeping
-        # round once the hub answers. Wait for it, or it takes the tests' first leases
-        admin = env.token("admin")
-        wait_until(
-            lambda: any(
-                e["kind"] == "reconciled"
-                for e in request("GET", f"{env.api}/events?limit=1000", admin).json()["items"]
-            ),
-            what="the service's reconcile at start",
-            step=0.1,
-            info=env.logs,
-        )
+        wait_reconciled(env)  # or it may release the tests' first leases as "stopped"
         try:
             yield env
         finally:

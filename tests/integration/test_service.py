@@ -8,7 +8,7 @@ import io
 import signal
 import time
 
-from tests.fakes import request, wait_until
+from tests.fakes import reconciles, request, wait_reconciled, wait_until
 
 #: seconds an unbound grant lives in the housekeeping test (the service runs on real time)
 GRANT_TIMEOUT = 3.0
@@ -136,12 +136,14 @@ def test_housekeeping_expires_unbound_grants_and_serves_the_queue(hub_env):
     """The leading service's housekeeping runs through the writer (in the store process with
     decisions = process): a grant nobody binds expires, and the waiter behind it gets its GPU."""
     api, spawner = hub_env.api, hub_env.spawner_token
+    before = reconciles(hub_env, hub_env.token("admin"))
     hub_env.kill_service(signal.SIGTERM)
     # the service's clock is the real one: the grant timeout is a few seconds, and nothing the
     # test does between a grant and what must come before its expiry takes more than one call
     hub_env.start_service(
         f"--PoolService.grant_timeout={GRANT_TIMEOUT}", "--PoolService.housekeeping_interval=0.2"
     )
+    wait_reconciled(hub_env, before)  # its reconcile at start would release these leases
 
     def allocate(user: str) -> dict:
         return request(
