@@ -455,8 +455,10 @@ class PoolService(Application):
 
     async def reconcile(self, *, periodic: bool = False) -> None:
         """Release leases whose servers are gone (logged and audited). At start every such
-        lease goes (``stopped``: it stopped while the pool was away); the periodic reconcile
-        takes only those older than ``orphan_after`` (``orphaned``)."""
+        lease made before the service started goes (``stopped``: it stopped while the pool was
+        away) — not one a spawner asked for since, whose server the hub may not list yet (the
+        hub itself may still be starting); the periodic reconcile takes only those older than
+        ``orphan_after`` (``orphaned``)."""
         try:
             running = await self.hub.running_servers()
             if periodic:
@@ -464,8 +466,10 @@ class PoolService(Application):
                 released = await self.writer.call(
                     self.store.reconcile, running, reason="orphaned", older_than=older
                 )
-            else:
-                released = await self.writer.call(self.store.reconcile, running)
+            else:  # leases made since the service started were made while it watched
+                released = await self.writer.call(
+                    self.store.reconcile, running, older_than=self._started_at
+                )
         except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
             return
@@ -522,6 +526,7 @@ class PoolService(Application):
         self.log.info(
             "GPU pool service listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
+        self._started_at = self.store.clock()
         self._reconciled = not self.reconcile_on_start
         self._reconciled_at = asyncio.get_running_loop().time()
         if not self._reconciled:
