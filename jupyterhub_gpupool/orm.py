@@ -191,7 +191,21 @@ class LeaseRow(Base):
     expires: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     keepalive: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     reclaim_deadline: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    reclaim_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    reclaim_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The reclaimer's counts between windows (``pool.reclaim.ReclaimState`` without the
+    #: notice, epoch seconds): in the database, so a restarted reclaimer keeps every deadline.
+    reclaim_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: The notice (state ``reclaiming``): what for, what happens, since when, for whom.
+    reclaim_kind: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reclaim_action: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    reclaim_issued: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    reclaim_pressure: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    reclaim_for: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: Set when a round claimed the action (one of keepalive and act wins); with the release
+    #: reason the lease gets whoever releases it, and a shrink's reserved target lease.
+    reclaim_acting: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    reclaim_release: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reclaim_target: Mapped[str | None] = mapped_column(String(64), nullable=True)
     resize_of: Mapped[str | None] = mapped_column(String(64), nullable=True)
     busy_hours: Mapped[float] = mapped_column(Float, default=0.0)
     slots: Mapped[list[LeaseSlotRow]] = relationship(
@@ -267,3 +281,24 @@ class UtilizationMinuteRow(Base):
     util_max: Mapped[float | None] = mapped_column(Float, nullable=True)
     memory_used_mib_max: Mapped[int] = mapped_column(Integer, default=0)
     __table_args__ = (UniqueConstraint("gpu_uuid", "start", "minute"),)
+
+
+class ReclaimLeaderRow(Base):
+    """One row: which reclaimer replica may run rounds and act, until when (a lease on
+    leadership the holder renews; another takes over once it expires)."""
+
+    __tablename__ = "reclaim_leader"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    expires: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class ReclaimPolicyRow(Base):
+    """One row: the admin's ``reclaim`` section (wins over the pool config file until
+    deleted)."""
+
+    __tablename__ = "reclaim_policies"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    actor: Mapped[str] = mapped_column(String(255), default="")
+    updated: Mapped[datetime] = mapped_column(DateTime)

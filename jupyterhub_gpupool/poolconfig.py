@@ -13,6 +13,9 @@ Example::
     quotas:
       default: {guarantee: 0, limit: 2}
       groups: {ml: {guarantee: 4, limit: 8}}
+    reclaim:
+      default: {idle_timeout: 1h, warn_before: 10m}
+      offers: {a100-1g: {idle_timeout: 30m}}
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .pool.errors import ConfigError, PoolError
 from .pool.miglayout import validate_mig_layout
 from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offer
 from .pool.quota import QuotaSpec
+from .pool.reclaimpolicy import PolicySet, parse_policies
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,14 @@ class PoolConfig:
     users: Mapping[str, QuotaSpec] = field(default_factory=dict)
     groups: Mapping[str, QuotaSpec] = field(default_factory=dict)
     default: QuotaSpec | None = None
+    #: The idle-GPU reclaim policies (``reclaim:``; absent: the defaults, reclaim on).
+    reclaim: PolicySet = field(default_factory=PolicySet)
+    #: The ``reclaim:`` section as written (validated), for the admin API to show and for
+    #: re-validating against the offers of the day.
+    reclaim_section: Mapping[str, Any] | None = None
 
 
-_TOP = {"nodes", "offers", "quotas", "simulation"}
+_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation"}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
 _GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
 _MIG = {"enabled", "dynamic", "instances"}
@@ -199,7 +208,17 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
             raise ConfigError("must be a mapping of name → quota", field=f"quotas.{kind}")
         for name, spec in section.items():
             target[str(name)] = QuotaSpec.parse(spec, f"quotas.{kind}.{name}")
-    return PoolConfig(tuple(nodes), tuple(offers), users, groups, default)
+    section = raw.get("reclaim")
+    reclaim = parse_policies(section, {o.name: o for o in offers}, "reclaim", catalog)
+    return PoolConfig(
+        tuple(nodes),
+        tuple(offers),
+        users,
+        groups,
+        default,
+        reclaim,
+        dict(section) if section else None,
+    )
 
 
 def load_pool_config(path: str | Path, catalog: Catalog) -> PoolConfig:

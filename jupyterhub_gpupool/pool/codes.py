@@ -113,6 +113,14 @@ _DECLARED = (
         "not_extendable",
         "A reclaim notice no keepalive can extend (borrowed capacity owed, or the maximum age).",
     ),
+    Code(
+        "reclaim_in_progress",
+        "The reclaimer is carrying out the reclaim of this lease: too late to keep it.",
+        spawn="Your GPU is being reclaimed right now ({message}); start the server again "
+        "once it has stopped.",
+    ),
+    Code("not_leader", "Another reclaimer replica holds the reclaim leadership (it names which)."),
+    Code("not_acting", "An outcome for a lease no reclaim round claimed for action."),
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
     Code("invalid_config", "Invalid offers, quotas or inventory."),

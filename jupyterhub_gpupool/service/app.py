@@ -35,7 +35,7 @@ from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
 from . import pages
-from .apihandlers import admin, agent, allocations, users
+from .apihandlers import admin, agent, allocations, reclaim, users
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
@@ -234,6 +234,17 @@ class PoolService(Application):
         help="A user's own allocate (not the spawner's) may only name a server of theirs the "
         "hub knows (asked through the hub API; needs read:servers).",
     ).tag(config=True)
+    reclaim_stale_after = Float(
+        120.0,
+        help="Seconds after which what a reclaim round knows of a lease (GPU samples, its "
+        "server's kernels, the user's presence, the round's window) is too old to count or act "
+        "on: stale data never reclaims a GPU.",
+    ).tag(config=True)
+    reclaim_claim_timeout = Float(
+        900.0,
+        help="Seconds a reclaim action claimed by a round may go without the reclaimer's "
+        "outcome before a round hands it out again (the reclaimer died mid-action).",
+    ).tag(config=True)
     authenticate_prometheus = Bool(
         True,
         help="The /metrics endpoint needs a token with read:metrics (or the pool's admin "
@@ -318,6 +329,8 @@ class PoolService(Application):
             "reserve_after": self.reserve_after,
             "mig_attempts": self.mig_attempts,
             "max_requests_per_user": self.request_cap(),
+            "reclaim_stale_after": self.reclaim_stale_after,
+            "reclaim_claim_timeout": self.reclaim_claim_timeout,
         }
 
     def request_cap(self) -> int:
@@ -414,7 +427,7 @@ class PoolService(Application):
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
         handlers = []
-        for module in (allocations, users, agent, admin):
+        for module in (allocations, users, agent, admin, reclaim):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),

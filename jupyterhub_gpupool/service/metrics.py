@@ -44,6 +44,33 @@ class PoolMetrics:
             ["op", "result"],
             registry=r,
         )
+        self.reclaim_notices = Counter(
+            "gpupool_reclaim_notices_total",
+            "Reclaim notices given, by what for (idle, cpu, max_age, borrowed)",
+            ["kind"],
+            registry=r,
+        )
+        self.reclaim_acts = Counter(
+            "gpupool_reclaim_acts_total",
+            "Reclaim actions claimed by a round, by action",
+            ["action"],
+            registry=r,
+        )
+        self.reclaim_cancels = Counter(
+            "gpupool_reclaim_cancels_total",
+            "Reclaim notices withdrawn (the lease works again, or the user kept it)",
+            ["why"],
+            registry=r,
+        )
+        self.reclaim_outcomes = Counter(
+            "gpupool_reclaim_outcomes_total",
+            "Reclaim actions the reclaimer finished, by result (done, failed)",
+            ["result"],
+            registry=r,
+        )
+        self.reclaiming = Gauge(
+            "gpupool_leases_reclaiming", "Leases under a reclaim notice now", registry=r
+        )
         self.requests = Histogram(
             "gpupool_request_duration_seconds",
             "API request latency",
@@ -60,6 +87,14 @@ class PoolMetrics:
                 self.queue_wait.observe(data["waited"])
         elif kind == "released":
             self.releases.labels(reason=data.get("reason", "")).inc()
+        elif kind == "reclaim-notice":
+            self.reclaim_notices.labels(kind=data.get("kind") or "").inc()
+        elif kind == "reclaim-acting":
+            self.reclaim_acts.labels(action=data.get("action") or "").inc()
+        elif kind in ("reclaim-cancelled", "reclaim-extended"):
+            self.reclaim_cancels.labels(why="kept" if kind == "reclaim-extended" else "used").inc()
+        elif kind in ("reclaimed", "reclaim-failed"):
+            self.reclaim_outcomes.labels(result="done" if kind == "reclaimed" else "failed").inc()
         elif kind in ("mig-created", "mig-destroyed"):
             op = "create" if kind == "mig-created" else "destroy"
             self.mig_actions.labels(op=op, result="ok").inc()
@@ -86,4 +121,5 @@ class PoolMetrics:
                 self.offer_available.labels(offer=offer.name).set(alloc.available(offer, cap=50))
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
+        self.reclaiming.set(store.reclaiming_count())
         return generate_latest(self.registry)

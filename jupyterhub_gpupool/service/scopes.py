@@ -2,7 +2,8 @@
 
 ``custom:gpupool:use`` lets users (and their servers' tokens) see and change their *own* leases
 and quota; ``spawn`` is for the hub-side spawner, acting for any user; ``admin`` for admins;
-``agent`` for node agents. A filtered scope (``custom:gpupool:use!user=alice``) is honoured.
+``agent`` for node agents; ``reclaim`` for the idle-GPU reclaimer. A filtered scope
+(``custom:gpupool:use!user=alice``) is honoured.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ USE = "custom:gpupool:use"
 SPAWN = "custom:gpupool:spawn"
 ADMIN = "custom:gpupool:admin"
 AGENT = "custom:gpupool:agent"
+RECLAIM = "custom:gpupool:reclaim"
 #: JupyterHub's own scope for reading metrics: a Prometheus service's token holds it.
 METRICS_SCOPE = "read:metrics"
 
@@ -22,9 +24,13 @@ CUSTOM_SCOPES = {
     SPAWN: {"description": "Request, bind and release GPU leases for any user (the spawner)."},
     ADMIN: {
         "description": "Administer the GPU pool: quotas, nodes, every lease, usage reports.",
-        "subscopes": [SPAWN],
+        "subscopes": [SPAWN, RECLAIM],
     },
     AGENT: {"description": "Report GPU inventory and utilization samples (node agents)."},
+    RECLAIM: {
+        "description": "Run the idle-GPU reclaimer: read live leases, post what the hub and the "
+        "users' servers show, carry out reclaims."
+    },
 }
 
 
@@ -68,6 +74,11 @@ class Identity:
     def is_agent(self) -> bool:
         """May report inventory and samples."""
         return self.is_admin or AGENT in self.scopes
+
+    @property
+    def is_reclaimer(self) -> bool:
+        """May run reclaim rounds and carry out reclaims (the reclaimer, or an admin)."""
+        return self.is_admin or RECLAIM in self.scopes
 
     def may_use_for(self, user: str) -> bool:
         """May read and change ``user``'s leases: the spawner/admin, or ``user`` themself."""

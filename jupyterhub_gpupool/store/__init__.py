@@ -9,7 +9,9 @@ Modules by responsibility, imports pointing one way (each only to those above it
 * ``apply`` — the one applier of the allocator's decisions;
 * ``views`` — read-only views (leases, offers, users, inventory, audit, usage);
 * ``leases`` — the lease lifecycle; ``mig`` — dynamic MIG; ``admin`` — config, nodes,
-  quotas; ``utilization`` — minute aggregates.
+  quotas; ``utilization`` — minute aggregates;
+* ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my
+  GPU", the policy override and the user's recent reclaims.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -21,12 +23,11 @@ from ..poolconfig import PoolConfig
 from .admin import AdminStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
-from .leases import LeaseStore
+from .reclaim import ReclaimStore
 from .rows import utcnow
-from .utilization import UtilizationStore
 
 
-class Store(LeaseStore, AdminStore, UtilizationStore):
+class Store(ReclaimStore, AdminStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

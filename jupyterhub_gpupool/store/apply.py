@@ -107,6 +107,10 @@ class Applier(StoreCore):
         allocator releases it too and what it frees goes to the queue; without (the allocator
         is rebuilt from the rows afterwards), only the rows change."""
         was = row.state
+        if row.reclaim_acting is not None and reason in ("stopped", "resized", "orphaned"):
+            # the reclaim's own stop (or its shrink's bind) ends the lease: say why it ended,
+            # whoever releases it first
+            reason = row.reclaim_release or "reclaimed-idle"
         row.state, row.released, row.release_reason = "released", self.clock(), reason
         row.reclaim_deadline = None
         for s in row.slots:

@@ -56,6 +56,12 @@ WRITES = frozenset(
         "load_config",
         "write_minutes",
         "prune_minutes",
+        "take_leader",
+        "give_up_leader",
+        "reclaim_round",
+        "reclaim_outcome",
+        "put_reclaim_policy",
+        "reset_reclaim_policy",
     }
 )
 #: Writes that refuse, if at all, before they write anything: they may share one transaction
@@ -88,6 +94,8 @@ class StoreCore:
         file_config: PoolConfig | None = None,
         strict_writes: bool | None = None,
         max_requests_per_user: int = 0,
+        reclaim_stale_after: float = 120.0,
+        reclaim_claim_timeout: float = 900.0,
     ) -> None:
         self.engine = engine
         self.catalog = catalog
@@ -98,6 +106,10 @@ class StoreCore:
         self.mig_attempts = mig_attempts
         #: Live requests (queued, granted, held) one user may have at once; 0: no cap.
         self.max_requests_per_user = max_requests_per_user
+        #: Reclaim: seconds after which signals are too old to act on; seconds a claimed
+        #: action may go without an outcome before a round hands it out again.
+        self.reclaim_stale_after = reclaim_stale_after
+        self.reclaim_claim_timeout = reclaim_claim_timeout
         if strict_writes is None:
             strict_writes = os.environ.get(STRICT_WRITES_ENV, "") not in ("", "0")
         self.strict_writes = strict_writes

@@ -8,6 +8,7 @@ from typing import Any
 from .. import orm
 from ..pool.model import Offer
 from ..pool.quota import QuotaSpec
+from ..pool.reclaim import Reclaiming, ReclaimState
 from .errors import StoreError
 
 
@@ -26,6 +27,46 @@ def ts(dt: datetime | None) -> str | None:
 def epoch(dt: datetime) -> float:
     """Epoch seconds of a naive UTC datetime."""
     return dt.replace(tzinfo=timezone.utc).timestamp()
+
+
+def from_epoch(seconds: float) -> datetime:
+    """The naive UTC datetime of epoch seconds."""
+    return datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+
+
+#: The counts of ``ReclaimState`` kept in ``LeaseRow.reclaim_state`` (the notice has columns).
+_COUNTS = ("idle_since", "gpu_idle_since", "last_busy", "extensions", "snooze_until")
+
+
+def reclaim_state(row: orm.LeaseRow) -> ReclaimState:
+    """The lease's persisted reclaim state, notice included."""
+    counts = {k: v for k, v in (row.reclaim_state or {}).items() if k in _COUNTS}
+    notice = None
+    if row.reclaim_kind is not None and row.reclaim_deadline is not None:
+        notice = Reclaiming(
+            row.reclaim_kind,
+            epoch(row.reclaim_deadline),
+            row.reclaim_reason or "",
+            row.reclaim_action or "stop",
+            epoch(row.reclaim_issued or row.reclaim_deadline),
+            bool(row.reclaim_pressure),
+            row.reclaim_for,
+        )
+    return ReclaimState(**counts, reclaiming=notice)
+
+
+def set_reclaim_state(row: orm.LeaseRow, state: ReclaimState) -> None:
+    """Write ``state`` into the row: the counts, and the notice (or its absence)."""
+    row.reclaim_state = {k: getattr(state, k) for k in _COUNTS}
+    rec = state.reclaiming
+    if rec is None:
+        row.reclaim_kind = row.reclaim_action = row.reclaim_for = None
+        row.reclaim_deadline = row.reclaim_issued = None
+        row.reclaim_reason, row.reclaim_pressure = None, False
+        return
+    row.reclaim_kind, row.reclaim_action, row.reclaim_for = rec.kind, rec.action, rec.for_request
+    row.reclaim_deadline, row.reclaim_issued = from_epoch(rec.deadline), from_epoch(rec.issued_at)
+    row.reclaim_reason, row.reclaim_pressure = rec.reason, rec.pressure
 
 
 def held_hours(row: orm.LeaseRow, start: datetime, end: datetime) -> float:

@@ -4,6 +4,7 @@ and usage reports. They never take the pool lock or write; they read the allocat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,12 +14,16 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.errors import ConfigError
 from ..pool.leases import is_ready, mig_device
-from ..pool.model import RETIRING, Gpu, MigInstance
+from ..pool.model import RETIRING, Gpu, MigInstance, Offer
 from ..pool.queue import estimate_wait
+from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
-from .rows import check_quota_kind, held_hours, offer_spec, ts
+from .rows import check_quota_kind, held_hours, offer_spec, reclaim_state, ts
+
+log = logging.getLogger("jupyterhub_gpupool.store")
 
 
 class ViewStore(StoreCore):
@@ -118,8 +123,8 @@ class ViewStore(StoreCore):
                 for s in row.slots
             ],
         }
-        if row.reclaim_deadline is not None:
-            out["reclaim"] = {"deadline": ts(row.reclaim_deadline), "reason": row.reclaim_reason}
+        if row.reclaim_deadline is not None and row.reclaim_kind is not None:
+            out["reclaim"] = self._reclaim_json(db, alloc, row)
         if row.state == "queued" and alloc is not None:
             pos = (
                 alloc.position(row.id, self._now_s())
@@ -141,6 +146,58 @@ class ViewStore(StoreCore):
                 s["mig_uuid"] = devices[(s["gpu"], s["start"])][0]
         out["ready"] = is_ready(row.state, (made for _, made in devices.values()))
         return out
+
+    def _reclaim_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
+        """The notice of a ``reclaiming`` lease as the user and the reclaimer see it."""
+        offers = alloc.offers if alloc is not None else {}
+        policy = self.reclaim_policies(db, offers).for_offer(offers.get(row.offer) or row.offer)
+        extensions = reclaim_state(row).extensions
+        return {
+            "kind": row.reclaim_kind,
+            "deadline": ts(row.reclaim_deadline),
+            "reason": row.reclaim_reason,
+            "action": row.reclaim_action,
+            "issued": ts(row.reclaim_issued),
+            "pressure": bool(row.reclaim_pressure),
+            "extensions": extensions,
+            "max_extensions": policy.max_extensions,
+            "extendable": row.reclaim_acting is None
+            and row.reclaim_kind in ("idle", "cpu")
+            and extensions < policy.max_extensions,
+            "acting": row.reclaim_acting is not None,
+        }
+
+    def reclaim_section(self, db: Session) -> tuple[dict[str, Any] | None, str]:
+        """The ``reclaim`` section in effect as written, and where it comes from: ``api`` (the
+        admin's override), ``file`` (the pool config) or ``default`` (none: the defaults)."""
+        row = db.get(orm.ReclaimPolicyRow, 1)
+        if row is not None:
+            return dict(row.spec), "api"
+        section = self.file_config.reclaim_section
+        return (dict(section), "file") if section else (None, "default")
+
+    def reclaim_policies(self, db: Session, offers: Mapping[str, Offer]) -> PolicySet:
+        """The effective reclaim policies against today's offers (parsed once per change).
+
+        An override (or file section) that no longer validates (an offer it names was removed)
+        gives way to the next: the file's section, then the defaults.
+        """
+        section, _ = self.reclaim_section(db)
+        key = (section, dict(offers))
+        cached = getattr(self, "_policy_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        candidates = [section, self.file_config.reclaim_section, None]
+        for candidate in candidates:
+            try:
+                policies = parse_policies(candidate, offers, catalog=self.catalog)
+                break
+            except ConfigError as e:
+                log.warning("The reclaim policies no longer fit the offers (%s): falling back", e)
+        else:  # pragma: no cover - the defaults always parse
+            policies = PolicySet()
+        self._policy_cache = (key, policies)
+        return policies
 
     @staticmethod
     def _mig_devices(
@@ -216,6 +273,8 @@ class ViewStore(StoreCore):
                     "lease": le["id"],
                     "kind": "reclaim",
                     "message": le["reclaim"]["reason"],
+                    "reason": le["reclaim"]["reason"],
+                    "action": le["reclaim"]["action"],
                     "deadline": le["reclaim"]["deadline"],
                 }
                 for le in live

@@ -36,6 +36,7 @@ ABILITIES: dict[str, Callable[[Identity], bool]] = {
     "spawn": lambda i: i.is_spawner,
     "admin": lambda i: i.is_admin,
     "agent": lambda i: i.is_agent,
+    "reclaim": lambda i: i.is_reclaimer,
     "use-or-agent": lambda i: i.may_use or i.is_agent,
     "identified": lambda i: True,
 }

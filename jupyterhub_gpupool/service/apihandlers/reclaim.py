@@ -1,0 +1,256 @@
+"""The reclaimer's endpoints (leader lock, watched leases, rounds, outcomes) and the admin's
+reclaim policies.
+
+The pool decides and the reclaimer acts: a round carries what the reclaimer saw of each lease's
+server and user; the handler adds the GPU samples of the window from the service's utilization
+buffer and sends it all through the writer, where the store plans and applies it in one
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...pool.reclaim import KERNEL_STATES, GpuSample, KernelView, PresenceView
+from ...store.reclaim import Device, Observation
+from .base import APIError, APIHandler, needs
+
+#: At most this many files in one outcome's ``saved``, each at most this long.
+MAX_SAVED = 10_000
+MAX_PATH = 4096
+
+
+def _number(value: object, where: str, *, nullable: bool = False) -> float | None:
+    """An epoch time (or another number) of the body; None only where ``nullable``."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "a number or null" if nullable else "a number"
+        raise APIError("invalid_field", f"{where} must be {kind}", field=where)
+    if not 0 <= value < 1e11:  # epoch seconds up to year 5138
+        raise APIError("invalid_field", f"{where} is out of range", field=where)
+    return float(value)
+
+
+def _fields(raw: object, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise APIError("invalid_field", f"{where} must be an object", field=where)
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise APIError(
+            "invalid_field",
+            f"{where} has unknown field(s): {', '.join(unknown)}",
+            field=f"{where}.{unknown[0]}",
+            allowed=sorted(allowed),
+        )
+    return raw
+
+
+def parse_window(raw: dict) -> tuple[float, float]:
+    """``{"start", "end"}`` in epoch seconds, ``end`` after ``start``."""
+    window = _fields(raw, "window", ("start", "end"))
+    for key in ("start", "end"):
+        if key not in window:
+            raise APIError("invalid_field", f"window.{key} is required", field=f"window.{key}")
+    start, end = _number(window["start"], "window.start"), _number(window["end"], "window.end")
+    assert start is not None and end is not None
+    if end <= start:
+        raise APIError("invalid_field", "window.end must be after window.start", field="window")
+    return start, end
+
+
+def parse_observed(raw: dict) -> dict[str, Observation]:
+    """What the reclaimer saw, lease by lease: the server's kernels and the user's presence
+    (``null`` or left out: not seen, which the rules read as stale)."""
+    out: dict[str, Observation] = {}
+    for lease, seen in raw.items():
+        where = f"observed.{lease}"
+        seen = _fields(seen, where, ("kernel", "presence"))
+        kernel = presence = None
+        if seen.get("kernel") is not None:
+            k = _fields(
+                seen["kernel"], f"{where}.kernel", ("state", "last_activity", "observed_at")
+            )
+            if k.get("state") not in KERNEL_STATES:
+                raise APIError(
+                    "invalid_field",
+                    f"{where}.kernel.state must be one of {', '.join(KERNEL_STATES)}",
+                    field=f"{where}.kernel.state",
+                    allowed=KERNEL_STATES,
+                )
+            kernel = KernelView(
+                _number(k.get("observed_at"), f"{where}.kernel.observed_at"),  # type: ignore[arg-type]
+                k["state"],
+                _number(k.get("last_activity"), f"{where}.kernel.last_activity", nullable=True),
+            )
+        if seen.get("presence") is not None:
+            p = _fields(
+                seen["presence"], f"{where}.presence", ("last_input", "connections", "observed_at")
+            )
+            connections = p.get("connections", 0)
+            if isinstance(connections, bool) or not isinstance(connections, int) or connections < 0:
+                raise APIError(
+                    "invalid_field",
+                    f"{where}.presence.connections must be a whole number >= 0",
+                    field=f"{where}.presence.connections",
+                )
+            presence = PresenceView(
+                _number(p.get("observed_at"), f"{where}.presence.observed_at"),  # type: ignore[arg-type]
+                _number(p.get("last_input"), f"{where}.presence.last_input", nullable=True),
+                min(connections, 1_000_000),
+            )
+        out[str(lease)] = (kernel, presence)
+    return out
+
+
+class LeaderHandler(APIHandler):
+    """``POST reclaim/leader`` (take or renew the lead) and ``DELETE reclaim/leader?holder=``."""
+
+    route_name = "reclaim-leader"
+
+    @needs("reclaim", "lead the reclaimer")
+    async def post(self) -> None:
+        body = self.json_body({"holder": (str, True), "ttl": ((int, float), False)})
+        ttl = float(body.get("ttl", 60))
+        self.write_json(
+            await self.writer.call(
+                self.store.take_leader, body["holder"], ttl, actor=self.identity.describe()
+            )
+        )
+
+    @needs("reclaim", "lead the reclaimer")
+    async def delete(self) -> None:
+        holder = self.get_argument("holder", None)
+        if not holder:
+            raise APIError("invalid_argument", "holder is required", field="holder")
+        self.write_json(
+            await self.writer.call(
+                self.store.give_up_leader, holder, actor=self.identity.describe()
+            )
+        )
+
+
+class ReclaimLeasesHandler(APIHandler):
+    """``GET reclaim/leases``: the live leases the reclaimer watches, with their notices."""
+
+    route_name = "reclaim-leases"
+
+    @needs("reclaim", "read the reclaimer's leases")
+    def get(self) -> None:
+        offset, limit = self.page_args()
+        items, total = self.store.reclaim_leases(offset, limit)
+        self.write_page(items, total, offset, limit)
+
+
+class RoundHandler(APIHandler):
+    """``POST reclaim/rounds``: one window of every watched lease, decided by the pool."""
+
+    route_name = "reclaim-rounds"
+
+    @needs("reclaim", "run reclaim rounds")
+    async def post(self) -> None:
+        body = self.json_body(
+            {"holder": (str, True), "window": (dict, True), "observed": (dict, False)}
+        )
+        window = parse_window(body["window"])
+        observed = parse_observed(body.get("observed") or {})
+        samples = self._samples(window)
+        self.write_json(
+            await self.writer.call(
+                self.store.reclaim_round,
+                body["holder"],
+                window,
+                observed,
+                samples,
+                actor=self.identity.describe(),
+            )
+        )
+
+    def _samples(self, window: tuple[float, float]) -> dict[Device, list[GpuSample]]:
+        """The window's samples of every watched lease's devices, from the in-memory buffer."""
+        buffer = self.settings["utilization"]
+        start, end = window
+        devices = {d for ds in self.store.reclaim_devices().values() for d in ds}
+        out: dict[Device, list[GpuSample]] = {}
+        for device in devices:
+            out[device] = [
+                GpuSample(s.ts, s.util, s.memory_used_mib)
+                for s in buffer.series([device], start - 1e-6)
+                if s.ts <= end
+            ]
+        return out
+
+
+class OutcomeHandler(APIHandler):
+    """``POST reclaim/leases/{id}/outcome``: the claimed action was carried out, or failed."""
+
+    route_name = "reclaim-outcome"
+
+    @needs("reclaim", "report reclaim outcomes")
+    async def post(self, lease_id: str) -> None:
+        body = self.json_body(
+            {
+                "holder": (str, True),
+                "result": (str, True),
+                "saved": (list, False),
+                "detail": (str, False),
+            }
+        )
+        saved = body.get("saved") or []
+        if len(saved) > MAX_SAVED:
+            raise APIError("invalid_field", f"saved lists over {MAX_SAVED} files", field="saved")
+        for i, path in enumerate(saved):
+            if not isinstance(path, str) or len(path) > MAX_PATH:
+                raise APIError(
+                    "invalid_field",
+                    f"saved[{i}] must be a path of at most {MAX_PATH} characters",
+                    field=f"saved[{i}]",
+                )
+        self.write_json(
+            await self.writer.call(
+                self.store.reclaim_outcome,
+                lease_id,
+                body["holder"],
+                body["result"],
+                saved,
+                body.get("detail", ""),
+                actor=self.identity.describe(),
+            )
+        )
+
+
+class PoliciesHandler(APIHandler):
+    """``GET|PUT|DELETE reclaim/policies``: the admin's override of the ``reclaim`` section."""
+
+    route_name = "reclaim-policies"
+
+    @needs("admin", "read reclaim policies")
+    def get(self) -> None:
+        self.write_json(self.store.reclaim_policy())
+
+    @needs("admin", "change reclaim policies")
+    async def put(self) -> None:
+        body = self.json_body(
+            {"default": (dict, False), "priority_classes": (dict, False), "offers": (dict, False)}
+        )
+        self.write_json(
+            await self.writer.call(
+                self.store.put_reclaim_policy, body, actor=self.identity.describe()
+            )
+        )
+
+    @needs("admin", "change reclaim policies")
+    async def delete(self) -> None:
+        self.write_json(
+            await self.writer.call(self.store.reset_reclaim_policy, actor=self.identity.describe())
+        )
+
+
+default_handlers = [
+    (r"reclaim/leader", LeaderHandler),
+    (r"reclaim/leases", ReclaimLeasesHandler),
+    (r"reclaim/leases/([^/]+)/outcome", OutcomeHandler),
+    (r"reclaim/rounds", RoundHandler),
+    (r"reclaim/policies", PoliciesHandler),
+]
