@@ -262,6 +262,7 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                 .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
             ).all()
             free = [r for r in rows if r.reclaim_acting is None]
+            claimed = [r for r in rows if r.reclaim_acting is not None]
             policies = self.reclaim_policies(db, alloc.offers)
             decisions = plan_reclaims(
                 [self._lease_info(r) for r in free],
@@ -275,7 +276,7 @@ class ReclaimStore(LeaseStore, UtilizationStore):
             )
             by_id = {r.id: r for r in free}
             answers = [self._apply(db, alloc, by_id[d.lease], d, actor) for d in decisions]
-            answers += [self._claimed(db, r, now, actor) for r in rows if r.reclaim_acting]
+            answers += [self._claimed(db, r, now, actor) for r in claimed]
             return {
                 "now": now,
                 "decisions": answers,

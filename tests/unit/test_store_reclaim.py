@@ -1,0 +1,440 @@
+"""Idle-GPU reclamation in the store, on SQLite and PostgreSQL: notices, "keep my GPU" and its
+limit, cancellation when the lease works again, the claimed action and the keepalive race, the
+release reason whoever releases, outcomes (a shrink's target withdrawn on failure), a restart
+mid-grace, the leader lock, the admin's policy override, stale data, and the user's history.
+
+Time is the store's clock (``StoreClock``); each round covers the minute before it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.errors import ConfigError
+from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
+from jupyterhub_gpupool.service.utilization import MinuteStats
+from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.rows import epoch
+from tests.fakes import STORE_POOL, StoreClock, make_instances, make_store
+from tests.fakes import lease_events as events
+
+#: Short timeouts: an idle lease gets notice after 8 minutes, is reclaimed after 10.
+POLICY = {
+    "default": {
+        "idle_timeout": "10m",
+        "pressure_idle_timeout": "5m",
+        "cpu_busy_timeout": "30m",
+        "warn_before": "2m",
+        "max_extensions": 1,
+        "extension": "10m",
+        "busy_grace": 0,
+        "min_runtime": 0,
+    },
+    "offers": {"a100-3g": {"action": "shrink:a100-1g"}},
+}
+POOL = {**STORE_POOL, "reclaim": POLICY}
+HOLDER = "reclaimer-1"
+
+
+@pytest.fixture
+def url(db_url: str) -> str:
+    upgrade(db_url)
+    return db_url
+
+
+@pytest.fixture
+def store(url: str, clock: StoreClock) -> Store:
+    store = make_store(url, clock, pool=POOL)
+    store.take_leader(HOLDER, 600)
+    return store
+
+
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+    """A lease bound by its server (``active``)."""
+    lease = store.allocate(user, server, offer)
+    if offer.startswith("a100"):
+        make_instances(store)
+    return store.keepalive(lease["id"])
+
+
+def devices(lease: dict) -> list[tuple[str, int | None]]:
+    return [(s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]]
+
+
+def step(
+    store: Store,
+    clock: StoreClock,
+    *leases: dict,
+    util: float = 0.0,
+    kernel: str = "idle",
+    typing: bool = False,
+    seen: bool = True,
+    samples: bool = True,
+    minutes: float = 1,
+    holder: str = HOLDER,
+    renew: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Move on ``minutes`` and run a round over them: every lease's GPU at ``util`` (MIG: no
+    utilization, little memory), its kernel ``kernel``, its user typing or away; ``seen``
+    False: the reclaimer reached neither. Returns the decisions by lease."""
+    clock.advance(minutes=minutes)
+    if renew:  # as the reclaimer renews its lead before each round
+        store.take_leader(holder, 600)
+    now = epoch(clock())
+    start = now - 60 * minutes
+    observed, by_device = {}, {}
+    for lease in leases:
+        if seen:
+            observed[lease["id"]] = (
+                KernelView(now, kernel, None),
+                PresenceView(now, now - 1 if typing else None, 1),
+            )
+        if samples:
+            for gpu, mig in devices(lease):
+                u = None if mig is not None else util
+                by_device[(gpu, mig)] = [GpuSample(t, u, 10) for t in (start + 1, now)]
+    answer = store.reclaim_round(holder, (start, now), observed, by_device)
+    assert answer["now"] == now
+    return {d["lease"]: d for d in answer["decisions"]}
+
+
+def until(store: Store, clock: StoreClock, lease: dict, kind: str, limit: int = 60, **kw: Any):
+    """Rounds a minute apart until the lease's decision is ``kind``; returns it."""
+    for _ in range(limit):
+        d = step(store, clock, lease, **kw)[lease["id"]]
+        if d["kind"] == kind:
+            return d
+    raise AssertionError(f"no {kind} within {limit} rounds (last: {d})")
+
+
+def refused(call, *args: Any, **kw: Any) -> StoreError:
+    with pytest.raises(StoreError) as e:
+        call(*args, **kw)
+    return e.value
+
+
+# -- notice, keep my GPU, cancel -------------------------------------------------------------
+
+
+def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
+    lease = bound(store)
+    notice = until(store, clock, lease, "notice")
+    assert notice["action"] == "stop" and notice["evidence"]["verdict"] == "idle"
+    assert clock() == clock().replace(hour=9, minute=8)  # 10 min idle, 2 min notice ahead
+    shown = store.lease(lease["id"])
+    assert shown["state"] == "reclaiming"
+    assert shown["reclaim"] == {
+        "kind": "idle",
+        "deadline": "2026-03-02T09:10:00Z",
+        "reason": notice["reason"],
+        "action": "stop",
+        "issued": "2026-03-02T09:08:00Z",
+        "pressure": False,
+        "extensions": 0,
+        "max_extensions": 1,
+        "extendable": True,
+        "acting": False,
+    }
+    me = store.user("alice")
+    assert me["notices"][0]["reason"] == notice["reason"]
+    assert me["notices"][0]["action"] == "stop" and me["notices"][0]["lease"] == lease["id"]
+
+    kept = store.keepalive(lease["id"], actor="user:alice")
+    assert kept["state"] == "active" and kept["reclaim"] is None
+    assert events(store, lease["id"])[-2:] == ["reclaim-notice", "reclaim-extended"]
+    # the extension holds the next notice back for 10 minutes (and the counts start again)
+    again = until(store, clock, lease, "notice")
+    assert clock() >= clock().replace(hour=9, minute=16)
+    assert store.lease(lease["id"])["reclaim"]["extendable"] is False
+    e = refused(store.keepalive, lease["id"])
+    assert (e.code, e.allowed) == ("extension_limit", [1]) and "1 extensions" in e.message
+    assert store.lease(lease["id"])["state"] == "reclaiming"
+    assert again["kind"] == "notice"
+
+
+def test_a_notice_is_cancelled_when_the_gpu_works_again(store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "notice")
+    d = step(store, clock, lease, util=80.0)[lease["id"]]
+    assert d["kind"] == "cancel" and d["reason"] == "the GPU got busy again"
+    assert d["evidence"]["gpu"] == "busy"
+    assert store.lease(lease["id"])["state"] == "active"
+    assert store.lease(lease["id"])["reclaim"] is None
+    kinds = events(store, lease["id"])
+    assert kinds[-2:] == ["reclaim-notice", "reclaim-cancelled"]
+    data = store.events(lease=lease["id"])[0][-1]["data"]
+    assert data["evidence"]["gpu"] == "busy" and data["reason"] == "the GPU got busy again"
+
+
+def test_a_busy_kernel_on_a_busy_gpu_is_never_reclaimed(store, clock):
+    lease = bound(store)
+    for _ in range(40):
+        d = step(store, clock, lease, util=90.0, kernel="busy")[lease["id"]]
+        assert d["kind"] == "none", d
+    assert store.lease(lease["id"])["state"] == "active"
+
+
+# -- the action and the race with keepalive --------------------------------------------------
+
+
+def test_act_claims_the_lease_and_keepalive_then_loses(store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "notice")
+    act = until(store, clock, lease, "act")
+    assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
+    assert act["deadline"] == "2026-03-02T09:10:00Z" and act["evidence"]["verdict"] == "idle"
+    assert store.lease(lease["id"])["reclaim"]["acting"] is True
+    e = refused(store.keepalive, lease["id"])
+    assert e.code == "reclaim_in_progress"
+    assert events(store, lease["id"])[-1] == "reclaim-acting"  # the act won, and says so
+    # a claimed lease is not decided again while its outcome is awaited
+    d = step(store, clock, lease)[lease["id"]]
+    assert d["kind"] == "none" and "being reclaimed" in d["reason"]
+
+
+def test_keepalive_first_and_the_round_does_not_act(store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "notice")
+    clock.advance(minutes=2)  # at the deadline the user presses "keep my GPU" first
+    store.keepalive(lease["id"], actor="user:alice")
+    d = step(store, clock, lease, minutes=0.5)[lease["id"]]
+    assert d["kind"] == "none"
+    assert store.lease(lease["id"])["state"] == "active"
+    assert "reclaim-acting" not in events(store, lease["id"])
+    assert events(store, lease["id"])[-1] == "reclaim-extended"
+
+
+def test_a_claim_without_outcome_is_handed_out_again(store, clock):
+    lease = bound(store)
+    first = until(store, clock, lease, "act")
+    for _ in range(14):  # the reclaimer that claimed it died; nothing for 15 minutes
+        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
+    again = step(store, clock, lease)[lease["id"]]
+    assert again["kind"] == "act" and again["action"] == first["action"]
+    assert events(store, lease["id"])[-2:] == ["reclaim-acting", "reclaim-acting"]
+
+
+def test_release_of_a_claimed_lease_records_the_claimed_reason(store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "act")
+    # the spawner's stop during the action releases it as "stopped"
+    done = store.release(lease["id"], reason="stopped", actor="service:spawner")
+    assert done["release_reason"] == "reclaimed-idle"
+    # the reclaimer's outcome comes after: the lease stays released as it was
+    after = store.reclaim_outcome(lease["id"], HOLDER, "done", ["work.ipynb"], "saved 1 file")
+    assert after["release_reason"] == "reclaimed-idle" and after["state"] == "released"
+    assert events(store, lease["id"])[-2:] == ["released", "reclaimed"]
+
+
+def test_outcome_done_releases_and_the_user_sees_it(store, clock):
+    lease = bound(store)
+    gpu = lease["slots"][0]["gpu"]
+    until(store, clock, lease, "act")
+    minute = clock().replace(minute=5, second=0)
+    stats = MinuteStats(1, 1, 40.0, 40.0, 2048)
+    store.write_minutes({(gpu, -1, minute): stats})
+    done = store.reclaim_outcome(lease["id"], HOLDER, "done", ["a.ipynb", "b.py"], "saved 2")
+    assert done["state"] == "released" and done["release_reason"] == "reclaimed-idle"
+    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "done")
+    assert e.code == "not_acting"
+    (past,) = store.user("alice")["reclaims"]
+    assert past == {
+        "lease": lease["id"],
+        "offer": "h100",
+        "server": "",
+        "at": "2026-03-02T09:10:00Z",
+        "action": "stop",
+        "reason": past["reason"],
+        "release_reason": "reclaimed-idle",
+        "saved": ["a.ipynb", "b.py"],
+        "outcome": "done",
+        "detail": "saved 2",
+        "utilization": [
+            {"minute": "2026-03-02T09:05:00Z", "util_mean": 40.0, "memory_used_mib_max": 2048}
+        ],
+    }
+    assert "idle" in past["reason"]
+
+
+def test_outcome_failed_keeps_the_lease_and_withdraws_the_shrink_target(store, clock):
+    lease = bound(store, "a100-3g")
+    until(store, clock, lease, "notice")
+    act = until(store, clock, lease, "act")
+    assert act["action"] == "shrink:a100-1g" and act["target_offer"] == "a100-1g"
+    target = store.lease(act["target_lease"])
+    assert target["state"] == "granted" and target["resize_of"] == lease["id"]
+    failed = store.reclaim_outcome(lease["id"], HOLDER, "failed", [], "the restart timed out")
+    assert failed["state"] == "active" and failed["reclaim"] is None
+    assert store.lease(target["id"])["release_reason"] == "cancelled"
+    assert events(store, lease["id"])[-1] == "reclaim-failed"
+    # the counts start again: no new notice before another 8 idle minutes
+    for _ in range(7):
+        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
+    (past,) = store.user("alice")["reclaims"]
+    assert past["outcome"] == "failed" and past["detail"] == "the restart timed out"
+
+
+def test_shrink_done_binds_the_target_and_releases_the_old_lease_as_reclaimed(store, clock):
+    lease = bound(store, "a100-3g")
+    act = until(store, clock, lease, "act")
+    make_instances(store)
+    # the spawner restarts the server on the reserved target: binding it ends the old one
+    store.keepalive(act["target_lease"])
+    assert store.lease(lease["id"])["release_reason"] == "reclaimed-idle"
+    store.reclaim_outcome(lease["id"], HOLDER, "done", ["x.ipynb"])
+    assert store.lease(act["target_lease"])["state"] == "active"
+
+
+# -- faults: a restart, stale data, the leader -------------------------------------------------
+
+
+def test_a_restart_mid_grace_keeps_the_deadline_and_acts_at_it(url, store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "notice")
+    deadline = store.lease(lease["id"])["reclaim"]["deadline"]
+    again = make_store(url, clock, pool=POOL)  # a new service process on the same database
+    assert again.lease(lease["id"])["reclaim"]["deadline"] == deadline
+    assert step(again, clock, lease)[lease["id"]]["kind"] == "noticed"
+    act = step(again, clock, lease)[lease["id"]]
+    assert act["kind"] == "act" and act["deadline"] == deadline == "2026-03-02T09:10:00Z"
+
+
+def test_stale_data_never_acts(store, clock):
+    lease = bound(store)
+    until(store, clock, lease, "notice")
+    # past the deadline, but the user's server was not reached: nothing happens
+    for _ in range(5):
+        d = step(store, clock, lease, seen=False)[lease["id"]]
+        assert d["kind"] == "stale" and "not reached" in d["reason"]
+    # no GPU samples in the window: nothing happens either
+    d = step(store, clock, lease, samples=False)[lease["id"]]
+    assert d["kind"] == "stale" and "telemetry" in d["reason"]
+    # a window that ended long ago
+    now = epoch(clock())
+    answer = store.reclaim_round(HOLDER, (now - 900, now - 600), {}, {})
+    assert answer["stale"] == 1
+    assert store.lease(lease["id"])["reclaim"]["acting"] is False
+    assert "reclaim-acting" not in events(store, lease["id"])
+
+
+def test_stale_counts_restart_so_fresh_data_must_show_idleness_again(store, clock):
+    lease = bound(store)
+    for _ in range(7):
+        step(store, clock, lease)
+    step(store, clock, lease, seen=False)
+    for _ in range(7):
+        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
+
+
+def test_leader_lock(url, store, clock):
+    e = refused(store.take_leader, "reclaimer-2", 60)
+    assert e.code == "not_leader" and HOLDER in e.message
+    lease = bound(store)
+    e = refused(step, store, clock, lease, holder="reclaimer-2", renew=False)
+    assert e.code == "not_leader"
+    assert store.take_leader(HOLDER, 60)["leader"] is True  # renewing
+    clock.advance(seconds=61)
+    taken = store.take_leader("reclaimer-2", 30)
+    assert taken == {"holder": "reclaimer-2", "expires": taken["expires"], "leader": True}
+    e = refused(step, store, clock, lease, holder=HOLDER, renew=False)
+    assert e.code == "not_leader"
+    assert store.give_up_leader("reclaimer-2")["holder"] is None
+    assert store.take_leader(HOLDER, 60)["holder"] == HOLDER
+    e = refused(store.take_leader, HOLDER, 3)
+    assert (e.code, e.field) == ("invalid_field", "ttl")
+
+
+def test_two_replicas_racing_for_the_lead_get_one_leader(url, clock):
+    stores = [make_store(url, clock, pool=POOL) for _ in range(2)]
+
+    def take(i: int) -> str:
+        try:
+            return stores[i].take_leader(f"replica-{i}", 60)["holder"]
+        except StoreError as e:
+            return e.code
+
+    with ThreadPoolExecutor(2) as pool:
+        got = sorted(pool.map(take, range(2)))
+    assert got[0] == "not_leader" and got[1].startswith("replica-"), got
+
+
+def test_outcome_needs_a_claim_and_the_lead(store, clock):
+    lease = bound(store)
+    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "done")
+    assert e.code == "not_acting"
+    e = refused(store.reclaim_outcome, lease["id"], "someone-else", "done")
+    assert e.code == "not_leader"
+    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "maybe")
+    assert (e.code, e.field) == ("invalid_field", "result")
+
+
+# -- notices that cannot be kept -------------------------------------------------------------
+
+
+def test_a_max_age_notice_cannot_be_kept(store, clock):
+    store.put_reclaim_policy({"default": {**POLICY["default"], "max_age": "1h"}})
+    lease = bound(store)
+    for _ in range(60):
+        d = step(store, clock, lease, util=80.0)[lease["id"]]
+        if d["kind"] == "notice":
+            break
+    assert store.lease(lease["id"])["reclaim"]["kind"] == "max_age"
+    e = refused(store.keepalive, lease["id"])
+    assert e.code == "not_extendable"
+    assert store.lease(lease["id"])["reclaim"]["extendable"] is False
+
+
+# -- policies --------------------------------------------------------------------------------
+
+
+def test_policy_override_is_validated_persisted_and_reset(url, store, clock):
+    got = store.reclaim_policy()
+    assert got["source"] == "file" and got["reclaim"] == POLICY
+    assert got["effective"]["offers"]["a100-3g"]["action"] == "shrink:a100-1g"
+    e = refused(store.put_reclaim_policy, {"offers": {"h100": {"idle_timeout": -5}}})
+    assert (e.code, e.field) == ("invalid_field", "reclaim.offers.h100.idle_timeout")
+    e = refused(store.put_reclaim_policy, {"offers": {"nope": {}}})
+    assert (e.code, e.field) == ("invalid_field", "reclaim.offers") and "nope" in e.message
+    e = refused(store.put_reclaim_policy, {"offers": {"a100-1g": {"action": "shrink:h100"}}})
+    assert e.field == "reclaim.offers.a100-1g.action"
+    assert store.reclaim_policy()["source"] == "file"
+
+    put = store.put_reclaim_policy({"default": {"idle_timeout": "2h"}}, actor="user:admin")
+    assert put["source"] == "api" and put["effective"]["default"]["idle_timeout"] == 7200.0
+    restarted = make_store(url, clock, pool=POOL)
+    assert restarted.reclaim_policy()["source"] == "api"  # in the database: survives restarts
+    lease = bound(restarted)
+    for _ in range(30):  # 2 h idle timeout now: no notice within 30 minutes
+        assert step(restarted, clock, lease)[lease["id"]]["kind"] == "none"
+    assert restarted.reset_reclaim_policy()["source"] == "file"
+
+
+def test_pool_config_reclaim_errors_name_the_field(url, clock):
+    bad = {**STORE_POOL, "reclaim": {"default": {"warn_before": "soon"}}}
+    with pytest.raises(ConfigError) as e:
+        make_store(url, clock, pool=bad)
+    assert e.value.field == "reclaim.default.warn_before"
+    plain = make_store(url, clock)  # no reclaim section: the defaults, reclaim on
+    assert plain.reclaim_policy()["source"] == "default"
+    assert plain.reclaim_policy()["effective"]["default"]["enabled"] is True
+
+
+# -- the reclaimer's view ----------------------------------------------------------------------
+
+
+def test_watched_leases_and_devices(store, clock):
+    lease = bound(store)
+    granted = store.allocate("bob", "", "a100-1g")  # not bound yet: not watched
+    items, total = store.reclaim_leases()
+    assert total == 1 and items[0]["id"] == lease["id"] and items[0]["reclaim"] is None
+    assert set(items[0]) == {"id", "user", "server", "offer", "state", "node", "granted_at",
+                             "reclaim"}  # fmt: skip
+    assert store.reclaim_devices() == {lease["id"]: devices(lease)}
+    until(store, clock, lease, "notice")
+    assert store.reclaim_leases()[0][0]["reclaim"]["kind"] == "idle"
+    assert store.reclaiming_count() == 1
+    assert granted["id"] not in store.reclaim_devices()
