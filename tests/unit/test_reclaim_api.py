@@ -1,0 +1,349 @@
+"""The reclaim endpoints over HTTP, through the service's real tornado app (``make_app``) and
+its writer, with the hub's token check played by a fake: who may call what, the statuses and
+error bodies, a whole notice → keep → act → outcome flow with samples from the service's
+utilization buffer, the user's reclaims in ``GET users/me``, the policy override, the metrics.
+
+The service runs on its own event loop in a thread; the store's clock is the test's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.app import PoolService
+from jupyterhub_gpupool.service.metrics import PoolMetrics
+from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, RECLAIM, SPAWN, USE
+from jupyterhub_gpupool.service.utilization import MinuteAggregator, Sample, UtilizationBuffer
+from jupyterhub_gpupool.service.writer import BatchWriter
+from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.rows import epoch
+from tests.fakes import STORE_POOL, Response, StoreClock, make_store, request
+
+POLICY = {
+    "default": {
+        "idle_timeout": "10m",
+        "pressure_idle_timeout": "5m",
+        "cpu_busy_timeout": "30m",
+        "warn_before": "2m",
+        "max_extensions": 1,
+        "extension": "10m",
+        "busy_grace": 0,
+    }
+}
+POOL = {**STORE_POOL, "reclaim": POLICY}
+
+#: token → the model the hub would answer for it.
+MODELS: dict[str, dict[str, Any]] = {
+    "alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"], "groups": []},
+    "bob": {"kind": "user", "name": "bob", "scopes": [f"{USE}!user=bob"], "groups": []},
+    "spawner": {"kind": "service", "name": "spawner", "scopes": [SPAWN]},
+    "agent": {"kind": "service", "name": "agent", "scopes": [AGENT]},
+    "reclaimer": {"kind": "service", "name": "reclaimer", "scopes": [RECLAIM]},
+    "admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []},
+}
+
+
+class FakeHubAuth:
+    """The service's ``HubOAuth`` as the API handlers use it: a token names a model."""
+
+    hub_prefix = "/hub/"
+
+    async def get_user(self, handler: Any, sync: bool = True) -> dict[str, Any] | None:
+        token = handler.request.headers.get("Authorization", "").removeprefix("token ").strip()
+        model = MODELS.get(token)
+        return None if model is None else {**model, "scopes": list(model["scopes"])}
+
+
+class Service:
+    """The app served on a loopback port; ``call`` sends one request with a caller's token."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.svc = PoolService(authenticate_prometheus=False, check_user_servers=False)
+        self.svc.base_url = "/services/gpupool/"
+        self.svc.store, self.svc.hub_auth, self.svc.hub = store, FakeHubAuth(), None
+        self.svc.metrics = PoolMetrics()
+        store.listeners.append(self.svc.metrics.on_event)
+        self.svc.utilization, self.svc.minutes = UtilizationBuffer(86400), MinuteAggregator()
+        self.svc.writer = BatchWriter(store)
+        self.loop = asyncio.new_event_loop()
+        self.sockets = bind_sockets(0, "127.0.0.1")
+        self.url = f"http://127.0.0.1:{self.sockets[0].getsockname()[1]}/services/gpupool"
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def listen() -> None:
+            HTTPServer(self.svc.make_app()).add_sockets(self.sockets)
+
+        self.loop.run_until_complete(listen())
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        self.svc.writer.start()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.svc.writer.stop()
+
+    def call(self, who: str | None, method: str, path: str, body: object = None) -> Response:
+        return request(method, f"{self.url}/api/v1/{path}", who, body)
+
+    def ok(self, who: str, method: str, path: str, body: object = None) -> Any:
+        r = self.call(who, method, path, body)
+        assert r.status == 200, f"{method} {path}: {r.status} {r.body[:300]!r}"
+        return r.json()
+
+    def samples(self, lease: dict, t0: float, t1: float, util: float = 0.0) -> None:
+        """Telemetry of the lease's GPU over [t0, t1] into the service's buffer."""
+        gpu = lease["slots"][0]["gpu"]
+        self.svc.utilization.add(Sample(t, gpu, None, util, 100) for t in (t0 + 1, t1))
+
+
+@pytest.fixture
+def api(db_url: str, clock: StoreClock) -> Iterator[Service]:
+    upgrade(db_url)
+    service = Service(make_store(db_url, clock, pool=POOL))
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def error(r: Response) -> dict[str, Any]:
+    assert r.headers.get("Content-Type", "").startswith("application/json"), r.headers
+    return r.json()["error"]
+
+
+def lease_of_alice(api: Service) -> dict:
+    lease = api.store.allocate("alice", "", "h100")
+    return api.store.keepalive(lease["id"])
+
+
+def round_(api: Service, clock: StoreClock, lease: dict, *, util: float = 0.0, who="reclaimer"):
+    """A minute later, a round seeing alice's server idle and alice away."""
+    clock.advance(minutes=1)
+    api.ok(who, "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})  # renewed each round
+    now = epoch(clock())
+    api.samples(lease, now - 60, now, util)
+    seen = {
+        "kernel": {"state": "idle", "last_activity": None, "observed_at": now},
+        "presence": {"last_input": None, "connections": 1, "observed_at": now},
+    }
+    body = {
+        "holder": "r1",
+        "window": {"start": now - 60, "end": now},
+        "observed": {lease["id"]: seen},
+    }
+    answer = api.ok(who, "POST", "reclaim/rounds", body)
+    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+
+
+# -- who may call what -------------------------------------------------------------------------
+
+CALLERS = (None, "alice", "spawner", "agent", "reclaimer", "admin")
+#: Request, body, then the expected status per caller (anon, alice, spawner, agent,
+#: reclaimer, admin). Each caller runs the rows in order: it takes the lead, gives it up.
+ROUND = {"holder": "x", "window": {"start": 1, "end": 2}}
+# fmt: off
+MATRIX = [
+    ("GET reclaim/leases", None,                             401, 403, 403, 403, 200, 200),
+    ("POST reclaim/leader", {"holder": "{who}", "ttl": 5},   401, 403, 403, 403, 200, 200),
+    ("DELETE reclaim/leader?holder={who}", None,             401, 403, 403, 403, 200, 200),
+    ("POST reclaim/rounds", ROUND,                           401, 403, 403, 403, 409, 409),
+    ("POST reclaim/leases/{id}/outcome", {"holder": "x", "result": "done"},
+                                                             401, 403, 403, 403, 409, 409),
+    ("GET reclaim/policies", None,                           401, 403, 403, 403, 403, 200),
+    ("PUT reclaim/policies", {"default": {"idle_timeout": "2h"}},
+                                                             401, 403, 403, 403, 403, 200),
+    ("DELETE reclaim/policies", None,                        401, 403, 403, 403, 403, 200),
+]
+# fmt: on
+
+
+def _fill(value: Any, **names: str) -> Any:
+    if isinstance(value, str):
+        for k, v in names.items():
+            value = value.replace("{" + k + "}", v)
+        return value
+    if isinstance(value, dict):
+        return {k: _fill(v, **names) for k, v in value.items()}
+    return value
+
+
+def test_who_may_call_what(api):
+    lease = lease_of_alice(api)
+    wrong = []
+    for column, who in enumerate(CALLERS):
+        for what, body, *want in MATRIX:
+            method, path = what.split(" ")
+            status = want[column]
+            names = {"who": who or "anon", "id": lease["id"]}
+            r = api.call(who, method, _fill(path, **names), _fill(body, **names))
+            if r.status != status:
+                wrong.append(f"{method} {path} as {who}: {r.status} (want {status}) {r.body!r}")
+            elif status >= 400:
+                error(r)  # a JSON error body with a code
+    assert not wrong, "\n".join(wrong)
+    # alice's "keep my GPU" on her lease; bob gets the 404 of a lease that does not exist
+    assert api.call("bob", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 404
+    assert api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 200
+
+
+# -- the flow ----------------------------------------------------------------------------------
+
+
+def test_notice_keep_act_outcome_over_http(api, clock):
+    lease = lease_of_alice(api)
+    took = api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
+    assert took["holder"] == "r1" and took["leader"] is True
+    other = api.call("admin", "POST", "reclaim/leader", {"holder": "r2"})
+    assert other.status == 409 and error(other)["code"] == "not_leader"
+    assert "r1" in error(other)["message"]
+
+    kinds = [round_(api, clock, lease)["kind"] for _ in range(8)]
+    assert kinds == ["none"] * 7 + ["notice"]
+    me = api.ok("alice", "GET", "users/me")
+    (notice,) = me["notices"]
+    assert notice["kind"] == "reclaim" and notice["action"] == "stop"
+    assert notice["deadline"] == "2026-03-02T09:10:00Z" and "idle" in notice["reason"]
+    assert me["leases"][0]["state"] == "reclaiming"
+    assert me["leases"][0]["reclaim"]["extendable"] is True
+    watched = api.ok("reclaimer", "GET", "reclaim/leases?limit=10")
+    assert watched["total"] == 1 and watched["items"][0]["reclaim"]["kind"] == "idle"
+
+    kept = api.ok("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    assert kept["state"] == "active" and kept["reclaim"] is None
+    for _ in range(30):
+        if round_(api, clock, lease)["kind"] == "notice":
+            break
+    limit = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    assert limit.status == 409
+    assert error(limit)["code"] == "extension_limit" and error(limit)["allowed"] == [1]
+
+    for _ in range(5):
+        act = round_(api, clock, lease)
+        if act["kind"] == "act":
+            break
+    assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
+    late = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    assert late.status == 409 and error(late)["code"] == "reclaim_in_progress"
+
+    outcome = {"holder": "r1", "result": "done", "saved": ["nb.ipynb"], "detail": "saved"}
+    done = api.ok("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    assert done["state"] == "released" and done["release_reason"] == "reclaimed-idle"
+    again = api.call("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    assert again.status == 409 and error(again)["code"] == "not_acting"
+    (past,) = api.ok("alice", "GET", "users/me")["reclaims"]
+    assert past["saved"] == ["nb.ipynb"] and past["outcome"] == "done"
+    assert past["release_reason"] == "reclaimed-idle"
+
+    metrics = request("GET", f"{api.url}/metrics").body.decode()
+    assert 'gpupool_reclaim_notices_total{kind="idle"} 2.0' in metrics
+    assert 'gpupool_reclaim_acts_total{action="stop"} 1.0' in metrics
+    assert 'gpupool_reclaim_cancels_total{why="kept"} 1.0' in metrics
+    assert 'gpupool_reclaim_outcomes_total{result="done"} 1.0' in metrics
+    assert "gpupool_leases_reclaiming 0.0" in metrics
+
+    gone = api.ok("reclaimer", "DELETE", "reclaim/leader?holder=r1")
+    assert gone == {"holder": None, "expires": None, "leader": False}
+
+
+def test_a_round_without_samples_or_observations_decides_nothing(api, clock):
+    lease = lease_of_alice(api)
+    api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
+    for _ in range(15):
+        clock.advance(minutes=1)
+        api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
+        now = epoch(clock())
+        body = {"holder": "r1", "window": {"start": now - 60, "end": now}}
+        answer = api.ok("reclaimer", "POST", "reclaim/rounds", body)
+        assert answer["stale"] == 1 and answer["decisions"][0]["kind"] == "stale"
+    assert api.store.lease(lease["id"])["state"] == "active"
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+NOW = epoch(StoreClock()())
+WINDOW = {"start": NOW - 60, "end": NOW}
+# fmt: off
+BAD = [
+    # method, path, body, status, code, field
+    ("POST", "reclaim/leader", {"holder": "r1", "ttl": 1}, 422, "invalid_field", "ttl"),
+    ("POST", "reclaim/leader", {"holder": ""}, 422, "invalid_field", "holder"),
+    ("POST", "reclaim/leader", {"ttl": 60}, 422, "missing_field", "holder"),
+    ("POST", "reclaim/leader", {"holder": "r1", "colour": 1}, 422, "unknown_field", "colour"),
+    ("DELETE", "reclaim/leader", None, 400, "invalid_argument", "holder"),
+    ("POST", "reclaim/rounds", {"holder": "r1"}, 422, "missing_field", "window"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": {"start": 5, "end": 4}}, 422,
+     "invalid_field", "window"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": {"start": "a", "end": 4}}, 422,
+     "invalid_field", "window.start"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": {"start": 1}}, 422,
+     "invalid_field", "window.end"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": WINDOW, "observed": {"x": 1}}, 422,
+     "invalid_field", "observed.x"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": WINDOW,
+     "observed": {"x": {"kernel": {"state": "asleep", "observed_at": NOW}}}}, 422,
+     "invalid_field", "observed.x.kernel.state"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": WINDOW,
+     "observed": {"x": {"presence": {"connections": -1, "observed_at": NOW}}}}, 422,
+     "invalid_field", "observed.x.presence.connections"),
+    ("POST", "reclaim/rounds", {"holder": "r1", "window": WINDOW,
+     "observed": {"x": {"kernel": {"state": "idle"}}}}, 422,
+     "invalid_field", "observed.x.kernel.observed_at"),
+    ("POST", "reclaim/rounds", {"holder": "nobody", "window": WINDOW}, 409, "not_leader",
+     "holder"),
+    ("POST", "reclaim/leases/nope/outcome", {"holder": "r1", "result": "done"}, 404,
+     "not_found", "id"),
+    ("POST", "reclaim/leases/{id}/outcome", {"holder": "r1", "result": "meh"}, 422,
+     "invalid_field", "result"),
+    ("POST", "reclaim/leases/{id}/outcome", {"holder": "r1", "result": "done"}, 409,
+     "not_acting", "id"),
+    ("POST", "reclaim/leases/{id}/outcome", {"holder": "r1", "result": "done", "saved": [1]},
+     422, "invalid_field", "saved[0]"),
+    ("PUT", "reclaim/policies", {"offers": {"h100": {"idle_timeout": -1}}}, 422,
+     "invalid_field", "reclaim.offers.h100.idle_timeout"),
+    ("PUT", "reclaim/policies", {"offers": {"nope": {}}}, 422, "invalid_field", "reclaim.offers"),
+    ("PUT", "reclaim/policies", {"default": {"action": "shrink:h100x9"}}, 422, "invalid_field",
+     "reclaim.default.action"),
+    ("PUT", "reclaim/policies", {"default": {"idle_timeout": "2h"}, "extra": {}}, 422,
+     "unknown_field", "extra"),
+]
+# fmt: on
+
+
+def test_bad_input_gets_a_json_error_naming_the_field(api):
+    lease = lease_of_alice(api)
+    api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
+    wrong = []
+    for method, path, body, status, code, field in BAD:
+        who = "admin" if "policies" in path else "reclaimer"
+        r = api.call(who, method, path.replace("{id}", lease["id"]), body)
+        got = (r.status, *(lambda e: (e["code"], e.get("field")))(error(r)))
+        if got != (status, code, field):
+            wrong.append(f"{method} {path} {body}: {got} != {(status, code, field)}")
+    assert not wrong, "\n".join(wrong)
+    assert api.ok("admin", "GET", "reclaim/policies")["source"] == "file"
+
+
+def test_policies_over_http(api):
+    got = api.ok("admin", "GET", "reclaim/policies")
+    assert got["source"] == "file" and got["reclaim"] == POLICY
+    assert got["effective"]["default"]["idle_timeout"] == 600.0
+    put = api.ok("admin", "PUT", "reclaim/policies", {"offers": {"h100": {"idle_timeout": "3h"}}})
+    assert put["source"] == "api" and put["effective"]["offers"]["h100"]["idle_timeout"] == 10800
+    assert put["effective"]["offers"]["a100-1g"]["idle_timeout"] == 3600  # the defaults
+    assert api.ok("admin", "DELETE", "reclaim/policies")["source"] == "file"
