@@ -1,0 +1,227 @@
+{{- /*
+  Names, labels, images and the checks that join two values, in the style of
+  zero-to-jupyterhub's _helpers-names.tpl and _helpers.tpl: every name comes from a helper,
+  so a parent chart (or a test) can reach the same names, and every object carries the
+  app.kubernetes.io/* labels.
+*/}}
+
+
+{{- /* The prefix of every name: fullnameOverride, else release(-chart). */}}
+{{- define "gpupool.fullname" -}}
+  {{- if .Values.fullnameOverride }}
+    {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+  {{- else }}
+    {{- $name := .Values.nameOverride | default .Chart.Name }}
+    {{- if contains $name .Release.Name }}
+      {{- .Release.Name | trunc 63 | trimSuffix "-" }}
+    {{- else }}
+      {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+{{- /* Namespaced objects */}}
+{{- define "gpupool.pool.fullname" -}}
+  {{- include "gpupool.fullname" . }}
+{{- end }}
+{{- define "gpupool.config.fullname" -}}
+  {{- include "gpupool.fullname" . }}-config
+{{- end }}
+{{- define "gpupool.secret.fullname" -}}
+  {{- include "gpupool.fullname" . }}-secret
+{{- end }}
+{{- define "gpupool.pvc.fullname" -}}
+  {{- include "gpupool.fullname" . }}-db
+{{- end }}
+{{- define "gpupool.agent.fullname" -}}
+  {{- include "gpupool.fullname" . }}-agent
+{{- end }}
+{{- define "gpupool.reclaimer.fullname" -}}
+  {{- include "gpupool.fullname" . }}-reclaimer
+{{- end }}
+{{- define "gpupool.postgresql.fullname" -}}
+  {{- include "gpupool.fullname" . }}-postgresql
+{{- end }}
+
+{{- /* Cluster-wide objects: unique per namespace too. */}}
+{{- define "gpupool.clusterrole.fullname" -}}
+  {{- printf "%s-%s" .Release.Namespace (include "gpupool.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- /* ServiceAccounts: created ones default to the component's name. */}}
+{{- define "gpupool.serviceAccountName" -}}
+  {{- $sa := .sa }}
+  {{- if $sa.create }}
+    {{- $sa.name | default .default }}
+  {{- else }}
+    {{- $sa.name | default "default" }}
+  {{- end }}
+{{- end }}
+{{- define "gpupool.pool.serviceAccountName" -}}
+  {{- include "gpupool.serviceAccountName" (dict "sa" .Values.pool.serviceAccount "default" (include "gpupool.pool.fullname" .)) }}
+{{- end }}
+{{- define "gpupool.agent.serviceAccountName" -}}
+  {{- include "gpupool.serviceAccountName" (dict "sa" .Values.agent.serviceAccount "default" (include "gpupool.agent.fullname" .)) }}
+{{- end }}
+{{- define "gpupool.reclaimer.serviceAccountName" -}}
+  {{- include "gpupool.serviceAccountName" (dict "sa" .Values.reclaimer.serviceAccount "default" (include "gpupool.reclaimer.fullname" .)) }}
+{{- end }}
+
+
+{{- /*
+  Labels. The component is the template's folder (pool, agent, reclaimer, postgresql), as
+  z2jh's componentLabel; .componentLabel in the scope overrides it.
+*/}}
+{{- define "gpupool.componentLabel" -}}
+  {{- .componentLabel | default (.Template.Name | dir | base) }}
+{{- end }}
+
+{{- define "gpupool.matchLabels" -}}
+app.kubernetes.io/name: {{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/component: {{ include "gpupool.componentLabel" . | quote }}
+{{- end }}
+
+{{- define "gpupool.labels" -}}
+{{ include "gpupool.matchLabels" . }}
+app.kubernetes.io/part-of: jupyterhub-gpupool
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") | quote }}
+{{- end }}
+
+
+{{- /* An image reference; an empty tag is the chart's appVersion. */}}
+{{- define "gpupool.image" -}}
+  {{- $image := .image }}
+  {{- printf "%s:%s" $image.name ($image.tag | default .root.Chart.AppVersion) }}
+{{- end }}
+
+{{- define "gpupool.imagePullPolicy" -}}
+  {{- with .pullPolicy -}}
+imagePullPolicy: {{ . }}
+  {{- end }}
+{{- end }}
+
+{{- define "gpupool.imagePullSecrets" -}}
+  {{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+    {{- range . }}
+  - name: {{ . | quote }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+
+{{- /* URLs and paths the components share. */}}
+{{- define "gpupool.servicePrefix" -}}
+  {{- printf "/services/%s/" .Values.hub.serviceName }}
+{{- end }}
+{{- define "gpupool.serviceUrl" -}}
+  {{- printf "http://%s:%v%s" (include "gpupool.pool.fullname" .) .Values.pool.port (include "gpupool.servicePrefix" .) }}
+{{- end }}
+{{- define "gpupool.apiUrl" -}}
+  {{- include "gpupool.serviceUrl" . }}api/v1/
+{{- end }}
+{{- define "gpupool.configDir" -}}
+/etc/jupyterhub-gpupool
+{{- end }}
+{{- define "gpupool.sqliteDir" -}}
+/srv/jupyterhub-gpupool
+{{- end }}
+
+
+{{- /* Where each token is: z2jh's hub Secret (or another existing one), or ours. */}}
+{{- define "gpupool.tokenEnv" -}}
+  {{- $tokens := .root.Values.apiTokens -}}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+  {{- if $tokens.existingSecret }}
+      name: {{ $tokens.existingSecret | quote }}
+      key: {{ get $tokens (printf "%sKey" .which) | quote }}
+  {{- else }}
+      name: {{ include "gpupool.secret.fullname" .root | quote }}
+      key: {{ printf "%s-token" .which | quote }}
+  {{- end }}
+{{- end }}
+
+{{- /* The database URL as an env var: a literal for SQLite, else from a Secret. */}}
+{{- define "gpupool.dbUrlEnv" -}}
+- name: GPUPOOL_DB_URL
+  {{- if eq .Values.database.type "sqlite-pvc" }}
+  value: {{ printf "sqlite:///%s/jupyterhub-gpupool.sqlite" (include "gpupool.sqliteDir" .) | quote }}
+  {{- else }}
+  valueFrom:
+    secretKeyRef:
+    {{- if .Values.database.existingSecret }}
+      name: {{ .Values.database.existingSecret | quote }}
+      key: {{ .Values.database.existingSecretKey | quote }}
+    {{- else }}
+      name: {{ include "gpupool.secret.fullname" . | quote }}
+      key: db-url
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+{{- /* The bundled PostgreSQL's password: from the values, else the one installed (kept). */}}
+{{- define "gpupool.postgresql.password" -}}
+  {{- if .Values.postgresql.password }}
+    {{- .Values.postgresql.password }}
+  {{- else }}
+    {{- $secret := lookup "v1" "Secret" .Release.Namespace (include "gpupool.secret.fullname" .) }}
+    {{- if and $secret (index ($secret.data | default dict) "postgresql-password") }}
+      {{- index $secret.data "postgresql-password" | b64dec }}
+    {{- else }}
+      {{- /* one value per render: the Secret and the URL must agree */}}
+      {{- if not (hasKey .Values.postgresql "_generated") }}
+        {{- $_ := set .Values.postgresql "_generated" (randAlphaNum 32) }}
+      {{- end }}
+      {{- .Values.postgresql._generated }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+
+{{- /*
+  Checks that join two values (the schema checks single values). Each message starts with
+  the key to change.
+*/}}
+{{- define "gpupool.validate" -}}
+  {{- $db := .Values.database }}
+  {{- if and (gt (int .Values.pool.replicas) 1) (ne $db.type "postgresql") }}
+    {{- fail (printf "pool.replicas: %v replicas need database.type: postgresql (a SQLite file on a ReadWriteOnce volume serves one pod); set pool.replicas: 1 or use PostgreSQL" .Values.pool.replicas) }}
+  {{- end }}
+  {{- if eq $db.type "postgresql" }}
+    {{- $sources := 0 }}
+    {{- if $db.url }}{{ $sources = add1 $sources }}{{ end }}
+    {{- if $db.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
+    {{- if .Values.postgresql.enabled }}{{ $sources = add1 $sources }}{{ end }}
+    {{- if eq (int $sources) 0 }}
+      {{- fail "database.existingSecret: database.type postgresql needs the database's URL: name a Secret holding it (database.existingSecret, key database.existingSecretKey), or set database.url, or postgresql.enabled: true for a trial database" }}
+    {{- end }}
+    {{- if gt (int $sources) 1 }}
+      {{- fail "database.url: set only one of database.url, database.existingSecret and postgresql.enabled" }}
+    {{- end }}
+    {{- if and $db.url (not (regexMatch "^postgresql(\\+psycopg)?://" $db.url)) }}
+      {{- fail "database.url: a PostgreSQL URL starts with postgresql:// (or postgresql+psycopg://)" }}
+    {{- end }}
+  {{- else if or $db.url $db.existingSecret .Values.postgresql.enabled }}
+    {{- fail "database.type: database.url, database.existingSecret and postgresql.enabled need database.type: postgresql" }}
+  {{- end }}
+  {{- $tokens := .Values.apiTokens }}
+  {{- if not $tokens.existingSecret }}
+    {{- range $which := list "pool" "agent" "reclaimer" }}
+      {{- if not (get $tokens $which) }}
+        {{- fail (printf "apiTokens.%s: with apiTokens.existingSecret empty, the chart's Secret needs every token (the same as hub.services in the z2jh values)" $which) }}
+      {{- end }}
+    {{- end }}
+  {{- end }}
+  {{- $pdb := .Values.pool.pdb }}
+  {{- if and $pdb.enabled (not (typeIs "<nil>" $pdb.maxUnavailable)) (not (typeIs "<nil>" $pdb.minAvailable)) }}
+    {{- fail "pool.pdb.minAvailable: a PodDisruptionBudget takes maxUnavailable or minAvailable, not both (set the other to null)" }}
+  {{- end }}
+  {{- if and .Values.serviceMonitor.tokenSecret.name (not .Values.serviceMonitor.tokenSecret.key) }}
+    {{- fail "serviceMonitor.tokenSecret.key: name the key of the token in serviceMonitor.tokenSecret.name" }}
+  {{- end }}
+{{- end }}
