@@ -157,6 +157,10 @@ def outputs() -> dict[Path, str]:
     return {SCHEMA_JSON: schema_json(schema), REFERENCE_MD: reference_md(schema, values)}
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write the generated files, or with ``--check`` say which are out of date."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -170,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         stale.append(path)
         if not args.check:
             path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {_shown(path)}")
     if args.check and stale:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run helm/tools/render_schema.py")
+            print(f"{_shown(path)} is out of date: run helm/tools/render_schema.py")
         return 1
     return 0
 
