@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
-from ..pool.errors import PoolError
+from ..pool.errors import ConfigError, PoolError
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import (
     Act,
@@ -40,6 +40,7 @@ from ..pool.reclaim import (
     Signals,
     gpu_signal_source,
     keepalive,
+    parse_duration,
     parse_policies,
     plan_reclaims,
 )
@@ -68,6 +69,35 @@ def policy_json(policy: ReclaimPolicy) -> dict[str, Any]:
     out["exempt_users"] = sorted(policy.exempt_users)
     out["exempt_groups"] = sorted(policy.exempt_groups)
     return out
+
+
+#: The longest duration a policy may name (a year): deadlines stay within the calendar.
+MAX_DURATION = 366 * 86400.0
+#: The policy fields that are durations.
+DURATIONS = (
+    "idle_timeout",
+    "pressure_idle_timeout",
+    "cpu_busy_timeout",
+    "warn_before",
+    "extension",
+    "max_age",
+    "busy_grace",
+    "min_runtime",
+)
+
+
+def _check_bounds(section: Mapping[str, Any]) -> None:
+    """Every duration of the section within ``MAX_DURATION`` (errors name the field)."""
+    levels: list[tuple[str, object]] = [("reclaim.default", section.get("default"))]
+    for group in ("priority_classes", "offers"):
+        for name, body in (section.get(group) or {}).items():
+            levels.append((f"reclaim.{group}.{name}", body))
+    for where, body in levels:
+        for key, value in (body or {}).items():  # type: ignore[union-attr]
+            name = f"{where}.{key}"
+            too_long = key in DURATIONS and value is not None
+            if too_long and parse_duration(value, name) > MAX_DURATION:
+                raise ConfigError("must be at most 366 days", field=name)
 
 
 def _devices(row: orm.LeaseRow) -> list[Device]:
@@ -540,6 +570,7 @@ class ReclaimStore(LeaseStore, UtilizationStore):
         with self.transaction() as (db, alloc):
             try:
                 parse_policies(section, alloc.offers, catalog=self.catalog)
+                _check_bounds(section)
             except PoolError as e:
                 message = e.message
                 if e.allowed is not None and " (allowed:" in message:

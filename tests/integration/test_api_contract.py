@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -361,6 +362,7 @@ def test_success_responses_match_spec(api: Api):
         assert events["total"] == 3 and events["next_offset"] == 2
         assert call("admin", "GET", "events?limit=1", "/events").json()["next_offset"] == 1
         call("admin", "GET", f"events?user={user}", "/events")
+        reclaim_round_trip(api, call, lease)
         done = call(user, "DELETE", f"allocations/{lid}", "/allocations/{id}").json()
         assert done["state"] == "released" and done["release_reason"] == "stopped"
     finally:
@@ -373,6 +375,65 @@ def test_success_responses_match_spec(api: Api):
         if method != "parameters"
     }
     assert spec_ops - seen == set(), "operations this test does not cover"
+
+
+#: A reclaim policy that gives notice at once and acts at the next round (no grace at all).
+AT_ONCE = {
+    "idle_timeout": "1s",
+    "pressure_idle_timeout": "1s",
+    "cpu_busy_timeout": "1s",
+    "warn_before": 0,
+    "busy_grace": 0,
+    "max_extensions": 0,
+}
+
+
+def reclaim_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
+    """The reclaimer's operations on ``lease`` (an active MIG lease of dave's, whose GPU is
+    idle): a policy override that acts at once, the lead, rounds (notice, then act) on samples
+    the agent posts now, a failed outcome (dave keeps the lease), then everything put back."""
+    lid, slot = lease["id"], lease["slots"][0]
+    policies = call("admin", "GET", "reclaim/policies", "/reclaim/policies").json()
+    assert policies["source"] in ("file", "default")
+    body = {"default": AT_ONCE}
+    put = call("admin", "PUT", "reclaim/policies", "/reclaim/policies", body).json()
+    assert put["source"] == "api"
+    try:
+        lead = {"holder": "contract", "ttl": 60}
+        call("admin", "POST", "reclaim/leader", "/reclaim/leader", lead)
+        watched = call("admin", "GET", "reclaim/leases?limit=50", "/reclaim/leases").json()
+        assert lid in {le["id"] for le in watched["items"]}
+        kinds = []
+        for _ in range(2):
+            now = time.time()
+            idle = {"gpu": slot["gpu"], "start": slot["start"], "util": None, "memory_used_mib": 8}
+            samples = {"samples": [{**idle, "ts": now - 1}]}
+            api.ok("agent", "POST", "nodes/sim-a100/samples", samples)
+            seen = {
+                "kernel": {"state": "idle", "last_activity": None, "observed_at": now},
+                "presence": {"last_input": None, "connections": 0, "observed_at": now},
+            }
+            round_body = {
+                "holder": "contract",
+                "window": {"start": now - 30, "end": now},
+                "observed": {lid: seen},
+            }
+            answer = call("admin", "POST", "reclaim/rounds", "/reclaim/rounds", round_body).json()
+            kinds.append({d["lease"]: d["kind"] for d in answer["decisions"]}[lid])
+            time.sleep(1.1)  # the service's own clock: the next round comes after the deadline
+        assert kinds == ["notice", "act"], kinds
+        outcome = {"holder": "contract", "result": "failed", "saved": [], "detail": "contract"}
+        kept = call(
+            "admin",
+            "POST",
+            f"reclaim/leases/{lid}/outcome",
+            "/reclaim/leases/{id}/outcome",
+            outcome,
+        ).json()
+        assert kept["state"] == "active" and kept["reclaim"] is None
+        call("admin", "DELETE", "reclaim/leader?holder=contract", "/reclaim/leader")
+    finally:
+        call("admin", "DELETE", "reclaim/policies", "/reclaim/policies")
 
 
 def test_quota_below_current_use_marks_leases_borrowed(api: Api):

@@ -60,6 +60,15 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET events",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
+    # the reclaimer's endpoints: custom:gpupool:reclaim, which admin includes
+    ("GET reclaim/leases",                     401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("POST reclaim/leader",                    401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("POST reclaim/rounds",                    401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("POST reclaim/leases/{id}/outcome",       401,  403,  403,  403,  403,  403,  403,  403,  409),
+    ("DELETE reclaim/leader?holder=authz",     401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET reclaim/policies",                   401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("PUT reclaim/policies",                   401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("DELETE reclaim/policies",                401,  403,  403,  403,  403,  403,  403,  403,  200),
 ]
 # fmt: on
 
@@ -86,6 +95,10 @@ BODIES: dict[str, object] = {
     },
     "POST nodes/authz-node/samples": {"samples": []},
     "POST nodes/sim-a100/mig-results": {"results": []},
+    "POST reclaim/leader": {"holder": "authz"},
+    "POST reclaim/rounds": {"holder": "authz", "window": {"start": 1, "end": 2}},
+    "POST reclaim/leases/{id}/outcome": {"holder": "authz", "result": "done"},
+    "PUT reclaim/policies": {"default": {"idle_timeout": "2h"}},
 }
 
 

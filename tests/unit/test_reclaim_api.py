@@ -319,6 +319,8 @@ BAD = [
     ("PUT", "reclaim/policies", {"offers": {"nope": {}}}, 422, "invalid_field", "reclaim.offers"),
     ("PUT", "reclaim/policies", {"default": {"action": "shrink:h100x9"}}, 422, "invalid_field",
      "reclaim.default.action"),
+    ("PUT", "reclaim/policies", {"offers": {"h100": {"max_age": 1e30}}}, 422, "invalid_field",
+     "reclaim.offers.h100.max_age"),
     ("PUT", "reclaim/policies", {"default": {"idle_timeout": "2h"}, "extra": {}}, 422,
      "unknown_field", "extra"),
 ]
