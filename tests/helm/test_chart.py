@@ -195,7 +195,7 @@ def test_tokens_from_z2jh_hub_secret_by_default(render) -> None:
             "name": "hub",
             "key": "hub.services.gpupool-agent.apiToken",
         },
-        ("reclaimer", "JUPYTERHUB_API_TOKEN"): {
+        ("reclaimer", "GPUPOOL_RECLAIMER_TOKEN"): {
             "name": "hub",
             "key": "hub.services.gpupool-reclaimer.apiToken",
         },
@@ -335,14 +335,16 @@ def test_the_agent_runs_with_the_rendered_command(render, tmp_path: Path) -> Non
     assert agent["inventory_interval"] == 60
 
 
-def test_reclaimer_command_and_environment(render) -> None:
-    spec = one(render({}), "Deployment", "gpupool-reclaimer")["spec"]["template"]["spec"]
+def test_the_reclaimer_runs_with_the_rendered_command(render, tmp_path: Path) -> None:
+    spec = one(render(ALL_ON), "Deployment", "gpupool-reclaimer")["spec"]["template"]["spec"]
     (container,) = spec["containers"]
-    assert container["args"][:2] == ["jupyterhub-gpupool", "reclaimer"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["JUPYTERHUB_API_URL"]["value"] == "http://hub:8081/hub/api"
-    assert env["GPUPOOL_API_URL"]["value"] == "http://gpupool:10101/services/gpupool/api/v1/"
-    assert "JUPYTERHUB_API_TOKEN" in env
+    env = _env_for_local_run(container, {"reclaimer-token": "t-rc"})
+    shown = _run_cli([*container["args"], "--ReclaimerApp.show_config_json=True"], env, tmp_path)
+    reclaimer = shown["ReclaimerApp"]
+    assert reclaimer["proxy_url"] == "http://proxy-public"
+    assert env["GPUPOOL_SERVICE_URL"] == "http://gpupool:10101/services/gpupool/"
+    assert env["JUPYTERHUB_API_URL"] == "http://hub:8081/hub/api"
+    assert env["GPUPOOL_RECLAIMER_TOKEN"] == "t-rc"
 
 
 def test_dockerfile_builds_the_image_the_chart_runs() -> None:

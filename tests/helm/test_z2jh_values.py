@@ -131,6 +131,11 @@ def test_roles_use_only_scopes_that_exist(example) -> None:
     assert roles["gpupool-agent"]["scopes"] == [scopes.AGENT]
     assert roles["gpupool-agent"]["services"] == ["gpupool-agent"]
     assert scopes.RECLAIM in roles["gpupool-reclaimer"]["scopes"]
+    from jupyterhub_gpupool import hubconfig
+
+    if not hasattr(hubconfig, "RECLAIMER_SCOPES"):
+        pytest.skip("hubconfig has no RECLAIMER_SCOPES yet")
+    assert roles["gpupool-reclaimer"]["scopes"] == list(hubconfig.RECLAIMER_SCOPES)
     assert scopes.SPAWN in roles["gpupool-spawner"]["scopes"]  # from configure_hub
     assert f"{scopes.USE}!user" in roles["user"]["scopes"]
 
@@ -143,9 +148,9 @@ def test_the_hub_and_the_chart_agree(example, render) -> None:
     service = one(manifests, "Service", "gpupool")
     port = service["spec"]["ports"][0]["port"]
     assert example["hub"]["services"]["gpupool"]["url"] == f"http://gpupool:{port}"
-    reclaimer = one(manifests, "Deployment", "gpupool-reclaimer")["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in reclaimer["containers"][0]["env"]}
-    assert c.GPUPoolKubeSpawner.pool_api_url == env["GPUPOOL_API_URL"]
+    agent = one(manifests, "DaemonSet", "gpupool-agent")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in agent["containers"][0]["env"]}
+    assert c.GPUPoolKubeSpawner.pool_api_url == env["GPUPOOL_SERVICE_URL"] + "api/v1/"
     # every token the chart's pods read is one z2jh writes to its hub Secret
     written = {f"hub.services.{key}.apiToken" for key in example["hub"]["services"]}
     for _, spec in pod_specs(manifests):
