@@ -2,11 +2,13 @@
 
 Against a real hub and pool service: the page needs a hub login (OAuth for browsers, a token
 header works too), shows the caller's own leases by their offers' display names and the quota,
-never another user's, and prints a hostile server name as text.
+never another user's, and prints a hostile server name as text; a reclaim notice with its
+"Keep my GPU" button, and the reclaims of the week with the files saved.
 """
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from email.message import Message
 from pathlib import Path
@@ -88,3 +90,89 @@ def test_a_browser_without_a_login_is_sent_to_the_hub(hub):
     # the hub's menu may link the prefix without its slash: the page's links need one
     status, headers, _ = get(f"{hub.hub_url}/services/gpupool", hub.token("alice"))
     assert status == 301 and headers["Location"] == "/services/gpupool/"
+
+
+#: Reclaim at once: notice at the first idle round, the action at the next; one extension.
+AT_ONCE = {
+    "idle_timeout": "1s",
+    "pressure_idle_timeout": "1s",
+    "cpu_busy_timeout": "1s",
+    "warn_before": 0,
+    "busy_grace": 0,
+    "max_extensions": 1,
+    "extension": "1s",
+}
+
+
+def reclaim_round(hub: HubEnv, lease: dict) -> str:
+    """One round seeing the lease's GPU, kernel and user idle now; its decision's kind."""
+    admin = hub.token("admin")
+    now = time.time()
+    sample = {"gpu": lease["slots"][0]["gpu"], "ts": now - 1, "util": 0.0, "memory_used_mib": 9}
+    r = request("POST", f"{hub.api}/nodes/sim-t4/samples", hub.agent_token, {"samples": [sample]})
+    assert r.status == 200, r.body
+    seen = {
+        "kernel": {"state": "idle", "observed_at": now},
+        "presence": {"last_input": None, "connections": 0, "observed_at": now},
+    }
+    body = {"holder": "page", "window": {"start": now - 30, "end": now}, "observed": {}}
+    body["observed"][lease["id"]] = seen
+    r = request("POST", f"{hub.api}/reclaim/rounds", admin, body)
+    assert r.status == 200, r.body
+    time.sleep(1.1)  # the service's own clock: past the deadline at the next round
+    return {d["lease"]: d["kind"] for d in r.json()["decisions"]}[lease["id"]]
+
+
+def post(url: str, token: str) -> tuple[int, Message]:
+    """POST a form without following the redirect."""
+    req = urllib.request.Request(url, data=b"", method="POST")
+    req.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=30) as r:
+            return r.status, r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+
+
+def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub):
+    admin, alice = hub.token("admin"), hub.token("alice")
+    body = {"user": "alice", "server": "reclaimed", "offer": "t4-quarter"}
+    lease = request("POST", f"{hub.api}/allocations", hub.spawner_token, body).json()
+    assert request("POST", f"{hub.api}/allocations/{lease['id']}/keepalive", alice).status == 200
+    r = request("PUT", f"{hub.api}/reclaim/policies", admin, {"default": AT_ONCE})
+    assert r.status == 200, r.body
+    page = f"{hub.hub_url}/services/gpupool/"
+    try:
+        lead = {"holder": "page", "ttl": 600}
+        assert request("POST", f"{hub.api}/reclaim/leader", admin, lead).status == 200
+        assert reclaim_round(hub, lease) == "notice"
+        status, _, html = get(page, alice)
+        assert status == 200 and "Your GPU will be reclaimed at" in html, html
+        assert "stop your server" in html and "Keep my GPU" in html
+        assert f'action="keep/{lease["id"]}"' in html
+
+        # bob cannot keep alice's GPU; alice can, once
+        assert post(f"{page}keep/{lease['id']}", hub.token("bob"))[0] == 404
+        status, headers = post(f"{page}keep/{lease['id']}", alice)
+        assert status == 302 and headers["Location"].endswith(f"?kept={lease['id']}")
+        status, _, html = get(page + f"?kept={lease['id']}", alice)
+        assert "Kept: your GPU stays yours" in html and "Keep my GPU" not in html
+
+        # once the extension is over, a new notice (which cannot be kept), then the action
+        kinds = [reclaim_round(hub, lease)]
+        while kinds[-1] != "act" and len(kinds) < 5:
+            kinds.append(reclaim_round(hub, lease))
+        assert kinds[-2:] == ["notice", "act"], kinds
+        status, headers = post(f"{page}keep/{lease['id']}", alice)
+        assert status == 302 and headers["Location"].endswith("?refused=reclaim_in_progress")
+        outcome = {"holder": "page", "result": "done", "saved": ["<b>notes</b>.ipynb"]}
+        path = f"{hub.api}/reclaim/leases/{lease['id']}/outcome"
+        assert request("POST", path, admin, outcome).status == 200
+        status, _, html = get(page, alice)
+        recent = html.split("Recent reclaims")[1].split("The API")[0]
+        assert "Stopped your server" in recent and "reclaimed" in recent
+        assert "&lt;b&gt;notes&lt;/b&gt;.ipynb" in recent  # escaped, as every value
+        assert "idle" in recent
+    finally:
+        request("DELETE", f"{hub.api}/reclaim/policies", admin)
+        request("DELETE", f"{hub.api}/reclaim/leader?holder=page", admin)
