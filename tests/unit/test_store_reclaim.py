@@ -388,6 +388,35 @@ def test_a_max_age_notice_cannot_be_kept(store, clock):
     assert store.lease(lease["id"])["reclaim"]["extendable"] is False
 
 
+def test_borrowed_capacity_goes_to_a_waiter_within_guarantee(store, clock):
+    store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
+    lease = bound(store, user="bob")
+    assert lease["borrowed"] is True
+    step(store, clock, lease, util=80.0)  # working: a busy borrowed lease is not taken
+    waiter = store.allocate("alice", "", "h100")
+    assert waiter["state"] == "queued"
+    d = step(store, clock, lease, util=80.0)[lease["id"]]
+    assert d["kind"] == "none"
+    d = step(store, clock, lease)[lease["id"]]  # idle now: notice for the waiter
+    assert d["kind"] == "notice" and "alice" in d["reason"]
+    rec = store.lease(lease["id"])["reclaim"]
+    assert rec["kind"] == "borrowed" and rec["pressure"] is True and rec["extendable"] is False
+    e = refused(store.keepalive, lease["id"])
+    assert e.code == "not_extendable"
+    store.release(waiter["id"])  # alice gives up: the notice goes
+    d = step(store, clock, lease)[lease["id"]]
+    assert d["kind"] == "cancel" and "withdrawn" in d["reason"]
+
+
+def test_someone_waiting_shortens_the_idle_timeout(store, clock):
+    lease = bound(store)
+    store.allocate("bob", "", "h100")  # waits for what alice's idle lease holds
+    notice = until(store, clock, lease, "notice")
+    assert clock() == clock().replace(hour=9, minute=3)  # 5 min pressure timeout, 2 ahead
+    assert notice["evidence"]["pressure"] is True
+    assert store.lease(lease["id"])["reclaim"]["pressure"] is True
+
+
 # -- policies --------------------------------------------------------------------------------
 
 
