@@ -22,7 +22,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Enum, Float, Integer, Unicode, default
+from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, default, validate
 from traitlets.config import Application
 
 from .._version import __version__
@@ -203,6 +203,11 @@ class PoolService(Application):
         "deleted; 0 keeps them forever).",
     ).tag(config=True)
     hub_api_url = Unicode(help="JupyterHub API URL (default: JUPYTERHUB_API_URL).").tag(config=True)
+    cookie_secret = Unicode(
+        help="Hex key signing the login cookies of the admin panel and the user page "
+        "(default: $GPUPOOL_COOKIE_SECRET). Every replica must share one, or a browser moving "
+        "to another replica logs in through the hub again; empty: a random key per process.",
+    ).tag(config=True)
     agent_timeout = Float(
         120.0,
         help="Seconds without a word (samples or inventory) from a node's agent after which the "
@@ -269,6 +274,23 @@ class PoolService(Application):
     @default("base_url")
     def _base_url(self) -> str:
         return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpupool/")
+
+    @default("cookie_secret")
+    def _cookie_secret(self) -> str:
+        return os.environ.get("GPUPOOL_COOKIE_SECRET", "")
+
+    @validate("cookie_secret")
+    def _check_cookie_secret(self, proposal: dict) -> str:
+        value = proposal["value"].strip()
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            raise TraitError(
+                "cookie_secret must be hexadecimal (e.g. openssl rand -hex 32)"
+            ) from None
+        if value and len(key) < 32:
+            raise TraitError(f"cookie_secret is {len(key)} bytes; use at least 32")
+        return value
 
     @default("hub_api_url")
     def _hub_api_url(self) -> str:
@@ -447,7 +469,7 @@ class PoolService(Application):
             minutes=self.minutes,
             writer=self.writer,
             busy_threshold=self.busy_threshold,
-            cookie_secret=os.urandom(32),
+            cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
             xsrf_cookies=False,
             log_function=self._log_request,
         )
