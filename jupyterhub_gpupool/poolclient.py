@@ -164,3 +164,48 @@ class PoolClient:
     async def user(self, name: str) -> dict:
         """A user's quota, use, leases and notices."""
         return await self.request("GET", f"users/{quote(name, safe='')}")
+
+    # -- the calls the reclaimer makes -------------------------------------------------------
+
+    async def take_reclaim_lead(self, holder: str, ttl: float = 60.0) -> dict:
+        """Take or renew the reclaimer's leader lock; another holder's raises ``PoolRefused``
+        with code ``not_leader``."""
+        return await self.request("POST", "reclaim/leader", {"holder": holder, "ttl": ttl})
+
+    async def give_up_reclaim_lead(self, holder: str) -> dict:
+        """Give the leader lock up (a replica that stops lets the next one lead at once)."""
+        return await self.request("DELETE", "reclaim/leader", params={"holder": holder})
+
+    async def reclaim_leases(self, page_size: int = 200) -> list[dict]:
+        """Every lease the reclaimer watches (``active`` or ``reclaiming``), all pages."""
+        items: list[dict] = []
+        offset = 0
+        while True:
+            page = await self.request(
+                "GET", "reclaim/leases", params={"offset": offset, "limit": page_size}
+            )
+            items += page["items"]
+            offset += len(page["items"])
+            if not page["items"] or offset >= page["total"]:
+                return items
+
+    async def reclaim_round(
+        self, holder: str, window: tuple[float, float], observed: Mapping[str, Any]
+    ) -> dict:
+        """Post one window's observations; the pool answers its decisions."""
+        body = {
+            "holder": holder,
+            "window": {"start": window[0], "end": window[1]},
+            "observed": dict(observed),
+        }
+        return await self.request("POST", "reclaim/rounds", body)
+
+    async def reclaim_outcome(
+        self, lease_id: str, holder: str, result: str, saved: Iterable[str] = (), detail: str = ""
+    ) -> dict:
+        """Report a claimed action done or failed (``saved``: the files saved first)."""
+        return await self.request(
+            "POST",
+            f"reclaim/leases/{quote(lease_id, safe='')}/outcome",
+            {"holder": holder, "result": result, "saved": list(saved), "detail": detail},
+        )
