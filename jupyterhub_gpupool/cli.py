@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         "agent", help="run a node agent (GPU inventory and utilization)", add_help=False
     )
     ag.set_defaults(func=_run_app("jupyterhub_gpupool.telemetry.agent", "NodeAgent"))
+    rc = sub.add_parser(
+        "reclaimer",
+        help="run the idle-GPU reclaimer (a JupyterHub service beside the pool)",
+        add_help=False,
+    )
+    rc.set_defaults(func=_run_app("jupyterhub_gpupool.reclaim.app", "ReclaimerApp"))
     up = sub.add_parser("upgrade-db", help="create or migrate the pool database")
     up.add_argument(
         "--db-url",
@@ -105,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jupyterhub-gpupool`` console script."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    apps = {"service", "agent"}
+    apps = {"service", "agent", "reclaimer"}
     if argv and argv[0] in apps:  # traitlets apps parse their own flags
         args = argparse.Namespace(func=parser.parse_args([argv[0]]).func, rest=argv[1:])
     else:

@@ -2,9 +2,9 @@
 
 ``configure_hub(c, ...)`` writes exactly what docs/source/howto/hub-config.md spells out by hand:
 the custom scopes, the pool service (managed, or external when ``command`` is None), the
-spawner's and agents' service tokens, the roles, and the spawner class. It *adds* to roles and
-services already configured rather than replacing them, so it composes with other services
-(the idle culler, say).
+spawner's and agents' service tokens, the idle-GPU reclaimer (opt-in), the roles, and the
+spawner class. It *adds* to roles and services already configured rather than replacing them,
+so it composes with other services (the idle culler, say).
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .service.scopes import ADMIN, AGENT, CUSTOM_SCOPES, SPAWN, USE
+from .service.scopes import ADMIN, AGENT, CUSTOM_SCOPES, RECLAIM, SPAWN, USE
+
+#: The reclaimer's role, scope by scope (docs/source/reference/reclaimer.md says why each).
+RECLAIMER_SCOPES = (
+    "list:users",  # page GET /users?state=active: whose servers run
+    "read:users:activity",  # the users' and servers' last_activity: presence
+    "read:servers",  # the users' servers field: each server's url, ready, pending
+    "servers",  # stop a server, and start it again without a GPU or on a smaller offer
+    "access:servers",  # the server's /api/kernels and /api/status, save-all and checkpoints
+    RECLAIM,  # the pool's reclaim endpoints: leader lock, leases, rounds, outcomes
+)
 
 SPAWNERS = {
     "local": "jupyterhub_gpupool.spawner.local.GPUPoolLocalProcessSpawner",
@@ -50,6 +60,9 @@ def configure_hub(
     admin_users: Sequence[str] = (),
     admin_groups: Sequence[str] = (),
     spawner: str | None = "local",
+    reclaimer: bool = False,
+    reclaimer_token: str | None = None,
+    reclaimer_args: Sequence[str] = (),
 ) -> None:
     """Configure hub ``c`` for the pool.
 
@@ -57,6 +70,8 @@ def configure_hub(
     (this Python); ``command=None`` registers an external service at ``service_url`` that
     authenticates with ``service_token``. ``spawner`` is ``local``, ``simple`` (all users share
     the hub's system user: demos), ``kube``, a class path, or None to leave it alone.
+    ``reclaimer=True`` adds the idle-GPU reclaimer (:func:`configure_reclaimer`): off by
+    default, since it stops servers, as jupyterhub-idle-culler is something one adds.
     """
     c.JupyterHub.custom_scopes = {**dict(c.JupyterHub.get("custom_scopes", {})), **CUSTOM_SCOPES}
     service: dict[str, Any] = {"name": service_name, "url": service_url, "oauth_no_confirm": True}
@@ -134,7 +149,68 @@ def configure_hub(
         )
     c.JupyterHub.load_roles = roles
 
+    if reclaimer:
+        configure_reclaimer(
+            c,
+            service_name=service_name,
+            service_url=service_url,
+            token=reclaimer_token,
+            args=reclaimer_args,
+        )
     if spawner is not None:
         c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
     c.GPUPoolSpawnerMixin.pool_api_token = spawner_token
     c.GPUPoolSpawnerMixin.pool_service_name = service_name
+
+
+def _proxy_origin(c: Any) -> str:
+    """Where this hub's proxy listens (its public side), as the reclaimer should reach it."""
+    from urllib.parse import urlparse
+
+    bind = c.JupyterHub.get("bind_url", None)
+    if isinstance(bind, str) and bind:
+        url = urlparse(bind)
+        host = url.hostname if url.hostname not in (None, "", "0.0.0.0", "::") else "127.0.0.1"
+        return f"{url.scheme or 'http'}://{host}:{url.port or 8000}"
+    ip = c.JupyterHub.get("ip", "") or "127.0.0.1"
+    ip = "127.0.0.1" if ip in ("0.0.0.0", "::") else ip
+    return f"http://{ip}:{c.JupyterHub.get('port', 8000)}"
+
+
+def configure_reclaimer(
+    c: Any,
+    *,
+    service_name: str = "gpupool",
+    service_url: str = "http://127.0.0.1:10101",
+    token: str | None = None,
+    command: Sequence[str] | None = (),
+    args: Sequence[str] = (),
+    proxy_url: str | None = None,
+) -> None:
+    """Register the idle-GPU reclaimer as service ``<service_name>-reclaimer`` with a role of
+    exactly :data:`RECLAIMER_SCOPES`.
+
+    ``command=()`` lets the hub run it (``jupyterhub-gpupool reclaimer``, this Python, told
+    where the pool and the proxy are); ``command=None`` only registers ``token`` for a
+    reclaimer run elsewhere. Call it after the hub's ``ip``/``port``/``bind_url`` are set.
+    """
+    name = f"{service_name}-reclaimer"
+    service: dict[str, Any] = {"name": name}
+    if token:
+        service["api_token"] = token
+    if command is not None:
+        argv = list(command) or [sys.executable, "-m", "jupyterhub_gpupool.cli", "reclaimer"]
+        argv += [
+            f"--service-url={service_url.rstrip('/')}/services/{service_name}/",
+            f"--proxy-url={proxy_url or _proxy_origin(c)}",
+        ]
+        service["command"] = argv + list(args)
+    elif not token:
+        raise ValueError("an external reclaimer needs its token")
+    c.JupyterHub.services = [
+        *(s for s in c.JupyterHub.get("services", []) if s.get("name") != name),
+        service,
+    ]
+    roles = list(c.JupyterHub.get("load_roles", []))
+    _merge_role(roles, {"name": name, "services": [name], "scopes": list(RECLAIMER_SCOPES)})
+    c.JupyterHub.load_roles = roles

@@ -45,6 +45,7 @@ configure_hub(
     ],
     admin_users=[DEMO_ADMIN],
     spawner="simple",
+    reclaimer=True,  # the idle-GPU reclaimer, as a hub-managed service
 )
 
 c.Spawner.cmd = [str(bindir / "jupyterhub-singleuser")]
