@@ -2,10 +2,11 @@
 
 import pytest
 
+from jupyterhub_gpupool.reclaim.app import ReclaimerApp
 from jupyterhub_gpupool.service.app import PoolService
 from jupyterhub_gpupool.spawner.base import GPUPoolSpawnerMixin
 
-CLASSES = [PoolService, GPUPoolSpawnerMixin]
+CLASSES = [PoolService, ReclaimerApp, GPUPoolSpawnerMixin]
 try:
     from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
 

@@ -294,6 +294,15 @@ def test_telemetry_does_not_reach_the_store_or_the_service():
     )
 
 
+def test_the_reclaimer_talks_http_only():
+    """The reclaimer reaches the pool through its REST API (poolclient), never its store."""
+    bad = GRAPH.layer_violations(f"{PROJECT}.reclaim", _store_or_service, {"sqlalchemy"})
+    assert not bad, (
+        "reclaim/ must not import the store, the service or SQLAlchemy, directly or through "
+        "other modules:\n" + "\n".join(bad)
+    )
+
+
 def test_the_checker_finds_lazy_cycles_and_layer_breaks(tmp_path):
     """On a made-up package: a lazy import closes a cycle, TYPE_CHECKING does not, relative
     imports resolve, and a layer break two steps away is found with its path."""
