@@ -3,6 +3,7 @@ hold (security, permissions, network access, the commands the image really has).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -182,7 +183,11 @@ def test_network_access_to_and_from_the_hub(render) -> None:
 
 def test_tokens_from_z2jh_hub_secret_by_default(render) -> None:
     manifests = render({})
-    assert by_kind(manifests, "Secret") == []  # SQLite, tokens from z2jh: no Secret of ours
+    # SQLite, tokens from z2jh: the only Secret of ours is the replicas' cookie key
+    (cookie,) = by_kind(manifests, "Secret")
+    assert cookie["metadata"]["name"] == "gpupool-cookie"
+    key = base64.b64decode(cookie["data"]["cookie-secret"]).decode()
+    assert len(bytes.fromhex(key)) == 32  # generated: 32 bytes of hex, as the service wants
     refs = {}
     for _, spec in pod_specs(manifests):
         for c in spec["containers"]:
@@ -191,6 +196,7 @@ def test_tokens_from_z2jh_hub_secret_by_default(render) -> None:
                     refs[(c["name"], e["name"])] = e["valueFrom"]["secretKeyRef"]
     assert refs == {
         ("pool", "JUPYTERHUB_API_TOKEN"): {"name": "hub", "key": "hub.services.gpupool.apiToken"},
+        ("pool", "GPUPOOL_COOKIE_SECRET"): {"name": "gpupool-cookie", "key": "cookie-secret"},
         ("agent", "GPUPOOL_AGENT_TOKEN"): {
             "name": "hub",
             "key": "hub.services.gpupool-agent.apiToken",
@@ -313,7 +319,9 @@ def test_the_service_runs_with_the_rendered_command_and_config(render, tmp_path:
         (tmp_path / name).write_text(text)
     args = [a.replace(mount, str(tmp_path)) for a in container["args"]]
     db = f"sqlite:///{tmp_path}/pool.sqlite"  # the service is given SQLite to start here
-    env = _env_for_local_run(container, {"db-url": db, "pool-token": "t-pool"})
+    env = _env_for_local_run(
+        container, {"db-url": db, "pool-token": "t-pool", "cookie-secret": "cd" * 32}
+    )
     shown = _run_cli([*args, "--PoolService.show_config_json=True"], env, tmp_path)
     service = shown["PoolService"]
     assert service["db_url"] == db  # from GPUPOOL_DB_URL, through the config file

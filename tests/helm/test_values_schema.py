@@ -90,6 +90,8 @@ BAD_VALUES = {
     "cluster name with a dot": ({"clusterName": "eu.west"}, "/clusterName"),
     "cluster name too long": ({"clusterName": "a" * 64}, "/clusterName"),
     "cluster name ending in -": ({"clusterName": "eu-"}, "/clusterName"),
+    "cookie secret not hex": ({"pool": {"cookieSecret": "x" * 64}}, "/pool/cookieSecret"),
+    "cookie secret too short": ({"pool": {"cookieSecret": "ab" * 16}}, "/pool/cookieSecret"),
     "own tokens missing": ({"apiTokens": {"existingSecret": ""}}, "apiTokens.pool:"),
     "a misspelt key": ({"pool": {"replica": 2}}, "replica"),
     "a misspelt top-level key": ({"agents": {"enabled": False}}, "agents"),

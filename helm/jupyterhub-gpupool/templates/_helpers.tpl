@@ -30,6 +30,9 @@
 {{- define "gpupool.secret.fullname" -}}
   {{- include "gpupool.fullname" . }}-secret
 {{- end }}
+{{- define "gpupool.cookie.fullname" -}}
+  {{- include "gpupool.fullname" . }}-cookie
+{{- end }}
 {{- define "gpupool.pvc.fullname" -}}
   {{- include "gpupool.fullname" . }}-db
 {{- end }}
