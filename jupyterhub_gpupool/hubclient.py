@@ -61,7 +61,7 @@ class HubClient:
         self.proxy_url = proxy_url.rstrip("/")
 
     async def _request(
-        self, method: str, path: str, body: Any = None, **query: Any
+        self, method: str, path: str, body: Any = None, timeout: float | None = None, **query: Any
     ) -> tuple[int, Any]:
         """One hub API call: (status, decoded JSON or None). 404 is an answer; 5xx and no
         answer raise ``HubUnavailable``; another 4xx raises tornado's ``HTTPClientError``."""
@@ -79,7 +79,7 @@ class HubClient:
             body=None if body is None else json.dumps(body),
             allow_nonstandard_methods=body is None and method in ("POST", "PUT", "PATCH"),
             connect_timeout=self.timeout,
-            request_timeout=self.timeout,
+            request_timeout=timeout or self.timeout,
         )
         try:
             response = await AsyncHTTPClient().fetch(request)
@@ -156,9 +156,11 @@ class HubClient:
         self, user: str, server: str = "", options: Mapping[str, Any] | None = None
     ) -> int:
         """Start a server with ``user_options`` ``options`` (the body both JupyterHub 5 and 6
-        read as user_options): 201 started, 202 starting."""
+        read as user_options): 201 started, 202 starting. The hub answers only after the
+        spawn or its ``slow_spawn_timeout`` (10 s), so this waits at least 30 s."""
         path = self._server_path(user, server)
-        return (await self._request("POST", path, dict(options or {})))[0]
+        wait = max(self.timeout, 30.0)
+        return (await self._request("POST", path, dict(options or {}), timeout=wait))[0]
 
     async def wait_server(
         self, user: str, server: str, *, running: bool, timeout: float, poll: float = 0.5

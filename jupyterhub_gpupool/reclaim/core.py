@@ -261,9 +261,16 @@ class Reclaimer:
     def _failed(self, target: str, e: BaseException) -> RoundResult:
         self.failures += 1
         self.metrics.errors.labels(target=target).inc()
+        code = getattr(e, "code", None) if target == "hub" else getattr(e, "status", None)
+        what = (
+            "refuses the reclaimer's token (check its role)"
+            if code in (401, 403)
+            else ("is unreachable")
+        )
         self.log.warning(
-            "%s is unreachable (%s): observing and acting on nothing; next round in %gs",
+            "%s %s (%s): observing and acting on nothing; next round in %gs",
             "The hub" if target == "hub" else "The pool service",
+            what,
             e,
             self.next_delay(),
         )
@@ -407,8 +414,8 @@ class Reclaimer:
                 decision["lease"],
                 e,
             )
-        report = {**decision, "outcome": {"result": outcome.result, "saved": outcome.saved,
-                                          "detail": outcome.detail}}  # fmt: skip
+        done = {"result": outcome.result, "saved": outcome.saved, "detail": outcome.detail}
+        report = {**decision, "outcome": done}
         await self.notify(outcome.result, lease, report)
         return outcome
 

@@ -37,13 +37,20 @@ nodes:
     memory_mib: 262144
     gpus:
       - {model: H100-80GB, count: 3}
+  - name: n2
+    cpu_milli: 64000
+    memory_mib: 262144
+    gpus:
+      - {model: A100-80GB, mig: {enabled: true, dynamic: true}}
 offers:
   - {name: h100, kind: gpu, count: 1, models: [H100-80GB]}
+  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB]}
 quotas:
   default: {guarantee: 2, limit: 3}
 reclaim:
   default: {idle_timeout: 2m, pressure_idle_timeout: 1m, warn_before: 1m, busy_grace: 1m}
 """
+POLICY = {"idle_timeout": "2m", "pressure_idle_timeout": "1m", "warn_before": "1m"}
 #: The reclaimer registered by the shipped helper (its role has exactly the documented
 #: scopes); single-user servers by JupyterHub's own simple spawner, no GPU pool spawner: the
 #: tests make the pool's leases themselves.
@@ -382,6 +389,44 @@ def test_notify_hook_sync_async_and_raising(hub_environment, clock, caplog):
     assert "the mail relay is down" in caplog.text
 
 
+def test_the_webhook_example_posts_each_event():
+    """``hooks.webhook`` posts a readable line and the decision to a real HTTP endpoint."""
+    import json
+
+    from tornado import web
+    from tornado.httpserver import HTTPServer
+
+    from jupyterhub_gpupool.reclaim.hooks import webhook
+
+    got: list[dict[str, Any]] = []
+
+    class Endpoint(web.RequestHandler):
+        def post(self) -> None:
+            got.append(json.loads(self.request.body))
+
+    async def scenario() -> None:
+        port = free_port()
+        server = HTTPServer(web.Application([(r"/hook", Endpoint)]))
+        server.listen(port, "127.0.0.1")
+        try:
+            hook = webhook(f"http://127.0.0.1:{port}/hook")
+            decision = {
+                "lease": "L1",
+                "user": "alice",
+                "offer": "h100",
+                "kind": "notice",
+                "deadline": "2026-03-02T10:00:00Z",
+                "reason": "idle for 1 h",
+            }
+            await hook("notice", {"id": "L1"}, decision)
+        finally:
+            server.stop()
+
+    asyncio.run(scenario())
+    assert got[0]["event"] == "notice" and got[0]["decision"]["lease"] == "L1"
+    assert got[0]["text"].startswith("alice: your GPU (h100) will be reclaimed at 2026-03-02T10")
+
+
 # -- acting ------------------------------------------------------------------------------------
 
 
@@ -447,6 +492,99 @@ def test_an_idle_lease_gets_a_notice_then_is_saved_stopped_and_released(
     home = env.dir / "home" / "carol"
     assert (home / "work.ipynb").exists()
     assert list((home / ".ipynb_checkpoints").glob("work-*.ipynb"))
+
+
+async def rounds_until_acted(pool: Pool, reclaimer: Reclaimer, lease: dict[str, Any]) -> Any:
+    """Idle windows of 30 s, one round each, until the round's act is carried out."""
+    for _ in range(20):
+        clock = pool.clock
+        clock.advance(30)  # type: ignore[attr-defined]
+        await pool.idle_samples(lease)
+        result = await reclaimer.run_once()
+        assert result.result == "ok"
+        if result.outcomes:
+            return result.outcomes[lease["id"]]
+    raise AssertionError("no act in 20 idle windows")
+
+
+def test_release_gpu_restarts_the_server_without_a_gpu(hub_environment, tmp_path, clock):
+    """The admin's policy says release-gpu: bob's server is stopped and started again with
+    ``user_options {"gpupool_offer": ""}`` (CPU only); the lease goes back to the pool."""
+    env = hub_environment
+    admin = env.token("admin")
+
+    async def scenario(pool: Pool) -> None:
+        async with pool:
+            policy = {"default": {**POLICY, "action": "release-gpu"}}
+            await pool.call("PUT", "reclaim/policies", admin, policy)
+            lease = await pool.lease("bob")
+            reclaimer = make_reclaimer(env, clock, stop_timeout=60, start_timeout=90)
+            outcome = await rounds_until_acted(pool, reclaimer, lease)
+            assert outcome.result == "done" and outcome.detail == "", outcome
+            after = await pool.call("GET", f"allocations/{lease['id']}", admin)
+            assert after["release_reason"] == "reclaimed-idle"
+            assert (
+                reclaimer.metrics.value(
+                    "gpupool_reclaimer_acts_total", action="release-gpu", outcome="done"
+                )
+                == 1
+            )
+
+    asyncio.run(scenario(Pool(env, tmp_path, clock)))
+    server = request("GET", f"{env.hub_api}/users/bob", env.admin_api_token).json()["servers"][""]  # type: ignore[index]
+    assert server["ready"] and server["user_options"] == {"gpupool_offer": ""}
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        pytest.param(
+            "reclaimer",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the pool answers GET allocations/{id} 403 to custom:gpupool:reclaim "
+                "(change asked for in reclaim-contract.md)",
+            ),
+        ),
+        "admin",
+    ],
+)
+def test_a_shrink_whose_target_never_comes_fails_and_the_user_keeps_the_server(
+    hub_environment, tmp_path, clock, who
+):
+    """Make-before-break: the target (a MIG slice whose instance nobody makes) is not ready
+    within the bound, or is withdrawn: the action fails before anything was saved or stopped."""
+    env = hub_environment
+    token = RECLAIMER_TOKEN if who == "reclaimer" else env.token("admin")
+
+    async def scenario(pool: Pool) -> None:
+        async with pool:
+            body = {"user": "alice", "server": "", "offer": "a100-1g"}
+            target = await pool.call("POST", "allocations", env.spawner_token, body)
+            assert target["state"] == "granted" and not target["ready"], target
+            reclaimer = make_reclaimer(
+                env, clock, token=token, shrink_timeout=0.5, poll_interval=0.1
+            )
+            server = await reclaimer.hub.server("alice")
+            decision = {
+                "lease": "unclaimed",
+                "user": "alice",
+                "server": "",
+                "offer": "h100",
+                "kind": "act",
+                "action": "shrink:a100-1g",
+                "target_lease": target["id"],
+            }
+            outcome = await reclaimer.act(decision, {}, server)
+            assert outcome.result == "failed" and "not ready within" in outcome.detail
+            assert outcome.saved == [] and "the user keeps the GPU" in outcome.detail
+            path = f"allocations/{target['id']}?reason=cancelled"
+            await pool.call("DELETE", path, env.spawner_token)
+            outcome = await reclaimer.act(decision, {}, server)
+            assert outcome.result == "failed" and "withdrawn" in outcome.detail
+            assert server == await reclaimer.hub.server("alice")  # never stopped
+
+    asyncio.run(scenario(Pool(env, tmp_path, clock)))
 
 
 # -- the command -------------------------------------------------------------------------------
