@@ -633,6 +633,30 @@ def test_help_and_hub_managed_defaults(monkeypatch):
     assert reclaimer.concurrency == 10 and reclaimer.interval == 30.0
 
 
+def test_metrics_are_served_on_their_port(monkeypatch):
+    from jupyterhub_gpupool.reclaim.app import ReclaimerApp
+    from jupyterhub_gpupool.reclaim.metrics import ReclaimerMetrics
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "x")
+    app = ReclaimerApp()
+    port = free_port()
+    app.initialize([f"--metrics-port={port}"])
+    metrics = ReclaimerMetrics()
+    metrics.rounds.labels(result="hub_error").inc()
+
+    async def scenario() -> str:
+        server = app.start_metrics(metrics)
+        try:
+            r = await asyncio.to_thread(request, "GET", f"http://127.0.0.1:{port}/metrics")
+            return r.body.decode()
+        finally:
+            server.stop()
+
+    text = asyncio.run(scenario())
+    assert 'gpupool_reclaimer_rounds_total{result="hub_error"} 1.0' in text
+    assert "gpupool_reclaimer_backoff_seconds" in text
+
+
 def test_configure_hub_registers_the_reclaimer_with_its_scopes_only():
     from traitlets.config import Config
 
