@@ -118,9 +118,13 @@ class PoolClient:
 
     # -- the calls the spawners make -------------------------------------------------------
 
-    async def offers(self, user: str | None = None, groups: Iterable[str] = ()) -> list[dict]:
-        """Offers ``user`` may use, with availability, queue length, units and quota fit."""
+    async def offers(
+        self, user: str | None = None, groups: Iterable[str] = (), clusters: Iterable[str] = ()
+    ) -> list[dict]:
+        """Offers ``user`` may use, with availability, queue length, units and quota fit (for
+        a hub launching into ``clusters``: only the offers it can serve, counted there)."""
         params: list[tuple[str, Any]] = [("user", user)] + [("group", g) for g in groups]
+        params += [("cluster", c) for c in clusters]
         return (await self.request("GET", "offers", params=params))["items"]
 
     async def allocate(
@@ -131,11 +135,16 @@ class PoolClient:
         *,
         groups: Iterable[str] | None = None,
         group: str | None = None,
+        clusters: Iterable[str] = (),
     ) -> dict:
-        """Ask for ``offer`` for ``user``'s ``server``: a lease, granted or queued."""
+        """Ask for ``offer`` for ``user``'s ``server``: a lease, granted or queued (only in
+        ``clusters``, when given)."""
         body: dict[str, Any] = {"user": user, "server": server, "offer": offer}
         if groups is not None:
             body["groups"] = list(groups)
+        clusters = list(clusters)
+        if clusters:
+            body["clusters"] = clusters
         if group is not None:
             body["group"] = group
         return await self.request("POST", "allocations", body)

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,44 @@ from .pool.miglayout import validate_mig_layout
 from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offer
 from .pool.quota import QuotaSpec
 from .pool.reclaimpolicy import PolicySet, parse_policies
+
+#: The cluster of a node nobody placed in one (one machine, or a single cluster).
+DEFAULT_CLUSTER = "default"
+#: A cluster name is a DNS label (RFC 1123), as Kubernetes names are.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def check_cluster_name(name: object, field: str) -> str:
+    """``name`` if it is a DNS label, else a ConfigError naming ``field``."""
+    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+        raise ConfigError(
+            f"{name!r} is not a DNS label (lower-case letters, digits and '-', at most 63)",
+            field=field,
+        )
+    return name
+
+
+def parse_clusters(raw: object) -> tuple[str, ...]:
+    """Validate the ``clusters`` list (names, unique)."""
+    if raw is None:
+        return (DEFAULT_CLUSTER,)
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("must be a non-empty list of cluster names", field="clusters")
+    names = [check_cluster_name(c, f"clusters[{i}]") for i, c in enumerate(raw)]
+    if len(set(names)) != len(names):
+        raise ConfigError("a cluster is named twice", field="clusters")
+    return tuple(names)
+
+
+def check_known(cluster: str, known: tuple[str, ...], field: str) -> None:
+    """A ConfigError (code ``unknown_cluster``, the known list allowed) unless known."""
+    if cluster not in known:
+        raise ConfigError(
+            f"unknown cluster {cluster!r}: the pool knows {', '.join(known)}",
+            field=field,
+            allowed=list(known),
+            code="unknown_cluster",
+        )
 
 
 @dataclass(frozen=True)
@@ -50,9 +89,12 @@ class PoolConfig:
     #: The ``reclaim:`` section as written (validated), for the admin API to show and for
     #: re-validating against the offers of the day.
     reclaim_section: Mapping[str, Any] | None = None
+    #: The clusters the pool spans (``clusters:``; absent: the one cluster ``default``). An
+    #: agent reporting another cluster is refused with this list.
+    clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
 
 
-_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation"}
+_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters"}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
 _GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
 _MIG = {"enabled", "dynamic", "instances"}
@@ -181,7 +223,11 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
 def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
     """Validate a whole pool config mapping."""
     raw = _keys(raw if raw is not None else {}, _TOP, "pool config")
+    clusters = parse_clusters(raw.get("clusters"))
     nodes = parse_nodes(raw.get("nodes", []), catalog)
+    for n, node in enumerate(nodes):
+        check_cluster_name(node.cluster, f"nodes[{n}].cluster")
+        check_known(node.cluster, clusters, f"nodes[{n}].cluster")
     offers_raw = raw.get("offers", [])
     if not isinstance(offers_raw, list):
         raise ConfigError("must be a list of offers", field="offers")
@@ -193,6 +239,8 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
             raise _where(f"offers[{i}]", e) from None
         if offer.name in names:
             raise ConfigError(f"offer {offer.name!r} is declared twice", field=f"offers[{i}].name")
+        for c in offer.clusters:
+            check_known(c, clusters, f"offers[{i}].clusters")
         names.add(offer.name)
         offers.append(offer)
     quotas = _keys(raw.get("quotas", {}) or {}, {"default", "users", "groups"}, "quotas")
@@ -218,6 +266,7 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
         default,
         reclaim,
         dict(section) if section else None,
+        clusters,
     )
 
 

@@ -110,6 +110,14 @@ class GPUPoolSpawnerMixin(Configurable):
         "environment). Empty: the same as pool_api_url.",
     ).tag(config=True)
 
+    pool_clusters = List(
+        Unicode(),
+        help="The pool's clusters this hub can launch servers into (DNS labels the pool "
+        "config's `clusters` lists). The pool grants only on nodes there, and the picker shows "
+        "only offers those clusters serve, counted there. Empty: every cluster (one hub, one "
+        "pool).",
+    ).tag(config=True)
+
     pool_offers = List(
         Unicode(),
         help="Offers this spawner shows, in this order. Empty: every offer the pool lets the "
@@ -186,6 +194,7 @@ class GPUPoolSpawnerMixin(Configurable):
                 "offer": self.gpupool_lease.get("offer"),
                 "slots": self.gpupool_lease.get("slots", []),
                 "node": self.gpupool_lease.get("node"),
+                "cluster": self.gpupool_lease.get("cluster"),
             }
         return state
 
@@ -207,6 +216,7 @@ class GPUPoolSpawnerMixin(Configurable):
             "offer": mine.get("offer"),
             "slots": mine.get("slots", []),
             "node": mine.get("node"),
+            "cluster": mine.get("cluster"),
         }
 
     # -- the pool ---------------------------------------------------------------------------
@@ -351,6 +361,11 @@ class GPUPoolSpawnerMixin(Configurable):
             self.check_offer(offer)
             if offer:
                 self.gpupool_lease = await self._acquire(offer)
+                try:
+                    self.check_lease_placement(self.gpupool_lease)
+                except Exception:
+                    await self.release_lease("cancelled")
+                    raise
         finally:
             self._gpupool_waiting = False
             self._gpupool_changed.set()
@@ -393,6 +408,10 @@ class GPUPoolSpawnerMixin(Configurable):
         )
         return lease
 
+    def check_lease_placement(self, lease: dict[str, Any]) -> None:
+        """Raise (a spawn error) when this spawner cannot start a server where ``lease`` is;
+        the lease is then given back. Every node the pool grants on is reachable by default."""
+
     async def _allocate(self, offer: str) -> dict[str, Any]:
         """POST allocations; while the pool is unavailable, ask again for ``allocate_retry_for``.
 
@@ -404,7 +423,11 @@ class GPUPoolSpawnerMixin(Configurable):
             try:
                 try:
                     return await self.pool.allocate(
-                        self.user.name, self.name, offer, groups=self.user_groups
+                        self.user.name,
+                        self.name,
+                        offer,
+                        groups=self.user_groups,
+                        clusters=self.pool_clusters,
                     )
                 except PoolRefused as e:
                     if e.code != "already_allocated":
@@ -432,7 +455,9 @@ class GPUPoolSpawnerMixin(Configurable):
                 self.log.info("Adopting GPU lease %s of %s", lease["id"], self._log_name)
                 return lease
             await self.pool.release(lease["id"], "cancelled")
-        return await self.pool.allocate(self.user.name, self.name, offer, groups=self.user_groups)
+        return await self.pool.allocate(
+            self.user.name, self.name, offer, groups=self.user_groups, clusters=self.pool_clusters
+        )
 
     def _refusal(self, offer: str, e: PoolRefused) -> Exception:
         text = describe(e.code).spawn_message(offer, e.message)
@@ -492,7 +517,7 @@ class GPUPoolSpawnerMixin(Configurable):
     async def _display_name(self, offer: str) -> str:
         """The offer's display name (as the picker shows it); its name if the pool won't say."""
         try:
-            offers = await self.pool.offers(self.user.name, self.user_groups)
+            offers = await self.pool.offers(self.user.name, self.user_groups, self.pool_clusters)
         except (PoolUnavailable, PoolRefused):
             return offer
         return next((o.get("display_name") or offer for o in offers if o["name"] == offer), offer)
@@ -646,7 +671,7 @@ class GPUPoolSpawnerMixin(Configurable):
         ``with_quota`` is off: KubeSpawner's profile form has no place for it), errors."""
         out: dict[str, Any] = {"offers": [], "quota": None, "error": None}
         try:
-            offers = await self.pool.offers(self.user.name, self.user_groups)
+            offers = await self.pool.offers(self.user.name, self.user_groups, self.pool_clusters)
             if with_quota:
                 out["quota"] = await self.pool.user(self.user.name)
         except (PoolUnavailable, PoolRefused) as e:

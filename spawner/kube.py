@@ -16,13 +16,14 @@ import copy
 from typing import Any
 
 from jupyterhub.utils import maybe_future
+from kubernetes_asyncio.client import CoreV1Api
 from kubespawner import KubeSpawner
-from traitlets import Dict, Enum, List, Unicode, Union
+from traitlets import Dict, Enum, List, TraitError, Unicode, Union, validate
 
 from jupyterhub_gpupool.wording import units_text
 
-from . import objects
-from .base import OPTION, GPUPoolSpawnerMixin, wait_text
+from . import clusterapi, objects
+from .base import OPTION, GPUPoolSpawnerMixin, spawn_error, wait_text
 
 
 class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
@@ -67,6 +68,76 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
         help="Map of catalog MIG profile → device-plugin resource name, where the plugin "
         "names a profile differently from the catalog (rare; see the Kubernetes how-to).",
     ).tag(config=True)
+
+    cluster_apis = Dict(
+        help="How to reach the Kubernetes API of each pool cluster this hub launches into "
+        "(see pool_clusters): {cluster: {context, config_file}} for a kube config context, or "
+        "{cluster: {host, ssl_ca_cert, token_file | token, verify_ssl}}. A lease's pod is "
+        "created, watched and deleted through its cluster's API; a cluster not listed uses "
+        "KubeSpawner's own (in-cluster, or k8s_api_host).",
+    ).tag(config=True)
+
+    @validate("cluster_apis")
+    def _valid_cluster_apis(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return clusterapi.check_settings(proposal["value"])
+        except clusterapi.ClusterAPIError as e:
+            raise TraitError(str(e)) from None
+
+    # -- which cluster ----------------------------------------------------------------------
+
+    _gpupool_api_cluster: str | None = None
+
+    def lease_cluster(self) -> str | None:
+        """The cluster of the lease when this hub has settings for its API (None: the
+        default API, KubeSpawner's own)."""
+        cluster = (self.gpupool_lease or {}).get("cluster")
+        return cluster if cluster in self.cluster_apis else None
+
+    async def use_cluster_api(self) -> None:
+        """Point ``self.api`` (and so the pod calls) at the lease's cluster."""
+        cluster = self.lease_cluster()
+        if cluster == self._gpupool_api_cluster:
+            return
+        if cluster is None:
+            from kubespawner.clients import shared_client
+
+            self.api = shared_client("CoreV1Api")
+        else:
+            try:
+                client = await clusterapi.api_client(cluster, self.cluster_apis[cluster])
+            except Exception as e:  # a context or file that does not work: say which
+                self.log.error("Kubernetes API of cluster %s: %s", cluster, e)
+                raise spawn_error(
+                    f"The Kubernetes API of cluster {cluster} is not reachable with this hub's "
+                    f"settings ({type(e).__name__}: {e}); ask an administrator.",
+                    reason="gpupool_cluster_api",
+                    status=503,
+                ) from e
+            self.api = CoreV1Api(client)
+        self._gpupool_api_cluster = cluster
+
+    def _get_reflector_key(self, kind: str) -> tuple:
+        """KubeSpawner's key, plus the cluster when it is not the default API."""
+        key = super()._get_reflector_key(kind)
+        cluster = self._gpupool_api_cluster
+        return key if cluster is None else (*key, cluster)
+
+    async def _start_reflector(self, kind: str, reflector_class: type, *args: Any, **kw: Any):
+        """Reflectors of another cluster list and watch through that cluster's API."""
+        if self._gpupool_api_cluster is not None:
+            reflector_class = clusterapi.bound_reflector(reflector_class, self.api)
+        return await super()._start_reflector(kind, reflector_class, *args, **kw)
+
+    async def poll(self) -> int | None:
+        """Poll the pod in its cluster."""
+        await self.use_cluster_api()
+        return await super().poll()
+
+    async def stop(self, now: bool = False) -> None:
+        """Delete the pod in its cluster."""
+        await self.use_cluster_api()
+        return await super().stop(now)
 
     # -- which offer ------------------------------------------------------------------------
 
@@ -127,7 +198,8 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
             setattr(self, name, value)
 
     async def start(self) -> Any:
-        """Create the pod on the granted node, then bind the lease."""
+        """Create the pod on the granted node (through its cluster's API), then bind."""
+        await self.use_cluster_api()
         url = await super().start()
         await self.bind_lease()
         return url

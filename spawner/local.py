@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
+from traitlets import List, Unicode
 
-from .base import GPUPoolSpawnerMixin
+from .base import GPUPoolSpawnerMixin, spawn_error
 
 
 def device_env(lease: dict[str, Any] | None) -> dict[str, str]:
@@ -36,8 +37,41 @@ def device_env(lease: dict[str, Any] | None) -> dict[str, str]:
     return env
 
 
+def foreign_node(lease: dict[str, Any], local_nodes: list[str]) -> str | None:
+    """The node of ``lease`` when it is not one of ``local_nodes`` (None: local, CPU-only, or
+    no restriction)."""
+    node = lease.get("node")
+    if not local_nodes or not lease.get("slots") or not node or node in local_nodes:
+        return None
+    return str(node)
+
+
 class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
     """A LocalProcessSpawner that takes its GPU from the pool (for one-machine hubs)."""
+
+    local_nodes = List(
+        Unicode(),
+        help="The pool nodes that are this machine (a local process can only use GPUs here). "
+        "A lease on any other node is given back and the spawn fails with a message naming "
+        "it: in a pool over several machines, set this (and pool_clusters) so the hub never "
+        "starts a server pinned to another host's GPU UUIDs. Empty: every node the pool grants "
+        "on is this machine (one machine, or the simulated demo pool).",
+    ).tag(config=True)
+
+    def check_lease_placement(self, lease: dict[str, Any]) -> None:
+        """Refuse a lease on another host: its devices are not on this machine."""
+        node = foreign_node(lease, list(self.local_nodes))
+        if node is None:
+            return
+        where = f" in cluster {lease['cluster']}" if lease.get("cluster") else ""
+        raise spawn_error(
+            f"The GPU pool granted {lease.get('offer')} on node {node}{where}, which is not "
+            f"this machine ({', '.join(self.local_nodes)}): a local server cannot use another "
+            "host's GPU. The lease was given back; ask an administrator to restrict this hub "
+            "to its own nodes (pool_clusters).",
+            reason="gpupool_other_host",
+            status=409,
+        )
 
     def get_env(self) -> dict[str, str]:
         """JupyterHub's environment plus the lease's devices and ``GPUPOOL_*``."""

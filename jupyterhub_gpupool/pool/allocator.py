@@ -77,7 +77,7 @@ class Allocator(NodeStates):
         self.waiters: dict[str, Waiter] = {}
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
-        self._never: dict[str, Rejected | None] = {}
+        self._never: dict[object, Rejected | None] = {}
         self._init_states(demand_refresh, demand_decay, rescore_batch)
         for node in nodes:
             self.add_node(node)
@@ -148,21 +148,29 @@ class Allocator(NodeStates):
         ]
         return min((offer_units(offer, m) for m in models), default=Fraction(0))
 
-    def _never_placeable(self, offer: Offer) -> Rejected | None:
+    def _never_placeable(
+        self, offer: Offer, clusters: frozenset[str] | None = None
+    ) -> Rejected | None:
         """Requests no amount of waiting can satisfy, e.g. 8 GPUs where nodes hold 4.
 
-        Depends on the inventory only, so it is cached per offer until the inventory changes.
+        Depends on the inventory only, so it is cached per offer (and clusters) until the
+        inventory changes.
         """
-        if offer.name in self._never and self.offers.get(offer.name) is offer:
-            return self._never[offer.name]
-        verdict = self._never[offer.name] = self._check_never_placeable(offer)
+        key = offer.name if clusters is None else (offer.name, clusters)
+        if key in self._never and self.offers.get(offer.name) is offer:
+            return self._never[key]
+        verdict = self._never[key] = self._check_never_placeable(offer, clusters)
         return verdict
 
-    def _check_never_placeable(self, offer: Offer) -> Rejected | None:
+    def _check_never_placeable(
+        self, offer: Offer, clusters: frozenset[str] | None = None
+    ) -> Rejected | None:
         if offer.kind == "cpu":
             return None
         best = 0
         for node in self.nodes.values():
+            if clusters is not None and node.cluster not in clusters:
+                continue
             n = 0
             for g in node.gpus:
                 if not offer.allows_model(g.model.name):
@@ -184,10 +192,11 @@ class Allocator(NodeStates):
         if best >= offer.count:
             return None
         if best == 0:
+            where = "the pool" if clusters is None else "cluster(s) " + ", ".join(sorted(clusters))
             return Rejected(
                 Request("-", "-", offer.name),
                 "no_such_hardware",
-                f"no GPU in the pool can serve offer {offer.name!r}",
+                f"no GPU in {where} can serve offer {offer.name!r}",
                 "offer",
             )
         return Rejected(
@@ -256,10 +265,24 @@ class Allocator(NodeStates):
             )
         if offer.kind == "cpu":
             return Grant(request, offer.name, "", (), Fraction(0), request.group, False)
-        never = self._never_placeable(offer)
+        clusters = offer.served_in(request.clusters)
+        if clusters is not None and not clusters:
+            return Rejected(
+                request,
+                "cluster_not_served",
+                f"offer {offer.name!r} runs in cluster(s) {', '.join(offer.clusters)}; "
+                f"this hub launches into {', '.join(request.clusters)}",
+                "offer",
+                tuple(
+                    o.name
+                    for o in self.offers.values()
+                    if o.visible_to(request.groups) and o.served_in(request.clusters) != set()
+                ),
+            )
+        never = self._never_placeable(offer, clusters)
         if never is not None:
             return Rejected(request, never.code, never.message, never.field, never.allowed)
-        placed = self._place(offer)
+        placed = self._place(offer, clusters=clusters)
         node = placed[0] if placed else None
         units = self.units_for(offer, node)
         verdict = self.quotas.check(request.user, request.groups, units, request.group)
@@ -498,7 +521,8 @@ class Allocator(NodeStates):
             verdict = self.quotas.check(
                 waiter.request.user, waiter.request.groups, waiter.units, waiter.request.group
             )
-            placed = self._place(offer) if verdict.ok else None
+            clusters = offer.served_in(waiter.request.clusters)
+            placed = self._place(offer, clusters=clusters) if verdict.ok else None
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"
                 if verdict.ok and now - waiter.since >= self.reserve_after:
@@ -532,7 +556,8 @@ class Allocator(NodeStates):
         verdict = self.quotas.check(request.user, request.groups, units, request.group)
         if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
             return []
-        if self._place(offer) is not None:
+        clusters = offer.served_in(request.clusters)
+        if self._place(offer, clusters=clusters) is not None:
             return []
         candidates = [
             lease
@@ -549,7 +574,7 @@ class Allocator(NodeStates):
             for lease in candidates:
                 self._vacate(lease)
                 freed.append(lease)
-                if self._place(offer) is not None:
+                if self._place(offer, clusters=clusters) is not None:
                     break
             else:
                 return []
@@ -557,7 +582,7 @@ class Allocator(NodeStates):
             # release the placement does not depend on
             for lease in list(reversed(freed[:-1])):
                 self._occupy(lease)
-                if self._place(offer) is None:
+                if self._place(offer, clusters=clusters) is None:
                     self._vacate(lease)
                 else:
                     freed.remove(lease)
@@ -586,17 +611,21 @@ class Allocator(NodeStates):
         self._demand_weights = {}  # new definitions: rebuild the demand even if weights match
         self._refresh_demand()
 
-    def available(self, offer: Offer, cap: int = 99) -> int:
-        """How many grants of ``offer`` fit right now (at most ``cap``), ignoring quotas.
+    def available(self, offer: Offer, cap: int = 99, clusters: Iterable[str] = ()) -> int:
+        """How many grants of ``offer`` fit right now (at most ``cap``), ignoring quotas, for
+        a hub launching into ``clusters`` (empty: any).
 
         Counted by placing and then undoing, so it follows every placement rule exactly.
         """
         if offer.kind == "cpu":
             return cap
+        where = offer.served_in(clusters)
+        if where is not None and not where:
+            return 0
         placed: list[Lease] = []
         try:
             while len(placed) < cap:
-                found = self._place(offer)
+                found = self._place(offer, clusters=where)
                 if found is None:
                     break
                 node, choice = found

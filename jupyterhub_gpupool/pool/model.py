@@ -186,6 +186,8 @@ class Offer:
     priority_class: str = "default"
     reclaim_policy: str = "stop"
     idle_timeout: int = 3600
+    #: Clusters whose nodes may serve it (empty: every cluster of the pool).
+    clusters: tuple[str, ...] = ()
 
     @property
     def milli(self) -> int:
@@ -210,6 +212,15 @@ class Offer:
     def visible_to(self, groups: Iterable[str]) -> bool:
         """An offer without groups is for everybody."""
         return not self.groups or bool(set(self.groups) & set(groups))
+
+    def served_in(self, clusters: Iterable[str]) -> frozenset[str] | None:
+        """The clusters a grant of this offer may go to for a hub launching into ``clusters``
+        (empty: anywhere). ``None``: anywhere at all; an empty set: nowhere."""
+        wanted = frozenset(clusters)
+        if not self.clusters:
+            return wanted or None
+        mine = frozenset(self.clusters)
+        return mine & wanted if wanted else mine
 
 
 def offer_priority(offer: Offer | None) -> int:
@@ -272,6 +283,11 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         if not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups):
             raise ConfigError(f"offer {name!r}: must be a list of group names", field="groups")
         values["groups"] = tuple(groups)
+    if "clusters" in raw:
+        clusters = raw["clusters"]
+        if not isinstance(clusters, (list, tuple)) or not all(isinstance(c, str) for c in clusters):
+            raise ConfigError(f"offer {name!r}: must be a list of cluster names", field="clusters")
+        values["clusters"] = tuple(dict.fromkeys(clusters))
     for key, typ, low in (
         ("count", int, 1),
         ("cpu_milli", int, 0),
@@ -352,6 +368,8 @@ class Request:
     groups: tuple[str, ...] = ()
     priority: int = 0
     arrival: float = 0.0
+    #: Clusters the asking hub can launch into (empty: any cluster).
+    clusters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.user:

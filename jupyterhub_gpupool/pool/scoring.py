@@ -276,11 +276,14 @@ class NodeStates:
         return heap
 
     def _place(
-        self, offer: Offer, exclude: frozenset[str] = frozenset()
+        self,
+        offer: Offer,
+        exclude: frozenset[str] = frozenset(),
+        clusters: frozenset[str] | None = None,
     ) -> tuple[Node, NodeChoice] | None:
         """The best node state for ``offer`` (highest ``fgd_score`` of its ΔF, ties to the state
         whose first node comes first in node order), then its first node with CPU and memory
-        room."""
+        room (in ``clusters``, when given)."""
         self._rescore_step()
         self._forget_dead()
         shape = self.shape_of(offer)
@@ -302,13 +305,15 @@ class NodeStates:
         need_cpu, need_mem = offer.cpu_milli, offer.memory_mib
         # usually the best state's first node has room: sort the rest only when it has not
         candidates: Iterable[int] = [heap[0][1]]
-        if need_cpu or need_mem or exclude:
+        if need_cpu or need_mem or exclude or clusters is not None:
             candidates = self._ranked_sids(heap)
         for sid in candidates:
             choice = self._memo[(sid, shape)]
             assert choice is not None
             for name in self._in_order(sid, order):
                 node = self.nodes[name]
+                if clusters is not None and node.cluster not in clusters:
+                    continue
                 if name not in exclude and node.fits_resources(need_cpu, need_mem):
                     return node, choice
         return None

@@ -144,7 +144,12 @@ def _message(body: bytes) -> str:
     """The service's error message from a JSON error body (or the raw text, shortened)."""
     try:
         data = json.loads(body)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            data = data["error"]  # the service's {"error": {"code", "message", "allowed"}}
         if isinstance(data, dict) and isinstance(data.get("message"), str):
+            allowed = data.get("allowed")
+            if isinstance(allowed, list) and allowed and str(allowed) not in data["message"]:
+                return f"{data['message']} (allowed: {', '.join(map(str, allowed))})"
             return data["message"]
     except ValueError:
         pass
@@ -176,6 +181,7 @@ class AgentLoop:
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         rand: Callable[[], float] = random.random,
         logger: logging.Logger | None = None,
+        cluster: str | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -187,6 +193,8 @@ class AgentLoop:
         self.transport = transport
         self.api_url = api_url.rstrip("/") + "/"
         self.node = node
+        #: the cluster the inventory names (None: whatever the reader says, else ``default``)
+        self.cluster = cluster
         self.headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
         self.interval = interval
         self.flush_interval = interval if flush_interval is None else flush_interval
@@ -269,6 +277,8 @@ class AgentLoop:
         """Read the inventory; queue it for sending if it differs from what the service has."""
         try:
             inventory = self.reader.inventory()
+            if self.cluster is not None:
+                inventory = {**inventory, "cluster": self.cluster}
         except Exception as e:
             self._read_failed("inventory", e)
             return
@@ -547,6 +557,7 @@ class NodeAgent(Application):
         "config": "NodeAgent.config_file",
         "service-url": "NodeAgent.service_url",
         "node": "NodeAgent.node",
+        "cluster": "NodeAgent.cluster",
         "interval": "NodeAgent.interval",
         "source": "NodeAgent.source",
         "pool-config": "NodeAgent.pool_config_file",
@@ -573,6 +584,11 @@ class NodeAgent(Application):
     node = Unicode(
         help="This node's name in the pool (must match the name the spawner uses), else "
         "$NODE_NAME (Kubernetes downward API), else the host name."
+    ).tag(config=True)
+    cluster = Unicode(
+        help="The cluster this node belongs to (a DNS label the pool config's `clusters` "
+        "lists; an unknown one is refused with the known list), else $GPUPOOL_CLUSTER (the "
+        "Helm chart sets it from `cluster`), else `default`."
     ).tag(config=True)
     api_token = Unicode(
         help="Token with the custom:gpupool:agent scope, else $GPUPOOL_AGENT_TOKEN, else "
@@ -639,6 +655,10 @@ class NodeAgent(Application):
     def _node_default(self) -> str:
         return os.environ.get("NODE_NAME") or socket.gethostname()
 
+    @default("cluster")
+    def _cluster_default(self) -> str:
+        return os.environ.get("GPUPOOL_CLUSTER") or "default"
+
     @default("api_token")
     def _api_token_default(self) -> str:
         return os.environ.get("GPUPOOL_AGENT_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
@@ -691,6 +711,7 @@ class NodeAgent(Application):
             denied_retry_interval=self.denied_retry_interval,
             stats_interval=self.stats_interval,
             logger=self.log,
+            cluster=self.cluster,
         )
 
     async def start_async(self) -> None:
@@ -701,8 +722,9 @@ class NodeAgent(Application):
         for sig in (signal.SIGTERM, signal.SIGINT):
             aio.add_signal_handler(sig, stop.set)
         self.log.info(
-            "GPU pool agent for node %s reporting to %s every %gs (source: %s)",
+            "GPU pool agent for node %s (cluster %s) reporting to %s every %gs (source: %s)",
             self.node,
+            self.cluster,
             self.api_url,
             self.interval,
             self.source,
