@@ -302,3 +302,27 @@ class ReclaimPolicyRow(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     actor: Mapped[str] = mapped_column(String(255), default="")
     updated: Mapped[datetime] = mapped_column(DateTime)
+
+
+#: States of an admin's MIG re-partition: ``waiting`` for the leases in the way to end,
+#: ``applying`` (the node's agent or label writer works on it), then ``done``, ``failed`` or
+#: ``cancelled``.
+REPARTITION_STATES = ("waiting", "applying", "done", "failed", "cancelled")
+
+
+class MigRepartitionRow(Base):
+    """An admin's request to give one GPU a new MIG layout (at most one open per GPU)."""
+
+    __tablename__ = "mig_repartitions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_uuid: Mapped[str] = mapped_column(String(64), index=True)
+    layout: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    method: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), default="waiting")
+    actor: Mapped[str] = mapped_column(String(255), default="")
+    created: Mapped[datetime] = mapped_column(DateTime)
+    updated: Mapped[datetime] = mapped_column(DateTime)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: the GPU's cordon before the re-partition (a waiting re-partition cordons it)
+    was_cordoned: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -121,8 +121,14 @@ _DECLARED = (
     ),
     Code("not_leader", "Another reclaimer replica holds the reclaim leadership (it names which)."),
     Code("not_acting", "An outcome for a lease no reclaim round claimed for action."),
+    Code("no_notice", "An admin's extension of a reclaim notice on a lease that has none."),
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
+    Code("repartition_pending", "The GPU already has a MIG re-partition in progress."),
+    Code(
+        "repartition_applying",
+        "The node is applying the re-partition already: it can no longer be cancelled.",
+    ),
     Code("invalid_config", "Invalid offers, quotas or inventory."),
     Code("unknown_gpu_model", "A GPU model the catalog does not know."),
     Code("unknown_mig_profile", "A MIG profile that does not exist for that GPU model."),

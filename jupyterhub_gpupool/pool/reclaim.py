@@ -55,9 +55,12 @@ from .reclaimpolicy import (
     shrink_problem,
 )
 
-#: What a notice is for: the idle timeout, the CPU-busy timeout, the maximum age, or borrowed
-#: capacity owed to a waiter within guarantee.
-NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed")
+#: What a notice is for: the idle timeout, the CPU-busy timeout, the maximum age, borrowed
+#: capacity owed to a waiter within guarantee, an admin's "reclaim now", or a node drain.
+NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain")
+#: Notices an admin issued: no signal cancels or defers them, the user cannot keep the GPU
+#: (an admin may extend them), and the lease is released with reason ``admin``.
+ADMIN_KINDS = ("admin", "drain")
 
 # -- lease state ---------------------------------------------------------------------------
 
@@ -216,8 +219,12 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
     state, rec = lease.state, lease.state.reclaiming
     if rec is None:
         return NoAction(lease=lease.id, state=state, reason="no notice to extend")
-    if rec.kind in ("borrowed", "max_age"):
-        why = "owed to a user within guarantee" if rec.kind == "borrowed" else "at its maximum age"
+    if rec.kind in ("borrowed", "max_age", *ADMIN_KINDS):
+        why = {
+            "borrowed": "owed to a user within guarantee",
+            "max_age": "at its maximum age",
+            "drain": "on a node an administrator is draining",
+        }.get(rec.kind, "reclaimed by an administrator")
         return Refuse(
             lease=lease.id,
             state=state,
@@ -322,6 +329,9 @@ def plan_reclaims(
     for lease in leases:
         offer = offers.get(lease.offer)
         policy = policies.for_offer(offer or lease.offer)
+        if lease.state.reclaiming is not None and lease.state.reclaiming.kind in ADMIN_KINDS:
+            out[lease.id] = _admin_follow(lease, now)  # the admin decided, not the signals
+            continue
         if offer is not None and offer.kind == "cpu":
             out[lease.id] = NoAction(lease=lease.id, state=lease.state, reason="no GPU to reclaim")
             continue
@@ -425,6 +435,22 @@ def _cancel_reason(case: Case) -> str:
     if case.kernel in ("busy", "unknown"):
         return "the kernel is running"
     return case.why
+
+
+def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
+    """A lease under an admin's notice: act at its deadline (busy or not: the admin says so)."""
+    rec = lease.state.reclaiming
+    assert rec is not None
+    if now >= rec.deadline:
+        return Act(
+            lease=lease.id,
+            state=lease.state,
+            action=rec.action,
+            reason=rec.reason,
+            release_reason="admin",
+        )
+    left = f"{rec.action} in {_h(rec.deadline - now)} ({rec.kind} notice)"
+    return NoAction(lease=lease.id, state=lease.state, reason=left, kind="noticed")
 
 
 def _follow(

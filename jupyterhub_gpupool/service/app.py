@@ -35,7 +35,7 @@ from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
 from . import pages
-from .apihandlers import admin, agent, allocations, reclaim, users
+from .apihandlers import admin, agent, allocations, operate, reclaim, users
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
@@ -449,7 +449,7 @@ class PoolService(Application):
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
         handlers = []
-        for module in (allocations, users, agent, admin, reclaim):
+        for module in (allocations, users, agent, admin, reclaim, operate):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),
@@ -469,6 +469,7 @@ class PoolService(Application):
             minutes=self.minutes,
             writer=self.writer,
             busy_threshold=self.busy_threshold,
+            pages_prefix=url_path_join(self.base_url, ""),
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
             xsrf_cookies=False,
             log_function=self._log_request,
@@ -532,6 +533,8 @@ class PoolService(Application):
             expired, promoted = await asyncio.gather(  # queued in order: one batch
                 self.writer.call(self.store.expire_grants), self.writer.call(self.store.promote)
             )
+            # re-partitions nothing is in the way of any more run; finished ones close
+            await self.writer.call(self.store.advance_repartitions)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)

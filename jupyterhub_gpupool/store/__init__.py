@@ -11,7 +11,9 @@ Modules by responsibility, imports pointing one way (each only to those above it
 * ``leases`` — the lease lifecycle; ``mig`` — dynamic MIG; ``admin`` — config, nodes,
   quotas; ``utilization`` — minute aggregates;
 * ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my
-  GPU", the policy override and the user's recent reclaims.
+  GPU", the policy override and the user's recent reclaims;
+* ``operate`` — the admin panel's actions: reclaim now, extend a notice, drain by a deadline,
+  MIG re-partitions, and the map's reads.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -20,14 +22,13 @@ calls those only through its writer (``service/writer.py``), off the event loop.
 from __future__ import annotations
 
 from ..poolconfig import PoolConfig
-from .admin import AdminStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
-from .reclaim import ReclaimStore
+from .operate import OperateStore
 from .rows import utcnow
 
 
-class Store(ReclaimStore, AdminStore):
+class Store(OperateStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

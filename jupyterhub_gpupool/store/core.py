@@ -62,6 +62,12 @@ WRITES = frozenset(
         "reclaim_outcome",
         "put_reclaim_policy",
         "reset_reclaim_policy",
+        "admin_reclaim",
+        "extend_notice",
+        "drain_node",
+        "request_repartition",
+        "cancel_repartition",
+        "advance_repartitions",
     }
 )
 #: Writes that refuse, if at all, before they write anything: they may share one transaction

@@ -368,16 +368,28 @@ class ViewStore(StoreCore):
         limit: int = 200,
         lease: str | None = None,
         user: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        newest_first: bool = False,
     ) -> tuple[list[dict[str, Any]], int]:
-        """Audit events, oldest first."""
+        """Audit events, oldest first (or newest first), filtered by lease, the lease's user,
+        kind and time (``since`` inclusive, ``until`` exclusive)."""
         with self.read() as db:
             q = select(orm.EventRow)
             if lease is not None:
                 q = q.where(orm.EventRow.lease_id == lease)
             if user is not None:
                 q = q.where(orm.EventRow.user == user)
+            if kind is not None:
+                q = q.where(orm.EventRow.kind == kind)
+            if since is not None:
+                q = q.where(orm.EventRow.ts >= since)
+            if until is not None:
+                q = q.where(orm.EventRow.ts < until)
             total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
-            rows = db.scalars(q.order_by(orm.EventRow.id).offset(offset).limit(limit))
+            order = orm.EventRow.id.desc() if newest_first else orm.EventRow.id
+            rows = db.scalars(q.order_by(order).offset(offset).limit(limit))
             return [
                 {
                     "id": e.id,

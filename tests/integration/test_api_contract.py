@@ -362,6 +362,7 @@ def test_success_responses_match_spec(api: Api):
         assert events["total"] == 3 and events["next_offset"] == 2
         assert call("admin", "GET", "events?limit=1", "/events").json()["next_offset"] == 1
         call("admin", "GET", f"events?user={user}", "/events")
+        panel_round_trip(api, call, lease)
         reclaim_round_trip(api, call, lease)
         done = call(user, "DELETE", f"allocations/{lid}", "/allocations/{id}").json()
         assert done["state"] == "released" and done["release_reason"] == "stopped"
@@ -375,6 +376,75 @@ def test_success_responses_match_spec(api: Api):
         if method != "parameters"
     }
     assert spec_ops - seen == set(), "operations this test does not cover"
+
+
+def panel_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
+    """The admin panel's operations: the map and its history, reclaim now (a notice, an
+    extension, then at once), a drain by a deadline, a re-partition previewed, asked for
+    (waiting for ``lease``, which is in the way), listed and cancelled; the audit filters."""
+    pool_map = call("admin", "GET", "pool/map", "/pool/map").json()
+    assert lease["id"] in pool_map["leases"]
+    history = call("admin", "GET", "pool/history?hours=2&step=600", "/pool/history").json()
+    assert len(history["times"]) == len(history["used"]) == len(history["queued"])
+    t4 = {"user": "alice", "server": new_server(), "offer": "t4-quarter"}
+    held = call("spawner", "POST", "allocations", "/allocations", t4).json()
+    api.ok("alice", "POST", f"allocations/{held['id']}/keepalive", {})
+    noticed = call(
+        "admin",
+        "POST",
+        f"allocations/{held['id']}/reclaim",
+        "/allocations/{id}/reclaim",
+        {"grace": 600, "reason": "contract"},
+    ).json()
+    assert noticed["state"] == "reclaiming" and noticed["reclaim"]["kind"] == "admin"
+    later = call(
+        "admin",
+        "POST",
+        f"allocations/{held['id']}/extend",
+        "/allocations/{id}/extend",
+        {"seconds": 60},
+    ).json()
+    assert later["reclaim"]["deadline"] > noticed["reclaim"]["deadline"]
+    gone = call(
+        "admin",
+        "POST",
+        f"allocations/{held['id']}/reclaim",
+        "/allocations/{id}/reclaim",
+        {"immediately": True},
+    ).json()
+    assert gone["release_reason"] == "admin"
+    held = call("spawner", "POST", "allocations", "/allocations", {**t4, "server": new_server()})
+    api.ok("alice", "POST", f"allocations/{held.json()['id']}/keepalive", {})
+    drained = call(
+        "admin",
+        "POST",
+        "nodes/sim-t4/drain",
+        "/nodes/{name}/{action}",
+        {"deadline": "2099-01-01T00:00:00Z"},
+    ).json()
+    assert drained["draining"] and drained["noticed"] == 1
+    api.ok("admin", "POST", "nodes/sim-t4/uncordon", {})
+    api.ok("admin", "DELETE", f"allocations/{held.json()['id']}?reason=admin")
+    gpu = lease["slots"][0]["gpu"]
+    whole = {"gpu": gpu, "layout": [{"profile": "7g.80gb", "start": 0}]}
+    plan = call(
+        "admin",
+        "POST",
+        "nodes/sim-a100/repartitions",
+        "/nodes/{name}/repartitions",
+        {**whole, "dry_run": True},
+    ).json()
+    assert plan["in_way"][0]["lease"] == lease["id"] and plan["method"] == "agent"
+    rep = call(
+        "admin", "POST", "nodes/sim-a100/repartitions", "/nodes/{name}/repartitions", whole
+    ).json()
+    assert rep["state"] == "waiting"
+    listed = call("agent", "GET", "repartitions?node=sim-a100", "/repartitions").json()
+    assert listed["items"][0]["id"] == rep["id"]
+    cancelled = call("admin", "DELETE", f"repartitions/{rep['id']}", "/repartitions/{id}").json()
+    assert cancelled["state"] == "cancelled"
+    kinds = call("admin", "GET", "events?kind=reclaim-notice&order=desc&from=0", "/events").json()
+    assert {e["kind"] for e in kinds["items"]} == {"reclaim-notice"}
 
 
 #: A reclaim policy that gives notice at once and acts at the next round (no grace at all).

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from jupyterhub_gpupool.data import data_path
+from jupyterhub_gpupool.poolconfig import gpu_uuid
 from tests.fakes import HubEnv, request
 
 #: Callers, in the matrix's column order. ``alice_srv``/``bob_srv``: tokens with exactly the hub's
@@ -60,6 +61,15 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET events",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
+    # the admin panel's actions (a fresh lease is a grant: reclaim releases it at once)
+    ("POST allocations/{id}/reclaim",          401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("POST allocations/{id}/extend",           401,  403,  403,  403,  403,  403,  403,  403,  409),
+    ("POST nodes/sim-h100/drain +deadline",    401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("POST nodes/sim-a100/repartitions",       401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET repartitions",                       401,  403,  403,  403,  403,  403,  403,  200,  200),
+    ("DELETE repartitions/999999",             401,  403,  403,  403,  403,  403,  403,  403,  404),
+    ("GET pool/map",                           401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET pool/history",                       401,  403,  403,  403,  403,  403,  403,  403,  200),
     # the reclaimer's endpoints: custom:gpupool:reclaim, which admin includes
     ("GET reclaim/leases",                     401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("POST reclaim/leader",                    401,  403,  403,  403,  403,  403,  403,  403,  200),
@@ -95,6 +105,13 @@ BODIES: dict[str, object] = {
     },
     "POST nodes/authz-node/samples": {"samples": []},
     "POST nodes/sim-a100/mig-results": {"results": []},
+    "POST allocations/{id}/extend": {"seconds": 60},
+    # a dry run: the plan of making the first A100 one 7g.80gb instance
+    "POST nodes/sim-a100/repartitions": {
+        "gpu": gpu_uuid("sim-a100", 0),
+        "layout": [{"profile": "7g.80gb", "start": 0}],
+        "dry_run": True,
+    },
     "POST reclaim/leader": {"holder": "authz"},
     "POST reclaim/rounds": {"holder": "authz", "window": {"start": 1, "end": 2}},
     "POST reclaim/leases/{id}/outcome": {"holder": "authz", "result": "done"},
@@ -208,6 +225,8 @@ def matrix_results(hub: HubEnv, tokens: dict[str, str | None]) -> dict[tuple[str
                 call_body = {**body, "server": _server()}  # type: ignore[dict-item]
                 if variant == "priority":
                     call_body["priority"] = 5
+            if variant == "deadline":
+                call_body = {"deadline": "2099-01-01T00:00:00Z"}
             r = _call(hub, method, path.format(id=lease), tokens[col], call_body)
             results[label, col] = _outcome(r.status, r.body)
             if lease is not None or path == "allocations":

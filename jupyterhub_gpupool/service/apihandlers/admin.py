@@ -1,4 +1,5 @@
-"""Admin endpoints: quotas, node cordon/uncordon/drain, usage reports, the audit log."""
+"""Admin endpoints: quotas, node cordon/uncordon/drain (by a deadline), usage reports, the audit
+log (filtered by user, lease, kind and time)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import timedelta
 
 from ...store import utcnow
 from ...store.rows import check_quota_kind
-from .base import MAX_STR, APIError, APIHandler, needs
+from .base import MAX_STR, APIError, APIHandler, needs, parse_time
 
 
 class QuotaHandler(APIHandler):
@@ -72,15 +73,33 @@ class QuotaHandler(APIHandler):
 
 
 class NodeActionHandler(APIHandler):
-    """``POST nodes/{name}/{cordon|uncordon|drain}``."""
+    """``POST nodes/{name}/{cordon|uncordon|drain}``; a drain may name a ``deadline`` by
+    which every lease on the node ends (each gets a reclaim notice ending then)."""
 
     route_name = "node-action"
 
     @needs("admin", "{action} nodes")
     async def post(self, name: str, action: str) -> None:
-        self.json_body({})
+        body = self.json_body({"deadline": (str, False), "action": (str, False)})
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.set_node, name, action, actor=actor))
+        if action != "drain":
+            if body:
+                field = sorted(body)[0]
+                raise APIError("invalid_field", f"only a drain takes {field}", field=field)
+            self.write_json(await self.writer.call(self.store.set_node, name, action, actor=actor))
+            return
+        deadline = None
+        if body.get("deadline") is not None:
+            deadline = parse_time(body["deadline"], "deadline")
+        self.write_json(
+            await self.writer.call(
+                self.store.drain_node,
+                name,
+                deadline,
+                action=body.get("action", "stop"),
+                actor=actor,
+            )
+        )
 
 
 class UsageHandler(APIHandler):
@@ -125,18 +144,31 @@ class UsageHandler(APIHandler):
 
 
 class EventsHandler(APIHandler):
-    """``GET events?lease=&user=&offset=&limit=``: the audit log (admins)."""
+    """``GET events?lease=&user=&kind=&from=&to=&order=&offset=&limit=``: the audit log
+    (admins)."""
 
     route_name = "events"
 
     @needs("admin", "read the audit log")
     def get(self) -> None:
         offset, limit = self.page_args()
+        order = self.get_argument("order", "asc")
+        if order not in ("asc", "desc"):
+            raise APIError(
+                "invalid_argument",
+                "order must be asc or desc",
+                field="order",
+                allowed=["asc", "desc"],
+            )
         items, total = self.store.events(
             offset=offset,
             limit=limit,
             lease=self.get_argument("lease", None),
             user=self.get_argument("user", None),
+            kind=self.get_argument("kind", None),
+            since=self.time_arg("from"),
+            until=self.time_arg("to"),
+            newest_first=order == "desc",
         )
         self.write_page(items, total, offset, limit)
 

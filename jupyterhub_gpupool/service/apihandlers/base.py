@@ -122,6 +122,24 @@ def _nul_at(value: Any) -> str | None:
     return None
 
 
+def parse_time(raw: str | int, name: str, code: str = "invalid_field") -> datetime:
+    """An ISO 8601 time or epoch seconds (a query argument or a body field) as naive UTC,
+    clamped within ``EARLIEST`` and ``LATEST``; ``code`` names the field when it is neither."""
+    try:
+        if isinstance(raw, int) or raw.replace(".", "", 1).isdigit():
+            dt = datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
+        else:
+            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if dt.tzinfo is not None:
+                try:
+                    dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+                except OverflowError:  # the offset takes it below year 1 or past 9999
+                    dt = EARLIEST if dt.year == 1 else LATEST
+    except (ValueError, OverflowError, OSError):
+        raise APIError(code, f"{name} must be an ISO 8601 time", field=name) from None
+    return min(max(dt, EARLIEST), LATEST)
+
+
 class APIHandler(HubOAuthenticated, web.RequestHandler):
     """Base of every ``/api/v1`` handler."""
 
@@ -274,21 +292,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         raw = self.get_argument(name, None)
         if raw is None:
             return default
-        try:
-            if raw.replace(".", "", 1).isdigit():
-                dt = datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
-            else:
-                dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-                if dt.tzinfo is not None:
-                    try:
-                        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
-                    except OverflowError:  # the offset takes it below year 1 or past 9999
-                        dt = EARLIEST if dt.year == 1 else LATEST
-        except (ValueError, OverflowError, OSError):
-            raise APIError(
-                "invalid_argument", f"{name} must be an ISO 8601 time", field=name
-            ) from None
-        return min(max(dt, EARLIEST), LATEST)
+        return parse_time(raw, name, "invalid_argument")
 
     def page_args(self) -> tuple[int, int]:
         """``offset`` and ``limit`` (1–1000, default 200)."""

@@ -45,7 +45,10 @@ STATUS: dict[str, int] = {
     "reclaim_in_progress": 409,
     "not_leader": 409,
     "not_acting": 409,
+    "no_notice": 409,
+    "repartition_applying": 409,
     "gpu_elsewhere": 409,
+    "repartition_pending": 409,
     "over_limit": 409,
     "conflict": 409,
     # 429: too much at once

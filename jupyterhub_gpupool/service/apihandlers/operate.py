@@ -1,0 +1,244 @@
+"""The admin panel's endpoints: reclaim now, extend a notice, MIG re-partitions, the pool map and
+its history (every one for ``custom:gpupool:admin``; the re-partition list for agents too, so a
+label writer can follow them)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from ...store import utcnow
+from ...store.rows import epoch
+from .base import APIError, APIHandler, needs
+
+
+class ReclaimNowHandler(APIHandler):
+    """``POST allocations/{id}/reclaim``: an admin's reclaim (a notice, or ``immediately``)."""
+
+    route_name = "reclaim-now"
+
+    @needs("admin", "reclaim leases")
+    async def post(self, lease_id: str) -> None:
+        body = self.json_body(
+            {
+                "immediately": (bool, False),
+                "grace": ((int, float, type(None)), False),
+                "action": (str, False),
+                "reason": (str, False),
+            }
+        )
+        self.write_json(
+            await self.writer.call(
+                self.store.admin_reclaim,
+                lease_id,
+                immediately=body.get("immediately", False),
+                grace=body.get("grace"),
+                action=body.get("action", "stop"),
+                reason=body.get("reason", ""),
+                actor=self.identity.describe(),
+            )
+        )
+
+
+class ExtendNoticeHandler(APIHandler):
+    """``POST allocations/{id}/extend {seconds}``: push a reclaim notice's deadline later."""
+
+    route_name = "extend-notice"
+
+    @needs("admin", "extend reclaim notices")
+    async def post(self, lease_id: str) -> None:
+        body = self.json_body({"seconds": ((int, float), True)})
+        self.write_json(
+            await self.writer.call(
+                self.store.extend_notice,
+                lease_id,
+                float(body["seconds"]),
+                actor=self.identity.describe(),
+            )
+        )
+
+
+class NodeRepartitionHandler(APIHandler):
+    """``POST nodes/{name}/repartitions {gpu, layout, dry_run?, notice_seconds?}``."""
+
+    route_name = "repartition"
+
+    @needs("admin", "re-partition GPUs")
+    async def post(self, node: str) -> None:
+        body = self.json_body(
+            {
+                "gpu": (str, True),
+                "layout": (list, True),
+                "dry_run": (bool, False),
+                "notice_seconds": ((int, float, type(None)), False),
+            }
+        )
+        if body.get("dry_run"):
+            self.write_json(self.store.repartition_plan(node, body["gpu"], body["layout"]))
+            return
+        rep = await self.writer.call(
+            self.store.request_repartition,
+            node,
+            body["gpu"],
+            body["layout"],
+            notice_seconds=body.get("notice_seconds"),
+            actor=self.identity.describe(),
+        )
+        self.write_json(rep, 201)
+
+
+class RepartitionsHandler(APIHandler):
+    """``GET repartitions?node=&state=``: newest first."""
+
+    route_name = "repartitions"
+
+    @needs("agent", "read re-partitions")
+    def get(self) -> None:
+        self.write_json(
+            {
+                "items": self.store.repartitions(
+                    node=self.get_argument("node", None),
+                    state=self.get_argument("state", None),
+                    limit=self.int_arg("limit", 200, low=1, high=1000),
+                )
+            }
+        )
+
+
+class RepartitionHandler(APIHandler):
+    """``DELETE repartitions/{id}``: cancel one still waiting."""
+
+    route_name = "repartition-cancel"
+
+    @needs("admin", "cancel re-partitions")
+    async def delete(self, rep_id: str) -> None:
+        if not rep_id.isdigit() or len(rep_id) > 9:
+            raise APIError("not_found", f"no re-partition {rep_id!r}", field="id")
+        self.write_json(
+            await self.writer.call(
+                self.store.cancel_repartition, int(rep_id), actor=self.identity.describe()
+            )
+        )
+
+
+class PoolMapHandler(APIHandler):
+    """``GET pool/map``: every GPU with its slices, holders, activity and idle time."""
+
+    route_name = "pool-map"
+
+    @needs("admin", "see the pool map")
+    def get(self) -> None:
+        pool = self.store.pool(detail=True)
+        leases = self.store.live_leases()
+        buffer = self.settings["utilization"]
+        fresh = time.time() - 120
+        with self.store.locked(fresh=False) as alloc:
+            models = {g.uuid: g.model for g in alloc.gpus.values()}
+        open_reps = {r["gpu"]: r for r in self.store.repartitions(state="waiting")}
+        open_reps.update({r["gpu"]: r for r in self.store.repartitions(state="applying")})
+        for cluster in pool["clusters"]:
+            for node in cluster["nodes"]:
+                for g in node["gpus"]:
+                    model = models.get(g["uuid"])
+                    g["memory_slices"] = model.memory_slices if model is not None else 0
+                    for inst in g["instances"]:
+                        try:
+                            inst["slices"] = model.profile(inst["profile"]).memory_slices
+                        except Exception:  # a profile the catalog lacks: draw it one wide
+                            inst["slices"] = 1
+                        inst["util"] = _util(buffer, g["uuid"], inst["start"], fresh)
+                    g["util"] = _util(buffer, g["uuid"], None, fresh)
+                    rep = open_reps.get(g["uuid"])
+                    g["repartition"] = (
+                        {"id": rep["id"], "state": rep["state"]} if rep is not None else None
+                    )
+        pool["leases"] = leases
+        pool["offers"] = {
+            o["name"]: o.get("display_name") or o["name"] for o in self.store.offers_for(None, ())
+        }
+        pool["now"] = time.time()
+        self.write_json(pool)
+
+
+def _util(buffer: Any, gpu: str, start: int | None, fresh: float) -> float | None:
+    sample = buffer.previous(gpu, start)
+    if sample is None or sample.ts < fresh:
+        return None
+    return sample.util
+
+
+class PoolHistoryHandler(APIHandler):
+    """``GET pool/history?hours=24&step=900``: units used and queued over time and a heatmap
+    of each GPU's mean utilization per step."""
+
+    route_name = "pool-history"
+
+    @needs("admin", "see the pool's history")
+    def get(self) -> None:
+        hours = self.int_arg("hours", 24, low=1, high=24 * 31)
+        step = self.int_arg("step", 900, low=60, high=86400)
+        end = utcnow()
+        start = end - timedelta(hours=hours)
+        t0 = epoch(start)
+        buckets = int((epoch(end) - t0) // step) + 1
+        times = [t0 + i * step for i in range(buckets)]
+        used, queued = self.store.unit_series(start, end, step)
+        heat: dict[str, list[float | None]] = {}
+        sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
+        for m in self.store.minutes(None, start, end):
+            util = m["util_mean"]
+            if util is None:
+                continue
+            i = int((float(m["ts"]) - t0) // step)  # type: ignore[arg-type]
+            acc = sums[(str(m["gpu"]), i)]
+            acc[0] += float(util)  # type: ignore[arg-type]
+            acc[1] += 1
+        for (gpu, i), (total, n) in sums.items():
+            row = heat.setdefault(gpu, [None] * buckets)
+            if 0 <= i < buckets:
+                row[i] = round(total / n, 1)
+        totals = self.store.pool(detail=False)["totals"]
+        self.write_json(
+            {
+                "from": start.isoformat() + "Z",
+                "to": end.isoformat() + "Z",
+                "step": step,
+                "times": times,
+                "capacity": float(totals.get("total", 0) or 0),
+                "used": used,
+                "queued": queued,
+                "heatmap": heat,
+            }
+        )
+
+
+class QuotaPreviewHandler(APIHandler):
+    """``POST quotas/{kind}/{name}/preview``: the effect of a quota change, changing nothing."""
+
+    route_name = "quota-preview"
+
+    @needs("admin", "preview quota changes")
+    def post(self, kind: str, name: str) -> None:
+        body = self.json_body(
+            {
+                "guarantee": ((int, float), False),
+                "limit": ((int, float, type(None)), False),
+                "budget": ((int, float, type(None)), False),
+                "period": (str, False),
+            }
+        )
+        self.write_json(self.store.quota_effect(kind, name, body))
+
+
+default_handlers = [
+    (r"quotas/([^/]+)/([^/]+)/preview", QuotaPreviewHandler),
+    (r"allocations/([^/]+)/reclaim", ReclaimNowHandler),
+    (r"allocations/([^/]+)/extend", ExtendNoticeHandler),
+    (r"nodes/([^/]+)/repartitions", NodeRepartitionHandler),
+    (r"repartitions", RepartitionsHandler),
+    (r"repartitions/([^/]+)", RepartitionHandler),
+    (r"pool/map", PoolMapHandler),
+    (r"pool/history", PoolHistoryHandler),
+]

@@ -1,0 +1,661 @@
+"""What the admin panel does to leases and nodes beyond the plain API: reclaim now, extend a
+notice, drain by a deadline, re-partition a GPU's MIG layout, and the map's reads.
+
+An admin's reclaim goes through the reclaimer like any other: a notice (kind ``admin``, or
+``drain`` for a node drained by a deadline) is persisted on the lease with its deadline, the
+user sees it on their page and in the lab, and the reclaimer's round acts on it at the
+deadline (saving open documents first) and releases it with reason ``admin``. "Immediately"
+skips the notice and releases at once. A grant not yet bound has no server to save: it is
+released at once either way.
+
+A re-partition is a row (``MigRepartitionRow``) that waits, with the GPU cordoned, until no
+lease holds what must go; then the wanted layout is written (dynamic-MIG GPUs: the instance
+rows, which the node's agent gets through its ``mig-plan``) or handed to whoever applies the
+node's ``nvidia.com/mig.config`` label (``method: label``); it is ``done`` when the node
+reports the new layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from .. import orm
+from ..pool.allocator import Allocator
+from ..pool.leases import LIVE_STATES
+from ..pool.quota import QuotaSpec
+from ..pool.reclaim import Reclaiming
+from ..pool.repartition import Held, parse_layout, plan_repartition
+from .admin import AdminStore
+from .errors import StoreError
+from .reclaim import ReclaimStore
+from .rows import (
+    check_quota_kind,
+    epoch,
+    from_epoch,
+    held_hours,
+    reclaim_state,
+    set_reclaim_state,
+    ts,
+)
+
+#: What an admin's reclaim may do at its deadline.
+ADMIN_ACTIONS = ("stop", "release-gpu")
+#: The longest notice or extension an admin may give (a year, as for policies).
+MAX_GRACE = 366 * 86400.0
+#: Re-partitions not finished yet.
+OPEN = ("waiting", "applying")
+
+
+class OperateStore(ReclaimStore, AdminStore):
+    """The admin panel's writes and its map reads."""
+
+    # -- reclaim now, extend ---------------------------------------------------------------
+
+    def _admin_notice(
+        self,
+        db: Session,
+        alloc: Allocator,
+        row: orm.LeaseRow,
+        kind: str,
+        deadline: datetime,
+        action: str,
+        reason: str,
+        actor: str,
+    ) -> str:
+        """Give ``row`` an admin notice (or release a grant not yet bound); what happened."""
+        if row.state == "granted":
+            self._finish(db, alloc, row, "admin", actor)
+            return "released"
+        state = reclaim_state(row)
+        rec = state.reclaiming
+        if rec is not None and epoch(deadline) > rec.deadline and row.reclaim_kind == "drain":
+            deadline = from_epoch(rec.deadline)  # a drain's deadline is never pushed back
+        notice = Reclaiming(kind, epoch(deadline), reason, action, self._now_s())
+        set_reclaim_state(row, replace(state, reclaiming=notice))
+        row.state = "reclaiming"
+        self._event(
+            db,
+            "reclaim-notice",
+            actor,
+            row,
+            {"kind": kind, "deadline": ts(deadline), "reason": reason, "action": action},
+        )
+        return "noticed"
+
+    def admin_reclaim(
+        self,
+        lease_id: str,
+        *,
+        immediately: bool = False,
+        grace: float | None = None,
+        action: str = "stop",
+        reason: str = "",
+        actor: str = "",
+    ) -> dict[str, Any]:
+        """Reclaim a live lease: a notice ending in ``grace`` seconds (default: the offer's
+        ``warn_before``), or (``immediately``) a release now with reason ``admin``."""
+        if action not in ADMIN_ACTIONS:
+            raise StoreError(
+                "invalid_field", f"unknown action {action!r}", field="action", allowed=ADMIN_ACTIONS
+            )
+        if grace is not None and not 0 <= grace <= MAX_GRACE:
+            raise StoreError("invalid_field", "must be 0 to 366 days in seconds", field="grace")
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.state not in LIVE_STATES:
+                raise StoreError(
+                    "not_live",
+                    f"lease {lease_id} is {row.state}: there is no GPU to reclaim",
+                    field="id",
+                )
+            if row.reclaim_acting is not None and not immediately:
+                raise StoreError(
+                    "reclaim_in_progress",
+                    f"lease {lease_id} is being reclaimed now ({row.reclaim_action})",
+                    field="id",
+                )
+            if immediately:
+                self._finish(db, alloc, row, "admin", actor)
+                return self._lease_json(db, alloc, row)
+            if grace is None:
+                policy = self.reclaim_policies(db, alloc.offers).for_offer(
+                    alloc.offers.get(row.offer) or row.offer
+                )
+                grace = policy.warn_before
+            why = reason.strip() or f"an administrator ({actor or 'admin'}) reclaims this GPU"
+            deadline = self.clock() + timedelta(seconds=grace)
+            self._admin_notice(db, alloc, row, "admin", deadline, action, why, actor)
+            return self._lease_json(db, alloc, row)
+
+    def extend_notice(self, lease_id: str, seconds: float, *, actor: str = "") -> dict[str, Any]:
+        """Push a reclaim notice's deadline ``seconds`` later (from now, if it has passed)."""
+        if not 0 < seconds <= MAX_GRACE:
+            raise StoreError("invalid_field", "must be 1 s to 366 days", field="seconds")
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            state = reclaim_state(row)
+            if row.state != "reclaiming" or state.reclaiming is None:
+                raise StoreError(
+                    "no_notice", f"lease {lease_id} is under no reclaim notice", field="id"
+                )
+            if row.reclaim_acting is not None:
+                raise StoreError(
+                    "reclaim_in_progress",
+                    f"lease {lease_id} is being reclaimed now: too late to extend",
+                    field="id",
+                )
+            rec = state.reclaiming
+            deadline = max(rec.deadline, self._now_s()) + seconds
+            set_reclaim_state(row, replace(state, reclaiming=replace(rec, deadline=deadline)))
+            self._event(
+                db,
+                "reclaim-extended",
+                actor,
+                row,
+                {"by_admin": True, "seconds": seconds, "until": ts(from_epoch(deadline))},
+            )
+            return self._lease_json(db, alloc, row)
+
+    # -- drain by a deadline ---------------------------------------------------------------
+
+    def drain_node(
+        self,
+        name: str,
+        deadline: datetime | None = None,
+        *,
+        action: str = "stop",
+        actor: str = "",
+    ) -> dict[str, Any]:
+        """Drain a node: nothing new lands there; with a ``deadline``, every live lease on it
+        gets a ``drain`` notice ending then (a grant not yet bound is released now)."""
+        if action not in ADMIN_ACTIONS:
+            raise StoreError(
+                "invalid_field", f"unknown action {action!r}", field="action", allowed=ADMIN_ACTIONS
+            )
+        if deadline is not None and deadline <= self.clock():
+            raise StoreError("invalid_field", "the deadline has passed", field="deadline")
+        with self.transaction() as (db, alloc):
+            out = self.set_node(name, "drain", actor=actor)
+            noticed = released = 0
+            if deadline is not None:
+                why = f"the node {name} is drained for maintenance by {ts(deadline)}"
+                rows = db.scalars(
+                    select(orm.LeaseRow)
+                    .where(orm.LeaseRow.node == name, orm.LeaseRow.state.in_(LIVE_STATES))
+                    .options(selectinload(orm.LeaseRow.slots))
+                    .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+                ).all()
+                for row in rows:
+                    if row.reclaim_acting is not None:
+                        continue  # already leaving
+                    did = self._admin_notice(db, alloc, row, "drain", deadline, action, why, actor)
+                    noticed += did == "noticed"
+                    released += did == "released"
+                self._event(
+                    db,
+                    "node-drain-deadline",
+                    actor,
+                    data={"node": name, "deadline": ts(deadline), "noticed": noticed},
+                )
+            return {**out, "deadline": ts(deadline), "noticed": noticed, "released": released}
+
+    # -- MIG re-partition ------------------------------------------------------------------
+
+    def _gpu_row(self, db: Session, node: str, gpu: str) -> orm.GpuRow:
+        row = db.scalar(
+            select(orm.GpuRow)
+            .join(orm.NodeRow)
+            .where(orm.NodeRow.name == node, orm.GpuRow.uuid == gpu)
+            .options(selectinload(orm.GpuRow.instances))
+        )
+        if row is None:
+            raise StoreError("not_found", f"no GPU {gpu!r} on node {node!r}", field="gpu")
+        return row
+
+    def _held(self, db: Session, g: orm.GpuRow) -> list[Held]:
+        """What the GPU holds now: its instances (with their holders) and whole or shared
+        slots."""
+        slots = db.scalars(
+            select(orm.LeaseSlotRow)
+            .where(orm.LeaseSlotRow.gpu_uuid == g.uuid, orm.LeaseSlotRow.live)
+            .options(selectinload(orm.LeaseSlotRow.lease))
+        ).all()
+        by_key = {(s.profile, s.start): s for s in slots if s.kind == "mig"}
+        out = []
+        seen = set()
+        for i in sorted(g.instances, key=lambda i: i.start):
+            s = by_key.get((i.profile, i.start))
+            seen.add((i.profile, i.start))
+            out.append(
+                Held(i.profile, i.start, s.lease_id if s else None, s.lease.user if s else None)
+            )
+        for (profile, start), s in by_key.items():
+            if (profile, start) not in seen:
+                out.append(Held(profile, start, s.lease_id, s.lease.user))
+        out += [Held(None, None, s.lease_id, s.lease.user) for s in slots if s.kind != "mig"]
+        return out
+
+    def _plan(self, db: Session, g: orm.GpuRow, layout: Iterable[tuple[str, int]]) -> Any:
+        model = self.catalog.model_for_nvml(g.model, g.memory_mib)
+        return plan_repartition(g.uuid, model, g.mig_enabled, self._held(db, g), layout)
+
+    @staticmethod
+    def _method(g: orm.GpuRow) -> str:
+        """How the node gets the layout: its agent (dynamic MIG), else the node's label."""
+        return "agent" if g.dynamic_mig and g.mig_enabled else "label"
+
+    def repartition_plan(self, node: str, gpu: str, layout: object) -> dict[str, Any]:
+        """The plan of a re-partition, without running it (the panel's preview)."""
+        target = parse_layout(layout)
+        with self.read() as db:
+            g = self._gpu_row(db, node, gpu)
+            return {**self._plan(db, g, target).to_json(), "method": self._method(g)}
+
+    def request_repartition(
+        self,
+        node: str,
+        gpu: str,
+        layout: object,
+        *,
+        notice_seconds: float | None = None,
+        actor: str = "",
+    ) -> dict[str, Any]:
+        """Ask for ``layout`` on a GPU: it is cordoned and waits until nothing holds what must
+        go (with ``notice_seconds``, the leases in the way get admin notices ending then)."""
+        target = parse_layout(layout)
+        if notice_seconds is not None and not 0 <= notice_seconds <= MAX_GRACE:
+            raise StoreError(
+                "invalid_field", "must be 0 to 366 days in seconds", field="notice_seconds"
+            )
+        with self.transaction() as (db, alloc):
+            g = self._gpu_row(db, node, gpu)
+            plan = self._plan(db, g, target)
+            open_ = db.scalar(
+                select(orm.MigRepartitionRow).where(
+                    orm.MigRepartitionRow.gpu_uuid == gpu, orm.MigRepartitionRow.state.in_(OPEN)
+                )
+            )
+            if open_ is not None:
+                raise StoreError(
+                    "repartition_pending",
+                    f"GPU {gpu} has a re-partition in progress (#{open_.id}, {open_.state})",
+                    field="gpu",
+                )
+            now = self.clock()
+            rep = orm.MigRepartitionRow(
+                node=node,
+                gpu_uuid=gpu,
+                layout=[{"profile": p, "start": s} for p, s in plan.target],
+                method=self._method(g),
+                state="waiting",
+                actor=actor,
+                created=now,
+                updated=now,
+                was_cordoned=g.cordoned,
+            )
+            db.add(rep)
+            g.cordoned = True
+            db.flush()
+            self._event(db, "mig-repartition", actor, data={"id": rep.id, **plan.to_json()})
+            if notice_seconds is not None:
+                deadline = now + timedelta(seconds=notice_seconds)
+                why = f"an administrator re-partitions this GPU's MIG layout by {ts(deadline)}"
+                for lid in {h.lease for h in plan.in_way if h.lease}:
+                    row = self.lease_row(db, lid)
+                    if row.state in LIVE_STATES and row.reclaim_acting is None:
+                        self._admin_notice(db, alloc, row, "admin", deadline, "stop", why, actor)
+            self._advance(db, rep, g)
+            self._allocator = None  # a GPU's cordon and perhaps its layout changed: rebuild
+            return self._repartition_json(db, rep, g)
+
+    def cancel_repartition(self, rep_id: int, *, actor: str = "") -> dict[str, Any]:
+        """Give up a re-partition still waiting (one being applied is the node's now)."""
+        with self.transaction() as (db, _):
+            rep = db.get(orm.MigRepartitionRow, rep_id)
+            if rep is None:
+                raise StoreError("not_found", f"no re-partition {rep_id}", field="id")
+            if rep.state != "waiting":
+                raise StoreError(
+                    "repartition_applying",
+                    f"re-partition {rep_id} is {rep.state}: it can no longer be cancelled",
+                    field="id",
+                )
+            g = self._gpu_row(db, rep.node, rep.gpu_uuid)
+            self._close(db, rep, g, "cancelled", None, actor)
+            self._allocator = None
+            return self._repartition_json(db, rep, g)
+
+    def advance_repartitions(self) -> int:
+        """Run the waiting re-partitions nothing is in the way of any more, and close those
+        the nodes finished (or failed); returns how many changed."""
+        with self.read() as db:
+            if (
+                db.scalar(
+                    select(orm.MigRepartitionRow.id).where(orm.MigRepartitionRow.state.in_(OPEN))
+                )
+                is None
+            ):
+                return 0
+        changed = 0
+        with self.transaction() as (db, _):
+            for rep in db.scalars(
+                select(orm.MigRepartitionRow).where(orm.MigRepartitionRow.state.in_(OPEN))
+            ).all():
+                try:
+                    g = self._gpu_row(db, rep.node, rep.gpu_uuid)
+                except StoreError:
+                    self._close(db, rep, None, "failed", "the GPU is gone", "system")
+                    changed += 1
+                    continue
+                before = rep.state
+                self._advance(db, rep, g)
+                changed += rep.state != before
+            if changed:
+                self._allocator = None
+        return changed
+
+    def _advance(self, db: Session, rep: orm.MigRepartitionRow, g: orm.GpuRow) -> None:
+        target = [(i["profile"], i["start"]) for i in rep.layout]
+        if rep.state == "waiting":
+            plan = self._plan(db, g, target)
+            if not plan.ready:
+                return
+            rep.state, rep.updated = "applying", self.clock()
+            if rep.method == "agent":
+                kept = {
+                    (i.profile, i.start): i for i in g.instances if (i.profile, i.start) in target
+                }
+                if len(kept) != len(g.instances):
+                    g.instances = list(kept.values())
+                    db.flush()  # delete before inserting: a new instance may take a start
+                g.instances = [
+                    kept.get(key) or orm.MigInstanceRow(profile=key[0], start=key[1])
+                    for key in target
+                ]
+            self._event(db, "mig-repartition-applying", rep.actor, data=self._rep_data(rep))
+            return
+        have = {(i.profile, i.start): i for i in g.instances}
+        if rep.method == "agent":
+            missing = [key for key in target if key not in have]
+            failed = [i for i in have.values() if i.error and i.attempts >= self.mig_attempts]
+            if missing or failed:
+                why = "the node could not create " + ", ".join(
+                    f"{p}@{s}" for p, s in missing or [(i.profile, i.start) for i in failed]
+                )
+                self._close(db, rep, g, "failed", why, "system")
+                return
+            observed = {(o["profile"], o["start"]) for o in g.observed or ()}
+            if observed == set(target) and all(have[k].uuid for k in target):
+                self._close(db, rep, g, "done", None, "system")
+        elif g.mig_enabled and set(have) == set(target):
+            self._close(db, rep, g, "done", None, "system")
+
+    def _close(
+        self,
+        db: Session,
+        rep: orm.MigRepartitionRow,
+        g: orm.GpuRow | None,
+        state: str,
+        error: str | None,
+        actor: str,
+    ) -> None:
+        rep.state, rep.error, rep.updated = state, error, self.clock()
+        if g is not None:
+            g.cordoned = rep.was_cordoned
+        kind = {"done": "mig-repartitioned", "failed": "mig-failed"}.get(
+            state, "mig-repartition-cancelled"
+        )
+        self._event(db, kind, actor, data={**self._rep_data(rep), "error": error})
+
+    @staticmethod
+    def _rep_data(rep: orm.MigRepartitionRow) -> dict[str, Any]:
+        return {"id": rep.id, "node": rep.node, "gpu": rep.gpu_uuid, "layout": rep.layout}
+
+    def _repartition_json(
+        self, db: Session, rep: orm.MigRepartitionRow, g: orm.GpuRow | None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": rep.id,
+            "node": rep.node,
+            "gpu": rep.gpu_uuid,
+            "layout": rep.layout,
+            "method": rep.method,
+            "state": rep.state,
+            "actor": rep.actor,
+            "created": ts(rep.created),
+            "updated": ts(rep.updated),
+            "error": rep.error,
+            "plan": None,
+        }
+        if g is not None and rep.state in OPEN:
+            target = [(i["profile"], i["start"]) for i in rep.layout]
+            out["plan"] = self._plan(db, g, target).to_json()
+        return out
+
+    def repartitions(
+        self, node: str | None = None, state: str | None = None, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """Re-partitions, newest first (a label writer asks for ``state=applying``)."""
+        if state is not None and state not in orm.REPARTITION_STATES:
+            raise StoreError(
+                "invalid_state",
+                f"unknown re-partition state {state!r}",
+                field="state",
+                allowed=orm.REPARTITION_STATES,
+            )
+        with self.read() as db:
+            q = select(orm.MigRepartitionRow)
+            if node is not None:
+                q = q.where(orm.MigRepartitionRow.node == node)
+            if state is not None:
+                q = q.where(orm.MigRepartitionRow.state == state)
+            rows = db.scalars(q.order_by(orm.MigRepartitionRow.id.desc()).limit(limit)).all()
+            out = []
+            for rep in rows:
+                g = None
+                if rep.state in OPEN:
+                    try:
+                        g = self._gpu_row(db, rep.node, rep.gpu_uuid)
+                    except StoreError:
+                        g = None
+                out.append(self._repartition_json(db, rep, g))
+            return out
+
+    # -- the map ---------------------------------------------------------------------------
+
+    def live_leases(self) -> dict[str, dict[str, Any]]:
+        """Every live lease as the map and the lease table show it (one query)."""
+        now = self._now_s()
+        with self.read() as db:
+            rows = db.execute(
+                select(
+                    orm.LeaseRow.id,
+                    orm.LeaseRow.user,
+                    orm.LeaseRow.server,
+                    orm.LeaseRow.offer,
+                    orm.LeaseRow.state,
+                    orm.LeaseRow.units_f,
+                    orm.LeaseRow.borrowed,
+                    orm.LeaseRow.node,
+                    orm.LeaseRow.granted,
+                    orm.LeaseRow.activated,
+                    orm.LeaseRow.reclaim_state,
+                    orm.LeaseRow.reclaim_kind,
+                    orm.LeaseRow.reclaim_deadline,
+                    orm.LeaseRow.reclaim_reason,
+                    orm.LeaseRow.reclaim_acting,
+                ).where(orm.LeaseRow.state.in_(LIVE_STATES))
+            ).all()
+        out = {}
+        for r in rows:
+            counts = r.reclaim_state or {}
+            idle_since = counts.get("gpu_idle_since") or counts.get("idle_since")
+            since = r.activated or r.granted
+            out[r.id] = {
+                "id": r.id,
+                "user": r.user,
+                "server": r.server,
+                "offer": r.offer,
+                "state": r.state,
+                "units": r.units_f,
+                "borrowed": r.borrowed,
+                "node": r.node,
+                "since": ts(since),
+                "age_s": round(now - epoch(since), 1) if since else 0.0,
+                "idle_s": round(now - idle_since, 1) if idle_since else 0.0,
+                "notice": None
+                if r.reclaim_kind is None
+                else {
+                    "kind": r.reclaim_kind,
+                    "deadline": ts(r.reclaim_deadline),
+                    "reason": r.reclaim_reason,
+                    "acting": r.reclaim_acting is not None,
+                },
+            }
+        return out
+
+    def unit_series(
+        self, start: datetime, end: datetime, step: float
+    ) -> tuple[list[float], list[float]]:
+        """GPU units held and waited for at each ``step`` from ``start`` to ``end`` (from the
+        leases' grant, release and queue times: the history needs no table of its own)."""
+        t0, t1 = epoch(start), epoch(end)
+        n = int((t1 - t0) // step) + 1
+        used, queued = [0.0] * n, [0.0] * n
+        with self.read() as db:
+            rows = db.execute(
+                select(
+                    orm.LeaseRow.units_f,
+                    orm.LeaseRow.created,
+                    orm.LeaseRow.queued_since,
+                    orm.LeaseRow.granted,
+                    orm.LeaseRow.released,
+                ).where(
+                    orm.LeaseRow.created < end,
+                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > start),
+                )
+            ).all()
+
+        def add(series: list[float], a: float, b: float, units: float) -> None:
+            first = max(0, int(-(-(a - t0) // step)))  # the first sample time at or after a
+            for i in range(first, n):
+                if t0 + i * step >= b:
+                    break
+                series[i] += units
+
+        for units, created, queued_since, granted, released in rows:
+            gone = epoch(released) if released else t1 + step
+            if granted is not None:
+                add(used, epoch(granted), gone, units)
+            wait_from = queued_since or created
+            if wait_from is not None and (granted is None or granted > wait_from):
+                add(queued, epoch(wait_from), epoch(granted) if granted else gone, units)
+        return [round(u, 4) for u in used], [round(q, 4) for q in queued]
+
+    def user_history(self, user: str, days: int = 30) -> list[dict[str, Any]]:
+        """The user's GPU unit-hours per day over the last ``days`` days: held, and busy (the
+        share of a lease's busy hours that falls in the day)."""
+        now = self.clock()
+        first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        out = [
+            {"day": (first + timedelta(days=i)).date().isoformat(), "held": 0.0, "busy": 0.0}
+            for i in range(days)
+        ]
+        with self.read() as db:
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.user == user,
+                    orm.LeaseRow.granted.is_not(None),
+                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > first),
+                )
+            ).all()
+        for row in rows:
+            assert row.granted is not None
+            span = held_hours(row, row.granted, row.released or now)
+            for i, day in enumerate(out):
+                start = first + timedelta(days=i)
+                held = held_hours(row, start, min(start + timedelta(days=1), now))
+                if held:
+                    day["held"] += held
+                    day["busy"] += row.busy_hours * row.units_f * (held / span) if span else 0.0
+        for day in out:
+            day["held"], day["busy"] = round(day["held"], 3), round(day["busy"], 3)
+        return out
+
+    # -- the quota page --------------------------------------------------------------------
+
+    def quota_table(self) -> list[dict[str, Any]]:
+        """Every user and group with a quota or live leases: the quota in effect, where it
+        comes from, and the units held and borrowed now."""
+        with self.locked() as alloc, self.read() as db:
+            rows = db.scalars(select(orm.QuotaRow).where(orm.QuotaRow.kind != "default")).all()
+            names = {(r.kind, r.name) for r in rows}
+            borrowed: dict[tuple[str, str], float] = {}
+            for lease in alloc.leases.values():
+                names.add(("user", lease.request.user))
+                if lease.group:
+                    names.add(("group", lease.group))
+                if lease.borrowed:
+                    key = ("user", lease.request.user)
+                    borrowed[key] = borrowed.get(key, 0.0) + float(lease.units)
+            out = []
+            for kind, name in sorted(names, key=lambda k: (k[0] != "group", k[1])):
+                q = self.get_quota(kind + "s", name)
+                held = alloc.quotas.held(name) if kind == "user" else alloc.quotas.group_held(name)
+                out.append(
+                    {**q, "held": float(held), "borrowed_units": borrowed.get((kind, name), 0.0)}
+                )
+            return out
+
+    def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
+        """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
+        changing nothing: which live leases would become borrowed or within guarantee (the
+        allocator's rule: a user's leases, oldest first, are within while their total fits the
+        guarantee, or while their group is within its own), and how far over the limit."""
+        current = self.get_quota(kind, name)
+        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
+        spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
+        k = check_quota_kind(kind)
+        with self.locked() as alloc:
+            book = alloc.quotas
+            users = {le.request.user for le in alloc.leases.values()}
+            if k == "user":
+                users = {name} & users
+            else:
+                users = {le.request.user for le in alloc.leases.values() if le.group == name}
+            become_borrowed, become_within = [], []
+            for user in sorted(users):
+                guarantee = spec.guarantee if k == "user" else book.user_spec(user).guarantee
+                total = Fraction(0)
+                mine = [le for le in alloc.leases.values() if le.request.user == user]
+                for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
+                    total += lease.units
+                    gspec = book.groups.get(lease.group) if lease.group else None
+                    g_guarantee = gspec.guarantee if gspec is not None else None
+                    if k == "group" and lease.group == name:
+                        g_guarantee = spec.guarantee
+                    within = total <= guarantee or (
+                        g_guarantee is not None and book.group_held(lease.group) <= g_guarantee
+                    )
+                    if lease.borrowed and within:
+                        become_within.append(lease.id)
+                    elif not lease.borrowed and not within:
+                        become_borrowed.append(lease.id)
+            held = book.held(name) if k == "user" else book.group_held(name)
+            over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0
+        return {
+            "kind": k,
+            "name": name,
+            "quota": spec.to_dict(),
+            "held": float(held),
+            "become_borrowed": become_borrowed,
+            "become_within": become_within,
+            "over_limit_by": over,
+        }
