@@ -109,7 +109,13 @@ def configure_hub(
         roles,
         {
             "name": "server",
-            "scopes": ["users:activity!user", "access:servers!server", f"{USE}!user"],
+            # the lab package's server extension asks the pool with the server's own token
+            "scopes": [
+                "users:activity!user",
+                "access:servers!server",
+                f"{USE}!user",
+                f"access:services!service={service_name}",
+            ],
         },
     )
     _merge_role(
@@ -117,7 +123,9 @@ def configure_hub(
         {
             "name": service_name,
             "services": [service_name],
-            "scopes": ["list:users", "read:users:groups", "read:servers"],
+            # servers: restart a user's server into a lease reserved for it (a resize from the
+            # lab, service/restarts.py), as the reclaimer restarts one into a shrink's target
+            "scopes": ["list:users", "read:users:groups", "read:servers", "servers"],
         },
     )
     _merge_role(

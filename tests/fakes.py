@@ -31,6 +31,7 @@ the agent does not import the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -66,6 +67,7 @@ __all__ = [
     "FakeReader",
     "FakeService",
     "HubEnv",
+    "LabTab",
     "Response",
     "Rig",
     "SecondsClock",
@@ -790,3 +792,94 @@ class KernelDriver:
         r = self.api("POST", f"kernels/{self.kernel}/interrupt")
         assert r.status == 204, r.body
         wait_until(lambda: self.state() == "idle", what=f"{self.user}'s kernel to go idle")
+
+
+# -- the lab package: a JupyterLab tab played over the server extension's event stream --------
+
+
+class LabTab:
+    """One open JupyterLab tab as the ``jupyterlab-gpupool`` frontend behaves over HTTP: it
+    holds ``GET <server>/gpupool/events?client=<id>`` open (server-sent events, read in a
+    thread) and, when ``answer`` is set, answers each ``save`` event with
+    ``answer(request_id) -> {"saved", "unchanged", "failed"}`` as the frontend does after
+    saving its documents. ``states`` are the ``state`` events seen, newest last."""
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        answer: Callable[[str], dict[str, Any]] | None = None,
+        client: str | None = None,
+    ) -> None:
+        import threading
+        import uuid as _uuid
+
+        self.server_url = server_url.rstrip("/")
+        self.token = token
+        self.answer = answer
+        self.client = client or f"test-{_uuid.uuid4().hex[:10]}"
+        self.states: list[dict[str, Any]] = []
+        self.events: list[tuple[str, Any]] = []
+        self.error: BaseException | None = None
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        wait_until(lambda: self.states or self.error, what="the first state event")
+        if self.error is not None:
+            raise self.error
+
+    def _read(self) -> None:
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.server_url}/gpupool/events?client={self.client}")
+        req.add_header("Authorization", f"token {self.token}")
+        try:
+            self._response = urllib.request.urlopen(req, timeout=120)
+            event, data = "message", []
+            for raw in self._response:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line:
+                    if data:
+                        self._dispatch(event, json.loads("\n".join(data)))
+                    event, data = "message", []
+        except BaseException as e:  # closed by close(), or the server went away
+            self.error = e
+
+    def _dispatch(self, event: str, data: Any) -> None:
+        self.events.append((event, data))
+        if event == "state":
+            self.states.append(data)
+        elif event == "save" and self.answer is not None:
+            body = self.answer(data["id"])
+            request(
+                "POST",
+                f"{self.server_url}/gpupool/save-all/{data['id']}?client={self.client}",
+                self.token,
+                body,
+            )
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.states[-1]
+
+    def wait_state(self, check: Callable[[dict[str, Any]], Any], what: str) -> dict[str, Any]:
+        """Wait for a state event for which ``check`` holds; that state."""
+
+        def found() -> dict[str, Any] | None:
+            for s in reversed(self.states):
+                if check(s):
+                    return s
+            return None
+
+        return wait_until(found, what=what, step=0.1)
+
+    def close(self) -> None:
+        if self._response is not None:
+            with contextlib.suppress(Exception):  # already closed
+                self._response.fp.raw._sock.close()  # unblock the reading thread
+            self._response.close()
+        self._thread.join(10)

@@ -35,10 +35,11 @@ from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
 from . import pages
-from .apihandlers import admin, agent, allocations, operate, reclaim, users
+from .apihandlers import admin, agent, allocations, operate, reclaim, restart, users
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
+from .restarts import Restarts
 from .scopes import ADMIN, METRICS_SCOPE
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer
@@ -449,7 +450,7 @@ class PoolService(Application):
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
         handlers = []
-        for module in (allocations, users, agent, admin, reclaim, operate):
+        for module in (allocations, restart, users, agent, admin, reclaim, operate):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),
@@ -468,6 +469,7 @@ class PoolService(Application):
             utilization=self.utilization,
             minutes=self.minutes,
             writer=self.writer,
+            restarts=Restarts(self.store, self.hub, log=self.log),
             busy_threshold=self.busy_threshold,
             pages_prefix=url_path_join(self.base_url, ""),
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),

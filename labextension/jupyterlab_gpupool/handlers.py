@@ -1,0 +1,265 @@
+"""The server extension's routes under ``<base_url>gpupool/``.
+
+=====================================  ===========================================================
+``GET  gpupool/state``                 the shared state (refreshed if older than the interval)
+``GET  gpupool/events?client=<id>``    server-sent events: ``state`` on every refresh, ``save``
+                                       when something asks the labs to save, ``saved`` after
+``POST gpupool/save-all``              save every open document (the reclaimer; a lab's button)
+``POST gpupool/save-all/<id>``         a lab's answer to a ``save`` event
+``POST gpupool/keepalive``             Keep my GPU: extend the reclaim notice
+``POST gpupool/resize {offer}``        save all, reserve ``offer`` (or ask for a GPU from a CPU-only
+                                       server), and have the pool restart the server into it
+``DELETE gpupool/resize``              give the reserved or queued target back
+``POST gpupool/refresh``               ask the pool now (offers too), at most once per interval
+=====================================  ===========================================================
+
+Every route needs the server's own authentication (the hub's ``access:servers`` for this
+server: the user's browser, or the reclaimer's token). Errors are JSON
+``{"error": {"code", "message"}}``; a refusal of the pool keeps the pool's code and status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from .fanout import Fanout
+from .pool import PoolDown, PoolError, PoolRefused
+from .saving import SaveAll
+
+#: A lab's client id (a UUID the frontend makes) and a save request's id.
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: SSE comment sent when nothing else was for this long (keeps proxies from closing it).
+KEEPALIVE = 15.0
+
+
+class _Base(APIHandler):
+    """JSON in, JSON out; the fan-out and save-all from the app's settings."""
+
+    auth_resource = "gpupool"
+
+    @property
+    def fanout(self) -> Fanout:
+        return self.settings["gpupool_fanout"]
+
+    @property
+    def saver(self) -> SaveAll:
+        return self.settings["gpupool_saver"]
+
+    def fail(self, status: int, code: str, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": {"code": code, "message": message}}))
+
+    def fail_pool(self, e: PoolError) -> None:
+        if isinstance(e, PoolRefused):
+            self.fail(e.status or 400, e.code or "refused", e.message)
+        else:
+            self.fail(503, "pool_unavailable", e.message)
+
+    def body(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(data, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        return data
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": {"code": _code(status_code), "message": message}}))
+
+
+class _Quiet(_Base):
+    """Routes a lab calls on its own (polling, answers): they are not the user's activity, so
+    an idle lab does not keep the server looking busy to the hub's culler or the reclaimer."""
+
+    def update_api_activity(self) -> None:
+        return
+
+
+def _code(status: int) -> str:
+    return {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "not_allowed"}.get(
+        status, "error"
+    )
+
+
+class StateHandler(_Quiet):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish(await self.fanout.current())
+
+
+class RefreshHandler(_Quiet):
+    @web.authenticated
+    async def post(self) -> None:
+        fanout = self.fanout
+        if fanout.clock() - (fanout.state["pool"].get("fetched_at") or -1e18) < fanout.interval:
+            self.finish(fanout.state)  # asked within the interval: the answer is that one
+            return
+        self.finish(await fanout.refresh(offers=True))
+
+
+class EventsHandler(_Quiet):
+    """Server-sent events for one lab; ``client`` names it for save answers."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        client = self.get_argument("client", "")
+        if not _ID.match(client):
+            self.fail(400, "invalid_argument", "client must be 1-64 letters, digits, - or _")
+            return
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
+        fanout = self.fanout
+        queue = fanout.subscribe(client)
+        self._closed = asyncio.Event()
+        try:
+            self.write(f"retry: {int(fanout.interval * 1000)}\n\n")
+            await self.flush()
+            while not self._closed.is_set():
+                try:
+                    event, data = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                    self.write(f"event: {event}\ndata: {json.dumps(data)}\n\n")
+                except asyncio.TimeoutError:
+                    self.write(": keepalive\n\n")
+                await self.flush()
+        except StreamClosedError:
+            pass
+        finally:
+            fanout.unsubscribe(client)
+
+    def on_connection_close(self) -> None:
+        if hasattr(self, "_closed"):
+            self._closed.set()
+            self.fanout.unsubscribe(self.get_argument("client", ""))
+
+
+class SaveAllHandler(_Base):
+    """``POST gpupool/save-all``: ``{"saved": [paths], "via": "lab"|"checkpoints", ...}``."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.body()
+        self.finish(await self.saver.run(str(body.get("reason") or "")[:255]))
+
+
+class SaveAnswerHandler(_Quiet):
+    @web.authenticated
+    async def post(self, request_id: str) -> None:
+        client = self.get_argument("client", "")
+        body = self.body()
+        for key in ("saved", "unchanged", "failed"):
+            if not isinstance(body.get(key, []), list):
+                self.fail(400, "invalid_field", f"{key} must be a list")
+                return
+        if not self.saver.answer(request_id, client, body):
+            self.fail(404, "not_found", f"nobody waits for save {request_id} from {client!r}")
+            return
+        self.finish({"accepted": True})
+
+
+class KeepaliveHandler(_Base):
+    @web.authenticated
+    async def post(self) -> None:
+        fanout = self.fanout
+        state = await fanout.current()
+        lease = state.get("lease")
+        if fanout.client is None or lease is None:
+            self.fail(409, "no_lease", "this server holds no GPU lease to keep")
+            return
+        try:
+            await fanout.client.keepalive(lease["id"])
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        self.finish(await fanout.refresh())
+
+
+class ResizeHandler(_Base):
+    """Move to another offer (or from CPU-only to a GPU); the pool restarts the server."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        offer = self.body().get("offer")
+        if not isinstance(offer, str) or not offer:
+            self.fail(400, "missing_field", "offer is required")
+            return
+        fanout = self.fanout
+        if fanout.client is None:
+            self.fail(503, "pool_unavailable", fanout.why_no_pool)
+            return
+        state = await fanout.current()
+        if not state["pool"]["ok"]:
+            self.fail(503, "pool_unavailable", state["pool"]["error"] or "the pool is away")
+            return
+        if state.get("pending"):
+            self.fail(409, "resize_pending", "a move is already waiting; cancel it first")
+            return
+        saved = await self.saver.run(f"moving to {offer}")
+        lease = state.get("lease")
+        try:
+            if lease is not None:
+                target = await fanout.client.resize(lease["id"], offer)
+            else:
+                target = await fanout.client.allocate(fanout.server, offer)
+            try:
+                restart = await fanout.client.restart(target["id"])
+            except PoolError:
+                await _give_back(fanout, target["id"])
+                raise
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        await fanout.refresh()
+        self.set_status(202)
+        self.finish({"target": target, "restart": restart, "saved": saved})
+
+    @web.authenticated
+    async def delete(self) -> None:
+        fanout = self.fanout
+        state = await fanout.current()
+        pending = state.get("pending")
+        if fanout.client is None or not pending:
+            self.fail(404, "not_found", "no move is waiting")
+            return
+        try:
+            await fanout.client.cancel(pending["id"])
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        self.finish(await fanout.refresh())
+
+
+async def _give_back(fanout: Fanout, lease_id: str) -> None:
+    assert fanout.client is not None
+    try:
+        await fanout.client.cancel(lease_id)
+    except (PoolDown, PoolRefused):
+        fanout.log.warning("Could not give back lease %s after a failed move", lease_id)
+
+
+def handlers(base_url: str) -> list[tuple[str, type]]:
+    def at(path: str) -> str:
+        return url_path_join(base_url, "gpupool", path)
+
+    return [
+        (at("state"), StateHandler),
+        (at("refresh"), RefreshHandler),
+        (at("events"), EventsHandler),
+        (at("save-all"), SaveAllHandler),
+        (at(r"save-all/([A-Za-z0-9_-]{1,64})"), SaveAnswerHandler),
+        (at("keepalive"), KeepaliveHandler),
+        (at("resize"), ResizeHandler),
+    ]

@@ -1,0 +1,233 @@
+import {
+  Backoff,
+  actionText,
+  availabilityText,
+  countdown,
+  durationText,
+  formatMiB,
+  formatUnits,
+  fraction,
+  keepState,
+  moveFailed,
+  moveFinished,
+  secondsUntil,
+  statusText,
+  viewState
+} from '../format';
+import { IChoice, IState } from '../types';
+
+function state(over: Partial<IState> = {}): IState {
+  return {
+    version: 3,
+    at: 1_700_000_000,
+    interval: 5,
+    pool: { ok: true, error: null, code: null, down_since: null, retry_in: null, fetched_at: 1 },
+    user: 'alice',
+    server: '',
+    lease_id: 'L1',
+    stale_lease: false,
+    lease: {
+      id: 'L1',
+      offer: 'a100-1g',
+      offer_name: 'A100 · 1g.10gb slice',
+      state: 'active',
+      model: 'A100-80GB',
+      node: 'node-a100',
+      since: '2026-01-01T10:00:00Z',
+      units: 1 / 7,
+      borrowed: false,
+      device: 'A100 1g.10gb',
+      memory_total_mib: 10240,
+      devices: [],
+      reclaim: null
+    },
+    pending: null,
+    notice: null,
+    quota: null,
+    offers: [],
+    utilization: {
+      window: 900,
+      pool: [{ ts: 1, util: 37.4, memory_used_mib: 2150 }],
+      local: []
+    },
+    local: { available: false, reason: 'no NVML', devices: [] },
+    reclaims: [],
+    last_save: null,
+    ...over
+  };
+}
+
+const notice = {
+  kind: 'idle',
+  deadline: '2026-01-01T12:05:00Z',
+  reason: 'idle for 30 minutes',
+  action: 'stop',
+  extensions: 0,
+  max_extensions: 2,
+  extendable: true,
+  acting: false
+};
+
+describe('units and memory', () => {
+  it('formats GPU units', () => {
+    expect(formatUnits(1 / 7)).toBe('0.14');
+    expect(formatUnits(0.5)).toBe('0.5');
+    expect(formatUnits(1)).toBe('1');
+    expect(formatUnits(1.25)).toBe('1.25');
+    expect(formatUnits(12.4)).toBe('12');
+    expect(formatUnits(0)).toBe('0');
+    expect(formatUnits(null)).toBe('–');
+    expect(formatUnits(NaN)).toBe('–');
+  });
+  it('formats MiB', () => {
+    expect(formatMiB(512)).toBe('512 MiB');
+    expect(formatMiB(2150)).toBe('2.1 GiB');
+    expect(formatMiB(10240)).toBe('10 GiB');
+    expect(formatMiB(81920)).toBe('80 GiB');
+    expect(formatMiB(null)).toBe('–');
+  });
+  it('caps fractions of bars', () => {
+    expect(fraction(1, 2)).toBe(0.5);
+    expect(fraction(3, 2)).toBe(1);
+    expect(fraction(1, 0)).toBe(0);
+    expect(fraction(1, null)).toBe(0);
+  });
+});
+
+describe('countdown', () => {
+  it('counts down minutes and hours, never below zero', () => {
+    expect(countdown(245)).toBe('4:05');
+    expect(countdown(3723)).toBe('1:02:03');
+    expect(countdown(-5)).toBe('0:00');
+    expect(countdown(59.9)).toBe('0:59');
+  });
+  it('measures to an ISO deadline', () => {
+    const now = Date.parse('2026-01-01T12:00:00Z');
+    expect(secondsUntil('2026-01-01T12:05:00Z', now)).toBe(300);
+    expect(secondsUntil('not a time', now)).toBe(0);
+  });
+  it('says waits in words', () => {
+    expect(durationText(10)).toBe('now');
+    expect(durationText(200)).toBe('about 3 min');
+    expect(durationText(7200)).toBe('about 2 h');
+    expect(durationText(3 * 86400)).toBe('3 days');
+    expect(durationText(null)).toBe('unknown');
+  });
+});
+
+describe('the status bar', () => {
+  it('shows device, utilization and memory', () => {
+    const t = statusText(state(), 0);
+    expect([t.device, t.util, t.memory, t.tone]).toEqual([
+      'A100 1g.10gb',
+      '37%',
+      '2.1 GiB / 10 GiB',
+      'normal'
+    ]);
+    expect(t.label).toContain('utilization 37%');
+  });
+  it('prefers NVML on the server where it reads utilization', () => {
+    const s = state({
+      utilization: {
+        window: 900,
+        pool: [{ ts: 1, util: 10, memory_used_mib: 100 }],
+        local: [{ ts: 2, util: 90, memory_used_mib: 200 }]
+      }
+    });
+    expect(statusText(s, 0).util).toBe('90%');
+  });
+  it('turns amber under a notice, with the countdown in the label', () => {
+    const now = Date.parse('2026-01-01T12:00:00Z');
+    const t = statusText(state({ notice }), now);
+    expect(t.tone).toBe('amber');
+    expect(t.label).toContain('will be reclaimed in 5:00');
+  });
+  it('says CPU only without a lease, and when the pool is away', () => {
+    const s = state({ lease: null, pool: { ...state().pool, ok: false, error: 'x' } });
+    const t = statusText(s, 0);
+    expect(t.device).toBe('CPU only');
+    expect(t.util).toBe('');
+    expect(t.tone).toBe('down');
+  });
+});
+
+describe('state transitions', () => {
+  it('orders the views', () => {
+    expect(viewState(null)).toBe('loading');
+    expect(viewState(state())).toBe('gpu');
+    expect(viewState(state({ lease: null }))).toBe('cpu');
+    expect(viewState(state({ notice }))).toBe('notice');
+    const pending = {
+      id: 'L2',
+      offer: 'a100-3g',
+      state: 'queued',
+      position: 2,
+      eta_seconds: 600,
+      ready: false,
+      resize_of: 'L1'
+    };
+    expect(viewState(state({ notice, pending }))).toBe('moving');
+    expect(viewState(state({ pool: { ...state().pool, ok: false, error: 'down' } }))).toBe(
+      'pool-down'
+    );
+    expect(viewState(state(), true)).toBe('restarting');
+  });
+  it('knows when a move finished or failed', () => {
+    const pending = {
+      id: 'L2',
+      offer: 'a100-3g',
+      state: 'granted',
+      position: null,
+      eta_seconds: null,
+      ready: true,
+      resize_of: 'L1'
+    };
+    const waiting = state({ pending });
+    const arrived = state({ lease: { ...state().lease!, id: 'L2' } });
+    const gaveUp = state();
+    expect(moveFinished(waiting, 'L2')).toBe(false);
+    expect(moveFinished(arrived, 'L2')).toBe(true);
+    expect(moveFailed(waiting, gaveUp, 'L2')).toBe(true);
+    expect(moveFailed(waiting, arrived, 'L2')).toBe(false);
+    expect(moveFailed(waiting, waiting, 'L2')).toBe(false);
+  });
+  it('enables Keep my GPU only where the pool would extend', () => {
+    expect(keepState(state({ notice })).enabled).toBe(true);
+    expect(keepState(state({ notice: { ...notice, acting: true } })).why).toBe(
+      'the reclaim has started'
+    );
+    const spent = { ...notice, extendable: false, extensions: 2 };
+    expect(keepState(state({ notice: spent })).why).toContain('kept 2 times');
+    const borrowed = { ...notice, kind: 'borrowed', extendable: false };
+    expect(keepState(state({ notice: borrowed })).why).toContain('guarantee');
+    expect(keepState(state()).enabled).toBe(false);
+  });
+  it('explains actions and availability', () => {
+    expect(actionText('shrink:a100-1g')).toContain('restart on a100-1g');
+    expect(actionText('release-gpu')).toContain('without a GPU');
+    const c: IChoice = {
+      name: 'h100',
+      display_name: 'H100',
+      description: '',
+      units: 1,
+      available: 0,
+      queue_length: 2,
+      eta_seconds: 900,
+      fits: true,
+      why_not: null
+    };
+    expect(availabilityText(c)).toBe('none free: 2 waiting, about 15 min');
+    expect(availabilityText({ ...c, available: 3, queue_length: 0 })).toBe('3 free now');
+  });
+});
+
+describe('reconnect backoff', () => {
+  it('doubles up to the cap and resets', () => {
+    const b = new Backoff(1000, 5000);
+    expect([b.next(), b.next(), b.next(), b.next(), b.next()]).toEqual([
+      1000, 2000, 4000, 5000, 5000
+    ]);
+    b.reset();
+    expect(b.next()).toBe(1000);
+  });
+});

@@ -1,0 +1,237 @@
+/**
+ * The UI's logic with no DOM: units, memory, countdowns, what the status bar says, which
+ * state the panel is in, and the reconnect backoff. Jest tests every function here.
+ */
+import { IChoice, IState, ISample } from './types';
+
+/** GPU units: `1`, `0.5`, `0.14` (two significant digits below 1). */
+export function formatUnits(units: number | null | undefined): string {
+  if (units === null || units === undefined || !isFinite(units)) {
+    return '–';
+  }
+  if (units === 0) {
+    return '0';
+  }
+  if (Math.abs(units) >= 10) {
+    return units.toFixed(0);
+  }
+  if (Math.abs(units) >= 1) {
+    return String(Math.round(units * 100) / 100);
+  }
+  return String(Number(units.toPrecision(2)));
+}
+
+/** MiB as people read it: `512 MiB`, `9.8 GiB`, `80 GiB`. */
+export function formatMiB(mib: number | null | undefined): string {
+  if (mib === null || mib === undefined || !isFinite(mib)) {
+    return '–';
+  }
+  if (mib < 1024) {
+    return `${Math.round(mib)} MiB`;
+  }
+  const gib = mib / 1024;
+  return `${gib >= 10 ? Math.round(gib) : Math.round(gib * 10) / 10} GiB`;
+}
+
+/** Seconds as a countdown: `4:05`, `1:02:03`, `0:00` for the past. */
+export function countdown(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = String(s % 60).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${sec}` : `${m}:${sec}`;
+}
+
+/** Seconds until an ISO deadline, from `now` (ms since the epoch). */
+export function secondsUntil(deadline: string, now: number): number {
+  const t = Date.parse(deadline);
+  return isNaN(t) ? 0 : (t - now) / 1000;
+}
+
+/** A duration in words for waits and resets: `now`, `about 3 min`, `about 2 h`, `2 days`. */
+export function durationText(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return 'unknown';
+  }
+  if (seconds < 30) {
+    return 'now';
+  }
+  if (seconds < 3600) {
+    return `about ${Math.max(1, Math.round(seconds / 60))} min`;
+  }
+  if (seconds < 2 * 86400) {
+    return `about ${Math.round(seconds / 3600)} h`;
+  }
+  return `${Math.round(seconds / 86400)} days`;
+}
+
+/** What a resize choice says about getting it: free now, or the queue. */
+export function availabilityText(choice: IChoice): string {
+  if (choice.available > 0 && choice.queue_length === 0) {
+    return `${choice.available} free now`;
+  }
+  const ahead = choice.queue_length;
+  return `none free: ${ahead} waiting, ${durationText(choice.eta_seconds)}`;
+}
+
+/** The most recent sample (or null). */
+export function latest(samples: ISample[]): ISample | null {
+  return samples.length ? samples[samples.length - 1] : null;
+}
+
+/** The panel's states, in the order they take precedence. */
+export type ViewState =
+  | 'loading'
+  | 'no-pool'
+  | 'pool-down'
+  | 'moving'
+  | 'restarting'
+  | 'notice'
+  | 'gpu'
+  | 'cpu';
+
+/** Which state the panel is in (`restarting`: the tab saw the server go away mid-move). */
+export function viewState(state: IState | null, restarting = false): ViewState {
+  if (restarting) {
+    return 'restarting';
+  }
+  if (!state) {
+    return 'loading';
+  }
+  if (!state.pool.ok && state.pool.code === 'down' && state.user === null) {
+    return state.pool.fetched_at === null && state.pool.retry_in === null ? 'no-pool' : 'pool-down';
+  }
+  if (!state.pool.ok) {
+    return 'pool-down';
+  }
+  if (state.pending) {
+    return 'moving';
+  }
+  if (state.lease && state.notice) {
+    return 'notice';
+  }
+  return state.lease ? 'gpu' : 'cpu';
+}
+
+export interface IStatusText {
+  device: string;
+  util: string;
+  memory: string;
+  /** `amber` under a reclaim notice, `down` when the pool does not answer */
+  tone: 'normal' | 'amber' | 'down';
+  /** the whole line for screen readers and the tooltip */
+  label: string;
+}
+
+/** The status-bar item: device, utilization %, memory used/total. */
+export function statusText(state: IState | null, now: number): IStatusText {
+  if (!state) {
+    return { device: 'GPU', util: '', memory: '', tone: 'normal', label: 'GPU pool: loading' };
+  }
+  const lease = state.lease;
+  const device = lease ? lease.device : 'CPU only';
+  const local = latest(state.utilization.local);
+  const pool = latest(state.utilization.pool);
+  const sample = local && local.util !== null ? local : pool || local;
+  const util = lease && sample && sample.util !== null ? `${Math.round(sample.util)}%` : '';
+  const used = sample ? sample.memory_used_mib : null;
+  const memory =
+    lease && used !== null && lease.memory_total_mib
+      ? `${formatMiB(used)} / ${formatMiB(lease.memory_total_mib)}`
+      : '';
+  let tone: IStatusText['tone'] = 'normal';
+  const parts = [`GPU: ${device}`];
+  if (util) {
+    parts.push(`utilization ${util}`);
+  }
+  if (memory) {
+    parts.push(`memory ${memory}`);
+  }
+  if (!state.pool.ok) {
+    tone = 'down';
+    parts.push('the GPU pool is not answering');
+  } else if (state.notice) {
+    tone = 'amber';
+    const left = countdown(secondsUntil(state.notice.deadline, now));
+    parts.push(`will be reclaimed in ${left}`);
+  }
+  return { device, util, memory, tone, label: parts.join(', ') };
+}
+
+/** What the notice's action means for the user. */
+export function actionText(action: string): string {
+  if (action === 'stop') {
+    return 'your server will be stopped (open documents are saved first)';
+  }
+  if (action === 'release-gpu') {
+    return 'your server will restart without a GPU (open documents are saved first)';
+  }
+  if (action.startsWith('shrink:')) {
+    return `your server will restart on ${action.slice(7)} (open documents are saved first)`;
+  }
+  return action;
+}
+
+/** The Keep my GPU button: enabled, and if not, why. */
+export function keepState(state: IState): { enabled: boolean; why: string } {
+  const n = state.notice;
+  if (!n) {
+    return { enabled: false, why: 'no notice' };
+  }
+  if (n.acting) {
+    return { enabled: false, why: 'the reclaim has started' };
+  }
+  if (!n.extendable) {
+    if (n.extensions >= n.max_extensions && n.max_extensions > 0) {
+      return { enabled: false, why: `kept ${n.extensions} times already, the most allowed` };
+    }
+    return { enabled: false, why: 'this GPU is needed by someone within their guarantee' };
+  }
+  return { enabled: true, why: '' };
+}
+
+/** The fraction (0..1, capped) of a bar; 0 for a missing or zero total. */
+export function fraction(value: number, total: number | null | undefined): number {
+  if (!total || total <= 0 || !isFinite(total)) {
+    return 0;
+  }
+  return Math.max(0, Math.min(1, value / total));
+}
+
+/**
+ * Reconnect backoff: the first retry after `base` ms, doubling to `max`; `reset()` after a
+ * success. Deterministic (no jitter) so tests can say what it does.
+ */
+export class Backoff {
+  private n = 0;
+  constructor(
+    readonly base = 1000,
+    readonly max = 60000
+  ) {}
+  next(): number {
+    const delay = Math.min(this.max, this.base * 2 ** this.n);
+    this.n += 1;
+    return delay;
+  }
+  reset(): void {
+    this.n = 0;
+  }
+  get attempts(): number {
+    return this.n;
+  }
+}
+
+/** After a move was asked for: is the server back, on the target? */
+export function moveFinished(state: IState, targetId: string): boolean {
+  return !!state.lease && state.lease.id === targetId && !state.pending;
+}
+
+/** A move that ended without the target: it was refused, withdrawn or never came. */
+export function moveFailed(previous: IState, now: IState, targetId: string): boolean {
+  return (
+    !!previous.pending &&
+    previous.pending.id === targetId &&
+    !now.pending &&
+    (!now.lease || now.lease.id !== targetId)
+  );
+}

@@ -1,0 +1,210 @@
+/**
+ * One tab's view of the server's shared state: an EventSource on `gpupool/events` (the
+ * server asks the pool once per interval for every tab), `save` requests answered by saving
+ * the documents open in this tab, and the actions (Keep my GPU, move, cancel).
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { Backoff, moveFailed, moveFinished } from './format';
+import { ISaveResult, IState } from './types';
+
+/** Saves what this tab has open; returns what it saved, left alone, or failed to save. */
+export type Saver = () => Promise<{
+  saved: string[];
+  unchanged: string[];
+  failed: { path: string; error: string }[];
+}>;
+
+export class GPUPoolModel {
+  readonly clientId = `lab-${Math.random().toString(36).slice(2, 12)}`;
+  private _state: IState | null = null;
+  private _source: EventSource | null = null;
+  private _changed = new Signal<this, IState | null>(this);
+  private _message = new Signal<this, { text: string; error: boolean }>(this);
+  private _backoff = new Backoff(1000, 30000);
+  private _timer: number | null = null;
+  /** the target of a move this tab asked for, and whether the server went away since */
+  moveTarget: string | null = null;
+  restarting = false;
+  /** the server (not the pool) cannot be reached */
+  serverAway = false;
+
+  constructor(
+    private settings: ServerConnection.ISettings,
+    private saver: Saver
+  ) {}
+
+  get state(): IState | null {
+    return this._state;
+  }
+  get changed(): ISignal<this, IState | null> {
+    return this._changed;
+  }
+  /** one-line messages for the user (move refused, kept, saved) */
+  get message(): ISignal<this, { text: string; error: boolean }> {
+    return this._message;
+  }
+
+  url(path: string): string {
+    return URLExt.join(this.settings.baseUrl, 'gpupool', path);
+  }
+
+  connect(): void {
+    this.disconnect();
+    const source = new EventSource(this.url(`events?client=${this.clientId}`), {
+      withCredentials: true
+    });
+    this._source = source;
+    source.addEventListener('state', ev => {
+      this._backoff.reset();
+      this.serverAway = false;
+      this.setState(JSON.parse((ev as MessageEvent).data));
+    });
+    source.addEventListener('save', ev => {
+      void this.answerSave(JSON.parse((ev as MessageEvent).data).id);
+    });
+    source.addEventListener('saved', ev => {
+      const r = JSON.parse((ev as MessageEvent).data) as ISaveResult;
+      if (r.saved.length) {
+        this._message.emit({ text: `Saved: ${r.saved.join(', ')}`, error: false });
+      }
+    });
+    source.onerror = () => {
+      // the server went away (restart, network): reconnect with backoff, never reload blindly
+      source.close();
+      this._source = null;
+      this.serverAway = true;
+      if (this.moveTarget) {
+        this.restarting = true;
+      }
+      this._changed.emit(this._state);
+      const delay = this._backoff.next();
+      this._timer = window.setTimeout(() => this.reconnect(), delay);
+    };
+  }
+
+  disconnect(): void {
+    if (this._timer !== null) {
+      window.clearTimeout(this._timer);
+      this._timer = null;
+    }
+    if (this._source) {
+      this._source.close();
+      this._source = null;
+    }
+  }
+
+  /** After the server went away: ask `state` first (a restarted server answers there). */
+  private async reconnect(): Promise<void> {
+    try {
+      const state = await this.request<IState>('state', 'GET');
+      this.serverAway = false;
+      this.setState(state);
+      this.connect();
+    } catch {
+      this._timer = window.setTimeout(() => this.reconnect(), this._backoff.next());
+      this._changed.emit(this._state);
+    }
+  }
+
+  setState(state: IState): void {
+    const previous = this._state;
+    this._state = state;
+    if (this.moveTarget && moveFinished(state, this.moveTarget)) {
+      const target = this.moveTarget;
+      this.moveTarget = null;
+      if (this.restarting) {
+        // the server restarted into the target: a fresh page gets its kernels and settings
+        this.restarting = false;
+        this._message.emit({ text: `Now on ${state.lease?.device} (${target})`, error: false });
+        window.setTimeout(() => window.location.reload(), 500);
+      }
+    } else if (this.moveTarget && previous && moveFailed(previous, state, this.moveTarget)) {
+      this.moveTarget = null;
+      this.restarting = false;
+      this._message.emit({
+        text: 'The move did not happen: the GPU you asked for did not come. You keep your current one.',
+        error: true
+      });
+    }
+    this._changed.emit(state);
+  }
+
+  async request<T>(path: string, method: string, body?: unknown): Promise<T> {
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+    }
+    const response = await ServerConnection.makeRequest(this.url(path), init, this.settings);
+    const text = await response.text();
+    const data = text ? JSON.parse(text) : {};
+    if (!response.ok) {
+      const message = data?.error?.message || `HTTP ${response.status}`;
+      const err = new Error(message) as Error & { code?: string; status?: number };
+      err.code = data?.error?.code;
+      err.status = response.status;
+      throw err;
+    }
+    return data as T;
+  }
+
+  private async answerSave(id: string): Promise<void> {
+    let answer;
+    try {
+      answer = await this.saver();
+    } catch (e) {
+      answer = { saved: [], unchanged: [], failed: [{ path: '*', error: String(e) }] };
+    }
+    try {
+      await this.request(`save-all/${id}?client=${this.clientId}`, 'POST', answer);
+    } catch {
+      // the server stopped waiting (its timeout): it checkpointed instead
+    }
+  }
+
+  async keep(): Promise<void> {
+    try {
+      this.setState(await this.request<IState>('keepalive', 'POST', {}));
+      this._message.emit({ text: 'Kept: your GPU stays yours.', error: false });
+    } catch (e) {
+      this._message.emit({ text: `Could not keep the GPU: ${(e as Error).message}`, error: true });
+    }
+  }
+
+  async move(offer: string): Promise<boolean> {
+    try {
+      const r = await this.request<{ target: { id: string } }>('resize', 'POST', { offer });
+      this.moveTarget = r.target.id;
+      await this.refresh();
+      return true;
+    } catch (e) {
+      this._message.emit({ text: `The move was refused: ${(e as Error).message}`, error: true });
+      return false;
+    }
+  }
+
+  async cancelMove(): Promise<void> {
+    try {
+      this.setState(await this.request<IState>('resize', 'DELETE'));
+      this.moveTarget = null;
+      this._message.emit({ text: 'Move cancelled; you keep your current GPU.', error: false });
+    } catch (e) {
+      this._message.emit({ text: `Could not cancel: ${(e as Error).message}`, error: true });
+    }
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this.setState(await this.request<IState>('refresh', 'POST', {}));
+    } catch {
+      // the event stream reports the pool's state anyway
+    }
+  }
+
+  dispose(): void {
+    this.disconnect();
+    Signal.clearData(this);
+  }
+}

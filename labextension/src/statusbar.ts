@@ -1,0 +1,35 @@
+/** The status-bar item: device, utilization %, memory used/total; amber under a notice. */
+import { Widget } from '@lumino/widgets';
+
+import { statusText } from './format';
+import { GPUPoolModel } from './model';
+
+export class GPUPoolStatus extends Widget {
+  private button: HTMLButtonElement;
+  constructor(
+    private model: GPUPoolModel,
+    open: () => void
+  ) {
+    super();
+    this.addClass('jp-GPUPool-status');
+    this.button = document.createElement('button');
+    this.button.type = 'button';
+    this.button.className = 'jp-GPUPool-status-button';
+    this.button.onclick = open;
+    this.node.appendChild(this.button);
+    model.changed.connect(() => this.render());
+    window.setInterval(() => this.render(), 1000);
+    this.render();
+  }
+
+  render(): void {
+    const t = statusText(this.model.state, Date.now());
+    const parts = [t.device, t.util, t.memory].filter(Boolean);
+    this.button.textContent = `GPU: ${parts.join(' · ')}`;
+    this.button.title = t.label;
+    this.button.setAttribute('aria-label', `${t.label}. Open the GPU panel`);
+    this.node.dataset.tone = t.tone;
+    this.node.classList.toggle('jp-GPUPool-amber', t.tone === 'amber');
+    this.node.classList.toggle('jp-GPUPool-down', t.tone === 'down');
+  }
+}

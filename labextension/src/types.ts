@@ -1,0 +1,142 @@
+/** The state the server extension shares with every open tab (GET gpupool/state). */
+
+export interface IReclaimNotice {
+  kind: 'idle' | 'cpu' | 'max_age' | 'borrowed' | string;
+  deadline: string;
+  reason: string;
+  action: string;
+  issued?: string;
+  pressure?: boolean;
+  extensions: number;
+  max_extensions: number;
+  extendable: boolean;
+  acting: boolean;
+}
+
+export interface IDevice {
+  kind: 'mig' | 'gpu' | 'shared' | string;
+  gpu: string;
+  uuid: string;
+  profile: string | null;
+  start: number | null;
+  parent: string | null;
+}
+
+export interface ILease {
+  id: string;
+  offer: string;
+  offer_name: string;
+  state: string;
+  model: string | null;
+  node: string | null;
+  since: string | null;
+  units: number;
+  borrowed: boolean;
+  device: string;
+  memory_total_mib: number | null;
+  devices: IDevice[];
+  reclaim: IReclaimNotice | null;
+}
+
+export interface IPending {
+  id: string;
+  offer: string;
+  state: string;
+  position: number | null;
+  eta_seconds: number | null;
+  ready: boolean;
+  resize_of: string | null;
+}
+
+export interface IQuota {
+  held_units: number;
+  guarantee: number;
+  limit: number | null;
+  used_unit_hours: number;
+  budget: number | null;
+  period: string;
+  resets_at: string;
+}
+
+export interface IChoice {
+  name: string;
+  display_name: string;
+  description: string;
+  units: number;
+  available: number;
+  queue_length: number;
+  eta_seconds: number | null;
+  fits: boolean;
+  why_not: string | null;
+}
+
+export interface ISample {
+  ts: number;
+  util: number | null;
+  memory_used_mib: number;
+  processes?: number;
+}
+
+export interface IReclaim {
+  lease: string;
+  offer: string;
+  server: string;
+  at: string;
+  action: string;
+  reason: string;
+  release_reason?: string;
+  saved: string[];
+  outcome: string;
+  detail?: string;
+}
+
+export interface ISaveResult {
+  saved: string[];
+  unchanged: string[];
+  failed: { path: string; error: string }[];
+  via: 'lab' | 'checkpoints';
+  labs: number;
+  answered: number;
+  reason: string;
+  at: number;
+}
+
+export interface IPoolStatus {
+  ok: boolean;
+  error: string | null;
+  code: string | null;
+  down_since: number | null;
+  retry_in: number | null;
+  fetched_at: number | null;
+}
+
+export interface IState {
+  version: number;
+  at: number;
+  interval: number;
+  pool: IPoolStatus;
+  user: string | null;
+  server: string;
+  lease_id: string | null;
+  stale_lease: boolean;
+  lease: ILease | null;
+  pending: IPending | null;
+  notice: IReclaimNotice | null;
+  quota: IQuota | null;
+  offers: IChoice[];
+  utilization: { window: number; pool: ISample[]; local: ISample[] };
+  local: {
+    available: boolean;
+    reason: string;
+    devices: {
+      uuid: string;
+      name: string | null;
+      util: number | null;
+      memory_used_mib: number | null;
+      memory_total_mib: number | null;
+      processes: number | null;
+    }[];
+  };
+  reclaims: IReclaim[];
+  last_save: ISaveResult | null;
+}

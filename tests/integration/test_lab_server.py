@@ -1,0 +1,339 @@
+"""The lab package's server extension in real single-user servers: a real JupyterHub and proxy,
+the pool service on simulated GPUs, servers started by the pool's spawner with
+``jupyterlab-gpupool`` installed (``make test`` installs ``./labextension``).
+
+What it must do: show the server's lease, quota and offers from the pool with the server's own
+token (whose scopes the hub's server role gives); ask the pool once per interval however many
+tabs listen; save through the open labs (or checkpoint without one) when the reclaimer calls
+save-all, in the very call the reclaimer makes; say the pool is away and recover; move the
+server to another offer (the pool restarts it into the reserved lease) and refuse what the pool
+refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import SPAWNER_CONFIG, HubEnv, LabTab, request, wait_until, write_pool
+
+pytestmark = pytest.mark.e2e
+
+POOL = """
+nodes:
+  - name: node-a100
+    gpus:
+      - model: A100-80GB
+        mig:
+          enabled: true
+          instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]
+  - name: node-h100
+    gpus: [{model: H100-80GB, count: 1}]
+offers:
+  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB],
+     display_name: "A100 · 1g.10gb slice"}
+  - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
+     display_name: "A100 · 3g.40gb slice"}
+  - {name: h100, kind: gpu, count: 1, models: [H100-80GB]}
+  - {name: vip-h100, kind: gpu, count: 1, models: [H100-80GB], groups: [vip]}
+quotas:
+  default: {guarantee: 1, limit: 2, budget: 100, period: week}
+"""
+
+#: the lab's settings for the tests: a short interval and save timeout; NVML off (no GPUs
+#: here: the panel says so); every server, CPU-only too, told where the pool is
+LAB_CONFIG = """
+c.Spawner.args = c.Spawner.args + [
+    "--GPUPoolLab.interval=1", "--GPUPoolLab.save_timeout=3", "--GPUPoolLab.nvml_module=",
+    "--GPUPoolLab.max_backoff=4",
+]
+c.Spawner.environment = {{"GPUPOOL_API_URL": {api!r}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory):
+    tmp_path = tmp_path_factory.mktemp("lab")
+    pool = write_pool(tmp_path, POOL)
+    env = HubEnv(
+        tmp_path,
+        f"sqlite:///{tmp_path}/pool.sqlite",
+        pool,
+        ("alice", "bob", "admin"),
+        service_args=("--PoolService.telemetry_source=sim",),
+    )
+    env.extra_config = SPAWNER_CONFIG + LAB_CONFIG
+    (tmp_path / "home").mkdir()
+    with env.running():
+        yield env
+        print(env.logs())
+
+
+@pytest.fixture
+def alice(hub: HubEnv):
+    """alice's server on a 1g.10gb slice (stopped afterwards)."""
+    start(hub, "alice", "a100-1g")
+    yield f"{hub.hub_url}/user/alice"
+    stop(hub, "alice")
+
+
+def start(env: HubEnv, user: str, offer: str) -> None:
+    r = request(
+        "POST", f"{env.hub_api}/users/{user}/server", env.admin_api_token, {"gpupool_offer": offer}
+    )
+    assert r.status in (201, 202), r.body
+    wait_until(lambda: server(env, user).get("ready"), 120, f"{user}'s server", info=env.logs)
+
+
+def stop(env: HubEnv, user: str) -> None:
+    request("DELETE", f"{env.hub_api}/users/{user}/server", env.admin_api_token)
+    wait_until(lambda: not server(env, user), 120, f"{user}'s server to stop", info=env.logs)
+
+
+def server(env: HubEnv, user: str) -> dict:
+    r = request("GET", f"{env.hub_api}/users/{user}", env.admin_api_token)
+    return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
+
+
+def environ(env: HubEnv, user: str) -> dict[str, str]:
+    pid = server(env, user)["state"]["pid"]
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def pool_requests(env: HubEnv, route: str) -> int:
+    """How many API requests of ``route`` the pool service has answered (its /metrics)."""
+    text = request("GET", env.api.replace("/api/v1", "/metrics"), env.token("admin")).body.decode()
+    pattern = rf'gpupool_request_duration_seconds_count\{{[^}}]*route="{route}"[^}}]*\}} (\S+)'
+    return int(sum(float(n) for n in re.findall(pattern, text)))
+
+
+def test_state_shows_the_lease_quota_and_offers(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    r = request("GET", f"{alice}/gpupool/state", token)
+    assert r.status == 200, r.body
+    state = r.json()
+    assert state["pool"]["ok"], state["pool"]
+    lease = state["lease"]
+    assert lease["offer"] == "a100-1g" and lease["state"] == "active"
+    assert lease["device"] == "A100 1g.10gb"
+    assert lease["devices"][0]["uuid"].startswith("MIG-")
+    assert lease["devices"][0]["uuid"] == environ(hub, "alice")["CUDA_VISIBLE_DEVICES"]
+    assert lease["devices"][0]["parent"].startswith("GPU-")
+    assert lease["node"] == "node-a100" and lease["memory_total_mib"] == 10 * 1024
+    assert state["lease_id"] == lease["id"] and not state["stale_lease"]
+    q = state["quota"]
+    assert (q["guarantee"], q["limit"], q["budget"], q["period"]) == (1.0, 2.0, 100.0, "week")
+    assert q["held_units"] == pytest.approx(1 / 7, abs=1e-3)
+    assert q["resets_at"].endswith("Z")
+    choices = {c["name"]: c for c in state["offers"]}
+    assert set(choices) == {"a100-3g", "h100"}  # not the current one, not vip's
+    assert choices["a100-3g"]["units"] == 0.5 and choices["a100-3g"]["fits"]
+    assert choices["h100"]["available"] == 1
+    assert state["local"] == {
+        "available": False,
+        "reason": "NVML is switched off on this server",
+        "devices": [],
+    }
+
+
+def test_the_servers_own_token_has_the_pool_scopes(hub: HubEnv, alice: str):
+    token = environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    me = request("GET", f"{hub.hub_api}/user", token).json()
+    assert "custom:gpupool:use!user=alice" in me["scopes"], me["scopes"]
+    assert "access:services!service=gpupool" in me["scopes"], me["scopes"]
+    # and the pool answers it as alice's
+    r = request("GET", f"{hub.proxied_api}/users/me", token)
+    assert r.status == 200 and r.json()["name"] == "alice"
+
+
+def test_only_the_owner_and_the_reclaimer_reach_the_routes(hub: HubEnv, alice: str):
+    assert request("GET", f"{alice}/gpupool/state").status in (302, 403)
+    bob = hub.token("bob")
+    assert request("GET", f"{alice}/gpupool/state", bob).status == 403
+    assert request("POST", f"{alice}/gpupool/save-all", bob, {}).status == 403
+    # the reclaimer's kind of token (access:servers) may save, as the reclaimer does
+    r = request("POST", f"{alice}/gpupool/save-all", hub.token("admin"), {})
+    assert r.status == 200 and r.json()["via"] == "checkpoints"
+
+
+def test_tabs_share_one_ask_per_interval(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    tabs = [LabTab(alice, token) for _ in range(5)]
+    try:
+        first = tabs[0].state["version"]
+        before = pool_requests(hub, "user")
+        # ten more refreshes of the shared state (each an ask of the pool)...
+        target = first + 10
+        for tab in tabs:
+            tab.wait_state(lambda s: s["version"] >= target, "ten refreshes")
+        asked = pool_requests(hub, "user") - before
+        # ...cost one users/me each, whatever the number of tabs (±1 at the edges)
+        assert asked <= 11, asked
+        versions = {tab.state["version"] for tab in tabs}
+        assert max(versions) - min(versions) <= 1  # they saw the same answers
+        # a state request between refreshes is served from the shared answer
+        seen = pool_requests(hub, "user")
+        for _ in range(5):
+            assert request("GET", f"{alice}/gpupool/state", token).status == 200
+        assert pool_requests(hub, "user") - seen <= 2
+    finally:
+        for tab in tabs:
+            tab.close()
+
+
+def test_the_reclaimers_save_all_saves_through_the_open_labs(hub: HubEnv, alice: str):
+    from jupyterhub_gpupool.hubclient import HubClient
+    from jupyterhub_gpupool.reclaim import actions
+
+    token = hub.token("alice")
+    answered: list[str] = []
+
+    def save(request_id: str) -> dict:
+        answered.append(request_id)
+        return {"saved": ["work/train.ipynb"], "unchanged": ["notes.md"], "failed": []}
+
+    tabs = [LabTab(alice, token, save), LabTab(alice, token, save)]
+    try:
+        client = HubClient(hub.hub_api, hub.token("admin"), proxy_url=hub.hub_url)
+        saved = asyncio.run(actions.save_all(client, "/user/alice/", 30))
+        assert saved == ["work/train.ipynb"]
+        assert len(answered) == 2 and len(set(answered)) == 1  # both tabs, one request
+        r = request("POST", f"{alice}/gpupool/save-all", token, {"reason": "test"})
+        body = r.json()
+        assert body["via"] == "lab" and body["labs"] == 2 and body["answered"] == 2
+        assert body["unchanged"] == ["notes.md"]
+        # and every tab hears what was saved
+        wait_until(lambda: all(any(e == "saved" for e, _ in t.events) for t in tabs))
+    finally:
+        for tab in tabs:
+            tab.close()
+
+
+def test_save_all_without_a_lab_checkpoints_the_open_files(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    api = f"{alice}/api"
+    nb = {"type": "notebook", "content": {"cells": [], "metadata": {}, "nbformat": 4,
+                                          "nbformat_minor": 5}}  # fmt: skip
+    assert request("PUT", f"{api}/contents/saved.ipynb", token, nb).status in (200, 201)
+    session = {"path": "saved.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}}
+    r = request("POST", f"{api}/sessions", token, session)
+    assert r.status == 201, r.body
+    try:
+        # a tab that never answers: save-all waits save_timeout, then checkpoints
+        silent = LabTab(alice, token)
+        try:
+            body = request("POST", f"{alice}/gpupool/save-all", token, {}).json()
+        finally:
+            silent.close()
+        assert body["via"] == "checkpoints" and body["labs"] == 1 and body["answered"] == 0
+        assert body["saved"] == ["saved.ipynb"]
+        checkpoints = request("GET", f"{api}/contents/saved.ipynb/checkpoints", token).json()
+        assert len(checkpoints) >= 1
+    finally:
+        request("DELETE", f"{api}/sessions/{r.json()['id']}", token)
+
+
+def test_pool_away_is_said_and_recovers_without_a_new_tab(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    tab = LabTab(alice, token)
+    try:
+        tab.wait_state(lambda s: s["pool"]["ok"], "the pool answering")
+        hub.kill_service()
+        try:
+            down = tab.wait_state(lambda s: s["pool"]["error"], "the pool's absence")
+            assert not down["pool"]["ok"] and down["pool"]["code"] == "down"
+            assert "could not be reached" in down["pool"]["error"]
+            assert down["lease"]["offer"] == "a100-1g"  # what it last said stays shown
+            longer = tab.wait_state(
+                lambda s: (s["pool"]["retry_in"] or 0) >= 4, "the wait to back off"
+            )
+            assert longer["pool"]["down_since"] is not None
+        finally:
+            hub.start_service()
+        back = tab.wait_state(
+            lambda s: s["pool"]["ok"] and s["version"] > longer["version"], "the pool back"
+        )
+        assert back["lease"]["offer"] == "a100-1g" and back["pool"]["error"] is None
+    finally:
+        tab.close()
+
+
+def test_a_move_the_pool_refuses_keeps_the_gpu(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "vip-h100"})
+    assert r.status == 403, r.body
+    assert r.json()["error"]["code"] == "offer_not_allowed"
+    r = request("POST", f"{alice}/gpupool/resize", token, {})
+    assert r.status == 400 and r.json()["error"]["code"] == "missing_field"
+    state = request("GET", f"{alice}/gpupool/state", token).json()
+    assert state["lease"]["offer"] == "a100-1g" and state["pending"] is None
+
+
+def test_a_move_from_1g_to_3g_restarts_the_server_on_the_new_slice(hub: HubEnv, alice: str):
+    token = hub.token("alice")
+    before = environ(hub, "alice")
+    r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "a100-3g"})
+    assert r.status == 202, r.body
+    target = r.json()["target"]
+    assert target["resize_of"] == before["GPUPOOL_LEASE_ID"]
+
+    def restarted() -> dict | None:
+        s = server(hub, "alice")
+        if not s.get("ready"):
+            return None
+        env = environ(hub, "alice")
+        return env if env.get("GPUPOOL_LEASE_ID") == target["id"] else None
+
+    after = wait_until(restarted, 180, "alice's server on the 3g slice", info=hub.logs)
+    assert after["GPUPOOL_OFFER"] == "a100-3g"
+    assert after["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert after["CUDA_VISIBLE_DEVICES"] != before["CUDA_VISIBLE_DEVICES"]
+    state = wait_until(
+        lambda: (s := request("GET", f"{alice}/gpupool/state", token).json())["pool"]["ok"] and s,
+        what="the new server's state",
+    )
+    assert state["lease"]["id"] == target["id"] and state["lease"]["device"] == "A100 3g.40gb"
+    old = request("GET", f"{hub.api}/allocations/{before['GPUPOOL_LEASE_ID']}", token).json()
+    assert old["state"] == "released"
+
+
+def test_a_cpu_only_server_is_offered_a_gpu(hub: HubEnv):
+    start(hub, "bob", "")
+    try:
+        token = hub.token("bob")
+        state = request("GET", f"{hub.hub_url}/user/bob/gpupool/state", token).json()
+        assert state["pool"]["ok"] and state["lease"] is None and state["lease_id"] is None
+        assert {c["name"] for c in state["offers"]} == {"a100-1g", "a100-3g", "h100"}
+        r = request("POST", f"{hub.hub_url}/user/bob/gpupool/keepalive", token, {})
+        assert r.status == 409 and r.json()["error"]["code"] == "no_lease"
+    finally:
+        stop(hub, "bob")
+
+
+def test_status_and_the_widget_in_a_kernels_environment(hub: HubEnv, alice: str):
+    """A kernel inherits the server's environment: status() and GPUPoolWidget() reach the
+    server's routes with it (run here as a process with exactly that environment)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from jupyterlab_gpupool import GPUPoolWidget, status\n"
+        "s = status()\n"
+        "w = GPUPoolWidget()\n"
+        "print(json.dumps({'device': s['lease']['device'], 'ok': s['pool']['ok'],\n"
+        "                  'widget': w.children[0].value, 'quota': w.children[2].value}))\n"
+    )
+    env = environ(hub, "alice")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["device"] == "A100 1g.10gb" and seen["ok"]
+    assert "A100 1g.10gb" in seen["widget"] and "GPU units in use" in seen["quota"]
