@@ -172,6 +172,8 @@ class LeaseRow(Base):
     offer: Mapped[str] = mapped_column(String(64))
     group: Mapped[str | None] = mapped_column(String(255), nullable=True)
     groups: Mapped[list[str]] = mapped_column(JSON, default=list)
+    #: The clusters the asking hub launches into (None: any): placement stays there.
+    clusters: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(String(64), nullable=True)

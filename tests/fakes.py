@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import random
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -59,11 +62,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_API",
     "AGENT_T0",
+    "FAKE_MIG_CONFIGS",
     "ROOT",
     "SPAWNER_CONFIG",
     "STORE_POOL",
     "STORE_T0",
     "Call",
+    "FakeKubeAPI",
     "FakeReader",
     "FakeService",
     "HubEnv",
@@ -75,6 +80,7 @@ __all__ = [
     "WaitTimeout",
     "chp_command",
     "free_port",
+    "kube_node",
     "lease_events",
     "make_agent",
     "make_instances",
@@ -883,3 +889,333 @@ class LabTab:
                 self._response.fp.raw._sock.close()  # unblock the reading thread
             self._response.close()
         self._thread.join(10)
+
+
+# -- a Kubernetes API server (fake, over real HTTP) ------------------------------------------
+
+#: mig-parted configs the fake mig-manager knows: name → instances per GPU by profile.
+FAKE_MIG_CONFIGS: dict[str, dict[str, int]] = {
+    "all-disabled": {},
+    "all-1g.10gb": {"1g.10gb": 7},
+    "all-3g.40gb": {"3g.40gb": 2},
+    "all-7g.80gb": {"7g.80gb": 1},
+}
+
+
+def kube_node(
+    name: str,
+    *,
+    gpus: int = 1,
+    product: str = "NVIDIA-A100-SXM4-80GB",
+    memory_mib: int = 81920,
+    config: str = "all-disabled",
+    configs: dict[str, dict[str, int]] = FAKE_MIG_CONFIGS,
+    cluster_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ``Node`` as the API server returns it for a GPU node of the GPU Operator (mixed
+    strategy): gpu-feature-discovery's labels, the device plugin's allocatable, mig-manager's
+    config and state labels (the shape of ``kubectl get node -o json``)."""
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-03-01T08:00:00Z",
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.memory": str(memory_mib),
+                "nvidia.com/gpu.family": "ampere",
+                "nvidia.com/mig.capable": "true",
+                "nvidia.com/mig.strategy": "mixed",
+                **(cluster_labels or {}),
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"podCIDR": "10.244.1.0/24"},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "527988848Ki", "pods": "110"},
+            "allocatable": {"cpu": "63500m", "memory": "517503088Ki", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": "2026-03-02T08:59:00Z",
+                    "lastTransitionTime": "2026-03-01T08:01:00Z",
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.2",
+                "containerRuntimeVersion": "containerd://2.0",
+            },
+        },
+    }
+    _mig_manager_apply(node, config, configs)
+    node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
+    return node
+
+
+def _mig_manager_apply(node: dict[str, Any], config: str, configs: dict[str, dict[str, int]]):
+    """What mig-manager and then the device plugin and gpu-feature-discovery do to a node
+    once a config is applied: MIG resources and their labels, per GPU times the GPU count."""
+    labels = node["metadata"]["labels"]
+    gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+    for key in [k for k in labels if k.startswith("nvidia.com/mig-")]:
+        del labels[key]
+    for where in ("capacity", "allocatable"):
+        res = node["status"][where]
+        for key in [k for k in res if k.startswith("nvidia.com/mig-") or k == "nvidia.com/gpu"]:
+            del res[key]
+    per_gpu = configs[config]
+    for where in ("capacity", "allocatable"):
+        res = node["status"][where]
+        if per_gpu:
+            for profile, n in per_gpu.items():
+                res[f"nvidia.com/mig-{profile.replace('+', '.')}"] = str(n * gpus)
+        else:
+            res["nvidia.com/gpu"] = str(gpus)
+    for profile, n in per_gpu.items():
+        labels[f"nvidia.com/mig-{profile.replace('+', '.')}.count"] = str(n * gpus)
+    labels["nvidia.com/mig.config"] = config
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (what the API server does with merge-patch+json)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
+class FakeKubeAPI:
+    """A Kubernetes API server for nodes, in a thread, over real HTTP (tornado).
+
+    It speaks the API's JSON: ``NodeList``/``Node`` objects, ``Status`` errors (401 without the
+    token, 404, 415 for a patch type it does not take), merge and strategic-merge patches of a
+    node (``metadata.labels``, ``spec.unschedulable``), ``resourceVersion`` bumped per change,
+    label selectors ``k=v``, and events with a field selector.
+
+    A simulated **mig-manager** watches ``nvidia.com/mig.config``: once the label changes, each
+    ``mig_manager_step()`` moves the node one step, as mig-manager does — the state becomes
+    ``pending``; then the config is applied (``success``, the device plugin's and
+    gpu-feature-discovery's MIG resources and labels rewritten), or, for a config in
+    ``failing``, ``failed`` with a Warning event carrying its message. With ``auto_steps``,
+    every read of the node takes one step (for a service in another process).
+    """
+
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        *,
+        token: str = "kube-token",
+        configs: dict[str, dict[str, int]] = FAKE_MIG_CONFIGS,
+        auto_steps: bool = False,
+    ) -> None:
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.token = token
+        self.configs = configs
+        self.auto_steps = auto_steps
+        self.failing: dict[str, str] = {}  # config → the error mig-manager reports
+        self.events: list[dict[str, Any]] = []
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []  # (node, content type, body)
+        self._pending: dict[str, str] = {}  # node → config mig-manager works on
+        self._lock = threading.Lock()
+        self.port = free_port()
+        self._loop: Any = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The API server's address."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FakeKubeAPI:
+        ready = threading.Event()
+        self._ready = ready
+        self._thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("the fake Kubernetes API did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.add_callback(self._loop.stop)
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        import tornado.ioloop
+        import tornado.web
+
+        fake = self
+
+        class Base(tornado.web.RequestHandler):
+            def prepare(self) -> None:
+                if self.request.headers.get("Authorization") != f"Bearer {fake.token}":
+                    self.status(401, "Unauthorized", "Unauthorized")
+
+            def status(self, code: int, reason: str, message: str) -> None:
+                self.set_status(code)
+                self.set_header("Content-Type", "application/json")
+                self.finish(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": message,
+                        "reason": reason,
+                        "code": code,
+                    }
+                )
+
+            def node_or_404(self, name: str) -> dict[str, Any] | None:
+                node = fake.nodes.get(name)
+                if node is None:
+                    self.status(404, "NotFound", f'nodes "{name}" not found')
+                return node
+
+        class Nodes(Base):
+            def get(self) -> None:
+                selector = self.get_argument("labelSelector", "")
+                want = dict(p.split("=", 1) for p in selector.split(",") if "=" in p)
+                with fake._lock:
+                    items = [
+                        copy.deepcopy(n)
+                        for n in fake.nodes.values()
+                        if all(n["metadata"]["labels"].get(k) == v for k, v in want.items())
+                    ]
+                self.finish(
+                    {
+                        "kind": "NodeList",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "100"},
+                        "items": items,
+                    }
+                )
+
+        class OneNode(Base):
+            def get(self, name: str) -> None:
+                with fake._lock:
+                    node = self.node_or_404(name)
+                    if node is None:
+                        return
+                    if fake.auto_steps:
+                        fake._step(name)
+                    self.finish(copy.deepcopy(node))
+
+            def patch(self, name: str) -> None:
+                kind = self.request.headers.get("Content-Type", "").split(";")[0]
+                if kind not in (
+                    "application/merge-patch+json",
+                    "application/strategic-merge-patch+json",
+                ):
+                    self.status(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in "
+                        "an unknown format - accepted media types include: "
+                        "application/merge-patch+json, "
+                        "application/strategic-merge-patch+json",
+                    )
+                    return
+                body = json.loads(self.request.body)
+                with fake._lock:
+                    node = self.node_or_404(name)
+                    if node is None:
+                        return
+                    before = node["metadata"]["labels"].get("nvidia.com/mig.config")
+                    patched = _merge_patch(node, body)
+                    rv = int(node["metadata"]["resourceVersion"]) + 1
+                    patched["metadata"]["resourceVersion"] = str(rv)
+                    fake.nodes[name] = patched
+                    fake.patches.append((name, kind, body))
+                    after = patched["metadata"]["labels"].get("nvidia.com/mig.config")
+                    if after != before and after is not None:
+                        fake._pending[name] = after
+                    self.finish(copy.deepcopy(patched))
+
+        class Events(Base):
+            def get(self) -> None:
+                selector = self.get_argument("fieldSelector", "")
+                want = dict(p.split("=", 1) for p in selector.split(",") if "=" in p)
+                with fake._lock:
+                    items = [
+                        e
+                        for e in fake.events
+                        if all(
+                            e["involvedObject"].get(k.split(".", 1)[1]) == v
+                            for k, v in want.items()
+                        )
+                    ]
+                self.finish({"kind": "EventList", "apiVersion": "v1", "items": items})
+
+        app = tornado.web.Application(
+            [
+                (r"/api/v1/nodes", Nodes),
+                (r"/api/v1/nodes/([^/]+)", OneNode),
+                (r"/api/v1/events", Events),
+            ]
+        )
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        app.listen(self.port, "127.0.0.1")
+        self._loop = tornado.ioloop.IOLoop.current()
+        self._ready.set()
+        self._loop.start()
+
+    def _step(self, name: str) -> str | None:
+        """One step of mig-manager on ``name`` (lock held); the state it left."""
+        config = self._pending.get(name)
+        if config is None:
+            return None
+        node = self.nodes[name]
+        labels = node["metadata"]["labels"]
+        if labels.get("nvidia.com/mig.config.state") != "pending":
+            labels["nvidia.com/mig.config.state"] = "pending"
+            return "pending"
+        del self._pending[name]
+        if config in self.failing or config not in self.configs:
+            labels["nvidia.com/mig.config.state"] = "failed"
+            message = self.failing.get(config) or f"config {config!r} not found in the config file"
+            self.events.append(
+                {
+                    "kind": "Event",
+                    "apiVersion": "v1",
+                    "metadata": {"name": f"{name}.mig{len(self.events)}", "namespace": "default"},
+                    "involvedObject": {
+                        "kind": "Node",
+                        "name": name,
+                        "uid": node["metadata"]["uid"],
+                    },
+                    "reason": "MigConfigFailed",
+                    "message": message,
+                    "type": "Warning",
+                    "source": {"component": "nvidia-mig-manager"},
+                    "lastTimestamp": f"2026-03-02T09:00:{len(self.events):02d}Z",
+                }
+            )
+            return "failed"
+        _mig_manager_apply(node, config, self.configs)
+        labels["nvidia.com/mig.config.state"] = "success"
+        return "success"
+
+    def mig_manager_step(self, name: str) -> str | None:
+        """Move mig-manager on ``name`` one step; the state it left (None: nothing to do)."""
+        with self._lock:
+            return self._step(name)
+
+    def node(self, name: str) -> dict[str, Any]:
+        """A copy of the node as the server has it now."""
+        with self._lock:
+            return copy.deepcopy(self.nodes[name])

@@ -61,6 +61,12 @@ _DECLARED = (
         spawn="The GPU offer {offer!r} is not for you: {message}.",
     ),
     Code("no_such_hardware", "No GPU in the pool can ever serve the offer."),
+    Code(
+        "cluster_not_served",
+        "The offer runs only in clusters the asking hub does not launch into.",
+        spawn="The GPU offer {offer!r} runs in clusters this hub cannot start servers in: "
+        "{message}.",
+    ),
     Code("exceeds_node_size", "The offer asks for more GPUs than the largest node has."),
     Code("same_offer", "A resize to the offer the lease already has."),
     # quotas
@@ -124,11 +130,16 @@ _DECLARED = (
     Code("no_notice", "An admin's extension of a reclaim notice on a lease that has none."),
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
+    Code(
+        "unknown_cluster",
+        "A cluster the pool config does not list (the answer's `allowed` names the known ones).",
+    ),
     Code("repartition_pending", "The GPU already has a MIG re-partition in progress."),
     Code(
         "repartition_applying",
         "The node is applying the re-partition already: it can no longer be cancelled.",
     ),
+    Code("not_on_kubernetes", "The node is not a Kubernetes node the pool watches."),
     Code("invalid_config", "Invalid offers, quotas or inventory."),
     Code("unknown_gpu_model", "A GPU model the catalog does not know."),
     Code("unknown_mig_profile", "A MIG profile that does not exist for that GPU model."),

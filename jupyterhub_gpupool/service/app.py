@@ -28,6 +28,7 @@ from traitlets.config import Application
 from .._version import __version__
 from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
 from ..hubclient import HubClient
+from ..kube.labeller import MigLabeller
 from ..logredact import install as install_redaction
 from ..logredact import redact
 from ..pool.catalog import default_catalog
@@ -323,6 +324,8 @@ class PoolService(Application):
         self.store.listeners.append(self.metrics.on_event)
         self.writer = self.make_writer()
         self.leader = LeaderLock(engine)
+        #: re-partitions of Kubernetes nodes through nvidia.com/mig.config (c.MigLabeller)
+        self.mig_labeller = MigLabeller(parent=self)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -537,6 +540,8 @@ class PoolService(Application):
             )
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.call(self.store.advance_repartitions)
+            if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
+                await self.mig_labeller.step(self.store, self.writer.call)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)

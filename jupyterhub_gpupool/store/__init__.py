@@ -13,7 +13,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
 * ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my
   GPU", the policy override and the user's recent reclaims;
 * ``operate`` — the admin panel's actions: reclaim now, extend a notice, drain by a deadline,
-  MIG re-partitions, and the map's reads.
+  MIG re-partitions, and the map's reads; ``labelmig`` — the failure of a re-partition
+  applied through the Kubernetes ``nvidia.com/mig.config`` label.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -24,11 +25,11 @@ from __future__ import annotations
 from ..poolconfig import PoolConfig
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
-from .operate import OperateStore
+from .labelmig import LabelMigStore
 from .rows import utcnow
 
 
-class Store(OperateStore):
+class Store(LabelMigStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

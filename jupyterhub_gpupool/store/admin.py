@@ -99,7 +99,11 @@ class AdminStore(MigStore, ViewStore):
     # -- nodes -------------------------------------------------------------------------------
 
     def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
-        """An agent's report of a node: add or update it, release leases on vanished GPUs."""
+        """An agent's report of a node: add or update it, release leases on vanished GPUs.
+
+        A cluster the pool config does not list is refused (``unknown_cluster``, with the
+        known ones): an agent pointed at the wrong pool, or a typo, must not add capacity."""
+        self.check_clusters([node.cluster], "cluster")
         with self.transaction() as (db, _):
             row = self._upsert_node(db, node, source="agent")
             self._event(db, "inventory", actor, data={"node": node.name, "gpus": len(node.gpus)})

@@ -68,6 +68,7 @@ WRITES = frozenset(
         "request_repartition",
         "cancel_repartition",
         "advance_repartitions",
+        "fail_repartition",
     }
 )
 #: Writes that refuse, if at all, before they write anything: they may share one transaction

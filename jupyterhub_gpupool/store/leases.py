@@ -35,9 +35,15 @@ class LeaseStore(Applier, ViewStore):
         priority: int | None = None,
         actor: str = "",
         resize_of: str | None = None,
+        clusters: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, or StoreError."""
+        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, or StoreError.
+
+        ``clusters``: where the asking hub can launch (empty: anywhere); each must be one the
+        pool config lists."""
         now = self.clock()
+        clusters = tuple(dict.fromkeys(clusters))
+        self.check_clusters(clusters, "clusters")
         with self.transaction() as (db, alloc):
             if resize_of is None:
                 # one lease (live or queued) per server; the allocator knows them all, and so
@@ -54,7 +60,15 @@ class LeaseStore(Applier, ViewStore):
             prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
             try:
                 request = Request(
-                    uuid.uuid4().hex, user, offer, server, group, tuple(groups), prio, epoch(now)
+                    uuid.uuid4().hex,
+                    user,
+                    offer,
+                    server,
+                    group,
+                    tuple(groups),
+                    prio,
+                    epoch(now),
+                    clusters,
                 )
             except PoolError as e:  # a refusal of this call alone, even inside a batch
                 raise StoreError(e.code, e.message, field=e.field) from None
@@ -70,6 +84,7 @@ class LeaseStore(Applier, ViewStore):
                 offer=offer,
                 group=decision.group,
                 groups=list(groups),
+                clusters=list(clusters) or None,
                 priority=prio,
                 created=now,
                 units=str(decision.units),
@@ -177,6 +192,7 @@ class LeaseStore(Applier, ViewStore):
                 groups=row.groups or (),
                 actor=actor,
                 resize_of=lease_id,
+                clusters=row.clusters or (),
             )
 
     def expire_grants(self) -> int:

@@ -61,6 +61,7 @@ def request_of(row: orm.LeaseRow) -> Request:
         tuple(row.groups or ()),
         row.priority,
         epoch(row.created),
+        tuple(row.clusters or ()),
     )
 
 

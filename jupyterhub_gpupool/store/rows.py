@@ -110,6 +110,7 @@ def offer_spec(offer: Offer) -> dict[str, Any]:
         "cpu_milli": offer.cpu_milli,
         "memory_mib": offer.memory_mib,
         "groups": list(offer.groups),
+        "clusters": list(offer.clusters),
         "priority_class": offer.priority_class,
         "reclaim_policy": offer.reclaim_policy,
         "idle_timeout": offer.idle_timeout,

@@ -145,6 +145,8 @@ class ViewStore(StoreCore):
             if s["kind"] == "mig" and row.state in orm.LIVE_STATES:
                 s["mig_uuid"] = devices[(s["gpu"], s["start"])][0]
         out["ready"] = is_ready(row.state, (made for _, made in devices.values()))
+        node = alloc.nodes.get(row.node) if alloc is not None and row.node else None
+        out["cluster"] = node.cluster if node is not None else None
         return out
 
     def _reclaim_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
@@ -232,18 +234,36 @@ class ViewStore(StoreCore):
 
     # -- offers and users ------------------------------------------------------------------
 
-    def offers_for(self, user: str | None, groups: Iterable[str]) -> list[dict[str, Any]]:
-        """Offers visible to ``user`` with live availability, queue length, units and quota fit."""
-        groups = list(groups)
+    def check_clusters(self, clusters: Iterable[str], field: str) -> None:
+        """A StoreError (``unknown_cluster``, the known ones allowed) for a cluster the pool
+        config does not list."""
+        known = self.file_config.clusters
+        for c in clusters:
+            if c not in known:
+                raise StoreError(
+                    "unknown_cluster",
+                    f"unknown cluster {c!r}: the pool knows {', '.join(known)}",
+                    field=field,
+                    allowed=list(known),
+                )
+
+    def offers_for(
+        self, user: str | None, groups: Iterable[str], clusters: Iterable[str] = ()
+    ) -> list[dict[str, Any]]:
+        """Offers visible to ``user`` with live availability, queue length, units and quota fit;
+        for a hub launching into ``clusters`` only the offers it can serve, counted there."""
+        groups, clusters = list(groups), tuple(clusters)
         with self.locked() as alloc, self.read() as db:
             out = []
             for offer in alloc.offers.values():
                 if user is not None and not offer.visible_to(groups):
                     continue
+                if offer.served_in(clusters) == frozenset():
+                    continue
                 units = alloc.units_for(offer, None)
                 queue = sum(1 for w in alloc.waiters.values() if w.request.offer == offer.name)
                 verdict = alloc.quotas.check(user, groups, units) if user else None
-                available = alloc.available(offer)
+                available = alloc.available(offer, clusters=clusters)
                 eta = (
                     0.0
                     if available and not queue

@@ -489,7 +489,7 @@ def test_ast_readers_find_what_handlers_use():
         "offset",
         "limit",
     }
-    assert query_arguments(allocations.OffersHandler, "GET") == {"user", "group"}
+    assert query_arguments(allocations.OffersHandler, "GET") == {"user", "group", "cluster"}
     assert 404 in error_statuses(users.UtilizationHandler, "GET")
     assert 404 in error_statuses(allocations.AllocationHandler, "GET")  # via self._check
     assert json_type(frozenset({"int", "float", "None"})) == ("number", True)

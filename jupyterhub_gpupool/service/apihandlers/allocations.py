@@ -22,7 +22,9 @@ class OffersHandler(APIHandler):
             groups = self.get_arguments("group")
         elif ident.kind == "user":
             user = ident.name
-        self.write_json({"items": self.store.offers_for(user, groups)})
+        clusters = self.get_arguments("cluster")
+        self.store.check_clusters(clusters, "cluster")
+        self.write_json({"items": self.store.offers_for(user, groups, clusters)})
 
 
 class AllocationsHandler(APIHandler):
@@ -41,6 +43,7 @@ class AllocationsHandler(APIHandler):
                 "group": ((str, type(None)), False),
                 "groups": (list, False),
                 "priority": ((int, type(None)), False),
+                "clusters": (list, False),
             }
         )
         user = body.get("user") or (ident.name if ident.kind == "user" else None)
@@ -58,6 +61,11 @@ class AllocationsHandler(APIHandler):
         priority = body.get("priority")
         if priority is not None:
             self.require(ident.is_spawner, "set a priority")
+        clusters = body.get("clusters") or []
+        if len(clusters) > 64 or not all(isinstance(c, str) and len(c) <= 63 for c in clusters):
+            raise APIError(
+                "invalid_field", "clusters must be at most 64 cluster names", field="clusters"
+            )
         lease = await self.writer.call(
             self.store.allocate,
             user,
@@ -67,6 +75,7 @@ class AllocationsHandler(APIHandler):
             groups=member_of,
             priority=priority,
             actor=ident.describe(),
+            clusters=clusters,
         )
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
         self.write_json(lease, 201)

@@ -49,6 +49,7 @@ STATUS: dict[str, int] = {
     "repartition_applying": 409,
     "gpu_elsewhere": 409,
     "repartition_pending": 409,
+    "not_on_kubernetes": 409,
     "over_limit": 409,
     "conflict": 409,
     # 429: too much at once
@@ -61,6 +62,8 @@ STATUS: dict[str, int] = {
     "invalid_request": 422,
     "unknown_offer": 422,
     "no_such_hardware": 422,
+    "cluster_not_served": 422,
+    "unknown_cluster": 422,
     "exceeds_node_size": 422,
     "exceeds_limit": 422,
     "same_offer": 422,

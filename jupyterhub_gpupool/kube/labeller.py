@@ -1,0 +1,186 @@
+"""Re-partition Kubernetes nodes through mig-manager's ``nvidia.com/mig.config`` label.
+
+The store owns the re-partition (``store/operate.py``): it cordons the GPU in the pool, waits
+until no lease holds what must go, then marks it ``applying`` with ``method: label``. From
+there this labeller, run by the service's housekeeping on the leader only, drives each node:
+
+1. **label**: the node's GPUs' wanted layouts (the re-partitioned ones, and the others as they
+   are) must be one mig-parted config (``configs``: name → instances per GPU); the labeller sets
+   ``nvidia.com/mig.config=<name>`` and removes ``nvidia.com/mig.config.state`` in the same
+   merge patch, so a ``success`` read later is mig-manager's answer to *this* change, never the
+   last one's;
+2. **wait** while the state is absent, ``pending`` or ``rebooting``;
+3. ``success``: once the device plugin advertises the new slices (``nvidia.com/mig-<profile>``
+   in ``allocatable``), the new layout becomes the node's inventory; the store then closes the
+   re-partition ``done`` and lifts the cordon (its agent, if it has one, reports the instances'
+   UUIDs as usual);
+4. ``failed``: the re-partition is closed ``failed`` with the node's message (its latest
+   warning event), shown by ``GET repartitions``; the GPU gets its old cordon back.
+
+Every step is read again from the API server each round, so a restarted (or newly elected)
+service carries on where the last one was.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from traitlets import Bool, Dict, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..pool.model import MigInstance, Node
+from . import nodes as kn
+from .client import KubeAPI, KubeClient, KubeError
+
+log = logging.getLogger("jupyterhub_gpupool.kube")
+
+Call = Callable[..., Awaitable[Any]]
+
+
+class MigLabeller(LoggingConfigurable):
+    """The ``nvidia.com/mig.config`` writer (``c.MigLabeller`` in the service's config)."""
+
+    enabled = Bool(
+        False,
+        help="Re-partition Kubernetes nodes' MIG GPUs through the GPU Operator's mig-manager "
+        "(the nvidia.com/mig.config label). Needs the right to patch nodes (the Helm chart's "
+        "mig.repartition.enabled grants it and sets this).",
+    ).tag(config=True)
+    api_host = Unicode(
+        "",
+        help="The Kubernetes API server, e.g. https://10.0.0.1:6443. Empty: the API of the pod "
+        "the service runs in (its service account).",
+    ).tag(config=True)
+    token_file = Unicode(
+        "", help="File with the bearer token for api_host (read at every request)."
+    ).tag(config=True)
+    ca_file = Unicode("", help="CA bundle of api_host's certificate.").tag(config=True)
+    configs = Dict(
+        help="mig-parted configs the nodes' mig-manager knows, as name → instances per GPU by "
+        "profile, e.g. {'all-1g.10gb': {'1g.10gb': 7}, 'half-3g': {'3g.40gb': 1, '1g.10gb': 3}}. "
+        "Merged over mig-parted's all-disabled and all-<profile> configs for the catalog's "
+        "models.",
+    ).tag(config=True)
+
+    _client: KubeClient | None = None
+    _store: Any = None
+
+    def client(self) -> KubeClient:
+        """The API client (built on first use: no I/O in the constructor)."""
+        if self._client is None:
+            api = (
+                KubeAPI(self.api_host, token_file=self.token_file, ca_file=self.ca_file)
+                if self.api_host
+                else KubeAPI.in_cluster()
+            )
+            self._client = KubeClient(api)
+        return self._client
+
+    def all_configs(self, store: Any) -> dict[str, dict[str, int]]:
+        """The configs a node may be labelled with."""
+        return {**kn.default_configs(store.catalog), **dict(self.configs)}
+
+    async def step(self, store: Any, call: Call) -> dict[str, str]:
+        """One round over the ``applying`` label re-partitions; ``call`` runs a store write
+        through the service's writer. Returns what happened per node (for logs and tests)."""
+        self._store = store
+        reps = [r for r in store.repartitions(state="applying") if r["method"] == "label"]
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for rep in reps:
+            by_node.setdefault(rep["node"], []).append(rep)
+        out = {}
+        for node, node_reps in by_node.items():
+            try:
+                out[node] = await self._node(store, call, node, node_reps)
+            except KubeError as e:
+                if e.status == 404:
+                    why = f"node {node} is not a node of the Kubernetes API the pool watches"
+                    await self._fail(call, node_reps, why)
+                    out[node] = "failed"
+                else:  # the API server is away: try again next round
+                    log.warning("Kubernetes API for node %s: %s", node, e)
+                    out[node] = "unreachable"
+        if any(v == "done" for v in out.values()):
+            await call(store.advance_repartitions)
+        return out
+
+    async def _fail(self, call: Call, reps: list[dict[str, Any]], why: str) -> None:
+        for rep in reps:
+            await call(self._store.fail_repartition, rep["id"], why, actor="kube")
+
+    def _wanted(self, store: Any, node: str, reps: list[dict[str, Any]]) -> Node | None:
+        """The node as it will be: the re-partitioned GPUs in their new layout, the rest as
+        they are (copies: the allocator's own values are never touched)."""
+        layouts = {r["gpu"]: r["layout"] for r in reps}
+        with store.locked() as alloc:
+            found = alloc.nodes.get(node)
+            if found is None:
+                return None
+            gpus = []
+            for g in found.gpus:
+                if g.uuid in layouts:
+                    inst = [MigInstance(i["profile"], i["start"]) for i in layouts[g.uuid]]
+                else:
+                    inst = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
+                mig = bool(inst) if g.uuid in layouts else g.mig_enabled
+                gpus.append(
+                    replace(g, instances=inst, mig_enabled=mig, whole_lease=None, shares={})
+                )
+            return replace(found, gpus=gpus, labels=dict(found.labels), cpu_used=0, memory_used=0)
+
+    async def _node(self, store: Any, call: Call, name: str, reps: list[dict[str, Any]]) -> str:
+        wanted = self._wanted(store, name, reps)
+        if wanted is None:
+            await self._fail(call, reps, f"node {name} left the pool")
+            return "failed"
+        per_gpu = [kn.layout_counts((i.profile, i.start) for i in g.instances) for g in wanted.gpus]
+        configs = self.all_configs(store)
+        names = {kn.config_for(c, configs) for c in per_gpu}
+        if len(names) != 1 or None in names:
+            shown = "; ".join(
+                ", ".join(f"{n}×{p}" for p, n in c.items()) or "MIG off" for c in per_gpu
+            )
+            await self._fail(
+                call,
+                reps,
+                f"no mig-parted config gives node {name} the layout {shown} on every GPU: add "
+                "one to mig-manager's ConfigMap and to MigLabeller.configs",
+            )
+            return "failed"
+        config = names.pop()
+        assert config is not None
+        client = self.client()
+        node = await client.get_node(name)
+        have = kn.labels(node)
+        if have.get(kn.MIG_CONFIG) != config:
+            await client.patch_labels(name, {kn.MIG_CONFIG: config, kn.MIG_STATE: None})
+            log.info(
+                "Node %s: %s=%s (was %s)", name, kn.MIG_CONFIG, config, have.get(kn.MIG_CONFIG)
+            )
+            return "labelled"
+        state = have.get(kn.MIG_STATE)
+        if state is None or state in kn.IN_PROGRESS:
+            return state or "waiting"
+        if state == "failed":
+            events = await client.node_events(name)
+            await self._fail(call, reps, kn.failure_message(name, config, events))
+            return "failed"
+        if state != "success":
+            return "waiting"
+        expected: dict[str, int] = {}
+        for counts in per_gpu:
+            for profile, n in counts.items():
+                key = kn.resource_profile(profile)
+                expected[key] = expected.get(key, 0) + n
+        if kn.slice_counts(node) != expected:
+            return "advertising"  # the device plugin restarts after mig-manager: not yet
+        await call(store.put_inventory, wanted, actor="kube")
+        return "done"
+
+
+def summary(result: Mapping[str, str]) -> str:
+    """A log line of one round."""
+    return ", ".join(f"{n}: {s}" for n, s in sorted(result.items()))
