@@ -160,6 +160,9 @@ ROUND = {"holder": "x", "window": {"start": 1, "end": 2}}
 # fmt: off
 MATRIX = [
     ("GET reclaim/leases", None,                             401, 403, 403, 403, 200, 200),
+    # the reclaimer reads any lease (a shrink's reserved target), and changes none
+    ("GET allocations/{id}", None,                           401, 200, 200, 403, 200, 200),
+    ("POST allocations/{id}/resize", {"offer": "nope"},      401, 422, 422, 403, 403, 422),
     ("POST reclaim/leader", {"holder": "{who}", "ttl": 5},   401, 403, 403, 403, 200, 200),
     ("DELETE reclaim/leader?holder={who}", None,             401, 403, 403, 403, 200, 200),
     ("POST reclaim/rounds", ROUND,                           401, 403, 403, 403, 409, 409),
@@ -197,6 +200,7 @@ def test_who_may_call_what(api):
             elif status >= 400:
                 error(r)  # a JSON error body with a code
     assert not wrong, "\n".join(wrong)
+    assert api.call("reclaimer", "DELETE", f"allocations/{lease['id']}").status == 403
     # alice's "keep my GPU" on her lease; bob gets the 404 of a lease that does not exist
     assert api.call("bob", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 404
     assert api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 200

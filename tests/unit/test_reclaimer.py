@@ -538,14 +538,7 @@ def test_release_gpu_restarts_the_server_without_a_gpu(hub_environment, tmp_path
 @pytest.mark.parametrize(
     "who",
     [
-        pytest.param(
-            "reclaimer",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the pool answers GET allocations/{id} 403 to custom:gpupool:reclaim "
-                "(change asked for in reclaim-contract.md)",
-            ),
-        ),
+        "reclaimer",
         "admin",
     ],
 )

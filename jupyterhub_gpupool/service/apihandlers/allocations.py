@@ -121,10 +121,10 @@ class _LeaseHandler(APIHandler):
     same 404 for another user's lease as for a missing one.
     """
 
-    def _check(self, lease_id: str) -> None:
+    def _check(self, lease_id: str, *, reading: bool = False) -> None:
         ident = self.identity
-        if ident.is_spawner:
-            return  # may touch any lease; a missing one is the store's 404 (saves a read)
+        if ident.is_spawner or (reading and ident.is_reclaimer):
+            return  # may touch (read) any lease; a missing one is the store's 404
         if not ident.may_use_for(self.store.lease_owner(lease_id)):
             raise lease_not_found(lease_id)
 
@@ -134,9 +134,10 @@ class AllocationHandler(_LeaseHandler):
 
     route_name = "allocation"
 
-    @needs("use", "read leases")
+    @needs("use-or-reclaim", "read leases")
     def get(self, lease_id: str) -> None:
-        self._check(lease_id)
+        # the reclaimer reads a shrink's reserved target before it stops the server
+        self._check(lease_id, reading=True)
         self.write_json(self.store.lease(lease_id))
 
     @needs("use", "release leases")
