@@ -14,30 +14,28 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 from typing import Any
 from urllib.parse import urlparse
 
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Float, Integer, TraitError, Unicode, default, validate
-from traitlets.config import Application
 from traitlets.utils.importstring import import_item
 
 from .._version import __version__
 from ..hubclient import HubClient
 from ..logredact import install as install_redaction
 from ..poolclient import PoolClient
+from ..strictcli import StrictCommandLine
 from .core import Reclaimer, default_holder
 from .metrics import ReclaimerMetrics
 
+
 #: Options traitlets itself understands on every application.
-_BUILTIN = {"help", "help-all", "h", "version", "show-config", "show-config-json"}
-
-
-class ReclaimerApp(Application):
+class ReclaimerApp(StrictCommandLine):
     """The idle-GPU reclaimer: observes leased servers, lets the pool decide, carries it out."""
 
     name = "jupyterhub-gpupool-reclaimer"
+    command = "reclaimer"
     version = __version__
     description = (
         "Reclaim idle GPUs of the JupyterHub GPU pool: read each leased server's kernels and "
@@ -214,43 +212,6 @@ class ReclaimerApp(Application):
         """The pool API's base URL, ending in ``/``."""
         url = self.service_url.rstrip("/")
         return url + "/" if url.endswith("/api/v1") else url + "/api/v1/"
-
-    def parse_command_line(self, argv: list[str] | None = None) -> None:
-        """Like traitlets', but an unknown option, a missing or bad value, or a stray argument
-        is one line on stderr and exit status 2 (traitlets warns and goes on)."""
-        argv = list(sys.argv[1:] if argv is None else argv)
-        problem = self._argv_problem(argv)
-        if problem is None:
-            try:  # traitlets' own, without its catch_config_error (which logs and exits 1)
-                Application.parse_command_line.__wrapped__(self, argv)  # type: ignore[attr-defined]
-                return
-            except (TraitError, ValueError) as e:
-                problem = str(e).splitlines()[0]
-        print(f"jupyterhub-gpupool reclaimer: error: {problem}", file=sys.stderr)
-        self.exit(2)
-
-    def _argv_problem(self, argv: list[str]) -> str | None:
-        known = set(self.aliases) | set(self.flags) | _BUILTIN
-        classes = {c.__name__: c for c in (type(self), Application)}
-        i = 0
-        while i < len(argv):
-            arg = argv[i]
-            i += 1
-            if not arg.startswith("-") or arg in ("-", "--"):
-                return f"unexpected argument {arg!r}"
-            name, eq, _ = arg.lstrip("-").partition("=")
-            if "." in name:
-                cls, _, trait = name.partition(".")
-                if cls not in classes or trait not in classes[cls].class_traits(config=True):
-                    return f"unrecognized option --{name}"
-            elif name not in known:
-                return f"unrecognized option --{name}"
-            takes_value = "." in name or name in self.aliases
-            if takes_value and not eq:
-                if i >= len(argv) or argv[i].startswith("--"):
-                    return f"option --{name} needs a value"
-                i += 1
-        return None
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """Parse the command line, load the config file, check what is needed to start."""

@@ -23,7 +23,6 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, default, validate
-from traitlets.config import Application
 
 from .._version import __version__
 from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
@@ -35,6 +34,7 @@ from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
 from ..store import Store
+from ..strictcli import StrictCommandLine
 from . import pages
 from .apihandlers import admin, agent, allocations, operate, reclaim, restart, users
 from .apihandlers.base import MAX_BODY, APIHandler
@@ -79,10 +79,12 @@ class MetricsHandler(web.RequestHandler):
         self.finish(json.dumps(APIError(code, message).to_dict()))
 
 
-class PoolService(Application):
+class PoolService(StrictCommandLine):
     """The GPU pool service."""
 
     name = "jupyterhub-gpupool-service"
+    command = "service"
+    classes = [MigLabeller]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 

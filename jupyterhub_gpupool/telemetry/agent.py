@@ -37,10 +37,10 @@ from itertools import islice
 from typing import Any, Protocol
 
 from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
-from traitlets.config import Application
 
 from .._version import __version__
 from ..logredact import install as install_redaction
+from ..strictcli import StrictCommandLine
 
 MAX_BATCH = 10_000  # the service's own limit per POST (service/apihandlers/agent.py)
 
@@ -546,10 +546,11 @@ def nvml_reader(dynamic_mig: bool) -> Reader:
         raise SystemExit(str(e)) from None
 
 
-class NodeAgent(Application):
+class NodeAgent(StrictCommandLine):
     """The node agent: inventory and utilization of one GPU node, sent to the pool service."""
 
     name = "jupyterhub-gpupool-agent"
+    command = "agent"
     version = __version__
     description = "Report this node's GPUs and their utilization to the GPU pool service."
 

@@ -1,0 +1,62 @@
+"""Strict command lines for the traitlets apps (service, agent, reclaimer).
+
+traitlets warns about an unknown option and starts anyway, so ``--PoolService.prot=80`` runs a
+service on the default port and the typo is one warning in a log nobody reads. Our apps refuse
+it instead, as the argparse subcommands do: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from traitlets import TraitError
+from traitlets.config import Application
+
+#: Options every traitlets app understands without declaring them.
+BUILTIN_OPTIONS = frozenset({"help", "help-all", "h", "version", "show-config", "show-config-json"})
+
+
+class StrictCommandLine(Application):
+    """An Application whose bad command line is one line on stderr and exit status 2."""
+
+    #: The subcommand's name in messages (``jupyterhub-gpupool <command>: error: ...``).
+    command = "app"
+
+    def parse_command_line(self, argv: list[str] | None = None) -> None:
+        """Like traitlets', but an unknown option, a missing or bad value, or a stray argument
+        is one line on stderr and exit status 2 (traitlets warns and goes on)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        problem = self.argv_problem(argv)
+        if problem is None:
+            try:  # traitlets' own, without its catch_config_error (which logs and exits 1)
+                Application.parse_command_line.__wrapped__(self, argv)  # type: ignore[attr-defined]
+                return
+            except (TraitError, ValueError) as e:
+                problem = str(e).splitlines()[0]
+        print(f"jupyterhub-gpupool {self.command}: error: {problem}", file=sys.stderr)
+        self.exit(2)
+
+    def argv_problem(self, argv: list[str]) -> str | None:
+        """What is wrong with ``argv`` (``None``: nothing): every ``--Class.trait`` must name a
+        configurable trait of this app, ``Application`` or a class in ``classes``."""
+        known = set(self.aliases) | set(self.flags) | BUILTIN_OPTIONS
+        classes = {c.__name__: c for c in (type(self), Application, *self.classes)}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            i += 1
+            if not arg.startswith("-") or arg in ("-", "--"):
+                return f"unexpected argument {arg!r}"
+            name, eq, _ = arg.lstrip("-").partition("=")
+            if "." in name:
+                cls, _, trait = name.partition(".")
+                if cls not in classes or trait not in classes[cls].class_traits(config=True):
+                    return f"unrecognized option --{name}"
+            elif name not in known:
+                return f"unrecognized option --{name}"
+            takes_value = "." in name or name in self.aliases
+            if takes_value and not eq:
+                if i >= len(argv) or argv[i].startswith("--"):
+                    return f"option --{name} needs a value"
+                i += 1
+        return None
