@@ -153,8 +153,9 @@ def gpu_activity(samples: Sequence[GpuSample], threshold: float) -> str:
     """``busy``, ``idle`` or ``unknown`` for the window's samples.
 
     Utilization (or GPM activity) above ``threshold`` anywhere is busy. Samples without it fall
-    back on memory: a change of :data:`MIG_MEMORY_DELTA_MIB` is busy, no process (or almost no
-    memory) is idle, and a process holding steady memory is unknown.
+    back on processes and memory: a change of :data:`MIG_MEMORY_DELTA_MIB` is busy, no process
+    and almost no memory (as far as each is known) is idle, and a process or steady memory held
+    is unknown.
     """
     known = [s.util for s in samples if s.util is not None]
     if any(u > threshold for u in known):
@@ -171,9 +172,13 @@ def gpu_activity(samples: Sequence[GpuSample], threshold: float) -> str:
 
 
 def _unused(s: GpuSample) -> bool:
-    if s.processes is not None:
-        return s.processes == 0
-    return s.memory_used_mib is not None and s.memory_used_mib <= MIG_IDLE_MEMORY_MIB
+    """No process and (almost) no memory: what is known must all say unused, so memory held
+    without a process NVML lists (a context the listing missed) is never read as idle."""
+    if s.processes is None and s.memory_used_mib is None:
+        return False
+    no_process = s.processes is None or s.processes == 0
+    no_memory = s.memory_used_mib is None or s.memory_used_mib <= MIG_IDLE_MEMORY_MIB
+    return no_process and no_memory
 
 
 def kernel_activity(kernel: KernelView, start: float) -> str:

@@ -53,6 +53,7 @@ def to_samples(raw: list[dict[str, Any]]) -> list[Sample]:
             s.get("start"),
             None if s.get("util") is None else float(s["util"]),
             int(s.get("memory_used_mib") or 0),
+            s.get("processes"),
         )
         for s in raw
     ]

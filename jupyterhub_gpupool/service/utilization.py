@@ -28,6 +28,8 @@ class Sample:
     start: int | None
     util: float | None
     memory_used_mib: int
+    #: compute processes on the device (MIG instances; None where NVML did not say)
+    processes: int | None = None
 
     def to_json(self) -> dict[str, object]:
         """JSON form."""
@@ -37,6 +39,7 @@ class Sample:
             "start": self.start,
             "util": self.util,
             "memory_used_mib": self.memory_used_mib,
+            "processes": self.processes,
         }
 
 

@@ -372,9 +372,10 @@ class NvmlReader:
         """The body's ``samples`` for ``POST nodes/{name}/samples``: one per GPU or MIG instance.
 
         Whole GPUs: ``nvmlDeviceGetUtilizationRates``. MIG instances (``start`` set): memory in
-        use from the MIG handle and, on Hopper and newer, GPM activity since the previous call;
-        ``util`` is ``None`` where it is not knowable (Ampere MIG, first GPM reading). Lost GPUs
-        give no samples.
+        use from the MIG handle, the compute processes running on it (``processes``: the idle
+        signal of a MIG slice without GPM) and, on Hopper and newer, GPM activity since the
+        previous call; ``util`` is ``None`` where it is not knowable (Ampere MIG, first GPM
+        reading), as is ``processes`` where NVML does not say. Lost GPUs give no samples.
         """
         ts = self.clock() if now is None else now
         out: list[dict[str, Any]] = []
@@ -407,6 +408,7 @@ class NvmlReader:
                     done.add(gi_id)
                     seen.add((uuid, gi_id))
                     mem = self._try("nvmlDeviceGetMemoryInfo", mig)
+                    procs = self._try("nvmlDeviceGetComputeRunningProcesses", mig)
                     out.append(
                         {
                             "gpu": uuid,
@@ -414,6 +416,7 @@ class NvmlReader:
                             "ts": ts,
                             "util": self._gpm_util(uuid, handle, gi_id, ts) if gpm else None,
                             "memory_used_mib": int(mem.used) // MIB if mem is not None else 0,
+                            "processes": None if procs is None else len(procs),
                         }
                     )
             except _GpuLost:

@@ -115,6 +115,20 @@ def test_samples_h100_mig_gpm_util_from_second_reading(clock):
     assert by_start[4] == 0.0
 
 
+def test_mig_samples_count_the_instance_processes(clock):
+    """Ampere MIG has no utilization: the processes on each instance are the idle signal."""
+    sim, r = reader(POOL, "amp", clock)
+    handle = sim.nvmlDeviceGetHandleByIndex(0)
+    mig_uuid = sim.nvmlDeviceGetUUID(sim.nvmlDeviceGetMigDeviceHandleByIndex(handle, 1))
+    assert [s["processes"] for s in r.samples()] == [0, 0]
+    sim.add_process(mig_uuid, used_mib=512)
+    sim.add_process(mig_uuid, used_mib=256)
+    by_start = {s["start"]: s for s in r.samples()}
+    assert by_start[6]["processes"] == 2
+    assert by_start[6]["memory_used_mib"] == 768
+    assert by_start[0]["processes"] == 0
+
+
 def test_whole_gpu_util_follows_the_load(clock):
     sim, r = reader(DEMO, "sim-t4", clock)
     sim.set_load(0, {"pattern": "steady", "level": 75, "jitter": 0})

@@ -212,6 +212,9 @@ def test_gpu_signal_by_family():
         ([GpuSample(0, 3.0), GpuSample(10, 40.0)], "busy"),  # any window sample above threshold
         ([GpuSample(0, 3.0), GpuSample(10, 5.0)], "idle"),  # at the threshold is idle
         ([GpuSample(0, None, 0, processes=0)], "idle"),  # MIG, no process
+        ([GpuSample(0, None, None, processes=0)], "idle"),  # MIG, no process, memory unknown
+        ([GpuSample(0, None, 4000, 0), GpuSample(10, None, 4000, 0)], "unknown"),  # held memory
+        ([GpuSample(0, None, 20, 1), GpuSample(10, None, 20, 1)], "unknown"),  # a process
         ([GpuSample(0, None, 30)], "idle"),  # MIG, almost no memory, processes unknown
         ([GpuSample(0, None, 2000, 1), GpuSample(10, None, 2010, 1)], "unknown"),
         ([GpuSample(0, None, 2000, 1), GpuSample(10, None, 6000, 1)], "busy"),  # memory moved

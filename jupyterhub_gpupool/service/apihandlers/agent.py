@@ -106,8 +106,13 @@ class SamplesHandler(APIHandler):
                 start = s.get("start")
                 if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
                     raise _bad(f"{where}.start", "must be the MIG instance's start or null")
+                procs = s.get("processes")
+                if procs is not None and (
+                    isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
+                ):
+                    raise _bad(f"{where}.processes", "must be a count ≥ 0 or null")
                 samples.append(
-                    Sample(float(ts), gpu, start, None if util is None else float(util), mem)
+                    Sample(float(ts), gpu, start, None if util is None else float(util), mem, procs)
                 )
         busy = ingest(
             self.store,
