@@ -777,8 +777,17 @@ class KernelDriver:
                 }
             )
         )
+        import websocket
+
+        deadline = time.monotonic() + PATIENCE
+        self.socket.settimeout(2)  # the server's pings would keep a longer read waiting
         while True:  # the kernel's own word that it took the cell
-            msg = json.loads(self.socket.recv())
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"{self.user}'s kernel never started the cell (busy already?)")
+            try:
+                msg = json.loads(self.socket.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
             if (
                 msg.get("msg_type") == "status"
                 and msg["parent_header"].get("msg_id") == msg_id
