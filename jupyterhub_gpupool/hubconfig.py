@@ -74,7 +74,15 @@ def configure_hub(
     default, since it stops servers, as jupyterhub-idle-culler is something one adds.
     """
     c.JupyterHub.custom_scopes = {**dict(c.JupyterHub.get("custom_scopes", {})), **CUSTOM_SCOPES}
-    service: dict[str, Any] = {"name": service_name, "url": service_url, "oauth_no_confirm": True}
+    service: dict[str, Any] = {
+        "name": service_name,
+        "url": service_url,
+        "oauth_no_confirm": True,
+        # what a browser's login to the pool's pages may carry: the user's own pool access, and
+        # the admin scope for those who hold it (the admin panel); the hub grants only the
+        # scopes the user has
+        "oauth_client_allowed_scopes": [f"{USE}!user", ADMIN],
+    }
     if command is None:
         if not service_token:
             raise ValueError("an external pool service needs service_token")

@@ -111,6 +111,7 @@ c.ConfigurableHTTPProxy.command = [{chp!r}]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.auth_token = {proxy_token!r}
 c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.base_url = {base_url!r}
 c.JupyterHub.db_url = "sqlite:///{dir}/hub.sqlite"
 c.JupyterHub.cookie_secret_file = "{dir}/cookie_secret"
 c.JupyterHub.pid_file = "{dir}/hub.pid"
@@ -153,6 +154,8 @@ class HubEnv:
     agent_token: str = field(default_factory=lambda: secrets.token_hex(16))
     admin_api_token: str = field(default_factory=lambda: secrets.token_hex(16))
     service_args: tuple[str, ...] = ()
+    #: the hub's ``base_url`` (the admin panel's tests run under a non-default one)
+    base_url: str = "/"
     #: more hub configuration, appended (``{dir}``, ``{api}``, ``{spawner_token}``, ``{bin}``
     #: are filled in): e2e tests configure the pool's spawner here
     extra_config: str = ""
@@ -170,17 +173,22 @@ class HubEnv:
     @property
     def hub_api(self) -> str:
         """The hub's own REST API, addressed directly."""
-        return f"http://127.0.0.1:{self.hub_api_port}/hub/api"
+        return f"http://127.0.0.1:{self.hub_api_port}{self.base_url}hub/api"
 
     @property
     def api(self) -> str:
         """The pool API, addressed directly (not through the proxy: faster for load tests)."""
-        return f"http://127.0.0.1:{self.service_port}/services/gpupool/api/v1"
+        return f"http://127.0.0.1:{self.service_port}{self.service_prefix}api/v1"
 
     @property
     def proxied_api(self) -> str:
         """The pool API through the proxy, as browsers and servers reach it."""
-        return f"{self.hub_url}/services/gpupool/api/v1"
+        return f"{self.hub_url}{self.service_prefix}api/v1"
+
+    @property
+    def service_prefix(self) -> str:
+        """The pool service's URL prefix (``/services/gpupool/`` under the hub's base URL)."""
+        return f"{self.base_url}services/gpupool/"
 
     def start(self) -> None:
         """Start the pool service, then the hub (which checks external services as it starts)."""
@@ -231,6 +239,7 @@ class HubEnv:
                     agent_token=self.agent_token,
                     admin_api_token=self.admin_api_token,
                     users=set(self.users),
+                    base_url=self.base_url,
                 )
             )
             + textwrap.dedent(self.extra_config).format(
@@ -250,7 +259,9 @@ class HubEnv:
         )
         wait_http(f"{self.hub_api}/", 60, self.hub)
         deadline = time.monotonic() + 60
-        while request("GET", f"{self.hub_url}/hub/api/").status != 200:  # proxy routes ready
+        while (
+            request("GET", f"{self.hub_url}{self.base_url}hub/api/").status != 200
+        ):  # proxy routes ready
             if time.monotonic() > deadline:
                 raise TimeoutError("the proxy never routed /hub/")
             time.sleep(0.1)
@@ -263,13 +274,13 @@ class HubEnv:
         env = dict(os.environ)
         env.update(
             JUPYTERHUB_API_TOKEN=self.service_token,
-            JUPYTERHUB_API_URL=f"http://127.0.0.1:{self.hub_api_port}/hub/api",
+            JUPYTERHUB_API_URL=f"http://127.0.0.1:{self.hub_api_port}{self.base_url}hub/api",
             JUPYTERHUB_SERVICE_NAME="gpupool",
             JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{self.service_port}",
-            JUPYTERHUB_SERVICE_PREFIX="/services/gpupool/",
-            JUPYTERHUB_BASE_URL="/",
+            JUPYTERHUB_SERVICE_PREFIX=self.service_prefix,
+            JUPYTERHUB_BASE_URL=self.base_url,
             JUPYTERHUB_CLIENT_ID="service-gpupool",
-            JUPYTERHUB_OAUTH_CALLBACK_URL="/services/gpupool/oauth_callback",
+            JUPYTERHUB_OAUTH_CALLBACK_URL=f"{self.service_prefix}oauth_callback",
             JUPYTERHUB_PUBLIC_HUB_URL=self.hub_url,
         )
         return env
@@ -318,10 +329,10 @@ class HubEnv:
         """A cookie session logged in through the hub's login form (the dummy authenticator)."""
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-        opener.open(f"{self.hub_url}/hub/login", timeout=30).read()
+        opener.open(f"{self.hub_url}{self.base_url}hub/login", timeout=30).read()
         xsrf = next(c.value for c in jar if c.name == "_xsrf")
         form = urllib.parse.urlencode({"username": user, "password": "x", "_xsrf": xsrf})
-        opener.open(f"{self.hub_url}/hub/login", form.encode(), timeout=30).read()
+        opener.open(f"{self.hub_url}{self.base_url}hub/login", form.encode(), timeout=30).read()
         assert any(c.name == "jupyterhub-session-id" for c in jar), "login failed"
         return opener
 

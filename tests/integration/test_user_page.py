@@ -149,7 +149,7 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub):
         status, _, html = get(page, alice)
         assert status == 200 and "Your GPU will be reclaimed at" in html, html
         assert "stop your server" in html and "Keep my GPU" in html
-        assert f'action="keep/{lease["id"]}"' in html
+        assert f'action="/services/gpupool/keep/{lease["id"]}"' in html
 
         # bob cannot keep alice's GPU; alice can, once
         assert post(f"{page}keep/{lease['id']}", hub.token("bob"))[0] == 404

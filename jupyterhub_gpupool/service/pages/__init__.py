@@ -1,0 +1,25 @@
+"""The pool service's HTML pages, behind hub OAuth: the user page at the prefix root and the
+admin panel under ``admin/``; their script, styles and chart library under ``static/``."""
+
+from __future__ import annotations
+
+from tornado import web
+
+from . import admin, user
+from .base import STATIC, StaticHandler
+
+
+def default_handlers(prefix: str) -> list[tuple[str, type[web.RequestHandler], dict] | tuple]:
+    """The pages under the service ``prefix`` (``/services/gpupool/``), with or without its
+    trailing slash: the hub's Services menu links to the prefix itself."""
+    root = prefix.rstrip("/")
+    return [
+        (root + "/?", user.UserPageHandler),
+        (root + "/keep/([^/]+)", user.KeepHandler),
+        (root + "/admin/?", admin.MapPage),
+        (root + "/admin/leases", admin.LeasesPage),
+        (root + "/admin/nodes", admin.NodesPage),
+        (root + "/admin/quotas", admin.QuotasPage),
+        (root + "/admin/audit", admin.AuditPage),
+        (root + "/static/(.*)", StaticHandler, {"path": STATIC}),
+    ]

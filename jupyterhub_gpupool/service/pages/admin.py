@@ -1,0 +1,161 @@
+"""The hub admin's panel: the pool map, the queue and leases, nodes (cordon, drain by a
+deadline, MIG re-partition with its plan), quotas (with the effect of an edit) and the audit
+log. Every page needs ``custom:gpupool:admin``; every action is a call of the REST API from the
+page's script (with the hub's XSRF token), so the panel can do nothing the API would refuse,
+and each action is audited with the admin's name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+from urllib.parse import urlencode
+
+from tornado import web
+
+from ...pool.codes import describe
+from ...store import StoreError
+from .base import PageHandler
+
+#: Audit events per page.
+AUDIT_PAGE = 50
+
+
+class AdminPage(PageHandler):
+    """Base of the admin pages (403 for anyone without ``custom:gpupool:admin``)."""
+
+    admin_only = True
+
+    def offers(self) -> dict[str, str]:
+        """Offer name → display name."""
+        return {
+            o["name"]: o.get("display_name") or o["name"] for o in self.store.offers_for(None, ())
+        }
+
+
+class MapPage(AdminPage):
+    """``GET admin/``: clusters → nodes → GPUs as their MIG memory-slice layout, refreshed live
+    by the script from ``pool/map``; the utilization heatmap and the units over time."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.render_page("admin_map.html", title="Pool map")
+
+
+class LeasesPage(AdminPage):
+    """``GET admin/leases``: the queue in order and the live leases (sortable), with reclaim
+    now, extend and release."""
+
+    @web.authenticated
+    def get(self) -> None:
+        queued, _ = self.store.leases(state="queued", limit=1000)
+        queued.sort(key=lambda le: (le["position"] is None, le["position"] or 0))
+        now = self.store._now_s()
+        for le in queued:
+            created = le["created"]
+            le["waited_s"] = now - _epoch(created) if created else 0.0
+        leases = sorted(self.store.live_leases().values(), key=lambda le: -le["idle_s"])
+        self.render_page(
+            "admin_leases.html",
+            title="Queue and leases",
+            queued=queued,
+            leases=leases,
+            offers=self.offers(),
+            describe=describe,
+        )
+
+
+class NodesPage(AdminPage):
+    """``GET admin/nodes``: every node and GPU with cordon, uncordon, drain (by a deadline) and
+    the MIG re-partition form (preview, then run); the re-partitions and their outcome."""
+
+    @web.authenticated
+    def get(self) -> None:
+        pool = self.store.pool(detail=True)
+        profiles: dict[str, list[dict[str, Any]]] = {}
+        with self.store.locked(fresh=False) as alloc:
+            for g in alloc.gpus.values():
+                if g.model.mig_capable and g.model.name not in profiles:
+                    profiles[g.model.name] = [
+                        {"name": p.name, "starts": list(p.starts), "slices": p.memory_slices}
+                        for p in g.model.profiles.values()
+                    ]
+        self.render_page(
+            "admin_nodes.html",
+            title="Nodes",
+            clusters=pool["clusters"],
+            profiles=profiles,
+            repartitions=self.store.repartitions(limit=50),
+            layout_json=lambda instances: json.dumps(
+                [{"profile": i["profile"], "start": i["start"]} for i in instances]
+            ),
+        )
+
+
+class QuotasPage(AdminPage):
+    """``GET admin/quotas``: every quota in effect with current use, and its edit form (the
+    effect previewed before saving; errors inline, naming the field)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.render_page(
+            "admin_quotas.html",
+            title="Quotas",
+            quotas=self.store.quota_table(),
+            default=self.store.get_quota("users", ""),
+        )
+
+
+class AuditPage(AdminPage):
+    """``GET admin/audit?user=&lease=&kind=&from=&to=&page=``: the audit log, newest first."""
+
+    @web.authenticated
+    def get(self) -> None:
+        from ..apihandlers.base import parse_time
+
+        filters = {
+            k: self.get_argument(k, "").strip() for k in ("user", "lease", "kind", "from", "to")
+        }
+        error = None
+        since = until = None
+        try:
+            if filters["from"]:
+                since = parse_time(filters["from"], "from")
+            if filters["to"]:
+                until = parse_time(filters["to"], "to")
+        except StoreError as e:
+            error = e.message
+        except Exception as e:  # APIError: the same family
+            error = getattr(e, "message", str(e))
+        try:
+            page = max(1, int(self.get_argument("page", "1")))
+        except ValueError:
+            page = 1
+        items, total = self.store.events(
+            offset=(page - 1) * AUDIT_PAGE,
+            limit=AUDIT_PAGE,
+            lease=filters["lease"] or None,
+            user=filters["user"] or None,
+            kind=filters["kind"] or None,
+            since=since,
+            until=until,
+            newest_first=True,
+        )
+        self.render_page(
+            "admin_audit.html",
+            title="Audit log",
+            items=items,
+            total=total,
+            page=page,
+            pages=max(1, math.ceil(total / AUDIT_PAGE)),
+            filters=filters,
+            query="".join(f"{urlencode({k: v})}&" for k, v in filters.items() if v),
+            error=error,
+        )
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

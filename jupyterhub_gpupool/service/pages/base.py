@@ -1,0 +1,160 @@
+"""What every HTML page of the pool service shares: hub OAuth, the headers, the templates.
+
+Like JupyterHub's own pages: a browser without a login goes through the hub's OAuth; forms and
+the pages' script carry the hub's XSRF token (``_xsrf`` field or ``X-XSRFToken`` header,
+checked by ``HubOAuth`` before it accepts the cookie); Jinja autoescapes every value; the
+Content-Security-Policy allows scripts and styles from the service's own ``static/`` only (no
+inline script, no inline style sheet, nothing from another origin). Every URL is built from the
+service prefix, so the pages work under any hub base URL.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ...store import Store
+from ...wording import ordinal, units_text
+from ..scopes import Identity
+
+HERE = os.path.dirname(os.path.dirname(__file__))
+TEMPLATES = os.path.join(HERE, "templates")
+STATIC = os.path.join(HERE, "static")
+
+#: The project's documentation (the tutorial, the REST reference), from the project page.
+DOCS_URL = "https://github.com/jupyterhub-gpupool/jupyterhub-gpupool/tree/main/docs/source"
+
+#: No inline script or style sheet, nothing from elsewhere; ``connect-src 'self'`` for the
+#: script's API calls; charts draw on canvas (``img-src data:`` for their exports).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'self'"
+)
+
+
+def when(iso: str | None) -> str:
+    """An ISO timestamp from the store as people read it: 2026-03-02 09:15 UTC."""
+    if not iso:
+        return ""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as people read them: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+jinja = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+)
+jinja.filters["units"] = units_text
+jinja.filters["when"] = when
+jinja.filters["ordinal"] = ordinal
+jinja.filters["duration"] = duration
+
+
+class PageHandler(HubOAuthenticated, web.RequestHandler):
+    """Base of the pool service's HTML pages."""
+
+    #: Only for ``custom:gpupool:admin`` (every admin page).
+    admin_only = False
+
+    @property
+    def hub_auth(self) -> Any:
+        """The service's ``HubOAuth`` (``HubOAuth.instance()``, the one the stock
+        ``oauth_callback`` handler completes logins with)."""
+        return self.settings["hub_auth"]
+
+    @property
+    def store(self) -> Store:
+        """The pool's store: pages only read; changes go through the API (or the writer)."""
+        return self.settings["store"]
+
+    @property
+    def prefix(self) -> str:
+        """The service prefix (``/services/gpupool/``, under the hub's base URL)."""
+        return self.settings["pages_prefix"]
+
+    async def prepare(self) -> None:
+        """Identify the caller without blocking the event loop (``get_user(sync=False)``);
+        ``@web.authenticated`` then sends strangers through the hub's OAuth login."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            raise web.HTTPError(403, "not allowed to use the GPU pool's pages") from None
+        self.identity = Identity.from_hub_model(model) if model else None
+        if self.admin_only and model is not None and not self.identity.is_admin:
+            raise web.HTTPError(403, "the GPU pool's admin pages need custom:gpupool:admin")
+
+    def set_default_headers(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Referrer-Policy", "same-origin")
+        self.set_header("Content-Security-Policy", CSP)
+
+    def render_page(self, template: str, **context: Any) -> None:
+        """Render ``template`` with what every page needs (links, the XSRF token, the user)."""
+        hub = self.hub_auth.hub_prefix
+        model = self.current_user or {}
+        html = jinja.get_template(template).render(
+            prefix=self.prefix,
+            static=lambda path: url_path_join(self.prefix, "static", path),
+            api=url_path_join(self.prefix, "api/v1/"),
+            xsrf_token=self.xsrf_token.decode("ascii"),  # bytes: as text, not "b'...'"
+            user=model.get("name", ""),
+            is_admin=bool(self.identity and self.identity.is_admin),
+            hub_home=url_path_join(hub, "home"),
+            hub_token=url_path_join(hub, "token"),
+            hub_admin=url_path_join(hub, "admin"),
+            docs_url=DOCS_URL,
+            rest_docs_url=f"{DOCS_URL}/reference/rest-api.md",
+            view=template.rsplit(".", 1)[0],
+            **context,
+        )
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(html)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """An error as a small page (its message escaped), never a traceback."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(
+            jinja.get_template("error.html").render(
+                status=status_code,
+                message=message,
+                static=lambda path: url_path_join(self.prefix, "static", path),
+                prefix=self.prefix,
+            )
+        )
+
+
+class StaticHandler(web.StaticFileHandler):
+    """The pages' script, styles and the vendored chart library (public, like the hub's own
+    ``/hub/static``), with the same headers as the pages."""
+
+    def set_default_headers(self) -> None:
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Content-Security-Policy", CSP)

@@ -1,0 +1,135 @@
+"""The user page at the service's prefix root (the hub's **Services → gpupool** link): the
+logged-in user's own quota (bars), leases (with their last hour's use as a sparkline), queue
+positions, reclaim notices with a "Keep my GPU" form, the last 30 days (held vs busy GPU-hours)
+and what was reclaimed and why. Only the caller's own data: the name comes from the hub's
+login, never from the URL.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from tornado import web
+
+from ...pool.codes import describe
+from ...pool.errors import PoolError
+from ...store import StoreError
+from .base import PageHandler
+
+#: Eight levels of a text sparkline (the page's fallback when scripts are off).
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(minutes: list[dict[str, Any]]) -> str:
+    """A lease's minute utilization as one line of block characters (· for no reading)."""
+    out = []
+    for m in minutes:
+        util = m.get("util_mean")
+        out.append("·" if util is None else SPARKS[min(7, int(float(util) / 100 * 8))])
+    return "".join(out)
+
+
+def peak(minutes: list[dict[str, Any]]) -> float | None:
+    """The highest minute mean (None when no minute had a reading)."""
+    values = [float(m["util_mean"]) for m in minutes if m.get("util_mean") is not None]
+    return max(values) if values else None
+
+
+def action_text(action: str | None, names: dict[str, str] | None = None) -> str:
+    """What a reclaim does, as the page says it."""
+    if action == "release-gpu":
+        return "restart your server without a GPU"
+    if action and action.startswith("shrink:"):
+        target = action.partition(":")[2]
+        return f"restart your server on {(names or {}).get(target, target)}"
+    return "stop your server (your open notebooks are saved first)"
+
+
+def done_text(action: str | None, names: dict[str, str] | None = None) -> str:
+    """What a finished reclaim did, as the page says it."""
+    if action == "release-gpu":
+        return "Restarted your server without a GPU"
+    if action and action.startswith("shrink:"):
+        target = action.partition(":")[2]
+        return f"Restarted your server on {(names or {}).get(target, target)}"
+    return "Stopped your server"
+
+
+class UserPageHandler(PageHandler):
+    """``GET /services/gpupool/``: the logged-in user's leases and quota (HTML)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        if not self.request.path.endswith("/"):  # so the page's relative links resolve
+            self.redirect(self.request.path + "/", permanent=True)
+            return
+        model = self.current_user
+        if model.get("kind", "user") != "user":
+            raise web.HTTPError(404, "services have no user page")
+        name = model["name"]
+        groups = tuple(model.get("groups") or ())
+        me = self.store.user(name, groups)
+        offers = {o["name"]: o for o in self.store.offers_for(name, groups)}
+        names = {n: o.get("display_name") or n for n, o in offers.items()}
+        leases = me.get("leases") or []
+        since = self.store.clock() - timedelta(hours=1)
+        sparks = {}
+        for le in leases:
+            devices = [(s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in le["slots"]]
+            if devices and le["state"] in ("active", "reclaiming"):
+                minutes = self.store.minutes(devices, since)
+                sparks[le["id"]] = [m["util_mean"] for m in minutes]
+        history = self.store.user_history(name, days=30)
+        self.render_page(
+            "user.html",
+            me=me,
+            quota=me.get("quota") or {},
+            leases=leases,
+            notices=me.get("notices") or [],
+            reclaims=me.get("reclaims") or [],
+            notice_of={le["id"]: le["reclaim"] for le in leases if le.get("reclaim")},
+            action_text=lambda action: action_text(action, names),
+            done_text=lambda action: done_text(action, names),
+            sparkline=sparkline,
+            peak=peak,
+            flash=self._flash(),
+            display_names=names,
+            sparks={k: json.dumps(v) for k, v in sparks.items()},
+            history=history,
+            history_json=json.dumps(history),
+            api_url=f"{self.request.protocol}://{self.request.host}{self.prefix}api/v1/users/me",
+        )
+
+    def _flash(self) -> str | None:
+        """The line about the last "Keep my GPU" (after its redirect back here)."""
+        if self.get_argument("kept", None):
+            return "Kept: your GPU stays yours for now; the notice is gone."
+        refused = self.get_argument("refused", None)
+        if refused:
+            return f"Your GPU could not be kept: {describe(refused).meaning}"
+        return None
+
+
+class KeepHandler(UserPageHandler):
+    """``POST /services/gpupool/keep/{lease}``: the page's "Keep my GPU" button (the form's
+    ``_xsrf`` is checked by the hub's cookie auth); then back to the page."""
+
+    SUPPORTED_METHODS = ("POST",)
+
+    @web.authenticated
+    async def post(self, lease_id: str) -> None:
+        name = self.current_user["name"]
+        try:
+            owner = self.store.lease_owner(lease_id)
+        except StoreError:
+            owner = None
+        if owner != name:  # another user's lease is as missing as one that does not exist
+            raise web.HTTPError(404, "no such lease")
+        try:
+            await self.settings["writer"].call(self.store.keepalive, lease_id, actor=f"user:{name}")
+        except PoolError as e:
+            self.redirect(f"{self.prefix}?refused={e.code}")
+            return
+        self.redirect(f"{self.prefix}?kept={lease_id}")

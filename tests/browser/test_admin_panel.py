@@ -1,0 +1,439 @@
+"""The admin panel and the user page in real Chromium, against a real hub (under the base URL
+``/jh/``, not the default), the pool service with its simulated GPUs (in-process telemetry on
+the demo pool, so a dynamic A100's instances are really made) and the hub's OAuth login.
+
+An admin drains a node by a deadline and sees its leases under notice; re-partitions an idle
+dynamic A100 after previewing the plan and sees the new layout on the map; edits a quota after
+seeing its effect. A non-admin is refused every admin page and every admin API action (from
+their own logged-in page, with the XSRF token). Hostile user, server, group and offer names are
+shown as text on every page and never run; the map is walked with the keyboard alone. With
+``GPUPOOL_SCREENSHOTS=DIR`` every page is saved there (the admin guide shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+
+from playwright.sync_api import Page, expect
+
+from jupyterhub_gpupool.data import data_path
+from jupyterhub_gpupool.poolconfig import gpu_uuid
+from tests.fakes import HubEnv, request
+
+CHROMIUM = Path("/usr/bin/chromium")
+VIEWPORT = {"width": 1280, "height": 860}
+BASE = "/jh/"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
+]
+
+#: Names no page may render as markup or evaluate as a template.
+SCRIPT = "<script>window.pwned=1</script>"
+IMG = '"><img src=x onerror="window.pwned=1">'
+TEMPLATE = "{{7*7}}"
+RTL = "\u202eevil\u202c-rtl"
+LONG = "L" * 10_000 + SCRIPT  # 10 kB (the offer's display name: the pool config allows it)
+HOSTILE_USERS = (SCRIPT, IMG, TEMPLATE, RTL)
+#: Admin pages, relative to the service prefix.
+ADMIN_PAGES = ("admin/", "admin/leases", "admin/nodes", "admin/quotas", "admin/audit")
+
+
+def _pool() -> str:
+    text = Path(data_path("demo-pool.yaml")).read_text()
+    hostile = textwrap.dedent(
+        f"""\
+          - name: hostile
+            kind: gpu
+            count: 1
+            models: [H100-80GB]
+            display_name: {LONG!r}
+        """
+    )
+    return text.replace("offers:\n", "offers:\n" + textwrap.indent(hostile, "  "), 1)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubEnv]:
+    tmp = tmp_path_factory.mktemp("panel")
+    pool = tmp / "pool.yaml"
+    pool.write_text(_pool())
+    env = HubEnv(
+        tmp,
+        f"sqlite:///{tmp}/pool.sqlite",
+        pool,
+        users=("alice", "bob", "admin"),
+        base_url=BASE,
+        service_args=(
+            "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
+            "--PoolService.check_user_servers=False",
+            "--PoolService.telemetry_source=sim",
+            "--PoolService.sample_interval=1",
+            "--PoolService.housekeeping_interval=1",
+        ),
+    )
+    with env.running():
+        yield env
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def prefix(hub: HubEnv) -> str:
+    return f"{hub.hub_url}{hub.service_prefix}"
+
+
+def log_in(hub: HubEnv, browser: Any, user: str) -> Page:
+    """A fresh context logged in through the hub's form; dialogs (alert) fail the test."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.on("dialog", lambda d: pytest.fail(f"a page opened a dialog: {d.message!r}"))
+    page.on("pageerror", lambda e: print(f"page error: {e}"))
+    page.on("console", lambda m: print(f"console {m.type}: {m.text}"))
+    page.goto(f"{hub.hub_url}{BASE}hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", "any password")
+    page.click("#login_submit")
+    page.wait_for_url(f"**{BASE}hub/**")
+    return page
+
+
+def shoot(page: Page, name: str, full: bool = False) -> None:
+    folder = os.environ.get("GPUPOOL_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=full)
+
+
+def lease(hub: HubEnv, user: str, offer: str, server: str, bind: bool = True) -> dict:
+    """A lease made by the spawner (and bound by its user's token)."""
+    body = {"user": user, "server": server, "offer": offer}
+    r = request("POST", f"{hub.api}/allocations", hub.spawner_token, body)
+    assert r.status == 201, r.body
+    out = r.json()
+    if bind and out["state"] == "granted":
+        token = hub.user_tokens.setdefault(user, hub.token(user)) if user in hub.users else None
+        r = request(
+            "POST", f"{hub.api}/allocations/{out['id']}/keepalive", token or hub.spawner_token
+        )
+        assert r.status == 200, r.body
+        out = r.json()
+    return out
+
+
+@pytest.fixture(scope="module")
+def admin(hub: HubEnv, browser: Any) -> Page:
+    return log_in(hub, browser, "admin")
+
+
+def no_markup_ran(page: Page) -> None:
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("img").count() == 0
+
+
+def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
+    made = []
+    for i, name in enumerate(HOSTILE_USERS):
+        made.append(lease(hub, name, "t4-quarter", f"{name}-srv{i}"))
+    made.append(lease(hub, "alice", "hostile", IMG))
+    r = request(
+        "PUT",
+        f"{hub.api}/quotas/groups/{quote(IMG, safe='')}",
+        hub.token("admin"),
+        {"guarantee": 1, "limit": 2, "budget": None, "period": "month"},
+    )
+    assert r.status == 200, r.body
+    for path in ADMIN_PAGES:
+        admin.goto(prefix(hub) + path)
+        if path == "admin/":
+            expect(admin.locator("#pool-map .slice").first).to_be_visible()
+            admin.locator("#pool-map .slice.busy, #pool-map .slice.idle").first.hover()
+            expect(admin.locator("#map-detail")).to_contain_text("held by")
+        no_markup_ran(admin)
+        text = admin.locator("main").inner_text()
+        if path in ("admin/leases", "admin/quotas"):
+            for name in HOSTILE_USERS:
+                assert name in text, f"{path}: {name!r} not shown as text"
+        if path == "admin/leases":
+            assert LONG[-200:] in text  # the offer's 10 kB display name, as text
+    # the map's own detail line names a hostile holder as text
+    admin.goto(prefix(hub) + "admin/")
+    admin.select_option("#map-filters select[name=offer]", "t4-quarter")
+    admin.locator("#pool-map .slice.busy, #pool-map .slice.idle").first.focus()
+    expect(admin.locator("#map-detail")).to_contain_text("held by")
+    no_markup_ran(admin)
+    for le in made:
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+def test_the_map_is_walked_with_the_keyboard(hub: HubEnv, admin: Page) -> None:
+    held = [
+        lease(hub, "alice", "a100-1g", "kbd"),
+        lease(hub, "bob", "a100-3g", "training"),
+        lease(hub, "bob", "h100", "big"),
+        lease(hub, "alice", "t4-quarter", "small"),
+    ]
+    admin.goto(prefix(hub) + "admin/")
+    expect(admin.locator("#pool-map .slice").first).to_be_visible()
+    # Tab from the filters lands on the map's one tab stop
+    admin.locator("#map-filters input[name=live]").focus()
+    admin.keyboard.press("Tab")
+    first = admin.evaluate("document.activeElement.dataset.slice")
+    assert first is not None
+    expect(admin.locator("#map-detail")).not_to_be_empty()
+    admin.keyboard.press("ArrowRight")
+    second = admin.evaluate(
+        "[document.activeElement.dataset.gpu, document.activeElement.dataset.slice]"
+    )
+    assert second[1] is not None and second != [None, first]
+    admin.keyboard.press("ArrowDown")  # the next GPU
+    third = admin.evaluate("document.activeElement.dataset.gpu")
+    assert third != second[0]
+    admin.keyboard.press("End")
+    admin.keyboard.press("Home")
+    assert admin.evaluate("document.activeElement.dataset.slice") == first
+    # only one slice is in the tab order (roving tabindex)
+    assert admin.locator('#pool-map [tabindex="0"]').count() == 1
+    shoot(admin, "admin-map", full=True)
+    for le in held:
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: Page) -> None:
+    one = lease(hub, "alice", "h100", "drain-one")
+    two = lease(hub, "bob", "h100", "drain-two")
+    assert {one["node"], two["node"]} == {"sim-h100"}
+    admin.goto(prefix(hub) + "admin/nodes")
+    admin.click('tr[data-node="sim-h100"] button[data-action="drain"]')
+    dialog = admin.locator("#gpupool-confirm")
+    expect(dialog).to_be_visible()
+    admin.fill('#gpupool-confirm [name="deadline"]', "2099-01-01T12:00")
+    shoot(admin, "admin-drain-dialog")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("2 lease(s) noticed")
+    admin.goto(prefix(hub) + "admin/leases")
+    for le in (one, two):
+        row = admin.locator(f'#leases tr[data-lease="{le["id"]}"]')
+        expect(row).to_contain_text("drain notice")
+    shoot(admin, "admin-leases", full=True)
+    # alice sees it on her own page
+    alice = log_in(hub, admin.context.browser, "alice")
+    alice.goto(prefix(hub))
+    expect(alice.locator(f'.notice[data-lease="{one["id"]}"]')).to_contain_text(
+        "an administrator reclaims it"
+    )
+    shoot(alice, "my-gpus", full=True)
+    alice.context.close()
+    admin.goto(prefix(hub) + "admin/nodes")
+    admin.click('tr[data-node="sim-h100"] button[data-action="uncordon"]')
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("done")
+    for le in (one, two):
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+def test_an_admin_reclaims_and_extends_from_the_lease_table(hub: HubEnv, admin: Page) -> None:
+    held = lease(hub, "alice", "t4-quarter", "reclaim-me")
+    admin.goto(prefix(hub) + "admin/leases")
+    admin.click(f'#leases tr[data-lease="{held["id"]}"] button[data-action="reclaim"]')
+    admin.fill('#gpupool-confirm [name="grace"]', "30")
+    admin.fill('#gpupool-confirm [name="reason"]', "maintenance")
+    shoot(admin, "admin-reclaim-dialog")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Reclaim: done")
+    admin.wait_for_load_state()
+    row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
+    expect(row).to_contain_text("admin notice")
+    row.locator('button[data-action="extend"]').click()
+    admin.fill('#gpupool-confirm [name="minutes"]', "60")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Extend: done")
+    events = request(
+        "GET", f"{hub.api}/events?lease={held['id']}&kind=reclaim-extended", hub.token("admin")
+    ).json()
+    assert [e["actor"] for e in events["items"]] == ["user:admin"]
+    request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+def test_an_admin_repartitions_an_idle_dynamic_gpu_and_sees_it_on_the_map(
+    hub: HubEnv, admin: Page
+) -> None:
+    gpu = gpu_uuid("sim-a100", 1)
+    admin.goto(prefix(hub) + "admin/nodes")
+    admin.click(f'li[data-gpu="{gpu}"] button[data-action="repartition"]')
+    admin.fill('#gpupool-confirm [name="layout"]', "3g.40gb@0 3g.40gb@5")  # 5: not a start
+    admin.click("#repartition-preview-button")
+    expect(admin.locator("#repartition-preview")).to_contain_text("start")
+    admin.fill('#gpupool-confirm [name="layout"]', "3g.40gb@0, 3g.40gb@4")
+    admin.click("#repartition-preview-button")
+    plan = admin.locator("#repartition-plan")
+    expect(plan).to_contain_text("Comes: 3g.40gb@0, 3g.40gb@4")
+    expect(plan).to_contain_text("In the way: nothing")
+    shoot(admin, "admin-repartition-plan")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Re-partition #")
+    admin.goto(prefix(hub) + "admin/")
+    for start in (0, 4):
+        cell = admin.locator(f'#pool-map .slice[data-gpu="{gpu}"][data-slice="3g.40gb@{start}"]')
+        expect(cell).to_be_visible(timeout=60_000)
+    # the node's simulated agent makes both; the re-partition is done and the GPU free again
+    expect(
+        admin.locator(f'#pool-map .slice.free[data-gpu="{gpu}"][data-slice="3g.40gb@4"]')
+    ).to_be_visible(timeout=60_000)
+    admin.goto(prefix(hub) + "admin/nodes")
+    shoot(admin, "admin-nodes", full=True)
+
+
+def test_an_admin_edits_a_quota_after_seeing_its_effect(hub: HubEnv, admin: Page) -> None:
+    held = lease(hub, "bob", "t4-quarter", "quota")
+    admin.goto(prefix(hub) + "admin/quotas")
+    form = admin.locator("#quota-form")
+    form.locator('[name="name"]').fill("bob")
+    form.locator('[name="guarantee"]').fill("-1")
+    admin.click("#quota-save")
+    expect(admin.locator("#quota-error")).to_contain_text("guarantee")
+    assert form.locator('[name="guarantee"]').get_attribute("aria-invalid") == "true"
+    form.locator('[name="guarantee"]').fill("0")
+    form.locator('[name="limit"]').fill("1")
+    admin.click("#quota-preview")
+    expect(admin.locator("#quota-effect")).to_contain_text("1 lease(s) would become borrowed")
+    shoot(admin, "admin-quotas", full=True)
+    admin.click("#quota-save")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Saved the quota of bob")
+    admin.wait_for_load_state()
+    expect(admin.locator('#quotas tr[data-kind="users"][data-name="bob"]')).to_contain_text("api")
+    assert request("GET", f"{hub.api}/allocations/{held['id']}", hub.spawner_token).json()[
+        "borrowed"
+    ]
+    admin.goto(prefix(hub) + "admin/audit?kind=quota-set")
+    expect(admin.locator("#audit")).to_contain_text("user:admin")
+    shoot(admin, "admin-audit", full=True)
+    request("DELETE", f"{hub.api}/quotas/users/bob", hub.token("admin"))
+    request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+#: Every admin API action, as the panel's script would send it (cookie auth + XSRF header).
+ADMIN_CALLS = (
+    ("GET", "pool/map", None),
+    ("GET", "pool/history", None),
+    ("GET", "events", None),
+    ("GET", "usage", None),
+    ("GET", "repartitions", None),
+    ("GET", "quotas/users/alice", None),
+    ("PUT", "quotas/users/alice", {"guarantee": 9, "limit": 9, "budget": None, "period": "month"}),
+    ("PATCH", "quotas/users/alice", {"limit": 9}),
+    ("DELETE", "quotas/users/alice", None),
+    ("POST", "quotas/users/alice/preview", {"guarantee": 9}),
+    ("POST", "nodes/sim-h100/cordon", {}),
+    ("POST", "nodes/sim-h100/uncordon", {}),
+    ("POST", "nodes/sim-h100/drain", {"deadline": "2099-01-01T00:00:00Z"}),
+    ("POST", "nodes/sim-a100/repartitions", {"gpu": "x", "layout": [], "dry_run": True}),
+    ("DELETE", "repartitions/1", None),
+    ("POST", "allocations/{id}/reclaim", {"immediately": True}),
+    ("POST", "allocations/{id}/extend", {"seconds": 60}),
+    ("PUT", "reclaim/policies", {"default": {"idle_timeout": "1h"}}),
+)
+
+
+def test_a_non_admin_is_refused_every_admin_page_and_action(hub: HubEnv, browser: Any) -> None:
+    held = lease(hub, "bob", "t4-quarter", "not-yours")
+    alice = log_in(hub, browser, "alice")
+    for path in ADMIN_PAGES:
+        r = alice.goto(prefix(hub) + path)
+        assert r is not None and r.status == 403, path
+        expect(alice.locator("#gpupool-error")).to_contain_text("custom:gpupool:admin")
+    alice.goto(prefix(hub))
+    calls = [(m, p.format(id=held["id"]), b) for m, p, b in ADMIN_CALLS]
+    statuses = alice.evaluate(
+        """async (calls) => {
+            const api = document.querySelector('meta[name="gpupool-api"]').content;
+            const xsrf = document.querySelector('meta[name="gpupool-xsrf"]').content;
+            const out = [];
+            for (const [method, path, body] of calls) {
+                const r = await fetch(api + path, {method, credentials: "same-origin",
+                    headers: {"X-XSRFToken": xsrf, "Content-Type": "application/json"},
+                    body: body === null ? undefined : JSON.stringify(body)});
+                out.push([method + " " + path, r.status, (await r.json()).error?.code]);
+            }
+            return out;
+        }""",
+        calls,
+    )
+    refused = {label: (status, code) for label, status, code in statuses}
+    assert all(s == 403 and c == "forbidden" for s, c in refused.values()), refused
+    # her own data answers with the XSRF token; a script without it is not even identified
+    me = alice.evaluate(
+        """async () => {
+            const api = document.querySelector('meta[name="gpupool-api"]').content;
+            const xsrf = document.querySelector('meta[name="gpupool-xsrf"]').content;
+            const get = async (headers) =>
+                (await fetch(api + 'users/me', {credentials: "same-origin", headers})).status;
+            return [await get({"X-XSRFToken": xsrf}), await get({})];
+        }"""
+    )
+    assert me == [200, 401]
+    # and nothing changed
+    assert (
+        request("GET", f"{hub.api}/allocations/{held['id']}", hub.spawner_token).json()["state"]
+        == "active"
+    )
+    alice.context.close()
+    request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+def test_a_form_post_without_the_xsrf_token_is_refused(hub: HubEnv, browser: Any) -> None:
+    held = lease(hub, "alice", "t4-quarter", "xsrf")
+    alice = log_in(hub, browser, "alice")
+    alice.goto(prefix(hub))
+    status = alice.evaluate(
+        """async (id) => (await fetch(location.pathname + 'keep/' + id,
+            {method: "POST", credentials: "same-origin", redirect: "manual"})).status""",
+        held["id"],
+    )
+    assert status in (403, 0), status  # refused, or sent to log in again (opaque redirect)
+    api_status = alice.evaluate(
+        """async (id) => (await fetch(document.querySelector('meta[name="gpupool-api"]').content
+            + 'allocations/' + id + '/keepalive', {method: "POST", credentials: "same-origin",
+            body: "{}"})).status""",
+        held["id"],
+    )
+    assert api_status in (401, 403)
+    alice.context.close()
+    request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+def test_every_page_sends_a_strict_content_security_policy(hub: HubEnv, admin: Page) -> None:
+    for path in ("", *ADMIN_PAGES):
+        r = admin.goto(prefix(hub) + path)
+        assert r is not None and r.status == 200
+        csp = r.headers["content-security-policy"]
+        assert (
+            "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        )
+        # every link and script of the page stays under the non-default base URL
+        for attr in admin.eval_on_selector_all(
+            "script[src], link[href]",
+            "els => els.map(e => e.getAttribute('src') || e.getAttribute('href'))",
+        ):
+            assert attr.startswith(f"{BASE}services/gpupool/static/"), attr
