@@ -616,11 +616,6 @@ def test_stop_saves_then_stops_and_releases(rig: Rig, after_rows: dict):
     assert [e for e, le in rig.hooked if le == lease["id"]][-3:] == ["notice", "act", "done"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reclaimer waits for the shrink's target with GET allocations/{id}, which its "
-    "role (custom:gpupool:reclaim, no custom:gpupool:use) may not read: 403, outcome failed",
-)
 def test_shrink_restarts_the_server_on_the_smaller_offer(rig: Rig, after_rows: dict):
     lease = _respawn(rig, "alice", "h100")
     _write_notebook(rig, "alice", "shrunk.ipynb")
