@@ -527,6 +527,13 @@ def _respawn(rig: Rig, user: str, offer: str, server: str = "") -> dict:
     return rig.lease(user, server)
 
 
+def _environ(rig: Rig, user: str, server: str = "") -> dict[str, str]:
+    """The real environment of the user's server process (the local spawner's pid)."""
+    pid = rig.server(user, server)["state"]["pid"]
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
 def _keepalive(rig: Rig, lease: dict, user: str | None = None) -> Any:
     token = rig.env.token(user or lease["user"])
     return request("POST", f"{rig.env.api}/allocations/{lease['id']}/keepalive", token, {})
@@ -631,6 +638,9 @@ def test_shrink_restarts_the_server_on_the_smaller_offer(rig: Rig, after_rows: d
     new = rig.lease("alice")
     assert (new["id"], new["offer"], new["state"]) == (d["target_lease"], "h100-half", "active")
     assert new["slots"][0]["kind"] == "shared"
+    environ = _environ(rig, "alice")  # the restarted server runs on the share, told its part
+    assert environ["CUDA_VISIBLE_DEVICES"] == new["slots"][0]["gpu"]
+    assert environ["GPUPOOL_GPU_FRACTION"] == "0.5" and environ["GPUPOOL_LEASE_ID"] == new["id"]
     old = rig.get_lease(lease["id"])
     assert (old["state"], old["release_reason"]) == ("released", "reclaimed-idle")
     assert _on_disk(rig, "alice", "shrunk.ipynb") == "work of alice"
@@ -659,11 +669,8 @@ def test_release_gpu_restarts_the_server_without_a_gpu(rig: Rig, after_rows: dic
     rig.kernels.pop("alice/", None)
     r = rig.kernel("alice").api("GET", "contents/cpu.ipynb")
     assert r.status == 200 and r.json()["content"]["cells"][0]["source"] == "work of alice"
-    pid = rig.server("alice")["state"]["pid"]
-    environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
-    assert "CUDA_VISIBLE_DEVICES=-1" in environ and not any(
-        v.startswith("GPUPOOL_LEASE_ID=") for v in environ
-    )
+    environ = _environ(rig, "alice")
+    assert environ["CUDA_VISIBLE_DEVICES"] == "-1" and "GPUPOOL_LEASE_ID" not in environ
 
 
 def _allocate(rig: Rig, user: str, server: str, offer: str = "h100") -> dict:
