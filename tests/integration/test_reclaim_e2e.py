@@ -534,6 +534,15 @@ def _environ(rig: Rig, user: str, server: str = "") -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
 
 
+def _held(rig: Rig, user: str, offer: str, server: str = "") -> dict:
+    """The user's lease of ``offer`` on ``server``, as an earlier test left it, else a new one
+    (so each test also runs on its own)."""
+    live = [le for le in rig.leases(user) if le["server"] == server and le["state"] != "released"]
+    if [le["offer"] for le in live] == [offer] and rig.server(user, server).get("ready"):
+        return live[0]
+    return _respawn(rig, user, offer, server)
+
+
 def _keepalive(rig: Rig, lease: dict, user: str | None = None) -> Any:
     token = rig.env.token(user or lease["user"])
     return request("POST", f"{rig.env.api}/allocations/{lease['id']}/keepalive", token, {})
@@ -650,10 +659,7 @@ def test_shrink_restarts_the_server_on_the_smaller_offer(rig: Rig, after_rows: d
 
 
 def test_release_gpu_restarts_the_server_without_a_gpu(rig: Rig, after_rows: dict):
-    leases = [le for le in rig.leases("alice") if le["state"] != "released"]
-    if [le["offer"] for le in leases] != ["h100-half"]:  # the shrink test did not leave it so
-        _respawn(rig, "alice", "h100-half")
-    lease = rig.lease("alice")
+    lease = _held(rig, "alice", "h100-half")  # where the shrink test left it
     _write_notebook(rig, "alice", "cpu.ipynb")
     _only(rig, lease, h100_half={"action": "release-gpu"})
     _idle(rig, lease)
@@ -717,7 +723,7 @@ def test_a_waiter_for_the_same_hardware_shortens_the_timeout(rig: Rig, after_row
 
 
 def test_borrowed_capacity_goes_back_most_over_guarantee_first(rig: Rig, after_rows: dict):
-    erin = rig.lease("erin")  # 1 borrowed H100 (guarantee 0)
+    erin = _held(rig, "erin", "h100")  # 1 borrowed H100 (guarantee 0)
     frank = [_respawn(rig, "frank", "h100", s) for s in ("s0", "s1")]  # 2 borrowed
     subjects = [erin, *frank]
     # long idle timeouts: only the borrowed reclaim gives notice here
@@ -754,7 +760,7 @@ def test_borrowed_capacity_goes_back_most_over_guarantee_first(rig: Rig, after_r
 
 
 def test_restart_mid_grace_keeps_the_deadline(rig: Rig, after_rows: dict):
-    lease = rig.lease("erin")
+    lease = _held(rig, "erin", "h100")
     long_notice = {
         "idle_timeout": "10m",
         "pressure_idle_timeout": "6m",
@@ -802,7 +808,7 @@ def _reconciled_since(rig: Rig, offset: int) -> bool:
 
 
 def test_stale_telemetry_never_acts(rig: Rig, after_rows: dict):
-    lease = rig.lease("frank", "s1")
+    lease = _held(rig, "frank", "h100", "s1")
     _only(rig, lease)
     _idle(rig, lease)
     _until(rig, lease, "notice", 6)
