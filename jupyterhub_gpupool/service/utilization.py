@@ -11,7 +11,7 @@ its device was at or above ``busy_threshold`` percent.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -68,6 +68,12 @@ class UtilizationBuffer:
         """The newest sample held for a device."""
         ring = self._rings.get((gpu, start))
         return ring[-1] if ring else None
+
+    def latest(self, since: float) -> Iterator[tuple[tuple[str, int | None], Sample]]:
+        """Each device's newest sample, for those that have one newer than ``since``."""
+        for device, ring in self._rings.items():
+            if ring and ring[-1].ts > since:
+                yield device, ring[-1]
 
     def series(self, devices: Iterable[tuple[str, int | None]], since: float) -> list[Sample]:
         """Samples of ``devices`` newer than ``since``, by time."""

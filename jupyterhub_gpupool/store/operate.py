@@ -17,10 +17,9 @@ reports the new layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import select
@@ -29,17 +28,15 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.leases import LIVE_STATES
-from ..pool.quota import QuotaSpec
 from ..pool.reclaim import Reclaiming
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
 from .errors import StoreError
+from .panel import OPEN, PanelViews
 from .reclaim import ReclaimStore
 from .rows import (
-    check_quota_kind,
     epoch,
     from_epoch,
-    held_hours,
     reclaim_state,
     set_reclaim_state,
     ts,
@@ -49,12 +46,10 @@ from .rows import (
 ADMIN_ACTIONS = ("stop", "release-gpu")
 #: The longest notice or extension an admin may give (a year, as for policies).
 MAX_GRACE = 366 * 86400.0
-#: Re-partitions not finished yet.
-OPEN = ("waiting", "applying")
 
 
-class OperateStore(ReclaimStore, AdminStore):
-    """The admin panel's writes and its map reads."""
+class OperateStore(PanelViews, ReclaimStore, AdminStore):
+    """The admin panel's writes (its reads are ``PanelViews``)."""
 
     # -- reclaim now, extend ---------------------------------------------------------------
 
@@ -467,195 +462,3 @@ class OperateStore(ReclaimStore, AdminStore):
                         g = None
                 out.append(self._repartition_json(db, rep, g))
             return out
-
-    # -- the map ---------------------------------------------------------------------------
-
-    def live_leases(self) -> dict[str, dict[str, Any]]:
-        """Every live lease as the map and the lease table show it (one query)."""
-        now = self._now_s()
-        with self.read() as db:
-            rows = db.execute(
-                select(
-                    orm.LeaseRow.id,
-                    orm.LeaseRow.user,
-                    orm.LeaseRow.server,
-                    orm.LeaseRow.offer,
-                    orm.LeaseRow.state,
-                    orm.LeaseRow.units_f,
-                    orm.LeaseRow.borrowed,
-                    orm.LeaseRow.node,
-                    orm.LeaseRow.granted,
-                    orm.LeaseRow.activated,
-                    orm.LeaseRow.reclaim_state,
-                    orm.LeaseRow.reclaim_kind,
-                    orm.LeaseRow.reclaim_deadline,
-                    orm.LeaseRow.reclaim_reason,
-                    orm.LeaseRow.reclaim_acting,
-                ).where(orm.LeaseRow.state.in_(LIVE_STATES))
-            ).all()
-        out = {}
-        for r in rows:
-            counts = r.reclaim_state or {}
-            idle_since = counts.get("gpu_idle_since") or counts.get("idle_since")
-            since = r.activated or r.granted
-            out[r.id] = {
-                "id": r.id,
-                "user": r.user,
-                "server": r.server,
-                "offer": r.offer,
-                "state": r.state,
-                "units": r.units_f,
-                "borrowed": r.borrowed,
-                "node": r.node,
-                "since": ts(since),
-                "age_s": round(now - epoch(since), 1) if since else 0.0,
-                "idle_s": round(now - idle_since, 1) if idle_since else 0.0,
-                "notice": None
-                if r.reclaim_kind is None
-                else {
-                    "kind": r.reclaim_kind,
-                    "deadline": ts(r.reclaim_deadline),
-                    "reason": r.reclaim_reason,
-                    "acting": r.reclaim_acting is not None,
-                },
-            }
-        return out
-
-    def unit_series(
-        self, start: datetime, end: datetime, step: float
-    ) -> tuple[list[float], list[float]]:
-        """GPU units held and waited for at each ``step`` from ``start`` to ``end`` (from the
-        leases' grant, release and queue times: the history needs no table of its own)."""
-        t0, t1 = epoch(start), epoch(end)
-        n = int((t1 - t0) // step) + 1
-        used, queued = [0.0] * n, [0.0] * n
-        with self.read() as db:
-            rows = db.execute(
-                select(
-                    orm.LeaseRow.units_f,
-                    orm.LeaseRow.created,
-                    orm.LeaseRow.queued_since,
-                    orm.LeaseRow.granted,
-                    orm.LeaseRow.released,
-                ).where(
-                    orm.LeaseRow.created < end,
-                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > start),
-                )
-            ).all()
-
-        def add(series: list[float], a: float, b: float, units: float) -> None:
-            first = max(0, int(-(-(a - t0) // step)))  # the first sample time at or after a
-            for i in range(first, n):
-                if t0 + i * step >= b:
-                    break
-                series[i] += units
-
-        for units, created, queued_since, granted, released in rows:
-            gone = epoch(released) if released else t1 + step
-            if granted is not None:
-                add(used, epoch(granted), gone, units)
-            wait_from = queued_since or created
-            if wait_from is not None and (granted is None or granted > wait_from):
-                add(queued, epoch(wait_from), epoch(granted) if granted else gone, units)
-        return [round(u, 4) for u in used], [round(q, 4) for q in queued]
-
-    def user_history(self, user: str, days: int = 30) -> list[dict[str, Any]]:
-        """The user's GPU unit-hours per day over the last ``days`` days: held, and busy (the
-        share of a lease's busy hours that falls in the day)."""
-        now = self.clock()
-        first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-        out = [
-            {"day": (first + timedelta(days=i)).date().isoformat(), "held": 0.0, "busy": 0.0}
-            for i in range(days)
-        ]
-        with self.read() as db:
-            rows = db.scalars(
-                select(orm.LeaseRow).where(
-                    orm.LeaseRow.user == user,
-                    orm.LeaseRow.granted.is_not(None),
-                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > first),
-                )
-            ).all()
-        for row in rows:
-            assert row.granted is not None
-            span = held_hours(row, row.granted, row.released or now)
-            for i, day in enumerate(out):
-                start = first + timedelta(days=i)
-                held = held_hours(row, start, min(start + timedelta(days=1), now))
-                if held:
-                    day["held"] += held
-                    day["busy"] += row.busy_hours * row.units_f * (held / span) if span else 0.0
-        for day in out:
-            day["held"], day["busy"] = round(day["held"], 3), round(day["busy"], 3)
-        return out
-
-    # -- the quota page --------------------------------------------------------------------
-
-    def quota_table(self) -> list[dict[str, Any]]:
-        """Every user and group with a quota or live leases: the quota in effect, where it
-        comes from, and the units held and borrowed now."""
-        with self.locked() as alloc, self.read() as db:
-            rows = db.scalars(select(orm.QuotaRow).where(orm.QuotaRow.kind != "default")).all()
-            names = {(r.kind, r.name) for r in rows}
-            borrowed: dict[tuple[str, str], float] = {}
-            for lease in alloc.leases.values():
-                names.add(("user", lease.request.user))
-                if lease.group:
-                    names.add(("group", lease.group))
-                if lease.borrowed:
-                    key = ("user", lease.request.user)
-                    borrowed[key] = borrowed.get(key, 0.0) + float(lease.units)
-            out = []
-            for kind, name in sorted(names, key=lambda k: (k[0] != "group", k[1])):
-                q = self.get_quota(kind + "s", name)
-                held = alloc.quotas.held(name) if kind == "user" else alloc.quotas.group_held(name)
-                out.append(
-                    {**q, "held": float(held), "borrowed_units": borrowed.get((kind, name), 0.0)}
-                )
-            return out
-
-    def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
-        """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
-        changing nothing: which live leases would become borrowed or within guarantee (the
-        allocator's rule: a user's leases, oldest first, are within while their total fits the
-        guarantee, or while their group is within its own), and how far over the limit."""
-        current = self.get_quota(kind, name)
-        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
-        spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
-        k = check_quota_kind(kind)
-        with self.locked() as alloc:
-            book = alloc.quotas
-            users = {le.request.user for le in alloc.leases.values()}
-            if k == "user":
-                users = {name} & users
-            else:
-                users = {le.request.user for le in alloc.leases.values() if le.group == name}
-            become_borrowed, become_within = [], []
-            for user in sorted(users):
-                guarantee = spec.guarantee if k == "user" else book.user_spec(user).guarantee
-                total = Fraction(0)
-                mine = [le for le in alloc.leases.values() if le.request.user == user]
-                for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
-                    total += lease.units
-                    gspec = book.groups.get(lease.group) if lease.group else None
-                    g_guarantee = gspec.guarantee if gspec is not None else None
-                    if k == "group" and lease.group == name:
-                        g_guarantee = spec.guarantee
-                    within = total <= guarantee or (
-                        g_guarantee is not None and book.group_held(lease.group) <= g_guarantee
-                    )
-                    if lease.borrowed and within:
-                        become_within.append(lease.id)
-                    elif not lease.borrowed and not within:
-                        become_borrowed.append(lease.id)
-            held = book.held(name) if k == "user" else book.group_held(name)
-            over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0
-        return {
-            "kind": k,
-            "name": name,
-            "quota": spec.to_dict(),
-            "held": float(held),
-            "become_borrowed": become_borrowed,
-            "become_within": become_within,
-            "over_limit_by": over,
-        }

@@ -7,6 +7,7 @@ history, and the audit log's new filters.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -213,3 +214,17 @@ def test_the_audit_log_filters_by_kind_and_time_newest_first(store, clock):
     assert [e["kind"] for e in later] == ["released"]
     newest, _ = store.events(newest_first=True, limit=1)
     assert newest[0]["kind"] == "released"
+
+
+def test_the_map_is_cached_until_the_pool_changes(store):
+    version, body = store.map_view()
+    assert store.map_view() == (version, body)  # nothing changed: the same text
+    lease = bound(store)
+    version2, body2 = store.map_view()
+    assert version2 != version
+    data = json.loads(body2)
+    assert data["leases"][lease["id"]]["user"] == "alice"
+    gpus = {g["uuid"]: g for c in data["clusters"] for n in c["nodes"] for g in n["gpus"]}
+    held = gpus[lease["slots"][0]["gpu"]]
+    assert held["holders"] == [{"lease": lease["id"], "kind": "gpu", "milli": 1000}]
+    assert data["totals"]["used"] == 1.0 and gpus[A100]["memory_slices"] == 8

@@ -4,10 +4,10 @@ label writer can follow them)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from datetime import timedelta
-from typing import Any
 
 from ...store import utcnow
 from ...store.rows import epoch
@@ -124,49 +124,25 @@ class RepartitionHandler(APIHandler):
 
 
 class PoolMapHandler(APIHandler):
-    """``GET pool/map``: every GPU with its slices, holders, activity and idle time."""
+    """``GET pool/map``: every GPU with its slices and holders, every live lease (idle since
+    when, notices), and the latest utilization of each device.
+
+    The structure is the store's ``map_view`` (JSON text kept until the pool version moves);
+    only ``util`` (from the samples in memory) and ``now`` are added per request, so a refresh
+    of a large, quiet pool costs the service little more than writing the answer."""
 
     route_name = "pool-map"
 
     @needs("admin", "see the pool map")
     def get(self) -> None:
-        pool = self.store.pool(detail=True)
-        leases = self.store.live_leases()
+        _, body = self.store.map_view()
         buffer = self.settings["utilization"]
-        fresh = time.time() - 120
-        with self.store.locked(fresh=False) as alloc:
-            models = {g.uuid: g.model for g in alloc.gpus.values()}
-        open_reps = {r["gpu"]: r for r in self.store.repartitions(state="waiting")}
-        open_reps.update({r["gpu"]: r for r in self.store.repartitions(state="applying")})
-        for cluster in pool["clusters"]:
-            for node in cluster["nodes"]:
-                for g in node["gpus"]:
-                    model = models.get(g["uuid"])
-                    g["memory_slices"] = model.memory_slices if model is not None else 0
-                    for inst in g["instances"]:
-                        try:
-                            inst["slices"] = model.profile(inst["profile"]).memory_slices
-                        except Exception:  # a profile the catalog lacks: draw it one wide
-                            inst["slices"] = 1
-                        inst["util"] = _util(buffer, g["uuid"], inst["start"], fresh)
-                    g["util"] = _util(buffer, g["uuid"], None, fresh)
-                    rep = open_reps.get(g["uuid"])
-                    g["repartition"] = (
-                        {"id": rep["id"], "state": rep["state"]} if rep is not None else None
-                    )
-        pool["leases"] = leases
-        pool["offers"] = {
-            o["name"]: o.get("display_name") or o["name"] for o in self.store.offers_for(None, ())
-        }
-        pool["now"] = time.time()
-        self.write_json(pool)
-
-
-def _util(buffer: Any, gpu: str, start: int | None, fresh: float) -> float | None:
-    sample = buffer.previous(gpu, start)
-    if sample is None or sample.ts < fresh:
-        return None
-    return sample.util
+        now = time.time()
+        util = {}
+        for (gpu, start), sample in buffer.latest(now - 120):
+            util[gpu if start is None else f"{gpu}/{start}"] = sample.util
+        self.set_status(200)
+        self.finish(f'{body[:-1]},"util":{json.dumps(util)},"now":{now}}}')
 
 
 class PoolHistoryHandler(APIHandler):

@@ -1,0 +1,399 @@
+"""What the admin panel and the user page read beyond the plain views: the pool map (cached by
+pool version), the live leases with their idle time, units held and queued over time, a user's
+last 30 days, the quota table and the effect of a quota change. Read-only: nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import String, cast, func, select
+
+from .. import orm
+from ..pool.leases import LIVE_STATES
+from ..pool.model import RETIRING, Gpu
+from ..pool.quota import QuotaSpec
+from .rows import check_quota_kind, epoch, held_hours, ts
+from .views import ViewStore, instance_state
+
+#: Re-partitions not finished yet.
+OPEN = ("waiting", "applying")
+
+
+class PanelViews(ViewStore):
+    """The panel's reads."""
+
+    # -- the map ---------------------------------------------------------------------------
+
+    def live_leases(self) -> dict[str, dict[str, Any]]:
+        """Every live lease as the map and the lease table show it (one query)."""
+        now = self._now_s()
+        with self.read() as db:
+            rows = db.execute(
+                select(
+                    orm.LeaseRow.id,
+                    orm.LeaseRow.user,
+                    orm.LeaseRow.server,
+                    orm.LeaseRow.offer,
+                    orm.LeaseRow.state,
+                    orm.LeaseRow.units_f,
+                    orm.LeaseRow.borrowed,
+                    orm.LeaseRow.node,
+                    orm.LeaseRow.granted,
+                    orm.LeaseRow.activated,
+                    orm.LeaseRow.reclaim_state,
+                    orm.LeaseRow.reclaim_kind,
+                    orm.LeaseRow.reclaim_deadline,
+                    orm.LeaseRow.reclaim_reason,
+                    orm.LeaseRow.reclaim_acting,
+                ).where(orm.LeaseRow.state.in_(LIVE_STATES))
+            ).all()
+        out = {}
+        for r in rows:
+            counts = r.reclaim_state or {}
+            idle_since = counts.get("gpu_idle_since") or counts.get("idle_since")
+            since = r.activated or r.granted
+            out[r.id] = {
+                "id": r.id,
+                "user": r.user,
+                "server": r.server,
+                "offer": r.offer,
+                "state": r.state,
+                "units": r.units_f,
+                "borrowed": r.borrowed,
+                "node": r.node,
+                "since": ts(since),
+                "age_s": round(now - epoch(since), 1) if since else 0.0,
+                "idle_s": round(now - idle_since, 1) if idle_since else 0.0,
+                "notice": None
+                if r.reclaim_kind is None
+                else {
+                    "kind": r.reclaim_kind,
+                    "deadline": ts(r.reclaim_deadline),
+                    "reason": r.reclaim_reason,
+                    "acting": r.reclaim_acting is not None,
+                },
+            }
+        return out
+
+    def unit_series(
+        self, start: datetime, end: datetime, step: float
+    ) -> tuple[list[float], list[float]]:
+        """GPU units held and waited for at each ``step`` from ``start`` to ``end`` (from the
+        leases' grant, release and queue times: the history needs no table of its own)."""
+        t0, t1 = epoch(start), epoch(end)
+        n = int((t1 - t0) // step) + 1
+        used, queued = [0.0] * n, [0.0] * n
+        with self.read() as db:
+            rows = db.execute(
+                select(
+                    orm.LeaseRow.units_f,
+                    orm.LeaseRow.created,
+                    orm.LeaseRow.queued_since,
+                    orm.LeaseRow.granted,
+                    orm.LeaseRow.released,
+                ).where(
+                    orm.LeaseRow.created < end,
+                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > start),
+                )
+            ).all()
+
+        def add(series: list[float], a: float, b: float, units: float) -> None:
+            first = max(0, int(-(-(a - t0) // step)))  # the first sample time at or after a
+            for i in range(first, n):
+                if t0 + i * step >= b:
+                    break
+                series[i] += units
+
+        for units, created, queued_since, granted, released in rows:
+            gone = epoch(released) if released else t1 + step
+            if granted is not None:
+                add(used, epoch(granted), gone, units)
+            wait_from = queued_since or created
+            if wait_from is not None and (granted is None or granted > wait_from):
+                add(queued, epoch(wait_from), epoch(granted) if granted else gone, units)
+        return [round(u, 4) for u in used], [round(q, 4) for q in queued]
+
+    def user_history(self, user: str, days: int = 30) -> list[dict[str, Any]]:
+        """The user's GPU unit-hours per day over the last ``days`` days: held, and busy (the
+        share of a lease's busy hours that falls in the day)."""
+        now = self.clock()
+        first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        out = [
+            {"day": (first + timedelta(days=i)).date().isoformat(), "held": 0.0, "busy": 0.0}
+            for i in range(days)
+        ]
+        with self.read() as db:
+            rows = db.scalars(
+                select(orm.LeaseRow).where(
+                    orm.LeaseRow.user == user,
+                    orm.LeaseRow.granted.is_not(None),
+                    (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > first),
+                )
+            ).all()
+        for row in rows:
+            assert row.granted is not None
+            span = held_hours(row, row.granted, row.released or now)
+            for i, day in enumerate(out):
+                start = first + timedelta(days=i)
+                held = held_hours(row, start, min(start + timedelta(days=1), now))
+                if held:
+                    day["held"] += held
+                    day["busy"] += row.busy_hours * row.units_f * (held / span) if span else 0.0
+        for day in out:
+            day["held"], day["busy"] = round(day["held"], 3), round(day["busy"], 3)
+        return out
+
+    # -- the quota page --------------------------------------------------------------------
+
+    def quota_table(self) -> list[dict[str, Any]]:
+        """Every user and group with a quota or live leases: the quota in effect, where it
+        comes from, and the units held and borrowed now."""
+        with self.locked() as alloc, self.read() as db:
+            rows = db.scalars(select(orm.QuotaRow).where(orm.QuotaRow.kind != "default")).all()
+            names = {(r.kind, r.name) for r in rows}
+            borrowed: dict[tuple[str, str], float] = {}
+            for lease in alloc.leases.values():
+                names.add(("user", lease.request.user))
+                if lease.group:
+                    names.add(("group", lease.group))
+                if lease.borrowed:
+                    key = ("user", lease.request.user)
+                    borrowed[key] = borrowed.get(key, 0.0) + float(lease.units)
+            out = []
+            for kind, name in sorted(names, key=lambda k: (k[0] != "group", k[1])):
+                q = self.get_quota(kind + "s", name)
+                held = alloc.quotas.held(name) if kind == "user" else alloc.quotas.group_held(name)
+                out.append(
+                    {**q, "held": float(held), "borrowed_units": borrowed.get((kind, name), 0.0)}
+                )
+            return out
+
+    def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
+        """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
+        changing nothing: which live leases would become borrowed or within guarantee (the
+        allocator's rule: a user's leases, oldest first, are within while their total fits the
+        guarantee, or while their group is within its own), and how far over the limit."""
+        current = self.get_quota(kind, name)
+        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
+        spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
+        k = check_quota_kind(kind)
+        with self.locked() as alloc:
+            book = alloc.quotas
+            users = {le.request.user for le in alloc.leases.values()}
+            if k == "user":
+                users = {name} & users
+            else:
+                users = {le.request.user for le in alloc.leases.values() if le.group == name}
+            become_borrowed, become_within = [], []
+            for user in sorted(users):
+                guarantee = spec.guarantee if k == "user" else book.user_spec(user).guarantee
+                total = Fraction(0)
+                mine = [le for le in alloc.leases.values() if le.request.user == user]
+                for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
+                    total += lease.units
+                    gspec = book.groups.get(lease.group) if lease.group else None
+                    g_guarantee = gspec.guarantee if gspec is not None else None
+                    if k == "group" and lease.group == name:
+                        g_guarantee = spec.guarantee
+                    within = total <= guarantee or (
+                        g_guarantee is not None and book.group_held(lease.group) <= g_guarantee
+                    )
+                    if lease.borrowed and within:
+                        become_within.append(lease.id)
+                    elif not lease.borrowed and not within:
+                        become_borrowed.append(lease.id)
+            held = book.held(name) if k == "user" else book.group_held(name)
+            over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0
+        return {
+            "kind": k,
+            "name": name,
+            "quota": spec.to_dict(),
+            "held": float(held),
+            "become_borrowed": become_borrowed,
+            "become_within": become_within,
+            "over_limit_by": over,
+        }
+
+    # -- the map, cached by pool version ------------------------------------------------------
+
+    def map_view(self) -> tuple[int | None, str]:
+        """The pool map as JSON text (every cluster, node, GPU and slice with its holder; every
+        live lease; totals): built in one pass and kept until the pool version moves (every
+        decision, inventory, node action and reclaim round bumps it), so a refresh of an
+        unchanged pool costs a lookup. Times are epochs: the reader subtracts them from now."""
+        with self.locked() as alloc:
+            version = self._version
+            cached = getattr(self, "_map_cache", None)
+            if cached is not None and version is not None and cached[0] == version:
+                return cached
+            clusters: dict[str, list[dict[str, Any]]] = {}
+            total = free = 0.0
+            models: dict[str, dict[str, Any]] = {}
+            holders: dict[str, list[dict[str, Any]]] = {}
+            for lease in alloc.leases.values():
+                for s in lease.slots:
+                    holders.setdefault(s.gpu, []).append(
+                        {"lease": lease.id, "kind": s.kind, "milli": s.milli}
+                    )
+            weights: dict[str, dict[str, float]] = {}  # per model: a profile's units, as floats
+            for node in alloc.nodes.values():
+                gpus = []
+                for g in node.gpus:
+                    left = _free(g, weights) if node.schedulable else 0.0
+                    if g.schedulable and node.schedulable:
+                        total += 1.0
+                        free += left
+                    m = models.setdefault(
+                        g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
+                    )
+                    m["gpus"] += 1
+                    m["free_units"] += left
+                    instances = []
+                    for i in g.instances:
+                        try:
+                            size = g.model.profiles[i.profile].memory_slices
+                        except KeyError:
+                            size = 1
+                        instances.append(
+                            {
+                                "profile": i.profile,
+                                "start": i.start,
+                                "slices": size,
+                                "lease": None if i.lease == RETIRING else i.lease,
+                                "state": instance_state(g, i),
+                            }
+                        )
+                    gpus.append(
+                        {
+                            "uuid": g.uuid,
+                            "index": g.index,
+                            "model": g.model.name,
+                            "mig_enabled": g.mig_enabled,
+                            "dynamic_mig": g.dynamic_mig,
+                            "healthy": g.healthy,
+                            "cordoned": g.cordoned,
+                            "memory_slices": g.model.memory_slices,
+                            "free_units": left,
+                            "instances": instances,
+                            # a MIG GPU's holders are its instances' leases
+                            "holders": [] if g.mig_enabled else holders.get(g.uuid, []),
+                        }
+                    )
+                clusters.setdefault(node.cluster, []).append(
+                    {
+                        "name": node.name,
+                        "cordoned": node.cordoned,
+                        "draining": node.draining,
+                        "unreachable": node.unreachable,
+                        "gpus": gpus,
+                    }
+                )
+            offers = {o.name: o.display_name or o.name for o in alloc.offers.values()}
+            queue_length = len(alloc.waiters)
+        with self.read() as db:
+            open_reps = {
+                r.gpu_uuid: {"id": r.id, "state": r.state}
+                for r in db.scalars(
+                    select(orm.MigRepartitionRow).where(orm.MigRepartitionRow.state.in_(OPEN))
+                )
+            }
+            # Core, times and JSON as text: thousands of rows without per-value type processing
+            T = orm.LeaseRow.__table__.c
+            rows = (
+                db.connection()
+                .execute(
+                    select(
+                        T.id,
+                        T.user,
+                        T.server,
+                        T.offer,
+                        T.state,
+                        T.units_f,
+                        T.borrowed,
+                        cast(func.coalesce(T.activated, T.granted), String),
+                        cast(T.reclaim_state, String),
+                        T.reclaim_kind,
+                        cast(T.reclaim_deadline, String),
+                        T.reclaim_acting.is_not(None),
+                    ).where(T.state.in_(LIVE_STATES))
+                )
+                .all()
+            )
+        for cluster in clusters.values():
+            for node_json in cluster:
+                for g in node_json["gpus"]:
+                    g["repartition"] = open_reps.get(g["uuid"])
+        leases = {}
+        for (
+            lid,
+            user,
+            server,
+            offer,
+            state,
+            units,
+            borrowed,
+            since,
+            counts,
+            kind,
+            dl,
+            acting,
+        ) in rows:
+            counts = json.loads(counts) if counts else {}
+            leases[lid] = {
+                "user": user,
+                "server": server,
+                "offer": offer,
+                "state": state,
+                "units": units,
+                "borrowed": bool(borrowed),
+                "since": _epoch_text(since),
+                "idle_since": counts.get("gpu_idle_since") or counts.get("idle_since"),
+                "notice": None
+                if kind is None
+                else {"kind": kind, "deadline": ts(_dt_text(dl)), "acting": bool(acting)},
+            }
+        body = json.dumps(
+            {
+                "version": version,
+                "totals": {"total": total, "free": free, "used": total - free},
+                "models": list(models.values()),
+                "queue_length": queue_length,
+                "clusters": [{"name": c, "nodes": n} for c, n in clusters.items()],
+                "leases": leases,
+                "offers": offers,
+            },
+            separators=(",", ":"),
+        )
+        self._map_cache = (version, body)
+        return self._map_cache
+
+
+def _free(g: Gpu, weights: dict[str, dict[str, float]]) -> float:
+    """``Gpu.free_units`` in floats (the map's figure; exact fractions are for quotas)."""
+    if not g.schedulable:
+        return 0.0
+    if not g.mig_enabled:
+        return g.free_milli / 1000
+    units = weights.setdefault(g.model.name, {})
+    held = 0.0
+    for i in g.instances:
+        if i.lease is not None:
+            if i.profile not in units:
+                units[i.profile] = float(g.model.profile_units(i.profile))
+            held += units[i.profile]
+    return max(0.0, 1.0 - held)
+
+
+def _dt_text(text: str | None) -> datetime | None:
+    """A timestamp read as text (SQLite's own, PostgreSQL's ``timestamp::text``), naive UTC."""
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _epoch_text(text: str | None) -> float | None:
+    dt = _dt_text(text)
+    return None if dt is None else epoch(dt)
