@@ -443,6 +443,15 @@ def panel_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
     assert listed["items"][0]["id"] == rep["id"]
     cancelled = call("admin", "DELETE", f"repartitions/{rep['id']}", "/repartitions/{id}").json()
     assert cancelled["state"] == "cancelled"
+    effect = call(
+        "admin",
+        "POST",
+        "quotas/users/dave/preview",
+        "/quotas/{kind}/{name}/preview",
+        {"guarantee": 0},
+    ).json()
+    assert effect["kind"] == "user" and effect["quota"]["guarantee"] == 0 and effect["held"] > 0
+    assert set(effect["become_borrowed"]) <= set(pool_map["leases"])
     kinds = call("admin", "GET", "events?kind=reclaim-notice&order=desc&from=0", "/events").json()
     assert {e["kind"] for e in kinds["items"]} == {"reclaim-notice"}
 
@@ -583,7 +592,7 @@ ALLOWED_FIELDS = {
     "resize": "ResizeRequest",
     "keepalive": "EmptyBody",
     "quota": "QuotaUpdate",
-    "cordon": "EmptyBody",
+    "cordon": "NodeActionRequest",  # the drain fields; cordon refuses them (invalid_field)
     "inventory": "Inventory",
     "samples": "SampleBatch",
     "mig-results": "MigResults",
