@@ -402,7 +402,7 @@ def test_a_non_admin_is_refused_every_admin_page_and_action(hub: HubEnv, browser
     request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
 
 
-def test_a_form_post_without_the_xsrf_token_is_refused(hub: HubEnv, browser: Any) -> None:
+def test_a_form_post_needs_the_hubs_xsrf_token(hub: HubEnv, browser: Any) -> None:
     held = lease(hub, "alice", "t4-quarter", "xsrf")
     alice = log_in(hub, browser, "alice")
     alice.goto(prefix(hub))
@@ -412,6 +412,14 @@ def test_a_form_post_without_the_xsrf_token_is_refused(hub: HubEnv, browser: Any
         held["id"],
     )
     assert status in (403, 0), status  # refused, or sent to log in again (opaque redirect)
+    # with the page's token (the form's hidden _xsrf, as the browser submits it) it passes
+    token = alice.get_attribute('meta[name="gpupool-xsrf"]', "content")
+    assert token and not token.startswith("b'")
+    url = f"{prefix(hub)}keep/{held['id']}"
+    kept = alice.context.request.post(url, form={"_xsrf": token}, max_redirects=0)
+    assert kept.status == 302 and kept.headers["location"].endswith(f"?kept={held['id']}")
+    forged = alice.context.request.post(url, form={"_xsrf": "2|forged"}, max_redirects=0)
+    assert forged.status in (302, 403) and "kept=" not in forged.headers.get("location", "")
     api_status = alice.evaluate(
         """async (id) => (await fetch(document.querySelector('meta[name="gpupool-api"]').content
             + 'allocations/' + id + '/keepalive', {method: "POST", credentials: "same-origin",
