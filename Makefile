@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint docs unit e2e-jh5 bench clean
+.PHONY: help venv demo test lint docs jest unit e2e-jh5 bench clean
 
 help:
 	@echo "make demo   set up, then run JupyterHub with the GPU pool on simulated GPUs"
@@ -15,16 +15,18 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 # the demo needs the package and JupyterLab; the tests need everything. Quiet apart from real
 # errors: setuptools' notice that an editable install uses an import finder is not one.
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml labextension/pyproject.toml $(wildcard labextension/jupyterlab_gpupool/*.py)
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[demo]'
+	@$(BIN)/python -m pip install --quiet ./labextension
 	@touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml labextension/pyproject.toml $(wildcard labextension/jupyterlab_gpupool/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,docs,demo]'
+	$(BIN)/python -m pip install --quiet ./labextension
 	touch $(STAMP) $(DEMO_STAMP)
 
 # JupyterHub 5.x (what zero-to-jupyterhub ships) for the end-to-end tests; the main venv has 6.x
@@ -42,6 +44,12 @@ CHP := .node/node_modules/.bin/configurable-http-proxy
 
 $(CHP):
 	npm install --silent --no-audit --no-fund --prefix .node configurable-http-proxy@^4
+
+# axe-core, injected into the pages of the browser tests (the lab extension's accessibility)
+AXE := .node/node_modules/axe-core/axe.min.js
+
+$(AXE):
+	npm install --silent --no-audit --no-fund --prefix .node axe-core@^4
 
 # Debian's Chromium for the browser tests (Playwright drives it; never `playwright install`)
 CHROMIUM := /usr/bin/chromium
@@ -64,14 +72,23 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html
 
-unit: $(STAMP) $(CHP) $(CHROMIUM)
+# the lab extension's UI logic (Jest); jlpm comes with JupyterLab, the lock file pins the rest
+LAB_MODULES := labextension/node_modules/.yarn-state.yml
+
+$(LAB_MODULES): labextension/package.json labextension/yarn.lock
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm install --immutable
+
+jest: $(STAMP) $(LAB_MODULES)
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm test
+
+unit: $(STAMP) $(CHP) $(AXE) $(CHROMIUM)
 	$(BIN)/pytest tests
 
 e2e-jh5: $(JH5_STAMP) $(CHP)
 	$(JH5)/bin/pytest -p no:cacheprovider -m e2e tests/integration/test_spawn_e2e.py \
 		tests/integration/test_kube_spawner.py
 
-test: lint docs unit e2e-jh5
+test: lint docs jest unit e2e-jh5
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/allocator_scale.py

@@ -55,3 +55,10 @@ if os.geteuid() == 0:  # containers and CI machines often run as root
 c.Spawner.start_timeout = 120
 c.SimpleLocalProcessSpawner.home_dir_template = str(state / "home" / "{username}")
 c.GPUPoolSpawnerMixin.queue_poll_interval = 1.0
+# the lab package (jupyterlab-gpupool, installed by `make demo`): every server, CPU-only ones
+# too, is told where the pool is, so the GPU panel can offer them a GPU; the simulated GPUs
+# have no NVML on the servers, so the panel shows the pool's readings and says so
+c.Spawner.environment = {
+    "GPUPOOL_API_URL": f"http://127.0.0.1:{service_port}/services/gpupool/api/v1/",
+}
+c.Spawner.args = [*c.Spawner.args, "--GPUPoolLab.nvml_module="]

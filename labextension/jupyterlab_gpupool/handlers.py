@@ -36,8 +36,10 @@ from .saving import SaveAll
 
 #: A lab's client id (a UUID the frontend makes) and a save request's id.
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: SSE comment sent when nothing else was for this long (keeps proxies from closing it).
-KEEPALIVE = 15.0
+#: A ``ping`` event is sent when nothing else was for this long: proxies keep the stream, and
+#: a lab that hears nothing for 25 s knows the server is gone (a proxy may keep a stream open
+#: after the server behind it died).
+KEEPALIVE = 10.0
 
 
 class _Base(APIHandler):
@@ -133,7 +135,7 @@ class EventsHandler(_Quiet):
                     event, data = await asyncio.wait_for(queue.get(), KEEPALIVE)
                     self.write(f"event: {event}\ndata: {json.dumps(data)}\n\n")
                 except asyncio.TimeoutError:
-                    self.write(": keepalive\n\n")
+                    self.write("event: ping\ndata: {}\n\n")
                 await self.flush()
         except StreamClosedError:
             pass

@@ -17,6 +17,8 @@ export type Saver = () => Promise<{
   failed: { path: string; error: string }[];
 }>;
 
+const MOVE_KEY = 'jupyterlab-gpupool:move-target';
+
 export class GPUPoolModel {
   readonly clientId = `lab-${Math.random().toString(36).slice(2, 12)}`;
   private _state: IState | null = null;
@@ -25,16 +27,43 @@ export class GPUPoolModel {
   private _message = new Signal<this, { text: string; error: boolean }>(this);
   private _backoff = new Backoff(1000, 30000);
   private _timer: number | null = null;
-  /** the target of a move this tab asked for, and whether the server went away since */
-  moveTarget: string | null = null;
+  private _watchdog: number | null = null;
+  private _lastEvent = 0;
+  /** the target of a move this tab asked for (kept in sessionStorage: the page may reload
+   * before the server restarts), and whether the server went away since */
+  private _moveTarget: string | null = null;
   restarting = false;
   /** the server (not the pool) cannot be reached */
   serverAway = false;
+  /** the server restarted under this page (not by a move of this tab): reload to use it */
+  needsReload = false;
 
   constructor(
     private settings: ServerConnection.ISettings,
     private saver: Saver
-  ) {}
+  ) {
+    try {
+      this._moveTarget = window.sessionStorage.getItem(MOVE_KEY);
+    } catch {
+      this._moveTarget = null;
+    }
+  }
+
+  get moveTarget(): string | null {
+    return this._moveTarget;
+  }
+  set moveTarget(id: string | null) {
+    this._moveTarget = id;
+    try {
+      if (id) {
+        window.sessionStorage.setItem(MOVE_KEY, id);
+      } else {
+        window.sessionStorage.removeItem(MOVE_KEY);
+      }
+    } catch {
+      // storage refused (private mode): the move still completes, the page may not reload
+    }
+  }
 
   get state(): IState | null {
     return this._state;
@@ -53,36 +82,64 @@ export class GPUPoolModel {
 
   connect(): void {
     this.disconnect();
-    const source = new EventSource(this.url(`events?client=${this.clientId}`), {
+    // under JupyterHub a cookie-authenticated API request needs the XSRF token even for GET,
+    // and EventSource cannot send headers: it goes in the query, as the hub accepts
+    const xsrf = document.cookie.match(/(?:^|;\s*)_xsrf=([^;]*)/);
+    const query =
+      `client=${this.clientId}` + (xsrf ? `&_xsrf=${encodeURIComponent(xsrf[1])}` : '');
+    const source = new EventSource(this.url(`events?${query}`), {
       withCredentials: true
     });
     this._source = source;
+    this._lastEvent = Date.now();
+    const seen = () => (this._lastEvent = Date.now());
+    source.addEventListener('ping', seen);
     source.addEventListener('state', ev => {
+      seen();
       this._backoff.reset();
       this.serverAway = false;
       this.setState(JSON.parse((ev as MessageEvent).data));
     });
     source.addEventListener('save', ev => {
+      seen();
       void this.answerSave(JSON.parse((ev as MessageEvent).data).id);
     });
     source.addEventListener('saved', ev => {
+      seen();
       const r = JSON.parse((ev as MessageEvent).data) as ISaveResult;
       if (r.saved.length) {
         this._message.emit({ text: `Saved: ${r.saved.join(', ')}`, error: false });
       }
     });
-    source.onerror = () => {
-      // the server went away (restart, network): reconnect with backoff, never reload blindly
-      source.close();
+    source.onerror = () => this.lost(source);
+    if (this._watchdog === null) {
+      // a proxy may keep the stream open after the server behind it is gone: the server
+      // sends something every 10 s, so a silence of 25 s means it went away
+      this._watchdog = window.setInterval(() => {
+        if (this._source && Date.now() - this._lastEvent > 25000) {
+          this.lost(this._source);
+        }
+      }, 5000);
+    }
+  }
+
+  /** The server went away (restart, network): reconnect with backoff, never reload blindly. */
+  private lost(source: EventSource): void {
+    source.close();
+    if (this._source === source) {
       this._source = null;
-      this.serverAway = true;
-      if (this.moveTarget) {
-        this.restarting = true;
-      }
-      this._changed.emit(this._state);
-      const delay = this._backoff.next();
-      this._timer = window.setTimeout(() => this.reconnect(), delay);
-    };
+    }
+    this.serverAway = true;
+    if (this.moveTarget) {
+      this.restarting = true;
+    }
+    this._changed.emit(this._state);
+    if (this._timer === null) {
+      this._timer = window.setTimeout(() => {
+        this._timer = null;
+        void this.reconnect();
+      }, this._backoff.next());
+    }
   }
 
   disconnect(): void {
@@ -101,10 +158,23 @@ export class GPUPoolModel {
     try {
       const state = await this.request<IState>('state', 'GET');
       this.serverAway = false;
+      this.needsReload = false;
       this.setState(state);
       this.connect();
-    } catch {
-      this._timer = window.setTimeout(() => this.reconnect(), this._backoff.next());
+    } catch (e) {
+      const status = (e as { status?: number }).status;
+      if (status === 401 || status === 403) {
+        // a new server process (restarted): this page's login was for the old one
+        if (this.moveTarget) {
+          window.location.reload(); // the page logs in again and loads on the new GPU
+          return;
+        }
+        this.needsReload = true;
+      }
+      this._timer = window.setTimeout(() => {
+        this._timer = null;
+        void this.reconnect();
+      }, this._backoff.next());
       this._changed.emit(this._state);
     }
   }
@@ -113,14 +183,22 @@ export class GPUPoolModel {
     const previous = this._state;
     this._state = state;
     if (this.moveTarget && moveFinished(state, this.moveTarget)) {
-      const target = this.moveTarget;
       this.moveTarget = null;
       if (this.restarting) {
         // the server restarted into the target: a fresh page gets its kernels and settings
         this.restarting = false;
-        this._message.emit({ text: `Now on ${state.lease?.device} (${target})`, error: false });
         window.setTimeout(() => window.location.reload(), 500);
+      } else {
+        this._message.emit({ text: `Now on ${state.lease?.device}.`, error: false });
       }
+    } else if (
+      this.moveTarget &&
+      !previous &&
+      state.pool.ok &&
+      !state.pending &&
+      state.lease?.id !== this.moveTarget
+    ) {
+      this.moveTarget = null; // a move remembered from before a reload that is over
     } else if (this.moveTarget && previous && moveFailed(previous, state, this.moveTarget)) {
       this.moveTarget = null;
       this.restarting = false;
@@ -205,6 +283,9 @@ export class GPUPoolModel {
 
   dispose(): void {
     this.disconnect();
+    if (this._watchdog !== null) {
+      window.clearInterval(this._watchdog);
+    }
     Signal.clearData(this);
   }
 }

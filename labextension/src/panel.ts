@@ -108,7 +108,13 @@ export class GPUPoolPanel extends Widget {
     }
     if (this.model.serverAway) {
       this.body.append(
-        el('p', 'jp-GPUPool-down', 'This server does not answer right now; reconnecting…')
+        el(
+          'p',
+          'jp-GPUPool-down',
+          this.model.needsReload
+            ? 'This server was restarted: reload the page to use it.'
+            : 'This server does not answer right now; reconnecting…'
+        )
       );
     }
     if (!state.pool.ok) {
@@ -223,10 +229,11 @@ export class GPUPoolPanel extends Widget {
   }
 
   private activitySection(state: IState): HTMLElement {
-    const now = state.at;
     const useLocal = state.local.available && state.utilization.local.length > 0;
     const samples = useLocal ? state.utilization.local : state.utilization.pool;
     const hasUtil = samples.some(s => s.util !== null);
+    // the window ends at the newest reading (the pool's clock may differ from this server's)
+    const now = Math.max(state.at, ...samples.map(s => s.ts));
     const total = state.lease?.memory_total_mib || Math.max(1, ...samples.map(s => s.memory_used_mib));
     const charts: HTMLElement[] = [];
     if (hasUtil) {

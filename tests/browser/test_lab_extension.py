@@ -1,0 +1,419 @@
+"""The lab package in real Chromium: JupyterLab in a real single-user server, a real JupyterHub
+and proxy, the pool service on a moved clock with simulated GPUs, and the reclaimer's core driven
+round by round (the reclaim rig of ``tests/fakes.py``).
+
+The panel shows the right lease and numbers; an idle notice appears (status bar amber, the
+countdown, the reason) and Keep my GPU clears it; the pool service stopped → the panel says so
+and recovers without a reload; a move from a 1g.10gb slice to a 3g.40gb slice completes and the
+new ``MIG-…`` UUID is in the server's environment. axe-core (WCAG 2 A/AA, contrast included)
+finds nothing in the panel and the status bar, in the light and the dark theme; the controls are
+reached with the keyboard. With ``GPUPOOL_SCREENSHOTS=docs/source/_static/screenshots`` the
+tests save the user guide's pictures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+pytest.importorskip("jupyterlab_gpupool", reason="make test installs ./labextension")
+
+from playwright.sync_api import Page, expect
+
+from tests.fakes import (
+    ROOT,
+    SPAWNER_CONFIG,
+    ClockFile,
+    HubEnv,
+    SimAgent,
+    clocked_service_python,
+    request,
+    wait_reconciled,
+    wait_until,
+    write_pool,
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+AXE = ROOT / ".node" / "node_modules" / "axe-core" / "axe.min.js"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.e2e,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
+]
+
+POOL = """
+nodes:
+  - name: node-a100
+    gpus:
+      - model: A100-80GB
+        mig:
+          enabled: true
+          instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]
+  - name: node-h100
+    gpus: [{model: H100-80GB, count: 1}]
+offers:
+  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB],
+     display_name: "A100 · 1g.10gb slice"}
+  - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
+     display_name: "A100 · 3g.40gb slice"}
+  - {name: h100, kind: gpu, count: 1, models: [H100-80GB], display_name: "1× H100 80GB"}
+quotas:
+  default: {guarantee: 1, limit: 2, budget: 40, period: week}
+reclaim:
+  default: {idle_timeout: 5m, pressure_idle_timeout: 3m, warn_before: 2m, max_extensions: 2,
+            extension: 5m,
+            min_runtime: 3m, busy_grace: 2m, cpu_busy_timeout: 8m}
+"""
+NODES = ["node-a100", "node-h100"]
+WINDOW, STEP = 60.0, 20.0
+RECLAIMER = "gpupool-reclaimer"
+VIEWPORT = {"width": 1280, "height": 820}
+LAB_TIMEOUT = 120_000
+#: the lab's news toast would cover the pictures
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": (
+        '{"fetchNews": "false", "checkForUpdates": false}'
+    ),
+}
+
+
+def hub_config(token: str) -> str:
+    """The reclaimer's service and role (its documented scopes), JupyterLab exposing its app
+    object (the tests switch the theme with its command), the lab's interval short."""
+    scopes = [
+        "list:users",
+        "read:users:activity",
+        "read:servers",
+        "servers",
+        "access:servers",
+        "admin:server_state",
+        "custom:gpupool:reclaim",
+    ]
+    service = repr({"name": RECLAIMER, "api_token": token})
+    role = repr({"name": RECLAIMER, "services": [RECLAIMER], "scopes": scopes})
+    text = (
+        f"\nc.JupyterHub.services.append({service})\nc.JupyterHub.load_roles.append({role})\n"
+        "c.Spawner.default_url = '/lab'\n"
+        "c.Spawner.args = c.Spawner.args + ['--GPUPoolLab.interval=1', "
+        "'--GPUPoolLab.nvml_module=', '--GPUPoolLab.max_backoff=4', "
+        "'--LabApp.expose_app_in_browser=True']\n"
+    )
+    return text.replace("{", "{{").replace("}", "}}") + (
+        'c.Spawner.environment = {{"GPUPOOL_API_URL": {api!r}}}\n'
+    )
+
+
+@dataclass
+class Lab:
+    """The hub, the pool on its clock, the simulated GPUs and the reclaimer."""
+
+    env: HubEnv
+    clock: ClockFile
+    agent: SimAgent
+    reclaimer: Any
+
+    def spawn(self, user: str, offer: str) -> None:
+        r = request(
+            "POST",
+            f"{self.env.hub_api}/users/{user}/server",
+            self.env.admin_api_token,
+            {"gpupool_offer": offer},
+        )
+        assert r.status in (201, 202), r.body
+        wait_until(lambda: self.server(user).get("ready"), 120, f"{user}'s server")
+
+    def server(self, user: str) -> dict:
+        r = request("GET", f"{self.env.hub_api}/users/{user}", self.env.admin_api_token)
+        return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
+
+    def environ(self, user: str) -> dict[str, str]:
+        pid = self.server(user)["state"]["pid"]
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        return dict(i.split("=", 1) for i in raw.decode().split("\0") if "=" in i)
+
+    def lease(self, lease_id: str) -> dict:
+        r = request("GET", f"{self.env.api}/allocations/{lease_id}", self.env.spawner_token)
+        return r.json()  # type: ignore[return-value]
+
+    def round(self) -> dict[str, dict]:
+        """One window of the clock with GPU samples, then one reclaimer round."""
+        self.agent.run(WINDOW, STEP)
+        # in a thread: Playwright's sync API holds this thread's event loop
+        with ThreadPoolExecutor(1) as pool:
+            result = pool.submit(asyncio.run, self.reclaimer.run_once()).result()
+        assert result.result == "ok", result
+        return {d["lease"]: d for d in result.decisions}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    from jupyterhub_gpupool.hubclient import HubClient
+    from jupyterhub_gpupool.poolclient import PoolClient
+    from jupyterhub_gpupool.reclaim.core import Reclaimer
+
+    tmp = tmp_path_factory.mktemp("lab-ui")
+    clock = ClockFile(tmp / "clock", time.time() + 60)
+    token = secrets.token_hex(16)
+    env = HubEnv(
+        tmp,
+        f"sqlite:///{tmp}/pool.sqlite",
+        write_pool(tmp, POOL),
+        ("alice", "bob", "admin"),
+        service_args=(
+            "--PoolService.decisions=thread",
+            "--PoolService.agent_timeout=0",
+            "--PoolService.reconcile_interval=0",
+            "--PoolService.housekeeping_interval=1",
+            "--PoolService.grant_timeout=86400",
+        ),
+        extra_config=SPAWNER_CONFIG + hub_config(token),
+        python=clocked_service_python(clock),
+    )
+    for user in ("alice", "bob"):
+        for name, text in LAB_SETTINGS.items():
+            path = tmp / "home" / user / ".jupyter/lab/user-settings" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    with env.running():
+        wait_reconciled(env)
+        agent = SimAgent(env, env.pool_config, NODES, clock)  # type: ignore[arg-type]
+        agent.report_inventory()
+        agent.run(WINDOW, STEP)
+        reclaimer = Reclaimer(
+            PoolClient(env.api, token),
+            HubClient(env.hub_api, token, proxy_url=env.hub_url),
+            holder="ui-tests",
+            interval=WINDOW,
+            clock=clock,
+            poll_interval=0.2,
+        )
+        try:
+            yield Lab(env, clock, agent, reclaimer)
+        finally:
+            for user in ("alice", "bob"):
+                request("DELETE", f"{env.hub_api}/users/{user}/server", env.admin_api_token)
+            print(env.logs())
+
+
+@pytest.fixture(scope="module")
+def alice(lab: Lab, browser: Any) -> Iterator[Page]:
+    """alice on a 1g.10gb slice, logged in, in JupyterLab with the GPU panel open."""
+    lab.spawn("alice", "a100-1g")
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(f"{lab.env.hub_url}/hub/login")
+    page.fill("#username_input", "alice")
+    page.fill("#password_input", "any password")
+    page.click("#login_submit")
+    page.goto(f"{lab.env.hub_url}/user/alice/lab")
+    page.locator("#jp-main-dock-panel").wait_for(timeout=LAB_TIMEOUT)
+    status = page.locator(".jp-GPUPool-status-button")
+    expect(status).to_contain_text("A100 1g.10gb", timeout=60_000)
+    status.click()  # opens the panel
+    expect(page.locator("#jp-gpupool-panel")).to_be_visible()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def theme(page: Page, name: str) -> None:
+    """Switch JupyterLab's theme with its own command and wait until it applies."""
+    page.evaluate(
+        "name => window.jupyterapp.commands.execute('apputils:change-theme', {theme: name})",
+        name,
+    )
+    light = "true" if "Light" in name else "false"
+    page.wait_for_selector(f'body[data-jp-theme-light="{light}"]', state="attached", timeout=30_000)
+    # the theme's CSS loads after the attribute changes: wait until the panel is painted in it
+    page.wait_for_function(
+        """dark => {
+            const c = getComputedStyle(document.querySelector('#jp-gpupool-panel')).backgroundColor;
+            const [r, g, b] = c.match(/\\d+/g).map(Number);
+            return (r + g + b) / 3 < 128 === dark;
+        }""",
+        arg=light == "false",
+        timeout=30_000,
+    )
+    # JupyterLab covers the page with its splash while a theme loads
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
+
+
+def axe(page: Page) -> list[dict]:
+    """axe-core's WCAG 2 A/AA violations in the panel and the status bar item (and contrast it
+    could not decide). JupyterLab's body has no height (its shell is positioned absolutely),
+    which axe reads as every element clipped away: it is given the window's height first, and
+    the contrast of at least some text must have been checked, so the check cannot pass empty.
+    """
+    if not AXE.exists():
+        pytest.fail(f"no {AXE}: `make test` installs axe-core (npm)")
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    result = page.evaluate(
+        """async () => {
+            document.documentElement.style.height = '100%';
+            document.body.style.height = '100%';
+            const r = await axe.run(
+                {include: [['#jp-gpupool-panel'], ['.jp-GPUPool-status']]},
+                {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21aa']}});
+            const unsure = r.incomplete.filter(v => v.id === 'color-contrast');
+            const checked = r.passes.filter(v => v.id === 'color-contrast')
+                .reduce((n, v) => n + v.nodes.length, 0);
+            return {checked, problems: [...r.violations, ...unsure].map(v => ({id: v.id,
+                help: v.help,
+                nodes: v.nodes.map(n => n.target.join(' ') + ': ' + n.failureSummary)}))};
+        }"""
+    )
+    assert result["checked"] >= 10, f"axe checked the contrast of {result['checked']} elements"
+    return result["problems"]
+
+
+def shot(shoot: Any, page: Page, name: str) -> None:
+    """The panel and the status bar (the whole window: where the panel sits matters)."""
+    shoot(page, name)
+
+
+def panel(page: Page):
+    return page.locator("#jp-gpupool-panel")
+
+
+def test_the_panel_shows_the_lease_and_the_numbers(lab: Lab, alice: Page, shoot: Any):
+    env = lab.environ("alice")
+    lease = lab.lease(env["GPUPOOL_LEASE_ID"])
+    # a process holds 3 GiB of the slice for a few windows: the memory chart has a shape
+    machine = lab.agent.machines["node-a100"]
+    pid = machine.add_process(env["CUDA_VISIBLE_DEVICES"], 3072)
+    try:
+        for _ in range(3):
+            lab.agent.run(WINDOW, STEP)
+    finally:
+        machine.remove_process(pid)
+    lab.agent.run(WINDOW, STEP)
+    p = panel(alice)
+    expect(p.locator("svg[role=img]").last).to_have_attribute(
+        "aria-label", re.compile(r"highest 3(\.\d)? GiB"), timeout=30_000
+    )
+    expect(p).to_contain_text("A100 1g.10gb")
+    expect(p).to_contain_text("A100 · 1g.10gb slice (a100-1g)")
+    expect(p).to_contain_text(env["CUDA_VISIBLE_DEVICES"])  # the MIG-… device
+    expect(p).to_contain_text(lease["slots"][0]["gpu"])  # its parent GPU
+    expect(p).to_contain_text("node-a100")
+    expect(p).to_contain_text("0.14 in use · guarantee 1 · limit 2")
+    expect(p).to_contain_text("of 40")
+    expect(p).to_contain_text("1× H100 80GB")  # a move choice, with its cost and fit
+    expect(p).to_contain_text("1 units · 1 free now · fits your quota")
+    expect(p).to_contain_text("NVML")  # no NVML on this server: said plainly
+    memory = p.locator("svg[role=img]").last
+    expect(memory).to_have_attribute("aria-label", re.compile("GPU memory used"))
+    bar = alice.locator(".jp-GPUPool-status-button")
+    expect(bar).to_contain_text("A100 1g.10gb")
+    expect(bar).to_have_attribute("aria-label", re.compile(r"^GPU: A100 1g\.10gb"))
+    assert axe(alice) == []
+    shot(shoot, alice, "lab-panel-light")
+    theme(alice, "JupyterLab Dark")
+    try:
+        assert axe(alice) == []
+        shot(shoot, alice, "lab-panel-dark")
+    finally:
+        theme(alice, "JupyterLab Light")
+
+
+def test_the_idle_notice_appears_and_keep_my_gpu_clears_it(lab: Lab, alice: Page, shoot: Any):
+    lease_id = lab.environ("alice")["GPUPOOL_LEASE_ID"]
+    for _ in range(12):
+        if lab.round()[lease_id]["kind"] == "notice":
+            break
+    else:
+        raise AssertionError("no idle notice in 12 windows")
+    p = panel(alice)
+    expect(p.locator(".jp-GPUPool-notice")).to_be_visible(timeout=30_000)
+    expect(p).to_contain_text("This GPU will be reclaimed in")
+    expect(p).to_contain_text("your server will be stopped")
+    expect(alice.locator(".jp-GPUPool-status")).to_have_class(re.compile("jp-GPUPool-amber"))
+    assert axe(alice) == []
+    shot(shoot, alice, "lab-notice-light")
+    theme(alice, "JupyterLab Dark")
+    try:
+        assert axe(alice) == []
+        shot(shoot, alice, "lab-notice-dark")
+    finally:
+        theme(alice, "JupyterLab Light")
+    # Keep my GPU with the keyboard: Tab from the panel's heading reaches it, Enter presses it
+    p.locator(".jp-GPUPool-heading").evaluate("h => { h.tabIndex = -1; h.focus(); }")
+    for _ in range(40):
+        alice.keyboard.press("Tab")
+        if alice.evaluate("document.activeElement && document.activeElement.id") == (
+            "jp-gpupool-keep"
+        ):
+            break
+    else:
+        raise AssertionError("Keep my GPU is not reached with Tab")
+    alice.keyboard.press("Enter")
+    expect(p.locator(".jp-GPUPool-notice")).to_have_count(0, timeout=30_000)
+    expect(p).to_contain_text("Kept: your GPU stays yours.")
+    expect(alice.locator(".jp-GPUPool-status")).not_to_have_class(re.compile("jp-GPUPool-amber"))
+    lease = lab.lease(lease_id)
+    assert lease["state"] == "active" and lease["reclaim"] is None
+
+
+def test_the_pool_away_is_said_and_the_panel_recovers_without_a_reload(lab: Lab, alice: Page):
+    alice.evaluate("window.__sameTab = true")
+    p = panel(alice)
+    lab.env.kill_service()
+    try:
+        expect(p).to_contain_text("The GPU pool is not answering", timeout=60_000)
+        expect(p).to_contain_text("Showing what it last said")
+        expect(alice.locator(".jp-GPUPool-status")).to_have_attribute("data-tone", "down")
+    finally:
+        lab.env.start_service()
+    expect(p).not_to_contain_text("The GPU pool is not answering", timeout=60_000)
+    expect(p).to_contain_text("A100 1g.10gb")
+    assert alice.evaluate("window.__sameTab") is True  # no reload
+
+
+def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page, shoot: Any):
+    before = lab.environ("alice")
+    p = panel(alice)
+    choice = p.locator("#jp-gpupool-offer-a100-3g")
+    choice.focus()
+    alice.keyboard.press("Space")  # radios are chosen with the keyboard
+    expect(choice).to_be_checked()
+    p.locator("#jp-gpupool-move-go").click()
+    dialog = alice.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("running kernels restart")
+    shot(shoot, alice, "lab-move-dialog")
+    dialog.get_by_role("button", name="Save and restart").click()
+
+    def moved() -> dict | None:
+        s = lab.server("alice")
+        if not s.get("ready"):
+            return None
+        env = lab.environ("alice")
+        return env if env["GPUPOOL_LEASE_ID"] != before["GPUPOOL_LEASE_ID"] else None
+
+    after = wait_until(moved, 180, "alice's server on the 3g slice", info=lab.env.logs)
+    assert after["GPUPOOL_OFFER"] == "a100-3g"
+    assert after["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert after["CUDA_VISIBLE_DEVICES"] != before["CUDA_VISIBLE_DEVICES"]
+    # the page reconnects by itself and the status bar shows the new device
+    bar = alice.locator(".jp-GPUPool-status-button")
+    expect(bar).to_contain_text("A100 3g.40gb", timeout=LAB_TIMEOUT)
+    bar.click()  # the new page: open the panel again
+    expect(panel(alice)).to_contain_text(after["CUDA_VISIBLE_DEVICES"], timeout=60_000)
+    expect(panel(alice)).to_contain_text("Now on A100 3g.40gb")
+    assert lab.lease(before["GPUPOOL_LEASE_ID"])["state"] == "released"
+    assert lab.lease(after["GPUPOOL_LEASE_ID"])["state"] == "active"
+    assert axe(alice) == []
+    shot(shoot, alice, "lab-after-move")
