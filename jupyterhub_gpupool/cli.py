@@ -65,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=_upgrade_db)
 
+    from . import report
+
+    rp = sub.add_parser(
+        "report",
+        help="the monthly GPU usage and cost report (CSV or HTML) from the pool database",
+        description=report.__doc__.splitlines()[0] if report.__doc__ else None,
+    )
+    report.add_arguments(rp)
+    rp.set_defaults(func=report.run_cli)
+
     sim = sub.add_parser("simulate", help="replay public GPU traces through the pool's placement")
     sim_sub = sim.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=_Parser)
     sim_sub.required = True

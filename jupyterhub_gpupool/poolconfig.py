@@ -16,6 +16,9 @@ Example::
     reclaim:
       default: {idle_timeout: 1h, warn_before: 10m}
       offers: {a100-1g: {idle_timeout: 30m}}
+    prices:
+      currency: EUR
+      models: {A100-80GB: {held: 2.40, busy: 1.90}, H100-80GB: 3.10}
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
 from .pool.miglayout import validate_mig_layout
 from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offer
+from .pool.pricing import Prices, parse_prices
 from .pool.quota import QuotaSpec
 from .pool.reclaimpolicy import PolicySet, parse_policies
 
@@ -92,9 +96,11 @@ class PoolConfig:
     #: The clusters the pool spans (``clusters:``; absent: the one cluster ``default``). An
     #: agent reporting another cluster is refused with this list.
     clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
+    #: Chargeback prices per GPU model (``prices:``; absent: nothing is priced).
+    prices: Prices = field(default_factory=Prices)
 
 
-_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters"}
+_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters", "prices"}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
 _GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
 _MIG = {"enabled", "dynamic", "instances"}
@@ -267,6 +273,7 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
         reclaim,
         dict(section) if section else None,
         clusters,
+        parse_prices(raw.get("prices"), catalog.names),
     )
 
 

@@ -72,11 +72,13 @@ __all__ = [
     "FakeReader",
     "FakeService",
     "HubEnv",
+    "InProcessService",
     "LabTab",
     "Response",
     "Rig",
     "SecondsClock",
     "StoreClock",
+    "TokenHubAuth",
     "WaitTimeout",
     "chp_command",
     "free_port",
@@ -1228,3 +1230,73 @@ class FakeKubeAPI:
         """A copy of the node as the server has it now."""
         with self._lock:
             return copy.deepcopy(self.nodes[name])
+
+
+# -- the service in-process (chargeback, planning) --------------------------------------------
+
+
+class TokenHubAuth:
+    """The service's ``HubOAuth`` as the API handlers use it: a token names a hub model (the
+    hub itself is the one thing these store-level API tests leave out; the integration tests
+    run the real one)."""
+
+    hub_prefix = "/hub/"
+
+    def __init__(self, models: dict[str, dict[str, Any]]) -> None:
+        self.models = models
+
+    async def get_user(self, handler: Any, sync: bool = True) -> dict[str, Any] | None:
+        token = handler.request.headers.get("Authorization", "").removeprefix("token ").strip()
+        model = self.models.get(token)
+        return None if model is None else {**model, "scopes": list(model["scopes"])}
+
+
+class InProcessService:
+    """The service's real tornado app and writer over ``store`` on a loopback port, on its own
+    event loop in a thread; ``call`` sends one request with a token of ``models``."""
+
+    def __init__(self, store: Store, models: dict[str, dict[str, Any]]) -> None:
+        from tornado.netutil import bind_sockets
+
+        from jupyterhub_gpupool.service.app import PoolService
+        from jupyterhub_gpupool.service.metrics import PoolMetrics
+        from jupyterhub_gpupool.service.utilization import MinuteAggregator, UtilizationBuffer
+        from jupyterhub_gpupool.service.writer import BatchWriter
+
+        self.store = store
+        self.svc = PoolService(authenticate_prometheus=False, check_user_servers=False)
+        self.svc.base_url = "/services/gpupool/"
+        self.svc.store, self.svc.hub_auth, self.svc.hub = store, TokenHubAuth(models), None
+        self.svc.metrics = PoolMetrics()
+        store.listeners.append(self.svc.metrics.on_event)
+        self.svc.utilization, self.svc.minutes = UtilizationBuffer(86400), MinuteAggregator()
+        self.svc.writer = BatchWriter(store)
+        self.loop = asyncio.new_event_loop()
+        self.sockets = bind_sockets(0, "127.0.0.1")
+        self.url = f"http://127.0.0.1:{self.sockets[0].getsockname()[1]}/services/gpupool"
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from tornado.httpserver import HTTPServer
+
+        asyncio.set_event_loop(self.loop)
+
+        async def listen() -> None:
+            HTTPServer(self.svc.make_app()).add_sockets(self.sockets)
+
+        self.loop.run_until_complete(listen())
+        self.loop.run_forever()
+
+    def __enter__(self) -> InProcessService:
+        self.svc.writer.start()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.svc.writer.stop()
+
+    def call(self, who: str | None, method: str, path: str, body: object = None) -> Response:
+        """One request to ``api/v1/<path>``."""
+        return request(method, f"{self.url}/api/v1/{path}", who, body)

@@ -12,6 +12,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
   quotas; ``utilization`` — minute aggregates;
 * ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my
   GPU", the policy override and the user's recent reclaims;
+* ``chargeback`` — usage with costs (``pool.pricing``'s one rounding rule), the top idle
+  holders; ``planning`` — capacity figures per offer and day from the recorded leases;
 * ``operate`` — the admin panel's actions: reclaim now, extend a notice, drain by a deadline,
   MIG re-partitions, and the map's reads; ``labelmig`` — the failure of a re-partition
   applied through the Kubernetes ``nvidia.com/mig.config`` label.
@@ -23,13 +25,14 @@ calls those only through its writer (``service/writer.py``), off the event loop.
 from __future__ import annotations
 
 from ..poolconfig import PoolConfig
+from .chargeback import ChargebackStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .labelmig import LabelMigStore
 from .rows import utcnow
 
 
-class Store(LabelMigStore):
+class Store(LabelMigStore, ChargebackStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

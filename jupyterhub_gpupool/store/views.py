@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
@@ -21,7 +21,7 @@ from ..pool.queue import estimate_wait
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
-from .rows import check_quota_kind, held_hours, offer_spec, reclaim_state, ts
+from .rows import check_quota_kind, offer_spec, reclaim_state, ts
 
 log = logging.getLogger("jupyterhub_gpupool.store")
 
@@ -422,43 +422,6 @@ class ViewStore(StoreCore):
                 }
                 for e in rows
             ], total
-
-    def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
-        """Unit-hours held and busy per user, group or offer within [start, end)."""
-        if by not in ("user", "group", "offer"):
-            raise StoreError(
-                "invalid_by",
-                f"cannot group usage by {by!r}",
-                field="by",
-                allowed=["user", "group", "offer"],
-            )
-        if end <= start:
-            raise StoreError("invalid_range", "'to' must be after 'from'", field="to")
-        with self.read() as db:
-            rows = db.scalars(
-                select(orm.LeaseRow).where(
-                    orm.LeaseRow.granted.is_not(None),
-                    orm.LeaseRow.granted < end,
-                    or_(orm.LeaseRow.released.is_(None), orm.LeaseRow.released > start),
-                )
-            )
-            acc: dict[str, dict[str, Any]] = {}
-            now = self.clock()
-            for row in rows:
-                key = getattr(row, by) or ""
-                held = held_hours(row, start, min(end, now))
-                span = held_hours(row, row.granted, row.released or now)
-                busy = row.busy_hours * (held / span) if span else 0.0
-                a = acc.setdefault(
-                    key, {by: key, "leases": 0, "held_unit_hours": 0.0, "busy_unit_hours": 0.0}
-                )
-                a["leases"] += 1
-                a["held_unit_hours"] += held
-                a["busy_unit_hours"] += busy * row.units_f
-            for a in acc.values():
-                a["held_unit_hours"] = round(a["held_unit_hours"], 6)
-                a["busy_unit_hours"] = round(a["busy_unit_hours"], 6)
-            return sorted(acc.values(), key=lambda a: a[by])
 
 
 def instance_state(gpu: Gpu, inst: MigInstance) -> str:

@@ -60,6 +60,7 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("GET nodes/sim-a100/mig-plan",            401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET usage/idle-holders",                 401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET events",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
     # the admin panel's actions (a fresh lease is a grant: reclaim releases it at once)
     ("POST allocations/{id}/reclaim",          401,  403,  403,  403,  403,  403,  403,  403,  200),

@@ -8,6 +8,7 @@ import io
 from datetime import timedelta
 
 from ...store import utcnow
+from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
 from .base import MAX_STR, APIError, APIHandler, needs, parse_time
 
@@ -121,26 +122,45 @@ class UsageHandler(APIHandler):
                 field="format",
                 allowed=["json", "csv"],
             )
-        rows = self.store.usage(start, end, by)
+        report = self.store.usage_report(start, end, by)
         if fmt == "json":
             self.write_json(
-                {
-                    "from": start.isoformat() + "Z",
-                    "to": end.isoformat() + "Z",
-                    "by": by,
-                    "items": rows,
-                }
+                {"from": start.isoformat() + "Z", "to": end.isoformat() + "Z", "by": by} | report
             )
             return
         out = io.StringIO()
-        writer = csv.DictWriter(
-            out, [by, "leases", "held_unit_hours", "busy_unit_hours"], lineterminator="\n"
-        )
+        writer = csv.DictWriter(out, [by, *USAGE_COLUMNS], lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(report["items"])
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="gpu-usage-by-{by}.csv"')
         self.finish(out.getvalue())
+
+
+class IdleHoldersHandler(APIHandler):
+    """``GET usage/idle-holders?from=&to=&limit=``: who held the most GPU unit-hours idle."""
+
+    route_name = "idle-holders"
+
+    @needs("admin", "read usage reports")
+    def get(self) -> None:
+        end = self.time_arg("to", utcnow())
+        start = self.time_arg("from", end - timedelta(days=30))
+        assert start is not None and end is not None
+        raw = self.get_argument("limit", "10")
+        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+            raise APIError(
+                "invalid_argument", "limit must be a whole number from 1 to 1000", field="limit"
+            )
+        items = self.store.idle_holders(start, end, int(raw))
+        self.write_json(
+            {
+                "from": start.isoformat() + "Z",
+                "to": end.isoformat() + "Z",
+                "currency": self.store.prices.currency,
+                "items": items,
+            }
+        )
 
 
 class EventsHandler(APIHandler):
@@ -177,5 +197,6 @@ default_handlers = [
     (r"quotas/([^/]+)/([^/]+)", QuotaHandler),
     (r"nodes/([^/]+)/(cordon|uncordon|drain)", NodeActionHandler),
     (r"usage", UsageHandler),
+    (r"usage/idle-holders", IdleHoldersHandler),
     (r"events", EventsHandler),
 ]
