@@ -176,7 +176,11 @@ class Api:
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     """One hub + pool service (demo pool, SQLite, reconcile off) for the module."""
     where = tmp_path_factory.mktemp("contract")
-    env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", data_path("demo-pool.yaml"), USERS)
+    # the demo pool, plus a second cluster an agent may report a node in
+    pool = yaml.safe_load(Path(data_path("demo-pool.yaml")).read_text())
+    pool["clusters"] = ["default", "edge"]
+    (where / "pool.yaml").write_text(yaml.safe_dump(pool))
+    env = HubEnv(where, f"sqlite:///{where}/pool.sqlite", str(where / "pool.yaml"), USERS)
     # decisions in the store process: every error shape crosses the process boundary too
     env.service_args = (
         "--PoolService.reconcile_on_start=False",
