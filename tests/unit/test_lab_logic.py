@@ -174,3 +174,17 @@ def test_without_nvml_the_panel_says_why():
     assert not missing.available and "cannot be imported" in missing.reason
     assert missing.read(["GPU-1"]) == {"available": False, "reason": missing.reason, "devices": []}
     assert "switched off" in LocalGPU("").reason
+
+
+def test_the_lab_settings_are_documented_and_work_without_a_hub(monkeypatch):
+    from jupyterlab_gpupool.extension import GPUPoolLab
+
+    traits = GPUPoolLab.class_own_traits(config=True)
+    assert [n for n, t in traits.items() if not (t.help or "").strip()] == []
+    for var in ("GPUPOOL_API_URL", "GPUPOOL_LEASE_ID", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    lab = GPUPoolLab()
+    assert (lab.api_url, lab.lease_id, lab.interval, lab.save_timeout) == ("", "", 5.0, 10.0)
+    monkeypatch.setenv("GPUPOOL_API_URL", "http://pool/api/v1/")
+    monkeypatch.setenv("GPUPOOL_LEASE_ID", "L1")
+    assert (GPUPoolLab().api_url, GPUPoolLab().lease_id) == ("http://pool/api/v1/", "L1")
