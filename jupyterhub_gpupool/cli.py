@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (also used by the docs' CLI reference)."""
-    from .simulate import packing
+    from .simulate import packing, whatif
     from .simulate import reclaim as reclaim_sim
 
     parser = _Parser(
@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_arguments(rp)
     rp.set_defaults(func=report.run_cli)
 
-    sim = sub.add_parser("simulate", help="replay public GPU traces through the pool's placement")
+    sim = sub.add_parser(
+        "simulate", help="replay traces or the recorded requests through the pool's rules"
+    )
     sim_sub = sim.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=_Parser)
     sim_sub.required = True
     pack = sim_sub.add_parser(
@@ -92,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reclaim_sim.add_arguments(rec)
     rec.set_defaults(func=reclaim_sim.run_cli)
+    wi = sim_sub.add_parser(
+        "what-if",
+        help="re-run the recorded requests of the last N days with more/fewer GPUs or another "
+        "reclaim policy",
+        description=whatif.__doc__.splitlines()[0] if whatif.__doc__ else None,
+    )
+    whatif.add_arguments(wi)
+    wi.set_defaults(func=whatif.run_cli)
     return parser
 
 

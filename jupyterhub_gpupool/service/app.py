@@ -36,7 +36,7 @@ from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
 from . import pages
-from .apihandlers import admin, agent, allocations, operate, reclaim, restart, users
+from .apihandlers import admin, agent, allocations, operate, planning, reclaim, restart, users
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .metrics import PoolMetrics
@@ -455,7 +455,7 @@ class PoolService(StrictCommandLine):
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
         handlers = []
-        for module in (allocations, restart, users, agent, admin, reclaim, operate):
+        for module in (allocations, restart, users, agent, admin, reclaim, operate, planning):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),

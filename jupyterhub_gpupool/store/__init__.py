@@ -25,14 +25,14 @@ calls those only through its writer (``service/writer.py``), off the event loop.
 from __future__ import annotations
 
 from ..poolconfig import PoolConfig
-from .chargeback import ChargebackStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .labelmig import LabelMigStore
+from .planning import PlanningStore
 from .rows import utcnow
 
 
-class Store(LabelMigStore, ChargebackStore):
+class Store(LabelMigStore, PlanningStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

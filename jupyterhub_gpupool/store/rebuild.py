@@ -16,7 +16,7 @@ from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.miglayout import validate_mig_layout
-from ..pool.model import RETIRING, Gpu, MigInstance, Node, Request, parse_offer
+from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
 from ..pool.quota import QuotaBook, QuotaSpec, period_start
@@ -123,44 +123,7 @@ def build_allocator(
 ) -> Allocator:
     """An allocator holding exactly what the rows say: inventory, offers, quotas, live
     leases and the queue."""
-    nodes = []
-    for row in db.scalars(
-        select(orm.NodeRow)
-        .options(selectinload(orm.NodeRow.gpus).selectinload(orm.GpuRow.instances))
-        .order_by(orm.NodeRow.id)
-    ):
-        gpus = [
-            Gpu(
-                g.uuid,
-                g.index,
-                catalog.model_for_nvml(g.model, g.memory_mib),
-                row.name,
-                g.mig_enabled,
-                g.dynamic_mig,
-                g.sharing,
-                g.healthy,
-                g.cordoned,
-                instances_of(catalog, g),
-            )
-            for g in row.gpus
-        ]
-        nodes.append(
-            Node(
-                row.name,
-                row.cluster,
-                row.cpu_milli,
-                row.memory_mib,
-                gpus,
-                row.cordoned,
-                row.draining,
-                dict(row.labels or {}),
-                unreachable=row.unreachable,
-            )
-        )
-    offers = [
-        parse_offer(r.spec, catalog)
-        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
-    ]
+    nodes, offers = inventory_of(db, catalog)
     allocator = Allocator(
         nodes,
         offers,
@@ -203,3 +166,47 @@ def build_allocator(
             )
         )
     return allocator
+
+
+def inventory_of(db: Session, catalog: Catalog) -> tuple[list[Node], list[Offer]]:
+    """The nodes (with their GPUs and MIG instances, none held) and the offers the rows
+    hold: what a fresh allocator starts from (the what-if replay starts from it too)."""
+    nodes = []
+    for row in db.scalars(
+        select(orm.NodeRow)
+        .options(selectinload(orm.NodeRow.gpus).selectinload(orm.GpuRow.instances))
+        .order_by(orm.NodeRow.id)
+    ):
+        gpus = [
+            Gpu(
+                g.uuid,
+                g.index,
+                catalog.model_for_nvml(g.model, g.memory_mib),
+                row.name,
+                g.mig_enabled,
+                g.dynamic_mig,
+                g.sharing,
+                g.healthy,
+                g.cordoned,
+                instances_of(catalog, g),
+            )
+            for g in row.gpus
+        ]
+        nodes.append(
+            Node(
+                row.name,
+                row.cluster,
+                row.cpu_milli,
+                row.memory_mib,
+                gpus,
+                row.cordoned,
+                row.draining,
+                dict(row.labels or {}),
+                unreachable=row.unreachable,
+            )
+        )
+    offers = [
+        parse_offer(r.spec, catalog)
+        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
+    ]
+    return nodes, offers

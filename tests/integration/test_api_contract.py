@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from http.client import responses as REASONS
 from pathlib import Path
 from typing import Any
@@ -360,7 +361,17 @@ def test_success_responses_match_spec(api: Api):
         usage = call("admin", "GET", "usage?by=offer&from=0", "/usage").json()
         assert {row["offer"] for row in usage["items"]} >= {"a100-1g"}
         csv = call("admin", "GET", "usage?format=csv&by=group", "/usage")
-        assert csv.body.decode().splitlines()[0] == "group,leases,held_unit_hours,busy_unit_hours"
+        assert csv.body.decode().splitlines()[0] == (
+            "group,leases,held_unit_hours,busy_unit_hours,idle_unit_hours,idle_share,"
+            "unpriced_unit_hours,cost"
+        )
+        call("admin", "GET", "usage/idle-holders?from=0&limit=5", "/usage/idle-holders")
+        call("admin", "GET", "capacity?offer=a100-1g", "/capacity")
+        # a what-if wants whole recorded days: today's requests up to the end of today
+        tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).date().isoformat()
+        body = {"days": 1, "until": tomorrow, "add": {"H100-80GB": 1}}
+        side = call("admin", "POST", "capacity/what-if", "/capacity/what-if", body).json()
+        assert side["offers"]["*"]["recorded"]["requests"] >= 1
         events = call("admin", "GET", f"events?lease={lid}&limit=2", "/events").json()
         assert [e["kind"] for e in events["items"]] == ["granted", "mig-created"]
         assert events["total"] == 3 and events["next_offset"] == 2

@@ -61,6 +61,9 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET usage/idle-holders",                 401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET capacity",                           401,  403,  403,  403,  403,  403,  403,  403,  200),
+    # a what-if wants whole recorded days: today's hub has none (400 days, past the scopes)
+    ("POST capacity/what-if",                  401,  403,  403,  403,  403,  403,  403,  403,  400),
     ("GET events",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
     # the admin panel's actions (a fresh lease is a grant: reclaim releases it at once)
     ("POST allocations/{id}/reclaim",          401,  403,  403,  403,  403,  403,  403,  403,  200),
@@ -93,6 +96,7 @@ EXPECTED: dict[tuple[str, str], int] = {
 
 #: Bodies of the requests that take one (the variant after " +" adds to it).
 BODIES: dict[str, object] = {
+    "POST capacity/what-if": {"days": 1},
     "POST allocations": {"user": "alice", "offer": "t4-quarter"},
     "POST allocations/{id}/resize": {"offer": "a100-1g"},
     "POST allocations/{id}/keepalive": {},

@@ -1,0 +1,209 @@
+"""Capacity planning from the recorded leases: per offer and per day, the demand in unit-hours,
+the queue waits, the requests held back by quota or by capacity, and the share of held time that
+was idle. The what-if replay (``simulate/whatif.py``) reads the same records.
+
+A lease row is a request: created (asked), maybe granted, released (stopped, withdrawn,
+reclaimed...). Its ``queued`` audit event says why it waited (``quota``, ``no_capacity`` or
+``fairness``). A request refused outright (an unknown offer, beyond any ceiling) writes no row
+and is not counted here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import or_, select
+
+from .. import orm
+from .chargeback import ChargebackStore, lease_figures
+from .errors import StoreError
+
+DAY = timedelta(days=1)
+
+
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-quantile by nearest rank: the smallest value at least ``q`` of them are at or
+    below (a wait someone really had; None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One recorded request, as the replay and the daily figures need it (naive UTC)."""
+
+    id: str
+    user: str
+    server: str
+    offer: str
+    group: str | None
+    groups: tuple[str, ...]
+    clusters: tuple[str, ...]
+    priority: int
+    created: datetime
+    granted: datetime | None
+    released: datetime | None
+    units: float
+    busy_hours: float
+    release_reason: str | None
+    waited_for: str | None  # quota / no_capacity / fairness, from the ``queued`` event
+
+    @property
+    def units_f(self) -> float:
+        """The units it was granted (as the lease row names them, for ``lease_figures``)."""
+        return self.units
+
+    def wait(self, end: datetime) -> float:
+        """Seconds it waited: to its grant, to its withdrawal, or (still waiting) to ``end``."""
+        stop = self.granted or self.released or end
+        return max(0.0, (min(stop, end) - self.created).total_seconds())
+
+
+def wait_figures(waits: Iterable[float]) -> dict[str, float | None]:
+    """p50 and p95 waits in minutes (nearest rank), rounded to 0.1 min."""
+    w = list(waits)
+    p50, p95 = nearest_rank(w, 0.5), nearest_rank(w, 0.95)
+    return {
+        "wait_p50_min": None if p50 is None else round(p50 / 60, 1),
+        "wait_p95_min": None if p95 is None else round(p95 / 60, 1),
+    }
+
+
+class PlanningStore(ChargebackStore):
+    """Recorded demand, per offer and day."""
+
+    def records(self, start: datetime, end: datetime) -> list[Record]:
+        """Requests asked within [start, end), and those asked earlier still held or waiting
+        at ``start``, oldest first."""
+        with self.read() as db:
+            rows = list(
+                db.scalars(
+                    select(orm.LeaseRow)
+                    .where(
+                        orm.LeaseRow.created < end,
+                        or_(
+                            orm.LeaseRow.created >= start,
+                            orm.LeaseRow.released.is_(None),
+                            orm.LeaseRow.released > start,
+                        ),
+                    )
+                    .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
+                )
+            )
+            reasons: dict[str, str] = {}
+            ids = [r.id for r in rows]
+            for i in range(0, len(ids), 500):
+                for lease_id, data in db.execute(
+                    select(orm.EventRow.lease_id, orm.EventRow.data).where(
+                        orm.EventRow.kind == "queued", orm.EventRow.lease_id.in_(ids[i : i + 500])
+                    )
+                ):
+                    reasons.setdefault(lease_id, (data or {}).get("reason") or "no_capacity")
+        return [
+            Record(
+                r.id,
+                r.user,
+                r.server,
+                r.offer,
+                r.group,
+                tuple(r.groups or ()),
+                tuple(r.clusters or ()),
+                r.priority,
+                r.created,
+                r.granted,
+                r.released,
+                r.units_f,
+                r.busy_hours,
+                r.release_reason,
+                reasons.get(r.id),
+            )
+            for r in rows
+        ]
+
+    def first_request(self) -> datetime | None:
+        """When the first recorded request was made (None: none yet)."""
+        with self.read() as db:
+            return db.scalar(select(orm.LeaseRow.created).order_by(orm.LeaseRow.created).limit(1))
+
+    def capacity(
+        self, start: datetime, end: datetime, offer: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Per offer and UTC day within [start, end): requests, demand (unit-hours held plus
+        unit-hours waited), held, busy and idle unit-hours, the idle share, the p50/p95 queue
+        wait of the day's requests, and how many waited for quota and for capacity."""
+        if end <= start:
+            raise StoreError("invalid_range", "'to' must be after 'from'", field="to")
+        if end - start > timedelta(days=366):
+            raise StoreError("invalid_range", "at most 366 days at a time", field="from")
+        now = min(self.clock(), end)
+        with self.locked(fresh=False) as alloc:
+            units = {
+                name: float(alloc.units_for(o, None) or Fraction(0))
+                for name, o in alloc.offers.items()
+            }
+        day0 = datetime(start.year, start.month, start.day)
+        days = []
+        d = day0
+        while d < end:
+            days.append(d)
+            d += DAY
+        acc: dict[tuple[str, datetime], dict[str, Any]] = {}
+
+        def cell(o: str, day: datetime) -> dict[str, Any]:
+            return acc.setdefault(
+                (o, day),
+                {"requests": 0, "held": 0.0, "busy": 0.0, "waiting": 0.0, "waits": []}
+                | {"quota": 0, "capacity": 0},
+            )
+
+        for rec in self.records(start, end):
+            if offer is not None and rec.offer != offer:
+                continue
+            u = rec.units or units.get(rec.offer, 0.0)
+            for day in days:
+                lo, hi = max(day, start), min(day + DAY, end)
+                if rec.granted is not None:
+                    held, busy = lease_figures(rec, lo, hi, now)  # type: ignore[arg-type]
+                    if held:
+                        c = cell(rec.offer, day)
+                        c["held"] += float(held)
+                        c["busy"] += float(busy)
+                wait_to = min(rec.granted or rec.released or now, hi)
+                waited = (wait_to - max(rec.created, lo)).total_seconds()
+                if waited > 0:
+                    cell(rec.offer, day)["waiting"] += waited / 3600 * u
+            if rec.created >= start:
+                day = datetime(rec.created.year, rec.created.month, rec.created.day)
+                c = cell(rec.offer, day)
+                c["requests"] += 1
+                c["waits"].append(rec.wait(now))
+                if rec.waited_for == "quota":
+                    c["quota"] += 1
+                elif rec.waited_for is not None:
+                    c["capacity"] += 1
+        out = []
+        for (o, day), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            held = c["held"]
+            out.append(
+                {
+                    "offer": o,
+                    "day": day.date().isoformat(),
+                    "requests": c["requests"],
+                    "demand_unit_hours": round(held + c["waiting"], 6),
+                    "held_unit_hours": round(held, 6),
+                    "busy_unit_hours": round(c["busy"], 6),
+                    "waiting_unit_hours": round(c["waiting"], 6),
+                    "idle_share": round((held - c["busy"]) / held, 4) if held else 0.0,
+                    **wait_figures(c["waits"]),
+                    "queued_for_quota": c["quota"],
+                    "queued_for_capacity": c["capacity"],
+                }
+            )
+        return out

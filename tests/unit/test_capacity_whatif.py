@@ -1,0 +1,213 @@
+"""Capacity planning and the what-if replay on a synthetic month recorded through the real
+store, whose answers are known by construction.
+
+The month: one node with one H100. Every day at 09:00 three users ask for it; each holds it
+for one hour (half of it busy) and stops. So the recorded waits are 0, 60 and 120 min each day
+(p50 60, p95 120 by nearest rank). With one more H100 they would have been 0, 0 and 60 (p95 60);
+with two more, all 0. With the node removed, nothing is served.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+import yaml
+
+from jupyterhub_gpupool.cli import main
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.scopes import ADMIN, USE
+from jupyterhub_gpupool.simulate.whatif import Change, WhatIfError, what_if
+from jupyterhub_gpupool.store.planning import nearest_rank
+from tests.fakes import InProcessService, StoreClock, make_store, write_pool
+
+POOL = {
+    "nodes": [
+        {"name": "h100", "cpu_milli": 64000, "memory_mib": 262144,
+         "gpus": [{"model": "H100-80GB", "count": 1}]},
+    ],
+    "offers": [{"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}],
+    "quotas": {"default": {"guarantee": 1, "limit": 1}},
+    "reclaim": {"default": {"idle_timeout": "1h", "pressure_idle_timeout": "20m"}},
+}  # fmt: skip
+DAY1 = datetime(2026, 11, 1)
+UNTIL = datetime(2026, 12, 1)
+
+
+def record_month(url: str, days: int = 30, *, reclaimed: bool = False):
+    upgrade(url)
+    clock = StoreClock(DAY1)
+    store = make_store(url, clock, pool=POOL)
+    for d in range(days):
+        clock.now = DAY1 + timedelta(days=d, hours=9)
+        leases = [store.allocate(f"user{i}", "", "h100") for i in range(3)]
+        assert [x["state"] for x in leases] == ["granted", "queued", "queued"]
+        for _ in leases:  # the fair queue picks who is next: whoever is granted goes
+            [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
+            store.keepalive(lease["id"])
+            store.add_busy({lease["id"]: 0.5})
+            clock.advance(hours=1)
+            reason = "reclaimed-idle" if reclaimed else "stopped"
+            store.release(lease["id"], reason=reason)  # the next one is granted now
+    clock.now = UNTIL
+    return store
+
+
+@pytest.fixture(scope="module")
+def month(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('month')}/pool.sqlite"
+    return url, record_month(url)
+
+
+def test_nearest_rank():
+    assert nearest_rank([0, 60, 120], 0.5) == 60
+    assert nearest_rank([0, 60, 120], 0.95) == 120
+    assert nearest_rank([0, 0, 60], 0.5) == 0
+    assert nearest_rank([], 0.5) is None
+
+
+def test_capacity_per_offer_and_day(month):
+    _, store = month
+    days = store.capacity(DAY1, UNTIL)
+    assert len(days) == 30 and {d["offer"] for d in days} == {"h100"}
+    first = days[0]
+    assert first["day"] == "2026-11-01" and first["requests"] == 3
+    assert first["held_unit_hours"] == 3.0 and first["busy_unit_hours"] == 1.5
+    assert first["idle_share"] == 0.5
+    # waiting: one request 1 h, one 2 h → 3 unit-hours waited; demand = held + waited
+    assert first["waiting_unit_hours"] == 3.0 and first["demand_unit_hours"] == 6.0
+    assert first["wait_p50_min"] == 60.0 and first["wait_p95_min"] == 120.0
+    assert first["queued_for_capacity"] == 2 and first["queued_for_quota"] == 0
+
+
+def test_capacity_tells_quota_from_capacity(tmp_path):
+    url = f"sqlite:///{tmp_path}/q.sqlite"
+    upgrade(url)
+    clock = StoreClock(DAY1 + timedelta(hours=9))
+    store = make_store(url, clock, pool={**POOL, "nodes": [
+        {**POOL["nodes"][0], "gpus": [{"model": "H100-80GB", "count": 2}]}]})  # fmt: skip
+    store.allocate("ann", "one", "h100")
+    second = store.allocate("ann", "two", "h100")  # free GPU, but ann's limit is 1
+    assert second["state"] == "queued" and second["reason"] == "quota"
+    [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
+    assert day["queued_for_quota"] == 1 and day["queued_for_capacity"] == 0
+
+
+def test_what_if_more_gpus_shortens_the_waits_as_constructed(month):
+    _, store = month
+    base = what_if(store, 30, Change(), UNTIL)["offers"]["h100"]
+    assert base["recorded"]["requests"] == base["what_if"]["requests"] == 90
+    # the recorded pool, replayed, reproduces what happened
+    for key in ("wait_p50_min", "wait_p95_min", "served", "held_unit_hours", "idle_share"):
+        assert base["what_if"][key] == base["recorded"][key], key
+    assert base["recorded"]["wait_p50_min"] == 60.0 and base["recorded"]["wait_p95_min"] == 120.0
+    one = what_if(store, 30, Change(add={"H100-80GB": 1}), UNTIL)["offers"]["h100"]["what_if"]
+    assert (one["wait_p50_min"], one["wait_p95_min"]) == (0.0, 60.0)
+    two = what_if(store, 30, Change(add={"H100-80GB": 2}), UNTIL)["offers"]["h100"]["what_if"]
+    assert (two["wait_p50_min"], two["wait_p95_min"]) == (0.0, 0.0)
+    assert two["held_unit_hours"] == 90.0 and two["idle_share"] == 0.5  # the same work
+    week = what_if(store, 7, Change(add={"H100-80GB": 2}), UNTIL)["offers"]["h100"]
+    assert week["recorded"]["requests"] == 21
+
+
+def test_what_if_without_the_node_serves_nothing(month):
+    _, store = month
+    gone = what_if(store, 30, Change(remove=("h100",)), UNTIL)["offers"]["h100"]["what_if"]
+    assert gone["served"] == 0 and gone["unserved"] == 90
+
+
+def test_what_if_a_shorter_idle_timeout_releases_reclaimed_leases_sooner(tmp_path):
+    from jupyterhub_gpupool.pool.reclaimpolicy import parse_policies
+
+    store = record_month(f"sqlite:///{tmp_path}/r.sqlite", days=3, reclaimed=True)
+    offers = store.locked().__enter__().offers
+    shorter = parse_policies({"default": {"idle_timeout": "30m", "pressure_idle_timeout": "20m",
+                                          "warn_before": "10m"}}, offers)  # fmt: skip
+    r = what_if(store, 3, Change(policy=shorter), datetime(2026, 11, 4))["offers"]["h100"]
+    # each lease was reclaimed after a 1 h idle timeout: with 30 min it ends 30 min sooner,
+    # so the waits are 0, 30 and 60 min and half as many unit-hours are held
+    assert (r["what_if"]["wait_p50_min"], r["what_if"]["wait_p95_min"]) == (30.0, 60.0)
+    assert r["what_if"]["held_unit_hours"] == 4.5 and r["recorded"]["held_unit_hours"] == 9.0
+
+
+def test_too_few_days_says_how_many_there_are(month):
+    _, store = month
+    with pytest.raises(WhatIfError, match=r"holds 30 days .*since 2026-11-01.*--days 30"):
+        what_if(store, 31, Change(), UNTIL)
+
+
+def test_the_command_prints_the_side_by_side_table(month, capsys):
+    url, _ = month
+    rc = main(["simulate", "what-if", "--from", url, "--days", "30", "--until",
+               "2026-12-01T00:00:00Z", "--add", "H100-80GB:2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and "+2 H100-80GB" in out
+    [row] = [line for line in out.splitlines() if line.startswith("h100")]
+    assert "60 → 0" in row and "120 → 0" in row
+    rc = main(["simulate", "what-if", "--from", url, "--until", "2026-12-01", "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["days"] == 30
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--days", "45"], "holds 30 days"),
+        (["--add", "H100-80GB"], "MODEL:COUNT"),
+        (["--add", "H900:1"], "unknown GPU model 'H900'"),
+        (["--remove", "gpu-z"], "no node 'gpu-z' (nodes: h100)"),
+        (["--until", "yesterday"], "--until must be an ISO 8601 time"),
+        (["--days", "0"], "--days must be at least 1"),
+        (["--policy", "/nonexistent.yaml"], "cannot read /nonexistent.yaml"),
+    ],
+)
+def test_bad_what_if_input_is_one_line_exit_2(month, args, says, capsys):
+    url, _ = month
+    rc = main(["simulate", "what-if", "--from", url, "--until", "2026-12-01", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and err.count("\n") == 1, err
+
+
+def test_a_bad_policy_file_names_the_field(month, tmp_path, capsys):
+    url, _ = month
+    bad = write_pool(tmp_path, yaml.safe_dump({"reclaim": {"offers": {"nope": {}}}}))
+    rc = main(["simulate", "what-if", "--from", url, "--until", "2026-12-01", "--policy", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "reclaim.offers" in err and "nope" in err
+
+
+# -- the same through the API (what the admin panel calls) ------------------------------------
+
+MODELS = {
+    "admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []},
+    "alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"], "groups": []},
+}
+
+
+def test_capacity_and_what_if_over_http(month):
+    _, store = month
+    with InProcessService(store, MODELS) as api:
+        r = api.call("admin", "GET", "capacity?from=2026-11-01&to=2026-11-03&offer=h100")
+        assert r.status == 200 and [d["day"] for d in r.json()["items"]] == [
+            "2026-11-01",
+            "2026-11-02",
+        ]
+        body = {"days": 30, "add": {"H100-80GB": 2}, "until": "2026-12-01T00:00:00Z"}
+        r = api.call("admin", "POST", "capacity/what-if", body)
+        assert r.status == 200, r.body
+        side = r.json()["offers"]["h100"]
+        assert side["recorded"]["wait_p95_min"] == 120.0 and side["what_if"]["wait_p95_min"] == 0
+        short = {"days": 30, "until": "2026-12-01", "reclaim": {"default": {"idle_timeout": "1h"}}}
+        assert api.call("admin", "POST", "capacity/what-if", short).status == 200
+        for bad, field, says in [
+            ({"days": 40, "until": "2026-12-01"}, "days", "holds 30 days"),
+            ({"days": 0}, "days", "from 1 to 366"),
+            ({"days": 5, "add": {"H900": 1}}, "add", "unknown GPU model"),
+            ({"days": 5, "remove": ["gpu-z"]}, "remove", "no node"),
+            ({"days": 5, "reclaim": {"offers": {"nope": {}}}}, "reclaim.offers", "nope"),
+        ]:
+            r = api.call("admin", "POST", "capacity/what-if", bad)
+            err = r.json()["error"]
+            assert r.status == 400 and err["field"] == field and says in err["message"], err
+        assert api.call("alice", "POST", "capacity/what-if", {"days": 1}).status == 403
+        assert api.call("alice", "GET", "capacity").status == 403
