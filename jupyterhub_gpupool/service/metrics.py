@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from ..store import Store
 
+#: The label of usage without a group (a lease charged to no group).
+NO_GROUP = "(none)"
+
 
 class PoolMetrics:
-    """Capacity, use, queue, grants/releases and request latency."""
+    """Capacity, use, queue, grants/releases, request latency, and per group the month's
+    unit-hours, cost and idle share (``usage_refresh``: seconds between recounts of those, so
+    a scrape every few seconds does not read the month's leases every time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, usage_refresh: float = 60.0) -> None:
         self.registry = CollectorRegistry()
+        self.usage_refresh = usage_refresh
+        self._usage_at: float | None = None
         r = self.registry
+        self.group_held = Gauge(
+            "gpupool_group_held_unit_hours",
+            "GPU unit-hours held this calendar month (UTC), per group",
+            ["group"],
+            registry=r,
+        )
+        self.group_busy = Gauge(
+            "gpupool_group_busy_unit_hours",
+            "GPU unit-hours busy this calendar month (UTC), per group",
+            ["group"],
+            registry=r,
+        )
+        self.group_idle_share = Gauge(
+            "gpupool_group_idle_share",
+            "Share of this month's held GPU time that was idle (0-1), per group",
+            ["group"],
+            registry=r,
+        )
+        self.group_cost = Gauge(
+            "gpupool_group_cost",
+            "Cost of this calendar month's GPU use so far at the pool config's prices, per group",
+            ["group", "currency"],
+            registry=r,
+        )
+        self.group_units = Gauge(
+            "gpupool_group_held_units", "GPU units held now, per group", ["group"], registry=r
+        )
         self.capacity = Gauge(
             "gpupool_capacity_units", "GPU units in the pool", ["model"], registry=r
         )
@@ -122,4 +158,34 @@ class PoolMetrics:
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
         self.reclaiming.set(store.reclaiming_count())
+        self._render_groups(store)
         return generate_latest(self.registry)
+
+    def _render_groups(self, store: Store) -> None:
+        """The per-group gauges: units held now, and the month so far (recounted at most
+        every ``usage_refresh`` seconds; a new month starts from nothing)."""
+        with store.locked(fresh=False) as alloc:
+            held: dict[str, float] = {}
+            for lease in alloc.leases.values():
+                key = lease.group or NO_GROUP
+                held[key] = held.get(key, 0.0) + float(lease.units)
+        self.group_units.clear()
+        for group, units in held.items():
+            self.group_units.labels(group=group).set(units)
+        tick = time.monotonic()
+        if self._usage_at is not None and tick - self._usage_at < self.usage_refresh:
+            return
+        self._usage_at = tick
+        now = store.clock()
+        month = datetime(now.year, now.month, 1)
+        if now <= month:
+            return
+        report = store.usage_report(month, now, "group")
+        for gauge in (self.group_held, self.group_busy, self.group_idle_share, self.group_cost):
+            gauge.clear()
+        for row in report["items"]:
+            group = row["group"] or NO_GROUP
+            self.group_held.labels(group=group).set(row["held_unit_hours"])
+            self.group_busy.labels(group=group).set(row["busy_unit_hours"])
+            self.group_idle_share.labels(group=group).set(row["idle_share"])
+            self.group_cost.labels(group=group, currency=report["currency"]).set(float(row["cost"]))
