@@ -337,3 +337,67 @@ def test_status_and_the_widget_in_a_kernels_environment(hub: HubEnv, alice: str)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["device"] == "A100 1g.10gb" and seen["ok"]
     assert "A100 1g.10gb" in seen["widget"] and "GPU units in use" in seen["quota"]
+
+
+def test_a_move_that_must_wait_shows_its_place_and_can_be_cancelled(hub: HubEnv, alice: str):
+    start(hub, "bob", "h100")  # the only H100
+    try:
+        token = hub.token("alice")
+        before = environ(hub, "alice")["GPUPOOL_LEASE_ID"]
+        tab = LabTab(alice, token)
+        try:
+            r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "h100"})
+            assert r.status == 202, r.body
+            waiting = tab.wait_state(lambda s: s["pending"], "the move waiting")["pending"]
+            assert waiting["state"] == "queued" and waiting["position"] == 1
+            assert waiting["resize_of"] == before
+            # a second move while one waits is refused, the first one stays
+            again = request("POST", f"{alice}/gpupool/resize", token, {"offer": "a100-3g"})
+            assert again.status == 409 and again.json()["error"]["code"] == "resize_pending"
+            r = request("DELETE", f"{alice}/gpupool/resize", token)
+            assert r.status == 200 and r.json()["pending"] is None, r.body
+            assert r.json()["lease"]["id"] == before  # alice keeps her slice
+        finally:
+            tab.close()
+        assert hub_lease(hub, waiting["id"])["state"] == "released"
+        assert environ(hub, "alice")["GPUPOOL_LEASE_ID"] == before  # never restarted
+        r = request("DELETE", f"{alice}/gpupool/resize", token)
+        assert r.status == 404 and r.json()["error"]["code"] == "not_found"
+    finally:
+        stop(hub, "bob")
+
+
+def test_the_pool_restarts_only_into_a_waiting_lease_of_ones_own(hub: HubEnv, alice: str):
+    lease = environ(hub, "alice")["GPUPOOL_LEASE_ID"]
+    r = request("POST", f"{hub.api}/allocations/{lease}/restart", hub.token("alice"), {})
+    assert r.status == 409 and r.json()["error"]["code"] == "not_live", r.body  # active
+    r = request("POST", f"{hub.api}/allocations/{lease}/restart", hub.token("bob"), {})
+    assert r.status == 404, r.body  # another user's lease reads as missing
+    r = request("POST", f"{hub.api}/allocations/{lease}/restart", hub.token("alice"), {"x": 1})
+    assert r.status == 422 and r.json()["error"]["code"] == "unknown_field", r.body
+
+
+def test_a_cpu_only_server_moves_onto_a_gpu(hub: HubEnv):
+    start(hub, "bob", "")
+    try:
+        assert "GPUPOOL_LEASE_ID" not in environ(hub, "bob")
+        token = hub.token("bob")
+        r = request("POST", f"{hub.hub_url}/user/bob/gpupool/resize", token, {"offer": "h100"})
+        assert r.status == 202, r.body
+        target = r.json()["target"]
+        assert target["resize_of"] is None and target["server"] == ""
+
+        def on_gpu() -> dict | None:
+            if not server(hub, "bob").get("ready"):
+                return None
+            env = environ(hub, "bob")
+            return env if env.get("GPUPOOL_LEASE_ID") == target["id"] else None
+
+        env = wait_until(on_gpu, 180, "bob's server on the H100", info=hub.logs)
+        assert env["GPUPOOL_OFFER"] == "h100" and env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    finally:
+        stop(hub, "bob")
+
+
+def hub_lease(env: HubEnv, lease_id: str) -> dict:
+    return request("GET", f"{env.api}/allocations/{lease_id}", env.spawner_token).json()  # type: ignore[return-value]
