@@ -5,7 +5,8 @@ Every recorded request (a lease row) is asked again at the time it was asked, of
 ``pool.allocator.Allocator`` built from the database's inventory, offers and quotas (as they
 are now), changed as asked: ``--add MODEL:COUNT`` puts a node with COUNT such GPUs in the pool
 (MIG-enabled with dynamic MIG when an offer slices that model), ``--remove NODE`` takes a node
-out. A granted request holds what it gets for as long as it held its recorded grant; one that
+out, ``--mig-layout NODE=3g.40gb,3g.40gb`` (or ``=dynamic``) re-partitions its MIG GPUs.
+A granted request holds what it gets for as long as it held its recorded grant; one that
 was withdrawn while waiting gives up after as long as it waited then; one still waiting at the
 end waits to the end. Requests that were already held or waiting when the window opens are
 asked at its start. ``--policy FILE`` changes the reclaim policy: a lease the recorded policy
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ..pool.allocator import Allocator, Grant, Queued
-from ..pool.model import Gpu, Node, Offer, Request
+from ..pool.errors import PoolError
+from ..pool.miglayout import mig_new_starts
+from ..pool.model import Gpu, MigInstance, Node, Offer, Request
 from ..pool.reclaimpolicy import PolicySet
 
 DAY = timedelta(days=1)
@@ -51,11 +54,15 @@ class Change:
     add: Mapping[str, int] = field(default_factory=dict)
     remove: tuple[str, ...] = ()
     policy: PolicySet | None = None
+    #: node → the MIG layout of each of its MIG-capable GPUs (profiles), or ``dynamic``.
+    layouts: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
 
     def describe(self) -> str:
         """``+2 A100-80GB, -node gpu-b, policy`` (for the report's heading)."""
         parts = [f"+{n} {m}" for m, n in self.add.items()]
         parts += [f"-node {n}" for n in self.remove]
+        for node, layout in self.layouts.items():
+            parts.append(f"{node} MIG {layout if isinstance(layout, str) else '+'.join(layout)}")
         if self.policy is not None:
             parts.append("reclaim policy from file")
         return ", ".join(parts) or "nothing (the recorded pool)"
@@ -76,6 +83,36 @@ def parse_add(values: Iterable[str], models: Sequence[str]) -> dict[str, int]:
     return out
 
 
+def parse_layouts(values: Iterable[str]) -> dict[str, tuple[str, ...] | str]:
+    """``NODE=PROFILE,PROFILE,...`` or ``NODE=dynamic`` for each ``--mig-layout``."""
+    out: dict[str, tuple[str, ...] | str] = {}
+    for v in values:
+        node, _, layout = v.partition("=")
+        if not node or not layout:
+            raise WhatIfError(
+                f"--mig-layout wants NODE=PROFILE,... or NODE=dynamic, got {v!r}", "mig_layout"
+            )
+        out[node] = "dynamic" if layout == "dynamic" else tuple(layout.split(","))
+    return out
+
+
+def lay_out(gpu: Gpu, profiles: Sequence[str]) -> list[MigInstance]:
+    """``profiles`` placed on ``gpu`` by the catalog's rules (largest first, lowest start), or a
+    WhatIfError naming what does not fit."""
+    model = gpu.model
+    placed: list[tuple[str, int]] = []
+    for name in sorted(profiles, key=lambda p: -model.profile(p).memory_slices):
+        starts = mig_new_starts(model, placed, name)
+        if not starts:
+            raise WhatIfError(
+                f"--mig-layout: {'+'.join(profiles)} does not fit one {model.name} "
+                f"(no room left for {name})",
+                "mig_layout",
+            )
+        placed.append((name, min(starts)))
+    return [MigInstance(name, start) for name, start in sorted(placed, key=lambda x: x[1])]
+
+
 def changed_inventory(
     nodes: list[Node], offers: Sequence[Offer], change: Change, catalog: Any
 ) -> list[Node]:
@@ -87,6 +124,12 @@ def changed_inventory(
             raise WhatIfError(
                 f"--remove: no node {name!r} (nodes: {', '.join(sorted(names))})", "remove"
             )
+    for name in change.layouts:
+        if name not in names:
+            raise WhatIfError(
+                f"--mig-layout: no node {name!r} (nodes: {', '.join(sorted(names))})",
+                "mig_layout",
+            )
     kept = [n for n in nodes if n.name not in change.remove]
     for node in kept:
         node.cpu_used = node.memory_used = 0
@@ -97,6 +140,17 @@ def changed_inventory(
             else:  # a fixed layout stays; what held its instances is not replayed
                 for inst in gpu.instances:
                     inst.lease = None
+            layout = change.layouts.get(node.name)
+            if layout is None or not gpu.model.mig_capable:
+                continue
+            gpu.mig_enabled = True
+            if layout == "dynamic":
+                gpu.dynamic_mig, gpu.instances = True, []
+            else:
+                try:
+                    gpu.dynamic_mig, gpu.instances = False, lay_out(gpu, layout)
+                except PoolError as e:  # an unknown profile for this model
+                    raise WhatIfError(f"--mig-layout {node.name}: {e}", "mig_layout") from None
     for i, (model_name, count) in enumerate(change.add.items()):
         model = catalog.model(model_name)
         sliced = any(o.kind == "mig" and model.name in o.models for o in offers)
@@ -403,6 +457,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--remove", action="append", default=[], metavar="NODE", help="take a node out"
     )
     parser.add_argument(
+        "--mig-layout",
+        action="append",
+        default=[],
+        metavar="NODE=PROFILE,...",
+        help="give every MIG-capable GPU of NODE this fixed layout, or 'dynamic' (repeatable)",
+    )
+    parser.add_argument(
         "--policy",
         default=None,
         metavar="FILE",
@@ -454,7 +515,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
                 _, offers = inventory_of(db, store.catalog)
             policy = load_policy(args.policy, {o.name: o for o in offers}, store.catalog)
-        result = what_if(store, args.days, Change(add, tuple(args.remove), policy), until)
+        change = Change(add, tuple(args.remove), policy, parse_layouts(args.mig_layout))
+        result = what_if(store, args.days, change, until)
     except (WhatIfError, ReportError) as e:
         print(f"jupyterhub-gpupool simulate what-if: error: {e}", file=sys.stderr)
         return 2

@@ -205,9 +205,62 @@ def test_capacity_and_what_if_over_http(month):
             ({"days": 5, "add": {"H900": 1}}, "add", "unknown GPU model"),
             ({"days": 5, "remove": ["gpu-z"]}, "remove", "no node"),
             ({"days": 5, "reclaim": {"offers": {"nope": {}}}}, "reclaim.offers", "nope"),
+            ({"days": 5, "mig_layout": {"h100": "static"}}, "mig_layout", "dynamic"),
+            ({"days": 5, "mig_layout": {"gpu-z": "dynamic"}}, "mig_layout", "no node"),
         ]:
             r = api.call("admin", "POST", "capacity/what-if", bad)
             err = r.json()["error"]
             assert r.status == 400 and err["field"] == field and says in err["message"], err
         assert api.call("alice", "POST", "capacity/what-if", {"days": 1}).status == 403
         assert api.call("alice", "GET", "capacity").status == 403
+
+
+# -- a different MIG layout ---------------------------------------------------------------------
+
+MIG_POOL = {
+    "nodes": [
+        {"name": "a100", "cpu_milli": 64000, "memory_mib": 262144,
+         "gpus": [{"model": "A100-80GB", "mig": {"enabled": True, "dynamic": True}}]},
+    ],
+    "offers": [{"name": "a100-3g", "kind": "mig", "profile": "3g.40gb", "models": ["A100-80GB"]}],
+    "quotas": {"default": {"guarantee": 1, "limit": 1}},
+}  # fmt: skip
+
+
+def test_what_if_a_fixed_mig_layout(tmp_path, capsys):
+    """Three 3g.40gb asks a day for an hour each on a dynamic A100 (room for two at once):
+    waits 0, 0, 60. Fixed to one 3g.40gb (and smaller slices) the A100 serves one at a time:
+    0, 60, 120; with the recorded dynamic layout the replay says what happened."""
+    from tests.fakes import make_instances
+
+    url = f"sqlite:///{tmp_path}/mig.sqlite"
+    upgrade(url)
+    clock = StoreClock(DAY1)
+    store = make_store(url, clock, pool=MIG_POOL)
+    for d in range(3):
+        clock.now = DAY1 + timedelta(days=d, hours=9)
+        leases = [store.allocate(f"user{i}", "", "a100-3g") for i in range(3)]
+        for _ in range(3):  # the node's agent: destroy what was released, make what is planned
+            gone = [a | {"ok": True, "error": None} for a in store.mig_plan("a100")]
+            store.mig_results("a100", [a for a in gone if a["op"] == "destroy"])
+            make_instances(store)
+            live = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
+            for lease in live:
+                store.keepalive(lease["id"])
+            clock.advance(hours=1)
+            for lease in live:
+                store.release(lease["id"])
+        assert all(store.lease(x["id"])["state"] == "released" for x in leases)
+    clock.now = datetime(2026, 11, 4)
+    same = what_if(store, 3, Change(layouts={"a100": "dynamic"}))["offers"]["a100-3g"]
+    assert same["recorded"]["wait_p95_min"] == same["what_if"]["wait_p95_min"] == 60.0
+    fixed = Change(layouts={"a100": ("3g.40gb", "2g.20gb", "1g.10gb")})
+    one = what_if(store, 3, fixed)["offers"]["a100-3g"]["what_if"]
+    assert (one["wait_p50_min"], one["wait_p95_min"]) == (60.0, 120.0)
+    rc = main(["simulate", "what-if", "--from", url, "--days", "3", "--until", "2026-11-04",
+               "--mig-layout", "a100=3g.40gb,3g.40gb,3g.40gb"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not fit one A100-80GB" in err and err.count("\n") == 1
+    rc = main(["simulate", "what-if", "--from", url, "--days", "3", "--until", "2026-11-04",
+               "--mig-layout", "a100=9g.90gb"])  # fmt: skip
+    assert rc == 2 and "9g.90gb" in capsys.readouterr().err

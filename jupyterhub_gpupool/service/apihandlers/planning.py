@@ -37,8 +37,9 @@ class CapacityHandler(APIHandler):
 
 
 class WhatIfHandler(APIHandler):
-    """``POST capacity/what-if {days, add?, remove?, reclaim?, until?}``: the recorded requests
-    of the last ``days`` days replayed on a changed pool, beside what happened."""
+    """``POST capacity/what-if {days, add?, remove?, mig_layout?, reclaim?, until?}``: the
+    recorded requests of the last ``days`` days replayed on a changed pool, beside what
+    happened."""
 
     route_name = "what-if"
 
@@ -50,6 +51,7 @@ class WhatIfHandler(APIHandler):
                 "add": (dict, False),
                 "remove": (list, False),
                 "reclaim": (dict, False),
+                "mig_layout": (dict, False),
                 "until": (str, False),
             }
         )
@@ -77,7 +79,27 @@ class WhatIfHandler(APIHandler):
                     raise APIError(
                         "invalid_argument", e.message, field=e.field or "reclaim"
                     ) from None
-            change = Change(add, tuple(remove), policy)
+            layouts = body.get("mig_layout") or {}
+            for layout in layouts.values():
+                if not (
+                    layout == "dynamic"
+                    or (
+                        isinstance(layout, list)
+                        and layout
+                        and all(isinstance(p, str) for p in layout)
+                    )
+                ):
+                    raise APIError(
+                        "invalid_argument",
+                        "mig_layout maps a node to a list of MIG profiles or 'dynamic'",
+                        field="mig_layout",
+                    )
+            change = Change(
+                add,
+                tuple(remove),
+                policy,
+                {n: v if v == "dynamic" else tuple(v) for n, v in layouts.items()},
+            )
             loop = asyncio.get_running_loop()
             result: dict[str, Any] = await loop.run_in_executor(
                 None, what_if, self.store, days, change, until
