@@ -15,7 +15,8 @@ from ...store import utcnow
 from ...store.rebuild import inventory_of
 from .base import APIError, APIHandler, needs, parse_time
 
-#: The longest what-if window (days): a year of requests replays in seconds.
+#: The longest what-if window (days): a year of 400 requests a day replays in about 20 s of
+#: one core (benchmarks/whatif_replay.py), in a thread beside the event loop.
 MAX_DAYS = 366
 
 
