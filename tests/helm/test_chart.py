@@ -330,6 +330,8 @@ def test_the_service_runs_with_the_rendered_command_and_config(render, tmp_path:
     assert service["port"] == 10101 and service["ip"] == "0.0.0.0"
     assert service["pool_config_file"] == f"{tmp_path}/pool.yaml"
     assert service["upgrade_db"] is True
+    # mig.repartition.enabled: the service writes nodes' nvidia.com/mig.config label
+    assert shown["MigLabeller"]["enabled"] is True
 
 
 def test_the_agent_runs_with_the_rendered_command(render, tmp_path: Path) -> None:
