@@ -37,6 +37,7 @@ class Restarts:
         hub: HubClient,
         *,
         poll: float = 1.0,
+        grace: float = 2.0,
         stop_timeout: float = 120.0,
         start_timeout: float = 300.0,
         max_wait: float = 86400.0,
@@ -45,6 +46,9 @@ class Restarts:
     ) -> None:
         self.store, self.hub = store, hub
         self.poll, self.stop_timeout, self.start_timeout = poll, stop_timeout, start_timeout
+        #: seconds between the grant and the stop: the server's answer to the move that asked
+        #: for the restart gets back to the user's page first
+        self.grace = grace
         self.max_wait = max_wait
         self.log = log or logging.getLogger(__name__)
         self.on_done = on_done
@@ -88,6 +92,7 @@ class Restarts:
                     return
                 await asyncio.sleep(self.poll)
             self.outcomes[lid] = "restarting"
+            await asyncio.sleep(self.grace)
             self.log.info("Restarting %s/%s into lease %s (%s)", user, server, lid, now["offer"])
             await self.hub.stop_server(user, server)
             if not await self.hub.wait_server(

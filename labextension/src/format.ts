@@ -172,6 +172,20 @@ export function actionText(action: string): string {
   return action;
 }
 
+/** What a reclaim that happened did (the panel's "Recent reclaims"). */
+export function doneText(action: string): string {
+  if (action === 'stop') {
+    return 'the server was stopped';
+  }
+  if (action === 'release-gpu') {
+    return 'the server restarted without a GPU';
+  }
+  if (action.startsWith('shrink:')) {
+    return `the server restarted on ${action.slice(7)}`;
+  }
+  return action;
+}
+
 /** The Keep my GPU button: enabled, and if not, why. */
 export function keepState(state: IState): { enabled: boolean; why: string } {
   const n = state.notice;
@@ -221,17 +235,29 @@ export class Backoff {
   }
 }
 
-/** After a move was asked for: is the server back, on the target? */
-export function moveFinished(state: IState, targetId: string): boolean {
-  return !!state.lease && state.lease.id === targetId && !state.pending;
+/** A move this tab asked for: from which lease (null: CPU only) to which offer; recorded
+ * before the request, since the server may restart before its answer arrives. */
+export interface IMove {
+  from: string | null;
+  offer: string;
 }
 
-/** A move that ended without the target: it was refused, withdrawn or never came. */
-export function moveFailed(previous: IState, now: IState, targetId: string): boolean {
+/** After a move was asked for: is the server back, on a new lease of the asked offer? */
+export function moveFinished(state: IState, move: IMove): boolean {
   return (
-    !!previous.pending &&
-    previous.pending.id === targetId &&
-    !now.pending &&
-    (!now.lease || now.lease.id !== targetId)
+    !!state.lease &&
+    state.lease.id !== move.from &&
+    state.lease.offer === move.offer &&
+    !state.pending
   );
+}
+
+/** A move that ended without the target: refused, withdrawn, cancelled or never came (a
+ * request was waiting, and now none is and the server is still where it was). */
+export function moveFailed(previous: IState | null, now: IState, move: IMove): boolean {
+  const still = (now.lease?.id ?? null) === move.from;
+  if (!now.pool.ok || now.pending || !still) {
+    return false;
+  }
+  return previous === null || !!previous.pending;
 }

@@ -7,7 +7,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { Backoff, moveFailed, moveFinished } from './format';
+import { Backoff, IMove, moveFailed, moveFinished } from './format';
 import { ISaveResult, IState } from './types';
 
 /** Saves what this tab has open; returns what it saved, left alone, or failed to save. */
@@ -29,9 +29,10 @@ export class GPUPoolModel {
   private _timer: number | null = null;
   private _watchdog: number | null = null;
   private _lastEvent = 0;
-  /** the target of a move this tab asked for (kept in sessionStorage: the page may reload
-   * before the server restarts), and whether the server went away since */
-  private _moveTarget: string | null = null;
+  /** the move this tab asked for (kept in sessionStorage: the page may reload, and the
+   * server restart, before the answer arrives), and whether the server went away since */
+  private _move: IMove | null = null;
+  private _asking = false;
   restarting = false;
   /** the server (not the pool) cannot be reached */
   serverAway = false;
@@ -43,20 +44,21 @@ export class GPUPoolModel {
     private saver: Saver
   ) {
     try {
-      this._moveTarget = window.sessionStorage.getItem(MOVE_KEY);
+      const kept = window.sessionStorage.getItem(MOVE_KEY);
+      this._move = kept ? (JSON.parse(kept) as IMove) : null;
     } catch {
-      this._moveTarget = null;
+      this._move = null;
     }
   }
 
-  get moveTarget(): string | null {
-    return this._moveTarget;
+  get moving(): IMove | null {
+    return this._move;
   }
-  set moveTarget(id: string | null) {
-    this._moveTarget = id;
+  set moving(move: IMove | null) {
+    this._move = move;
     try {
-      if (id) {
-        window.sessionStorage.setItem(MOVE_KEY, id);
+      if (move) {
+        window.sessionStorage.setItem(MOVE_KEY, JSON.stringify(move));
       } else {
         window.sessionStorage.removeItem(MOVE_KEY);
       }
@@ -130,7 +132,7 @@ export class GPUPoolModel {
       this._source = null;
     }
     this.serverAway = true;
-    if (this.moveTarget) {
+    if (this.moving) {
       this.restarting = true;
     }
     this._changed.emit(this._state);
@@ -165,7 +167,7 @@ export class GPUPoolModel {
       const status = (e as { status?: number }).status;
       if (status === 401 || status === 403) {
         // a new server process (restarted): this page's login was for the old one
-        if (this.moveTarget) {
+        if (this.moving) {
           window.location.reload(); // the page logs in again and loads on the new GPU
           return;
         }
@@ -182,30 +184,25 @@ export class GPUPoolModel {
   setState(state: IState): void {
     const previous = this._state;
     this._state = state;
-    if (this.moveTarget && moveFinished(state, this.moveTarget)) {
-      this.moveTarget = null;
+    const move = this.moving;
+    if (move && moveFinished(state, move)) {
+      this.moving = null;
       if (this.restarting) {
-        // the server restarted into the target: a fresh page gets its kernels and settings
+        // the server restarted onto the new GPU: a fresh page gets its kernels and settings
         this.restarting = false;
         window.setTimeout(() => window.location.reload(), 500);
       } else {
         this._message.emit({ text: `Now on ${state.lease?.device}.`, error: false });
       }
-    } else if (
-      this.moveTarget &&
-      !previous &&
-      state.pool.ok &&
-      !state.pending &&
-      state.lease?.id !== this.moveTarget
-    ) {
-      this.moveTarget = null; // a move remembered from before a reload that is over
-    } else if (this.moveTarget && previous && moveFailed(previous, state, this.moveTarget)) {
-      this.moveTarget = null;
+    } else if (move && !this._asking && moveFailed(previous, state, move)) {
+      this.moving = null;
       this.restarting = false;
-      this._message.emit({
-        text: 'The move did not happen: the GPU you asked for did not come. You keep your current one.',
-        error: true
-      });
+      if (previous) {
+        this._message.emit({
+          text: 'The move did not happen: the GPU you asked for did not come. You keep your current one.',
+          error: true
+        });
+      }
     }
     this._changed.emit(state);
   }
@@ -252,21 +249,30 @@ export class GPUPoolModel {
   }
 
   async move(offer: string): Promise<boolean> {
+    // recorded first: the pool may restart the server before its answer gets here
+    this.moving = { from: this._state?.lease?.id ?? null, offer };
+    this._asking = true;
     try {
-      const r = await this.request<{ target: { id: string } }>('resize', 'POST', { offer });
-      this.moveTarget = r.target.id;
-      await this.refresh();
+      await this.request('resize', 'POST', { offer });
       return true;
     } catch (e) {
-      this._message.emit({ text: `The move was refused: ${(e as Error).message}`, error: true });
-      return false;
+      const status = (e as { status?: number }).status;
+      if (status !== undefined && status >= 400 && status < 500 && (e as { code?: string }).code) {
+        this.moving = null; // the pool's (or the server's) refusal: nothing happens
+        this._message.emit({ text: `The move was refused: ${(e as Error).message}`, error: true });
+        return false;
+      }
+      return true; // no answer: the server is restarting (the event stream tells)
+    } finally {
+      this._asking = false;
+      void this.refresh();
     }
   }
 
   async cancelMove(): Promise<void> {
     try {
+      this.moving = null;
       this.setState(await this.request<IState>('resize', 'DELETE'));
-      this.moveTarget = null;
       this._message.emit({ text: 'Move cancelled; you keep your current GPU.', error: false });
     } catch (e) {
       this._message.emit({ text: `Could not cancel: ${(e as Error).message}`, error: true });

@@ -12,6 +12,7 @@ import {
   actionText,
   availabilityText,
   countdown,
+  doneText,
   durationText,
   formatMiB,
   formatUnits,
@@ -387,7 +388,7 @@ export class GPUPoolPanel extends Widget {
     for (const r of state.reclaims) {
       const li = el('li');
       const saved = r.saved.length ? `Saved: ${r.saved.join(', ')}.` : 'Nothing needed saving.';
-      li.textContent = `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${actionText(r.action)}. ${saved}` +
+      li.textContent = `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
         (r.outcome === 'failed' ? ` It failed: ${r.detail || ''}` : '');
       list.append(li);
     }

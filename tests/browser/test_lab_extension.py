@@ -417,3 +417,43 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     assert lab.lease(after["GPUPOOL_LEASE_ID"])["state"] == "active"
     assert axe(alice) == []
     shot(shoot, alice, "lab-after-move")
+
+
+def test_a_reclaim_saves_what_the_lab_holds_and_the_next_server_says_so(lab: Lab, alice: Page):
+    """An edit only the browser holds is saved by the lab when the reclaimer calls save-all
+    (the frontend's own save), and the panel of the next server lists the reclaim and the file."""
+    token = lab.env.token("alice")
+    base = f"{lab.env.hub_url}/user/alice"
+    body = {"type": "file", "format": "text", "content": "written on disk\n"}
+    assert request("PUT", f"{base}/api/contents/notes.txt", token, body).status in (200, 201)
+    alice.goto(f"{base}/lab/tree/notes.txt")
+    editor = alice.locator(".jp-FileEditor .cm-content")
+    expect(editor).to_contain_text("written on disk", timeout=LAB_TIMEOUT)
+    editor.click()
+    alice.keyboard.press("Control+End")
+    alice.keyboard.type("typed in the lab, never saved by hand\n")
+    expect(alice.locator(".jp-mod-dirty")).not_to_have_count(0)
+    lease_id = lab.environ("alice")["GPUPOOL_LEASE_ID"]
+    for _ in range(20):
+        decision = lab.round().get(lease_id, {})
+        if decision.get("kind") == "act":
+            break
+    else:
+        raise AssertionError("the reclaimer never acted on the idle lease")
+    home = lab.env.dir / "home" / "alice"
+    assert "typed in the lab" in (home / "notes.txt").read_text()
+    wait_until(lambda: not lab.server("alice"), 120, "alice's server to stop")
+    (reclaim,) = [
+        r
+        for r in request("GET", f"{lab.env.api}/users/me", token).json()["reclaims"]  # type: ignore[index]
+        if r["lease"] == lease_id
+    ]
+    assert reclaim["saved"] == ["notes.txt"] and reclaim["outcome"] == "done"
+    lab.spawn("alice", "a100-1g")
+    alice.goto(f"{base}/lab")
+    bar = alice.locator(".jp-GPUPool-status-button")
+    expect(bar).to_contain_text("A100 1g.10gb", timeout=LAB_TIMEOUT)
+    bar.click()
+    recent = panel(alice).locator(".jp-GPUPool-reclaims")
+    expect(recent).to_contain_text("a100-3g was reclaimed", timeout=30_000)
+    expect(recent).to_contain_text("the server was stopped. Saved: notes.txt.")

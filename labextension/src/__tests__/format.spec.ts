@@ -3,6 +3,7 @@ import {
   actionText,
   availabilityText,
   countdown,
+  doneText,
   durationText,
   formatMiB,
   formatUnits,
@@ -183,13 +184,24 @@ describe('state transitions', () => {
       resize_of: 'L1'
     };
     const waiting = state({ pending });
-    const arrived = state({ lease: { ...state().lease!, id: 'L2' } });
+    const arrived = state({ lease: { ...state().lease!, id: 'L2', offer: 'a100-3g' } });
     const gaveUp = state();
-    expect(moveFinished(waiting, 'L2')).toBe(false);
-    expect(moveFinished(arrived, 'L2')).toBe(true);
-    expect(moveFailed(waiting, gaveUp, 'L2')).toBe(true);
-    expect(moveFailed(waiting, arrived, 'L2')).toBe(false);
-    expect(moveFailed(waiting, waiting, 'L2')).toBe(false);
+    const move = { from: 'L1', offer: 'a100-3g' };
+    expect(moveFinished(waiting, move)).toBe(false);
+    expect(moveFinished(arrived, move)).toBe(true);
+    expect(moveFinished(gaveUp, move)).toBe(false);
+    expect(moveFailed(waiting, gaveUp, move)).toBe(true);
+    expect(moveFailed(waiting, arrived, move)).toBe(false);
+    expect(moveFailed(waiting, waiting, move)).toBe(false);
+    // a fresh page that finds no request and the old lease: the move is over
+    expect(moveFailed(null, gaveUp, move)).toBe(true);
+    // the pool away says nothing about the move
+    const away = state({ pool: { ...state().pool, ok: false, error: 'x' } });
+    expect(moveFailed(waiting, away, move)).toBe(false);
+    // from CPU only onto a GPU
+    const cpu = { from: null, offer: 'a100-3g' };
+    expect(moveFinished(arrived, cpu)).toBe(true);
+    expect(moveFailed(state({ lease: null, pending }), state({ lease: null }), cpu)).toBe(true);
   });
   it('enables Keep my GPU only where the pool would extend', () => {
     expect(keepState(state({ notice })).enabled).toBe(true);
@@ -205,6 +217,8 @@ describe('state transitions', () => {
   it('explains actions and availability', () => {
     expect(actionText('shrink:a100-1g')).toContain('restart on a100-1g');
     expect(actionText('release-gpu')).toContain('without a GPU');
+    expect(doneText('stop')).toBe('the server was stopped');
+    expect(doneText('shrink:a100-1g')).toBe('the server restarted on a100-1g');
     const c: IChoice = {
       name: 'h100',
       display_name: 'H100',
