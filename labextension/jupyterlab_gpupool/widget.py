@@ -43,6 +43,16 @@ def _countdown(deadline: str, now: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _when(iso: str | None) -> str:
+    """``2026-12-01T14:04:32.70Z`` → ``2026-12-01 14:04 UTC``."""
+    if not iso:
+        return "?"
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return iso
+
+
 def _meter(label: str, value: float, total: float | None, text: str) -> str:
     hi = total if total else max(value, 1.0)
     return (
@@ -74,7 +84,7 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
         parts["lease"] = head + (
             f"<p><b>{e(lease['device'])}</b> — {e(lease.get('offer_name') or lease['offer'])}"
             f" on {e(lease.get('node') or '?')}{' · ' + where if where else ''}"
-            f" · since {e(lease.get('since') or '?')}</p>"
+            f" · since {e(_when(lease.get('since')))}</p>"
         )
         util = state.get("utilization") or {}
         samples = (util.get("local") or []) if state.get("local", {}).get("available") else []

@@ -457,3 +457,38 @@ def test_a_reclaim_saves_what_the_lab_holds_and_the_next_server_says_so(lab: Lab
     recent = panel(alice).locator(".jp-GPUPool-reclaims")
     expect(recent).to_contain_text("a100-3g was reclaimed", timeout=30_000)
     expect(recent).to_contain_text("the server was stopped. Saved: notes.txt.")
+
+
+def test_the_widget_shows_the_same_inside_a_notebook(lab: Lab, alice: Page, shoot: Any):
+    token = lab.env.token("alice")
+    base = f"{lab.env.hub_url}/user/alice"
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "w",
+        "metadata": {},
+        "outputs": [],
+        "source": "from jupyterlab_gpupool import GPUPoolWidget\nGPUPoolWidget()",
+    }
+    kernel = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb = {"cells": [cell], "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    body = {"type": "notebook", "content": nb}
+    assert request("PUT", f"{base}/api/contents/gpu.ipynb", token, body).status in (200, 201)
+    alice.goto(f"{base}/lab/tree/gpu.ipynb")
+    expect(alice.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
+    idle = alice.get_by_role("button", name=re.compile(r"Python 3 \(ipykernel\) \| Idle"))
+    expect(idle).to_be_visible(timeout=60_000)
+    output = alice.locator(".jp-OutputArea-output .widget-html-content").first
+    for attempt in range(3):  # a kernel not connected yet ignores the first run
+        alice.locator(".jp-Notebook .jp-Cell").first.click()
+        alice.keyboard.press("Shift+Enter")
+        try:
+            expect(output).to_contain_text("A100 1g.10gb", timeout=30_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    widget = alice.locator(".jp-OutputArea-output").first
+    expect(widget).to_contain_text("GPU units in use")
+    expect(widget.locator("meter")).not_to_have_count(0)
+    shot(shoot, alice, "lab-widget")
