@@ -80,7 +80,11 @@ def parse_layout(raw: object, where: str = "layout") -> list[tuple[str, int]]:
             raise PoolError("must be {profile, start}", field=at, code="invalid_field")
         profile, start = item.get("profile"), item.get("start")
         if not isinstance(profile, str) or not profile:
-            raise PoolError("must be a string", field=f"{at}.profile", code="invalid_field")
+            raise PoolError(
+                "must be a profile name (a non-empty string)",
+                field=f"{at}.profile",
+                code="invalid_field",
+            )
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < 64:
             raise PoolError("must be 0 to 63", field=f"{at}.start", code="invalid_field")
         out.append((profile, start))

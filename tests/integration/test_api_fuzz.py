@@ -77,6 +77,7 @@ CALLERS = {
     "allocations": ("spawner", "alice"),
     "users": ("spawner", "alice"),
     "pool": ("spawner", "alice"),
+    "reclaim": ("admin",),  # admin includes custom:gpupool:reclaim
 }
 
 #: Refusals of requests the spec allows that depend on what a schema cannot say — the pool's
@@ -116,6 +117,26 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     "above the limit: a relation between two fields",
     ("PATCH /quotas/{kind}/{name}", "invalid_config", ".*", ".*above limit.*"): "the same, "
     "with the fields not named taken from the quota in effect",
+    ("GET /capacity", "invalid_range", "to|from", ".*"): "`to` not after `from`, or more than "
+    "366 days between them: relations between two arguments",
+    ("GET /usage/idle-holders", "invalid_range", "to|from", ".*"): "the same relation",
+    ("GET /offers", "unknown_cluster", "cluster", ".*"): "the clusters are the pool's config",
+    ("POST /allocations", "unknown_cluster", "clusters", ".*"): "the pool's config",
+    ("PUT /nodes/{name}/inventory", "unknown_cluster", "cluster", ".*"): "the pool's config",
+    ("POST /capacity/what-if", "invalid_argument", "days", ".*days of recorded.*"): "how many "
+    "days the database has recorded",
+    ("POST /capacity/what-if", "invalid_argument", r"(add|remove|mig_layout|reclaim)\b.*", ".*"): (
+        "GPU models, nodes, layouts and policies are the catalog's, the inventory's and the "
+        "pool config's"
+    ),
+    ("PUT /reclaim/policies", "invalid_field", r"reclaim\..*", ".*"): "offers and priority "
+    "classes are the pool config's; a policy's fields are checked against each other and a "
+    "shrink target against its offer (relations a schema cannot state)",
+    ("POST /nodes/{name}/{action}", "invalid_field", "deadline|action", ".*only a drain.*"): (
+        "a deadline or action with cordon/uncordon: a relation between the path and the body"
+    ),
+    ("POST /reclaim/rounds", "invalid_field", "window", ".*after window.start.*"): "a window "
+    "ending before it starts: a relation between two fields",
 }
 
 CHECKS = [
