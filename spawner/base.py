@@ -654,15 +654,13 @@ class GPUPoolSpawnerMixin(Configurable):
     # -- environment ------------------------------------------------------------------------
 
     def gpupool_env(self) -> dict[str, str]:
-        """The server environment for the granted lease: ``GPUPOOL_LEASE_ID``, ``GPUPOOL_OFFER``,
-        ``GPUPOOL_API_URL``."""
-        if not self.gpupool_lease:
-            return {}
-        return {
-            "GPUPOOL_LEASE_ID": self.gpupool_lease["id"],
-            "GPUPOOL_OFFER": self.gpupool_lease.get("offer") or "",
-            "GPUPOOL_API_URL": self.server_pool_api_url or self._pool_url(),
-        }
+        """The server environment: ``GPUPOOL_API_URL`` always (a CPU-only server's lab asks the
+        pool for a GPU there), and for a granted lease ``GPUPOOL_LEASE_ID``, ``GPUPOOL_OFFER``."""
+        env = {"GPUPOOL_API_URL": self.server_pool_api_url or self._pool_url()}
+        if self.gpupool_lease:
+            env["GPUPOOL_LEASE_ID"] = self.gpupool_lease["id"]
+            env["GPUPOOL_OFFER"] = self.gpupool_lease.get("offer") or ""
+        return env
 
     # -- the picker -------------------------------------------------------------------------
 

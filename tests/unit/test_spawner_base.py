@@ -157,6 +157,9 @@ def test_server_env_has_the_gpupool_variables():
         "GPUPOOL_API_URL": "http://proxy/api/v1/",
     }
     assert s.user_groups == ["ml"]
+    # a CPU-only server still knows where the pool is (its lab offers to ask for a GPU)
+    s.gpupool_lease = None
+    assert s.gpupool_env() == {"GPUPOOL_API_URL": "http://proxy/api/v1/"}
 
 
 def test_pool_url_comes_from_the_hub_service():

@@ -29,7 +29,9 @@ class FakePool:
         self.states = list(states)
         self.offers_fail = offers_fail
 
-    async def offers(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
+    async def offers(
+        self, user: str, groups: list[str], clusters: Any = ()
+    ) -> list[dict[str, Any]]:
         if self.offers_fail:
             raise PoolUnavailable("down")
         return [
@@ -37,7 +39,9 @@ class FakePool:
             {"name": "a100-1g", "display_name": "A100 · 1g.10gb slice"},
         ]
 
-    async def allocate(self, user: str, server: str, offer: str, groups: Any = ()) -> dict:
+    async def allocate(
+        self, user: str, server: str, offer: str, groups: Any = (), clusters: Any = ()
+    ) -> dict:
         return self.states.pop(0)
 
     async def lease(self, lease_id: str) -> dict[str, Any]:
