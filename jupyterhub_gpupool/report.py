@@ -18,17 +18,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .pool.pricing import USAGE_COLUMNS
+
 SECTIONS = ("group", "user", "offer")
-#: The usage columns (``store.chargeback.COLUMNS``; the store is imported only when used).
-COLUMNS = (
-    "leases",
-    "held_unit_hours",
-    "busy_unit_hours",
-    "idle_unit_hours",
-    "idle_share",
-    "unpriced_unit_hours",
-    "cost",
-)
+#: The usage columns (the store, with SQLAlchemy, is imported only when a report is made).
+COLUMNS = USAGE_COLUMNS
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 

@@ -16,6 +16,16 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from .errors import ConfigError, UnknownModel
 
+#: The columns of a usage row (the API's JSON, its CSV and the monthly report), after the key.
+USAGE_COLUMNS = (
+    "leases",
+    "held_unit_hours",
+    "busy_unit_hours",
+    "idle_unit_hours",
+    "idle_share",
+    "unpriced_unit_hours",
+    "cost",
+)
 CENT = Decimal("0.01")
 #: Unit-hours enter costs at the precision the usage report shows them.
 HOURS = Decimal("0.000001")

@@ -50,7 +50,8 @@ class ReclaimPolicy:
         return f"group {hit[0]} is exempt" if hit else None
 
 
-_DURATIONS = (
+#: The policy fields that are durations (seconds, or text such as ``15m``).
+DURATION_FIELDS = (
     "idle_timeout",
     "pressure_idle_timeout",
     "cpu_busy_timeout",
@@ -143,7 +144,7 @@ def parse_policy(
     values: dict[str, object] = {}
     for key, value in raw.items():
         name = f"{where}.{key}"
-        if key in _DURATIONS:
+        if key in DURATION_FIELDS:
             values[key] = (
                 None if key == "max_age" and value is None else parse_duration(value, name)
             )

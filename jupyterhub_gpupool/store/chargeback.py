@@ -16,22 +16,14 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
-from ..pool.pricing import Prices, cents, to_hours
+from ..pool.pricing import USAGE_COLUMNS, Prices, cents, to_hours
 from .errors import StoreError
 from .rows import held_hours
 from .views import ViewStore
 
 BY = ("user", "group", "offer")
 #: The columns of a usage row, in the CSV's order after the key column.
-COLUMNS = (
-    "leases",
-    "held_unit_hours",
-    "busy_unit_hours",
-    "idle_unit_hours",
-    "idle_share",
-    "unpriced_unit_hours",
-    "cost",
-)
+COLUMNS = USAGE_COLUMNS
 
 
 def lease_figures(

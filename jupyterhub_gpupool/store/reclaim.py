@@ -44,6 +44,7 @@ from ..pool.reclaim import (
     parse_policies,
     plan_reclaims,
 )
+from ..pool.reclaimpolicy import DURATION_FIELDS
 from .errors import StoreError
 from .leases import LeaseStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts
@@ -73,17 +74,6 @@ def policy_json(policy: ReclaimPolicy) -> dict[str, Any]:
 
 #: The longest duration a policy may name (a year): deadlines stay within the calendar.
 MAX_DURATION = 366 * 86400.0
-#: The policy fields that are durations.
-DURATIONS = (
-    "idle_timeout",
-    "pressure_idle_timeout",
-    "cpu_busy_timeout",
-    "warn_before",
-    "extension",
-    "max_age",
-    "busy_grace",
-    "min_runtime",
-)
 
 
 def _check_bounds(section: Mapping[str, Any]) -> None:
@@ -95,7 +85,7 @@ def _check_bounds(section: Mapping[str, Any]) -> None:
     for where, body in levels:
         for key, value in (body or {}).items():  # type: ignore[union-attr]
             name = f"{where}.{key}"
-            too_long = key in DURATIONS and value is not None
+            too_long = key in DURATION_FIELDS and value is not None
             if too_long and parse_duration(value, name) > MAX_DURATION:
                 raise ConfigError("must be at most 366 days", field=name)
 
