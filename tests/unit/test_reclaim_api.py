@@ -8,24 +8,17 @@ The service runs on its own event loop in a thread; the store's clock is the tes
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 
 from jupyterhub_gpupool.dbutil import upgrade
-from jupyterhub_gpupool.service.app import PoolService
-from jupyterhub_gpupool.service.metrics import PoolMetrics
 from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, RECLAIM, SPAWN, USE
-from jupyterhub_gpupool.service.utilization import MinuteAggregator, Sample, UtilizationBuffer
-from jupyterhub_gpupool.service.writer import BatchWriter
+from jupyterhub_gpupool.service.utilization import Sample
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.store.rows import epoch
-from tests.fakes import STORE_POOL, Response, StoreClock, make_store, request
+from tests.fakes import STORE_POOL, InProcessService, Response, StoreClock, make_store, request
 
 POLICY = {
     "default": {
@@ -51,54 +44,12 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-class FakeHubAuth:
-    """The service's ``HubOAuth`` as the API handlers use it: a token names a model."""
-
-    hub_prefix = "/hub/"
-
-    async def get_user(self, handler: Any, sync: bool = True) -> dict[str, Any] | None:
-        token = handler.request.headers.get("Authorization", "").removeprefix("token ").strip()
-        model = MODELS.get(token)
-        return None if model is None else {**model, "scopes": list(model["scopes"])}
-
-
-class Service:
-    """The app served on a loopback port; ``call`` sends one request with a caller's token."""
+class Service(InProcessService):
+    """The real app and writer in-process (``tests.fakes.InProcessService``), with the
+    helpers these tests share."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
-        self.svc = PoolService(authenticate_prometheus=False, check_user_servers=False)
-        self.svc.base_url = "/services/gpupool/"
-        self.svc.store, self.svc.hub_auth, self.svc.hub = store, FakeHubAuth(), None
-        self.svc.metrics = PoolMetrics()
-        store.listeners.append(self.svc.metrics.on_event)
-        self.svc.utilization, self.svc.minutes = UtilizationBuffer(86400), MinuteAggregator()
-        self.svc.writer = BatchWriter(store)
-        self.loop = asyncio.new_event_loop()
-        self.sockets = bind_sockets(0, "127.0.0.1")
-        self.url = f"http://127.0.0.1:{self.sockets[0].getsockname()[1]}/services/gpupool"
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def listen() -> None:
-            HTTPServer(self.svc.make_app()).add_sockets(self.sockets)
-
-        self.loop.run_until_complete(listen())
-        self.loop.run_forever()
-
-    def start(self) -> None:
-        self.svc.writer.start()
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
-        self.svc.writer.stop()
-
-    def call(self, who: str | None, method: str, path: str, body: object = None) -> Response:
-        return request(method, f"{self.url}/api/v1/{path}", who, body)
+        super().__init__(store, MODELS)
 
     def ok(self, who: str, method: str, path: str, body: object = None) -> Any:
         r = self.call(who, method, path, body)
@@ -114,12 +65,8 @@ class Service:
 @pytest.fixture
 def api(db_url: str, clock: StoreClock) -> Iterator[Service]:
     upgrade(db_url)
-    service = Service(make_store(db_url, clock, pool=POOL))
-    service.start()
-    try:
+    with Service(make_store(db_url, clock, pool=POOL)) as service:
         yield service
-    finally:
-        service.stop()
 
 
 def error(r: Response) -> dict[str, Any]:
