@@ -135,6 +135,9 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("POST /nodes/{name}/{action}", "invalid_field", "deadline|action", ".*only a drain.*"): (
         "a deadline or action with cordon/uncordon: a relation between the path and the body"
     ),
+    ("POST /nodes/{name}/{action}", "invalid_field", "deadline", ".*deadline has passed.*"): (
+        "a drain deadline already past: relative to the pool's clock"
+    ),
     ("POST /reclaim/rounds", "invalid_field", "window", ".*after window.start.*"): "a window "
     "ending before it starts: a relation between two fields",
 }
