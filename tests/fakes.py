@@ -38,9 +38,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -92,6 +92,7 @@ __all__ = [
     "run_for",
     "until",
     "wait_http",
+    "wait_past_deadline",
     "wait_reconciled",
     "wait_until",
     "wait_until_async",
@@ -1300,3 +1301,21 @@ class InProcessService:
     def call(self, who: str | None, method: str, path: str, body: object = None) -> Response:
         """One request to ``api/v1/<path>``."""
         return request(method, f"{self.url}/api/v1/{path}", who, body)
+
+
+# -- waiting out a reclaim notice on the service's own clock -----------------------------------
+
+
+def wait_past_deadline(
+    lease: Mapping[str, Any] | None, what: str = "the notice's deadline"
+) -> None:
+    """Wait until the wall clock (the service's, when it runs unmoved) is past the reclaim
+    notice's deadline of ``lease`` (the lease JSON; nothing to wait for without a notice)."""
+    rec = (lease or {}).get("reclaim")
+    if not rec:
+        return
+    deadline = datetime.fromisoformat(rec["deadline"].replace("Z", "+00:00"))
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=timezone.utc)
+    at = deadline.timestamp()
+    wait_until(lambda: time.time() > at, 60, what, step=0.05)

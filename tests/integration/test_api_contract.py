@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.poolconfig import gpu_uuid
-from tests.fakes import HubEnv, Response, request
+from tests.fakes import HubEnv, Response, request, wait_past_deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "docs" / "source" / "_static" / "rest-api.yml").read_text())
@@ -521,7 +521,8 @@ def reclaim_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
             }
             answer = call("admin", "POST", "reclaim/rounds", "/reclaim/rounds", round_body).json()
             kinds.append({d["lease"]: d["kind"] for d in answer["decisions"]}[lid])
-            time.sleep(1.1)  # the service's own clock: the next round comes after the deadline
+            # the service's own clock: the next round comes after the notice's deadline
+            wait_past_deadline(api.call("admin", "GET", f"allocations/{lid}").json())
         assert kinds == ["notice", "act"], kinds
         outcome = {"holder": "contract", "result": "failed", "saved": [], "detail": "contract"}
         kept = call(
