@@ -5,6 +5,7 @@ names and attribute names (split from ``simnvml``, which implements the function
 from __future__ import annotations
 
 import ctypes
+import functools
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -302,3 +303,19 @@ class c_nvmlGpmSample_t:
 def _deref(ref: Any) -> Any:
     """The object behind ``ctypes.byref(x)`` (or ``x`` itself)."""
     return getattr(ref, "_obj", ref)
+
+
+def _api(fn: Callable) -> Callable:
+    """Check init and simulated missing symbols (old drivers) before an NVML call (wraps every
+    ``nvml*`` method of the simulated machine)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if name in self._missing:
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        if self._init_count <= 0 and name != "nvmlInit":
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        return fn(self, *args, **kwargs)
+
+    return call
