@@ -190,14 +190,18 @@ def login(demo: Demo, browser: Any) -> Iterator[Callable[[str], Any]]:
 
 @pytest.fixture
 def shoot() -> Callable[..., None]:
-    """``shoot(page, name, down_to=None)``: save ``name.png`` into $GPUPOOL_SCREENSHOTS (when
-    set); with ``down_to`` (a selector), only down to that element, not the empty page below."""
+    """``shoot(page, name, down_to=None, full=False)``: save ``name.png`` into
+    $GPUPOOL_SCREENSHOTS (when set); with ``down_to`` (a selector), only down to that element,
+    not the empty page below; with ``full``, the whole page, however long."""
     folder = os.environ.get("GPUPOOL_SCREENSHOTS")
 
-    def screenshot(page: Any, name: str, down_to: str | None = None) -> None:
+    def screenshot(page: Any, name: str, down_to: str | None = None, full: bool = False) -> None:
         if not folder:
             return
         Path(folder).mkdir(parents=True, exist_ok=True)
+        if full:
+            page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+            return
         clip = None
         if down_to:
             box = page.locator(down_to).bounding_box()
@@ -206,3 +210,29 @@ def shoot() -> Callable[..., None]:
         page.screenshot(path=str(Path(folder) / f"{name}.png"), clip=clip)
 
     return screenshot
+
+
+@pytest.fixture
+def hub_login(browser: Any) -> Iterator[Callable[[Any, str], Any]]:
+    """``hub_login(hub, user)``: a fresh browser context logged in through the login form of a
+    ``tests.fakes.HubEnv`` (under its base URL); returns its page. A dialog the page opens
+    (``alert``: a hostile name that ran) fails the test; the contexts close afterwards."""
+    contexts = []
+
+    def log_in(hub: Any, user: str) -> Any:
+        context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        context.set_default_timeout(30_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("dialog", lambda d: pytest.fail(f"a page opened a dialog: {d.message!r}"))
+        page.on("pageerror", lambda e: print(f"page error: {e}"))
+        page.goto(f"{hub.hub_url}{hub.base_url}hub/login")
+        page.fill("#username_input", user)
+        page.fill("#password_input", "any password")
+        page.click("#login_submit")
+        page.wait_for_url(f"**{hub.base_url}hub/**")
+        return page
+
+    yield log_in
+    for context in contexts:
+        context.close()
