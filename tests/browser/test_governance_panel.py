@@ -208,6 +208,10 @@ def test_usage_page_shows_the_apis_figures_and_the_csv_adds_up_to_the_cent(
     assert admin.locator("#usage-total td.cost").inner_text() == groups["total"]["cost"]
     no_markup_ran(admin)
     shoot(admin, "admin-usage", full=True)
+    # a time that is none: said, naming the field (the default range is shown instead)
+    admin.goto(prefix(hub) + "admin/usage?from=soon")
+    expect(admin.locator("#usage-error")).to_contain_text("from: from must be an ISO 8601 time")
+    assert admin.input_value('#usage-filters [name="from"]') == first
     # a range that ends before it starts: the store's refusal, naming the field
     admin.goto(prefix(hub) + f"admin/usage?from={rng['to']}&to={rng['from']}")
     expect(admin.locator("#usage-error")).to_contain_text("to: 'to' must be after 'from'")
@@ -252,6 +256,9 @@ def test_capacity_page_shows_demand_waits_and_idle_per_offer_and_day(
     admin.click('#capacity-filters button[type="submit"]')
     admin.wait_for_url("**offer=h100**")
     assert {r[0] for r in cells(admin, "#capacity")} == {"h100"}
+    # more than the API answers at a time: its refusal, naming the field
+    admin.goto(prefix(hub) + "admin/capacity?from=2020-01-01&to=2026-01-01")
+    expect(admin.locator("#capacity-error")).to_contain_text("from: at most 366 days at a time")
 
 
 def minutes(text: str) -> float | None:
