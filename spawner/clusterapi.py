@@ -112,6 +112,13 @@ async def api_client(cluster: str, settings: Mapping[str, Any]) -> k8s.ApiClient
     return found
 
 
+async def close_clients() -> None:
+    """Close the clients of the running event loop (a hub closes them as it shuts down)."""
+    loop = asyncio.get_running_loop()
+    for key in [k for k in _clients if k[0] is loop]:
+        await _clients.pop(key).close()
+
+
 def bound_reflector(reflector_class: type, api: Any) -> type:
     """``reflector_class`` listing and watching through ``api`` (a CoreV1Api of one cluster)
     instead of KubeSpawner's shared client."""

@@ -16,10 +16,11 @@ import copy
 from typing import Any
 
 from jupyterhub.utils import maybe_future
-from kubernetes_asyncio.client import CoreV1Api
+from kubernetes_asyncio.client import ApiException, CoreV1Api
 from kubespawner import KubeSpawner
 from traitlets import Dict, Enum, List, TraitError, Unicode, Union, validate
 
+from jupyterhub_gpupool.poolclient import PoolRefused, PoolUnavailable
 from jupyterhub_gpupool.wording import units_text
 
 from . import clusterapi, objects
@@ -200,7 +201,19 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
     async def start(self) -> Any:
         """Create the pod on the granted node (through its cluster's API), then bind."""
         await self.use_cluster_api()
-        url = await super().start()
+        try:
+            url = await super().start()
+        except ApiException as e:
+            cluster = self._gpupool_api_cluster
+            if cluster is None or e.status not in (401, 403):
+                raise
+            self.log.error("Kubernetes API of cluster %s refused the hub: %s", cluster, e)
+            raise spawn_error(
+                f"The Kubernetes API of cluster {cluster} refused this hub's credentials "
+                f"({e.status} {e.reason}); ask an administrator.",
+                reason="gpupool_cluster_api",
+                status=503,
+            ) from e
         await self.bind_lease()
         return url
 
@@ -222,12 +235,19 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
             return await self.render_picker()
         choices = await self.gpupool_choices(with_quota=False)
         by_name = {o["name"]: o for o in choices["offers"]}
+        missing = [n for n in map(self._profile_offer, profiles) if n and n not in by_name]
+        elsewhere = await self._offers_elsewhere() if missing and not choices["error"] else {}
         annotated = []
         for profile in copy.deepcopy(profiles):
             offer = self._profile_offer(profile)
             if offer:
                 o = by_name.get(offer)
-                if o is None:
+                if o is None and offer in elsewhere:
+                    where = ", ".join(elsewhere[offer])
+                    note = (
+                        f"unavailable: runs only in cluster {where}, where this hub does not launch"
+                    )
+                elif o is None:
                     note = choices["error"] or "not available to you"
                 elif not o["selectable"]:
                     note = f"unavailable: {o['why_not']}"
@@ -241,6 +261,23 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
                 profile["description"] = f"{profile.get('description', '')} — {note}".lstrip(" —")
             annotated.append(profile)
         return self._render_options_form(annotated)
+
+    async def _offers_elsewhere(self) -> dict[str, list[str]]:
+        """Offers the user may have in clusters other than this hub's ``pool_clusters``, with
+        the clusters they are kept to: a profile of one says where it runs instead of
+        "not available to you". Empty when the hub launches anywhere or the pool won't say."""
+        if not self.pool_clusters:
+            return {}
+        try:
+            offers = await self.pool.offers(self.user.name, self.user_groups, [])
+        except (PoolUnavailable, PoolRefused):
+            return {}
+        mine = set(self.pool_clusters)
+        return {
+            o["name"]: sorted(o["clusters"])
+            for o in offers
+            if o.get("clusters") and not mine & set(o["clusters"])
+        }
 
 
 def _tolerations(value: Any) -> list[dict[str, Any]]:

@@ -83,6 +83,7 @@ __all__ = [
     "chp_command",
     "free_port",
     "kube_node",
+    "kubeconfig",
     "lease_events",
     "make_agent",
     "make_instances",
@@ -90,6 +91,7 @@ __all__ = [
     "reconciles",
     "request",
     "run_for",
+    "self_signed_cert",
     "until",
     "wait_http",
     "wait_past_deadline",
@@ -1025,6 +1027,17 @@ class FakeKubeAPI:
     gpu-feature-discovery's MIG resources and labels rewritten), or, for a config in
     ``failing``, ``failed`` with a Warning event carrying its message. With ``auto_steps``,
     every read of the node takes one step (for a service in another process).
+
+    For a spawner it also serves what KubeSpawner 7 calls (:func:`_workload_routes`): pods,
+    PersistentVolumeClaims, Services, Secrets and Events in namespaces — create (409
+    ``AlreadyExists``), read, delete (404 ``NotFound``), list with label and field selectors,
+    and **watch** (``?watch=true``: newline-delimited ``WatchEvent`` JSON from a
+    ``resourceVersion``, ended after ``timeoutSeconds``), as the pod reflector uses them. A
+    simulated **scheduler and kubelet** run a created pod at once on a node whose labels match
+    its ``nodeSelector`` and whose allocatable has its ``nvidia.com/*`` limits (``Running``,
+    a pod IP, ready containers, a ``Scheduled`` event); otherwise it stays ``Pending`` with a
+    ``FailedScheduling`` event, as on a real cluster. ``calls`` records every authorized
+    request and ``unauthorized`` counts refused ones; ``tls=(certfile, keyfile)`` serves HTTPS.
     """
 
     def __init__(
@@ -1034,6 +1047,7 @@ class FakeKubeAPI:
         token: str = "kube-token",
         configs: dict[str, dict[str, int]] = FAKE_MIG_CONFIGS,
         auto_steps: bool = False,
+        tls: tuple[Path | str, Path | str] | None = None,
     ) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
         self.token = token
@@ -1047,11 +1061,22 @@ class FakeKubeAPI:
         self.port = free_port()
         self._loop: Any = None
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.tls = tls
+        #: pods, PVCs, services, secrets and events by (plural, namespace, name)
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        #: every authorized request of the workload routes: (method, path)
+        self.calls: list[tuple[str, str]] = []
+        #: requests refused for a missing or wrong bearer token
+        self.unauthorized = 0
+        self._rv = 1000  # the last resourceVersion handed out
+        self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, plural, type, obj
+        self._waiters: list[asyncio.Future[None]] = []  # watches waiting for a change
+        self._closing = False
 
     @property
     def url(self) -> str:
         """The API server's address."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> FakeKubeAPI:
         ready = threading.Event()
@@ -1063,6 +1088,7 @@ class FakeKubeAPI:
 
     def __exit__(self, *exc: object) -> None:
         if self._loop is not None:
+            self._loop.add_callback(self._end_watches)
             self._loop.add_callback(self._loop.stop)
         self._thread.join(10)
 
@@ -1178,10 +1204,11 @@ class FakeKubeAPI:
                 (r"/api/v1/nodes", Nodes),
                 (r"/api/v1/nodes/([^/]+)", OneNode),
                 (r"/api/v1/events", Events),
+                *_workload_routes(fake, Base),
             ]
         )
         asyncio.set_event_loop(asyncio.new_event_loop())
-        app.listen(self.port, "127.0.0.1")
+        app.listen(self.port, "127.0.0.1", ssl_options=self._ssl_context())
         self._loop = tornado.ioloop.IOLoop.current()
         self._ready.set()
         self._loop.start()
@@ -1231,6 +1258,394 @@ class FakeKubeAPI:
         """A copy of the node as the server has it now."""
         with self._lock:
             return copy.deepcopy(self.nodes[name])
+
+    # -- workloads (what KubeSpawner creates, reads, lists, watches and deletes) -------------
+
+    def _ssl_context(self) -> Any:
+        """The server's TLS context (None: plain HTTP)."""
+        if not self.tls:
+            return None
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(self.tls[0]), str(self.tls[1]))
+        return context
+
+    def _record(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        """A change (lock held): a new resourceVersion, kept for watches, watches woken."""
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._history.append((self._rv, plural, kind, copy.deepcopy(obj)))
+        if self._loop is not None:
+            self._loop.add_callback(self._notify)
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _end_watches(self) -> None:
+        self._closing = True
+        self._notify()
+
+    def _pod_event(self, pod: dict[str, Any], reason: str, message: str, kind: str) -> None:
+        """An Event about ``pod`` (lock held), as the scheduler and kubelet post them."""
+        meta = pod["metadata"]
+        n = sum(1 for key in self.objects if key[0] == "events")
+        event = {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": f"{meta['name']}.{n:016x}",
+                "namespace": meta["namespace"],
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": "2026-03-02T09:00:00Z",
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "default-scheduler"},
+            "firstTimestamp": f"2026-03-02T09:00:{n % 60:02d}Z",
+            "lastTimestamp": f"2026-03-02T09:00:{n % 60:02d}Z",
+            "count": 1,
+        }
+        self.objects[("events", meta["namespace"], event["metadata"]["name"])] = event
+        self._record("events", "ADDED", event)
+
+    def _schedule(self, pod: dict[str, Any]) -> None:
+        """The scheduler and kubelet (lock held): run ``pod`` on a node that fits, else leave
+        it Pending with the scheduler's reason."""
+        spec = pod["spec"]
+        selector = spec.get("nodeSelector") or {}
+        needs: dict[str, int] = {}
+        for c in spec.get("containers", []):
+            for key, value in ((c.get("resources") or {}).get("limits") or {}).items():
+                if key.startswith("nvidia.com/"):
+                    needs[key] = needs.get(key, 0) + int(value)
+        for node in self.nodes.values():
+            labels = node["metadata"]["labels"]
+            allocatable = node["status"].get("allocatable", {})
+            if all(labels.get(k) == v for k, v in selector.items()) and all(
+                int(allocatable.get(k, "0")) >= n for k, n in needs.items()
+            ):
+                break
+        else:
+            pod["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]
+            why = "node(s) didn't match Pod's node affinity/selector" if selector else "no fit"
+            self._pod_event(
+                pod,
+                "FailedScheduling",
+                f"0/{len(self.nodes)} nodes are available: {why}.",
+                "Warning",
+            )
+            self._record("pods", "MODIFIED", pod)
+            return
+        name = node["metadata"]["name"]
+        spec["nodeName"] = name
+        self._pod_event(
+            pod,
+            "Scheduled",
+            f"Successfully assigned {pod['metadata']['namespace']}/"
+            f"{pod['metadata']['name']} to {name}",
+            "Normal",
+        )
+        running = {"running": {"startedAt": "2026-03-02T09:00:05Z"}}
+        pod["status"] = {
+            "phase": "Running",
+            "hostIP": "10.0.0.10",
+            "podIP": f"10.244.1.{10 + len(self._history) % 200}",
+            "startTime": "2026-03-02T09:00:01Z",
+            "qosClass": "Burstable",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2026-03-02T09:00:05Z"}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "containerID": f"containerd://{uuid.uuid4().hex}",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": running,
+                }
+                for c in spec.get("containers", [])
+            ],
+        }
+        self._record("pods", "MODIFIED", pod)
+
+    def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create an object (None: it exists)."""
+        meta = body.setdefault("metadata", {})
+        key = (plural, namespace, meta.get("name", ""))
+        with self._lock:
+            if key in self.objects:
+                return None
+            meta.update(
+                namespace=namespace,
+                uid=str(uuid.uuid4()),
+                creationTimestamp="2026-03-02T09:00:00Z",
+            )
+            body.setdefault("apiVersion", "v1")
+            body.setdefault("kind", _KINDS[plural])
+            if plural == "pods":
+                body["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+            elif plural == "persistentvolumeclaims":
+                body.setdefault("spec", {})["volumeName"] = f"pvc-{meta['uid']}"
+                body["status"] = {"phase": "Bound"}
+            elif plural == "services":
+                body.setdefault("spec", {}).setdefault("clusterIP", "10.96.0.20")
+            self.objects[key] = body
+            self._record(plural, "ADDED", body)
+            if plural == "pods":
+                self._schedule(body)
+            return copy.deepcopy(body)
+
+    def _delete(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self.objects.pop((plural, namespace, name), None)
+            if obj is None:
+                return None
+            obj["metadata"]["deletionTimestamp"] = "2026-03-02T10:00:00Z"
+            self._record(plural, "DELETED", obj)
+            # the garbage collector: what the object owned goes with it
+            uid = obj["metadata"]["uid"]
+            for key, other in list(self.objects.items()):
+                owners = other["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    del self.objects[key]
+                    self._record(key[0], "DELETED", other)
+            return copy.deepcopy(obj)
+
+    def _matching(self, plural: str, namespace: str, labels: str, fields: str) -> Callable:
+        want = dict(p.split("=", 1) for p in labels.split(",") if "=" in p)
+        by_field = dict(p.split("=", 1) for p in fields.split(",") if "=" in p)
+
+        def field_of(obj: dict[str, Any], path: str) -> Any:
+            for part in path.split("."):
+                obj = obj.get(part) if isinstance(obj, dict) else None
+            return obj
+
+        def match(obj: dict[str, Any]) -> bool:
+            meta = obj["metadata"]
+            return (
+                meta.get("namespace") == namespace
+                and all((meta.get("labels") or {}).get(k) == v for k, v in want.items())
+                and all(str(field_of(obj, k)) == v for k, v in by_field.items())
+            )
+
+        return match
+
+    def objects_of(self, plural: str) -> dict[str, dict[str, Any]]:
+        """Copies of the live objects of a kind (``pods``, ``persistentvolumeclaims``,
+        ``services``, ``events``) by ``namespace/name``."""
+        with self._lock:
+            return {
+                f"{ns}/{name}": copy.deepcopy(obj)
+                for (p, ns, name), obj in self.objects.items()
+                if p == plural
+            }
+
+    def terminate(self, namespace: str, pod: str, exit_code: int = 0) -> None:
+        """The pod's containers exit (phase Succeeded or Failed), as the kubelet reports."""
+        with self._lock:
+            obj = self.objects[("pods", namespace, pod)]
+            obj["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            for cs in obj["status"].get("containerStatuses", []):
+                cs["ready"] = False
+                cs["state"] = {"terminated": {"exitCode": exit_code, "reason": "Completed"}}
+            self._record("pods", "MODIFIED", obj)
+
+
+#: The kinds of the namespaced workload routes, by plural.
+_KINDS = {
+    "pods": "Pod",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+    "services": "Service",
+    "secrets": "Secret",
+    "events": "Event",
+}
+
+
+def _workload_routes(fake: FakeKubeAPI, base: type) -> list[tuple[str, type]]:
+    """The ``/api/v1/namespaces/{ns}/{plural}[/{name}]`` routes of :class:`FakeKubeAPI`."""
+    plurals = "|".join(_KINDS)
+
+    class Workload(base):  # type: ignore[misc, valid-type]
+        def prepare(self) -> None:
+            super().prepare()
+            if self._finished:
+                fake.unauthorized += 1
+            else:
+                fake.calls.append((self.request.method, self.request.path))
+
+        def not_found(self, plural: str, name: str) -> None:
+            self.status(404, "NotFound", f'{plural} "{name}" not found')
+
+    class Collection(Workload):
+        async def get(self, namespace: str, plural: str) -> None:
+            match = fake._matching(
+                plural,
+                namespace,
+                self.get_argument("labelSelector", ""),
+                self.get_argument("fieldSelector", ""),
+            )
+            if self.get_argument("watch", "").lower() in ("true", "1"):
+                await self.watch(plural, match)
+                return
+            with fake._lock:
+                items = [
+                    copy.deepcopy(o)
+                    for (p, _, _), o in fake.objects.items()
+                    if p == plural and match(o)
+                ]
+                rv = fake._rv
+            self.finish(
+                {
+                    "kind": f"{_KINDS[plural]}List",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(rv)},
+                    "items": items,
+                }
+            )
+
+        async def watch(self, plural: str, match: Callable) -> None:
+            """WatchEvents after ``resourceVersion`` (all current objects for 0), one JSON
+            per line, until ``timeoutSeconds`` pass or the server stops."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + float(self.get_argument("timeoutSeconds", "30"))
+            since = self.get_argument("resourceVersion", "0") or "0"
+            self.set_header("Content-Type", "application/json")
+            with fake._lock:
+                if since == "0":
+                    lines = [
+                        {"type": "ADDED", "object": copy.deepcopy(o)}
+                        for (p, _, _), o in fake.objects.items()
+                        if p == plural and match(o)
+                    ]
+                    sent = fake._rv
+                else:
+                    lines, sent = [], int(since)
+            while True:
+                with fake._lock:
+                    for rv, p, kind, obj in fake._history:
+                        if rv > sent and p == plural and match(obj):
+                            lines.append({"type": kind, "object": obj})
+                    sent = fake._rv
+                if lines:
+                    self.write("".join(json.dumps(e) + "\n" for e in lines))
+                    lines = []
+                    await self.flush()
+                    continue  # changes made while the chunk went out
+                left = deadline - loop.time()
+                if fake._closing or left <= 0:
+                    break
+                waiter = loop.create_future()
+                fake._waiters.append(waiter)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(waiter, left)
+            self.finish()
+
+        def post(self, namespace: str, plural: str) -> None:
+            body = json.loads(self.request.body)
+            created = fake._create(plural, namespace, body)
+            if created is None:
+                name = body["metadata"].get("name")
+                self.status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                return
+            self.set_status(201)
+            self.finish(created)
+
+    class Item(Workload):
+        def get(self, namespace: str, plural: str, name: str) -> None:
+            with fake._lock:
+                found = copy.deepcopy(fake.objects.get((plural, namespace, name)))
+            if found is None:
+                self.not_found(plural, name)
+            else:
+                self.finish(found)
+
+        def delete(self, namespace: str, plural: str, name: str) -> None:
+            gone = fake._delete(plural, namespace, name)
+            if gone is None:
+                self.not_found(plural, name)
+            else:
+                self.finish(gone)
+
+    return [
+        (rf"/api/v1/namespaces/([^/]+)/({plurals})", Collection),
+        (rf"/api/v1/namespaces/([^/]+)/({plurals})/([^/]+)", Item),
+    ]
+
+
+def self_signed_cert(where: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), for a :class:`FakeKubeAPI` over
+    TLS: the certificate is its own CA (``ssl_ca_cert``)."""
+    import subprocess
+
+    cert, key = where / "apiserver.crt", where / "apiserver.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def kubeconfig(servers: Mapping[str, FakeKubeAPI], current: str) -> dict[str, Any]:
+    """A kube config (as ``kubectl config view --raw`` prints it) with one context per fake
+    API server, named as in ``servers``, each with its bearer token."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": current,
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": s.url,
+                    **({"certificate-authority": str(s.tls[0])} if s.tls else {}),
+                },
+            }
+            for name, s in servers.items()
+        ],
+        "users": [{"name": name, "user": {"token": s.token}} for name, s in servers.items()],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
+            for name in servers
+        ],
+    }
 
 
 # -- the service in-process (chargeback, planning) --------------------------------------------
