@@ -86,7 +86,8 @@ unit: $(STAMP) $(CHP) $(AXE) $(CHROMIUM)
 
 e2e-jh5: $(JH5_STAMP) $(CHP)
 	$(JH5)/bin/pytest -p no:cacheprovider -m e2e tests/integration/test_spawn_e2e.py \
-		tests/integration/test_kube_spawner.py tests/integration/test_reclaim_e2e.py
+		tests/integration/test_kube_spawner.py tests/integration/test_reclaim_e2e.py \
+		tests/integration/test_two_hubs.py
 
 test: lint docs jest unit e2e-jh5
 

@@ -134,6 +134,19 @@ c.JupyterHub.load_roles.append(
 )
 c.Authenticator.allowed_users = {users!r}
 c.Authenticator.admin_users = {{"admin"}}
+# the spawners of other hubs the pool serves (HubEnv.remote_spawners): services of this hub,
+# the pool's, with the spawn scope (docs/source/howto/multi-cluster.md)
+from jupyterhub_gpupool.service.scopes import SPAWN
+for name, token in {remote!r}.items():
+    c.JupyterHub.services.append({{"name": name, "api_token": token}})
+    c.JupyterHub.load_roles.append({{"name": name, "services": [name], "scopes": [SPAWN]}})
+"""
+
+#: A hub that does not run the pool service (``HubEnv.pool_env``): its spawner reaches the
+#: pool of another hub with a token of that hub; the pool is not one of this hub's services.
+REMOTE_HUB_CONFIG = """
+c.GPUPoolSpawnerMixin.pool_api_url = {api!r}
+c.GPUPoolSpawnerMixin.pool_api_token = {spawner_token!r}
 """
 
 
@@ -164,6 +177,28 @@ class HubEnv:
     hub: subprocess.Popen | None = None
     service: subprocess.Popen | None = None
     user_tokens: dict[str, str] = field(default_factory=dict)
+    #: names of other hubs' spawners this hub's pool serves: services of this hub with the
+    #: spawn scope, their tokens in ``remote_tokens`` (see :meth:`second_hub`)
+    remote_spawners: tuple[str, ...] = ()
+    remote_tokens: dict[str, str] = field(default_factory=dict)
+    #: the environment whose pool service this hub's spawner uses (None: its own)
+    pool_env: HubEnv | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.remote_spawners:
+            self.remote_tokens.setdefault(name, secrets.token_hex(16))
+
+    def second_hub(self, where: Path, spawner: str, **kw: object) -> HubEnv:
+        """Another hub (in ``where``) whose spawner uses this environment's pool service with
+        the token of ``spawner`` (one of ``remote_spawners``): start it after this one."""
+        return HubEnv(
+            where,
+            self.db_url,
+            None,
+            pool_env=self,
+            spawner_token=self.remote_tokens[spawner],
+            **kw,  # type: ignore[arg-type]
+        )
 
     @property
     def hub_url(self) -> str:
@@ -178,6 +213,8 @@ class HubEnv:
     @property
     def api(self) -> str:
         """The pool API, addressed directly (not through the proxy: faster for load tests)."""
+        if self.pool_env is not None:
+            return self.pool_env.api
         return f"http://127.0.0.1:{self.service_port}{self.service_prefix}api/v1"
 
     @property
@@ -191,7 +228,11 @@ class HubEnv:
         return f"{self.base_url}services/gpupool/"
 
     def start(self) -> None:
-        """Start the pool service, then the hub (which checks external services as it starts)."""
+        """Start the pool service, then the hub (which checks external services as it starts);
+        a hub of another environment's pool (``pool_env``) starts only the hub."""
+        if self.pool_env is not None:
+            self.start_hub()
+            return
         self.start_service(wait=False)
         self.start_hub()
         wait_http(f"{self.api}/pool", 60, self.service)
@@ -223,10 +264,21 @@ class HubEnv:
                 self.kill_service()
                 self.start_service(wait=False)
 
+    def _hub_config(self) -> str:
+        """This hub's own configuration, before ``extra_config``."""
+        if self.pool_env is not None:
+            head = HUB_CONFIG[: HUB_CONFIG.index("# the pool's part")]
+            tail = HUB_CONFIG[
+                HUB_CONFIG.index('c.JupyterHub.services.append({{"name": "hub-admin"') :
+            ]
+            tail = tail[: tail.index("# the spawners of other hubs")]
+            return head + REMOTE_HUB_CONFIG + tail
+        return HUB_CONFIG
+
     def _start_hub_once(self) -> None:
         (self.dir / "jupyterhub_config.py").write_text(
             textwrap.dedent(
-                HUB_CONFIG.format(
+                self._hub_config().format(
                     hub_port=self.hub_port,
                     hub_api_port=self.hub_api_port,
                     proxy_api_port=self.proxy_api_port,
@@ -240,6 +292,8 @@ class HubEnv:
                     admin_api_token=self.admin_api_token,
                     users=set(self.users),
                     base_url=self.base_url,
+                    remote=self.remote_tokens,
+                    api=self.api,
                 )
             )
             + textwrap.dedent(self.extra_config).format(
@@ -336,9 +390,12 @@ class HubEnv:
         assert any(c.name == "jupyterhub-session-id" for c in jar), "login failed"
         return opener
 
-    def start_agent(self, node: str, pool_config: Path, interval: float) -> subprocess.Popen:
+    def start_agent(
+        self, node: str, pool_config: Path, interval: float, cluster: str | None = None
+    ) -> subprocess.Popen:
         """The node agent command on the simulated NVML of ``pool_config``'s ``node``,
-        reporting to this service with the agent token (text output on its stdout)."""
+        reporting to this service with the agent token (text output on its stdout), naming
+        ``cluster`` when given (``--cluster``)."""
         return subprocess.Popen(
             [
                 sys.executable,
@@ -349,6 +406,7 @@ class HubEnv:
                 f"--interval={interval}",
                 "--source=sim",
                 f"--pool-config={pool_config}",
+                *([f"--cluster={cluster}"] if cluster else []),
             ],
             env={**os.environ, "GPUPOOL_AGENT_TOKEN": self.agent_token},
             stdout=subprocess.PIPE,
