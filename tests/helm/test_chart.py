@@ -109,6 +109,21 @@ def test_security_context_resources_and_tmp_on_everything(render, case: str) -> 
             assert sc["allowPrivilegeEscalation"] is False, workload
 
 
+@pytest.mark.parametrize("case", sorted(VARIANTS))
+def test_every_gpupool_variable_given_to_a_container_is_read_by_the_package(render, case) -> None:
+    """A ``GPUPOOL_*`` variable no code reads would only look like a setting (the service once
+    got ``GPUPOOL_MIG_STRATEGY``, which nothing reads: the MIG strategy is the spawner's)."""
+    package = Path(__file__).resolve().parents[2] / "jupyterhub_gpupool"
+    # the package, and the Python config the chart's ConfigMap gives the service
+    readers = [*package.rglob("*.py"), CHART / "templates/pool/configmap.yaml"]
+    source = "\n".join(p.read_text() for p in readers)
+    for workload, spec in pod_specs(render(VARIANTS[case])):
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                if e["name"].startswith("GPUPOOL_"):
+                    assert f'"{e["name"]}"' in source, (workload, e["name"])
+
+
 def test_agent_unprivileged_without_dynamic_mig(render) -> None:
     ds = one(render({}), "DaemonSet", "gpupool-agent")
     spec = ds["spec"]["template"]["spec"]

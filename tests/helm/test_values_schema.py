@@ -72,6 +72,10 @@ BAD_VALUES = {
     "zero replicas": ({"pool": {"replicas": 0}}, "/pool/replicas"),
     "replicas > 1 on SQLite": ({"pool": {"replicas": 2}}, "pool.replicas:"),
     "unknown MIG strategy": ({"mig": {"strategy": "mig-mixed"}}, "/mig/strategy"),
+    "re-partition without mixed": (
+        {"mig": {"strategy": "single", "repartition": {"enabled": True}}},
+        "mig.repartition.enabled:",
+    ),
     "PostgreSQL without its URL": (
         {"database": {"type": "postgresql"}},
         "database.existingSecret:",

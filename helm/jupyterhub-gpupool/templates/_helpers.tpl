@@ -224,6 +224,9 @@ imagePullSecrets:
   {{- if and $pdb.enabled (not (typeIs "<nil>" $pdb.maxUnavailable)) (not (typeIs "<nil>" $pdb.minAvailable)) }}
     {{- fail "pool.pdb.minAvailable: a PodDisruptionBudget takes maxUnavailable or minAvailable, not both (set the other to null)" }}
   {{- end }}
+  {{- if and .Values.mig.repartition.enabled (ne .Values.mig.strategy "mixed") }}
+    {{- fail (printf "mig.repartition.enabled: the pool re-partitions MIG GPUs only with mig.strategy mixed (it waits for the device plugin's nvidia.com/mig-<profile> resources), not %s; set mig.strategy: mixed or mig.repartition.enabled: false" .Values.mig.strategy) }}
+  {{- end }}
   {{- if and .Values.serviceMonitor.tokenSecret.name (not .Values.serviceMonitor.tokenSecret.key) }}
     {{- fail "serviceMonitor.tokenSecret.key: name the key of the token in serviceMonitor.tokenSecret.name" }}
   {{- end }}
