@@ -1,7 +1,9 @@
 """The idle signal: three sources read over a window, and the table of what each combination means.
 
-A window of a lease is read as a GPU state (utilization on whole GPUs and shares, GPM activity
-on Hopper-and-newer MIG, processes and memory on older MIG — NVML has no MIG utilization), a
+A window of a lease is read as a GPU state (utilization on whole GPUs and shares — for a share,
+its own processes' utilization where the GPU gives per-process samples, else the whole GPU's —,
+GPM activity on Hopper-and-newer MIG, processes and memory on older MIG — NVML has no MIG
+utilization), a
 kernel state (the user's server's ``/api/kernels``) and the user's presence (input in the lab,
 else the hub's ``last_activity``; open connections). :data:`CASES` says, for each of the 27
 combinations, whether the window resets the idle count or adds to which one; the docs render
@@ -16,9 +18,16 @@ from dataclasses import dataclass
 from .catalog import GpuModel
 from .model import Offer
 
-#: How a lease's GPU reports activity: utilization (whole GPUs and shares), GPM SM activity
-#: (MIG on Hopper and newer), or only processes and memory in use (MIG on older GPUs).
-SIGNAL_SOURCES = ("utilization", "gpm", "memory")
+#: How a lease's GPU reports activity: utilization (whole GPUs, and shares on a GPU without
+#: per-process samples), the share's own processes' utilization (``process``: per-process
+#: samples, Maxwell and newer outside MIG), GPM SM activity (MIG on Hopper and newer), or only
+#: processes and memory in use (MIG on older GPUs).
+SIGNAL_SOURCES = ("utilization", "process", "gpm", "memory")
+#: GPU architectures whose driver gives per-process utilization samples outside MIG (nvml.h,
+#: ``nvmlDeviceGetProcessUtilization``: "For Maxwell or newer fully supported devices").
+PROCESS_UTIL_ARCHITECTURES = frozenset(
+    ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+)
 GPU_STATES = ("busy", "idle", "unknown")
 #: ``unknown``: the kernels API refused the reclaimer's token (or answered nonsense).
 KERNEL_STATES = ("busy", "idle", "unknown")
@@ -103,6 +112,10 @@ class GpuSample:
     util: float | None
     memory_used_mib: int | None = None
     processes: int | None = None
+    #: A GPU's utilization by lease, from per-process samples: ``(lease id, %)`` pairs for the
+    #: leases with processes on it (a lease not listed has none: 0 %). ``None`` where the GPU
+    #: gives no per-process samples or an active process could not be tied to a lease.
+    lease_util: tuple[tuple[str, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,10 +156,37 @@ class Signals:
 
 
 def gpu_signal_source(offer: Offer, model: GpuModel) -> str:
-    """Which GPU signal a lease of ``offer`` on ``model`` has (see :data:`SIGNAL_SOURCES`)."""
+    """Which GPU signal a lease of ``offer`` on ``model`` has (see :data:`SIGNAL_SOURCES`); for
+    a share, ``process`` is what the GPU can give (the reader may still fall back to the whole
+    GPU, see :func:`share_samples`)."""
+    if offer.kind == "shared":
+        return "process" if model.architecture in PROCESS_UTIL_ARCHITECTURES else "utilization"
     if offer.kind != "mig":
         return "utilization"
     return "gpm" if model.gpm_supported else "memory"
+
+
+def share_samples(samples: Sequence[GpuSample], lease: str) -> tuple[GpuSample, ...]:
+    """A share's own view of its GPU's samples: where a sample carries per-process figures
+    (``lease_util``), its utilization is the lease's own (0 % when the lease has no active
+    process), so a busy neighbour on the same GPU does not keep an idle share; a sample without
+    them keeps the whole GPU's utilization (the fallback: any activity on the GPU counts)."""
+    out = []
+    for s in samples:
+        if s.lease_util is None:
+            out.append(s)
+        else:
+            own = dict(s.lease_util).get(lease, 0.0)
+            out.append(GpuSample(s.ts, own, s.memory_used_mib, s.processes))
+    return tuple(out)
+
+
+def share_signal_source(samples: Sequence[GpuSample]) -> str:
+    """``process`` when every sample of a share's window has per-process figures, else
+    ``utilization`` (the whole GPU's, for some or all of the window)."""
+    if samples and all(s.lease_util is not None for s in samples):
+        return "process"
+    return "utilization"
 
 
 def gpu_activity(samples: Sequence[GpuSample], threshold: float) -> str:

@@ -39,6 +39,8 @@ from .idlesignal import (
     kernel_activity,
     presence_of,
     read_window,
+    share_samples,
+    share_signal_source,
     stale_reason,
 )
 from .model import Offer
@@ -314,6 +316,8 @@ def plan_reclaims(
 ) -> list[Decision]:
     """One decision per lease, in the order of ``leases``; persist each ``decision.state``.
 
+    A share's window is read from its own processes' utilization where its GPU gave
+    per-process samples (:func:`share_samples`), else from the whole GPU's.
     ``queue`` is the waiting requests in service order (``Allocator.queue``); waits for quota
     are ignored, since no reclaim can end them. ``pool_at`` is when the leases and the queue
     were read: older than ``stale_after``, nothing is counted or done, as for stale signals.
@@ -346,6 +350,10 @@ def plan_reclaims(
                 kind="stale",
             )
             continue
+        if offer is not None and offer.kind == "shared":  # its own processes, not the GPU's
+            sig = replace(
+                sig, gpu=share_samples(sig.gpu, lease.id), source=share_signal_source(sig.gpu)
+            )
         case = cases[lease.id] = read_window(sig, policy.gpu_idle_threshold)
         observed = replace(lease, state=observe(lease.state, case, sig.start, sig.end))
         pressure = any(serves(observed, offers[o], units, offers) for o, units in wants)
@@ -661,6 +669,8 @@ __all__ = [
     "presence_of",
     "read_window",
     "serves",
+    "share_samples",
+    "share_signal_source",
     "shrink_problem",
     "stale_reason",
 ]

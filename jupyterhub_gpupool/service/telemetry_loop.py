@@ -24,7 +24,7 @@ from ..pool.errors import PoolError
 from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
 from .ingest import ingest, node_from_inventory
-from .utilization import MinuteAggregator, Sample, UtilizationBuffer
+from .utilization import MinuteAggregator, Sample, UtilizationBuffer, lease_util_pairs
 from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def to_samples(raw: list[dict[str, Any]]) -> list[Sample]:
             None if s.get("util") is None else float(s["util"]),
             int(s.get("memory_used_mib") or 0),
             s.get("processes"),
+            lease_util_pairs(s.get("lease_util")),
         )
         for s in raw
     ]

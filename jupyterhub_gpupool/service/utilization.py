@@ -30,6 +30,9 @@ class Sample:
     memory_used_mib: int
     #: compute processes on the device (MIG instances; None where NVML did not say)
     processes: int | None = None
+    #: utilization by lease from per-process samples (GPUs not in MIG mode; None: unknown).
+    #: Kept for the reclaimer's share signal; never shown (it names other users' leases).
+    lease_util: tuple[tuple[str, float], ...] | None = None
 
     def to_json(self) -> dict[str, object]:
         """JSON form."""
@@ -41,6 +44,13 @@ class Sample:
             "memory_used_mib": self.memory_used_mib,
             "processes": self.processes,
         }
+
+
+def lease_util_pairs(raw: object) -> tuple[tuple[str, float], ...] | None:
+    """A reader's ``lease_util`` mapping as sorted ``(lease, %)`` pairs (``None`` stays None)."""
+    if not isinstance(raw, dict):
+        return None
+    return tuple(sorted((str(k), float(v)) for k, v in raw.items()))
 
 
 class UtilizationBuffer:

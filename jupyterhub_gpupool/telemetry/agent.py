@@ -55,7 +55,8 @@ class Reader(Protocol):
         ...
 
     def samples(self, now: float | None = None) -> list[dict[str, Any]]:
-        """Current samples: ``{gpu, start, ts, util, memory_used_mib}`` each."""
+        """Current samples: ``{gpu, start, ts, util, memory_used_mib}`` each (plus ``processes`` on
+        MIG instances and ``lease_util`` on GPUs not in MIG mode)."""
         ...
 
 

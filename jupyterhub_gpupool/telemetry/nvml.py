@@ -10,7 +10,11 @@ What is knowable about utilization (see docs/source/explanation/utilization.md):
 reports ``nvmlDeviceGetUtilizationRates``; a MIG instance has no utilization on Ampere (util
 ``None``, memory in use from its MIG handle) and GPM activity on Hopper and newer, computed from
 two GPM samples taken at least 100 ms apart (the reader keeps the previous sample per instance
-between calls, so an instance's first sample has util ``None``).
+between calls, so an instance's first sample has util ``None``). A GPU not in MIG mode also
+gives per-process samples (``nvmlDeviceGetProcessUtilization``, Maxwell and newer): the reader
+attributes each active process to the lease whose server started it (``GPUPOOL_LEASE_ID`` in
+the process's environment) and reports ``lease_util``, so a share is judged by its own
+processes, not by a busy neighbour on the same GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import ctypes
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +38,12 @@ GPM_MIN_INTERVAL = 0.1  # seconds between the two GPM samples of one reading (nv
 PENDING_LABEL = "gpupool.jupyter.org/mig-pending.gpu{index}"
 DRIVER_LABEL = "gpupool.jupyter.org/nvidia-driver"
 
+#: The server environment variable naming the lease (DESIGN §6): processes a user's server
+#: starts (kernels, their children) inherit it, so it ties a GPU process to its lease.
+LEASE_ENV = "GPUPOOL_LEASE_ID"
+#: A process environment reader: pid → its environment, ``None`` when it cannot be read.
+EnvironReader = Callable[[int], Mapping[str, str] | None]
+
 # compute slices → NVML_COMPUTE_INSTANCE_PROFILE_* enum (nvml.h), for full-size compute instances
 _CI_ENUM_FOR_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
@@ -43,6 +54,26 @@ class NvmlUnavailable(RuntimeError):
 
 class _GpuLost(Exception):
     pass
+
+
+def proc_environ(pid: int) -> dict[str, str] | None:
+    """``/proc/<pid>/environ`` of a process NVML lists (``None`` if gone or not readable).
+
+    NVML gives host PIDs: the agent must see the host's PID namespace (``hostPID`` on
+    Kubernetes) and be allowed to read the process's environment (the same user, or root /
+    CAP_SYS_PTRACE).
+    Where it cannot, processes stay unattributed and shares fall back to the whole GPU.
+    """
+    try:
+        raw = Path(f"/proc/{int(pid)}/environ").read_bytes()
+    except (OSError, ValueError):
+        return None
+    out: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
 
 
 def error_name(err: BaseException) -> str:
@@ -66,6 +97,7 @@ class NvmlReader:
         catalog: Catalog | None = None,
         clock: Callable[[], float] = time.time,
         dynamic_mig: bool | Collection[str] = False,
+        environ: EnvironReader | None = None,
     ) -> None:
         if nvml is None:
             try:
@@ -79,6 +111,12 @@ class NvmlReader:
         self.catalog = catalog or default_catalog()
         self.clock = clock
         self.dynamic_mig = dynamic_mig
+        #: pid → environment; the simulator stands in for /proc for its own processes
+        self.environ: EnvironReader = (
+            environ or getattr(nvml, "process_environ", None) or proc_environ
+        )
+        self._proc_seen: dict[str, int] = {}  # GPU → newest per-process sample (µs)
+        self._proc_support: dict[str, bool] = {}
         self._logged: set[tuple[str, str]] = set()
         self._known: dict[int, dict[str, Any]] = {}  # index → last inventory entry
         self._gpm: dict[tuple[str, int], tuple[float, Any]] = {}  # (GPU, GI id) → (ts, sample)
@@ -368,10 +406,71 @@ class NvmlReader:
         self._gpm[key] = (ts, sample)
         return util
 
+    def _lease_util(self, uuid: str, handle: Any) -> dict[str, float] | None:
+        """SM utilization by lease of a GPU not in MIG mode, from per-process samples.
+
+        ``{lease: %}``: the sum over the lease's processes that NVML sampled since the previous
+        call (capped at 100), and 0 for a lease with processes that had no activity; a lease
+        without process on the GPU is absent (0 %). ``None`` where the GPU gives no
+        per-process samples (MIG, before Maxwell, an old driver: asked once, then not again)
+        or where an active process belongs to no lease the agent can tell (its environment
+        is unreadable or has no ``GPUPOOL_LEASE_ID``): then shares are judged by the whole GPU.
+        """
+        if not self._proc_support.get(uuid, True):
+            return None
+        last = self._proc_seen.get(uuid, 0)
+        try:
+            samples = list(self._call("nvmlDeviceGetProcessUtilization", handle, last))
+        except self.nvml.NVMLError as e:
+            if e.value != 6:  # NotFound: no process active since ``last``
+                self._log_once("nvmlDeviceGetProcessUtilization", e)
+                if e.value in (3, 13):  # NotSupported / FunctionNotFound: stop asking
+                    self._proc_support[uuid] = False
+                return None
+            samples = []
+        running = self._try("nvmlDeviceGetComputeRunningProcesses", handle, default=[]) or []
+        util: dict[str, float] = {}
+        for p in running:
+            lease = self._lease_of(int(p.pid))
+            if lease is not None:
+                util.setdefault(lease, 0.0)
+        newest: dict[int, Any] = {}
+        for s in samples:
+            if int(s.pid) not in newest or int(s.timeStamp) > int(newest[int(s.pid)].timeStamp):
+                newest[int(s.pid)] = s
+        for pid, s in newest.items():
+            if int(s.smUtil) <= 0:
+                continue
+            lease = self._lease_of(pid)
+            if lease is None:
+                key = ("unattributed", uuid)
+                if key not in self._logged:
+                    self._logged.add(key)
+                    log.warning(
+                        "GPU %s: active process %d belongs to no lease this agent can tell "
+                        "(environment unreadable or without %s); shares on it are judged by "
+                        "the whole GPU's utilization; logged once",
+                        uuid,
+                        pid,
+                        LEASE_ENV,
+                    )
+                return None
+            util[lease] = min(100.0, util.get(lease, 0.0) + float(s.smUtil))
+        if samples:
+            self._proc_seen[uuid] = max(last, *(int(s.timeStamp) for s in samples))
+        return util
+
+    def _lease_of(self, pid: int) -> str | None:
+        env = self.environ(pid)
+        lease = env.get(LEASE_ENV) if env else None
+        return lease or None
+
     def samples(self, now: float | None = None) -> list[dict[str, Any]]:
         """The body's ``samples`` for ``POST nodes/{name}/samples``: one per GPU or MIG instance.
 
-        Whole GPUs: ``nvmlDeviceGetUtilizationRates``. MIG instances (``start`` set): memory in
+        Whole GPUs: ``nvmlDeviceGetUtilizationRates``, and ``lease_util`` (utilization by
+        lease from per-process samples, see ``_lease_util``; ``None`` where unknown). MIG
+        instances (``start`` set): memory in
         use from the MIG handle, the compute processes running on it (``processes``: the idle
         signal of a MIG slice without GPM) and, on Hopper and newer, GPM activity since the
         previous call; ``util`` is ``None`` where it is not knowable (Ampere MIG, first GPM
@@ -396,6 +495,7 @@ class NvmlReader:
                             "ts": ts,
                             "util": None if util is None else float(util.gpu),
                             "memory_used_mib": int(mem.used) // MIB if mem is not None else 0,
+                            "lease_util": self._lease_util(uuid, handle),
                         }
                     )
                     continue

@@ -5,9 +5,11 @@ Why: tests and the demo should run the very code that reads real GPUs. This modu
 subset of the pynvml function API the reader uses (same names, parameters, constants and
 ``NVMLError_*`` classes with the same ``.value`` codes) and follows NVIDIA's rules: MIG
 profiles, IDs and placements come from the pool catalog, illegal or overlapping placements
-raise ``NVMLError_InsufficientResources``, utilization is ``NotSupported`` on MIG GPUs and MIG
-devices, GPM exists only on Hopper and newer, a GPU instance with compute instances or
-processes cannot be destroyed (``InUse``), and a lost GPU raises ``NVMLError_GpuIsLost``.
+raise ``NVMLError_InsufficientResources``, utilization (per device and per process) is
+``NotSupported`` on MIG GPUs and MIG devices, per-process samples exist from Maxwell on and
+answer ``NotFound`` when none is newer than the caller's timestamp, GPM exists only on Hopper
+and newer, a GPU instance with compute instances or processes cannot be destroyed (``InUse``),
+and a lost GPU raises ``NVMLError_GpuIsLost``.
 The MIG calls live in ``simmig`` (a mixin of :class:`SimNvml`); names, constants and
 structures in ``simnvml_api``.
 
@@ -15,7 +17,8 @@ Use it like the module (``simnvml.configure(yaml_text, node="sim-a100")``, then 
 ``simnvml.nvmlInit()`` ...), or make independent simulated machines with
 ``SimNvml.from_yaml(...)``; the instance carries the same functions, constants and classes, so
 ``NvmlReader(nvml=instance)`` works too. Utilization follows per-GPU or per-MIG-instance load
-patterns (``idle``, ``steady``, ``bursty``, ``notebook``), deterministic for a seed and an
+patterns (``idle``, ``steady``, ``bursty``, ``notebook``) plus those of the simulated
+processes on the device (``add_process(..., load=...)``), deterministic for a seed and an
 injectable clock. The YAML's per-GPU ``load`` key and top-level ``simulation`` section are read
 here (``poolconfig`` reserves them)::
 
@@ -30,6 +33,7 @@ here (``poolconfig`` reserves them)::
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,10 +42,18 @@ from typing import Any
 from ..pool.catalog import Catalog, default_catalog
 from ..pool.errors import ConfigError
 from ..poolconfig import parse_nodes
-from .simload import _parse_gpu_load, parse_load
+from .simload import LoadPattern, _parse_gpu_load, parse_load
 from .simmig import SimMigMixin
 from .simnvml_api import *  # noqa: F403  (pynvml's names: this module stands in for pynvml)
-from .simnvml_api import _GPM_MIN_INTERVAL, _GPM_SCALE, NVMLError, _api, _deref
+from .simnvml_api import (
+    _GPM_MIN_INTERVAL,
+    _GPM_SCALE,
+    _PROCESS_SAMPLE_PERIOD,
+    _PROCESS_UTIL_ARCHITECTURES,
+    NVMLError,
+    _api,
+    _deref,
+)
 from .simstate import (
     _TDP_W,
     _ComputeInstance,
@@ -174,14 +186,56 @@ class SimNvml(SimMigMixin):
                         return ci
         raise KeyError(f"no simulated GPU or MIG device {target!r}")
 
-    def add_process(self, target: str | int, used_mib: int = 1024, pid: int | None = None) -> int:
-        """Start a simulated compute process on a GPU (UUID or index) or MIG device (UUID)."""
+    def add_process(
+        self,
+        target: str | int,
+        used_mib: int = 1024,
+        pid: int | None = None,
+        *,
+        load: str | Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> int:
+        """Start a simulated compute process on a GPU (UUID or index) or MIG device (UUID).
+
+        ``load`` is the process's own activity (a load pattern, default idle): it adds to its
+        device's utilization and is what per-process samples report. ``environ`` is what
+        ``/proc/<pid>/environ`` would show (``process_environ``), e.g. ``GPUPOOL_LEASE_ID``.
+        """
         found = self._find(target)
         if pid is None:
             self._next_pid += 1
             pid = self._next_pid
-        found.processes.append(_Process(pid, used_mib))
+        pattern = parse_load(load, "load") if load is not None else LoadPattern()
+        found.processes.append(_Process(pid, used_mib, pattern, dict(environ or {})))
         return pid
+
+    def _processes(self) -> list[_Process]:
+        return [
+            p
+            for g in self._gpus
+            for p in [
+                *g.processes,
+                *(p for gi in g.gis.values() for ci in gi.cis.values() for p in ci.processes),
+            ]
+        ]
+
+    def set_process_load(self, pid: int, pattern: str | Mapping[str, Any]) -> None:
+        """Change what a simulated process computes (its load pattern)."""
+        load = parse_load(pattern, "load")
+        for p in self._processes():
+            if p.pid == pid:
+                p.load = load
+                return
+        raise KeyError(f"no simulated process {pid}")
+
+    def process_environ(self, pid: int) -> dict[str, str] | None:
+        """The environment of a simulated process, as ``/proc/<pid>/environ`` would give it to
+        the agent (``None``: no such process). The reader attributes processes to leases
+        through it when it reads this machine."""
+        for p in self._processes():
+            if p.pid == pid:
+                return dict(p.environ)
+        return None
 
     def remove_process(self, pid: int) -> None:
         """End a simulated process wherever it runs."""
@@ -244,16 +298,23 @@ class SimNvml(SimMigMixin):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return gpu
 
+    def _process_util(self, gpu: _Gpu, p: _Process, t: float) -> float:
+        return p.load.util(t, self.seed, f"{gpu.uuid}/pid{p.pid}")
+
     def _util_at(self, gpu: _Gpu, gi: _GpuInstance | None, t: float) -> float:
+        """A device's activity: its own load pattern plus its processes' (capped at 100 %)."""
         if gi is not None:
-            return gi.load.util(t, self.seed, f"{gpu.uuid}/{gi.start}")
+            procs = (p for ci in gi.cis.values() for p in ci.processes)
+            own = gi.load.util(t, self.seed, f"{gpu.uuid}/{gi.start}")
+            return min(100.0, own + sum(self._process_util(gpu, p, t) for p in procs))
         if gpu.mig_current:
             total = gpu.model.compute_slices or 1
             return sum(
                 self._util_at(gpu, g, t) * g.profile.compute_slices / total
                 for g in gpu.gis.values()
             )
-        return gpu.load.util(t, self.seed, gpu.uuid)
+        own = gpu.load.util(t, self.seed, gpu.uuid)
+        return min(100.0, own + sum(self._process_util(gpu, p, t) for p in gpu.processes))
 
     def _mean_util(self, gpu: _Gpu, gi: _GpuInstance | None, t1: float, t2: float) -> float:
         """Mean activity over [t1, t2], as GPM counters would accumulate it (≤ 600 points)."""
@@ -348,6 +409,34 @@ class SimNvml(SimMigMixin):
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         util = self._util_at(gpu, None, self.now())
         return c_nvmlUtilization_t(round(util), round(util * 0.6))
+
+    @_api
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: Any, timeStamp: int
+    ) -> list[c_nvmlProcessUtilizationSample_t]:
+        """Per-process samples newer than ``timeStamp`` (CPU time, µs), as nvml.h describes them:
+        the driver samples every ``_PROCESS_SAMPLE_PERIOD``; one sample per process that had
+        non-zero SM utilization in the newest period; ``NotFound`` when there is none newer than
+        ``timeStamp``; ``NotSupported`` on MIG (device handles and MIG-enabled GPUs, as for
+        device utilization) and before Maxwell."""
+        gpu = self._gpu(handle)
+        if isinstance(handle, _MigDevice) or gpu.mig_current:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if gpu.model.architecture not in _PROCESS_UTIL_ARCHITECTURES:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        at = math.floor(self.clock() / _PROCESS_SAMPLE_PERIOD) * _PROCESS_SAMPLE_PERIOD
+        stamp = round(at * 1_000_000)
+        if stamp <= int(timeStamp):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        out = []
+        for p in gpu.processes:
+            sm = round(self._process_util(gpu, p, at - self.t0))
+            if sm > 0:
+                sample = c_nvmlProcessUtilizationSample_t(p.pid, stamp, sm, round(sm * 0.6), 0, 0)
+                out.append(sample)
+        if not out:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return out
 
     @_api
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[c_nvmlProcessInfo_v3_t]:
@@ -491,6 +580,11 @@ def configure(
     return _default.configure(_read_yaml(source), node, seed=seed, clock=clock, catalog=catalog)
 
 
+def process_environ(pid: int) -> dict[str, str] | None:
+    """The environment of a process of the module's machine (see ``SimNvml.process_environ``)."""
+    return _default.process_environ(pid)
+
+
 def machine() -> SimNvml:
     """The simulated machine behind the module-level functions."""
     return _default
@@ -509,6 +603,7 @@ nvmlDeviceGetIndex = _default.nvmlDeviceGetIndex
 nvmlDeviceGetMemoryInfo = _default.nvmlDeviceGetMemoryInfo
 nvmlDeviceGetUtilizationRates = _default.nvmlDeviceGetUtilizationRates
 nvmlDeviceGetComputeRunningProcesses = _default.nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetProcessUtilization = _default.nvmlDeviceGetProcessUtilization
 nvmlDeviceGetTemperature = _default.nvmlDeviceGetTemperature
 nvmlDeviceGetPowerUsage = _default.nvmlDeviceGetPowerUsage
 nvmlDeviceGetTotalEccErrors = _default.nvmlDeviceGetTotalEccErrors

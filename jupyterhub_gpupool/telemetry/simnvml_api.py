@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..pool.idlesignal import PROCESS_UTIL_ARCHITECTURES
+
 # ---------------------------------------------------------------------------------------------
 # Constants (values as in pynvml / nvml.h)
 
@@ -96,6 +98,11 @@ _GPM_SCALE = {
     NVML_GPM_METRIC_DRAM_BW_UTIL: 0.4,
 }
 _GPM_MIN_INTERVAL = 0.1
+#: Seconds between the driver's per-process utilization samples (nvmlDeviceGetProcessUtilization)
+_PROCESS_SAMPLE_PERIOD = 1.0
+#: Architectures with per-process utilization (nvml.h: "For Maxwell or newer fully supported
+#: devices"); others (and models of unknown architecture) answer NotSupported.
+_PROCESS_UTIL_ARCHITECTURES = PROCESS_UTIL_ARCHITECTURES
 
 # ---------------------------------------------------------------------------------------------
 # Exceptions, made like pynvml's ``_extractNVMLErrorsAsClasses``
@@ -262,6 +269,17 @@ class c_nvmlProcessInfo_v3_t:
     usedGpuMemory: int | None
     gpuInstanceId: int = 0xFFFFFFFF
     computeInstanceId: int = 0xFFFFFFFF
+
+
+class c_nvmlProcessUtilizationSample_t(_Printable):
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),  # CPU time of the sample, microseconds
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
 
 
 @dataclass

@@ -20,6 +20,10 @@ from .simload import LoadPattern
 class _Process:
     pid: int
     used_mib: int
+    #: the process's own SM activity (per-process samples; added to its device's utilization)
+    load: LoadPattern = field(default_factory=LoadPattern)
+    #: what ``/proc/<pid>/environ`` would hold (the pool's server environment, for one)
+    environ: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

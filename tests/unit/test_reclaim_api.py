@@ -300,3 +300,62 @@ def test_policies_over_http(api):
     assert put["source"] == "api" and put["effective"]["offers"]["h100"]["idle_timeout"] == 10800
     assert put["effective"]["offers"]["a100-1g"]["idle_timeout"] == 3600  # the defaults
     assert api.ok("admin", "DELETE", "reclaim/policies")["source"] == "file"
+
+
+# -- shares: each judged by its own processes -----------------------------------------------------
+
+SHARED_POOL = {
+    **POOL,
+    "nodes": [
+        *STORE_POOL["nodes"],
+        {"name": "l4", "cpu_milli": 32000, "memory_mib": 131072, "gpus": [
+            {"model": "L4", "sharing": "shared"}]},
+    ],
+    "offers": [*STORE_POOL["offers"], {"name": "quarter", "kind": "shared", "fraction": 0.25}],
+}  # fmt: skip
+
+
+@pytest.fixture
+def shared_api(db_url: str, clock: StoreClock) -> Iterator[Service]:
+    upgrade(db_url)
+    with Service(make_store(db_url, clock, pool=SHARED_POOL)) as service:
+        yield service
+
+
+def test_a_share_is_judged_by_its_own_processes_over_http(shared_api, clock):
+    """The agent reports the GPU busy and, per lease, who makes it busy: alice's share is idle
+    next to bob's busy one, and counts towards its idle timeout; bob's does not."""
+    api = shared_api
+    leases = {
+        u: api.store.keepalive(api.store.allocate(u, "", "quarter")["id"]) for u in ("alice", "bob")
+    }
+    alice, bob = leases["alice"], leases["bob"]
+    gpu = alice["slots"][0]["gpu"]
+    assert bob["slots"][0]["gpu"] == gpu  # neighbours on one L4
+    api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
+    clock.advance(minutes=1)
+    now = epoch(clock())
+    per_lease = {bob["id"]: 70.0, alice["id"]: 0.0}
+    batch = [
+        {"gpu": gpu, "ts": t, "util": 70.0, "memory_used_mib": 4000, "lease_util": per_lease}
+        for t in (now - 59, now)
+    ]
+    api.ok("agent", "POST", "nodes/l4/samples", {"samples": batch})
+    seen = {
+        "kernel": {"state": "idle", "last_activity": None, "observed_at": now},
+        "presence": {"last_input": None, "connections": 0, "observed_at": now},
+    }
+    body = {
+        "holder": "r1",
+        "window": {"start": now - 60, "end": now},
+        "observed": {alice["id"]: seen, bob["id"]: seen},
+    }
+    got = {d["lease"]: d for d in api.ok("reclaimer", "POST", "reclaim/rounds", body)["decisions"]}
+    assert got[alice["id"]]["evidence"]["gpu"] == "idle"
+    assert got[bob["id"]]["evidence"]["gpu"] == "busy"
+
+    bad = [{"gpu": gpu, "ts": now, "util": 5.0, "lease_util": {alice["id"]: 150}}]
+    r = api.call("agent", "POST", "nodes/l4/samples", {"samples": bad})
+    assert r.status == 422 and error(r)["field"] == f"samples[0].lease_util.{alice['id']}"
+    r = api.call("agent", "POST", "nodes/l4/samples", {"samples": [{**bad[0], "lease_util": 3}]})
+    assert r.status == 422 and error(r)["field"] == "samples[0].lease_util"

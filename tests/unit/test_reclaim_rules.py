@@ -202,7 +202,8 @@ def test_gpu_signal_by_family():
     a100, h100, l4 = (CATALOG.model(m) for m in ("A100-80GB", "H100-80GB", "L4"))
     assert gpu_signal_source(OFFERS["a100-1g"], a100) == "memory"
     assert gpu_signal_source(replace(OFFERS["a100-1g"], models=("H100-80GB",)), h100) == "gpm"
-    assert gpu_signal_source(OFFERS["quarter"], l4) == "utilization"
+    assert gpu_signal_source(OFFERS["quarter"], l4) == "process"  # per-process samples (Ada)
+    assert gpu_signal_source(OFFERS["quarter"], CATALOG.model("G2")) == "utilization"  # unknown
     assert gpu_signal_source(OFFERS["h100"], h100) == "utilization"
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..ingest import InventoryError, ingest, node_from_inventory
-from ..utilization import Sample
+from ..utilization import Sample, lease_util_pairs
 from .base import MAX_STR, APIError, APIHandler, needs
 
 MAX_BATCH = 10_000
@@ -20,6 +20,26 @@ MAX_RESULTS = 1_000
 #: A GPU's memory, at most (1 TiB): an unknown model's size is kept in tenths of a GB, which
 #: rounds the largest 32-bit MiB counts past what the database's column holds.
 MAX_GPU_MEMORY_MIB = 1024 * 1024
+
+
+#: Leases a sample's ``lease_util`` may name (shares of one GPU: far fewer in practice).
+MAX_LEASES_PER_GPU = 64
+
+
+def _lease_util(raw: object, where: str) -> tuple[tuple[str, float], ...] | None:
+    """A sample's ``lease_util`` (lease id → utilization %, or null), checked."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _bad(where, "must map lease ids to percentages 0–100, or be null")
+    if len(raw) > MAX_LEASES_PER_GPU:
+        raise _bad(where, f"at most {MAX_LEASES_PER_GPU} leases")
+    for lease, value in raw.items():
+        if not lease or len(lease) > MAX_STR:
+            raise _bad(where, f"lease ids are 1–{MAX_STR} characters")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+            raise _bad(f"{where}.{lease}", "must be a percentage 0–100")
+    return lease_util_pairs(raw)
 
 
 def _bad(field: str, message: str, allowed: list[Any] | None = None) -> APIError:
@@ -111,8 +131,17 @@ class SamplesHandler(APIHandler):
                     isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
                 ):
                     raise _bad(f"{where}.processes", "must be a count ≥ 0 or null")
+                lease_util = _lease_util(s.get("lease_util"), f"{where}.lease_util")
                 samples.append(
-                    Sample(float(ts), gpu, start, None if util is None else float(util), mem, procs)
+                    Sample(
+                        float(ts),
+                        gpu,
+                        start,
+                        None if util is None else float(util),
+                        mem,
+                        procs,
+                        lease_util,
+                    )
                 )
         busy = ingest(
             self.store,

@@ -175,7 +175,7 @@ class RoundHandler(APIHandler):
         out: dict[Device, list[GpuSample]] = {}
         for device in devices:
             out[device] = [
-                GpuSample(s.ts, s.util, s.memory_used_mib, s.processes)
+                GpuSample(s.ts, s.util, s.memory_used_mib, s.processes, s.lease_util)
                 for s in buffer.series([device], start - 1e-6)
                 if s.ts <= end
             ]
