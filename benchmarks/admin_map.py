@@ -19,11 +19,14 @@ SQLite); Chromium (Playwright on /usr/bin/chromium) logs in through the hub as t
    place) and a changed one (a lease released in between) are measured.
 3. **Service**: ``GET pool/map`` (the one call behind a refresh) timed from a client on
    loopback with the admin's token, keep-alive — for an unchanged pool (the store's map is kept
-   by pool version) and right after a change (a lease released: the map is rebuilt) — and the
-   service's own handler times from its request log.
+   by pool version) and right after a change (a lease released: the map is rebuilt; ``--changes``
+   of them) — and the service's own handler times for each from its request log.
 
-Run ``python benchmarks/admin_map.py`` (``--rounds 20``); JSON goes to
-``benchmarks/results/admin_map.json``.
+Run ``python benchmarks/admin_map.py`` (``--rounds 20 --changes 60``); JSON goes to
+``benchmarks/results/admin_map.json``. ``--compare-tree DIR`` (another checkout, e.g. the
+previous commit through ``git worktree add /tmp/before HEAD~1``) measures the service's figures
+of both in the same run, on the same hub and pool: the service is restarted from one tree and
+the other in turn (``PYTHONPATH``), blocks of GETs alternating, so both see the same load.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -122,10 +127,14 @@ def timed_get(url: str, token: str, rounds: int) -> list[float]:
     return out
 
 
-def handler_times(log: Path) -> list[float]:
-    """The service's own times for ``GET pool/map`` (its request log, at --log-level=DEBUG)."""
+def handler_times(log: Path, start: int = 0, end: int | None = None) -> list[float]:
+    """The service's own times for ``GET pool/map`` (its request log, at --log-level=DEBUG),
+    logged between byte offsets ``start`` and ``end`` of the log."""
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read(None if end is None else end - start).decode(errors="replace")
     out = []
-    for line in log.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         if "GET /services/gpupool/api/v1/pool/map" in line and line.rstrip().endswith("ms"):
             out.append(float(line.rsplit(" ", 1)[1][:-2]))
     return out
@@ -145,7 +154,47 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def run(rounds: int) -> dict[str, Any]:
+def spread(values: list[float]) -> dict[str, float | int | None]:
+    """Median, p95 and max of ``values`` (None when there are none)."""
+    if not values:
+        return {"n": 0, "median": None, "p95": None, "max": None}
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "p95": pct(values, 0.95),
+        "max": max(values),
+    }
+
+
+def use_tree(env: HubEnv, tree: Path) -> None:
+    """Restart the pool service with its code from ``tree`` (same database, hub and tokens)."""
+    env.kill_service(signal.SIGTERM)
+    os.environ["PYTHONPATH"] = str(tree)
+    env.start_service()
+
+
+def service_block(
+    env: HubEnv, token: str, leases: list[str], gets: int, into: dict[str, Any]
+) -> None:
+    """Time ``GET pool/map`` right after each of ``leases`` is released, then ``gets`` times
+    unchanged; the client's and the handler's (its request log) times go ``into``."""
+    api, log = f"{env.api}/pool/map", env.dir / "service.log"
+    start = log.stat().st_size
+    timed_get(api, token, 2)  # a fresh service: the token checked with the hub, the map built
+    for lid in leases:
+        _delete(f"{env.api}/allocations/{lid}?reason=admin", token)
+        into["after_change"]["client"] += timed_get(api, token, 1)
+    into["unchanged"]["client"] += timed_get(api, token, gets)
+    # the request log is written after each answer: wait for every line, then split in order
+    want = 2 + len(leases) + gets
+    deadline = time.monotonic() + 30
+    while len(handler := handler_times(log, start)) < want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    into["after_change"]["handler"] += handler[2 : 2 + len(leases)]
+    into["unchanged"]["handler"] += handler[2 + len(leases) : want]
+
+
+def run(rounds: int, changes: int, compare_tree: Path | None = None) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,18 +253,27 @@ def run(rounds: int) -> dict[str, Any]:
                 ]
                 script = [page.evaluate("window.gpupoolMap.lastRenderMs") for _ in range(1)]
                 changed = []
-                live = list(json.loads(_get(api, token))["leases"])[: 2 * rounds]
+                live = list(json.loads(_get(api, token))["leases"])[: rounds + changes]
                 for lid in live[:rounds]:
                     _delete(f"{env.api}/allocations/{lid}?reason=admin", token)
                     changed.append(main_thread_ms(cdp, page, "window.gpupoolMap.refresh()"))
-                # the service after a change (the map rebuilt), and unchanged (kept)
-                after_change = []
-                for lid in live[rounds:]:
-                    _delete(f"{env.api}/allocations/{lid}?reason=admin", token)
-                    after_change += timed_get(api, token, 1)
-                client = timed_get(api, token, rounds)
                 browser.close()
-            service = handler_times(where / "service.log")
+            # the service after a change (the map rebuilt), and unchanged (kept); with a tree
+            # to compare, in blocks alternating between the two trees' services
+            trees = [ROOT] + ([compare_tree] if compare_tree else [])
+            times = {
+                t: {c: {"client": [], "handler": []} for c in ("after_change", "unchanged")}
+                for t in trees
+            }
+            blocks = 3 if compare_tree else 1
+            todo = live[rounds:]
+            per = max(1, len(todo) // (blocks * len(trees)))
+            for b in range(blocks):
+                for i, tree in enumerate(trees):
+                    if compare_tree:
+                        use_tree(env, tree)
+                    k = (b * len(trees) + i) * per
+                    service_block(env, token, todo[k : k + per], per, times[tree])
     return {
         "gpus": gpus,
         "slices_drawn": cells,
@@ -229,14 +287,10 @@ def run(rounds: int) -> dict[str, Any]:
             "changed_p95": pct(changed, 0.95),
             "render_script_ms": script[0],
         },
-        "service_ms": {
-            "handler_median": statistics.median(service) if service else None,
-            "handler_p95": pct(service, 0.95) if service else None,
-            "client_median": statistics.median(client),
-            "client_p95": pct(client, 0.95),
-            "after_change_client_median": statistics.median(after_change),
-            "after_change_client_p95": pct(after_change, 0.95),
-        },
+        "service_ms": _spreads(times[ROOT]),
+        "compare": None
+        if compare_tree is None
+        else {"tree": str(compare_tree), "service_ms": _spreads(times[compare_tree])},
         "targets": TARGETS,
     }
 
@@ -262,14 +316,58 @@ def _delete(url: str, token: str) -> None:
     assert r.status == 200, r.status
 
 
+def _spreads(times: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    return {case: {side: spread(v) for side, v in sides.items()} for case, sides in times.items()}
+
+
+SERVICE_ROWS = (
+    ("unchanged", "client", "GET pool/map, unchanged pool, client on loopback"),
+    ("unchanged", "handler", "GET pool/map, unchanged pool, service handler"),
+    ("after_change", "client", "GET pool/map right after a change, client"),
+    ("after_change", "handler", "GET pool/map right after a change, service handler"),
+)
+
+
+def _fig(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_service(out: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """The service's figures (median / p95 / max, ms), beside ``old``'s where given (the
+    ``--compare-tree``'s, measured in the same run)."""
+    header = f"{'':52} {'median':>7} {'p95':>7} {'max':>7}"
+    if old is not None:
+        header += f" | {'before: median':>14} {'p95':>7} {'max':>7}"
+    print(header)
+    for case, side, label in SERVICE_ROWS:
+        now = out["service_ms"][case][side]
+        line = f"{label:52} " + " ".join(f"{_fig(now[k]):>7}" for k in ("median", "p95", "max"))
+        if old is not None:
+            was = old["service_ms"][case][side]
+            line += f" | {_fig(was['median']):>14} {_fig(was['p95']):>7} {_fig(was['max']):>7}"
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--changes", type=int, default=60, help="GETs timed right after a lease is released"
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        default=None,
+        help="another checkout whose pool service is measured in the same run, alternately",
+    )
     args = parser.parse_args()
-    out = run(args.rounds)
+    tree = args.compare_tree.resolve() if args.compare_tree else None
+    if tree is not None and not (tree / "jupyterhub_gpupool").is_dir():
+        parser.error(f"--compare-tree: {tree} has no jupyterhub_gpupool package")
+    out = run(args.rounds, args.changes, tree)
     out["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
-    r, f, s = out["render_ms"], out["refresh_main_thread_ms"], out["service_ms"]
+    r, f = out["render_ms"], out["refresh_main_thread_ms"]
     print(f"map of {out['gpus']} GPUs, {out['slices_drawn']} slices drawn")
     print(
         f"render (navigation → map drawn): median {r['median']:.0f} ms, max {r['max']:.0f} ms"
@@ -281,16 +379,10 @@ def main() -> None:
         f" (p95 {f['unchanged_p95']:.1f}); after a change median {f['changed_median']:.1f} ms"
         f" (p95 {f['changed_p95']:.1f}) (target < {TARGETS['refresh_main_thread_ms']:.0f} ms)"
     )
-    if s["handler_median"] is not None:
-        print(
-            f"service, GET pool/map: handler median {s['handler_median']:.1f} ms"
-            f" (p95 {s['handler_p95']:.1f}); client on loopback median {s['client_median']:.1f} ms"
-            f" (p95 {s['client_p95']:.1f}) (target < {TARGETS['service_ms']:.0f} ms)"
-        )
-    print(
-        f"  right after a change (the map rebuilt): median {s['after_change_client_median']:.1f}"
-        f" ms (p95 {s['after_change_client_p95']:.1f})"
-    )
+    print(f"service, ms (target < {TARGETS['service_ms']:.0f} ms):")
+    if tree is not None:
+        print(f"  before: the pool service of {tree}, alternating with this tree's")
+    print_service(out, out["compare"])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=2))
     print(f"wrote {args.json}")

@@ -5,7 +5,8 @@ last 30 days, the quota table and the effect of a quota change. Read-only: nothi
 
 from __future__ import annotations
 
-import json
+import itertools
+import threading
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -15,13 +16,15 @@ from sqlalchemy import String, cast, func, select
 
 from .. import orm
 from ..pool.leases import LIVE_STATES
-from ..pool.model import RETIRING, Gpu
 from ..pool.quota import QuotaSpec
+from .poolmap import MapText
 from .rows import check_quota_kind, epoch, held_hours, ts
-from .views import ViewStore, instance_state
+from .views import ViewStore
 
 #: Re-partitions not finished yet.
 OPEN = ("waiting", "applying")
+#: Held while a map is looked up or built (``PanelViews.map_view``).
+_MAP_LOCK = threading.Lock()
 
 
 class PanelViews(ViewStore):
@@ -223,90 +226,34 @@ class PanelViews(ViewStore):
 
     def map_view(self) -> tuple[int | None, str]:
         """The pool map as JSON text (every cluster, node, GPU and slice with its holder; every
-        live lease; totals): built in one pass and kept until the pool version moves (every
-        decision, inventory, node action and reclaim round bumps it), so a refresh of an
-        unchanged pool costs a lookup. Times are epochs: the reader subtracts them from now."""
-        with self.locked() as alloc:
-            version = self._version
-            cached = getattr(self, "_map_cache", None)
-            if cached is not None and version is not None and cached[0] == version:
-                return cached
-            clusters: dict[str, list[dict[str, Any]]] = {}
-            total = free = 0.0
-            models: dict[str, dict[str, Any]] = {}
-            holders: dict[str, list[dict[str, Any]]] = {}
-            for lease in alloc.leases.values():
-                for s in lease.slots:
-                    holders.setdefault(s.gpu, []).append(
-                        {"lease": lease.id, "kind": s.kind, "milli": s.milli}
-                    )
-            weights: dict[str, dict[str, float]] = {}  # per model: a profile's units, as floats
-            for node in alloc.nodes.values():
-                gpus = []
-                for g in node.gpus:
-                    left = _free(g, weights) if node.schedulable else 0.0
-                    if g.schedulable and node.schedulable:
-                        total += 1.0
-                        free += left
-                    m = models.setdefault(
-                        g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
-                    )
-                    m["gpus"] += 1
-                    m["free_units"] += left
-                    instances = []
-                    for i in g.instances:
-                        try:
-                            size = g.model.profiles[i.profile].memory_slices
-                        except KeyError:
-                            size = 1
-                        instances.append(
-                            {
-                                "profile": i.profile,
-                                "start": i.start,
-                                "slices": size,
-                                "lease": None if i.lease == RETIRING else i.lease,
-                                "state": instance_state(g, i),
-                            }
+        live lease; totals): kept until the pool version moves (every decision, inventory,
+        node action and reclaim round bumps it), so a refresh of an unchanged pool costs a
+        lookup; after a change only the GPUs and leases that changed are encoded again
+        (``poolmap.MapText``). Times are epochs: the reader subtracts them from now."""
+        with _MAP_LOCK:  # one build at a time: the builds share the encoded parts
+            with self.locked() as alloc:
+                version = self._version
+                cached = getattr(self, "_map_cache", None)
+                if cached is not None and version is not None and cached[0] == version:
+                    return cached
+                text = getattr(self, "_map_text", None)
+                if text is None:
+                    text = self._map_text = MapText()
+                with self.read() as db:
+                    open_reps = {
+                        r.gpu_uuid: {"id": r.id, "state": r.state}
+                        for r in db.scalars(
+                            select(orm.MigRepartitionRow).where(
+                                orm.MigRepartitionRow.state.in_(OPEN)
+                            )
                         )
-                    gpus.append(
-                        {
-                            "uuid": g.uuid,
-                            "index": g.index,
-                            "model": g.model.name,
-                            "mig_enabled": g.mig_enabled,
-                            "dynamic_mig": g.dynamic_mig,
-                            "healthy": g.healthy,
-                            "cordoned": g.cordoned,
-                            "memory_slices": g.model.memory_slices,
-                            "free_units": left,
-                            "instances": instances,
-                            # a MIG GPU's holders are its instances' leases
-                            "holders": [] if g.mig_enabled else holders.get(g.uuid, []),
-                        }
-                    )
-                clusters.setdefault(node.cluster, []).append(
-                    {
-                        "name": node.name,
-                        "cordoned": node.cordoned,
-                        "draining": node.draining,
-                        "unreachable": node.unreachable,
-                        "gpus": gpus,
                     }
-                )
-            offers = {o.name: o.display_name or o.name for o in alloc.offers.values()}
-            queue_length = len(alloc.waiters)
-        with self.read() as db:
-            open_reps = {
-                r.gpu_uuid: {"id": r.id, "state": r.state}
-                for r in db.scalars(
-                    select(orm.MigRepartitionRow).where(orm.MigRepartitionRow.state.in_(OPEN))
-                )
-            }
-            # Core, times and JSON as text: thousands of rows without per-value type processing
-            T = orm.LeaseRow.__table__.c
-            rows = (
-                db.connection()
-                .execute(
+                inventory = text.inventory(alloc, open_reps)
+            with self.read() as db:  # the allocator is free again: decisions may go on
+                # Core, times and JSON as text: thousands of rows without per-value processing,
+                # read as they come (none is kept unless it changed)
+                T = orm.LeaseRow.__table__.c
+                rows = db.connection().execute(
                     select(
                         T.id,
                         T.user,
@@ -322,78 +269,8 @@ class PanelViews(ViewStore):
                         T.reclaim_acting.is_not(None),
                     ).where(T.state.in_(LIVE_STATES))
                 )
-                .all()
-            )
-        for cluster in clusters.values():
-            for node_json in cluster:
-                for g in node_json["gpus"]:
-                    g["repartition"] = open_reps.get(g["uuid"])
-        leases = {}
-        for (
-            lid,
-            user,
-            server,
-            offer,
-            state,
-            units,
-            borrowed,
-            since,
-            counts,
-            kind,
-            dl,
-            acting,
-        ) in rows:
-            counts = json.loads(counts) if counts else {}
-            leases[lid] = {
-                "user": user,
-                "server": server,
-                "offer": offer,
-                "state": state,
-                "units": units,
-                "borrowed": bool(borrowed),
-                "since": _epoch_text(since),
-                "idle_since": counts.get("gpu_idle_since") or counts.get("idle_since"),
-                "notice": None
-                if kind is None
-                else {"kind": kind, "deadline": ts(_dt_text(dl)), "acting": bool(acting)},
-            }
-        body = json.dumps(
-            {
-                "version": version,
-                "totals": {"total": total, "free": free, "used": total - free},
-                "models": list(models.values()),
-                "queue_length": queue_length,
-                "clusters": [{"name": c, "nodes": n} for c, n in clusters.items()],
-                "leases": leases,
-                "offers": offers,
-            },
-            separators=(",", ":"),
-        )
-        self._map_cache = (version, body)
-        return self._map_cache
-
-
-def _free(g: Gpu, weights: dict[str, dict[str, float]]) -> float:
-    """``Gpu.free_units`` in floats (the map's figure; exact fractions are for quotas)."""
-    if not g.schedulable:
-        return 0.0
-    if not g.mig_enabled:
-        return g.free_milli / 1000
-    units = weights.setdefault(g.model.name, {})
-    held = 0.0
-    for i in g.instances:
-        if i.lease is not None:
-            if i.profile not in units:
-                units[i.profile] = float(g.model.profile_units(i.profile))
-            held += units[i.profile]
-    return max(0.0, 1.0 - held)
-
-
-def _dt_text(text: str | None) -> datetime | None:
-    """A timestamp read as text (SQLite's own, PostgreSQL's ``timestamp::text``), naive UTC."""
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def _epoch_text(text: str | None) -> float | None:
-    dt = _dt_text(text)
-    return None if dt is None else epoch(dt)
+                body = text.document(
+                    version, inventory, itertools.chain.from_iterable(rows.partitions(500))
+                )
+            self._map_cache = (version, body)
+            return self._map_cache
