@@ -20,12 +20,14 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from jinja2.utils import htmlsafe_json_dumps
 
 pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page, expect
 
 from jupyterhub_gpupool.data import data_path
+from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from tests.fakes import HubEnv, request
 
@@ -185,6 +187,99 @@ def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
     no_markup_ran(admin)
     for le in made:
         request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+#: Node names an agent may report (1–255 characters, any): they reach the map (its headings and
+#: each slice's detail), the nodes page (its rows and the buttons' data-node) and the audit log;
+#: so do the GPU model names it reports (1–64 characters: a model the catalog does not know
+#: is shown by the name NVML gave), reversed here.
+HOSTILE_NODES = (SCRIPT, IMG, TEMPLATE, RTL)
+#: Labels reach no page (only ``GET pool``'s JSON); they are sent hostile all the same.
+HOSTILE_LABELS = {"team": SCRIPT, "note": IMG, "tmpl": TEMPLATE, "rtl": RTL, IMG: "key"}
+
+
+def inventory(hub: HubEnv, node: str, body: dict) -> Any:
+    """``PUT nodes/{node}/inventory`` as the node's agent does (the name percent-encoded)."""
+    return request(
+        "PUT", f"{hub.api}/nodes/{quote(node, safe='')}/inventory", hub.agent_token, body
+    )
+
+
+def shown_model(product: str) -> str:
+    """The name the pool gives a GPU product the catalog does not know (spaces become -)."""
+    return default_catalog().model_for_nvml(product, 0).name
+
+
+def as_tojson(value: str) -> str:
+    """``value`` as the audit page shows it: Jinja's ``tojson`` (JSON, with <, >, & and ' as
+    escapes so no markup can start)."""
+    return str(htmlsafe_json_dumps(value))
+
+
+def test_hostile_node_names_and_labels_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
+    for i, name in enumerate(HOSTILE_NODES):
+        model = HOSTILE_NODES[-1 - i]
+        gpu = {"uuid": f"GPU-hostile-node-{i}", "index": 0, "model": model}
+        r = inventory(hub, name, {"labels": HOSTILE_LABELS, "gpus": [gpu]})
+        assert r.status == 200 and r.json()["name"] == name, r.body  # type: ignore[index]
+    # what the API refuses, it refuses with a JSON error naming the field
+    for node, body, field in (
+        (LONG, {"gpus": []}, "name"),  # 10 kB: a node name has 1-255 characters
+        ("fine", {"cluster": SCRIPT, "gpus": []}, "cluster"),  # clusters are the config's
+        ("fine", {"labels": {"big": LONG}, "gpus": []}, "labels.big"),
+        ("fine", {"gpus": [{"uuid": "GPU-fine-0", "model": LONG}]}, "gpus[0].model"),
+        ("fine", {"gpus": [{"uuid": LONG, "model": "NVIDIA L4"}]}, "gpus[0].uuid"),
+    ):
+        r = inventory(hub, node, body)
+        assert 400 <= r.status < 500, (field, r.status, r.body)
+        error = r.json()["error"]  # type: ignore[index]
+        assert error["field"] == field and error["code"] and error["message"], (field, error)
+    # the map: each hostile node a heading, its GPU's detail names it, nothing runs
+    admin.goto(prefix(hub) + "admin/")
+    expect(admin.locator("#pool-map .slice").first).to_be_visible()
+    headings = admin.eval_on_selector_all(
+        "#pool-map li.node > h4", "els => els.map(e => e.textContent)"
+    )
+    for name in HOSTILE_NODES:
+        assert any(h == name or h.startswith(name + " (") for h in headings), (name, headings)
+    for i, name in enumerate(HOSTILE_NODES):
+        admin.locator(f'#pool-map .slice[data-gpu="GPU-hostile-node-{i}"]').first.hover()
+        model = shown_model(HOSTILE_NODES[-1 - i])
+        expect(admin.locator("#map-detail")).to_contain_text(f"{name} · GPU 0 · {model}")
+    assert "49" not in " ".join(headings)  # {{7*7}} is not a template anywhere
+    no_markup_ran(admin)
+    # the nodes page: each a row, shown as text; cordon one with its own button
+    admin.goto(prefix(hub) + "admin/nodes")
+    names = admin.eval_on_selector_all("td.name", "els => els.map(e => e.textContent)")
+    gpus = admin.eval_on_selector_all("ul.gpus > li", "els => els.map(e => e.textContent)")
+    for name in HOSTILE_NODES:
+        assert name in names, (name, names)
+        assert any(f"GPU 0 · {shown_model(name)}" in g for g in gpus), (name, gpus)
+    assert "49" not in names and not any("GPU 0 · 49" in g for g in gpus)
+    no_markup_ran(admin)
+    row = admin.locator("tr", has=admin.locator("td.name", has_text=TEMPLATE))
+    row.locator('button[data-action="cordon"]').click()
+    expect(admin.locator("#gpupool-confirm-title")).to_have_text(f"cordon {TEMPLATE}")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Cordon: done")
+    no_markup_ran(admin)
+    nodes = request("GET", f"{hub.api}/pool", hub.token("admin")).json()["clusters"]  # type: ignore[index]
+    cordoned = {n["name"]: n["cordoned"] for c in nodes for n in c["nodes"]}
+    assert cordoned[TEMPLATE] is True and cordoned[SCRIPT] is False
+    # the audit log: the agents' reports and the cordon name the nodes, as escaped JSON text
+    admin.goto(prefix(hub) + "admin/audit?kind=node-cordon")
+    audit = admin.locator("#audit").inner_text()
+    assert as_tojson(TEMPLATE) in audit and "user:admin" in audit
+    no_markup_ran(admin)
+    admin.goto(prefix(hub) + "admin/audit")
+    audit = admin.locator("#audit").inner_text()
+    for name in HOSTILE_NODES:
+        assert as_tojson(name) in audit, (name, as_tojson(name))
+    no_markup_ran(admin)
+    # gone again: uncordoned, and no GPUs reported (the other tests' map stays as it was)
+    request("POST", f"{hub.api}/nodes/{quote(TEMPLATE, safe='')}/uncordon", hub.token("admin"))
+    for name in HOSTILE_NODES:
+        assert inventory(hub, name, {"gpus": []}).status == 200
 
 
 def test_the_map_is_walked_with_the_keyboard(hub: HubEnv, admin: Page) -> None:
