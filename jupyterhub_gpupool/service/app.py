@@ -39,6 +39,7 @@ from . import pages
 from .apihandlers import admin, agent, allocations, operate, planning, reclaim, restart, users
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
+from .deadlines import NoticeDeadlines
 from .metrics import PoolMetrics
 from .restarts import Restarts
 from .scopes import ADMIN, METRICS_SCOPE
@@ -254,6 +255,15 @@ class PoolService(StrictCommandLine):
         help="Seconds a reclaim action claimed by a round may go without the reclaimer's "
         "outcome before a round hands it out again (the reclaimer died mid-action).",
     ).tag(config=True)
+    notice_enforce_after = Float(
+        120.0,
+        help="Seconds past the deadline of an admin or drain notice (an admin's reclaim with "
+        "notice, a node drained by a deadline) after which the pool service carries it out "
+        "itself when no reclaimer has: it stops the server through the hub and releases the "
+        "lease (reason admin). A running reclaimer acts first, at its next round, and saves "
+        "the user's open documents before the stop; keep this above its round interval. "
+        "Idle notices are always the reclaimer's. Negative: never.",
+    ).tag(config=True)
     authenticate_prometheus = Bool(
         True,
         help="The /metrics endpoint needs a token with read:metrics (or the pool's admin "
@@ -339,6 +349,15 @@ class PoolService(StrictCommandLine):
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
         )
         self.hub = HubClient(self.hub_api_url, self.hub_auth.api_token)
+        name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpupool")
+        self.deadlines = NoticeDeadlines(
+            self.store,
+            self.hub,
+            self.writer.call,
+            after=self.notice_enforce_after,
+            actor=f"service:{name}",
+            log=self.log,
+        )
 
     def make_writer(self) -> BatchWriter:
         """The batch writer ``decisions`` asks for (started with the service)."""
@@ -548,6 +567,7 @@ class PoolService(StrictCommandLine):
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)
                 silent = await self.writer.call(self.store.mark_unreachable, since)
+            await self.deadlines.step()  # overdue admin and drain notices no reclaimer took
         except Exception:
             self.log.exception("Housekeeping failed")
             return
@@ -595,6 +615,7 @@ class PoolService(StrictCommandLine):
                     await self.reconcile(periodic=True)
                 await self.housekeeping()
         self.http_server.stop()
+        await self.deadlines.close()
         if self.telemetry is not None:
             await self.telemetry.stop()
         await flusher

@@ -64,6 +64,8 @@ WRITES = frozenset(
         "reset_reclaim_policy",
         "admin_reclaim",
         "extend_notice",
+        "enforce_notices",
+        "notice_enforced",
         "drain_node",
         "request_repartition",
         "cancel_repartition",

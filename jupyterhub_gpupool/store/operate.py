@@ -8,6 +8,12 @@ deadline (saving open documents first) and releases it with reason ``admin``. "I
 skips the notice and releases at once. A grant not yet bound has no server to save: it is
 released at once either way.
 
+With no reclaimer running, nothing would act at the deadline: the pool service carries out an
+admin or drain notice itself once it is overdue by a bound (``enforce_notices`` claims it the
+way a reclaim round does, the service stops the server through the hub, ``notice_enforced``
+releases the lease with reason ``admin``). A running reclaimer claims it first, at its next
+round, and saves the user's work before the stop. Idle notices stay the reclaimer's.
+
 A re-partition is a row (``MigRepartitionRow``) that waits, with the GPU cordoned, until no
 lease holds what must go; then the wanted layout is written (dynamic-MIG GPUs: the instance
 rows, which the node's agent gets through its ``mig-plan``) or handed to whoever applies the
@@ -46,6 +52,9 @@ from .rows import (
 ADMIN_ACTIONS = ("stop", "release-gpu")
 #: The longest notice or extension an admin may give (a year, as for policies).
 MAX_GRACE = 366 * 86400.0
+#: Notices the pool service carries out itself once overdue (an idle notice needs the
+#: reclaimer, which asks the lab to save everything first).
+ENFORCED_KINDS = ("admin", "drain")
 
 
 class OperateStore(PanelViews, ReclaimStore, AdminStore):
@@ -156,6 +165,108 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
                 row,
                 {"by_admin": True, "seconds": seconds, "until": ts(from_epoch(deadline))},
             )
+            return self._lease_json(db, alloc, row)
+
+    # -- overdue notices, carried out by the service ---------------------------------------
+
+    def _overdue(self, db: Session, overdue: float) -> list[orm.LeaseRow]:
+        """Live leases under an admin or drain notice whose deadline passed more than
+        ``overdue`` seconds ago, and that no one is carrying out (a claim older than
+        ``reclaim_claim_timeout`` is a claimer that died mid-action, as a round counts it)."""
+        now = self.clock()
+        rows = db.scalars(
+            select(orm.LeaseRow)
+            .where(
+                orm.LeaseRow.state.in_(LIVE_STATES),
+                orm.LeaseRow.reclaim_kind.in_(ENFORCED_KINDS),
+                orm.LeaseRow.reclaim_deadline <= now - timedelta(seconds=overdue),
+            )
+            .order_by(orm.LeaseRow.reclaim_deadline, orm.LeaseRow.id)
+        ).all()
+        stale = now - timedelta(seconds=self.reclaim_claim_timeout)
+        return [r for r in rows if r.reclaim_acting is None or r.reclaim_acting <= stale]
+
+    def enforce_notices(self, overdue: float, *, actor: str = "") -> list[dict[str, Any]]:
+        """Claim every admin or drain notice overdue by more than ``overdue`` seconds that no
+        reclaimer acts on, for the caller to stop its server (then ``notice_enforced``).
+
+        Claimed as a reclaim round claims an action (``reclaim_acting``, release reason
+        ``admin``): a reclaimer's round and the user's keepalive then leave it alone, and the
+        server's own stop releases it with that reason. Nothing overdue: nothing is written
+        (the pool version stays, so the cached map and other replicas' allocators too).
+        """
+        if not 0 <= overdue <= MAX_GRACE:
+            raise StoreError("invalid_field", "must be 0 to 366 days in seconds", field="overdue")
+        with self.read() as db:
+            if not self._overdue(db, overdue):
+                return []
+        out = []
+        with self.transaction() as (db, _):
+            for row in self._overdue(db, overdue):
+                again = row.reclaim_acting is not None
+                row.reclaim_acting, row.reclaim_release = self.clock(), "admin"
+                why = (
+                    f"no reclaimer carried out the {row.reclaim_kind} notice within "
+                    f"{overdue:g} s of its deadline: the pool service stops the server"
+                )
+                self._event(
+                    db,
+                    "reclaim-acting",
+                    actor or "system",
+                    row,
+                    {
+                        "kind": row.reclaim_kind,
+                        "action": row.reclaim_action,
+                        "reason": row.reclaim_reason,
+                        "deadline": ts(row.reclaim_deadline),
+                        "release_reason": "admin",
+                        "enforced": why,
+                        "again": again,
+                    },
+                )
+                out.append(
+                    {
+                        "lease": row.id,
+                        "user": row.user,
+                        "server": row.server,
+                        "kind": row.reclaim_kind,
+                        "action": row.reclaim_action,
+                        "deadline": ts(row.reclaim_deadline),
+                        "reason": row.reclaim_reason,
+                    }
+                )
+        return out
+
+    def notice_enforced(
+        self, lease_id: str, stopped: bool, detail: str = "", *, actor: str = ""
+    ) -> dict[str, Any]:
+        """The service stopped the server of a notice it claimed (``stopped``): the lease is
+        released (reason ``admin``, if the server's stop has not released it already). Not
+        stopped (the hub refused, or it did not stop in time): the claim stays, so the notice
+        is tried again once the claim is older than ``reclaim_claim_timeout``."""
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.reclaim_acting is None:
+                raise StoreError(
+                    "not_acting", f"no reclaim of lease {lease_id} is being carried out", field="id"
+                )
+            actor = actor or "system"
+            data = {
+                "kind": row.reclaim_kind,
+                "action": row.reclaim_action,
+                "reason": row.reclaim_reason,
+                "release_reason": row.reclaim_release,
+                "detail": detail,
+                "outcome": "done" if stopped else "failed",
+                "enforced": True,
+            }
+            if stopped:
+                if row.state in LIVE_STATES:
+                    self._finish(db, alloc, row, row.reclaim_release or "admin", actor)
+                row.reclaim_acting = None
+                self._event(db, "reclaimed", actor, row, data)
+            else:
+                self._event(db, "reclaim-failed", actor, row, data)
             return self._lease_json(db, alloc, row)
 
     # -- drain by a deadline ---------------------------------------------------------------

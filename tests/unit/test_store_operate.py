@@ -128,6 +128,97 @@ def test_drain_by_a_deadline_notices_every_lease_and_releases_unbound_grants(sto
     assert e.value.field == "deadline"
 
 
+SERVICE = "service:gpupool"
+
+
+def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(store, clock):
+    held = bound(store, "h100", "alice", "one")
+    idle = bound(store, "a100-1g", "bob", "idle")
+    store.admin_reclaim(idle["id"], grace=60, actor="user:admin")  # an admin notice: enforced
+    deadline = clock() + timedelta(minutes=10)
+    store.drain_node("h100", deadline, actor="user:admin")
+    version = store.map_view()[0]
+    assert store.enforce_notices(120, actor=SERVICE) == []  # before the deadline: nothing
+    clock.advance(minutes=11)  # past both deadlines, by less than 120 s for the drain
+    assert store.map_view()[0] == version  # nothing written: the pool version stays
+    claimed = store.enforce_notices(120, actor=SERVICE)
+    assert [c["lease"] for c in claimed] == [idle["id"]]  # 10 min past; the drain 1 min
+    clock.advance(seconds=61)
+    claimed = store.enforce_notices(120, actor=SERVICE)
+    assert claimed == [
+        {
+            "lease": held["id"],
+            "user": "alice",
+            "server": "one",
+            "kind": "drain",
+            "action": "stop",
+            "deadline": deadline.isoformat() + "Z",
+            "reason": "the node h100 is drained for maintenance by " + deadline.isoformat() + "Z",
+        }
+    ]
+    assert store.enforce_notices(120, actor=SERVICE) == []  # claimed: not handed out twice
+    lease = store.lease(held["id"])
+    assert lease["reclaim"]["acting"] and not lease["reclaim"]["extendable"]
+    with pytest.raises(StoreError) as e:  # the user cannot keep it any more
+        store.keepalive(held["id"], actor="user:alice")
+    assert e.value.code in ("reclaim_in_progress", "not_extendable")
+    # the server's stop (the spawner's release) says why the lease ended
+    assert store.release(held["id"], reason="stopped")["release_reason"] == "admin"
+    done = store.notice_enforced(held["id"], True, actor=SERVICE)
+    assert done["state"] == "released" and done["release_reason"] == "admin"
+    # the server already gone: the service's report releases it, reason admin
+    out = store.notice_enforced(idle["id"], True, actor=SERVICE)
+    assert out["state"] == "released" and out["release_reason"] == "admin"
+    acting, _ = store.events(lease=held["id"], kind="reclaim-acting")
+    assert [e["actor"] for e in acting] == [SERVICE]
+    assert "no reclaimer carried out the drain notice within 120 s" in acting[0]["data"]["enforced"]
+    reclaimed, _ = store.events(lease=held["id"], kind="reclaimed")
+    assert reclaimed[0]["actor"] == SERVICE and reclaimed[0]["data"]["outcome"] == "done"
+    with pytest.raises(StoreError) as e:
+        store.notice_enforced(held["id"], True)
+    assert e.value.code == "not_acting"
+
+
+def test_the_service_leaves_a_notice_a_reclaimer_acts_on_and_idle_notices_alone(store, clock):
+    lease = bound(store)
+    store.admin_reclaim(lease["id"], grace=60, actor="user:admin")
+    clock.advance(seconds=61)
+    store.take_leader(HOLDER, 600)
+    assert busy_round(store, clock, lease)["kind"] == "act"  # the reclaimer claims it
+    clock.advance(seconds=600)
+    assert store.enforce_notices(60, actor=SERVICE) == []  # it is the reclaimer's
+    # a claim older than reclaim_claim_timeout: the reclaimer died mid-action
+    clock.advance(seconds=store.reclaim_claim_timeout)
+    assert [c["lease"] for c in store.enforce_notices(60, actor=SERVICE)] == [lease["id"]]
+    # the hub could not stop the server: the claim stays (tried again after the timeout)
+    failed = store.notice_enforced(lease["id"], False, "the hub answered 503", actor=SERVICE)
+    assert failed["state"] == "reclaiming" and failed["reclaim"]["acting"]
+    assert store.enforce_notices(60, actor=SERVICE) == []
+    assert "reclaim-failed" in events(store, lease["id"])
+    with pytest.raises(StoreError) as e:
+        store.enforce_notices(-1)
+    assert e.value.field == "overdue"
+
+
+def test_an_idle_notice_past_its_deadline_stays_the_reclaimers(store, clock):
+    """It needs the lab's save-all first, which only the reclaimer does."""
+    lease = bound(store)
+    gpu = lease["slots"][0]["gpu"]
+    for _ in range(300):  # rounds a minute apart: an idle GPU, an idle kernel, nobody there
+        clock.advance(minutes=1)
+        store.take_leader(HOLDER, 600)
+        now = epoch(clock())
+        seen = {lease["id"]: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
+        samples = {(gpu, None): [GpuSample(now - 59, 0.0, 10), GpuSample(now, 0.0, 10)]}
+        store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
+        if store.lease(lease["id"])["state"] == "reclaiming":
+            break
+    notice = store.lease(lease["id"])["reclaim"]
+    assert notice["kind"] == "idle"
+    clock.advance(days=1)
+    assert store.enforce_notices(0, actor=SERVICE) == []
+
+
 def test_repartition_preview_names_what_goes_comes_and_the_leases_in_the_way(store):
     held = bound(store, "a100-3g", "alice")
     start = held["slots"][0]["start"]
@@ -228,3 +319,41 @@ def test_the_map_is_cached_until_the_pool_changes(store):
     held = gpus[lease["slots"][0]["gpu"]]
     assert held["holders"] == [{"lease": lease["id"], "kind": "gpu", "milli": 1000}]
     assert data["totals"]["used"] == 1.0 and gpus[A100]["memory_slices"] == 8
+
+
+def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(store, clock):
+    """After each change the map reuses the text of every GPU and lease that did not change
+    (``poolmap.MapText``); it must be, byte for byte, what a build from nothing writes."""
+    from jupyterhub_gpupool.store.poolmap import MapText
+
+    def fresh() -> str:
+        kept = store._map_text
+        store._map_text, store._map_cache = MapText(), None  # a build from nothing
+        try:
+            return store.map_view()[1]
+        finally:
+            store._map_text, store._map_cache = kept, None
+
+    one = bound(store, "a100-1g", "alice", "one")
+    two = bound(store, "a100-3g", "bob", "two")
+    whole = bound(store, "h100", "carol")
+    store.map_view()
+    changes = [
+        lambda: store.allocate("dave", "", "a100-1g"),  # a grant: a planned instance
+        lambda: make_instances(store),  # the instances exist
+        lambda: store.admin_reclaim(one["id"], grace=600, actor="user:admin"),  # a notice
+        lambda: store.set_node("h100", "cordon", actor="user:admin"),
+        lambda: store.release(whole["id"]),
+        lambda: store.request_repartition(
+            "a100", A100, [{"profile": "7g.80gb", "start": 0}], actor="user:admin"
+        ),
+        lambda: store.release(two["id"]),
+        lambda: clock.advance(minutes=5),  # times move, nothing else: the text stays
+    ]
+    for change in changes:
+        change()
+        version, body = store.map_view()
+        assert store._map_text.encoded[0] <= 1  # each touches one GPU: the other is reused
+        assert body == fresh(), change
+        assert store.map_view() == (version, body)  # and kept until the next change
+    assert json.loads(body)["leases"][one["id"]]["notice"]["kind"] == "admin"
