@@ -51,7 +51,13 @@ def mean_figures(runs: list[list[reclaim.Figures]]) -> list[reclaim.Figures]:
     for per_policy in zip(*runs, strict=True):
         mean = reclaim.Figures(per_policy[0].policy)
         for f in fields(reclaim.Figures):
-            if f.name != "policy":
+            if f.name == "idle_breakdown":  # a mean per reason
+                keys = sorted({k for x in per_policy for k in x.idle_breakdown})
+                n = len(per_policy)
+                mean.idle_breakdown = {
+                    k: sum(x.idle_breakdown.get(k, 0.0) for x in per_policy) / n for k in keys
+                }
+            elif f.name != "policy":
                 values = [getattr(x, f.name) for x in per_policy]
                 setattr(mean, f.name, sum(values) / len(values))
         out.append(mean)
@@ -80,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     print(reclaim.format_table(mean))
     per_seed = [reclaim.targets([f for f in figs if f.policy in reclaim.DEFAULT_POLICIES])
                 for figs in runs]  # fmt: skip
+    for f in mean:
+        if f.idle_breakdown:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in f.idle_breakdown.items())
+            print(f"  {f.policy}: idle GPU-h still held, by why: {parts}")
     print("targets (ours, idle timeout 1 h):")
     verdicts = []
     for i, (name, _, _) in enumerate(per_seed[0]):

@@ -40,6 +40,7 @@ from ..pool.quota import QuotaBook, QuotaSpec
 from ..pool.reclaim import (
     Act,
     Cancel,
+    Decision,
     GpuSample,
     KernelView,
     LeaseInfo,
@@ -187,6 +188,12 @@ class Figures:
     cancelled: int = 0
     stale_windows: int = 0
     seconds: float = 0.0
+    #: ``ours``: why the idle GPU-hours were still held, by the rule's reading of each window
+    #: (``counting``: idle, below the timeout; ``notice``: under a notice; ``gpu-busy``: the
+    #: GPU read busy (a share's neighbour, where the GPU has no per-process samples);
+    #: ``gpu-unknown``: MIG without GPM holding memory; ``idle-cpu``: kernel state unknown,
+    #: counted as CPU work; ``stale``: telemetry down)
+    idle_breakdown: dict[str, float] = field(default_factory=dict)
 
 
 class Replay:
@@ -337,7 +344,11 @@ class Replay:
             self.ours(running, acts, t)
 
     def ours(self, running: list[_Run], acts: dict[int, Activity], t: float) -> None:
-        busy_gpus = {g for r in running if acts[id(r)].gpu for g in r.gpus}
+        busy_on: dict[str, set[str]] = {}  # GPU → the leases computing on it
+        for r in running:
+            if acts[id(r)].gpu and r.lease is not None:
+                for g in r.gpus:
+                    busy_on.setdefault(g, set()).add(r.lease)
         leases, signals = [], {}
         for run in running:
             assert run.lease is not None
@@ -356,7 +367,7 @@ class Replay:
                     state=run.state,
                 )
             )
-            signals[run.lease] = self.signals(run, act, busy_gpus, t)
+            signals[run.lease] = self.signals(run, act, busy_on, t)
         decisions = plan_reclaims(
             leases,
             signals,
@@ -367,6 +378,9 @@ class Replay:
             offers=self.offers,
         )
         for run, d in zip(running, decisions, strict=True):
+            act = acts[id(run)]
+            if not act.gpu and act.kernel == "idle" and not act.input:  # an idle window held
+                self._why_idle(run, d)
             run.state = d.state
             if isinstance(d, Notice):
                 self.fig.notices += 1
@@ -377,9 +391,33 @@ class Replay:
             elif isinstance(d, Act):
                 self.stop(run, acts[id(run)], t, saved=d.save_first)
 
-    def signals(self, run: _Run, act: Activity, busy_gpus: set[str], t: float) -> Signals:
+    def _why_idle(self, run: _Run, d: Decision) -> None:
+        """Book an idle window's GPU-hours under the reason the rule still held it."""
+        if isinstance(d, NoAction) and d.kind == "stale":
+            why = "stale"
+        elif d.state.reclaiming is not None or isinstance(d, Act):
+            why = "notice"
+        elif d.evidence is None:
+            why = "other"
+        elif d.evidence.gpu == "busy":
+            why = "gpu-busy"
+        elif d.evidence.verdict == "idle":
+            why = "counting"
+        elif d.evidence.gpu == "unknown":
+            why = "gpu-unknown"
+        else:
+            why = d.evidence.verdict
+        hours = float(run.units) * WINDOW / 3600
+        self.fig.idle_breakdown[why] = self.fig.idle_breakdown.get(why, 0.0) + hours
+
+    def signals(self, run: _Run, act: Activity, busy_on: dict[str, set[str]], t: float) -> Signals:
         """What the reclaimer would read: the device's telemetry by GPU family, the kernels API
-        (refused for some servers), the hub's and the lab's view of the user."""
+        (refused for some servers), the hub's and the lab's view of the user.
+
+        A share's GPU is busy when any lease on it computes; where the GPU gives per-process
+        samples (``process``: the L4s) the sample also carries each lease's own utilization,
+        as the agent reports it, and the pool's rules judge the share by its own.
+        """
         source = self.source[run.session.offer]
         down = self.outages[self.node_of[run.gpus[0]]]
         ts = down if down <= t < down + OUTAGE else t
@@ -393,8 +431,12 @@ class Replay:
                 GpuSample(ts, None, held + (512 if moving else 0), int(run.context)),
             )
         else:
-            busy = act.gpu or (source == "utilization" and bool(set(run.gpus) & busy_gpus))
-            samples = (GpuSample(ts, 70.0 if busy else 0.0),)
+            on_gpu = {lid for g in run.gpus for lid in busy_on.get(g, ())}
+            busy = act.gpu or (source in ("utilization", "process") and bool(on_gpu))
+            own = None
+            if source == "process":  # per-process samples: who on the GPU computes
+                own = tuple(sorted((lid, 70.0) for lid in on_gpu))
+            samples = (GpuSample(ts, 70.0 if busy else 0.0, lease_util=own),)
         kernel = act.kernel if run.session.kernel_visible else "unknown"
         presence = PresenceView(t, t - 1 if act.input else None, int(act.tab))
         return Signals(t - WINDOW, t, source, samples, KernelView(t, kernel), presence)
