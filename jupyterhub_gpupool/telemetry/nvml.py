@@ -406,7 +406,9 @@ class NvmlReader:
         self._gpm[key] = (ts, sample)
         return util
 
-    def _lease_util(self, uuid: str, handle: Any) -> dict[str, float] | None:
+    def _lease_util(
+        self, uuid: str, handle: Any, device_util: float | None
+    ) -> dict[str, float] | None:
         """SM utilization by lease of a GPU not in MIG mode, from per-process samples.
 
         ``{lease: %}``: the sum over the lease's processes that NVML sampled since the previous
@@ -414,7 +416,9 @@ class NvmlReader:
         without process on the GPU is absent (0 %). ``None`` where the GPU gives no
         per-process samples (MIG, before Maxwell, an old driver: asked once, then not again)
         or where an active process belongs to no lease the agent can tell (its environment
-        is unreadable or has no ``GPUPOOL_LEASE_ID``): then shares are judged by the whole GPU.
+        is unreadable or has no ``GPUPOOL_LEASE_ID``), or where the GPU reports activity
+        (``device_util`` above 0) that no process sample explains: then shares are judged by
+        the whole GPU.
         """
         if not self._proc_support.get(uuid, True):
             return None
@@ -422,12 +426,16 @@ class NvmlReader:
         try:
             samples = list(self._call("nvmlDeviceGetProcessUtilization", handle, last))
         except self.nvml.NVMLError as e:
-            if e.value != 6:  # NotFound: no process active since ``last``
+            # NotFound: no process active since ``last``. pynvml raises NVMLError(SUCCESS) when
+            # the sizing call succeeds with nothing to size (no sample either).
+            if e.value not in (0, 6):
                 self._log_once("nvmlDeviceGetProcessUtilization", e)
                 if e.value in (3, 13):  # NotSupported / FunctionNotFound: stop asking
                     self._proc_support[uuid] = False
                 return None
             samples = []
+        if samples:  # the next reading asks for what is newer
+            self._proc_seen[uuid] = max(last, *(int(s.timeStamp) for s in samples))
         running = self._try("nvmlDeviceGetComputeRunningProcesses", handle, default=[]) or []
         util: dict[str, float] = {}
         for p in running:
@@ -456,8 +464,8 @@ class NvmlReader:
                     )
                 return None
             util[lease] = min(100.0, util.get(lease, 0.0) + float(s.smUtil))
-        if samples:
-            self._proc_seen[uuid] = max(last, *(int(s.timeStamp) for s in samples))
+        if device_util and not any(int(s.smUtil) > 0 for s in newest.values()):
+            return None  # busy, but no process sample says whose: never read as idle
         return util
 
     def _lease_of(self, pid: int) -> str | None:
@@ -495,7 +503,9 @@ class NvmlReader:
                             "ts": ts,
                             "util": None if util is None else float(util.gpu),
                             "memory_used_mib": int(mem.used) // MIB if mem is not None else 0,
-                            "lease_util": self._lease_util(uuid, handle),
+                            "lease_util": self._lease_util(
+                                uuid, handle, None if util is None else float(util.gpu)
+                            ),
                         }
                     )
                     continue

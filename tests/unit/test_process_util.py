@@ -161,6 +161,14 @@ def test_no_active_process_means_every_lease_at_zero(clock):
     assert whole(r.samples())["lease_util"] == {"L1": 0.0}
 
 
+def test_activity_no_process_sample_explains_falls_back_to_the_whole_gpu(clock):
+    """GPU 1 computes (its own load pattern) but no process sample says whose: never idle."""
+    sim, r = reader(clock)
+    sim.add_process(1, environ=lease_env("L1"))
+    s = whole(r.samples(), 1)
+    assert s["util"] == 30.0 and s["lease_util"] is None
+
+
 def test_an_active_process_without_a_lease_falls_back_to_the_whole_gpu(clock, caplog):
     sim, r = reader(clock)
     sim.add_process(0, environ=lease_env("L1"))
