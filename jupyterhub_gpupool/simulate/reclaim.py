@@ -595,6 +595,10 @@ def run_cli(args: argparse.Namespace) -> int:
     figs = run_all(sessions, args.policies, args.seed)
     print(f"{len(sessions)} sessions of {len({s.user for s in sessions})} users ({source})")
     print(format_table(figs))
+    for f in figs:
+        if f.idle_breakdown:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(f.idle_breakdown.items()))
+            print(f"  {f.policy}: idle GPU-h still held, by why: {parts}")
     for name, met, detail in targets(figs):
         print(f"  {'met    ' if met else 'NOT MET'}  {name}: {detail}")
     if args.json:

@@ -193,6 +193,7 @@ def test_cli_replays_a_file_and_reports_bad_ones_in_one_line(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "idle GPU-h" in printed and "ours" in printed
+    assert "ours: idle GPU-h still held, by why:" in printed
     body = json.loads(out.read_text())
     assert [r["policy"] for r in body["results"]] == list(reclaim.DEFAULT_POLICIES)
     bad = tmp_path / "bad.jsonl"
