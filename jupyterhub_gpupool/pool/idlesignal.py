@@ -67,7 +67,11 @@ def _rule(gpu: str, kernel: str, presence: str) -> tuple[str, str]:
     if gpu == "busy":
         if kernel == "busy":
             return "active", "computing on the GPU: never reclaimed"
-        return "active", "the GPU is working (a process outside the kernel, or a neighbour)"
+        return (
+            "active",
+            "the GPU is working (a process outside the kernel, or a neighbour on a share read "
+            "from the whole GPU)",
+        )
     if presence == "present":
         return "active", "the user is at the keyboard"
     if gpu == "unknown":  # MIG without GPM: processes hold memory, activity unknowable
