@@ -45,6 +45,9 @@ RELEASE_REASONS = (
     "rejected",
     "mig-failed",
     "orphaned",
+    "denied",
+    "withdrawn",
+    "lapsed",
 )
 
 NAMING = {
@@ -158,12 +161,15 @@ class QuotaRow(Base):
     limit: Mapped[float | None] = mapped_column(Float, nullable=True)
     budget: Mapped[float | None] = mapped_column(Float, nullable=True)
     period: Mapped[str] = mapped_column(String(8), default="month")
+    #: The exception ceiling: the most an approved exception request may take the holder to.
+    exception: Mapped[float | None] = mapped_column(Float, nullable=True)
     source: Mapped[str] = mapped_column(String(8), default="file")
     __table_args__ = (Index("uq_quotas_kind_name", "kind", "name", unique=True),)
 
 
 class LeaseRow(Base):
-    """A lease through its whole life: queued → granted → active → (reclaiming) → released."""
+    """A lease through its whole life: (awaiting_approval →) queued → granted → active →
+    (reclaiming) → released."""
 
     __tablename__ = "leases"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -175,7 +181,7 @@ class LeaseRow(Base):
     #: The clusters the asking hub launches into (None: any): placement stays there.
     clusters: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[str] = mapped_column(String(24), index=True)
     reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     units: Mapped[str] = mapped_column(String(32), default="0")
@@ -209,6 +215,13 @@ class LeaseRow(Base):
     reclaim_release: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reclaim_target: Mapped[str | None] = mapped_column(String(64), nullable=True)
     resize_of: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: An ask for approval (offer ``approval: required``, or beyond the quota's limit up to
+    #: its exception ceiling): the user's reason and duration, then the admin's decision.
+    approval: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: Approved beyond the limit: held to the exception ceilings (``Request.exception``).
+    exception: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: When an approved duration ends: the lease gets a notice before, and ends then.
+    lapses: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     busy_hours: Mapped[float] = mapped_column(Float, default=0.0)
     slots: Mapped[list[LeaseSlotRow]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"

@@ -136,10 +136,17 @@ class PoolClient:
         groups: Iterable[str] | None = None,
         group: str | None = None,
         clusters: Iterable[str] = (),
+        reason: str = "",
+        duration: float | None = None,
     ) -> dict:
         """Ask for ``offer`` for ``user``'s ``server``: a lease, granted or queued (only in
-        ``clusters``, when given)."""
+        ``clusters``, when given), or awaiting approval (``reason``, ``duration``: an ask an
+        administrator decides on)."""
         body: dict[str, Any] = {"user": user, "server": server, "offer": offer}
+        if reason:
+            body["reason"] = reason
+        if duration is not None:
+            body["duration"] = duration
         if groups is not None:
             body["groups"] = list(groups)
         clusters = list(clusters)

@@ -251,6 +251,38 @@ STORE_POOL: dict[str, Any] = {
 }
 
 
+#: The approval tests' pool: four H100s; an offer that needs approval; quotas with an exception
+#: ceiling (2 units above a limit of 1) and users with room for the big offer.
+APPROVAL_POOL: dict[str, Any] = {
+    "nodes": [
+        {
+            "name": "h100",
+            "cpu_milli": 64000,
+            "memory_mib": 262144,
+            "gpus": [{"model": "H100-80GB", "count": 4}],
+        },
+    ],
+    "offers": [
+        {"name": "h100", "kind": "gpu", "models": ["H100-80GB"]},
+        {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
+        {"name": "h100x4", "kind": "gpu", "count": 4, "models": ["H100-80GB"]},
+        {
+            "name": "big",
+            "display_name": "Four H100s",
+            "kind": "gpu",
+            "count": 4,
+            "models": ["H100-80GB"],
+            "approval": "required",
+        },
+        {"name": "cpu", "kind": "cpu"},
+    ],
+    "quotas": {
+        "default": {"guarantee": 1, "limit": 1, "exception": 2},
+        "users": {"carol": {"limit": 1}, "admin": {"limit": 8}, "dana": {"limit": 8}},
+    },
+}
+
+
 def make_store(
     url: str, clock: Callable[[], datetime], pool: dict[str, Any] = STORE_POOL, **kw: Any
 ) -> Store:

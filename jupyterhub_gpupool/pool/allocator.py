@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 
 from .decisions import Decision, Grant, Lease, Queued, Rejected
@@ -285,14 +286,16 @@ class Allocator(NodeStates):
         placed = self._place(offer, clusters=clusters)
         node = placed[0] if placed else None
         units = self.units_for(offer, node)
-        verdict = self.quotas.check(request.user, request.groups, units, request.group)
+        verdict = self.quotas.check(
+            request.user, request.groups, units, request.group, request.exception
+        )
         if not verdict.can_wait:
             return Rejected(request, verdict.code or "quota", verdict.message, "offer")
         within = not self.quotas.borrows(request.user, verdict.group, units)
         waiter = Waiter(request, units, verdict.group, within, "no_capacity", now)
         if not verdict.ok:
             waiter.reason = "quota"
-            return self._queued(waiter, now, verdict.message)
+            return replace(self._queued(waiter, now, verdict.message), code=verdict.code)
         reserved = self._reserved_models(now, waiter)
         if reserved is not None and (
             "*" in reserved or not offer.models or reserved & set(offer.models)
@@ -518,8 +521,9 @@ class Allocator(NodeStates):
                 continue
             if reserved and ("*" in reserved or not offer.models or reserved & set(offer.models)):
                 continue
+            request = waiter.request
             verdict = self.quotas.check(
-                waiter.request.user, waiter.request.groups, waiter.units, waiter.request.group
+                request.user, request.groups, waiter.units, request.group, request.exception
             )
             clusters = offer.served_in(waiter.request.clusters)
             placed = self._place(offer, clusters=clusters) if verdict.ok else None
@@ -553,7 +557,9 @@ class Allocator(NodeStates):
         if offer is None or offer.kind == "cpu":
             return []
         units = self.units_for(offer, None)
-        verdict = self.quotas.check(request.user, request.groups, units, request.group)
+        verdict = self.quotas.check(
+            request.user, request.groups, units, request.group, request.exception
+        )
         if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
             return []
         clusters = offer.served_in(request.clusters)

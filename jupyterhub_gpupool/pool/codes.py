@@ -98,6 +98,11 @@ _DECLARED = (
         "The request names a group the user is not in.",
         picker="not for your groups",
     ),
+    Code(
+        "exceeds_exception_ceiling",
+        "An exception request beyond the quota's exception ceiling (`allowed` names it).",
+        spawn="{offer} is beyond what an exception to your quota may allow: {message}.",
+    ),
     # the lease's state
     Code("already_allocated", "The server already has a lease (live or queued)."),
     Code("duplicate_request", "A request with that id exists already."),
@@ -128,6 +133,10 @@ _DECLARED = (
     Code("not_leader", "Another reclaimer replica holds the reclaim leadership (it names which)."),
     Code("not_acting", "An outcome for a lease no reclaim round claimed for action."),
     Code("no_notice", "An admin's extension of a reclaim notice on a lease that has none."),
+    Code(
+        "not_awaiting_approval",
+        "An approval or denial of a request that was withdrawn, already decided or never asked.",
+    ),
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
     Code(

@@ -39,6 +39,8 @@ class Queued:
     group: str | None
     within_guarantee: bool
     kind: str = "queued"
+    #: The quota's code when ``reason`` is ``quota`` (``over_limit``, ``budget_exhausted``).
+    code: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The lease lifecycle's rules that more than one part needs: states, and when a grant is ready.
 
-A lease moves ``queued → granted → active → (reclaiming) → released``. A grant is *ready* once
+A lease moves ``(awaiting_approval →) queued → granted → active → (reclaiming) → released``;
+``awaiting_approval`` holds nothing until an admin approves (→ queued or granted) or denies
+(→ released). A grant is *ready* once
 everything it holds exists: a whole GPU or a share always does; a MIG slice on a static GPU
 does (its layout was declared), on a dynamic GPU only once the node made the instance (it then
 has a ``MIG-…`` uuid). The store refuses to bind a grant that is not ready, the lease JSON says
@@ -15,7 +17,7 @@ from typing import Any
 from .model import Gpu
 
 #: Lease states (contract).
-LEASE_STATES = ("queued", "granted", "active", "reclaiming", "released")
+LEASE_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming", "released")
 #: States that hold capacity.
 LIVE_STATES = ("granted", "active", "reclaiming")
 
@@ -37,7 +39,7 @@ def is_ready(state: str, mig_instances_exist: Iterable[bool]) -> bool:
 
 
 def still_waiting(lease: Mapping[str, Any]) -> bool:
-    """For clients of the lease JSON: queued, or granted but not ready yet."""
-    return lease["state"] == "queued" or (
+    """For clients of the lease JSON: awaiting approval, queued, or granted but not ready."""
+    return lease["state"] in ("awaiting_approval", "queued") or (
         lease["state"] == "granted" and not lease.get("ready", True)
     )

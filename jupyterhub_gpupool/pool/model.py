@@ -31,6 +31,8 @@ RETIRING = "~retiring"
 
 #: Queue priority of the named priority classes; an offer may also give a number instead.
 PRIORITY_CLASSES = {"low": -10, "default": 0, "high": 10}
+#: An offer's ``approval``: ``required`` puts every request before an administrator first.
+APPROVALS = ("none", "required")
 
 
 @dataclass
@@ -188,6 +190,8 @@ class Offer:
     idle_timeout: int = 3600
     #: Clusters whose nodes may serve it (empty: every cluster of the pool).
     clusters: tuple[str, ...] = ()
+    #: ``required``: every request waits for an administrator's approval first.
+    approval: str = "none"
 
     @property
     def milli(self) -> int:
@@ -288,6 +292,12 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         if not isinstance(clusters, (list, tuple)) or not all(isinstance(c, str) for c in clusters):
             raise ConfigError(f"offer {name!r}: must be a list of cluster names", field="clusters")
         values["clusters"] = tuple(dict.fromkeys(clusters))
+    if raw.get("approval", "none") not in APPROVALS:
+        raise ConfigError(
+            f"offer {name!r}: unknown approval {raw['approval']!r}",
+            field="approval",
+            allowed=APPROVALS,
+        )
     for key, typ, low in (
         ("count", int, 1),
         ("cpu_milli", int, 0),
@@ -370,6 +380,8 @@ class Request:
     arrival: float = 0.0
     #: Clusters the asking hub can launch into (empty: any cluster).
     clusters: tuple[str, ...] = ()
+    #: An approved exception: held to the quotas' exception ceilings, not their limits.
+    exception: bool = False
 
     def __post_init__(self) -> None:
         if not self.user:

@@ -3,7 +3,10 @@
 A *guarantee* is capacity always available to a user or group; a *limit* is a hard cap that may
 exceed the guarantee by *borrowing* idle capacity. A lease granted beyond its owner's guarantee
 (and beyond its group's) is borrowed: the pool may reclaim it for somebody within guarantee.
-Budgets cap unit-hours per period. Units are exact fractions so that 7 × 1/7 is exactly 1.
+Budgets cap unit-hours per period. An optional *exception ceiling* lets a request beyond the limit
+be asked for with a reason: an administrator approves it, and that request alone is then held to
+the ceiling instead of the limit until its exception lapses. Units are exact fractions so that
+7 × 1/7 is exactly 1.
 """
 
 from __future__ import annotations
@@ -62,13 +65,20 @@ class QuotaSpec:
     limit: Fraction | None = None
     budget: Fraction | None = None
     period: str = "month"
+    #: The most an approved exception request may take the holder to (None: no exceptions).
+    exception: Fraction | None = None
+
+    def cap(self, exception: bool = False) -> Fraction | None:
+        """The limit a request is held to: the exception ceiling for an approved exception."""
+        return self.exception if exception and self.exception is not None else self.limit
 
     @classmethod
     def parse(cls, raw: Mapping[str, object], where: str = "quota") -> QuotaSpec:
-        """Validate a quota mapping (``guarantee``, ``limit``, ``budget``, ``period``)."""
+        """Validate a quota mapping (``guarantee``, ``limit``, ``budget``, ``period``,
+        ``exception``)."""
         if not isinstance(raw, Mapping):
             raise ConfigError("must be a mapping", field=where)
-        allowed = {"guarantee", "limit", "budget", "period"}
+        allowed = {"guarantee", "limit", "budget", "period", "exception"}
         unknown = set(raw) - allowed
         if unknown:
             raise ConfigError(
@@ -91,7 +101,15 @@ class QuotaSpec:
                 f"guarantee ({float(guarantee):g}) is above limit ({float(limit_u):g})",
                 field=f"{where}.guarantee",
             )
-        return cls(guarantee, limit_u, budget_u, str(period))
+        ceiling = raw.get("exception")
+        ceiling_u = None if ceiling is None else _units(ceiling, f"{where}.exception")
+        if ceiling_u is not None and (limit_u is None or ceiling_u <= limit_u):
+            raise ConfigError(
+                "an exception ceiling must be above a limit"
+                + ("" if limit_u is None else f" ({float(limit_u):g})"),
+                field=f"{where}.exception",
+            )
+        return cls(guarantee, limit_u, budget_u, str(period), ceiling_u)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-friendly form (floats)."""
@@ -100,6 +118,7 @@ class QuotaSpec:
             "limit": None if self.limit is None else float(self.limit),
             "budget": None if self.budget is None else float(self.budget),
             "period": self.period,
+            "exception": None if self.exception is None else float(self.exception),
         }
 
 
@@ -153,11 +172,20 @@ class QuotaBook:
         return float(held) * 1e6 if held else 0.0
 
     def check(
-        self, user: str, groups: Iterable[str], units: Fraction, requested_group: str | None = None
+        self,
+        user: str,
+        groups: Iterable[str],
+        units: Fraction,
+        requested_group: str | None = None,
+        exception: bool = False,
     ) -> Verdict:
-        """May ``user`` take ``units`` more now? Picks the group charged and whether it borrows."""
+        """May ``user`` take ``units`` more now? Picks the group charged and whether it borrows.
+
+        ``exception``: an approved exception request, held to the exception ceilings (where a
+        quota has one) instead of the limits."""
         groups = list(groups)
         spec = self.user_spec(user)
+        limit = spec.cap(exception)
         if requested_group is not None and requested_group not in groups:
             return Verdict(
                 False,
@@ -171,15 +199,14 @@ class QuotaBook:
                 message=f"{user} has used the {float(spec.budget):g} unit-hour budget "
                 f"of this {spec.period}",
             )
-        if spec.limit is not None:
-            if spec.limit == 0:
+        if limit is not None:
+            if limit == 0:
                 return Verdict(False, code="no_quota", message=f"{user} has no GPU quota")
-            if units > spec.limit:
+            if units > limit:
                 return Verdict(
                     False,
                     code="exceeds_limit",
-                    message=f"{float(units):g} units exceed {user}'s limit of "
-                    f"{float(spec.limit):g}",
+                    message=f"{float(units):g} units exceed {user}'s limit of {float(limit):g}",
                 )
         candidates = (
             [requested_group] if requested_group else [g for g in groups if g in self.groups]
@@ -198,27 +225,27 @@ class QuotaBook:
                     message=f"group {g} has used its unit-hour budget",
                 )
                 continue
-            if gspec.limit is not None and gspec.limit == 0:
+            glimit = gspec.cap(exception)
+            if glimit is not None and glimit == 0:
                 waiting = waiting or Verdict(
                     False, code="no_quota", message=f"group {g} has no GPU quota"
                 )
                 continue
-            if gspec.limit is not None and units > gspec.limit:
+            if glimit is not None and units > glimit:
                 waiting = waiting or Verdict(
                     False,
                     code="exceeds_limit",
-                    message=f"{float(units):g} units exceed group {g}'s "
-                    f"limit of {float(gspec.limit):g}",
+                    message=f"{float(units):g} units exceed group {g}'s limit of {float(glimit):g}",
                 )
                 continue
-            if gspec.limit is not None and self.group_held(g) + units > gspec.limit:
+            if glimit is not None and self.group_held(g) + units > glimit:
                 if waiting is not None and waiting.code != "over_limit":
                     waiting = None  # a group that is merely full beats one that never fits
                 waiting = waiting or Verdict(
                     False,
                     group=g,
                     code="over_limit",
-                    message=f"group {g} is at its limit of {float(gspec.limit):g} units",
+                    message=f"group {g} is at its limit of {float(glimit):g} units",
                 )
                 continue
             chosen = g
@@ -227,15 +254,25 @@ class QuotaBook:
             if candidates:
                 assert waiting is not None
                 return waiting
-        if spec.limit is not None and self.held(user) + units > spec.limit:
+        if limit is not None and self.held(user) + units > limit:
             return Verdict(
                 False,
                 group=chosen,
                 code="over_limit",
-                message=f"{user} holds {float(self.held(user)):g} of a "
-                f"{float(spec.limit):g}-unit limit",
+                message=f"{user} holds {float(self.held(user)):g} of a {float(limit):g}-unit limit",
             )
         return Verdict(True, group=chosen, borrowed=self.borrows(user, chosen, units))
+
+    def exception_ceiling(
+        self, user: str, groups: Iterable[str], requested_group: str | None = None
+    ) -> Fraction | None:
+        """The highest exception ceiling open to ``user`` (their own quota's or a group's it
+        could be charged to), or None when no quota of theirs allows exceptions."""
+        specs = [self.user_spec(user)]
+        names = [requested_group] if requested_group else list(groups)
+        specs += [self.groups[g] for g in names if g in self.groups]
+        ceilings = [s.exception for s in specs if s.exception is not None]
+        return max(ceilings) if ceilings else None
 
     def borrows(self, user: str, group: str | None, units: Fraction) -> bool:
         """True when ``units`` more would go beyond both the user's and the group's guarantee."""

@@ -58,11 +58,13 @@ from .reclaimpolicy import (
 )
 
 #: What a notice is for: the idle timeout, the CPU-busy timeout, the maximum age, borrowed
-#: capacity owed to a waiter within guarantee, an admin's "reclaim now", or a node drain.
-NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain")
+#: capacity owed to a waiter within guarantee, an admin's "reclaim now", a node drain, or the
+#: end of an approved exception.
+NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain", "exception")
 #: Notices an admin issued: no signal cancels or defers them, the user cannot keep the GPU
-#: (an admin may extend them), and the lease is released with reason ``admin``.
-ADMIN_KINDS = ("admin", "drain")
+#: (an admin may extend them), and the lease is released with reason ``admin`` (``lapsed``
+#: for an exception's end).
+ADMIN_KINDS = ("admin", "drain", "exception")
 
 # -- lease state ---------------------------------------------------------------------------
 
@@ -226,6 +228,7 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
             "borrowed": "owed to a user within guarantee",
             "max_age": "at its maximum age",
             "drain": "on a node an administrator is draining",
+            "exception": "held under an approved exception that ends then",
         }.get(rec.kind, "reclaimed by an administrator")
         return Refuse(
             lease=lease.id,
@@ -455,7 +458,7 @@ def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
             state=lease.state,
             action=rec.action,
             reason=rec.reason,
-            release_reason="admin",
+            release_reason="lapsed" if rec.kind == "exception" else "admin",
         )
     left = f"{rec.action} in {_h(rec.deadline - now)} ({rec.kind} notice)"
     return NoAction(lease=lease.id, state=lease.state, reason=left, kind="noticed")

@@ -1,4 +1,5 @@
-"""A ``notify_hook`` that posts each reclaim event to a webhook (a chat channel, a mailer).
+"""A ``notify_hook`` that posts each reclaim event (and the pool service's approval events) to a
+webhook (a chat channel, a mailer).
 
 The example the docs name; use it as is or copy it::
 
@@ -25,6 +26,11 @@ MESSAGES = {
     "act": "{user}: reclaiming your GPU ({offer}) now ({action}): {reason}.",
     "done": "{user}: your GPU ({offer}) was reclaimed ({action}); saved: {saved}.",
     "failed": "{user}: the reclaim of your GPU ({offer}) failed; you keep it: {detail}.",
+    # the pool service's approvals (PoolService.notify_hook)
+    "approval-requested": "{user} asks for {offer}: {reason}. Approve or deny it on the "
+    "admin panel's Approvals page.",
+    "approved": "{user}: your request for {offer} was approved by {by}.",
+    "denied": "{user}: your request for {offer} was denied by {by}: {reason}.",
 }
 
 
@@ -35,7 +41,10 @@ def message(event: str, lease: dict[str, Any], decision: dict[str, Any]) -> str:
         "user": decision.get("user") or lease.get("user", "?"),
         "offer": decision.get("offer") or lease.get("offer", "?"),
         "deadline": decision.get("deadline") or "(soon)",
-        "reason": decision.get("reason", ""),
+        "reason": decision.get("reason")
+        or (lease.get("approval") or {}).get("note")
+        or (lease.get("approval") or {}).get("reason", ""),
+        "by": decision.get("by", "an administrator"),
         "action": decision.get("action", ""),
         "saved": ", ".join(outcome.get("saved") or []) or "nothing open",
         "detail": outcome.get("detail", ""),

@@ -22,6 +22,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
+from traitlets import Any as AnyTrait
 from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, default, validate
 
 from .._version import __version__
@@ -36,11 +37,22 @@ from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
 from . import pages
-from .apihandlers import admin, agent, allocations, operate, planning, reclaim, restart, users
+from .apihandlers import (
+    admin,
+    agent,
+    allocations,
+    approvals,
+    operate,
+    planning,
+    reclaim,
+    restart,
+    users,
+)
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .deadlines import NoticeDeadlines
 from .metrics import PoolMetrics
+from .notify import Notifier, resolve_hook
 from .restarts import Restarts
 from .scopes import ADMIN, METRICS_SCOPE
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
@@ -88,6 +100,9 @@ class PoolService(StrictCommandLine):
     classes = [MigLabeller]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
+
+    #: The approvals' notify_hook caller (made by ``initialize``, or by ``make_app``).
+    notifier: Notifier | None = None
 
     aliases = {
         "config": "PoolService.config_file",
@@ -264,6 +279,19 @@ class PoolService(StrictCommandLine):
         "the user's open documents before the stop; keep this above its round interval. "
         "Idle notices are always the reclaimer's. Negative: never.",
     ).tag(config=True)
+    notify_hook = AnyTrait(
+        None,
+        allow_none=True,
+        help="Called as notify_hook(event, lease, details) when a request needs an "
+        "administrator's approval (event approval-requested, details['for'] == 'admins') and "
+        "when it is approved or denied (approved, denied; for the user). A callable (may be "
+        "async) or its import name, e.g. 'jupyterhub_gpupool.reclaim.hooks.webhook_from_env' "
+        "(the reclaimer's webhook example takes these events too). It runs in the background: "
+        "what it raises is logged, never fails the request.",
+    ).tag(config=True)
+    notify_timeout = Float(
+        30.0, help="Seconds an async notify_hook may take before it is abandoned (logged)."
+    ).tag(config=True)
     authenticate_prometheus = Bool(
         True,
         help="The /metrics endpoint needs a token with read:metrics (or the pool's admin "
@@ -349,6 +377,11 @@ class PoolService(StrictCommandLine):
             oauth_redirect_uri=url_path_join(self.base_url, "oauth_callback"),
         )
         self.hub = HubClient(self.hub_api_url, self.hub_auth.api_token)
+        try:
+            hook = resolve_hook(self.notify_hook)
+        except (ImportError, ValueError) as e:
+            raise SystemExit(f"PoolService.notify_hook: {e}") from None
+        self.notifier = Notifier(hook, self.notify_timeout, self.log)
         name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpupool")
         self.deadlines = NoticeDeadlines(
             self.store,
@@ -474,7 +507,17 @@ class PoolService(StrictCommandLine):
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
         handlers = []
-        for module in (allocations, restart, users, agent, admin, reclaim, operate, planning):
+        for module in (
+            allocations,
+            approvals,
+            restart,
+            users,
+            agent,
+            admin,
+            reclaim,
+            operate,
+            planning,
+        ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),
@@ -494,6 +537,8 @@ class PoolService(StrictCommandLine):
             minutes=self.minutes,
             writer=self.writer,
             restarts=Restarts(self.store, self.hub, log=self.log),
+            notify=self.notifier
+            or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,
             pages_prefix=url_path_join(self.base_url, ""),
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
@@ -561,6 +606,8 @@ class PoolService(StrictCommandLine):
             )
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.call(self.store.advance_repartitions)
+            # approved time running out: a notice first, then the lease ends (lapsed)
+            await self.writer.call(self.store.lapse_approvals)
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
             silent: list[str] = []

@@ -16,7 +16,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
   holders; ``planning`` — capacity figures per offer and day from the recorded leases;
 * ``operate`` — the admin panel's actions: reclaim now, extend a notice, drain by a deadline,
   MIG re-partitions, and the map's reads; ``labelmig`` — the failure of a re-partition
-  applied through the Kubernetes ``nvidia.com/mig.config`` label.
+  applied through the Kubernetes ``nvidia.com/mig.config`` label; ``approvals`` — an
+  administrator's decision on a request awaiting approval, and the lapse of approved time.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -25,14 +26,14 @@ calls those only through its writer (``service/writer.py``), off the event loop.
 from __future__ import annotations
 
 from ..poolconfig import PoolConfig
+from .approvals import ApprovalStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
-from .labelmig import LabelMigStore
 from .planning import PlanningStore
 from .rows import utcnow
 
 
-class Store(LabelMigStore, PlanningStore):
+class Store(ApprovalStore, PlanningStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

@@ -213,7 +213,8 @@ class AdminStore(MigStore, ViewStore):
         (their own, the file's, or for a user the default) and store it by API."""
         with self.transaction():  # holds the pool lock: nobody changes it in between
             current = self.get_quota(kind, name)
-            merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
+            fields = ("guarantee", "limit", "budget", "period", "exception")
+            merged = {k: current[k] for k in fields}
             return self.put_quota(kind, name, {**merged, **raw}, actor=actor)
 
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:

@@ -9,15 +9,17 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.allocator import Allocator, Rejected
+from ..pool.approval import Ask, AskError, approval_needed, check_ask
 from ..pool.errors import PoolError
 from ..pool.leases import LIVE_STATES, is_ready
 from ..pool.model import Request, offer_priority
 from .apply import Applier
 from .errors import StoreError
-from .rows import epoch
+from .rows import epoch, ts
 from .views import ViewStore
 
 
@@ -36,19 +38,31 @@ class LeaseStore(Applier, ViewStore):
         actor: str = "",
         resize_of: str | None = None,
         clusters: Iterable[str] = (),
+        reason: str = "",
+        duration: float | None = None,
     ) -> dict[str, Any]:
-        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, or StoreError.
+        """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, one awaiting
+        an administrator's approval, or StoreError.
 
         ``clusters``: where the asking hub can launch (empty: anywhere); each must be one the
-        pool config lists."""
+        pool config lists. ``reason`` and ``duration`` (seconds) make an ask for approval: an
+        offer with ``approval: required`` needs a reason; a request beyond the quota's limit
+        with a reason (and a duration) is an exception request, up to the exception ceiling.
+        """
         now = self.clock()
         clusters = tuple(dict.fromkeys(clusters))
         self.check_clusters(clusters, "clusters")
+        try:
+            reason = check_ask(reason, duration)
+        except AskError as e:
+            raise StoreError(e.code, e.message, field=e.field) from None
         with self.transaction() as (db, alloc):
             if resize_of is None:
-                # one lease (live or queued) per server; the allocator knows them all, and so
-                # sees the ones made earlier in the same batch too
-                existing = alloc.lease_for_server(user, server)
+                # one lease (live, queued or awaiting approval) per server; the allocator knows
+                # the live and queued ones, made earlier in the same batch too
+                existing = alloc.lease_for_server(user, server) or self._awaiting_of(
+                    db, user, server
+                )
                 if existing is not None:
                     lease_id, state = existing
                     raise StoreError(
@@ -56,7 +70,7 @@ class LeaseStore(Applier, ViewStore):
                         f"server {user}/{server} already has lease {lease_id} ({state})",
                         field="server",
                     )
-                self._check_request_cap(alloc, user)
+                self._check_request_cap(alloc, user, db)
             prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
             try:
                 request = Request(
@@ -73,6 +87,12 @@ class LeaseStore(Applier, ViewStore):
             except PoolError as e:  # a refusal of this call alone, even inside a batch
                 raise StoreError(e.code, e.message, field=e.field) from None
             decision = alloc.decide(request, self._now_s())
+            try:
+                ask = approval_needed(alloc, request, decision, reason, duration, self._now_s())
+            except AskError as e:  # a refusal of this call alone, even inside a batch
+                raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+            if ask is not None:
+                return self._ask_approval(db, alloc, request, ask, reason, duration, actor)
             if isinstance(decision, Rejected):
                 raise StoreError(
                     decision.code, decision.message, field=decision.field, allowed=decision.allowed
@@ -99,7 +119,83 @@ class LeaseStore(Applier, ViewStore):
             self._record(db, row, decision, actor)
             return self._lease_json(db, alloc, row)
 
-    def _check_request_cap(self, alloc: Allocator, user: str) -> None:
+    @staticmethod
+    def _awaiting_of(db: Session, user: str, server: str) -> tuple[str, str] | None:
+        """The server's request awaiting approval (made earlier in this batch too), if any."""
+        for obj in db.new:
+            if (
+                isinstance(obj, orm.LeaseRow)
+                and (obj.user, obj.server) == (user, server)
+                and obj.state == "awaiting_approval"
+            ):
+                return obj.id, obj.state
+        found = db.scalar(
+            select(orm.LeaseRow.id).where(
+                orm.LeaseRow.user == user,
+                orm.LeaseRow.server == server,
+                orm.LeaseRow.state == "awaiting_approval",
+            )
+        )
+        return None if found is None else (found, "awaiting_approval")
+
+    def _ask_approval(
+        self,
+        db: Session,
+        alloc: Allocator,
+        request: Request,
+        ask: Ask,
+        reason: str,
+        duration: float | None,
+        actor: str,
+    ) -> dict[str, Any]:
+        """Write a request that waits for an administrator: it holds nothing meanwhile."""
+        now = self.clock()
+        row = orm.LeaseRow(
+            id=request.id,
+            user=request.user,
+            server=request.server,
+            offer=request.offer,
+            group=request.group,
+            groups=list(request.groups),
+            clusters=list(request.clusters) or None,
+            priority=request.priority,
+            created=now,
+            state="awaiting_approval",
+            message=ask.message,
+            units=str(ask.units),
+            units_f=float(ask.units),
+            borrowed=False,
+            within_guarantee=True,
+            busy_hours=0.0,
+            exception=ask.exception,
+            approval={
+                "required_by": list(ask.required_by),
+                "reason": reason,
+                "duration": duration,
+                "asked": ts(now),
+                "ceiling": None if ask.ceiling is None else float(ask.ceiling),
+                "decision": None,
+                "decided": None,
+                "decided_by": None,
+                "note": None,
+            },
+        )
+        db.add(row)
+        self._event(
+            db,
+            "approval-requested",
+            actor or request.user,
+            row,
+            {
+                "required_by": list(ask.required_by),
+                "reason": reason,
+                "duration": duration,
+                "units": float(ask.units),
+            },
+        )
+        return self._lease_json(db, alloc, row)
+
+    def _check_request_cap(self, alloc: Allocator, user: str, db: Session) -> None:
         """One user cannot flood the queue: at most ``max_requests_per_user`` live requests
         (a resize target is the same server's, and not counted against it)."""
         cap = self.max_requests_per_user
@@ -107,6 +203,19 @@ class LeaseStore(Applier, ViewStore):
             return
         live = len(alloc.leases_of(user)) + sum(
             1 for w in alloc.waiters.values() if w.request.user == user
+        )
+        live += sum(
+            1
+            for obj in db.new
+            if isinstance(obj, orm.LeaseRow)
+            and obj.user == user
+            and obj.state == "awaiting_approval"
+        ) + len(
+            db.scalars(
+                select(orm.LeaseRow.id).where(
+                    orm.LeaseRow.user == user, orm.LeaseRow.state == "awaiting_approval"
+                )
+            ).all()
         )
         if live >= cap:
             raise StoreError(
@@ -130,6 +239,8 @@ class LeaseStore(Applier, ViewStore):
             if row.state != "released":
                 if row.state == "queued" and reason == "stopped":
                     reason = "cancelled"
+                elif row.state == "awaiting_approval" and reason == "stopped":
+                    reason = "withdrawn"
                 self._finish(db, alloc, row, reason, actor)
             return self._lease_json(db, alloc, row)
 
@@ -141,7 +252,7 @@ class LeaseStore(Applier, ViewStore):
         now = self.clock()
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            if row.state in ("queued", "released"):
+            if row.state in ("awaiting_approval", "queued", "released"):
                 raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
             made = (exists for _, exists in self._mig_devices(alloc, row).values())
             if row.state == "granted" and not is_ready(row.state, made):

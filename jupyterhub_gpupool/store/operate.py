@@ -54,7 +54,7 @@ ADMIN_ACTIONS = ("stop", "release-gpu")
 MAX_GRACE = 366 * 86400.0
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
 #: reclaimer, which asks the lab to save everything first).
-ENFORCED_KINDS = ("admin", "drain")
+ENFORCED_KINDS = ("admin", "drain", "exception")
 
 
 class OperateStore(PanelViews, ReclaimStore, AdminStore):

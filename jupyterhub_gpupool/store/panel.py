@@ -182,7 +182,7 @@ class PanelViews(ViewStore):
         allocator's rule: a user's leases, oldest first, are within while their total fits the
         guarantee, or while their group is within its own), and how far over the limit."""
         current = self.get_quota(kind, name)
-        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period")}
+        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period", "exception")}
         spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
         k = check_quota_kind(kind)
         with self.locked() as alloc:

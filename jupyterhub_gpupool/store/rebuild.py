@@ -62,6 +62,7 @@ def request_of(row: orm.LeaseRow) -> Request:
         row.priority,
         epoch(row.created),
         tuple(row.clusters or ()),
+        bool(row.exception),
     )
 
 
@@ -70,7 +71,13 @@ def quota_book(db: Session, now: datetime) -> QuotaBook:
     book = QuotaBook()
     for q in db.scalars(select(orm.QuotaRow)):
         spec = QuotaSpec.parse(
-            {"guarantee": q.guarantee, "limit": q.limit, "budget": q.budget, "period": q.period},
+            {
+                "guarantee": q.guarantee,
+                "limit": q.limit,
+                "budget": q.budget,
+                "period": q.period,
+                "exception": q.exception,
+            },
             f"quotas.{q.kind}s.{q.name}",
         )
         if q.kind == "user":

@@ -93,6 +93,7 @@ def set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
     row.limit = None if spec.limit is None else float(spec.limit)
     row.budget = None if spec.budget is None else float(spec.budget)
     row.period = spec.period
+    row.exception = None if spec.exception is None else float(spec.exception)
 
 
 def offer_spec(offer: Offer) -> dict[str, Any]:
@@ -114,6 +115,7 @@ def offer_spec(offer: Offer) -> dict[str, Any]:
         "priority_class": offer.priority_class,
         "reclaim_policy": offer.reclaim_policy,
         "idle_timeout": offer.idle_timeout,
+        "approval": offer.approval,
     }
     return {k: v for k, v in spec.items() if v is not None}
 

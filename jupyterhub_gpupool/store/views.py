@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
 from ..pool.leases import is_ready, mig_device
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
@@ -111,6 +112,9 @@ class ViewStore(StoreCore):
             "position": None,
             "eta_seconds": None,
             "reclaim": None,
+            "approval": row.approval,
+            "exception": bool(row.exception),
+            "lapses": ts(row.lapses),
             "slots": [
                 {
                     "gpu": s.gpu_uuid,
@@ -263,6 +267,12 @@ class ViewStore(StoreCore):
                 units = alloc.units_for(offer, None)
                 queue = sum(1 for w in alloc.waiters.values() if w.request.offer == offer.name)
                 verdict = alloc.quotas.check(user, groups, units) if user else None
+                # beyond the limit, but an exception (with a reason and a duration) may be asked
+                exception_ok = (
+                    verdict is not None
+                    and verdict.code in LIMIT_CODES
+                    and alloc.quotas.check(user, groups, units, exception=True).can_wait
+                )
                 available = alloc.available(offer, clusters=clusters)
                 eta = (
                     0.0
@@ -277,6 +287,7 @@ class ViewStore(StoreCore):
                         "queue_length": queue,
                         "quota_ok": None if verdict is None else verdict.ok,
                         "quota_reason": None if verdict is None or verdict.ok else verdict.code,
+                        "exception_ok": exception_ok,
                         "eta_seconds": eta,
                     }
                 )
@@ -322,13 +333,20 @@ class ViewStore(StoreCore):
                 src = "default" if row is not None else "none"
             else:
                 src = row.source if row else "none"
-            spec = {"guarantee": 0.0, "limit": None, "budget": None, "period": "month"}
+            spec = {
+                "guarantee": 0.0,
+                "limit": None,
+                "budget": None,
+                "period": "month",
+                "exception": None,
+            }
             if row is not None:
                 spec = {
                     "guarantee": row.guarantee,
                     "limit": row.limit,
                     "budget": row.budget,
                     "period": row.period,
+                    "exception": row.exception,
                 }
             return {"name": name, "kind": k, "source": src, **spec}
 

@@ -307,7 +307,7 @@ def test_success_responses_match_spec(api: Api):
 
         quota = call("admin", "GET", f"quotas/users/{user}", "/quotas/{kind}/{name}").json()
         assert quota["source"] == "default"
-        body = {"guarantee": 1, "limit": 2.5, "budget": 100, "period": "week"}
+        body = {"guarantee": 1, "limit": 2.5, "budget": 100, "period": "week", "exception": 4}
         put = call("admin", "PUT", f"quotas/users/{user}", "/quotas/{kind}/{name}", body).json()
         assert put == {"name": user, "kind": "user", "source": "api", **body}
         call("admin", "PUT", "quotas/groups/physics", "/quotas/{kind}/{name}", whole(guarantee=2))
@@ -317,6 +317,29 @@ def test_success_responses_match_spec(api: Api):
         reset = call("admin", "DELETE", f"quotas/users/{user}", "/quotas/{kind}/{name}").json()
         assert reset["source"] == "default"
         call("admin", "DELETE", "quotas/groups/physics", "/quotas/{kind}/{name}")
+
+        # approvals: an exception beyond bob's limit, approved for less time; another denied
+        call("admin", "PUT", "quotas/users/bob", QUOTA, whole(limit=0.5, exception=2))
+        asks = []
+        for server in ("", "second"):
+            body = {"user": "bob", "server": server, "offer": "h100"}
+            ask = {**body, "reason": "the deadline", "duration": 7200}
+            r = call("spawner", "POST", "allocations", "/allocations", ask)
+            assert r.status == 201 and r.json()["state"] == "awaiting_approval", r.body
+            asks.append(r.json()["id"])
+        path = "/allocations/{id}/approve"
+        approved = call("admin", "POST", f"allocations/{asks[0]}/approve", path, {"duration": 3600})
+        assert approved.json()["state"] in ("queued", "granted") and approved.json()["lapses"]
+        again = api.call("admin", "POST", f"allocations/{asks[0]}/approve", {})
+        check_against_spec("POST", path, again)
+        assert again.status == 409 and again.json()["error"]["code"] == "not_awaiting_approval"
+        path = "/allocations/{id}/deny"
+        denied = call(
+            "admin", "POST", f"allocations/{asks[1]}/deny", path, {"reason": "one is enough"}
+        )
+        assert denied.json()["release_reason"] == "denied"
+        call("spawner", "DELETE", f"allocations/{asks[0]}", LEASE)
+        call("admin", "DELETE", "quotas/users/bob", QUOTA)
 
         for action in ("cordon", "uncordon", "drain", "uncordon"):
             node = call(

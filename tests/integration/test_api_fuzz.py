@@ -117,6 +117,27 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     "above the limit: a relation between two fields",
     ("PATCH /quotas/{kind}/{name}", "invalid_config", ".*", ".*above limit.*"): "the same, "
     "with the fields not named taken from the quota in effect",
+    ("PUT /quotas/{kind}/{name}", "invalid_config", r".*\.exception", ".*above a limit.*"): "an "
+    "exception ceiling not above the limit (or with no limit): a relation between two fields",
+    ("PATCH /quotas/{kind}/{name}", "invalid_config", r".*\.exception", ".*above a limit.*"): "the "
+    "same, with the fields not named taken from the quota in effect",
+    (
+        "POST /quotas/{kind}/{name}/preview",
+        "invalid_config",
+        r".*\.exception",
+        ".*above a limit.*",
+    ): "the same relation, previewed",
+    ("POST /allocations", "exceeds_exception_ceiling", ".*", ".*"): "the user's quota",
+    ("POST /allocations", "missing_field", "duration|reason", ".*"): "an offer that needs "
+    "approval needs a reason, an exception beyond the quota's limit a duration: relations to "
+    "the pool's config and the user's quota",
+    ("POST /allocations", "invalid_field", "reason", ".*"): "a reason of spaces only",
+    ("POST /allocations/{id}/approve", "not_awaiting_approval", ".*", ".*"): "the lease's state",
+    ("POST /allocations/{id}/deny", "not_awaiting_approval", ".*", ".*"): "the lease's state",
+    ("POST /allocations/{id}/approve", "invalid_field", "duration|offer", ".*"): "at most the "
+    "duration asked, a smaller offer of the same kind: relations to the request",
+    ("POST /allocations/{id}/approve", "unknown_offer", ".*", ".*"): "the pool's config",
+    ("POST /allocations/{id}/deny", "missing_field", "reason", ".*"): "a reason of spaces only",
     ("GET /capacity", "invalid_range", "to|from", ".*"): "`to` not after `from`, or more than "
     "366 days between them: relations between two arguments",
     ("GET /usage/idle-holders", "invalid_range", "to|from", ".*"): "the same relation",

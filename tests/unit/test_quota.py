@@ -310,6 +310,7 @@ def test_parse_valid_quota_with_exact_units():
         "limit": 2.0,
         "budget": None,
         "period": "month",
+        "exception": None,
     }
 
 
@@ -357,7 +358,7 @@ def test_parse_rejects_unknown_fields_naming_them():
         QuotaSpec.parse({"limt": 1, "guarantee": 0})
     assert info.value.field == "quota"
     assert "limt" in str(info.value)
-    assert info.value.allowed == ["budget", "guarantee", "limit", "period"]
+    assert info.value.allowed == ["budget", "exception", "guarantee", "limit", "period"]
 
 
 def test_parse_rejects_a_non_mapping():

@@ -205,6 +205,7 @@ def test_quota_reset_returns_to_the_file(db_url, clock):
         "limit": 1.0,
         "budget": None,
         "period": "month",
+        "exception": None,
     }
     assert store.reset_quota("users", "bob")["source"] == "none"
     assert store.allocate("bob", "", "h100")["state"] == "granted"  # bob's limit 0 is gone

@@ -34,6 +34,7 @@ class QuotaHandler(APIHandler):
                 "limit": ((int, float, type(None)), True),
                 "budget": ((int, float, type(None)), True),
                 "period": (str, True),
+                "exception": ((int, float, type(None)), False),
             }
         )
         actor = self.identity.describe()
@@ -50,6 +51,7 @@ class QuotaHandler(APIHandler):
                 "limit": ((int, float, type(None)), False),
                 "budget": ((int, float, type(None)), False),
                 "period": (str, False),
+                "exception": ((int, float, type(None)), False),
             }
         )
         actor = self.identity.describe()

@@ -44,6 +44,8 @@ class AllocationsHandler(APIHandler):
                 "groups": (list, False),
                 "priority": ((int, type(None)), False),
                 "clusters": (list, False),
+                "reason": (str, False),
+                "duration": ((int, float, type(None)), False),
             }
         )
         user = body.get("user") or (ident.name if ident.kind == "user" else None)
@@ -76,7 +78,11 @@ class AllocationsHandler(APIHandler):
             priority=priority,
             actor=ident.describe(),
             clusters=clusters,
+            reason=body.get("reason", ""),
+            duration=body.get("duration"),
         )
+        if lease["state"] == "awaiting_approval":
+            self.settings["notify"]("approval-requested", lease)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
         self.write_json(lease, 201)
 

@@ -203,6 +203,7 @@ class QuotaPreviewHandler(APIHandler):
                 "limit": ((int, float, type(None)), False),
                 "budget": ((int, float, type(None)), False),
                 "period": (str, False),
+                "exception": ((int, float, type(None)), False),
             }
         )
         self.write_json(self.store.quota_effect(kind, name, body))
