@@ -31,10 +31,13 @@ from traitlets.config import Configurable
 from jupyterhub_gpupool.pool.codes import describe, picker_reason
 from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
-from jupyterhub_gpupool.wording import ordinal, units_text
+from jupyterhub_gpupool.wording import asked_ago, ordinal, units_text
 
 #: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
 OPTION = "gpupool_offer"
+#: ``user_options`` keys of an ask for approval: why, and for how many hours.
+REASON_OPTION = "gpupool_reason"
+DURATION_OPTION = "gpupool_duration_hours"
 #: key of this mixin's part of the spawner state, and its version
 STATE_KEY = "gpupool"
 STATE_VERSION = 1
@@ -150,6 +153,13 @@ class GPUPoolSpawnerMixin(Configurable):
         3600.0,
         help="Seconds a spawn may wait in the pool's queue before it gives up. Separate from "
         "start_timeout, which counts only the server start after the GPU is granted.",
+    ).tag(config=True)
+
+    approval_wait = Float(
+        900.0,
+        help="Seconds a spawn shows 'waiting for approval' before it ends; the request stays "
+        "with the administrators (the pool's notify_hook tells the user of the decision), and "
+        "the next start of the server picks it up, approved or still waiting.",
     ).tag(config=True)
 
     queue_poll_interval = Float(
@@ -280,6 +290,34 @@ class GPUPoolSpawnerMixin(Configurable):
             )
         return value.strip()
 
+    def chosen_ask(self) -> tuple[str, float | None]:
+        """The reason and duration (seconds) of an ask for approval, from ``user_options``
+        (the picker's fields; hours): needed for offers that need approval and for
+        exceptions to the quota."""
+        opts = self.user_options or {}
+
+        def one(key: str) -> str:
+            value = opts.get(key, "")
+            if isinstance(value, list):
+                value = value[0] if value else ""
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise spawn_error(f"{key} must be text", reason="gpupool_invalid")
+            return str(value).strip()
+
+        reason, hours = one(REASON_OPTION), one(DURATION_OPTION)
+        if not hours:
+            return reason, None
+        try:
+            seconds = float(hours) * 3600
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            raise spawn_error(
+                f"{DURATION_OPTION} must be a number of hours, not {hours!r}",
+                reason="gpupool_invalid",
+            )
+        return reason, seconds
+
     async def resolve_offer(self) -> str:
         """The offer to ask for; subclasses may look further (KubeSpawner's profiles)."""
         return self.chosen_offer()
@@ -395,8 +433,12 @@ class GPUPoolSpawnerMixin(Configurable):
             lease = await self._wait(lease, name)
         except Exception:
             # not on CancelledError: a hub shutting down mid-queue keeps the request, and the
-            # next spawn of this server adopts it (and its place in line)
-            self._release_soon("cancelled")
+            # next spawn of this server adopts it (and its place in line); nor for a request
+            # still before the administrators, which the next spawn picks up the same way
+            if self.gpupool_lease is not None and self.gpupool_lease.get("keep"):
+                self.gpupool_lease = None
+            else:
+                self._release_soon("cancelled")
             raise
         self._emit(40, f"Got {name} on {lease.get('node') or 'the pool'}; starting your server")
         self.log.info(
@@ -419,6 +461,7 @@ class GPUPoolSpawnerMixin(Configurable):
         before it answered), the pool answers ``already_allocated`` and that lease is adopted.
         """
         delay, deadline = 0.25, time.monotonic() + self.allocate_retry_for
+        reason, duration = self.chosen_ask()
         while True:
             try:
                 try:
@@ -428,6 +471,8 @@ class GPUPoolSpawnerMixin(Configurable):
                         offer,
                         groups=self.user_groups,
                         clusters=self.pool_clusters,
+                        reason=reason,
+                        duration=duration,
                     )
                 except PoolRefused as e:
                     if e.code != "already_allocated":
@@ -451,12 +496,20 @@ class GPUPoolSpawnerMixin(Configurable):
         for lease in await self.pool.leases(user=self.user.name):
             if lease["server"] != self.name or lease["state"] == "released":
                 continue
-            if lease["offer"] == offer:
+            asked = (lease.get("approval") or {}).get("asked_offer")
+            if offer in (lease["offer"], asked):  # an approval may have lowered the offer
                 self.log.info("Adopting GPU lease %s of %s", lease["id"], self._log_name)
                 return lease
             await self.pool.release(lease["id"], "cancelled")
+        reason, duration = self.chosen_ask()
         return await self.pool.allocate(
-            self.user.name, self.name, offer, groups=self.user_groups, clusters=self.pool_clusters
+            self.user.name,
+            self.name,
+            offer,
+            groups=self.user_groups,
+            clusters=self.pool_clusters,
+            reason=reason,
+            duration=duration,
         )
 
     def _refusal(self, offer: str, e: PoolRefused) -> Exception:
@@ -472,8 +525,20 @@ class GPUPoolSpawnerMixin(Configurable):
         unreachable_since: float | None = None
         if name is None:
             name = await self._display_name(lease["offer"])
+        asked_at = time.monotonic()
         while still_waiting(lease):
-            if lease["state"] == "queued":
+            if lease["state"] == "awaiting_approval":
+                msg = f"Waiting for an administrator to approve {name} ({asked_ago(lease)})"
+                if time.monotonic() - asked_at > self.approval_wait:
+                    self.gpupool_lease = {**lease, "keep": True}
+                    raise spawn_error(
+                        f"Your request for {name} is still waiting for an administrator "
+                        f"({asked_ago(lease)}). It stays asked: you will hear of the decision, "
+                        "and starting this server again picks it up.",
+                        reason="gpupool_awaiting_approval",
+                        status=503,
+                    )
+            elif lease["state"] == "queued":
                 pos = lease.get("position")
                 where = f"{ordinal(pos)} in line" if pos else "in line"
                 msg = f"Waiting for {name}: {where}, {wait_text(lease.get('eta_seconds'))}"
@@ -483,7 +548,7 @@ class GPUPoolSpawnerMixin(Configurable):
             if msg != last:
                 self._emit(10 if lease["state"] == "queued" else 30, msg)
                 last = msg
-            if time.monotonic() > deadline:
+            if lease["state"] != "awaiting_approval" and time.monotonic() > deadline:
                 await self._release_now(lease["id"], "cancelled")
                 self.gpupool_lease = None
                 minutes = round(self.queue_timeout / 60)
@@ -682,8 +747,11 @@ class GPUPoolSpawnerMixin(Configurable):
         for o in offers:
             o["units_text"] = units_text(o["units"])
             o["wait_text"] = wait_text(o.get("eta_seconds"))
-            o["selectable"] = o.get("quota_ok") is not False
+            o["selectable"] = o.get("quota_ok") is not False or bool(o.get("exception_ok"))
             o["why_not"] = picker_reason(o.get("quota_reason"))
+            o["needs_ask"] = o.get("approval") == "required" or (
+                o.get("quota_ok") is False and bool(o.get("exception_ok"))
+            )
         out["offers"] = offers
         return out
 
@@ -707,6 +775,9 @@ class GPUPoolSpawnerMixin(Configurable):
             allow_cpu_only=self.allow_cpu_only,
             selected=selected,
             units_text=units_text,
+            reason_option=REASON_OPTION,
+            duration_option=DURATION_OPTION,
+            asks=any(o.get("needs_ask") for o in choices["offers"]),
         )
 
     async def get_options_form(self) -> str:

@@ -9,11 +9,13 @@ does not replace the pool's last word. A fake pool client stands in for the serv
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
 from jupyterhub_gpupool.poolclient import PoolUnavailable
-from jupyterhub_gpupool.spawner.base import OPTION
+from jupyterhub_gpupool.spawner.base import DURATION_OPTION, OPTION, REASON_OPTION
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
 from tests.fakes import wait_until_async
 
@@ -28,6 +30,7 @@ class FakePool:
     def __init__(self, *states: dict[str, Any], offers_fail: bool = False) -> None:
         self.states = list(states)
         self.offers_fail = offers_fail
+        self.released: list[tuple[str, str]] = []
 
     async def offers(
         self, user: str, groups: list[str], clusters: Any = ()
@@ -40,12 +43,24 @@ class FakePool:
         ]
 
     async def allocate(
-        self, user: str, server: str, offer: str, groups: Any = (), clusters: Any = ()
+        self,
+        user: str,
+        server: str,
+        offer: str,
+        groups: Any = (),
+        clusters: Any = (),
+        reason: str = "",
+        duration: float | None = None,
     ) -> dict:
+        self.asked = (reason, duration)
         return self.states.pop(0)
 
     async def lease(self, lease_id: str) -> dict[str, Any]:
         return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    async def release(self, lease_id: str, reason: str) -> dict[str, Any]:
+        self.released.append((lease_id, reason))
+        return {}
 
 
 def spawner(offer: str, pool: FakePool) -> GPUPoolSimpleLocalProcessSpawner:
@@ -144,3 +159,59 @@ def test_a_stream_opened_before_the_hook_waits_for_this_spawns_events():
     messages = asyncio.run(scenario())
     assert messages[0] == "Asking the GPU pool for 1× H100 80GB"
     assert "Spawning server..." not in messages
+
+
+def awaiting(minutes_ago: float) -> dict[str, Any]:
+    asked = datetime.fromtimestamp(time.time() - minutes_ago * 60, timezone.utc)
+    approval = {"asked": asked.isoformat().replace("+00:00", "Z"), "reason": "deadline"}
+    return {**QUEUED, "state": "awaiting_approval", "position": None, "approval": approval}
+
+
+def test_a_request_awaiting_approval_says_so_with_how_long_ago_then_queues():
+    pool = FakePool(awaiting(14), awaiting(14), QUEUED, GRANTED)
+    s = spawner("h100", pool)
+    s.user_options = {OPTION: ["h100"], REASON_OPTION: [" deadline "], DURATION_OPTION: ["24"]}
+    messages = asyncio.run(spawn_and_watch(s))
+    assert pool.asked == ("deadline", 86400.0)
+    assert messages == [
+        "Asking the GPU pool for 1× H100 80GB",
+        "Waiting for an administrator to approve 1× H100 80GB (asked 14 min ago)",
+        "Waiting for 1× H100 80GB: 1st in line, no estimate yet",
+        "Got 1× H100 80GB on node-h100; starting your server",
+    ]
+
+
+def test_a_spawn_that_waits_too_long_for_approval_ends_but_keeps_the_request():
+    pool = FakePool(awaiting(2), awaiting(2))
+    s = spawner("h100", pool)
+    s.approval_wait = 0.05
+
+    async def scenario() -> str:
+        try:
+            await spawn_and_watch(s)
+        except Exception as e:
+            await asyncio.sleep(0.2)  # a release would have been scheduled at once
+            return str(e)
+        raise AssertionError("the spawn should have ended")
+
+    error = asyncio.run(scenario())
+    assert "still waiting for an administrator (asked 2 min ago)" in error
+    assert "starting this server again picks it up" in error
+    assert s.gpupool_lease is None and pool.released == []
+    # the same spawner given a queued request to give up does release it
+    pool = FakePool(QUEUED, QUEUED)
+    s = spawner("h100", pool)
+    s.queue_timeout = 0.05
+    asyncio.run(scenario())
+    assert pool.released == [("L1", "cancelled")]
+
+
+def test_a_duration_that_is_not_hours_is_refused():
+    s = spawner("h100", FakePool(GRANTED))
+    s.user_options = {OPTION: "h100", DURATION_OPTION: "a week"}
+    try:
+        s.chosen_ask()
+    except Exception as e:
+        assert "must be a number of hours" in str(e)
+    else:
+        raise AssertionError("refused")

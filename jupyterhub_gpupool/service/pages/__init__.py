@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from . import admin, governance, user
+from . import admin, approvals, governance, user
 from .base import STATIC, StaticHandler
 
 
@@ -21,6 +21,7 @@ def default_handlers(prefix: str) -> list[tuple[str, type[web.RequestHandler], d
         (root + "/admin/nodes", admin.NodesPage),
         (root + "/admin/quotas", admin.QuotasPage),
         (root + "/admin/audit", admin.AuditPage),
+        (root + "/admin/approvals", approvals.ApprovalsPage),
         (root + "/admin/usage", governance.UsagePage),
         (root + "/admin/capacity", governance.CapacityPage),
         (root + "/admin/what-if", governance.WhatIfPage),

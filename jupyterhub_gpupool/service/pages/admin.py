@@ -56,7 +56,7 @@ class LeasesPage(AdminPage):
         now = self.store.clock()
         for le in queued:
             created = le["created"]
-            le["waited_s"] = (now - _naive(created)).total_seconds() if created else 0.0
+            le["waited_s"] = (now - naive_utc(created)).total_seconds() if created else 0.0
         leases = sorted(self.store.live_leases().values(), key=lambda le: -le["idle_s"])
         self.render_page(
             "admin_leases.html",
@@ -153,6 +153,6 @@ class AuditPage(AdminPage):
         )
 
 
-def _naive(iso: str) -> datetime:
+def naive_utc(iso: str) -> datetime:
     """A store timestamp (``...Z``) as the naive UTC datetime of the store's clock."""
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).replace(tzinfo=None)

@@ -82,6 +82,8 @@ class UserPageHandler(PageHandler):
                 minutes = self.store.minutes(devices, since)
                 sparks[le["id"]] = [m["util_mean"] for m in minutes]
         history = self.store.user_history(name, days=30)
+        recent, _ = self.store.leases(user=name, state="released", limit=100)
+        decided = [le for le in recent if le.get("approval")][:10]  # asks that ended
         self.render_page(
             "user.html",
             me=me,
@@ -99,6 +101,7 @@ class UserPageHandler(PageHandler):
             sparks={k: json.dumps(v) for k, v in sparks.items()},
             history=history,
             history_json=json.dumps(history),
+            decided=decided,
             api_url=f"{self.request.protocol}://{self.request.host}{self.prefix}api/v1/users/me",
         )
 

@@ -235,6 +235,41 @@
           if (!v) return;
           return act("Release", () => api("DELETE", `allocations/${encodeURIComponent(lease)}?reason=admin`));
         }
+        case "approve": {
+          const path = `allocations/${encodeURIComponent(lease)}/approve`;
+          const smaller = JSON.parse(b.dataset.smaller || "[]");
+          const fields = [{ name: "duration", label: "For (hours; at most what was asked, empty: as asked)", type: "number", value: b.dataset.hours }];
+          if (smaller.length) fields.push({ name: "offer", label: "Offer", type: "select", options: [["", `as asked (${b.dataset.offer})`], ...smaller] });
+          fields.push({ name: "note", label: "Note for the user", value: "" });
+          const body = (v) => {
+            const out = {};
+            if (v.duration) out.duration = parseFloat(v.duration) * 3600;
+            if (v.offer) out.offer = v.offer;
+            if (v.note) out.note = v.note;
+            return out;
+          };
+          const v = await confirmDialog({
+            title: "Approve this request",
+            text: `${who}'s request joins the queue in the order it was asked (or is granted now).`,
+            fields,
+            ok: "Approve",
+            check: (values) => api("POST", path, body(values)),
+          });
+          if (!v) return;
+          return act("Approve", async () => {});
+        }
+        case "deny": {
+          const path = `allocations/${encodeURIComponent(lease)}/deny`;
+          const v = await confirmDialog({
+            title: "Deny this request",
+            text: `${who}'s request ends; they see your reason.`,
+            fields: [{ name: "reason", label: "Reason shown to the user", value: "" }],
+            ok: "Deny",
+            check: (values) => api("POST", path, { reason: values.reason }),
+          });
+          if (!v) return;
+          return act("Deny", async () => {});
+        }
         case "cordon":
         case "uncordon": {
           const node = b.dataset.node;
