@@ -180,6 +180,10 @@ class LeaseRow(Base):
     groups: Mapped[list[str]] = mapped_column(JSON, default=list)
     #: The clusters the asking hub launches into (None: any): placement stays there.
     clusters: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    #: The hub the lease came from: None for the pool's own hub (its spawner, its users, its
+    #: admins), else the name of the other hub's spawner service that asked for it. Reconcile
+    #: with the pool's hub touches only its own; a spawner sees only its hub's leases.
+    hub: Mapped[str | None] = mapped_column(String(255), nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(24), index=True)
     reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -275,6 +279,17 @@ class EventRow(Base):
     lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     user: Mapped[str | None] = mapped_column(String(255), nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class RefusalRow(Base):
+    """Requests refused outright (no lease row is written for them), counted per UTC day, offer
+    and code: capacity planning tells refusals by quota from refusals by capacity."""
+
+    __tablename__ = "refusals"
+    day: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    offer: Mapped[str] = mapped_column(String(64), primary_key=True)
+    code: Mapped[str] = mapped_column(String(32), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class UtilizationMinuteRow(Base):

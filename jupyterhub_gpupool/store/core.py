@@ -70,6 +70,7 @@ WRITES = frozenset(
         "approve",
         "deny",
         "lapse_approvals",
+        "record_refusal",
         "request_repartition",
         "cancel_repartition",
         "advance_repartitions",

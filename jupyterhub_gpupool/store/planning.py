@@ -4,8 +4,8 @@ was idle. The what-if replay (``simulate/whatif.py``) reads the same records.
 
 A lease row is a request: created (asked), maybe granted, released (stopped, withdrawn,
 reclaimed...). Its ``queued`` audit event says why it waited (``quota``, ``no_capacity`` or
-``fairness``). A request refused outright (an unknown offer, beyond any ceiling) writes no row
-and is not counted here.
+``fairness``). A request refused outright writes no lease row; refusals by quota and by
+capacity are counted per day and offer (``record_refusal``, ``orm.RefusalRow``) instead.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from .chargeback import ChargebackStore, lease_figures
 from .errors import StoreError
 
 DAY = timedelta(days=1)
+#: Refusals capacity planning counts: the quota's (more quota would have served them) and the
+#: hardware's (more or other hardware would have). Malformed asks are neither.
+QUOTA_REFUSALS = ("no_quota", "exceeds_limit", "budget_exhausted", "exceeds_exception_ceiling")
+CAPACITY_REFUSALS = ("no_such_hardware", "exceeds_node_size", "cluster_not_served")
 
 
 def nearest_rank(values: Sequence[float], q: float) -> float | None:
@@ -127,6 +131,48 @@ class PlanningStore(ChargebackStore):
             for r in rows
         ]
 
+    def record_refusal(self, offer: str, code: str) -> bool:
+        """Count a request refused outright with ``code`` (one row per day, offer and code,
+        so a flood of refusals adds no rows); False for codes planning does not count."""
+        if code not in QUOTA_REFUSALS + CAPACITY_REFUSALS or not offer:
+            return False
+        now = self.clock()
+        row = {"day": datetime(now.year, now.month, now.day), "offer": offer[:64], "code": code}
+        with self.writing() as db:
+            if db.get_bind().dialect.name == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert
+            else:
+                from sqlalchemy.dialects.sqlite import insert
+            t = orm.RefusalRow.__table__.c
+            stmt = insert(orm.RefusalRow).values(**row, count=1)
+            db.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[t.day, t.offer, t.code], set_={"count": t.count + 1}
+                )
+            )
+        return True
+
+    def _refusals(
+        self, start: datetime, end: datetime, offer: str | None
+    ) -> dict[tuple[str, datetime], tuple[int, int]]:
+        """(refused by quota, refused by capacity) per (offer, day) within [start, end)."""
+        out: dict[tuple[str, datetime], tuple[int, int]] = {}
+        with self.read() as db:
+            query = select(orm.RefusalRow).where(
+                orm.RefusalRow.day >= datetime(start.year, start.month, start.day),
+                orm.RefusalRow.day < end,
+            )
+            if offer is not None:
+                query = query.where(orm.RefusalRow.offer == offer)
+            for r in db.scalars(query):
+                quota, capacity = out.get((r.offer, r.day), (0, 0))
+                if r.code in QUOTA_REFUSALS:
+                    quota += r.count
+                else:
+                    capacity += r.count
+                out[(r.offer, r.day)] = (quota, capacity)
+        return out
+
     def first_request(self) -> datetime | None:
         """When the first recorded request was made (None: none yet)."""
         with self.read() as db:
@@ -137,7 +183,8 @@ class PlanningStore(ChargebackStore):
     ) -> list[dict[str, Any]]:
         """Per offer and UTC day within [start, end): requests, demand (unit-hours held plus
         unit-hours waited), held, busy and idle unit-hours, the idle share, the p50/p95 queue
-        wait of the day's requests, and how many waited for quota and for capacity."""
+        wait of the day's requests, how many waited for quota and for capacity, and how many
+        were refused outright by quota and by capacity."""
         if end <= start:
             raise StoreError("invalid_range", "'to' must be after 'from'", field="to")
         if end - start > timedelta(days=366):
@@ -188,8 +235,12 @@ class PlanningStore(ChargebackStore):
                     c["quota"] += 1
                 elif rec.waited_for is not None:
                     c["capacity"] += 1
+        refused = self._refusals(start, end, offer)
+        for key in refused:
+            cell(*key)
         out = []
         for (o, day), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            by_quota, by_capacity = refused.get((o, day), (0, 0))
             held = c["held"]
             out.append(
                 {
@@ -204,6 +255,8 @@ class PlanningStore(ChargebackStore):
                     **wait_figures(c["waits"]),
                     "queued_for_quota": c["quota"],
                     "queued_for_capacity": c["capacity"],
+                    "refused_by_quota": by_quota,
+                    "refused_by_capacity": by_capacity,
                 }
             )
         return out

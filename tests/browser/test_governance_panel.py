@@ -231,7 +231,21 @@ def test_capacity_page_shows_demand_waits_and_idle_per_offer_and_day(
         """rows => rows.map(r => [r.dataset.offer, r.dataset.day,
             ...[...r.children].slice(2).map(c => c.textContent.trim())])""",
     )
-    for offer, day, requests, demand, held, _busy, _waited, idle, p50, p95, quota, cap in rows:
+    for (
+        offer,
+        day,
+        requests,
+        demand,
+        held,
+        _busy,
+        _waited,
+        idle,
+        p50,
+        p95,
+        quota,
+        cap,
+        *refused,
+    ) in rows:
         want = by_key[(offer, day)]
         assert int(requests) == want["requests"]
         assert demand == f"{want['demand_unit_hours']:.2f}"
@@ -240,6 +254,7 @@ def test_capacity_page_shows_demand_waits_and_idle_per_offer_and_day(
         for shown_wait, key in ((p50, "wait_p50_min"), (p95, "wait_p95_min")):
             assert shown_wait == ("–" if want[key] is None else str(want[key]))
         assert (int(quota), int(cap)) == (want["queued_for_quota"], want["queued_for_capacity"])
+        assert [int(n) for n in refused] == [want["refused_by_quota"], want["refused_by_capacity"]]
     # the H100's days are as constructed: waits 0, 60, 120 min; two waited for capacity
     h100 = [r for r in body["items"] if r["offer"] == "h100"]
     assert len(h100) == DAYS
@@ -355,7 +370,9 @@ def test_a_non_admin_is_refused_every_governance_page_and_call(hub: HubEnv, hub_
         r = alice.goto(prefix(hub) + path)
         assert r is not None and r.status == 403, path
         expect(alice.locator("#gpupool-error")).to_contain_text("custom:gpupool:admin")
-    alice.goto(prefix(hub))
+    r = alice.goto(prefix(hub))  # her own page: the script's API address and XSRF token
+    assert r is not None and r.status == 200, (r and r.status, alice.content()[:2000])
+    expect(alice.locator('meta[name="gpupool-api"]')).to_have_count(1)
     calls = [
         ("GET", "usage?format=csv", None),
         ("GET", "usage/idle-holders", None),

@@ -264,3 +264,56 @@ def test_what_if_a_fixed_mig_layout(tmp_path, capsys):
     rc = main(["simulate", "what-if", "--from", url, "--days", "3", "--until", "2026-11-04",
                "--mig-layout", "a100=9g.90gb"])  # fmt: skip
     assert rc == 2 and "9g.90gb" in capsys.readouterr().err
+
+
+# -- requests refused outright -----------------------------------------------------------------
+
+
+def test_refusals_by_quota_and_by_capacity_are_counted_per_offer_and_day(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.sqlite"
+    upgrade(url)
+    clock = StoreClock(DAY1 + timedelta(hours=9))
+    pool = {
+        **POOL,
+        "offers": [
+            *POOL["offers"],
+            {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
+            {"name": "a100", "kind": "gpu", "models": ["A100-80GB"]},
+        ],
+        "quotas": {**POOL["quotas"], "users": {"bob": {"limit": 0}}},
+    }
+    store = make_store(url, clock, pool=pool)
+    models = {**MODELS, "bob": {"kind": "user", "name": "bob", "scopes": [f"{USE}!user=bob"]}}
+    with InProcessService(store, models) as api:
+        for who, offer, code in (
+            ("bob", "h100", "no_quota"),  # refused by his quota
+            ("bob", "h100", "no_quota"),
+            ("alice", "h100x2", "exceeds_node_size"),  # no node has two H100s
+            ("alice", "a100", "no_such_hardware"),  # no A100 in the pool
+            ("alice", "nope", "unknown_offer"),  # a malformed ask: not counted
+        ):
+            r = api.call(who, "POST", "allocations", {"offer": offer, "server": ""})
+            assert r.status in (403, 422) and r.json()["error"]["code"] == code, r.body
+        clock.advance(days=1)
+        assert api.call("bob", "POST", "allocations", {"offer": "h100"}).status == 403
+        r = api.call("admin", "GET", "capacity?from=2026-11-01&to=2026-11-03")
+    rows = {(d["offer"], d["day"]): d for d in r.json()["items"]}
+    assert rows[("h100", "2026-11-01")]["refused_by_quota"] == 2
+    assert rows[("h100", "2026-11-02")]["refused_by_quota"] == 1
+    assert rows[("h100x2", "2026-11-01")]["refused_by_capacity"] == 1
+    assert rows[("a100", "2026-11-01")]["refused_by_capacity"] == 1
+    assert rows[("a100", "2026-11-01")]["refused_by_quota"] == 0
+    assert not any(offer == "nope" for offer, _ in rows)
+    assert store.record_refusal("h100", "invalid_field") is False  # not a planning figure
+
+
+def test_a_refusal_count_is_one_row_per_day_offer_and_code(db_url):
+    upgrade(db_url)
+    clock = StoreClock(DAY1 + timedelta(hours=9))
+    store = make_store(db_url, clock, pool=POOL)
+    for _ in range(3):
+        assert store.record_refusal("h100", "exceeds_limit")
+    assert store.record_refusal("h100", "no_such_hardware")
+    [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
+    assert (day["refused_by_quota"], day["refused_by_capacity"]) == (3, 1)
+    assert day["requests"] == 0  # refusals are not requests with a lease

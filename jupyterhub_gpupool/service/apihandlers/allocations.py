@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...hubclient import HubUnavailable
+from ...pool.errors import PoolError
 from ...store import lease_not_found
 from .base import APIError, APIHandler, needs
 
@@ -68,7 +71,27 @@ class AllocationsHandler(APIHandler):
             raise APIError(
                 "invalid_field", "clusters must be at most 64 cluster names", field="clusters"
             )
-        lease = await self.writer.call(
+        try:
+            lease = await self._allocate(user, server, body, member_of, priority, clusters)
+        except PoolError as e:  # counted for capacity planning (no lease row is written)
+            await self.writer.call(self.store.record_refusal, body["offer"], e.code)
+            raise
+        if lease["state"] == "awaiting_approval":
+            self.settings["notify"]("approval-requested", lease)
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
+        self.write_json(lease, 201)
+
+    async def _allocate(
+        self,
+        user: str,
+        server: str,
+        body: dict[str, Any],
+        member_of: list[str],
+        priority: int | None,
+        clusters: list[str],
+    ) -> dict[str, Any]:
+        ident = self.identity
+        return await self.writer.call(
             self.store.allocate,
             user,
             server,
@@ -80,11 +103,8 @@ class AllocationsHandler(APIHandler):
             clusters=clusters,
             reason=body.get("reason", ""),
             duration=body.get("duration"),
+            hub=self.asking_hub,
         )
-        if lease["state"] == "awaiting_approval":
-            self.settings["notify"]("approval-requested", lease)
-        self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
-        self.write_json(lease, 201)
 
     async def _check_server(self, user: str, server: str) -> None:
         """A user asks for their own server only, one the hub knows: made-up server names
@@ -114,24 +134,29 @@ class AllocationsHandler(APIHandler):
             self.require(ident.may_use_for(user), f"see {user}'s leases")
         offset, limit = self.page_args()
         items, total = self.store.leases(
-            user=user, state=self.get_argument("state", None), offset=offset, limit=limit
+            user=user,
+            state=self.get_argument("state", None),
+            offset=offset,
+            limit=limit,
+            **self.lease_hub_filter,
         )
         self.write_page(items, total, offset, limit)
 
 
 class _LeaseHandler(APIHandler):
-    """Base of the handlers addressing one lease: hides other users' leases.
+    """Base of the handlers addressing one lease: hides other users' leases, and from a
+    spawner the leases of other hubs.
 
     The scope is checked before the lease is looked up (``@needs("use")`` on each method), so
     a caller without it gets 403 whether or not the lease exists; a caller with it gets the
-    same 404 for another user's lease as for a missing one.
+    same 404 for another user's lease (another hub's, for a spawner) as for a missing one.
     """
 
     def _check(self, lease_id: str, *, reading: bool = False) -> None:
         ident = self.identity
-        if ident.is_spawner or (reading and ident.is_reclaimer):
-            return  # may touch (read) any lease; a missing one is the store's 404
-        if not ident.may_use_for(self.store.lease_owner(lease_id)):
+        if reading and ident.is_reclaimer:
+            return  # may read any lease; a missing one is the store's 404
+        if not self.may_see_lease(lease_id):
             raise lease_not_found(lease_id)
 
 
