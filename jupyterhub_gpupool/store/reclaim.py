@@ -221,7 +221,9 @@ class ReclaimStore(LeaseStore, UtilizationStore):
             epoch(row.granted or row.created),
             group=row.group,
             groups=tuple(row.groups or ()),
-            borrowed=row.borrowed,
+            # an approved exception is the administrator's call until it lapses: it is not
+            # borrowed capacity a waiter within guarantee may have back
+            borrowed=row.borrowed and not row.exception,
             models=(row.model,) if row.model else (),
             state=reclaim_state(row),
         )

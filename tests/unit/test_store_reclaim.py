@@ -388,6 +388,24 @@ def test_a_max_age_notice_cannot_be_kept(store, clock):
     assert store.lease(lease["id"])["reclaim"]["extendable"] is False
 
 
+def test_an_approved_exception_is_not_taken_back_as_borrowed_capacity(store, clock):
+    """The administrator's approval stands until it lapses: a waiter within guarantee does
+    not get the exception's GPU through the borrowed rule (an idle one still goes by the
+    idle rules, with notice)."""
+    store.put_quota("users", "bob", {"guarantee": 0, "limit": 0.5, "exception": 1})
+    ask = store.allocate("bob", "", "h100", reason="deadline", duration=86400)
+    lease = store.keepalive(store.approve(ask["id"], actor="user:admin")["id"])
+    assert lease["borrowed"] is True and lease["exception"] is True
+    waiter = store.allocate("alice", "", "h100")
+    assert waiter["state"] == "queued"
+    d = step(store, clock, lease)[lease["id"]]  # idle: a borrowed lease would get notice now
+    assert d["kind"] == "none", d
+    for _ in range(3):
+        step(store, clock, lease)
+        rec = store.lease(lease["id"])["reclaim"]
+        assert rec is None or rec["kind"] != "borrowed", rec
+
+
 def test_borrowed_capacity_goes_to_a_waiter_within_guarantee(store, clock):
     store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
     lease = bound(store, user="bob")
