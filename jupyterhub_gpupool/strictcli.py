@@ -3,14 +3,21 @@
 traitlets warns about an unknown option and starts anyway, so ``--PoolService.prot=80`` runs a
 service on the default port and the typo is one warning in a log nobody reads. Our apps refuse
 it instead, as the argparse subcommands do: one line on stderr, exit status 2.
+
+The start every app shares is here too (:meth:`StrictCommandLine.initialize`): the command
+line, the log redaction, then the config file; each app's own ``initialize`` only checks and
+builds what it needs after that.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from traitlets import TraitError
 from traitlets.config import Application
+
+from .logredact import install as install_redaction
 
 #: Options every traitlets app understands without declaring them.
 BUILTIN_OPTIONS = frozenset({"help", "help-all", "h", "version", "show-config", "show-config-json"})
@@ -21,6 +28,23 @@ class StrictCommandLine(Application):
 
     #: The subcommand's name in messages (``jupyterhub-gpupool <command>: error: ...``).
     command = "app"
+
+    #: the Python config file to load: each app declares it as a trait (``--config``), with
+    #: its own default file name (a trait here would show in ``--help-all`` as a class of its own)
+    config_file: str
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        """Parse the command line, redact secrets in the logs, load the config file.
+
+        Redaction comes before the file, so a traceback from a config file that fails (which
+        traitlets logs and goes on from) has its tokens cut too. A missing file is fine (each
+        app's ``config_file`` defaults to one that need not exist); a bad value in it is
+        traitlets' ``Bad config`` line and exit status 1.
+        """
+        super().initialize(argv)
+        install_redaction([self.log])
+        if self.config_file and os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
 
     def parse_command_line(self, argv: list[str] | None = None) -> None:
         """Like traitlets', but an unknown option, a missing or bad value, or a stray argument

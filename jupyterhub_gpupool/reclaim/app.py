@@ -23,7 +23,6 @@ from traitlets.utils.importstring import import_item
 
 from .._version import __version__
 from ..hubclient import HubClient
-from ..logredact import install as install_redaction
 from ..poolclient import PoolClient
 from ..strictcli import StrictCommandLine
 from .core import Reclaimer, default_holder
@@ -214,11 +213,8 @@ class ReclaimerApp(StrictCommandLine):
         return url + "/" if url.endswith("/api/v1") else url + "/api/v1/"
 
     def initialize(self, argv: list[str] | None = None) -> None:
-        """Parse the command line, load the config file, check what is needed to start."""
+        """After the shared start (:class:`StrictCommandLine`), refuse to start without a token."""
         super().initialize(argv)
-        install_redaction([self.log])
-        if self.config_file and os.path.exists(self.config_file):
-            self.load_config_file(self.config_file)
         if not self.api_token:
             raise SystemExit(
                 "The reclaimer needs a token: $JUPYTERHUB_API_TOKEN (a hub-managed service "

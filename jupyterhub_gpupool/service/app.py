@@ -29,7 +29,6 @@ from .._version import __version__
 from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
-from ..logredact import install as install_redaction
 from ..logredact import redact
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
@@ -339,11 +338,8 @@ class PoolService(StrictCommandLine):
         return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
 
     def initialize(self, argv: list[str] | None = None) -> None:
-        """Parse the command line, load the config file, open the database, load the pool."""
+        """After the shared start (:class:`StrictCommandLine`), open the database, load the pool."""
         super().initialize(argv)
-        install_redaction([self.log])
-        if self.config_file and os.path.exists(self.config_file):
-            self.load_config_file(self.config_file)
         self.catalog = default_catalog()
         engine = make_engine(self.db_url)
         revision = current_revision(engine)

@@ -39,7 +39,6 @@ from typing import Any, Protocol
 from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 
 from .._version import __version__
-from ..logredact import install as install_redaction
 from ..strictcli import StrictCommandLine
 
 MAX_BATCH = 10_000  # the service's own limit per POST (service/apihandlers/agent.py)
@@ -676,11 +675,9 @@ class NodeAgent(StrictCommandLine):
         return url + "/" if url.endswith("/api/v1") else url + "/api/v1/"
 
     def initialize(self, argv: list[str] | None = None) -> None:
-        """Parse the command line, load the config file, check what is needed to start."""
+        """After the shared start (:class:`StrictCommandLine`), refuse to start without the
+        service's URL or a token."""
         super().initialize(argv)
-        install_redaction([self.log])
-        if self.config_file and os.path.exists(self.config_file):
-            self.load_config_file(self.config_file)
         if not self.service_url:
             raise SystemExit("The agent needs --service-url (or $GPUPOOL_SERVICE_URL)")
         if not self.api_token:
