@@ -461,19 +461,10 @@ class GPUPoolSpawnerMixin(Configurable):
         before it answered), the pool answers ``already_allocated`` and that lease is adopted.
         """
         delay, deadline = 0.25, time.monotonic() + self.allocate_retry_for
-        reason, duration = self.chosen_ask()
         while True:
             try:
                 try:
-                    return await self.pool.allocate(
-                        self.user.name,
-                        self.name,
-                        offer,
-                        groups=self.user_groups,
-                        clusters=self.pool_clusters,
-                        reason=reason,
-                        duration=duration,
-                    )
+                    return await self._ask(offer)
                 except PoolRefused as e:
                     if e.code != "already_allocated":
                         raise
@@ -501,6 +492,11 @@ class GPUPoolSpawnerMixin(Configurable):
                 self.log.info("Adopting GPU lease %s of %s", lease["id"], self._log_name)
                 return lease
             await self.pool.release(lease["id"], "cancelled")
+        return await self._ask(offer)
+
+    async def _ask(self, offer: str) -> dict[str, Any]:
+        """POST allocations for this server: the user's groups, this hub's clusters, and the
+        form's reason and duration when it asks for approval."""
         reason, duration = self.chosen_ask()
         return await self.pool.allocate(
             self.user.name,

@@ -7,59 +7,8 @@
 "use strict";
 
 (function () {
-  const meta = (name) => document.querySelector(`meta[name="${name}"]`)?.content || "";
-  const API = meta("gpupool-api");
-  const XSRF = meta("gpupool-xsrf");
-
-  class ApiError extends Error {
-    constructor(status, body, field) {
-      const err = (body && body.error) || {};
-      super(err.message || `HTTP ${status}`);
-      this.status = status;
-      this.code = err.code;
-      this.field = err.field || field;
-    }
-  }
-
-  /** One API call with the hub's XSRF token (as gpupool.js sends them). */
-  async function call(method, path, body, accept = "application/json") {
-    const init = { method, credentials: "same-origin", headers: { "X-XSRFToken": XSRF, Accept: accept } };
-    if (body !== undefined) {
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    const r = await fetch(API + path, init);
-    if (!r.ok) {
-      let data = null;
-      try {
-        data = await r.json();
-      } catch (e) {
-        data = null;
-      }
-      throw new ApiError(r.status, data);
-    }
-    return r;
-  }
-
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (v === null || v === undefined || v === false) continue;
-      if (k === "class") node.className = v;
-      else if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v === true ? "" : String(v));
-    }
-    for (const c of children) node.append(c);
-    return node;
-  }
-
-  function status(text, bad) {
-    const line = document.getElementById("gpupool-status");
-    if (!line) return;
-    line.hidden = !text;
-    line.textContent = text || "";
-    line.classList.toggle("error", !!bad);
-  }
+  // the API call (with the hub's XSRF token), elements and the status line: gpupool.js's
+  const { request: call, el, status } = window.gpupool;
 
   /** A name as a chart label: at most ``n`` characters (a 10 kB name stays one line). */
   const clip = (s, n = 40) => {

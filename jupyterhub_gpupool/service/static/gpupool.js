@@ -23,25 +23,39 @@
     }
   }
 
-  async function api(method, path, body) {
+  /** One API call with the hub's XSRF token: the response, or an ApiError (status, code,
+   * field) from the error body. */
+  async function request(method, path, body, accept = "application/json") {
     const init = {
       method,
       credentials: "same-origin",
-      headers: { "X-XSRFToken": XSRF, Accept: "application/json" },
+      headers: { "X-XSRFToken": XSRF, Accept: accept },
     };
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
     const r = await fetch(API + path, init);
-    let data = null;
-    try {
-      data = await r.json();
-    } catch (e) {
-      data = null;
+    if (!r.ok) {
+      let data = null;
+      try {
+        data = await r.json();
+      } catch (e) {
+        data = null;
+      }
+      throw new ApiError(r.status, data);
     }
-    if (!r.ok) throw new ApiError(r.status, data);
-    return data;
+    return r;
+  }
+
+  /** ``request``'s JSON body (null for an empty one). */
+  async function api(method, path, body) {
+    const r = await request(method, path, body);
+    try {
+      return await r.json();
+    } catch (e) {
+      return null;
+    }
   }
 
   function el(tag, attrs, ...children) {
@@ -63,6 +77,9 @@
     line.textContent = text || "";
     line.classList.toggle("error", !!bad);
   }
+
+  // what the pages' own scripts (governance.js) share, loaded after this one
+  window.gpupool = Object.freeze({ ApiError, request, api, el, status });
 
   const units = (u) => {
     if (u === null || u === undefined) return "none";
