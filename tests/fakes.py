@@ -23,6 +23,9 @@ another: ``tests/unit/test_test_layout.py`` fails when a module imports a ``test
   processes) and :func:`request`, defined in ``tests/integration/hubenv.py`` — the harness the
   benchmarks and the docs name — and reached by tests through this module only;
   :func:`wait_reconciled` waits for the service's reconcile at start.
+* **The lab package's hub.** :func:`lab_hub` (JupyterLab servers with ``jupyterlab-gpupool``
+  on :data:`LAB_POOL`), :func:`start_server`, :func:`stop_server`, :func:`user_server`,
+  :func:`server_environ`; :class:`LabTab` plays an open tab.
 
 Store and service modules are imported inside the helpers that need them, so a unit test of
 the agent does not import the store.
@@ -63,6 +66,7 @@ __all__ = [
     "AGENT_API",
     "AGENT_T0",
     "FAKE_MIG_CONFIGS",
+    "LAB_POOL",
     "ROOT",
     "SPAWNER_CONFIG",
     "STORE_POOL",
@@ -84,6 +88,7 @@ __all__ = [
     "free_port",
     "kube_node",
     "kubeconfig",
+    "lab_hub",
     "lease_events",
     "make_agent",
     "make_instances",
@@ -92,7 +97,11 @@ __all__ = [
     "request",
     "run_for",
     "self_signed_cert",
+    "server_environ",
+    "start_server",
+    "stop_server",
     "until",
+    "user_server",
     "wait_http",
     "wait_past_deadline",
     "wait_reconciled",
@@ -935,6 +944,96 @@ class LabTab:
                 self._response.fp.raw._sock.close()  # unblock the reading thread
             self._response.close()
         self._thread.join(10)
+
+
+# -- the lab package's hub: JupyterLab servers with jupyterlab-gpupool on the pool's spawner ---
+
+#: The pool the lab tests start servers on: an A100 in a 1g.10gb and a 3g.40gb slice (a move
+#: from one to the other) and one whole H100. A test appends its own offers (indented as
+#: these are) and its ``quotas:`` (and ``reclaim:``).
+LAB_POOL = """
+nodes:
+  - name: node-a100
+    gpus:
+      - model: A100-80GB
+        mig:
+          enabled: true
+          instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]
+  - name: node-h100
+    gpus: [{model: H100-80GB, count: 1}]
+offers:
+  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB],
+     display_name: "A100 · 1g.10gb slice"}
+  - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
+     display_name: "A100 · 3g.40gb slice"}
+  - {name: h100, kind: gpu, count: 1, models: [H100-80GB], display_name: "1× H100 80GB"}
+"""
+
+
+def lab_hub(
+    where: Path,
+    pool: str,
+    *,
+    lab_args: tuple[str, ...] = (),
+    extra_config: str = "",
+    **kw: Any,
+) -> HubEnv:
+    """A :class:`HubEnv` (users alice, bob, admin; the pool on SQLite in ``where``, its YAML
+    ``pool``) whose servers are JupyterLab with the lab package, started by the pool's local
+    spawner (:data:`SPAWNER_CONFIG`) in homes under ``where/home``.
+
+    The lab package is set for tests: its state refreshed every second, NVML off (there are
+    no GPUs here: the panel says so), a short back-off when the pool is away, and
+    ``lab_args``; every server, CPU-only too, is told where the pool is. ``extra_config`` is
+    more hub configuration (filled in as ``HubEnv.extra_config``); ``kw`` go to HubEnv.
+    """
+    options = [
+        "--GPUPoolLab.interval=1",
+        "--GPUPoolLab.nvml_module=",
+        "--GPUPoolLab.max_backoff=4",
+        *lab_args,
+    ]
+    lab = (
+        f"c.Spawner.args = c.Spawner.args + {options!r}\n".replace("{", "{{").replace("}", "}}")
+        + 'c.Spawner.environment = {{"GPUPOOL_API_URL": {api!r}}}\n'
+    )
+    (where / "home").mkdir(exist_ok=True)
+    return HubEnv(
+        where,
+        f"sqlite:///{where}/pool.sqlite",
+        write_pool(where, pool),
+        ("alice", "bob", "admin"),
+        extra_config=SPAWNER_CONFIG + lab + extra_config,
+        **kw,
+    )
+
+
+def user_server(env: HubEnv, user: str) -> dict[str, Any]:
+    """The hub's model of ``user``'s default server (``{}``: none)."""
+    r = request("GET", f"{env.hub_api}/users/{user}", env.admin_api_token)
+    return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
+
+
+def server_environ(env: HubEnv, user: str) -> dict[str, str]:
+    """The environment of ``user``'s server process (what the spawner gave it)."""
+    pid = user_server(env, user)["state"]["pid"]
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def start_server(env: HubEnv, user: str, offer: str) -> None:
+    """Start ``user``'s server on ``offer`` (``""``: CPU only); wait until the hub says ready."""
+    r = request(
+        "POST", f"{env.hub_api}/users/{user}/server", env.admin_api_token, {"gpupool_offer": offer}
+    )
+    assert r.status in (201, 202), r.body
+    wait_until(lambda: user_server(env, user).get("ready"), 120, f"{user}'s server", info=env.logs)
+
+
+def stop_server(env: HubEnv, user: str) -> None:
+    """Stop ``user``'s server; wait until the hub has no server for them."""
+    request("DELETE", f"{env.hub_api}/users/{user}/server", env.admin_api_token)
+    wait_until(lambda: not user_server(env, user), 120, f"{user}'s server to stop", info=env.logs)
 
 
 # -- a Kubernetes API server (fake, over real HTTP) ------------------------------------------

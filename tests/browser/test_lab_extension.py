@@ -31,16 +31,19 @@ pytest.importorskip("jupyterlab_gpupool", reason="make test installs ./labextens
 from playwright.sync_api import Page, expect
 
 from tests.fakes import (
+    LAB_POOL,
     ROOT,
-    SPAWNER_CONFIG,
     ClockFile,
     HubEnv,
     SimAgent,
     clocked_service_python,
+    lab_hub,
     request,
+    server_environ,
+    start_server,
+    user_server,
     wait_reconciled,
     wait_until,
-    write_pool,
 )
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,29 +55,16 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
 ]
 
-POOL = """
-nodes:
-  - name: node-a100
-    gpus:
-      - model: A100-80GB
-        mig:
-          enabled: true
-          instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]
-  - name: node-h100
-    gpus: [{model: H100-80GB, count: 1}]
-offers:
-  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB],
-     display_name: "A100 · 1g.10gb slice"}
-  - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
-     display_name: "A100 · 3g.40gb slice"}
-  - {name: h100, kind: gpu, count: 1, models: [H100-80GB], display_name: "1× H100 80GB"}
-quotas:
+POOL = (
+    LAB_POOL
+    + """quotas:
   default: {guarantee: 1, limit: 2, budget: 40, period: week}
 reclaim:
   default: {idle_timeout: 5m, pressure_idle_timeout: 3m, warn_before: 2m, max_extensions: 2,
             extension: 5m,
             min_runtime: 3m, busy_grace: 2m, cpu_busy_timeout: 8m}
 """
+)
 NODES = ["node-a100", "node-h100"]
 WINDOW, STEP = 60.0, 20.0
 RECLAIMER = "gpupool-reclaimer"
@@ -89,8 +79,7 @@ LAB_SETTINGS = {
 
 
 def hub_config(token: str) -> str:
-    """The reclaimer's service and role (its documented scopes), JupyterLab exposing its app
-    object (the tests switch the theme with its command), the lab's interval short."""
+    """The reclaimer's service and role (its documented scopes), JupyterLab by default."""
     scopes = [
         "list:users",
         "read:users:activity",
@@ -105,13 +94,12 @@ def hub_config(token: str) -> str:
     text = (
         f"\nc.JupyterHub.services.append({service})\nc.JupyterHub.load_roles.append({role})\n"
         "c.Spawner.default_url = '/lab'\n"
-        "c.Spawner.args = c.Spawner.args + ['--GPUPoolLab.interval=1', "
-        "'--GPUPoolLab.nvml_module=', '--GPUPoolLab.max_backoff=4', "
-        "'--LabApp.expose_app_in_browser=True']\n"
     )
-    return text.replace("{", "{{").replace("}", "}}") + (
-        'c.Spawner.environment = {{"GPUPOOL_API_URL": {api!r}}}\n'
-    )
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+#: JupyterLab exposes its app object: the tests switch the theme with its command
+EXPOSE_APP = "--LabApp.expose_app_in_browser=True"
 
 
 @dataclass
@@ -124,23 +112,13 @@ class Lab:
     reclaimer: Any
 
     def spawn(self, user: str, offer: str) -> None:
-        r = request(
-            "POST",
-            f"{self.env.hub_api}/users/{user}/server",
-            self.env.admin_api_token,
-            {"gpupool_offer": offer},
-        )
-        assert r.status in (201, 202), r.body
-        wait_until(lambda: self.server(user).get("ready"), 120, f"{user}'s server")
+        start_server(self.env, user, offer)
 
     def server(self, user: str) -> dict:
-        r = request("GET", f"{self.env.hub_api}/users/{user}", self.env.admin_api_token)
-        return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
+        return user_server(self.env, user)
 
     def environ(self, user: str) -> dict[str, str]:
-        pid = self.server(user)["state"]["pid"]
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-        return dict(i.split("=", 1) for i in raw.decode().split("\0") if "=" in i)
+        return server_environ(self.env, user)
 
     def lease(self, lease_id: str) -> dict:
         r = request("GET", f"{self.env.api}/allocations/{lease_id}", self.env.spawner_token)
@@ -165,11 +143,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("lab-ui")
     clock = ClockFile(tmp / "clock", time.time() + 60)
     token = secrets.token_hex(16)
-    env = HubEnv(
+    env = lab_hub(
         tmp,
-        f"sqlite:///{tmp}/pool.sqlite",
-        write_pool(tmp, POOL),
-        ("alice", "bob", "admin"),
+        POOL,
+        lab_args=(EXPOSE_APP,),
+        extra_config=hub_config(token),
         service_args=(
             "--PoolService.decisions=thread",
             "--PoolService.agent_timeout=0",
@@ -177,7 +155,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             "--PoolService.housekeeping_interval=1",
             "--PoolService.grant_timeout=86400",
         ),
-        extra_config=SPAWNER_CONFIG + hub_config(token),
         python=clocked_service_python(clock),
     )
     for user in ("alice", "bob"):

@@ -14,59 +14,44 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.fakes import SPAWNER_CONFIG, HubEnv, LabTab, request, wait_until, write_pool
+from tests.fakes import (
+    LAB_POOL,
+    HubEnv,
+    LabTab,
+    lab_hub,
+    request,
+    server_environ,
+    start_server,
+    stop_server,
+    user_server,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
-POOL = """
-nodes:
-  - name: node-a100
-    gpus:
-      - model: A100-80GB
-        mig:
-          enabled: true
-          instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]
-  - name: node-h100
-    gpus: [{model: H100-80GB, count: 1}]
-offers:
-  - {name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB],
-     display_name: "A100 · 1g.10gb slice"}
-  - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
-     display_name: "A100 · 3g.40gb slice"}
-  - {name: h100, kind: gpu, count: 1, models: [H100-80GB]}
-  - {name: vip-h100, kind: gpu, count: 1, models: [H100-80GB], groups: [vip]}
+POOL = (
+    LAB_POOL
+    + """  - {name: vip-h100, kind: gpu, count: 1, models: [H100-80GB], groups: [vip]}
 quotas:
   default: {guarantee: 1, limit: 2, budget: 100, period: week}
 """
+)
 
-#: the lab's settings for the tests: a short interval and save timeout; NVML off (no GPUs
-#: here: the panel says so); every server, CPU-only too, told where the pool is
-LAB_CONFIG = """
-c.Spawner.args = c.Spawner.args + [
-    "--GPUPoolLab.interval=1", "--GPUPoolLab.save_timeout=3", "--GPUPoolLab.nvml_module=",
-    "--GPUPoolLab.max_backoff=4",
-]
-c.Spawner.environment = {{"GPUPOOL_API_URL": {api!r}}}
-"""
+#: short enough for a test to wait out: a save-all with no lab answering
+SAVE_TIMEOUT = "--GPUPoolLab.save_timeout=3"
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory):
-    tmp_path = tmp_path_factory.mktemp("lab")
-    pool = write_pool(tmp_path, POOL)
-    env = HubEnv(
-        tmp_path,
-        f"sqlite:///{tmp_path}/pool.sqlite",
-        pool,
-        ("alice", "bob", "admin"),
+    env = lab_hub(
+        tmp_path_factory.mktemp("lab"),
+        POOL,
+        lab_args=(SAVE_TIMEOUT,),
         service_args=("--PoolService.telemetry_source=sim",),
     )
-    env.extra_config = SPAWNER_CONFIG + LAB_CONFIG
-    (tmp_path / "home").mkdir()
     with env.running():
         yield env
         print(env.logs())
@@ -75,33 +60,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def alice(hub: HubEnv):
     """alice's server on a 1g.10gb slice (stopped afterwards)."""
-    start(hub, "alice", "a100-1g")
+    start_server(hub, "alice", "a100-1g")
     yield f"{hub.hub_url}/user/alice"
-    stop(hub, "alice")
-
-
-def start(env: HubEnv, user: str, offer: str) -> None:
-    r = request(
-        "POST", f"{env.hub_api}/users/{user}/server", env.admin_api_token, {"gpupool_offer": offer}
-    )
-    assert r.status in (201, 202), r.body
-    wait_until(lambda: server(env, user).get("ready"), 120, f"{user}'s server", info=env.logs)
-
-
-def stop(env: HubEnv, user: str) -> None:
-    request("DELETE", f"{env.hub_api}/users/{user}/server", env.admin_api_token)
-    wait_until(lambda: not server(env, user), 120, f"{user}'s server to stop", info=env.logs)
-
-
-def server(env: HubEnv, user: str) -> dict:
-    r = request("GET", f"{env.hub_api}/users/{user}", env.admin_api_token)
-    return r.json()["servers"].get("", {})  # type: ignore[index,union-attr]
-
-
-def environ(env: HubEnv, user: str) -> dict[str, str]:
-    pid = server(env, user)["state"]["pid"]
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    stop_server(hub, "alice")
 
 
 def pool_requests(env: HubEnv, route: str) -> int:
@@ -121,7 +82,7 @@ def test_state_shows_the_lease_quota_and_offers(hub: HubEnv, alice: str):
     assert lease["offer"] == "a100-1g" and lease["state"] == "active"
     assert lease["device"] == "A100 1g.10gb"
     assert lease["devices"][0]["uuid"].startswith("MIG-")
-    assert lease["devices"][0]["uuid"] == environ(hub, "alice")["CUDA_VISIBLE_DEVICES"]
+    assert lease["devices"][0]["uuid"] == server_environ(hub, "alice")["CUDA_VISIBLE_DEVICES"]
     assert lease["devices"][0]["parent"].startswith("GPU-")
     assert lease["node"] == "node-a100" and lease["memory_total_mib"] == 10 * 1024
     assert state["lease_id"] == lease["id"] and not state["stale_lease"]
@@ -141,7 +102,7 @@ def test_state_shows_the_lease_quota_and_offers(hub: HubEnv, alice: str):
 
 
 def test_the_servers_own_token_has_the_pool_scopes(hub: HubEnv, alice: str):
-    token = environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    token = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
     me = request("GET", f"{hub.hub_api}/user", token).json()
     assert "custom:gpupool:use!user=alice" in me["scopes"], me["scopes"]
     assert "access:services!service=gpupool" in me["scopes"], me["scopes"]
@@ -275,18 +236,18 @@ def test_a_move_the_pool_refuses_keeps_the_gpu(hub: HubEnv, alice: str):
 
 def test_a_move_from_1g_to_3g_restarts_the_server_on_the_new_slice(hub: HubEnv, alice: str):
     token = hub.token("alice")
-    before = environ(hub, "alice")
+    before = server_environ(hub, "alice")
     r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "a100-3g"})
     assert r.status == 202, r.body
     target = r.json()["target"]
     assert target["resize_of"] == before["GPUPOOL_LEASE_ID"]
 
     def restarted() -> dict | None:
-        s = server(hub, "alice")
+        s = user_server(hub, "alice")
         if not s.get("ready"):
             return None
         try:
-            env = environ(hub, "alice")
+            env = server_environ(hub, "alice")
         except (FileNotFoundError, KeyError):  # the old process went between the two reads
             return None
         return env if env.get("GPUPOOL_LEASE_ID") == target["id"] else None
@@ -313,7 +274,7 @@ def test_a_move_from_1g_to_3g_restarts_the_server_on_the_new_slice(hub: HubEnv, 
 
 
 def test_a_cpu_only_server_is_offered_a_gpu(hub: HubEnv):
-    start(hub, "bob", "")
+    start_server(hub, "bob", "")
     try:
         token = hub.token("bob")
         state = request("GET", f"{hub.hub_url}/user/bob/gpupool/state", token).json()
@@ -322,7 +283,7 @@ def test_a_cpu_only_server_is_offered_a_gpu(hub: HubEnv):
         r = request("POST", f"{hub.hub_url}/user/bob/gpupool/keepalive", token, {})
         assert r.status == 409 and r.json()["error"]["code"] == "no_lease"
     finally:
-        stop(hub, "bob")
+        stop_server(hub, "bob")
 
 
 def test_status_and_the_widget_in_a_kernels_environment(hub: HubEnv, alice: str):
@@ -340,7 +301,7 @@ def test_status_and_the_widget_in_a_kernels_environment(hub: HubEnv, alice: str)
         "print(json.dumps({'device': s['lease']['device'], 'ok': s['pool']['ok'],\n"
         "                  'widget': w.children[0].value, 'quota': w.children[2].value}))\n"
     )
-    env = environ(hub, "alice")
+    env = server_environ(hub, "alice")
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
@@ -351,10 +312,10 @@ def test_status_and_the_widget_in_a_kernels_environment(hub: HubEnv, alice: str)
 
 
 def test_a_move_that_must_wait_shows_its_place_and_can_be_cancelled(hub: HubEnv, alice: str):
-    start(hub, "bob", "h100")  # the only H100
+    start_server(hub, "bob", "h100")  # the only H100
     try:
         token = hub.token("alice")
-        before = environ(hub, "alice")["GPUPOOL_LEASE_ID"]
+        before = server_environ(hub, "alice")["GPUPOOL_LEASE_ID"]
         tab = LabTab(alice, token)
         try:
             r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "h100"})
@@ -371,15 +332,15 @@ def test_a_move_that_must_wait_shows_its_place_and_can_be_cancelled(hub: HubEnv,
         finally:
             tab.close()
         assert hub_lease(hub, waiting["id"])["state"] == "released"
-        assert environ(hub, "alice")["GPUPOOL_LEASE_ID"] == before  # never restarted
+        assert server_environ(hub, "alice")["GPUPOOL_LEASE_ID"] == before  # never restarted
         r = request("DELETE", f"{alice}/gpupool/resize", token)
         assert r.status == 404 and r.json()["error"]["code"] == "not_found"
     finally:
-        stop(hub, "bob")
+        stop_server(hub, "bob")
 
 
 def test_the_pool_restarts_only_into_a_waiting_lease_of_ones_own(hub: HubEnv, alice: str):
-    lease = environ(hub, "alice")["GPUPOOL_LEASE_ID"]
+    lease = server_environ(hub, "alice")["GPUPOOL_LEASE_ID"]
     r = request("POST", f"{hub.api}/allocations/{lease}/restart", hub.token("alice"), {})
     assert r.status == 409 and r.json()["error"]["code"] == "not_live", r.body  # active
     r = request("POST", f"{hub.api}/allocations/{lease}/restart", hub.token("bob"), {})
@@ -389,9 +350,9 @@ def test_the_pool_restarts_only_into_a_waiting_lease_of_ones_own(hub: HubEnv, al
 
 
 def test_a_cpu_only_server_moves_onto_a_gpu(hub: HubEnv):
-    start(hub, "bob", "")
+    start_server(hub, "bob", "")
     try:
-        assert "GPUPOOL_LEASE_ID" not in environ(hub, "bob")
+        assert "GPUPOOL_LEASE_ID" not in server_environ(hub, "bob")
         token = hub.token("bob")
         r = request("POST", f"{hub.hub_url}/user/bob/gpupool/resize", token, {"offer": "h100"})
         assert r.status == 202, r.body
@@ -399,10 +360,10 @@ def test_a_cpu_only_server_moves_onto_a_gpu(hub: HubEnv):
         assert target["resize_of"] is None and target["server"] == ""
 
         def on_gpu() -> dict | None:
-            if not server(hub, "bob").get("ready"):
+            if not user_server(hub, "bob").get("ready"):
                 return None
             try:
-                env = environ(hub, "bob")
+                env = server_environ(hub, "bob")
             except (FileNotFoundError, KeyError):  # the old process went between the reads
                 return None
             return env if env.get("GPUPOOL_LEASE_ID") == target["id"] else None
@@ -410,7 +371,7 @@ def test_a_cpu_only_server_moves_onto_a_gpu(hub: HubEnv):
         env = wait_until(on_gpu, 180, "bob's server on the H100", info=hub.logs)
         assert env["GPUPOOL_OFFER"] == "h100" and env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     finally:
-        stop(hub, "bob")
+        stop_server(hub, "bob")
 
 
 def hub_lease(env: HubEnv, lease_id: str) -> dict:
