@@ -36,6 +36,8 @@ offers:
   - {name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB],
      display_name: "A100 · 3g.40gb slice"}
   - {name: vip-h100, kind: gpu, count: 1, models: [H100-80GB], groups: [vip]}
+  - {name: h100-asked, kind: gpu, count: 1, models: [H100-80GB], approval: required,
+     display_name: "1× H100 (by approval)"}
 quotas:
   default: {guarantee: 1, limit: 2}
   users:
@@ -252,3 +254,24 @@ def test_hub_restart_mid_queue_keeps_the_place(hub: HubEnv):
     request("DELETE", f"{hub.hub_api}/users/alice/server", hub.admin_api_token)
     wait_ready(hub, "bob")
     assert live(hub, "bob")[0]["id"] == queued["id"]
+
+
+def test_a_spawn_waits_for_approval_then_runs_on_the_approved_gpu(hub: HubEnv):
+    """The spawn page's ask (reason, hours) reaches the pool; the progress says whose decision
+    it waits for; an admin approves through the pool's API and the same spawn goes on."""
+    body = {"gpupool_offer": "h100-asked", "gpupool_reason": "paper", "gpupool_duration_hours": "4"}
+    r = request("POST", f"{hub.hub_api}/users/bob/server", hub.admin_api_token, body)
+    assert r.status == 202, r.body
+    events = progress_events(hub, "bob", "Waiting for an administrator")
+    assert (
+        "Waiting for an administrator to approve 1× H100 (by approval)" in (events[-1]["message"])
+    ), events
+    [ask] = live(hub, "bob")
+    assert ask["state"] == "awaiting_approval" and ask["approval"]["reason"] == "paper"
+    assert ask["approval"]["duration"] == 4 * 3600
+    r = request("POST", f"{hub.api}/allocations/{ask['id']}/approve", hub.token("admin"), {})
+    assert r.status == 200, r.body
+    wait_ready(hub, "bob")
+    [lease] = live(hub, "bob")
+    assert lease["id"] == ask["id"] and lease["state"] == "active" and lease["lapses"]
+    assert server_environ(hub, "bob")["GPUPOOL_LEASE_ID"] == ask["id"]
