@@ -483,7 +483,11 @@ class GPUPoolSpawnerMixin(Configurable):
 
     async def _adopt_or_cancel(self, offer: str) -> dict[str, Any]:
         """This server already has a lease (a hub restart mid-queue): keep it if it is for the
-        same offer — and so keep its place in the queue — else give it back and ask again."""
+        same offer — and so keep its place in the queue — else give it back and ask again.
+
+        The listing holds this hub's leases only: when none is this server's, the lease is
+        another hub's (a user of the same name there: user names are the pool's keys) or was
+        released meanwhile, and asking again either gets one or the pool's refusal saying so."""
         for lease in await self.pool.leases(user=self.user.name):
             if lease["server"] != self.name or lease["state"] == "released":
                 continue
@@ -690,7 +694,11 @@ class GPUPoolSpawnerMixin(Configurable):
             if await self._release_now(lease_id, reason):
                 return
             delay = min(max(delay, 1.0) * 2, 60)
-        self.log.error("Gave up releasing GPU lease %s; the pool will reconcile it", lease_id)
+        self.log.error(
+            "Gave up releasing GPU lease %s; the pool's reconcile takes it (a lease of a hub "
+            "other than the pool's own waits for an admin)",
+            lease_id,
+        )
 
     async def stop(self, now: bool = False) -> None:
         """Stop the server, then give its GPU back."""

@@ -31,6 +31,7 @@ from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .planning import PlanningStore
 from .rows import utcnow
+from .views import EVERY_HUB
 
 
 class Store(ApprovalStore, PlanningStore):
@@ -40,6 +41,7 @@ class Store(ApprovalStore, PlanningStore):
 
 __all__ = [
     "BATCHABLE",
+    "EVERY_HUB",
     "WRITES",
     "PoolConfig",
     "Store",

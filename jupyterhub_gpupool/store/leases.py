@@ -40,6 +40,7 @@ class LeaseStore(Applier, ViewStore):
         clusters: Iterable[str] = (),
         reason: str = "",
         duration: float | None = None,
+        hub: str | None = None,
     ) -> dict[str, Any]:
         """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, one awaiting
         an administrator's approval, or StoreError.
@@ -48,6 +49,8 @@ class LeaseStore(Applier, ViewStore):
         pool config lists. ``reason`` and ``duration`` (seconds) make an ask for approval: an
         offer with ``approval: required`` needs a reason; a request beyond the quota's limit
         with a reason (and a duration) is an exception request, up to the exception ceiling.
+        ``hub``: the hub asking (None: the pool's own; else its spawner service's name), kept
+        on the lease.
         """
         now = self.clock()
         clusters = tuple(dict.fromkeys(clusters))
@@ -65,6 +68,14 @@ class LeaseStore(Applier, ViewStore):
                 )
                 if existing is not None:
                     lease_id, state = existing
+                    if self._hub_of(db, lease_id) != hub:  # user names are the pool's keys
+                        raise StoreError(
+                            "already_allocated",
+                            f"server {user}/{server} already has a lease through another hub "
+                            "this pool serves (a user of the same name there): user names are "
+                            "the pool's keys, so keep them unique across its hubs",
+                            field="server",
+                        )
                     raise StoreError(
                         "already_allocated",
                         f"server {user}/{server} already has lease {lease_id} ({state})",
@@ -92,7 +103,7 @@ class LeaseStore(Applier, ViewStore):
             except AskError as e:  # a refusal of this call alone, even inside a batch
                 raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
             if ask is not None:
-                return self._ask_approval(db, alloc, request, ask, reason, duration, actor)
+                return self._ask_approval(db, alloc, request, ask, reason, duration, actor, hub=hub)
             if isinstance(decision, Rejected):
                 raise StoreError(
                     decision.code, decision.message, field=decision.field, allowed=decision.allowed
@@ -105,6 +116,7 @@ class LeaseStore(Applier, ViewStore):
                 group=decision.group,
                 groups=list(groups),
                 clusters=list(clusters) or None,
+                hub=hub,
                 priority=prio,
                 created=now,
                 units=str(decision.units),
@@ -118,6 +130,14 @@ class LeaseStore(Applier, ViewStore):
             alloc.apply(decision, self._now_s())
             self._record(db, row, decision, actor)
             return self._lease_json(db, alloc, row)
+
+    @staticmethod
+    def _hub_of(db: Session, lease_id: str) -> str | None:
+        """The hub of a lease (made earlier in this batch too)."""
+        for obj in db.new:
+            if isinstance(obj, orm.LeaseRow) and obj.id == lease_id:
+                return obj.hub
+        return db.scalar(select(orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id))
 
     @staticmethod
     def _awaiting_of(db: Session, user: str, server: str) -> tuple[str, str] | None:
@@ -147,6 +167,8 @@ class LeaseStore(Applier, ViewStore):
         reason: str,
         duration: float | None,
         actor: str,
+        *,
+        hub: str | None = None,
     ) -> dict[str, Any]:
         """Write a request that waits for an administrator: it holds nothing meanwhile."""
         now = self.clock()
@@ -158,6 +180,7 @@ class LeaseStore(Applier, ViewStore):
             group=request.group,
             groups=list(request.groups),
             clusters=list(request.clusters) or None,
+            hub=hub,
             priority=request.priority,
             created=now,
             state="awaiting_approval",
@@ -304,6 +327,7 @@ class LeaseStore(Applier, ViewStore):
                 actor=actor,
                 resize_of=lease_id,
                 clusters=row.clusters or (),
+                hub=row.hub,  # the restart into it is that hub's
             )
 
     def expire_grants(self) -> int:
@@ -329,9 +353,15 @@ class LeaseStore(Applier, ViewStore):
     ) -> int:
         """Release leases (``reason``) and end queue entries (``cancelled``) of servers the hub
         no longer runs or spawns. With ``older_than``, only those made before it: a request
-        the spawner just made may come before the hub lists its server as spawning."""
+        the spawner just made may come before the hub lists its server as spawning.
+
+        Only the pool's own hub's leases (``hub`` None): ``running`` is what that hub lists,
+        which says nothing of another hub's servers (that hub's spawner releases its leases
+        when it stops them; an unbound grant expires)."""
         with self.transaction() as (db, alloc):
-            query = select(orm.LeaseRow).where(orm.LeaseRow.state.in_(("queued", *LIVE_STATES)))
+            query = select(orm.LeaseRow).where(
+                orm.LeaseRow.state.in_(("queued", *LIVE_STATES)), orm.LeaseRow.hub.is_(None)
+            )
             if older_than is not None:
                 query = query.where(orm.LeaseRow.created < older_than)
             gone = [r for r in db.scalars(query).all() if (r.user, r.server) not in running]

@@ -49,6 +49,7 @@ from .errors import StoreError
 from .leases import LeaseStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts
 from .utilization import UtilizationStore
+from .views import EVERY_HUB, EveryHub
 
 #: A device as the service's utilization buffer keys it: (GPU uuid, MIG start or None).
 Device = tuple[str, int | None]
@@ -589,9 +590,11 @@ class ReclaimStore(LeaseStore, UtilizationStore):
 
     # -- the user's page ---------------------------------------------------------------------
 
-    def user(self, name: str, groups: Iterable[str] = ()) -> dict[str, Any]:
-        """A user's quota, use, leases, notices and recent reclaims."""
-        out = super().user(name, groups)
+    def user(
+        self, name: str, groups: Iterable[str] = (), hub: str | EveryHub | None = EVERY_HUB
+    ) -> dict[str, Any]:
+        """A user's quota, use, leases (``hub``'s, when given), notices and recent reclaims."""
+        out = super().user(name, groups, hub)
         out["reclaims"] = self.recent_reclaims(name)
         return out
 

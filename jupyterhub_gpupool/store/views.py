@@ -27,6 +27,18 @@ from .rows import check_quota_kind, offer_spec, reclaim_state, ts
 log = logging.getLogger("jupyterhub_gpupool.store")
 
 
+class EveryHub:
+    """The type of ``EVERY_HUB``."""
+
+    def __repr__(self) -> str:
+        return "EVERY_HUB"
+
+
+#: A lease filter's ``hub`` meaning "whichever hub the lease came from" (None is the pool's
+#: own hub).
+EVERY_HUB = EveryHub()
+
+
 class ViewStore(StoreCore):
     """The store's read side."""
 
@@ -37,10 +49,12 @@ class ViewStore(StoreCore):
         with self.locked() as alloc, self.read() as db:
             return self._lease_json(db, alloc, self.lease_row(db, lease_id))
 
-    def lease_owner(self, lease_id: str) -> str:
-        """The user a lease belongs to (for scope checks)."""
+    def lease_holder(self, lease_id: str) -> tuple[str, str | None]:
+        """The user a lease belongs to and the hub it came from (None: the pool's own), for
+        scope checks."""
         with self.read() as db:
-            return self.lease_row(db, lease_id).user
+            row = self.lease_row(db, lease_id)
+            return row.user, row.hub
 
     def leases(
         self,
@@ -49,8 +63,10 @@ class ViewStore(StoreCore):
         state: str | None = None,
         offset: int = 0,
         limit: int = 200,
+        hub: str | EveryHub | None = EVERY_HUB,
     ) -> tuple[list[dict[str, Any]], int]:
-        """Leases, newest first, filtered; returns (page, total)."""
+        """Leases, newest first, filtered (``hub``: only those from that hub; None: the pool's
+        own); returns (page, total)."""
         if state is not None and state not in orm.LEASE_STATES:
             raise StoreError(
                 "invalid_state",
@@ -64,6 +80,8 @@ class ViewStore(StoreCore):
                 q = q.where(orm.LeaseRow.user == user)
             if state is not None:
                 q = q.where(orm.LeaseRow.state == state)
+            if not isinstance(hub, EveryHub):
+                q = q.where(orm.LeaseRow.hub.is_(None) if hub is None else orm.LeaseRow.hub == hub)
             total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
             rows = list(
                 db.scalars(
@@ -109,6 +127,7 @@ class ViewStore(StoreCore):
             "release_reason": row.release_reason,
             "expires": ts(row.expires),
             "resize_of": row.resize_of,
+            "hub": row.hub,
             "position": None,
             "eta_seconds": None,
             "reclaim": None,
@@ -293,10 +312,13 @@ class ViewStore(StoreCore):
                 )
             return out
 
-    def user(self, name: str, groups: Iterable[str] = ()) -> dict[str, Any]:
-        """A user's quota, use, leases and notices."""
+    def user(
+        self, name: str, groups: Iterable[str] = (), hub: str | EveryHub | None = EVERY_HUB
+    ) -> dict[str, Any]:
+        """A user's quota, use, leases and notices (the leases of ``hub`` only, when given:
+        quota and use are the user's across the hubs)."""
         with self.locked() as alloc:
-            leases, _ = self.leases(user=name, limit=100)
+            leases, _ = self.leases(user=name, limit=100, hub=hub)
             live = [le for le in leases if le["state"] != "released"]
             spec = alloc.quotas.user_spec(name)
             notices = [

@@ -6,7 +6,9 @@ The pool service runs once, as a service of the ``eu`` hub; the node agents of t
 config: its spawner reaches the pool with the token of a service registered on the pool's hub
 (``hub-us-spawner``, scope ``custom:gpupool:spawn``). Each hub's spawner declares its cluster
 (``pool_clusters``) and, being a local spawner, its own machine (``local_nodes``). Real
-single-user servers are started by both hubs.
+single-user servers are started by both hubs. Each lease keeps its hub: a spawner reaches only
+its own hub's leases, and the pool's reconcile with its hub (at a restart) leaves the other
+hub's alone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_until, write_pool
+from tests.fakes import (
+    SPAWNER_CONFIG,
+    HubEnv,
+    reconciles,
+    request,
+    wait_reconciled,
+    wait_until,
+    write_pool,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -62,12 +72,9 @@ def hubs(tmp_path: Path):
         f"sqlite:///{tmp_path}/pool.sqlite",
         write_pool(tmp_path, POOL),
         ("alice", "bob", "admin"),
-        # the pool reconciles leases with its own hub only: the us hub's servers are not
-        # listed there (see the how-to), so this pool does not reconcile
-        service_args=(
-            "--PoolService.reconcile_on_start=False",
-            "--PoolService.reconcile_interval=0",
-        ),
+        # the pool reconciles with its own hub (at start, and every reconcile_interval): only
+        # its own hub's leases, so the us hub's live ones stay (the test restarts the service)
+        service_args=("--PoolService.housekeeping_interval=0.5",),
         remote_spawners=("hub-us-spawner",),
         extra_config=hub_config("eu", "eu-gpu"),
     )
@@ -80,6 +87,7 @@ def hubs(tmp_path: Path):
     agents = []
     with eu.running():
         try:
+            wait_reconciled(eu)  # the reconcile at start is past before any lease is made
             agents = [
                 eu.start_agent("eu-gpu", machines, 2.0, cluster="eu"),
                 eu.start_agent("us-gpu", machines, 2.0, cluster="us"),
@@ -236,3 +244,56 @@ def test_two_hubs_one_pool_each_in_its_own_cluster(hubs):
     )
     assert r.status == 422 and r.json()["error"]["code"] == "cluster_not_served"
     assert r.json()["error"]["allowed"] == ["h100", "h100-us"]
+
+    # each spawner reaches its own hub's leases only: the other hub's are a 404, as if missing
+    for method in ("GET", "DELETE"):
+        r = request(method, f"{us.api}/allocations/{alices['id']}", us.spawner_token)
+        assert r.status == 404 and r.json()["error"]["code"] == "not_found", r.body
+    r = request("POST", f"{us.api}/allocations/{alices['id']}/keepalive", us.spawner_token, {})
+    assert r.status == 404
+    assert request("GET", f"{eu.api}/allocations/{carols['id']}", eu.spawner_token).status == 404
+    mine = request("GET", f"{us.api}/allocations?limit=1000", us.spawner_token).json()["items"]
+    assert [le["id"] for le in mine] == [carols["id"]]
+    assert [le["hub"] for le in mine] == ["hub-us-spawner"]
+    ours = request("GET", f"{eu.api}/allocations?limit=1000", eu.spawner_token).json()["items"]
+    assert [le["id"] for le in ours] == [alices["id"]] and ours[0]["hub"] is None
+    admin = eu.token("admin")
+    every = request("GET", f"{eu.api}/allocations?limit=1000", admin).json()["items"]
+    assert {le["id"] for le in every} == {alices["id"], carols["id"]}
+    assert leases(eu, "alice")[0]["state"] == "active"
+
+    # the pool's reconcile with its hub (at a restart of the service) releases a lease of its
+    # own hub whose server that hub does not run, and keeps the us hub's live lease
+    r = request(
+        "POST",
+        f"{eu.api}/allocations",
+        eu.spawner_token,
+        {"user": "bob", "server": "ghost", "offer": "h100-eu"},
+    )
+    assert r.status == 201 and r.json()["state"] == "granted", r.body
+    ghost = r.json()
+    before = reconciles(eu, admin)
+    eu.kill_service()
+    eu.start_service()
+    wait_reconciled(eu, before)
+    r = request("GET", f"{eu.api}/allocations/{ghost['id']}", admin)
+    assert r.json()["state"] == "released" and r.json()["release_reason"] == "stopped"
+    events = request("GET", f"{eu.api}/events?limit=1000", admin).json()["items"]
+    assert [e for e in events if e["kind"] == "reconciled"][-1]["data"] == {"released": 1}
+    (kept,) = leases(us, "carol")
+    assert kept["id"] == carols["id"] and kept["state"] == "active"
+    assert leases(eu, "alice")[0]["state"] == "active"
+    assert server(us, "carol").get("ready")
+
+    # user names are the pool's keys: "admin" on both hubs is one pool user with one lease per
+    # server name, so the us hub's admin cannot start the server the eu hub's admin runs
+    assert spawn(eu, "admin", "h100") in (201, 202)
+    wait_ready(eu, "admin")
+    spawn(us, "admin", "h100")
+    last = failure(us, "admin")
+    assert last.get("failed"), last
+    assert "through another hub this pool serves" in last["message"], last
+    assert "user names are the pool's keys" in last["message"]
+    assert leases(us, "admin") == [] and not server(us, "admin")
+    (held,) = leases(eu, "admin")
+    assert held["state"] == "active" and held["id"] not in last["message"]

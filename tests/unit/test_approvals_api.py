@@ -21,7 +21,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"], "groups": []},
     "bob": {"kind": "user", "name": "bob", "scopes": [f"{USE}!user=bob"], "groups": []},
     "dana": {"kind": "user", "name": "dana", "scopes": [f"{USE}!user=dana"], "groups": []},
-    "spawner": {"kind": "service", "name": "spawner", "scopes": [SPAWN]},
+    "spawner": {"kind": "service", "name": "gpupool-spawner", "scopes": [SPAWN]},
     "root": {"kind": "user", "name": "root", "scopes": [ADMIN], "groups": []},
 }
 

@@ -37,7 +37,7 @@ POOL = {**STORE_POOL, "reclaim": POLICY}
 MODELS: dict[str, dict[str, Any]] = {
     "alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"], "groups": []},
     "bob": {"kind": "user", "name": "bob", "scopes": [f"{USE}!user=bob"], "groups": []},
-    "spawner": {"kind": "service", "name": "spawner", "scopes": [SPAWN]},
+    "spawner": {"kind": "service", "name": "gpupool-spawner", "scopes": [SPAWN]},
     "agent": {"kind": "service", "name": "agent", "scopes": [AGENT]},
     "reclaimer": {"kind": "service", "name": "reclaimer", "scopes": [RECLAIM]},
     "admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []},

@@ -201,6 +201,37 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     # -- permissions -----------------------------------------------------------------------
 
+    @property
+    def asking_hub(self) -> str | None:
+        """The hub the caller acts for: None for the pool's own hub (its users, admins and
+        spawner, ``PoolService.hub_spawners``), else the name of the other hub's spawner
+        service. Leases keep it; a spawner sees and acts on its own hub's leases only."""
+        ident = self.identity
+        if (
+            ident.kind == "service"
+            and ident.is_spawner
+            and not ident.is_admin
+            and ident.name not in self.settings["hub_spawners"]
+        ):
+            return ident.name
+        return None
+
+    @property
+    def lease_hub_filter(self) -> dict[str, Any]:
+        """The ``hub`` argument of a lease listing for this caller: admins list every hub's
+        leases, everyone else those of the hub they act for."""
+        return {} if self.identity.is_admin else {"hub": self.asking_hub}
+
+    def may_see_lease(self, lease_id: str) -> bool:
+        """Whether the caller may see (and, holding the scope, act on) the lease: admins any;
+        a spawner any user's of its own hub; a user their own (the pool's hub's). A lease
+        that does not exist is the store's 404."""
+        ident = self.identity
+        if ident.is_admin:
+            return True
+        user, hub = self.store.lease_holder(lease_id)
+        return hub == self.asking_hub and ident.may_use_for(user)
+
     def require(self, allowed: bool, what: str) -> None:
         """403 unless ``allowed``: for checks that depend on the request (whose lease, which
         user); what every call of a method needs is declared with ``@needs``."""

@@ -24,7 +24,7 @@ class UserHandler(APIHandler):
             name = ident.name
         self.require(ident.may_use_for(name), f"see {name}'s quota")
         groups = ident.groups if name == ident.name else ()
-        self.write_json(self.store.user(name, groups))
+        self.write_json(self.store.user(name, groups, **self.lease_hub_filter))
 
 
 class PoolHandler(APIHandler):
@@ -73,10 +73,10 @@ class UtilizationHandler(APIHandler):
         else:
             self.require(ident.may_use, "read utilization")
             try:
-                owner = self.store.lease_owner(lease_id)
+                visible = self.may_see_lease(lease_id)
             except StoreError:
                 raise lease_not_found(lease_id, "lease") from None
-            if not ident.may_use_for(owner):
+            if not visible:
                 raise lease_not_found(lease_id, "lease")
             lease = self.store.lease(lease_id)
             devices = [

@@ -70,7 +70,7 @@ class UserPageHandler(PageHandler):
             raise web.HTTPError(404, "services have no user page")
         name = model["name"]
         groups = tuple(model.get("groups") or ())
-        me = self.store.user(name, groups)
+        me = self.store.user(name, groups, hub=None)  # a user of the pool's hub: its leases
         offers = {o["name"]: o for o in self.store.offers_for(name, groups)}
         names = {n: o.get("display_name") or n for n, o in offers.items()}
         leases = me.get("leases") or []
@@ -82,7 +82,7 @@ class UserPageHandler(PageHandler):
                 minutes = self.store.minutes(devices, since)
                 sparks[le["id"]] = [m["util_mean"] for m in minutes]
         history = self.store.user_history(name, days=30)
-        recent, _ = self.store.leases(user=name, state="released", limit=100)
+        recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
         decided = [le for le in recent if le.get("approval")][:10]  # asks that ended
         self.render_page(
             "user.html",
@@ -125,10 +125,11 @@ class KeepHandler(UserPageHandler):
     async def post(self, lease_id: str) -> None:
         name = self.current_user["name"]
         try:
-            owner = self.store.lease_owner(lease_id)
+            holder = self.store.lease_holder(lease_id)
         except StoreError:
-            owner = None
-        if owner != name:  # another user's lease is as missing as one that does not exist
+            holder = None
+        # another user's lease (or another hub's user's) is as missing as one that does not exist
+        if holder != (name, None):
             raise web.HTTPError(404, "no such lease")
         try:
             await self.settings["writer"].call(self.store.keepalive, lease_id, actor=f"user:{name}")
