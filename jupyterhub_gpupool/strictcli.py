@@ -62,9 +62,11 @@ class StrictCommandLine(Application):
 
     def argv_problem(self, argv: list[str]) -> str | None:
         """What is wrong with ``argv`` (``None``: nothing): every ``--Class.trait`` must name a
-        configurable trait of this app, ``Application`` or a class in ``classes``."""
+        configurable trait of this app, an app it subclasses (a launcher's subclass of the
+        service still takes ``--PoolService.…``), ``Application`` or a class in ``classes``."""
         known = set(self.aliases) | set(self.flags) | BUILTIN_OPTIONS
-        classes = {c.__name__: c for c in (type(self), Application, *self.classes)}
+        apps = [c for c in type(self).__mro__ if issubclass(c, Application)]
+        classes = {c.__name__: c for c in (*apps, *self.classes)}
         i = 0
         while i < len(argv):
             arg = argv[i]

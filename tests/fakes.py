@@ -641,14 +641,15 @@ class ClockFile:
         return self.now - time.time()
 
 
-#: Run the pool service with its store reading the time from a :class:`ClockFile` (the
-#: store's ``clock=``, which every decision, lease time and notice is taken from).
+#: Run the pool service with its store reading the time from a :class:`ClockFile`: a subclass
+#: whose :meth:`PoolService.make_store` gives the store that ``clock=`` (which every decision,
+#: lease time and notice is taken from).
 _CLOCKED_SERVICE = """
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from jupyterhub_gpupool.cli import main
+from jupyterhub_gpupool.service.app import PoolService
 from jupyterhub_gpupool.store import Store
 
 CLOCK = Path({path!r})
@@ -658,16 +659,13 @@ def clock():
     return datetime.fromtimestamp(float(CLOCK.read_text()), timezone.utc).replace(tzinfo=None)
 
 
-init = Store.__init__
+class ClockedPoolService(PoolService):
+    def make_store(self, engine):
+        return Store(engine, self.catalog, clock=clock, **self.store_options())
 
 
-def clocked_init(self, *args, **kwargs):
-    kwargs.setdefault("clock", clock)
-    init(self, *args, **kwargs)
-
-
-Store.__init__ = clocked_init
-sys.exit(main(sys.argv[3:]))  # argv: -c -m jupyterhub_gpupool.cli service ...
+# argv: -c -m jupyterhub_gpupool.cli service ... (HubEnv runs the service so)
+ClockedPoolService.launch_instance(sys.argv[4:])
 """
 
 

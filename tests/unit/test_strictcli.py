@@ -53,3 +53,17 @@ def test_good_options_of_the_app_and_its_classes_are_taken(app, argv):
     instance = app()
     instance.parse_command_line(argv)
     assert instance.config  # parsed into the config, nothing refused
+
+
+def test_a_launchers_subclass_of_the_service_takes_the_services_options():
+    """A launcher subclasses the service (tests override ``make_store`` to move its clock):
+    ``--PoolService.…`` still names its traits, and a typo is still refused."""
+
+    class Launched(PoolService):
+        pass
+
+    app = Launched()
+    assert app.argv_problem(["--PoolService.decisions=thread", "--Launched.port=8099"]) is None
+    assert app.argv_problem(["--PoolService.prot=80"]) == "unrecognized option --PoolService.prot"
+    app.parse_command_line(["--PoolService.decisions=thread"])
+    assert app.decisions == "thread"
