@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, default, validate
+from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, default, validate
 
 from .._version import __version__
 from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
@@ -204,7 +204,7 @@ class PoolService(StrictCommandLine):
     reconcile_on_start = Bool(
         True,
         help="On start, release leases of servers the hub no longer runs (needs the service "
-        "token to hold list:users and read:servers).",
+        "token to hold list:users and read:servers); the pool's own hub's leases only.",
     ).tag(config=True)
     busy_threshold = Float(
         5.0, help="GPU utilization (percent) at or above which a sample counts as busy time."
@@ -239,12 +239,20 @@ class PoolService(StrictCommandLine):
         300.0,
         help="Seconds between reconciles with the hub while the service runs (0: only on "
         "start): leases whose server the hub no longer runs or spawns are released (reason "
-        "orphaned), and requests still queued for such a server end (cancelled).",
+        "orphaned), and requests still queued for such a server end (cancelled). Only the "
+        "leases of the pool's own hub: those of another hub's spawner are left alone.",
     ).tag(config=True)
     orphan_after = Float(
         600.0,
         help="Seconds a lease or request must exist before the periodic reconcile may take it "
         "for an orphan: a spawner asks the pool before the hub lists its server as spawning.",
+    ).tag(config=True)
+    hub_spawners = List(
+        Unicode(),
+        help="The spawner services of the pool's own hub (default: <service name>-spawner, as "
+        "configure_hub registers it). Another service with the spawn scope is the spawner of "
+        "another hub the pool serves: its leases are kept as that hub's, it sees and acts on "
+        "those only, and the reconcile with the pool's hub leaves them alone.",
     ).tag(config=True)
     max_requests_per_user = Integer(
         0,
@@ -337,6 +345,10 @@ class PoolService(StrictCommandLine):
     @default("hub_api_url")
     def _hub_api_url(self) -> str:
         return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    @default("hub_spawners")
+    def _hub_spawners(self) -> list[str]:
+        return [f"{os.environ.get('JUPYTERHUB_SERVICE_NAME', 'gpupool')}-spawner"]
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """After the shared start (:class:`StrictCommandLine`), open the database, load the pool."""
@@ -539,6 +551,7 @@ class PoolService(StrictCommandLine):
             hub_auth=self.hub_auth,
             hub=self.hub,
             check_user_servers=self.check_user_servers,
+            hub_spawners=frozenset(self.hub_spawners),
             authenticate_prometheus=self.authenticate_prometheus,
             metrics=self.metrics,
             utilization=self.utilization,
@@ -573,7 +586,8 @@ class PoolService(StrictCommandLine):
         lease made before the service started goes (``stopped``: it stopped while the pool was
         away) — not one a spawner asked for since, whose server the hub may not list yet (the
         hub itself may still be starting); the periodic reconcile takes only those older than
-        ``orphan_after`` (``orphaned``)."""
+        ``orphan_after`` (``orphaned``). Only the pool's own hub's leases: another hub's
+        (``hub_spawners``) are not that hub's to list."""
         try:
             running = await self.hub.running_servers()
             if periodic:
