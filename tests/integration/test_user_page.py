@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import HubEnv, request, write_pool
+from tests.fakes import ClockFile, HubEnv, clocked_service_python, request, write_pool
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 #: what the demo's hub config adds: users may open the service (hub OAuth checks this scope)
@@ -27,14 +27,21 @@ for role in c.JupyterHub.load_roles:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory):
+def clock(tmp_path_factory: pytest.TempPathFactory) -> ClockFile:
+    """The pool service's clock: it moves only when a test moves it (the reclaim rounds)."""
+    return ClockFile(tmp_path_factory.mktemp("userpage-clock") / "clock", time.time())
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, clock: ClockFile):
     tmp: Path = tmp_path_factory.mktemp("userpage")
     env = HubEnv(
         tmp,
         f"sqlite:///{tmp}/pool.sqlite",
         write_pool(tmp),
-        service_args=("--PoolService.reconcile_on_start=False",),
+        service_args=("--PoolService.reconcile_on_start=False", "--PoolService.decisions=thread"),
         extra_config=ACCESS.replace("{", "{{").replace("}", "}}"),
+        python=clocked_service_python(clock),
     )
     with env.running():
         yield env
@@ -104,10 +111,19 @@ AT_ONCE = {
 }
 
 
-def reclaim_round(hub: HubEnv, lease: dict) -> str:
-    """One round seeing the lease's GPU, kernel and user idle now; its decision's kind."""
+#: One reclaim window on the service's clock: the reclaimer's interval, longer than every
+#: timeout and the extension of AT_ONCE, so one window is enough to pass each of them.
+WINDOW = 30.0
+
+
+def reclaim_round(hub: HubEnv, clock: ClockFile, lease: dict) -> str:
+    """The next window of the service's clock (it moves on by WINDOW from where the last one
+    ended, as a reclaimer's rounds follow each other), seeing the lease's GPU, kernel and user
+    idle; one round over it, and its decision's kind."""
     admin = hub.token("admin")
-    now = time.time()
+    start = clock()
+    clock.advance(WINDOW)
+    now = clock()
     sample = {"gpu": lease["slots"][0]["gpu"], "ts": now - 1, "util": 0.0, "memory_used_mib": 9}
     r = request("POST", f"{hub.api}/nodes/sim-t4/samples", hub.agent_token, {"samples": [sample]})
     assert r.status == 200, r.body
@@ -115,11 +131,10 @@ def reclaim_round(hub: HubEnv, lease: dict) -> str:
         "kernel": {"state": "idle", "observed_at": now},
         "presence": {"last_input": None, "connections": 0, "observed_at": now},
     }
-    body = {"holder": "page", "window": {"start": now - 30, "end": now}, "observed": {}}
+    body = {"holder": "page", "window": {"start": start, "end": now}, "observed": {}}
     body["observed"][lease["id"]] = seen
     r = request("POST", f"{hub.api}/reclaim/rounds", admin, body)
     assert r.status == 200, r.body
-    time.sleep(1.1)  # the service's own clock: past the deadline at the next round
     return {d["lease"]: d["kind"] for d in r.json()["decisions"]}[lease["id"]]
 
 
@@ -134,7 +149,7 @@ def post(url: str, token: str) -> tuple[int, Message]:
         return e.code, e.headers
 
 
-def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub):
+def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub, clock):
     admin, alice = hub.token("admin"), hub.token("alice")
     body = {"user": "alice", "server": "reclaimed", "offer": "t4-quarter"}
     lease = request("POST", f"{hub.api}/allocations", hub.spawner_token, body).json()
@@ -145,7 +160,7 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub):
     try:
         lead = {"holder": "page", "ttl": 600}
         assert request("POST", f"{hub.api}/reclaim/leader", admin, lead).status == 200
-        assert reclaim_round(hub, lease) == "notice"
+        assert reclaim_round(hub, clock, lease) == "notice"
         status, _, html = get(page, alice)
         assert status == 200 and "Your GPU will be reclaimed at" in html, html
         assert "stop your server" in html and "Keep my GPU" in html
@@ -158,11 +173,12 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub):
         status, _, html = get(page + f"?kept={lease['id']}", alice)
         assert "Kept: your GPU stays yours" in html and "Keep my GPU" not in html
 
-        # once the extension is over, a new notice (which cannot be kept), then the action
-        kinds = [reclaim_round(hub, lease)]
-        while kinds[-1] != "act" and len(kinds) < 5:
-            kinds.append(reclaim_round(hub, lease))
-        assert kinds[-2:] == ["notice", "act"], kinds
+        # a window later the extension is over: a new notice, which cannot be kept (the one
+        # extension is used); at the next window, past its deadline, the action
+        assert reclaim_round(hub, clock, lease) == "notice"
+        status, headers = post(f"{page}keep/{lease['id']}", alice)
+        assert status == 302 and headers["Location"].endswith("?refused=extension_limit")
+        assert reclaim_round(hub, clock, lease) == "act"
         status, headers = post(f"{page}keep/{lease['id']}", alice)
         assert status == 302 and headers["Location"].endswith("?refused=reclaim_in_progress")
         outcome = {"holder": "page", "result": "done", "saved": ["<b>notes</b>.ipynb"]}
