@@ -7,7 +7,8 @@ same decisions in one transaction each. ``submit`` is ``decide`` + ``apply``.
 Speed: nodes are grouped by the state of their GPUs (``Node.signature``), each distinct state is
 scored once per request shape and cached, so a decision costs O(distinct node states) cheap
 look-ups rather than a scan of every GPU (the index is ``scoring.NodeStates``, a base of
-``Allocator``; see ``benchmarks/allocator_scale.py``).
+``Allocator``; see ``benchmarks/allocator_scale.py``). A change of the demand's weights
+re-scores the live states a few per decision from options cached per state.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .model import (
     validate_node,
 )
 from .placement import slots_for
-from .queue import Waiter, ordered
+from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
 from .scoring import NodeStates
 
@@ -226,19 +227,26 @@ class Allocator(NodeStates):
         return None
 
     def _reserved_models(self, now: float, newcomer: Waiter) -> set[str] | None:
-        """Models held back for long waiters ranked ahead of ``newcomer`` (``None``: none)."""
-        if not self.waiters:
+        """Models held back for long waiters ranked ahead of ``newcomer`` (``None``: none).
+
+        Only waiters that hold capacity back can matter, so only they are compared with the
+        newcomer (by the queue's own key), not the whole queue sorted on every decision.
+        """
+        long_waiters = [
+            w
+            for w in self.waiters.values()
+            if now - w.since >= self.reserve_after
+            and w.reason == "no_capacity"
+            and w.request.offer in self.offers
+        ]
+        if not long_waiters:
             return None
+        mine = order_key(newcomer, now, self._share, self.aging_interval)
         reserved: set[str] | None = None
-        for w in ordered([*self.waiters.values(), newcomer], now, self._share, self.aging_interval):
-            if w is newcomer:
-                break
-            if now - w.since >= self.reserve_after and w.reason == "no_capacity":
-                offer = self.offers.get(w.request.offer)
-                if offer is None:
-                    continue
+        for w in long_waiters:
+            if order_key(w, now, self._share, self.aging_interval) < mine:
                 reserved = reserved or set()
-                reserved |= set(offer.models) or {"*"}
+                reserved |= set(self.offers[w.request.offer].models) or {"*"}
         return reserved
 
     def decide(self, request: Request, now: float) -> Decision:

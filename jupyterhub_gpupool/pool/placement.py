@@ -266,19 +266,140 @@ class NodeChoice:
 
 
 @lru_cache(maxsize=131072)
-def key_profile(key: tuple, demand: Demand) -> tuple[float, tuple[int, ...], tuple[float, ...]]:
-    """Per GPU state and demand: free units, whether each shape has an option, its fragment."""
+def key_profile(
+    key: tuple, bare: tuple[Shape, ...]
+) -> tuple[float, tuple[int, ...], tuple[float, ...]]:
+    """Per GPU state and demand shapes (unweighted: ``Demand.bare``): free units, whether each
+    shape has an option, its fragment. Keyed by the shapes, not the weights, so a change of
+    weights reuses every entry."""
     free = key_free(key)
-    has = tuple(0 if b.kind == "cpu" else int(bool(key_options(key, b))) for b in demand.bare)
-    unusable = tuple(free if b.kind == "cpu" else key_unusable(key, b) for b in demand.bare)
+    has = tuple(0 if b.kind == "cpu" else int(bool(key_options(key, b))) for b in bare)
+    unusable = tuple(free if b.kind == "cpu" else key_unusable(key, b) for b in bare)
     return free, has, unusable
 
 
-def _frag(free: float, fits: Sequence[int], unusable: Sequence[float], demand: Demand) -> float:
+def _terms(
+    free: float, fits: Sequence[int], unusable: Sequence[float], bare: Sequence[Shape]
+) -> tuple[float, ...]:
+    """Each demand shape's fragment of a node (GPU units), before weighting: all of the free
+    capacity where the shape does not fit (CPU-only, or too few GPUs with room), else what its
+    GPUs cannot use of it."""
+    return tuple(
+        free if shape.kind == "cpu" or n < shape.count else u
+        for shape, n, u in zip(bare, fits, unusable, strict=True)
+    )
+
+
+def _weigh(weights: Sequence[float], terms: Sequence[float]) -> float:
+    """F = Σ p_t · f_t, summed in demand order (the same floats whatever caches hold)."""
     total = 0.0
-    for shape, weight, n, u in zip(demand.shapes, demand.weights, fits, unusable, strict=True):
-        total += weight * (free if shape.kind == "cpu" or n < shape.count else u)
+    for weight, term in zip(weights, terms, strict=True):
+        total += weight * term
     return total
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """The demand-weight-independent part of :func:`best_on_node` for one node state and shape.
+
+    ``before`` is the node's fragment per demand shape; each option is one way to place the
+    shape, with the fragments it leaves, the free units after and its tie-break (existing MIG
+    instance before a new one, tightest fit, lowest index, lowest start). Options leaving the
+    same fragments always score alike, so only the best tie-break of each is kept. A change of
+    demand *weights* then re-scores a node by a few dot products (:func:`choose`) instead of
+    recomputing every GPU's profile and option.
+    """
+
+    before: tuple[float, ...]
+    options: tuple[
+        tuple[tuple[float, ...], float, tuple, tuple[tuple[int, int, bool, tuple], ...]], ...
+    ]
+
+
+def node_options(
+    keys: tuple[tuple, ...],
+    shape: Shape,
+    bare: tuple[Shape, ...],
+    profiles_of: dict[tuple, tuple] | None = None,
+) -> NodeOptions:
+    """Every legal placement of ``shape`` on a node whose GPUs are in states ``keys``, with the
+    fragment per shape of ``bare`` (the demand's shapes) before and after. Whole GPUs take the
+    lowest-indexed free GPUs (all equal for fragmentation); a share or a MIG slice tries every
+    distinct GPU state and every legal start. Fragments are updated incrementally: only the
+    changed GPU's terms move.
+
+    ``profiles_of``: a caller's cache of ``key_profile(key, bare)`` by GPU state key, for these
+    ``bare`` shapes only (a look-up by the key alone is cheaper than the shared cache's).
+    """
+    cache: dict[tuple, tuple] = {} if profiles_of is None else profiles_of
+
+    def profile(k: tuple) -> tuple:
+        p = cache.get(k)
+        if p is None:
+            p = cache[k] = key_profile(k, bare)
+        return p
+
+    profiles = [profile(k) for k in keys]
+    free = sum(p[0] for p in profiles)
+    fits = [sum(col) for col in zip(*(p[1] for p in profiles), strict=True)]
+    unusable = [sum(col) for col in zip(*(p[2] for p in profiles), strict=True)]
+    before = _terms(free, fits, unusable, bare)
+    shape = shape.unweighted()
+
+    def moved(changes: list[tuple[tuple, tuple]]) -> tuple[tuple[float, ...], float]:
+        f, n, u = free, list(fits), list(unusable)
+        for old, new in changes:
+            po, pn = profile(old), profile(new)
+            f += pn[0] - po[0]
+            for i in range(len(n)):
+                n[i] += pn[1][i] - po[1][i]
+                u[i] += pn[2][i] - po[2][i]
+        return _terms(f, n, u, bare), f
+
+    if shape.kind == "gpu":
+        picks = []
+        for pos, k in enumerate(keys):
+            opts = key_options(k, shape)
+            if opts:
+                picks.append((pos, -1, False, opts[0][0]))
+                if len(picks) == shape.count:
+                    break
+        if len(picks) < shape.count:
+            return NodeOptions(before, ())
+        after, free_after = moved([(keys[pos], k) for pos, _, _, k in picks])
+        return NodeOptions(before, ((after, free_after, (), tuple(picks)),))
+    best: dict[tuple[float, ...], tuple[tuple, float, tuple]] = {}
+    seen: set[tuple] = set()
+    for pos, k in enumerate(keys):
+        if k in seen:  # an identical GPU earlier on the node scores the same and wins the tie
+            continue
+        seen.add(k)
+        for new_key, start, create in key_options(k, shape):
+            after, free_after = moved([(k, new_key)])
+            tail = (create, key_free(new_key), pos, start)
+            if after not in best or tail < best[after][0]:
+                best[after] = (tail, free_after, ((pos, start, create, new_key),))
+    return NodeOptions(
+        before, tuple((after, f, tail, pick) for after, (tail, f, pick) in best.items())
+    )
+
+
+def choose(options: NodeOptions, demand: Demand) -> NodeChoice | None:
+    """The best of ``options`` under ``demand``'s weights: highest :func:`fgd_score` of ΔF, then
+    the options' own tie-break. The demand's shapes must be the ones ``options`` was built for."""
+    if not options.options:
+        return None
+    weights = demand.weights
+    before = _weigh(weights, options.before)
+    best: tuple | None = None
+    for after, free_after, tail, picks in options.options:
+        delta = _weigh(weights, after) - before
+        rank = (-fgd_score(delta), tail)
+        if best is None or rank < best[0]:
+            best = (rank, delta, free_after, picks)
+    assert best is not None
+    _, delta, free_after, picks = best
+    return NodeChoice(delta, free_after, picks)
 
 
 def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeChoice | None:
@@ -287,56 +408,12 @@ def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeC
     Whole GPUs take the lowest-indexed free GPUs (all equal for fragmentation); a share or a
     MIG slice tries every distinct GPU state and every legal start and keeps the best
     :func:`fgd_score` of its ΔF, ties going to existing MIG instances before new ones, then the
-    tightest fit, then the lowest index. ΔF is computed incrementally: only the changed GPU's
-    terms move.
-    (Equal to ``node_fragmentation(after) - node_fragmentation(before)``; a test checks it.)
+    tightest fit, then the lowest index (:func:`node_options`, then :func:`choose`).
+    (ΔF equals ``node_fragmentation(after) - node_fragmentation(before)``; a test checks it.)
     """
     if not demand.shapes:
         return _best_without_demand(keys, shape)
-    profiles = [key_profile(k, demand) for k in keys]
-    free = sum(p[0] for p in profiles)
-    fits = [sum(col) for col in zip(*(p[1] for p in profiles), strict=True)]
-    unusable = [sum(col) for col in zip(*(p[2] for p in profiles), strict=True)]
-    before = _frag(free, fits, unusable, demand)
-    bare = shape.unweighted()
-
-    def moved(changes: list[tuple[tuple, tuple]]) -> tuple[float, float]:
-        f, n, u = free, list(fits), list(unusable)
-        for old, new in changes:
-            po, pn = key_profile(old, demand), key_profile(new, demand)
-            f += pn[0] - po[0]
-            for i in range(len(n)):
-                n[i] += pn[1][i] - po[1][i]
-                u[i] += pn[2][i] - po[2][i]
-        return _frag(f, n, u, demand) - before, f
-
-    if shape.kind == "gpu":
-        picks = []
-        for pos, k in enumerate(keys):
-            opts = key_options(k, bare)
-            if opts:
-                picks.append((pos, -1, False, opts[0][0]))
-                if len(picks) == shape.count:
-                    break
-        if len(picks) < shape.count:
-            return None
-        delta, free_after = moved([(keys[pos], k) for pos, _, _, k in picks])
-        return NodeChoice(delta, free_after, tuple(picks))
-    best: tuple | None = None
-    seen: set[tuple] = set()
-    for pos, k in enumerate(keys):
-        if k in seen:  # an identical GPU earlier on the node scores the same and wins the tie
-            continue
-        seen.add(k)
-        for new_key, start, create in key_options(k, bare):
-            delta, free_after = moved([(k, new_key)])
-            rank = (-fgd_score(delta), create, key_free(new_key), pos, start)
-            if best is None or rank < best[0]:
-                best = (rank, delta, free_after, (pos, start, create, new_key))
-    if best is None:
-        return None
-    _, delta, free_after, pick = best
-    return NodeChoice(delta, free_after, (pick,))
+    return choose(node_options(keys, shape, demand.bare), demand)
 
 
 def _best_without_demand(keys: tuple[tuple, ...], shape: Shape) -> NodeChoice | None:

@@ -5,7 +5,10 @@ once per request shape under the current demand and cached, and per shape a heap
 id) over the live states is kept lazily, so a placement costs O(log states) plus the scoring of
 states it has not seen, rather than a scan of every GPU (see ``benchmarks/allocator_scale.py``).
 A change of demand re-scores the live states a few per decision (``_rescore_step``); dead states
-are forgotten a few at a time (``_forget_dead``).
+are forgotten a few at a time (``_forget_dead``). What does not depend on the demand's weights,
+each state's placement options and the fragments they leave (``placement.NodeOptions``), is
+kept per state and shape, so a change of weights re-scores a state by a few dot products
+(``placement.choose``) rather than by placing on it again.
 
 ``NodeStates`` is a base of ``Allocator``: it holds the index and the demand, and finds the best
 node for an offer (``_place``); the allocator keeps the inventory, the leases, the quotas and the
@@ -21,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .model import Node, Offer
-from .placement import Demand, NodeChoice, Shape, best_on_node
+from .placement import Demand, NodeChoice, NodeOptions, Shape, best_on_node, choose, node_options
 
 
 @dataclass
@@ -32,6 +35,7 @@ class _Rescore:
     shapes: list[Shape]
     todo: list[int]
     revived_at: int
+    options: dict[tuple, NodeOptions]
     memo: dict[tuple, NodeChoice | None] = field(default_factory=dict)
     heaps: dict[Shape, list[tuple[tuple, int]]] = field(default_factory=dict)
 
@@ -60,6 +64,11 @@ class NodeStates:
         self._group_heap: dict[int, list[tuple[int, str]]] = {}
         self._node_sid: dict[str, int] = {}
         self._memo: dict[tuple, NodeChoice | None] = {}
+        # per demand shapes (``Demand.bare``): (state id, shape) → its options, which do not
+        # depend on the weights, so a change of weights re-scores from these (``choose``); and
+        # GPU state key → its profile under those shapes
+        self._options: dict[tuple[Shape, ...], dict[tuple, NodeOptions]] = {}
+        self._profiles: dict[tuple[Shape, ...], dict[tuple, tuple]] = {}
         # per request shape: a heap of (rank, state id) over live node states, kept lazily
         self._heaps: dict[Shape, list[tuple[tuple, int]]] = {}
         self._heap_seen: dict[Shape, int] = {}
@@ -146,7 +155,9 @@ class NodeStates:
         # Re-score the live node states under the new weights a few per decision (see
         # ``_rescore_step``); until then decisions use the old weights' scores. Scoring them
         # all at once took ~1 s at 100,000 GPUs, in the middle of one decision.
-        self._rescore = _Rescore(demand, shapes, list(self._groups), len(self._revived))
+        self._rescore = _Rescore(
+            demand, shapes, list(self._groups), len(self._revived), self._options_of(demand)
+        )
         self._rescore_step(8 * self._rescore_batch)  # a small pool switches at once
 
     def _note_demand(self, offer: str) -> None:
@@ -172,9 +183,36 @@ class NodeStates:
             shape = self._shapes[offer.name] = Shape.of(offer)
         return shape
 
+    def _options_of(self, demand: Demand) -> dict[tuple, NodeOptions]:
+        """The options table for ``demand``'s shapes (shared by every weighting of them)."""
+        self._profiles.setdefault(demand.bare, {})
+        return self._options.setdefault(demand.bare, {})
+
+    def _keep_options(self, *demands: Demand) -> None:
+        """Drop the options tables of shapes no demand in use has (the offers changed)."""
+        keep = {d.bare for d in demands}
+        for bare in [b for b in self._options if b not in keep]:
+            del self._options[bare]
+            self._profiles.pop(bare, None)
+
+    def _score(
+        self, sid: int, shape: Shape, demand: Demand, table: dict[tuple, NodeOptions]
+    ) -> NodeChoice | None:
+        """``best_on_node`` of a live state under ``demand``, from its cached options."""
+        if not demand.shapes:
+            return best_on_node(self._sigs[sid], shape, demand)
+        key = (sid, shape)
+        opts = table.get(key)
+        if opts is None:
+            bare = demand.bare
+            opts = table[key] = node_options(self._sigs[sid], shape, bare, self._profiles[bare])
+        return choose(opts, demand)
+
     def _forget_scores(self) -> None:
         """Drop every cached node score (the demand changed before anything was cached)."""
         self._memo.clear()
+        self._options.clear()
+        self._profiles.clear()
         self._heaps.clear()
         self._heap_seen.clear()
         self._revived.clear()
@@ -204,6 +242,8 @@ class NodeStates:
             self._sid_models.pop(sid, None)
             for shape in shapes:
                 self._memo.pop((sid, shape), None)
+                for table in self._options.values():
+                    table.pop((sid, shape), None)
                 if self._rescore is not None:
                     self._rescore.memo.pop((sid, shape), None)
         if len(self._revived) > 65536 and self._rescore is None:
@@ -219,7 +259,7 @@ class NodeStates:
         if job is None:
             return
         batch = self._rescore_batch if batch is None else batch
-        groups, sigs, models_of = self._groups, self._sigs, self._sid_models
+        groups, models_of, table = self._groups, self._sid_models, job.options
         while job.todo and batch > 0:
             sid = job.todo.pop()
             if sid not in groups:
@@ -228,8 +268,7 @@ class NodeStates:
             for shape in job.shapes:
                 if shape.models and not shape.models & models_of[sid]:
                     continue
-                choice = best_on_node(sigs[sid], shape, job.demand)
-                job.memo[(sid, shape)] = choice
+                choice = job.memo[(sid, shape)] = self._score(sid, shape, job.demand, table)
                 if choice is not None:
                     job.heaps[shape].append((self._rank(choice, sid), sid))
         if job.todo:
@@ -238,6 +277,7 @@ class NodeStates:
         # ``job.revived_at`` and get scored (under the new demand) when their heap is next used.
         self._rescore = None
         self._demand = job.demand
+        self._keep_options(job.demand)
         self._memo = job.memo
         self._heaps = {}
         self._heap_seen = {}
@@ -263,14 +303,15 @@ class NodeStates:
                 heap = self._heaps[shape] = self._compact(heap)
         self._heap_seen[shape] = len(self._revived)
         models = shape.models
-        sigs, memo, demand = self._sigs, self._memo, self._demand
+        memo, demand = self._memo, self._demand
+        table = self._options_of(demand)
         for sid in fresh:
             if sid not in self._groups or (models and not models & self._sid_models[sid]):
                 continue
             key = (sid, shape)
             choice = memo.get(key, False)
             if choice is False:
-                choice = memo[key] = best_on_node(sigs[sid], shape, demand)
+                choice = memo[key] = self._score(sid, shape, demand, table)
             if choice is not None:
                 heapq.heappush(heap, (self._rank(choice, sid), sid))
         return heap

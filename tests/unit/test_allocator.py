@@ -694,6 +694,9 @@ def test_a_demand_change_is_scored_a_few_node_states_per_decision():
         alloc.release(f"r{i}", 300)
     assert len(alloc._groups) > 16
     old = alloc.demand
+    table = alloc._options_of(old)
+    before = dict(table)
+    assert before  # the states' options, kept across changes of weights
     alloc._demand_counts = {"a100-3g": 500.0}
     alloc._refresh_demand()
     assert alloc._rescore is not None and alloc.demand is old  # not all at once
@@ -708,3 +711,44 @@ def test_a_demand_change_is_scored_a_few_node_states_per_decision():
             if (sid, shape) in alloc._memo:
                 fresh = best_on_node(alloc._sigs[sid], shape, alloc.demand)
                 assert alloc._memo[(sid, shape)] == fresh
+    # new weights, the same shapes: every state was re-scored from the options it already had
+    assert alloc.demand.bare == old.bare and len(alloc._options) == 1
+    assert alloc._options_of(alloc.demand) is table
+    assert before.items() <= table.items()
+
+
+def test_reserved_models_follow_the_whole_queue_order():
+    # only long waiters ranked ahead of the newcomer hold models back; the allocator compares
+    # just those with the newcomer, which must agree with sorting the whole queue
+    import random
+
+    from jupyterhub_gpupool.pool.queue import Waiter, ordered
+
+    alloc = Allocator([mig_node(), h100_node()], offers(), aging_interval=50, reserve_after=100)
+    rng = random.Random(7)
+    names = [o.name for o in offers()] + ["gone"]  # a waiter whose offer was removed
+    for i in range(40):
+        r = req(f"w{i}", rng.choice(names), f"u{i % 5}", priority=rng.choice([0, 0, 1, 5]))
+        since = float(rng.randrange(0, 300))
+        reason = rng.choice(["no_capacity", "no_capacity", "quota", "fairness"])
+        alloc.restore_waiter(Waiter(r, Fraction(1), None, rng.random() < 0.5, reason, since))
+
+    def reference(now: float, newcomer: Waiter) -> set[str] | None:
+        reserved = None
+        for w in ordered([*alloc.waiters.values(), newcomer], now, alloc._share, 50):
+            if w is newcomer:
+                break
+            offer = alloc.offers.get(w.request.offer)
+            if offer and now - w.since >= 100 and w.reason == "no_capacity":
+                reserved = (reserved or set()) | (set(offer.models) or {"*"})
+        return reserved
+
+    seen = set()
+    for j in range(200):
+        now = float(rng.randrange(0, 600))
+        r = req(f"n{j}", rng.choice(names[:-1]), f"u{j % 7}", priority=rng.choice([0, 1, 5, 9]))
+        newcomer = Waiter(r, Fraction(1), None, rng.random() < 0.5, "no_capacity", now)
+        got = alloc._reserved_models(now, newcomer)
+        assert got == reference(now, newcomer)
+        seen.add(None if got is None else frozenset(got))
+    assert len(seen) > 2  # the cases differ: none, some and other models held back
