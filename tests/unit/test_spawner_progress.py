@@ -182,28 +182,34 @@ def test_a_request_awaiting_approval_says_so_with_how_long_ago_then_queues():
 
 
 def test_a_spawn_that_waits_too_long_for_approval_ends_but_keeps_the_request():
+    """The kept request is never released: a queued request given up afterwards on the same
+    loop and pool is, and releases run in the order they were scheduled, so the kept one's
+    would have come first."""
     pool = FakePool(awaiting(2), awaiting(2))
-    s = spawner("h100", pool)
-    s.approval_wait = 0.05
+    kept = spawner("h100", pool)
+    kept.approval_wait = 0.05
+    given_up = spawner("h100", pool)
+    given_up.queue_timeout = 0.05
 
-    async def scenario() -> str:
+    async def ended(s: GPUPoolSimpleLocalProcessSpawner) -> str:
         try:
             await spawn_and_watch(s)
         except Exception as e:
-            await asyncio.sleep(0.2)  # a release would have been scheduled at once
             return str(e)
         raise AssertionError("the spawn should have ended")
+
+    async def scenario() -> str:
+        error = await ended(kept)
+        pool.states = [{**QUEUED, "id": "L2"}] * 2
+        await ended(given_up)
+        await wait_until_async(lambda: pool.released, what="the given-up request's release")
+        return error
 
     error = asyncio.run(scenario())
     assert "still waiting for an administrator (asked 2 min ago)" in error
     assert "starting this server again picks it up" in error
-    assert s.gpupool_lease is None and pool.released == []
-    # the same spawner given a queued request to give up does release it
-    pool = FakePool(QUEUED, QUEUED)
-    s = spawner("h100", pool)
-    s.queue_timeout = 0.05
-    asyncio.run(scenario())
-    assert pool.released == [("L1", "cancelled")]
+    assert kept.gpupool_lease is None
+    assert pool.released == [("L2", "cancelled")]
 
 
 def test_a_duration_that_is_not_hours_is_refused():
