@@ -97,8 +97,15 @@ def test_a_drain_deadline_passes_with_no_reclaimer_and_the_service_stops_the_ser
         assert get()["release_reason"] == "admin"
         wait_until(lambda: not server(), 120, "alice's server to stop", step=0.2, info=env.logs)
         url = f"{env.api}/events?lease={lease['id']}&limit=100"
-        events = request("GET", url, admin).json()["items"]  # type: ignore[index]
-        by_kind = {e["kind"]: e for e in events}
+
+        def kinds() -> dict[str, dict]:
+            events = request("GET", url, admin).json()["items"]  # type: ignore[index]
+            return {e["kind"]: e for e in events}
+
+        # the service records the outcome once it has seen the server stop, which can come
+        # after the spawner's stop released the lease and after the hub dropped the server
+        wait_until(lambda: "reclaimed" in kinds(), 120, "the reclaimed event", info=env.logs)
+        by_kind = kinds()
         acting = by_kind["reclaim-acting"]
         assert acting["actor"] == "service:gpupool" and acting["data"]["kind"] == "drain"
         assert "no reclaimer carried out the drain notice" in acting["data"]["enforced"]
