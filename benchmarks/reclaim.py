@@ -1,10 +1,11 @@
-"""Reclaim benchmark: a simulated day of notebook sessions on 40 GPUs under four reclaim rules.
+"""Reclaim benchmark: a simulated day of notebook sessions on 40 GPUs under the reclaim rules.
 
 Runs ``jupyterhub_gpupool.simulate.reclaim`` (the same code as ``jupyterhub-gpupool simulate
 reclaim``) for seeds 1-3 of the session generator (200 users) — no reclaim, z2jh's idle culler,
-a GPU-utilization-only rule, ours, and ours with a 30 min idle timeout as a sensitivity row —
-prints one comparison table (means over the seeds) and whether each target is met in every seed,
-and writes ``benchmarks/results/reclaim.json`` (per seed and mean).
+a GPU-utilization-only rule, ours (the default policy: a 30 min idle timeout), and ours with
+15 min, 45 min and the culler's 1 h as sensitivity rows — prints one comparison table (means
+over the seeds) and whether each target is met in every seed, and writes
+``benchmarks/results/reclaim.json`` (per seed and mean).
 
     nice -n 15 python benchmarks/reclaim.py [--seeds 1,2,3] [--users 200] [--sessions FILE]
 """
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if f.idle_breakdown:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in f.idle_breakdown.items())
             print(f"  {f.policy}: idle GPU-h still held, by why: {parts}")
-    print("targets (ours, idle timeout 1 h):")
+    print("targets (ours, the default policy: idle timeout 30 min):")
     verdicts = []
     for i, (name, _, _) in enumerate(per_seed[0]):
         met = sum(t[i][1] for t in per_seed)

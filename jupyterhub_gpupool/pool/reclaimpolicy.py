@@ -22,7 +22,10 @@ class ReclaimPolicy:
     """When an idle lease is taken back, how, and who is spared. Durations are seconds."""
 
     enabled: bool = True
-    idle_timeout: float = 3600.0
+    #: 30 min, not the culler's 1 h: the culler's hour is a margin for what HTTP activity cannot
+    #: see (a silent training cell); here a window counts as idle only when the GPU, the kernel
+    #: and the user are all idle, a notice comes first and the documents are saved.
+    idle_timeout: float = 1800.0
     pressure_idle_timeout: float = 1200.0
     cpu_busy_timeout: float = 4 * 3600.0
     warn_before: float = 600.0

@@ -55,8 +55,15 @@ from ..pool.reclaim import (
 )
 from .sessions import DAY, Segment, Session, generate, load_sessions, write_jsonl
 
-POLICIES = ("none", "culler", "gpu-only", "ours", "ours-30m")
-#: The rules the issue compares (``ours-30m`` is a sensitivity variant: a 30 min idle timeout).
+#: Our rule with another idle timeout, for the sensitivity rows (``ours`` is the default, 30 min;
+#: ``ours-1h`` has the culler's and the GPU-only rule's own timeout).
+SENSITIVITY = {
+    "ours-15m": {"idle_timeout": "15m", "pressure_idle_timeout": "15m"},  # pressure <= idle
+    "ours-45m": {"idle_timeout": "45m"},
+    "ours-1h": {"idle_timeout": "1h"},
+}
+POLICIES = ("none", "culler", "gpu-only", "ours", *SENSITIVITY)
+#: The rules the issue compares; the sensitivity rows are printed beside them.
 DEFAULT_POLICIES = POLICIES[:4]
 WINDOW = 30.0
 CULL_EVERY, CULL_TIMEOUT = 600.0, 3600.0
@@ -75,10 +82,10 @@ OFFERS = (
     {"name": "l4-quarter", "kind": "shared", "fraction": 0.25, "models": ["L4"]},
     {"name": "l4-half", "kind": "shared", "fraction": 0.5, "models": ["L4"]},
 )
-#: Our rule's policy (the defaults, spelled out).
+#: Our rule's policy (the defaults of ``pool.reclaimpolicy.ReclaimPolicy``, spelled out).
 OURS_POLICY = {
     "default": {
-        "idle_timeout": "1h",
+        "idle_timeout": "30m",
         "pressure_idle_timeout": "20m",
         "cpu_busy_timeout": "4h",
         "warn_before": "10m",
@@ -87,8 +94,6 @@ OURS_POLICY = {
         "action": "stop",
     }
 }
-#: The same with a 30 min idle timeout (the notice and the save make a shorter one bearable).
-OURS_30M_POLICY = {"default": {**OURS_POLICY["default"], "idle_timeout": "30m"}}
 
 
 def build_pool() -> tuple[list[Node], dict[str, Offer]]:
@@ -210,7 +215,9 @@ class Replay:
         self.by_request: dict[str, _Run] = {}
         self.waits: list[float] = []
         self.fig = Figures(policy)
-        raw = OURS_30M_POLICY if policy == "ours-30m" else OURS_POLICY
+        raw = OURS_POLICY
+        if policy in SENSITIVITY:
+            raw = {"default": {**OURS_POLICY["default"], **SENSITIVITY[policy]}}
         self.rules = parse_policies(raw, self.offers)
         rng = random.Random(seed + 7919)
         self.outages = {n.name: rng.uniform(8 * 3600, 20 * 3600) for n in nodes}

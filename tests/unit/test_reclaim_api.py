@@ -298,7 +298,7 @@ def test_policies_over_http(api):
     assert got["effective"]["default"]["idle_timeout"] == 600.0
     put = api.ok("admin", "PUT", "reclaim/policies", {"offers": {"h100": {"idle_timeout": "3h"}}})
     assert put["source"] == "api" and put["effective"]["offers"]["h100"]["idle_timeout"] == 10800
-    assert put["effective"]["offers"]["a100-1g"]["idle_timeout"] == 3600  # the defaults
+    assert put["effective"]["offers"]["a100-1g"]["idle_timeout"] == 1800  # the defaults
     assert api.ok("admin", "DELETE", "reclaim/policies")["source"] == "file"
 
 

@@ -246,7 +246,7 @@ def test_durations():
         ({"idle_timeout": 0}, "reclaim.default.idle_timeout", "longer than 0"),
         ({"warn_before": "2h", "idle_timeout": "1h"}, "reclaim.default.warn_before", "longer"),
         ({"pressure_idle_timeout": "2h"}, "reclaim.default.pressure_idle_timeout", "exceed"),
-        ({"cpu_busy_timeout": "30m"}, "reclaim.default.cpu_busy_timeout", "at least"),
+        ({"cpu_busy_timeout": "20m"}, "reclaim.default.cpu_busy_timeout", "at least"),
         ({"max_age": "5m"}, "reclaim.default.max_age", "warn_before"),
         ({"max_extensions": -1}, "reclaim.default.max_extensions", "whole number"),
         ({"max_extensions": True}, "reclaim.default.max_extensions", "whole number"),
