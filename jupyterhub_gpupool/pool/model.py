@@ -186,8 +186,6 @@ class Offer:
     memory_mib: int = 0
     groups: tuple[str, ...] = ()
     priority_class: str = "default"
-    reclaim_policy: str = "stop"
-    idle_timeout: int = 3600
     #: Clusters whose nodes may serve it (empty: every cluster of the pool).
     clusters: tuple[str, ...] = ()
     #: ``required``: every request waits for an administrator's approval first.
@@ -233,6 +231,8 @@ def offer_priority(offer: Offer | None) -> int:
 
 
 _OFFER_FIELDS = {f for f in Offer.__dataclass_fields__}
+#: Offer keys of early configs that belong to the ``reclaim:`` section (key there).
+_RECLAIM_FIELDS = {"idle_timeout": "idle_timeout", "reclaim_policy": "action"}
 
 
 def _number(
@@ -252,6 +252,13 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
     """Validate an admin's offer declaration against the catalog; errors name the field."""
     if not isinstance(raw, Mapping):
         raise ConfigError("an offer must be a mapping", field="offer")
+    for key, target in _RECLAIM_FIELDS.items():
+        if key in raw:  # accepted once and never read: say where it takes effect instead
+            raise ConfigError(
+                f"offer {raw.get('name')!r}: {key} is a reclaim policy setting: set "
+                f"reclaim.offers.{raw.get('name')}.{target} in the pool config",
+                field=key,
+            )
     unknown = set(raw) - _OFFER_FIELDS
     if unknown:
         raise ConfigError(
@@ -302,7 +309,6 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         ("count", int, 1),
         ("cpu_milli", int, 0),
         ("memory_mib", int, 0),
-        ("idle_timeout", int, 0),
     ):
         if key in raw:
             values[key] = _number(raw, key, typ, minimum=low)

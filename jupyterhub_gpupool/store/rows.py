@@ -113,8 +113,6 @@ def offer_spec(offer: Offer) -> dict[str, Any]:
         "groups": list(offer.groups),
         "clusters": list(offer.clusters),
         "priority_class": offer.priority_class,
-        "reclaim_policy": offer.reclaim_policy,
-        "idle_timeout": offer.idle_timeout,
         "approval": offer.approval,
     }
     return {k: v for k, v in spec.items() if v is not None}

@@ -164,7 +164,7 @@ def test_bad_min_memory_gb(value):
     assert err.field == "min_memory_gb"
 
 
-@pytest.mark.parametrize("key", ["cpu_milli", "memory_mib", "idle_timeout"])
+@pytest.mark.parametrize("key", ["cpu_milli", "memory_mib"])
 def test_negative_resources(key):
     assert bad({"name": "x", "kind": "gpu", key: -1}).field == key
 
@@ -283,8 +283,6 @@ def test_explicit_display_name_and_groups_kept():
         "description": "for training",
         "groups": ["ml", "staff"],
         "priority_class": "high",
-        "reclaim_policy": "shrink",
-        "idle_timeout": 600,
         "cpu_milli": 8000,
         "memory_mib": 65536,
         "count": 4,
@@ -295,7 +293,18 @@ def test_explicit_display_name_and_groups_kept():
     assert offer.groups == ("ml", "staff")
     assert offer.visible_to(["staff"])
     assert not offer.visible_to(["students"])
-    assert (offer.cpu_milli, offer.memory_mib, offer.idle_timeout) == (8000, 65536, 600)
+    assert (offer.cpu_milli, offer.memory_mib) == (8000, 65536)
+
+
+@pytest.mark.parametrize(
+    ("key", "target"), [("idle_timeout", "idle_timeout"), ("reclaim_policy", "action")]
+)
+def test_reclaim_keys_on_an_offer_say_where_they_belong(key, target):
+    """Early configs put these on the offer, where nothing read them: refuse them, naming the
+    reclaim policy field that does what was meant."""
+    err = bad({"name": "big", "kind": "gpu", key: 600})
+    assert err.field == key
+    assert f"reclaim.offers.big.{target}" in str(err)
 
 
 def test_cpu_offer():

@@ -255,6 +255,24 @@ def test_migrations_match_the_models(db_url):
     assert diff == []
 
 
+def test_migration_0012_drops_offer_keys_nothing_read(db_url, clock):
+    """Offers stored before 0012 carry idle_timeout and reclaim_policy, which the offer parser
+    now refuses: the upgrade strips them, so a store still loads an offer an admin made by API."""
+    upgrade(db_url, "0011")
+    engine = make_engine(db_url)
+    old = {"name": "old-h100", "kind": "gpu", "models": ["H100-80GB"], "idle_timeout": 3600,
+           "reclaim_policy": "stop"}  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(sa.insert(orm.OfferRow.__table__).values(
+            name="old-h100", spec=old, source="api", position=9))  # fmt: skip
+    upgrade(db_url)
+    with engine.connect() as conn:
+        spec = conn.execute(sa.select(orm.OfferRow.spec).where(orm.OfferRow.name == "old-h100"))
+        assert spec.scalar_one() == {"name": "old-h100", "kind": "gpu", "models": ["H100-80GB"]}
+    store = make_store(db_url, clock)
+    assert store.allocate("alice", "", "old-h100")["state"] == "granted"
+
+
 def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, clock):
     upgrade(db_url)
     store = make_store(db_url, clock)
