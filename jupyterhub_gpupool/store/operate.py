@@ -39,7 +39,7 @@ from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
 from .errors import StoreError
 from .panel import OPEN, PanelViews
-from .reclaim import ReclaimStore
+from .reclaim import ReclaimStore, outcome_data
 from .rows import (
     epoch,
     from_epoch,
@@ -245,21 +245,10 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         stopped (the hub refused, or it did not stop in time): the claim stays, so the notice
         is tried again once the claim is older than ``reclaim_claim_timeout``."""
         with self.transaction() as (db, alloc):
-            row = self.lease_row(db, lease_id)
-            if row.reclaim_acting is None:
-                raise StoreError(
-                    "not_acting", f"no reclaim of lease {lease_id} is being carried out", field="id"
-                )
+            row = self.acting_row(db, lease_id)
             actor = actor or "system"
-            data = {
-                "kind": row.reclaim_kind,
-                "action": row.reclaim_action,
-                "reason": row.reclaim_reason,
-                "release_reason": row.reclaim_release,
-                "detail": detail,
-                "outcome": "done" if stopped else "failed",
-                "enforced": True,
-            }
+            data = outcome_data(row, "done" if stopped else "failed", detail)
+            data["enforced"] = True
             if stopped:
                 if row.state in LIVE_STATES:
                     self._finish(db, alloc, row, row.reclaim_release or "admin", actor)

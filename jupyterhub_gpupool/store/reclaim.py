@@ -443,6 +443,16 @@ class ReclaimStore(LeaseStore, UtilizationStore):
 
     # -- the outcome of an action ------------------------------------------------------------
 
+    def acting_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
+        """The lease whose claimed reclaim is being carried out (``not_acting`` otherwise):
+        the reclaimer and the service's own enforcement report their outcome on it."""
+        row = self.lease_row(db, lease_id)
+        if row.reclaim_acting is None:
+            raise StoreError(
+                "not_acting", f"no reclaim of lease {lease_id} is being carried out", field="id"
+            )
+        return row
+
     def reclaim_outcome(
         self,
         lease_id: str,
@@ -465,22 +475,9 @@ class ReclaimStore(LeaseStore, UtilizationStore):
         saved = [str(p) for p in saved]
         with self.transaction() as (db, alloc):
             self._check_leader(db, holder)
-            row = self.lease_row(db, lease_id)
-            if row.reclaim_acting is None:
-                raise StoreError(
-                    "not_acting", f"no reclaim of lease {lease_id} is being carried out", field="id"
-                )
+            row = self.acting_row(db, lease_id)
             actor = actor or "system"
-            data = {
-                "kind": row.reclaim_kind,
-                "action": row.reclaim_action,
-                "reason": row.reclaim_reason,
-                "release_reason": row.reclaim_release,
-                "target_lease": row.reclaim_target,
-                "saved": saved,
-                "detail": detail,
-                "outcome": result,
-            }
+            data = outcome_data(row, result, detail, target_lease=row.reclaim_target, saved=saved)
             if result == "done":
                 if row.state in LIVE_STATES:
                     self._finish(db, alloc, row, row.reclaim_release or "reclaimed-idle", actor)
@@ -667,3 +664,16 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                 }
             )
         return out
+
+
+def outcome_data(row: orm.LeaseRow, outcome: str, detail: str, **extra: Any) -> dict[str, Any]:
+    """The audit data of a reclaim's outcome: what was claimed, and how it ended."""
+    return {
+        "kind": row.reclaim_kind,
+        "action": row.reclaim_action,
+        "reason": row.reclaim_reason,
+        "release_reason": row.reclaim_release,
+        **extra,
+        "detail": detail,
+        "outcome": outcome,
+    }
