@@ -3,9 +3,10 @@ the queue waits, the requests held back by quota or by capacity, and the share o
 was idle. The what-if replay (``simulate/whatif.py``) reads the same records.
 
 A lease row is a request: created (asked), maybe granted, released (stopped, withdrawn,
-reclaimed...). Its ``queued`` audit event says why it waited (``quota``, ``no_capacity`` or
-``fairness``). A request refused outright writes no lease row; refusals by quota and by
-capacity are counted per day and offer (``record_refusal``, ``orm.RefusalRow``) instead.
+reclaimed...); one that awaited an administrator counts from its approval (``queued_at``). Its
+``queued`` audit event says why it waited (``quota``, ``no_capacity`` or ``fairness``). A
+request refused outright writes no lease row; refusals by quota and by capacity are counted per
+day and offer (``record_refusal``, ``orm.RefusalRow``) instead.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Record:
     groups: tuple[str, ...]
     clusters: tuple[str, ...]
     priority: int
-    created: datetime
+    created: datetime  # when it joined the queue (approved: when an administrator approved it)
     granted: datetime | None
     released: datetime | None
     units: float
@@ -68,6 +69,20 @@ class Record:
         """Seconds it waited: to its grant, to its withdrawal, or (still waiting) to ``end``."""
         stop = self.granted or self.released or end
         return max(0.0, (min(stop, end) - self.created).total_seconds())
+
+
+def queued_at(row: orm.LeaseRow) -> datetime | None:
+    """When a request joined the queue: when it was asked or, for one that awaited an
+    administrator, when it was approved. None for one that never did (denied, withdrawn or
+    lapsed while awaiting, or awaiting still): it held nothing and waited for a person, not for
+    capacity, so it is neither demand to replay nor a queue wait."""
+    ask = row.approval or {}
+    if not ask:
+        return row.created
+    if ask.get("decision") != "approved" or not ask.get("decided"):
+        return None
+    decided = datetime.fromisoformat(str(ask["decided"]).replace("Z", "+00:00"))
+    return decided.replace(tzinfo=None)
 
 
 def wait_figures(waits: Iterable[float]) -> dict[str, float | None]:
@@ -120,7 +135,7 @@ class PlanningStore(ChargebackStore):
                 tuple(r.groups or ()),
                 tuple(r.clusters or ()),
                 r.priority,
-                r.created,
+                queued,
                 r.granted,
                 r.released,
                 r.units_f,
@@ -129,6 +144,7 @@ class PlanningStore(ChargebackStore):
                 reasons.get(r.id),
             )
             for r in rows
+            if (queued := queued_at(r)) is not None
         ]
 
     def record_refusal(self, offer: str, code: str) -> bool:

@@ -233,3 +233,20 @@ def test_a_restarted_pool_keeps_a_queued_exception_to_the_ceiling(store, db_url,
     again = make_store(db_url, clock, POOL)  # a new process: the allocator from the rows
     again.release(held[0]["id"])
     assert again.lease(ask["id"])["state"] == "granted"
+
+
+def test_time_awaiting_approval_is_not_a_queue_wait(store, clock):
+    """Capacity planning's waits are waits for hardware: an approved request waited in the
+    queue from its approval, and one denied while awaiting never queued at all."""
+    start = clock()
+    waited = store.allocate("admin", "", "big", reason="training")
+    denied = store.allocate("dana", "", "big", reason="a hunch")
+    clock.advance(hours=2)  # two hours with nobody deciding
+    store.deny(denied["id"], "ask for one GPU")
+    assert store.approve(waited["id"], actor="user:root")["state"] == "granted"
+    clock.advance(hours=1)
+    store.release(waited["id"])
+    (day,) = [d for d in store.capacity(start, clock()) if d["offer"] == "big"]
+    assert day["requests"] == 1  # the denied one is not demand for capacity
+    assert (day["wait_p50_min"], day["wait_p95_min"]) == (0.0, 0.0)  # granted on approval
+    assert day["held_unit_hours"] == pytest.approx(4.0)
