@@ -287,6 +287,15 @@ class PoolService(StrictCommandLine):
         "the user's open documents before the stop; keep this above its round interval. "
         "Idle notices are always the reclaimer's. Negative: never.",
     ).tag(config=True)
+    notice_stop_timeout = Float(
+        120.0,
+        min=1.0,
+        help="Seconds the pool service waits for the hub to stop a server when it carries out "
+        "an overdue notice itself (notice_enforce_after). A server not stopped by then keeps "
+        "its lease; the notice is tried again once its claim is older than "
+        "reclaim_claim_timeout. Raise it for spawners that take long to stop (a pod with a "
+        "long termination grace period).",
+    ).tag(config=True)
     notify_hook = AnyTrait(
         None,
         allow_none=True,
@@ -397,6 +406,7 @@ class PoolService(StrictCommandLine):
             self.hub,
             self.writer.call,
             after=self.notice_enforce_after,
+            stop_timeout=self.notice_stop_timeout,
             actor=f"service:{name}",
             log=self.log,
         )
