@@ -153,8 +153,9 @@ def ingest(
 
     A sample counts once (the buffer drops duplicates and out-of-order retries); a busy sample
     adds the time since the device's previous one (at most a minute) to the leases holding the
-    device. Returns the busy hours per lease, for the caller to add through the writer
-    (``Store.add_busy``).
+    device: on a shared GPU with per-process figures (``lease_util``), only to the shares whose
+    own processes are busy; without them, to every share (the whole GPU's reading). Returns
+    the busy hours per lease, for the caller to add through the writer (``Store.add_busy``).
     """
     busy: dict[str, float] = {}
     with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
@@ -169,6 +170,11 @@ def ingest(
                 continue
             seconds = min(sample.ts - prev.ts, 60.0)
             holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
+            if not gpu.whole_lease and sample.lease_util is not None:
+                # a share is busy by its own processes, as the reclaimer judges it: a busy
+                # neighbour does not make an idle share's held hours busy ones
+                own = dict(sample.lease_util)
+                holders = [le for le in holders if own.get(le, 0.0) >= busy_threshold]
             if sample.start is not None:
                 holders = [
                     i.lease

@@ -165,6 +165,29 @@ def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_f
     assert all(r["util_mean"] is not None for r in rows)
 
 
+def test_busy_hours_of_shares_follow_their_own_processes(sqlite_url, demo_pool_file):
+    """Two quarters of one T4: with per-process figures only the share that computes gets busy
+    hours; a sample without them (older GPU, untrusted) counts for both, as the reclaimer's
+    fallback does."""
+    upgrade(sqlite_url)
+    catalog = default_catalog()
+    store = Store(make_engine(sqlite_url), catalog)
+    store.load_config(load_pool_config(str(demo_pool_file), catalog))
+    busy_share = store.allocate("alice", "", "t4-quarter")
+    idle_share = store.allocate("bob", "", "t4-quarter")
+    gpu = busy_share["slots"][0]["gpu"]
+    assert idle_share["slots"][0]["gpu"] == gpu
+    own = ((busy_share["id"], 60.0), (idle_share["id"], 0.0))
+    buffer = UtilizationBuffer()
+    batch = [Sample(T0 + t, gpu, None, 60.0, 0, lease_util=own) for t in (0, 30)]
+    assert ingest(store, buffer, batch, 5.0) == {busy_share["id"]: pytest.approx(30 / 3600)}
+    fallback = [Sample(T0 + 60, gpu, None, 60.0, 0)]
+    assert ingest(store, buffer, fallback, 5.0) == {
+        busy_share["id"]: pytest.approx(30 / 3600),
+        idle_share["id"]: pytest.approx(30 / 3600),
+    }
+
+
 def test_ingest_counts_a_retried_sample_once(sqlite_url, demo_pool_file):
     upgrade(sqlite_url)
     catalog = default_catalog()
