@@ -24,7 +24,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .model import Node, Offer
-from .placement import Demand, NodeChoice, NodeOptions, Shape, best_on_node, choose, node_options
+from .placement import (
+    Demand,
+    NodeChoice,
+    NodeOptions,
+    Shape,
+    best_on_node,
+    choose,
+    node_options,
+    state_in_use,
+)
 
 
 @dataclass
@@ -58,6 +67,7 @@ class NodeStates:
         self._sid: dict[tuple, int] = {}
         self._sigs: dict[int, tuple] = {}
         self._sid_models: dict[int, frozenset[str]] = {}
+        self._sid_fresh: dict[int, int] = {}  # 1: every GPU of the state is free (ranks later)
         self._next_sid = 0
         self._groups: dict[int, dict[str, None]] = {}
         # per state: (node order, name) of its nodes, a heap with lazy deletion (first node fast)
@@ -103,6 +113,7 @@ class NodeStates:
             self._next_sid += 1
             self._sigs[sid] = sig
             self._sid_models[sid] = frozenset(g.model.name for g in node.gpus)
+            self._sid_fresh[sid] = 0 if state_in_use(sig) else 1
         group = self._groups.get(sid)
         rank = self._order[node.name]
         if group is None:
@@ -123,8 +134,9 @@ class NodeStates:
         return heap[0]
 
     def _rank(self, choice: NodeChoice, sid: int) -> tuple:
-        """Heap order of a node state for a shape: best score, then first in node order."""
-        return (-choice.score, self._group_first(sid)[0], sid)
+        """Heap order of a node state for a shape: best score, then a state with a GPU in use
+        before one with every GPU free (``placement.state_in_use``), then first in node order."""
+        return (-choice.score, self._sid_fresh[sid], self._group_first(sid)[0], sid)
 
     # -- demand ----------------------------------------------------------------------------
 
@@ -240,6 +252,7 @@ class NodeStates:
                 continue
             self._sid.pop(sig, None)
             self._sid_models.pop(sid, None)
+            self._sid_fresh.pop(sid, None)
             for shape in shapes:
                 self._memo.pop((sid, shape), None)
                 for table in self._options.values():
@@ -322,9 +335,9 @@ class NodeStates:
         exclude: frozenset[str] = frozenset(),
         clusters: frozenset[str] | None = None,
     ) -> tuple[Node, NodeChoice] | None:
-        """The best node state for ``offer`` (highest ``fgd_score`` of its ΔF, ties to the state
-        whose first node comes first in node order), then its first node with CPU and memory
-        room (in ``clusters``, when given)."""
+        """The best node state for ``offer`` (highest ``fgd_score`` of its ΔF, ties to a state
+        with a GPU in use, then to the state whose first node comes first in node order), then
+        its first node with CPU and memory room (in ``clusters``, when given)."""
         self._rescore_step()
         self._forget_dead()
         shape = self.shape_of(offer)
@@ -336,8 +349,8 @@ class NodeStates:
                 heapq.heappop(heap)  # a state no node is in any more
                 continue
             first = self._group_first(sid)[0]
-            if rank[1] != first:  # its first node left: it ranks later now
-                heapq.heapreplace(heap, ((rank[0], first, sid), sid))
+            if rank[2] != first:  # its first node left: it ranks later now
+                heapq.heapreplace(heap, ((rank[0], rank[1], first, sid), sid))
                 continue
             break
         if not heap:
@@ -383,7 +396,7 @@ class NodeStates:
         for rank, sid in heap:
             if sid in groups and sid not in seen:
                 seen.add(sid)
-                out.append(((rank[0], self._group_first(sid)[0], sid), sid))
+                out.append(((rank[0], rank[1], self._group_first(sid)[0], sid), sid))
         heapq.heapify(out)
         return out
 

@@ -136,7 +136,9 @@ def typical_pods(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
     )
 
 
-def ours_demand(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
+def ours_demand(
+    pods: PodTable, threshold_pct: float = 95.0, *, weight: str = "count"
+) -> TypicalPods:
     """The task distribution ``ours`` scores against: the typical pods plus every multi-GPU shape.
 
     The paper's cut keeps the most *popular* shapes covering 95% of pods. Multi-GPU asks are
@@ -145,7 +147,8 @@ def ours_demand(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
     them in the distribution the measure puts no value on keeping a node's GPUs together, and a
     float-precise minimiser happily breaks every 8-GPU node. So every shape with two or more GPUs
     that appears in the trace is kept, at its observed count (p_t = count_t / sum of counts),
-    appended after the typical shapes.
+    appended after the typical shapes. ``weight="gpus"`` (an ablation variant) counts each added
+    shape once per GPU it asks for instead.
     """
     base = typical_pods(pods, threshold_pct)
     kept = set(
@@ -162,7 +165,9 @@ def ours_demand(pods: PodTable, threshold_pct: float = 95.0) -> TypicalPods:
         milli=np.r_[base.milli, [k[1] for k, _ in extra]].astype(np.int64),
         gpus=np.r_[base.gpus, [k[2] for k, _ in extra]].astype(np.int64),
         spec=base.spec + tuple(k[3] for k, _ in extra),
-        count=np.r_[base.count, [c for _, c in extra]].astype(np.int64),
+        count=np.r_[base.count, [c * (k[2] if weight == "gpus" else 1) for k, c in extra]].astype(
+            np.int64
+        ),
         n_tuples=base.n_tuples,
     )
 

@@ -12,8 +12,8 @@ Three placement policies are available:
 
 * ``best-fit``: the simulator's BestFit score (integer, min-max normalised), GPU pick "best".
 * ``fgd``: the paper's FGD score, ``int(100 * sigmoid(-dF / 1000))``, GPU pick by the same score.
-* ``ours``: the pool's fragmentation-aware placement (float fragmentation delta, tightest-packing
-  tie-breaks); see :func:`ours_choose`.
+* ``ours``: the pool's placement (FGD's score against a demand with every multi-GPU shape, equal
+  scores to a node already in use, then the node order); see :func:`ours_choose`.
 
 Everything that the paper's Go code draws from its global RNG (shuffle, clones, node priority
 order) is drawn here from ``numpy.random.default_rng(seed)``, so per-seed numbers differ from the
@@ -253,7 +253,9 @@ def ours_choose(
     feasible: np.ndarray,
     *,
     multi_demand: str = "all",
-    ties: str = "order",
+    ties: str = "used",
+    band: int = 0,
+    lexical: bool = False,
 ) -> tuple[int, list[int]]:
     """The pool's placement rule: FGD's quantised score, a fixed node order, and the demand
     that competes for what the pod takes.
@@ -261,8 +263,10 @@ def ours_choose(
     1. **Score** every feasible placement with :func:`fgd_int_score` of its ΔF (FGD's
        ``int(100 * sigmoid(-ΔF / 1000))``; the pool's ``placement.fgd_score``), higher first.
        Placements whose ΔF differ by less than a score step tie.
-    2. **Ties go to a fixed node order** (``state.priority``; in the pool, the configured node
-       order), so equal placements keep landing on the same nodes and the others stay whole.
+    2. **Ties go to a node in use, then to a fixed node order**: among equal scores a node with
+       a GPU in use beats one whose GPUs are all free (first fit's "open a new bin last"), then
+       ``state.priority`` decides (in the pool, the configured node order), so equal
+       placements keep landing on the same nodes and the others stay whole.
     3. **Demand**: ΔF is taken against the typical pods *plus every multi-GPU shape of the
        trace* (:func:`ours_demand`): rare by pod count, so the paper's popularity cut drops
        them, but all-or-nothing asks for whole free GPUs on one node. In the pool the demand is
@@ -272,18 +276,39 @@ def ours_choose(
 
     ``multi_demand`` ("all", "multi": multi-GPU pods only, "none": which pods score against
     :func:`ours_demand` rather than the typical pods) and
-    ``ties`` ("order", or "tightest": least idle GPU, then least cpu, then order) exist for the
-    ablation variants of :data:`ALL_POLICIES`.
+    ``ties`` ("used": the rule; "order": the node order only; "tightest": least idle GPU, then
+    least cpu, then order; "small-node", "whole-free", "used-small"), ``band`` (scores within
+    that many steps of the best tie) and ``lexical`` (the paper's measure scores, the demand's
+    score breaks its ties) exist for the ablation variants of :data:`ALL_POLICIES`.
     """
     uses_demand = multi_demand == "all" or (multi_demand == "multi" and pod.gpus >= 2)
-    cand = state.candidates(pod, feasible, state.demand if uses_demand else state.metric)
+    if lexical:  # the paper's measure first, the demand's score breaks its ties
+        cand = state.candidates(pod, feasible, state.metric)
+        second = fgd_int_score(state.candidates(pod, feasible, state.demand).delta_milli)
+    else:
+        cand = state.candidates(pod, feasible, state.demand if uses_demand else state.metric)
     score = fgd_int_score(cand.delta_milli)
+    if band:  # scores within ``band`` steps of the best tie with it
+        score = np.minimum(score, score.max() - band)
     prio = state.priority[cand.node]
+    fresh = state.idle[cand.node] == state.nodes.gpus[cand.node] * GPU_MILLI  # all GPUs free
     keys: list[np.ndarray] = [cand.gpu, cand.gpu_free_before]  # within a node (last keys first)
     if ties == "tightest":
         keys += [prio, cand.cpu_after, cand.idle_after]
+    elif ties == "small-node":  # the node with the fewest GPUs first: big nodes stay whole
+        keys += [prio, state.nodes.gpus[cand.node]]
+    elif ties == "whole-free":  # do not break a whole GPU, then the node with fewest whole ones
+        whole = (state.gpu_free[cand.node] == GPU_MILLI).sum(axis=1)
+        broke = (cand.gpu_free_before == GPU_MILLI).astype(np.int64)
+        keys += [prio, whole, broke]
+    elif ties == "used-small":  # in use first, then the node with the fewest GPUs
+        keys += [prio, state.nodes.gpus[cand.node], fresh]
+    elif ties == "used":  # a node with a GPU in use before one whose GPUs are all free
+        keys += [prio, fresh]
     else:
         keys += [prio]
+    if lexical:
+        keys.append(-second)
     best = int(np.lexsort((*keys, -score))[0])
     node = int(cand.node[best])
     if pod.is_sharing:
@@ -300,9 +325,18 @@ _CHOOSERS = {
     "ours-tightest-ties": partial(ours_choose, ties="tightest"),
     "ours-no-multi": partial(ours_choose, multi_demand="none"),
     "ours-multi-pods-only": partial(ours_choose, multi_demand="multi"),
+    "ours-order-ties": partial(ours_choose, ties="order"),  # the rule before "in use first"
+    # Explored on the previous rule (node-order ties); see the docs for the figures:
+    "ours-order-band1": partial(ours_choose, ties="order", band=1),
+    "ours-order-small-node": partial(ours_choose, ties="small-node"),
+    "ours-order-whole-free": partial(ours_choose, ties="whole-free"),
+    "ours-order-lexical": partial(ours_choose, ties="order", lexical=True),
+    "ours-order-multi-by-gpus": partial(ours_choose, ties="order"),  # D: added x GPU count
+    "ours-used-small-ties": partial(ours_choose, ties="used-small"),
 }
 ALL_POLICIES: tuple[str, ...] = tuple(_CHOOSERS)
-_USES_DEMAND = {"ours", "ours-float", "ours-tightest-ties", "ours-multi-pods-only"}
+_USES_DEMAND = {p for p in _CHOOSERS if p.startswith("ours") and p != "ours-no-multi"}
+_DEMAND_WEIGHT = {"ours-order-multi-by-gpus": "gpus"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -408,7 +442,8 @@ def simulate(
     order = tune_workload(trace, nodes.capacity_milli, tune, rng)
     priority = rng.permutation(len(nodes))
     typical = typical_pods(trace) if typical is None else typical
-    demand = ours_demand(trace) if policy in _USES_DEMAND else None
+    weight = _DEMAND_WEIGHT.get(policy, "count")
+    demand = ours_demand(trace, weight=weight) if policy in _USES_DEMAND else None
     state = ClusterState(nodes, typical, priority, demand=demand)
     choose = _CHOOSERS[policy]
 

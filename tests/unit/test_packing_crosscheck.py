@@ -115,3 +115,56 @@ def test_the_pools_score_is_the_benchmarks_fgd_score():
     deltas = np.r_[np.linspace(-12, 12, 2401), [0.0, 1e-12, -1e-12, 0.04, -0.04, 600.0]]
     pool = [fgd_score(float(d)) for d in deltas]
     assert pool == fgd_int_score(deltas * 1000.0).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.one_of(mig_key, plain_key), min_size=1, max_size=6))
+def test_in_use_is_the_benchmarks_not_fresh(keys):
+    # the benchmark ranks a node whose GPUs are all free after the others of equal score; the
+    # pool the same: a state is in use when a GPU holds a share, a whole GPU or a MIG instance
+    from jupyterhub_gpupool.pool.placement import key_free, state_in_use
+
+    assert state_in_use(tuple(keys)) == any(key_free(k) < 1.0 for k in keys)
+
+
+def test_equal_scores_go_to_a_node_in_use_in_the_pool_and_the_benchmark(tmp_path):
+    """Two 2-GPU nodes, only 0.25 shares asked for: every placement has ΔF = 0 (the same
+    score). With the first node in order empty and the second in use, both rules pick the
+    second; with both empty, the first."""
+    from jupyterhub_gpupool.pool.allocator import Allocator, Grant
+    from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
+    from jupyterhub_gpupool.simulate import packing as pk
+
+    h100 = CATALOG.model("H100-80GB")
+    nodes = [Node(n, gpus=[Gpu(f"{n}-{i}", i, h100) for i in range(2)]) for n in ("a", "b")]
+    share = parse_offer({"name": "s", "kind": "shared", "fraction": 0.25}, CATALOG)
+    alloc = Allocator(nodes, [share])
+
+    def grant(rid: str) -> str:
+        decision = alloc.submit(Request(rid, "u", "s"), 0.0)
+        assert isinstance(decision, Grant), decision
+        return decision.node
+
+    assert [grant(f"r{i}") for i in range(9)] == ["a"] * 8 + ["b"]  # a full, then b
+    for i in range(8):
+        alloc.release(f"r{i}", 1.0)
+    assert grant("next") == "b"  # a (first in order) is fresh again, b is in use
+
+    csv = tmp_path / "nodes.csv"
+    csv.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,H100\nb,64000,65536,2,H100\n"
+    )
+    table = pk.load_nodes(csv)
+    demand = TypicalPods(
+        cpu=np.array([100]),
+        milli=np.array([250]),
+        gpus=np.array([1]),
+        spec=("",),
+        count=np.array([1]),
+    )
+    state = pk.ClusterState(table, demand)
+    pod = pk.Pod.make(100, gpus=1, milli=250)
+    assert pk.ours_choose(state, pod, state.feasible(pod))[0] == 0  # both fresh: the order
+    state.place(1, [0], pod)
+    assert pk.ours_choose(state, pod, state.feasible(pod)) == (1, [0])  # b is in use
+    assert pk._CHOOSERS["ours-order-ties"](state, pod, state.feasible(pod))[0] == 0

@@ -179,6 +179,8 @@ def test_ours_demand_adds_every_multi_gpu_shape_once(tmp_path):
         zip(demand.cpu.tolist(), demand.gpus.tolist(), demand.count.tolist(), strict=True)
     )
     assert shapes_kept == [(1000, 1, 96), (64000, 8, 2), (32000, 4, 2)]
+    # the ablation's weighting counts each added shape once per GPU it asks for
+    assert pk.ours_demand(pods, weight="gpus").count.tolist() == [96, 16, 8]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -316,7 +318,9 @@ def test_ours_sharing_gpu_is_the_smallest_delta_then_the_tightest(tmp_path):
     assert pk.ours_choose(state, small, state.feasible(small)) == (0, [0])
 
 
-def test_ours_node_ties_go_to_the_node_order_and_the_ablation_to_the_tightest(tmp_path):
+def three_t4_nodes(tmp_path) -> tuple[pk.ClusterState, pk.Pod]:
+    """Nodes a (2 T4, 64 cores), b (2 T4, 32 cores), c (4 T4) in node order a, c, b, a demand
+    of CPU-only tasks, and a one-GPU pod to place."""
     rows = [
         ("a", 64000, 65536, 2, "T4"),
         ("b", 32000, 65536, 2, "T4"),
@@ -324,9 +328,26 @@ def test_ours_node_ties_go_to_the_node_order_and_the_ablation_to_the_tightest(tm
     ]
     nodes = nodes_table(tmp_path, rows)
     state = pk.ClusterState(nodes, typical([(1000, 0, 0, "", 1)]), priority=np.array([0, 2, 1]))
-    pod = pk.Pod.make(1000, gpus=1, milli=1000)
-    # Every node: dF = -1000 (CPU-only task), the same score: the node order decides (a: 0).
+    return state, pk.Pod.make(1000, gpus=1, milli=1000)
+
+
+def test_ours_node_ties_go_to_a_node_in_use_then_the_node_order(tmp_path):
+    state, pod = three_t4_nodes(tmp_path)
+    # Every node: dF = -1000 (CPU-only task), the same score, none in use: the order decides.
     assert pk.ours_choose(state, pod, state.feasible(pod)) == (0, [0])
+    order_ties = pk._CHOOSERS["ours-order-ties"]
+    assert order_ties(state, pod, state.feasible(pod)) == (0, [0])
+    # A CPU-only pod on a leaves its GPUs free: a still counts as fresh.
+    state.place(0, [], pk.Pod.make(1000))
+    assert pk.ours_choose(state, pod, state.feasible(pod)) == (0, [0])
+    # A GPU in use on b (last in node order): b takes the tie, the ablation keeps the order.
+    state.place(1, [1], pk.Pod.make(1000, gpus=1, milli=1000))
+    assert pk.ours_choose(state, pod, state.feasible(pod)) == (1, [0])
+    assert order_ties(state, pod, state.feasible(pod)) == (0, [0])
+
+
+def test_ours_tightest_ablation_breaks_ties_by_idle_then_cpu(tmp_path):
+    state, pod = three_t4_nodes(tmp_path)
     # The ablation's ties: a and b leave 1000 idle, c 3000; b has less cpu.
     tightest = pk._CHOOSERS["ours-tightest-ties"]
     assert tightest(state, pod, state.feasible(pod)) == (1, [0])
@@ -347,9 +368,13 @@ def reference_ours(state, pod, demand, access, typical_pods, typical_access):
     def score(delta):
         return int(1.0 / (1.0 + math.exp(delta / 1000)) * 100.0)
 
+    nodes_gpus = state.nodes.gpus
+
     options = []
     for n in state.feasible(pod):
         row, cpu = state.gpu_free[n], int(state.cpu_free[n])
+        fresh = all(row[: nodes_gpus[n]] == 1000)  # every GPU free: after the nodes in use
+        prio = int(state.priority[n])
         before = frag(row, cpu, n)
         cpu_after = cpu - pod.cpu_nz
         if pod.is_sharing:
@@ -358,7 +383,7 @@ def reference_ours(state, pod, demand, access, typical_pods, typical_access):
                     after = row.copy()
                     after[g] -= pod.milli
                     s = score(frag(after, cpu_after, n) - before)
-                    options.append((-s, int(state.priority[n]), int(row[g]), g, int(n), [g]))
+                    options.append((-s, fresh, prio, int(row[g]), g, int(n), [g]))
         else:
             after = row.copy()
             gpus = []
@@ -366,9 +391,9 @@ def reference_ours(state, pod, demand, access, typical_pods, typical_access):
                 gpus = [g for g in range(len(row)) if row[g] >= pod.milli][: pod.gpus]
                 after[gpus] -= pod.milli
             s = score(frag(after, cpu_after, n) - before)
-            options.append((-s, int(state.priority[n]), 0, 0, int(n), gpus))
-    chosen = min(options, key=lambda o: o[:4])
-    return chosen[4], chosen[5]
+            options.append((-s, fresh, prio, 0, 0, int(n), gpus))
+    chosen = min(options, key=lambda o: o[:5])
+    return chosen[5], chosen[6]
 
 
 def test_ours_choose_matches_the_scalar_definition_and_caches_stay_exact(tmp_path):
@@ -514,6 +539,16 @@ def test_simulate_is_deterministic_and_policies_share_arrivals(tmp_path):
     assert again.bins == runs["ours"].bins and again.n_failed == runs["ours"].n_failed
     for r in runs.values():
         assert r.bins[130]["alloc_pct"] <= 100
+
+
+def test_every_ablation_variant_runs_to_a_valid_packing(tmp_path):
+    # place() raises on any over-commit, so a finished run is a valid packing for each variant
+    pods_csv, nodes_csv = tiny_trace(tmp_path)
+    pods, nodes = pk.load_pods(pods_csv), pk.load_nodes(nodes_csv)
+    runs = {p: pk.simulate(pods, nodes, 5, p) for p in pk.ALL_POLICIES}
+    assert len({r.n_pods for r in runs.values()}) == 1
+    for r in runs.values():
+        assert 50 < r.bins[130]["alloc_pct"] <= 100
 
 
 @pytest.mark.parametrize(
