@@ -199,11 +199,17 @@ class StoreCore:
             held = self._prefetch(
                 db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
             )
-            for fn, args, kwargs in calls:
-                try:
-                    results.append(fn(*args, **kwargs))
-                except StoreError as e:
-                    results.append(e)
+            self._local.awaiting = self._prefetch_awaiting(
+                db, {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
+            )
+            try:
+                for fn, args, kwargs in calls:
+                    try:
+                        results.append(fn(*args, **kwargs))
+                    except StoreError as e:
+                        results.append(e)
+            finally:
+                self._local.awaiting = None
         del held
         return results
 
@@ -229,6 +235,43 @@ class StoreCore:
                 .options(joinedload(orm.LeaseRow.slots))
             ).unique()
         )
+
+    @staticmethod
+    def _prefetch_awaiting(db: Session, users: set[str | None]) -> dict[tuple[str, str], str]:
+        """The requests awaiting approval of the users a batch allocates for, by (user,
+        server), in one query for the whole batch instead of one per ``allocate``."""
+        users.discard(None)
+        if not users:
+            return {}
+        lease = orm.LeaseRow.__table__
+        rows = db.connection().execute(
+            select(lease.c.user, lease.c.server, lease.c.id).where(
+                lease.c.state == "awaiting_approval", lease.c.user.in_(users)
+            )
+        )
+        return {(user, server): lease_id for user, server, lease_id in rows}
+
+    def note_awaiting(self, user: str, server: str, lease_id: str) -> None:
+        """In a batch: a request now awaits approval (a later call of the batch finds it even
+        once a flush has taken it out of the session's new rows)."""
+        cache = getattr(self._local, "awaiting", None)
+        if cache is not None:
+            cache[(user, server)] = lease_id
+
+    def awaiting_in_batch(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
+        """From a batch's prefetch: the server's request awaiting approval as the database
+        had it when the batch began, or as an earlier call of the batch made it (unless released
+        since); ``LookupError`` outside a batch (then ask the database)."""
+        cache = getattr(self._local, "awaiting", None)
+        if cache is None:
+            raise LookupError("not in a batch")
+        lease_id = cache.get((user, server))
+        if lease_id is None:
+            return None
+        row = db.identity_map.get(db.identity_key(orm.LeaseRow, lease_id))
+        if row is not None and row.state != "awaiting_approval":
+            return None
+        return lease_id, "awaiting_approval"
 
     def check_off_loop(self) -> None:
         """With ``strict_writes``: refuse to write on a thread that runs an event loop (a
@@ -372,3 +415,10 @@ class StoreCore:
 
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", "")
+
+
+def _user_of(args: tuple, kwargs: dict) -> str | None:
+    """The user of an ``allocate`` call (its first argument); None unless a string (a malformed
+    call fails alone, in its own turn, not in the batch's prefetch)."""
+    user = args[0] if args else kwargs.get("user")
+    return user if isinstance(user, str) else None

@@ -139,8 +139,7 @@ class LeaseStore(Applier, ViewStore):
                 return obj.hub
         return db.scalar(select(orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id))
 
-    @staticmethod
-    def _awaiting_of(db: Session, user: str, server: str) -> tuple[str, str] | None:
+    def _awaiting_of(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
         """The server's request awaiting approval (made earlier in this batch too), if any."""
         for obj in db.new:
             if (
@@ -149,6 +148,10 @@ class LeaseStore(Applier, ViewStore):
                 and obj.state == "awaiting_approval"
             ):
                 return obj.id, obj.state
+        try:  # a batch looked them up at once
+            return self.awaiting_in_batch(db, user, server)
+        except LookupError:
+            pass
         found = db.scalar(
             select(orm.LeaseRow.id).where(
                 orm.LeaseRow.user == user,
@@ -204,6 +207,7 @@ class LeaseStore(Applier, ViewStore):
             },
         )
         db.add(row)
+        self.note_awaiting(request.user, request.server, request.id)
         self._event(
             db,
             "approval-requested",

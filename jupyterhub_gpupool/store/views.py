@@ -52,9 +52,13 @@ class ViewStore(StoreCore):
     def lease_holder(self, lease_id: str) -> tuple[str, str | None]:
         """The user a lease belongs to and the hub it came from (None: the pool's own), for
         scope checks."""
-        with self.read() as db:
-            row = self.lease_row(db, lease_id)
-            return row.user, row.hub
+        with self.read() as db:  # two columns, not the row and its slots: every DELETE asks
+            found = db.execute(
+                select(orm.LeaseRow.user, orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id)
+            ).first()
+        if found is None:
+            raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
+        return found[0], found[1]
 
     def leases(
         self,

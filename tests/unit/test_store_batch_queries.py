@@ -1,0 +1,100 @@
+"""What a batch asks the database (issue 16's round trips), on SQLite and PostgreSQL: the
+requests awaiting approval are looked up once per batch, not once per ``allocate``, with the
+same answers as the calls one by one; an allocator rebuilt from the rows (the inventory read
+with Core queries) decides like the one kept in step with them."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.store import Store, StoreError
+from tests.fakes import APPROVAL_POOL, make_instances, make_store
+
+
+def state_selects(store: Store) -> list[str]:
+    """Every ``SELECT`` from ``leases`` by state the store sends from now on."""
+    sent: list[str] = []
+
+    def note(_conn, _cursor, statement, *_a) -> None:
+        text = " ".join(statement.split()).upper()
+        if text.startswith("SELECT") and "FROM LEASES" in text and "LEASES.STATE =" in text:
+            sent.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", note)
+    return sent
+
+
+def test_a_batch_looks_up_requests_awaiting_approval_once(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL)
+    ask = store.allocate("admin", "", "big", reason="the paper deadline")
+    assert ask["state"] == "awaiting_approval"
+    sent = state_selects(store)
+    out = store.run_batch(
+        [
+            (store.allocate, ("admin", "", "h100"), {}),  # the server's request still waits
+            (store.allocate, ("admin", "other", "h100"), {}),
+            (store.allocate, ("dana", "a", "h100"), {}),
+            (store.allocate, ("dana", "b", "h100"), {}),
+        ]
+    )
+    assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
+    assert ask["id"] in out[0].message
+    assert [r["state"] for r in out[1:]] == ["granted"] * 3
+    assert len(sent) == 1, sent  # one query for the four allocates (was one each)
+    # outside a batch, an allocate asks the database itself: the same refusal
+    try:
+        store.allocate("admin", "", "h100")
+    except StoreError as e:
+        assert e.code == "already_allocated" and ask["id"] in e.message
+    else:
+        raise AssertionError("a second request for a server awaiting approval was accepted")
+
+
+def test_a_request_withdrawn_earlier_in_the_batch_no_longer_blocks_its_server(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL)
+    ask = store.allocate("admin", "", "big", reason="the paper deadline")
+    out = store.run_batch(
+        [
+            (store.release, (ask["id"],), {}),
+            (store.allocate, ("admin", "", "h100"), {}),
+        ]
+    )
+    assert out[0]["state"] == "released" and out[0]["release_reason"] == "withdrawn"
+    assert out[1]["state"] == "granted"  # as when the two calls run one after the other
+
+
+def test_an_allocator_rebuilt_from_the_rows_matches_the_one_kept_in_step(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    store.allocate("alice", "", "a100-3g")
+    store.allocate("bob", "", "a100-1g")
+    make_instances(store)  # the dynamic-MIG GPU's instances exist and are observed
+    store.allocate("carol", "", "h100")
+    before = store.pool(detail=True)
+    store._allocator = None  # the next look rebuilds it from the rows
+    assert store.pool(detail=True) == before
+    grant = store.allocate("dave", "", "a100-1g")  # placed beside the existing instances
+    assert grant["state"] == "granted" and grant["slots"][0]["start"] is not None
+
+
+def test_a_request_asked_earlier_in_the_batch_blocks_its_server_after_a_flush(db_url, clock):
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL)
+
+    def flush() -> None:  # what releasing a planned MIG instance does in the middle of a batch
+        store._local.active[0].flush()
+
+    out = store.run_batch(
+        [
+            (store.allocate, ("admin", "", "big"), {"reason": "the paper deadline"}),
+            (flush, (), {}),
+            (store.allocate, ("admin", "", "big"), {"reason": "asked twice"}),
+        ]
+    )
+    assert out[0]["state"] == "awaiting_approval"
+    assert isinstance(out[2], StoreError) and out[2].code == "already_allocated"
+    assert out[0]["id"] in out[2].message
+    assert [a["id"] for a in store.awaiting_approval()] == [out[0]["id"]]
