@@ -1,6 +1,7 @@
 """Service load benchmark: allocate + release through the real pool service on loopback.
 
-The issue's target is >= 300 grants/s with p99 <= 50 ms at 32 concurrent clients on PostgreSQL.
+Issue 16's target: >= 800 grants/s with a request p99 <= 40 ms at 32 concurrent clients on
+PostgreSQL, as the median of 5 runs, beside the raw limit measured in the same run.
 
 For each database (SQLite file, fresh PostgreSQL database) the benchmark starts a real JupyterHub
 (with configurable-http-proxy) and the pool service as an external hub service, exactly as the
@@ -23,19 +24,30 @@ where its time goes; ``--in-process`` runs the same allocate+release loop on ``S
 (no HTTP, no hub auth) to separate database cost from the rest. ``--decisions thread|process``
 sets ``PoolService.decisions`` (default ``auto``: a store process on PostgreSQL, a thread on
 SQLite) to compare the two.
+
+``--runs N`` repeats every measurement N times and prints one table per run, then the median and
+spread. ``--compare-tree DIR`` also starts a hub + service whose pool package comes from another
+checkout (``PYTHONPATH``; e.g. ``git worktree add /tmp/base-tree HEAD``), each on its own fresh
+database, and alternates the two in every run, so before and after see the same machine load.
+``--replicas N`` starts N pool services on the one database (the extra ones on their own ports,
+with the same hub credentials) and splits the clients between them; the double-grant check covers
+them all. On PostgreSQL each run ends with the raw limit (``service_raw.py``, ``--no-raw-limit``
+skips it): the same rows written by minimal SQL on a fresh database, and the service's grants/s
+as a fraction of it. The CPU columns add ms per grant of the service, its store process(es) and
+PostgreSQL.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
+import contextlib
 import http.client
-import io
 import json
 import multiprocessing as mp
 import os
 import platform
-import pstats
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,13 +57,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from service_raw import raw_limit
+from service_summary import print_raw, print_summary, summarize
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_JSON = HERE / "results" / "service_load.json"
 PG_ADMIN_URL = os.environ.get("GPUPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
-TARGET_GRANTS_PER_S = 300.0  # at 32 clients on PostgreSQL (issue)
-TARGET_P99_MS = 50.0
+TARGET_GRANTS_PER_S = 800.0  # at 32 clients on PostgreSQL, median of 5 runs (issue 16)
+TARGET_P99_MS = 40.0
 NODES, GPUS_PER_NODE = 64, 8
 OFFER = "h100"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -304,20 +319,36 @@ def double_grants(url: str) -> dict[str, int]:
     }
 
 
-# -- one database: hub + service, then each client count -----------------------------------------
+# -- one database: hub + service(s), then each client count --------------------------------------
 
 
-def bench_env(workdir: Path, db_url: str, profile: Path | None, decisions: str = "auto"):
-    """A HubEnv (from the integration tests) whose service optionally runs under cProfile."""
+def bench_env(
+    workdir: Path,
+    db_url: str,
+    profile: Path | None,
+    decisions: str = "auto",
+    tree: Path | None = None,
+):
+    """A HubEnv (from the integration tests) whose service optionally runs under cProfile, and
+    with ``tree``, imports the pool package from that checkout (``PYTHONPATH``) instead."""
     sys.path.insert(0, str(ROOT))
     from tests.integration.hubenv import HubEnv
+
+    class BenchEnv(HubEnv):
+        def service_env(self) -> dict[str, str]:
+            env = super().service_env()
+            if tree is not None:  # the service and its store process run the other checkout
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [str(tree), *filter(None, [env.get("PYTHONPATH")])]
+                )
+            return env
 
     pool = workdir / "bench-pool.yaml"
     pool.write_text(pool_yaml())
     python = (sys.executable,)
     if profile is not None:
         python = (sys.executable, "-m", "cProfile", "-o", str(profile))
-    return HubEnv(
+    return BenchEnv(
         workdir,
         db_url,
         pool,
@@ -330,8 +361,60 @@ def bench_env(workdir: Path, db_url: str, profile: Path | None, decisions: str =
     )
 
 
-def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
-    """``n`` client processes against the running service; returns the figures."""
+class Deployment:
+    """A hub, its pool service and ``replicas - 1`` more pool services on the same database
+    (each on its own port, with the same hub credentials: clients address them directly)."""
+
+    def __init__(self, env: Any, replicas: int) -> None:
+        self.env = env
+        self.replicas = replicas
+        self.extra: list[subprocess.Popen] = []
+        self.apis: list[str] = []
+
+    def start(self) -> None:
+        from tests.integration.hubenv import free_port, wait_http
+
+        env = self.env
+        env.start()
+        self.apis = [env.api]
+        for _ in range(self.replicas - 1):
+            port = free_port()
+            args = [sys.executable, "-m", "jupyterhub_gpupool.cli", "service"]
+            args += [f"--db-url={env.db_url}", f"--pool-config={env.pool_config}"]
+            args += [*env.service_args, f"--PoolService.port={port}"]
+            log = open(env.dir / f"service-{port}.log", "ab")  # noqa: SIM115
+            proc = subprocess.Popen(
+                args,
+                cwd=env.dir,
+                env=env.service_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.extra.append(proc)
+            api = f"http://127.0.0.1:{port}{env.service_prefix}api/v1"
+            wait_http(f"{api}/pool", 60, proc)
+            self.apis.append(api)
+
+    @property
+    def service_pids(self) -> list[int]:
+        return [self.env.service.pid, *(p.pid for p in self.extra)]
+
+    def stop(self) -> None:
+        for proc in self.extra:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self.env.stop()
+
+
+def run_clients(dep: Deployment, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``n`` client processes against the running service(s), split evenly between the
+    replicas; returns the figures."""
+    env = dep.env
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     per_client = None if args.requests is None else max(1, args.requests // n)
@@ -341,7 +424,7 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
             target=client,
             args=(
                 w,
-                env.api,
+                dep.apis[w % len(dep.apis)],
                 env.spawner_token,
                 start_at,
                 args.warmup,
@@ -356,26 +439,27 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
         p.start()
     while time.time() < start_at + args.warmup:
         time.sleep(0.005)
-    threads0 = thread_cpu(env.service.pid)
-    store_pids = children(env.service.pid)
-    store0 = sum(proc_cpu(p) for p in store_pids)
-    svc0, hub0, pg0, (busy0, tot0) = (
-        proc_cpu(env.service.pid) + store0,
-        proc_cpu(env.hub.pid),
-        postgres_cpu(),
-        machine_busy(),
-    )
+    pids = dep.service_pids
+    store_pids = [c for pid in pids for c in children(pid)]
+
+    def sample() -> tuple:
+        threads = [thread_cpu(pid) for pid in pids]
+        store = sum(proc_cpu(p) for p in store_pids)
+        return (
+            sum(t[0] for t in threads),
+            sum(t[1] for t in threads),
+            store,
+            sum(proc_cpu(pid) for pid in pids) + store,
+            proc_cpu(env.hub.pid),
+            postgres_cpu(),
+            machine_busy(),
+        )
+
+    loop0, other0, store0, svc0, hub0, pg0, (busy0, tot0) = sample()
     t0 = time.time()
     results = [out.get(timeout=args.seconds * 20 + 600 if args.seconds else 3600) for _ in procs]
     wall = time.time() - t0
-    threads1 = thread_cpu(env.service.pid)
-    store1 = sum(proc_cpu(p) for p in store_pids)
-    svc1, hub1, pg1, (busy1, tot1) = (
-        proc_cpu(env.service.pid) + store1,
-        proc_cpu(env.hub.pid),
-        postgres_cpu(),
-        machine_busy(),
-    )
+    loop1, other1, store1, svc1, hub1, pg1, (busy1, tot1) = sample()
     for p in procs:
         p.join(30)
     firsts = [r["first"] for r in results if r["first"] is not None]
@@ -409,11 +493,15 @@ def run_clients(env: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "errors": dict(errors),
         # CPU the service spends per grant (POST + DELETE): 1000 / this is its ceiling on one core
         "service_cpu_ms_per_grant": round(1000 * (svc1 - svc0) / len(pair), 2) if pair else None,
+        "store_cpu_ms_per_grant": round(1000 * (store1 - store0) / len(pair), 2) if pair else None,
+        "postgres_cpu_ms_per_grant": round(1000 * cpu_delta(pg0, pg1) / len(pair), 2)
+        if pair
+        else None,
         "cpu_cores_used": {
             "clients": round(client_cpu / wall, 3) if wall else None,
             "service": round((svc1 - svc0) / wall, 3) if wall else None,
-            "service_event_loop": round((threads1[0] - threads0[0]) / wall, 3) if wall else None,
-            "service_other_threads": round((threads1[1] - threads0[1]) / wall, 3) if wall else None,
+            "service_event_loop": round((loop1 - loop0) / wall, 3) if wall else None,
+            "service_other_threads": round((other1 - other0) / wall, 3) if wall else None,
             "service_store_process": round((store1 - store0) / wall, 3) if wall else None,
             "hub": round((hub1 - hub0) / wall, 3) if wall else None,
             "postgres_all": round(cpu_delta(pg0, pg1) / wall, 3) if wall else None,
@@ -428,189 +516,110 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def bench_db(db: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Start hub + service on a fresh ``db`` database and run every client count."""
-    with tempfile.TemporaryDirectory(prefix=f"gpupool-bench-{db}-") as tmp:
-        workdir = Path(tmp)
-        url = f"sqlite:///{workdir}/pool.sqlite" if db == "sqlite" else create_pg_database()
-        profile = None
-        if args.profile:
-            profile = (args.profile_dir or workdir) / f"service-{db}.prof"
-            profile.parent.mkdir(parents=True, exist_ok=True)
+def bench_db(db: str, trees: dict[str, Path | None], args: argparse.Namespace) -> dict[str, Any]:
+    """Start hub + service(s) for each tree on its own fresh ``db`` database, then ``--runs``
+    rounds: in each, every tree and client count (trees alternating, so both see the same
+    machine load), and on PostgreSQL the raw limit measured right after. One table per run."""
+    with contextlib.ExitStack() as stack:
+        deps: dict[str, Deployment] = {}
+        urls: dict[str, str] = {}
+        profiles: dict[str, Path] = {}
         runs: list[dict[str, Any]] = []
-        try:
-            env = bench_env(workdir, url, profile, args.decisions)
+        raws: list[dict[str, Any]] = []
+        for label, tree in trees.items():
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpb-{db}-")))
+            url = f"sqlite:///{workdir}/pool.sqlite" if db == "sqlite" else create_pg_database()
+            urls[label] = url
+            if db != "sqlite":
+                stack.callback(drop_pg_database, url)
+            profile = None
+            if args.profile:
+                profile = (args.profile_dir or workdir) / f"service-{db}-{label}.prof"
+                profile.parent.mkdir(parents=True, exist_ok=True)
+                profiles[label] = profile
+            dep = Deployment(bench_env(workdir, url, profile, args.decisions, tree), args.replicas)
+            stack.callback(dep.stop)
             try:
-                env.start()
+                dep.start()
+            except BaseException:
+                print(dep.env.logs(), file=sys.stderr)
+                raise
+            deps[label] = dep
+        for r in range(args.runs):
+            print(f"\n--- {db}, run {r + 1}/{args.runs}: {loadavg()}", flush=True)
+            print(HEADER)
+            for label, dep in deps.items():
                 for n in args.clients:
-                    run = run_clients(env, n, args)
-                    run["db"] = db
+                    try:
+                        run = run_clients(dep, n, args)
+                    except BaseException:
+                        print(dep.env.logs(), file=sys.stderr)
+                        raise
+                    run.update(db=db, tree=label, run=r, replicas=args.replicas)
                     runs.append(run)
                     print_row(run)
-            except BaseException:
-                print(env.logs(), file=sys.stderr)
-                raise
-            finally:
-                env.stop()
-            checks = double_grants(url)
-        finally:
-            if db != "sqlite":
-                drop_pg_database(url)
-        prof = summarize_profile(profile) if profile is not None and profile.exists() else None
-    return {"db": db, "runs": runs, "checks": checks, "profile": prof}
+            if db == "postgresql" and args.raw_limit:
+                raw = raw_limit(
+                    create_pg_database, drop_pg_database, max(args.clients), args.seconds, 1.0
+                )
+                raw["run"] = r
+                raws.append(raw)
+                print_raw(raw, [x for x in runs if x["run"] == r], max(args.clients))
+        for dep in deps.values():
+            dep.stop()
+        checks = {label: double_grants(url) for label, url in urls.items()}
+        prof = None
+        if profiles:
+            from service_inproc import summarize_profile
+
+            prof = {k: summarize_profile(v) for k, v in profiles.items() if v.exists()}
+    return {"db": db, "runs": runs, "raw_limit": raws, "checks": checks, "profile": prof}
 
 
-# -- profiles ------------------------------------------------------------------------------------
-
-CATEGORIES = (
-    ("database driver (psycopg / sqlite3: waiting on the database)", ("psycopg", "sqlite3")),
-    ("SQLAlchemy (ORM, compilation, unit of work)", ("sqlalchemy",)),
-    ("pool store + allocator", ("jupyterhub_gpupool/store", "jupyterhub_gpupool/pool")),
-    ("pool service handlers", ("jupyterhub_gpupool/service",)),
-    ("hub auth (jupyterhub.services.auth)", ("jupyterhub/",)),
-    ("tornado (HTTP server, routing)", ("tornado",)),
-    ("event loop / sockets (idle waits included)", ("asyncio", "selectors", "select.epoll")),
-    ("logging", ("logging",)),
-    ("json", ("json",)),
-)
-
-
-def categorize(filename: str, name: str) -> str:
-    where = f"{filename}:{name}"
-    for label, keys in CATEGORIES:
-        if any(k in where for k in keys):
-            return label
-    return "other"
-
-
-def summarize_profile(path: Path, top: int = 25) -> dict[str, Any]:
-    """Self time by category, and the top functions by self and cumulative time."""
-    stats = pstats.Stats(str(path))
-    by_cat: Counter[str] = Counter()
-    for (filename, _line, name), (_cc, _nc, tt, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        by_cat[categorize(filename, name)] += tt
-    text = io.StringIO()
-    stats.stream = text  # type: ignore[attr-defined]
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(r"jupyterhub_gpupool|auth\.py", top)
-    return {
-        "self_seconds_by_category": {k: round(v, 2) for k, v in by_cat.most_common()},
-        "text": text.getvalue(),
-    }
-
-
-# -- in process: the same loop on Store directly --------------------------------------------------
-
-
-def in_process(db: str, args: argparse.Namespace) -> dict[str, Any]:
-    """What the service's handlers call for POST and DELETE (``allocate``; ``lease_owner`` +
-    ``release``), on ``Store`` directly and sequentially: no HTTP, no hub auth. Reports wall and
-    CPU time per pair (wall - CPU ~ waiting on the database) and the statements each sends."""
-    from sqlalchemy import event
-
-    from jupyterhub_gpupool.dbutil import make_engine, upgrade
-    from jupyterhub_gpupool.pool.catalog import default_catalog
-    from jupyterhub_gpupool.poolconfig import load_pool_config
-    from jupyterhub_gpupool.store import Store
-
-    n = args.requests or 1000
-    warm = 100
-    with tempfile.TemporaryDirectory(prefix=f"gpupool-inproc-{db}-") as tmp:
-        url = f"sqlite:///{tmp}/pool.sqlite" if db == "sqlite" else create_pg_database()
-        try:
-            upgrade(url)
-            catalog = default_catalog()
-            engine = make_engine(url)
-            store = Store(engine, catalog)
-            pool = Path(tmp) / "pool.yaml"
-            pool.write_text(pool_yaml())
-            store.load_config(load_pool_config(str(pool), catalog))
-            sent: Counter[str] = Counter()
-            phase = ["allocate"]
-
-            @event.listens_for(engine, "before_cursor_execute")
-            def _count(*_: Any) -> None:
-                sent[phase[0]] += 1
-
-            @event.listens_for(engine, "commit")
-            def _commit(*_: Any) -> None:
-                sent[phase[0] + " commits"] += 1
-
-            alloc_ms, release_ms = [], []
-            prof = cProfile.Profile() if args.profile else None
-            cpu0 = wall0 = 0.0
-            for i in range(n + warm):
-                if i == warm:
-                    sent.clear()
-                    cpu0, wall0 = time.process_time(), time.perf_counter()
-                    if prof is not None:
-                        prof.enable()
-                phase[0] = "allocate"
-                t0 = time.perf_counter()
-                lease = store.allocate(f"bench{i % 32}", f"s{i}", OFFER, actor="bench")
-                t1 = time.perf_counter()
-                phase[0] = "release"
-                store.lease_owner(lease["id"])  # the DELETE handler's scope check
-                store.release(lease["id"], actor="bench")
-                t2 = time.perf_counter()
-                if i >= warm:
-                    alloc_ms.append(1000 * (t1 - t0))
-                    release_ms.append(1000 * (t2 - t1))
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            if prof is not None:
-                prof.disable()
-            engine.dispose()
-        finally:
-            if db != "sqlite":
-                drop_pg_database(url)
-        out: dict[str, Any] = {
-            "db": db,
-            "pairs": n,
-            "pairs_per_s": round(n / wall, 1),
-            "wall_ms_per_pair": round(1000 * wall / n, 2),
-            "cpu_ms_per_pair": round(1000 * cpu / n, 2),
-            "statements_per_allocate": round(sent["allocate"] / n, 1),
-            "statements_per_release": round(sent["release"] / n, 1),
-            "commits_per_pair": round((sent["allocate commits"] + sent["release commits"]) / n, 1),
-            "allocate_ms": {
-                "p50": _round(percentile(alloc_ms, 50)),
-                "p99": _round(percentile(alloc_ms, 99)),
-            },
-            "release_ms": {
-                "p50": _round(percentile(release_ms, 50)),
-                "p99": _round(percentile(release_ms, 99)),
-            },
-        }
-        if prof is not None:
-            path = Path(tmp) / "inproc.prof"
-            prof.dump_stats(str(path))
-            out["profile"] = summarize_profile(path)
-    return out
+def loadavg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 # -- output --------------------------------------------------------------------------------------
 
 HEADER = (
-    f"{'db':<11}{'clients':>8}{'grants/s':>10}{'req/s':>8}{'POST p50':>10}{'p99':>8}"
+    f"{'tree':<6}{'db':<11}{'clients':>8}{'grants/s':>10}{'req/s':>8}{'POST p50':>10}{'p99':>8}"
     f"{'DELETE p50':>12}{'p99':>8}{'pair p99':>10}{'errors':>8}"
     f"{'cpu: svc':>10}{'loop':>6}{'other':>6}{'store':>6}{'pg':>6}{'clients':>9}{'box':>6}"
-    f"{'svc ms/grant':>14}"
+    f"{'ms/grant: svc':>15}{'store':>7}{'pg':>6}"
 )
 
 
 def print_row(run: dict[str, Any]) -> None:
     cpu = run["cpu_cores_used"]
     print(
-        f"{run['db']:<11}{run['clients']:>8}{run['grants_per_s']:>10.1f}"
+        f"{run['tree']:<6}{run['db']:<11}{run['clients']:>8}{run['grants_per_s']:>10.1f}"
         f"{run['requests_per_s']:>8.0f}{run['post_ms']['p50']:>10.1f}{run['post_ms']['p99']:>8.1f}"
         f"{run['delete_ms']['p50']:>12.1f}{run['delete_ms']['p99']:>8.1f}"
         f"{run['pair_ms']['p99']:>10.1f}{sum(run['errors'].values()):>8}"
         f"{cpu['service']:>10.2f}{cpu['service_event_loop']:>6.2f}"
         f"{cpu['service_other_threads']:>6.2f}{cpu['service_store_process']:>6.2f}"
         f"{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
-        f"{cpu['machine']:>6.2f}{run['service_cpu_ms_per_grant'] or 0:>14.2f}",
+        f"{cpu['machine']:>6.2f}{run['service_cpu_ms_per_grant'] or 0:>15.2f}"
+        f"{run['store_cpu_ms_per_grant'] or 0:>7.2f}{run['postgres_cpu_ms_per_grant'] or 0:>6.2f}",
         flush=True,
     )
+
+
+def tree_info(tree: Path) -> dict[str, Any]:
+    """Which commit a checkout is at, and whether it has uncommitted changes."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tree), *a], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    return {
+        "path": str(tree),
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -620,6 +629,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
     ap.add_argument("--requests", type=int, help="measure this many grants per run instead")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
+    ap.add_argument("--runs", type=int, default=1, help="rounds; the summary is their median")
+    ap.add_argument(
+        "--replicas", type=int, default=1, help="pool services on the one database (clients split)"
+    )
+    ap.add_argument(
+        "--compare-tree",
+        type=Path,
+        help="also run the service from this checkout (PYTHONPATH), alternating with this one",
+    )
+    ap.add_argument(
+        "--no-raw-limit",
+        dest="raw_limit",
+        action="store_false",
+        help="skip the minimal-SQL raw limit after each PostgreSQL run",
+    )
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to save the figures")
     ap.add_argument("--profile", action="store_true", help="run the service under cProfile")
     ap.add_argument(
@@ -642,20 +666,28 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown database {bad[0]!r} (sqlite, postgresql)")
     args.clients = [int(c) for c in args.clients.split(",")]
+    trees: dict[str, Path | None] = {"new": None}
+    if args.compare_tree is not None:
+        other = args.compare_tree.resolve()
+        if not (other / "jupyterhub_gpupool" / "__init__.py").exists():
+            ap.error(f"--compare-tree: {other} has no jupyterhub_gpupool package")
+        trees = {"base": other, "new": None}
 
     amount = f"{args.requests} grants" if args.requests else f"{args.seconds:g}s"
     print(
         f"pool: {NODES} nodes x {GPUS_PER_NODE} H100 = {NODES * GPUS_PER_NODE} GPUs; "
-        f"{amount} per run "
-        f"after {args.warmup:g}s warm-up; load average now {os.getloadavg()[0]:.1f}"
+        f"{amount} per run after {args.warmup:g}s warm-up; {args.runs} run(s); "
+        f"{args.replicas} service replica(s); trees: "
+        + ", ".join(f"{k}={v or ROOT}" for k, v in trees.items())
+        + f"; {loadavg()}"
     )
-    print(HEADER)
     report: dict[str, Any] = {
         "benchmark": "service_load",
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "loadavg_start": os.getloadavg(),
         },
         "args": {
             "db": args.db,
@@ -663,63 +695,60 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": None if args.requests else args.seconds,
             "requests": args.requests,
             "warmup": args.warmup,
+            "runs": args.runs,
+            "replicas": args.replicas,
+            "decisions": args.decisions,
             "pool_gpus": NODES * GPUS_PER_NODE,
         },
+        "trees": {k: tree_info(v or ROOT) for k, v in trees.items()},
         "databases": [],
+        "summary": [],
     }
     failed = False
     for db in args.db:
-        result = bench_db(db, args)
+        result = bench_db(db, trees, args)
         report["databases"].append(result)
-        checks = result["checks"]
-        doubles = checks["live_slots_held_twice"] + checks["audit_replay_double_grants"]
-        print(
-            f"{db}: double grants {doubles} (live {checks['live_slots_held_twice']}, audit "
-            f"replay {checks['audit_replay_double_grants']}); {checks['leases']} leases, "
-            f"{checks['leases_not_released']} not released, {checks['leases_ever_queued']} queued"
-        )
-        failed |= doubles > 0 or checks["leases_not_released"] > 0
-        if result["profile"]:
-            print(f"\n--- service profile ({db}): self time by category")
-            for k, v in result["profile"]["self_seconds_by_category"].items():
-                print(f"  {v:8.2f}s  {k}")
-            print(result["profile"]["text"])
-    if args.in_process:
-        report["in_process"] = []
-        for db in args.db:
-            r = in_process(db, args)
-            report["in_process"].append(r)
+        for label, checks in result["checks"].items():
+            doubles = checks["live_slots_held_twice"] + checks["audit_replay_double_grants"]
             print(
-                f"in-process Store ({db}): {r['pairs_per_s']} allocate+release/s; per pair "
-                f"{r['wall_ms_per_pair']} ms wall, {r['cpu_ms_per_pair']} ms CPU; "
-                f"{r['statements_per_allocate']} statements per allocate, "
-                f"{r['statements_per_release']} per release (with the owner check), "
-                f"{r['commits_per_pair']} commits; allocate p50 {r['allocate_ms']['p50']} ms "
-                f"p99 {r['allocate_ms']['p99']} ms, release p50 {r['release_ms']['p50']} ms "
-                f"p99 {r['release_ms']['p99']} ms"
+                f"{db} [{label}]: double grants {doubles} (live {checks['live_slots_held_twice']}, "
+                f"audit replay {checks['audit_replay_double_grants']}) over {args.replicas} "
+                f"replica(s); {checks['leases']} leases, {checks['leases_not_released']} not "
+                f"released, {checks['leases_ever_queued']} queued"
             )
-            if "profile" in r:
-                for k, v in r["profile"]["self_seconds_by_category"].items():
-                    print(f"  {v:8.2f}s  {k}")
-                print(r["profile"]["text"])
+            failed |= doubles > 0 or checks["leases_not_released"] > 0
+        for label, prof in (result["profile"] or {}).items():
+            print(f"\n--- service profile ({db}, {label}): self time by category")
+            for k, v in prof["self_seconds_by_category"].items():
+                print(f"  {v:8.2f}s  {k}")
+            print(prof["text"])
+        report["summary"] += summarize(result)
+    print_summary(report["summary"], args.runs)
+    if args.in_process:
+        from service_inproc import print_in_process
+
+        report["in_process"] = print_in_process(args)
     target = None
-    for result in report["databases"]:
-        for run in result["runs"]:
-            if run["db"] == "postgresql" and run["clients"] == 32:
-                target = {
-                    "grants_per_s": run["grants_per_s"],
-                    "p99_ms": max(run["post_ms"]["p99"] or 0, run["delete_ms"]["p99"] or 0),
-                }
+    for row in report["summary"]:
+        if (row["db"], row["tree"], row["clients"]) == ("postgresql", "new", 32):
+            target = {
+                "grants_per_s": row["grants_per_s"]["median"],
+                "p99_ms": row["request_p99_ms"]["median"],
+                "replicas": args.replicas,
+                "runs": args.runs,
+            }
     if target is not None:
         target["met"] = (
             target["grants_per_s"] >= TARGET_GRANTS_PER_S and target["p99_ms"] <= TARGET_P99_MS
         )
         print(
-            f"target (PostgreSQL, 32 clients): >= {TARGET_GRANTS_PER_S:g} grants/s with p99 <= "
-            f"{TARGET_P99_MS:g} ms -> {target['grants_per_s']} grants/s, p99 "
-            f"{target['p99_ms']} ms: {'met' if target['met'] else 'NOT met'}"
+            f"target (PostgreSQL, 32 clients, median of {args.runs}): >= "
+            f"{TARGET_GRANTS_PER_S:g} grants/s with p99 <= {TARGET_P99_MS:g} ms -> "
+            f"{target['grants_per_s']} grants/s, p99 {target['p99_ms']} ms: "
+            f"{'met' if target['met'] else 'NOT met'}; {loadavg()}"
         )
     report["target"] = target
+    report["machine"]["loadavg_end"] = os.getloadavg()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"saved {args.json}")
