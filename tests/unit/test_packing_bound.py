@@ -91,3 +91,84 @@ def test_arrived_prefix_ends_with_the_bin():
     # 8 x 500 milli = 100 % of 4 GPUs: every pod has arrived by the end of the 100 % bin
     assert sorted(prefix.tolist()) == list(range(8))
     assert len(bound.arrived_prefix(pods, nodes, seed=1, arrived_pct=50, tune=1.0)) == 4
+
+
+def tiny_instance(tmp_path, rng, n_pods):
+    """Random pods (cpu, GPU count, milli) on two nodes, as CSV tables and as tuples."""
+    node_rows = [("a", 8000, 65536, 2, "T4"), ("b", 4000, 65536, 1, "T4")]
+    shapes = []
+    for _ in range(n_pods):
+        if rng.random() < 0.3:
+            shapes.append((int(rng.integers(1, 5)) * 1000, int(rng.integers(1, 3)), 1000))
+        else:
+            shapes.append((int(rng.integers(1, 5)) * 1000, 1, int(rng.integers(1, 10)) * 100))
+    nodes_csv = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model", node_rows)
+    pods_csv = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli",
+        [(f"p{i}", c, 1024, g, m) for i, (c, g, m) in enumerate(shapes)],
+    )
+    return traces.load_nodes(nodes_csv), traces.load_pods(pods_csv), shapes, [(8000, 2), (4000, 1)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bound_exact_coarse_and_compact_are_never_below_the_optimum(tmp_path, seed):
+    """Coarse classes ask for their members' least and are worth their most: a relaxation."""
+    nodes, pods, shapes, node_caps = tiny_instance(tmp_path, np.random.default_rng(seed), 6)
+    optimum = best_packing(shapes, node_caps)
+    every = np.arange(len(pods))
+    exact = bound.config_lp_bound(pods, nodes, every, time_limit=30)
+    assert exact.converged
+    assert optimum <= exact.upper_milli + 1e-6
+    assert exact.packing_found_milli is not None and exact.packing_found_milli <= optimum
+    assert exact.upper_milli <= exact.compact_milli + 1e-6 <= exact.fluid_milli + 2e-6
+    for grid in (0.3, 1.0):
+        coarse = bound.config_lp_bound(pods, nodes, every, time_limit=30, grid=grid)
+        assert coarse.classes <= exact.classes
+        assert optimum <= coarse.upper_milli + 1e-6
+        assert coarse.packing_found_milli is None  # its pods are relaxed ones: no real packing
+    # too many share patterns: capacity and dual-feasible cuts only, looser but still valid
+    loose = bound.config_lp_bound(pods, nodes, every, time_limit=30, max_patterns=0)
+    assert optimum <= exact.upper_milli <= loose.upper_milli + 1e-6
+
+
+def test_share_patterns_are_the_maximal_ones():
+    expected = [
+        (0, 0, 3),
+        (0, 1, 2),
+        (0, 2, 0),
+        (1, 0, 1),
+        (1, 1, 0),
+    ]  # 600+300 leaves 100: maximal
+    assert sorted(bound._share_patterns([600, 400, 300], 100)) == expected
+    assert bound._share_patterns([100, 50], 3) is None  # 11 patterns > 3
+
+
+def test_coarse_classes_take_the_least_need_and_the_most_worth():
+    pods = traces.PodTable(
+        "t",
+        ("a", "b", "c", "d"),
+        np.array([1000, 1040, 1000, 5000]),  # cpu: a and b share a bucket at grid 0.1
+        np.array([1050, 1024, 1024, 1024]),
+        np.array([1, 1, 1, 1]),
+        np.array([500, 520, 1000, 500]),
+        ("",) * 4,
+    )
+    exact = bound._classes(pods, np.arange(4))
+    assert len(exact.count) == 4 and sorted(exact.worth.tolist()) == [500, 500, 520, 1000]
+    coarse = bound._classes(pods, np.arange(4), grid=0.1)
+    assert int(coarse.count.sum()) == 4 and len(coarse.count) == 3
+    merged = int(np.flatnonzero(coarse.count == 2)[0])
+    assert (coarse.cpu[merged], coarse.mem[merged], coarse.milli[merged]) == (1000, 1024, 500)
+    assert coarse.worth[merged] == 520
+
+
+def test_no_gpu_pod_arrived_bounds_at_zero():
+    nodes = traces.NodeTable(("n",), np.array([1000]), np.array([1000]), np.array([4]), ("T4",))
+    pods = traces.PodTable(
+        "t", ("a",), np.array([100]), np.array([100]), np.array([0]), np.array([0]), ("",)
+    )
+    for idx in (np.arange(0), np.arange(1)):
+        res = bound.config_lp_bound(pods, nodes, idx, time_limit=5)
+        assert (res.upper_milli, res.packing_found_milli, res.converged) == (0.0, 0, True)
