@@ -131,6 +131,8 @@ class StoreCore:
             engine.execution_options(gpupool_readonly=True), expire_on_commit=False
         )
         self._local = threading.local()
+        #: lease id -> (user, hub): whose a lease is never changes (``ViewStore.note_holder``)
+        self._lease_holders: dict[str, tuple[str, str | None]] = {}
         self._allocator: Allocator | None = None
         self._version: int | None = None
         self._thread_lock = threading.RLock()

@@ -39,6 +39,10 @@ class EveryHub:
 EVERY_HUB = EveryHub()
 
 
+#: Lease holders kept in memory for the scope checks (``ViewStore.note_holder``).
+HOLDERS_KEPT = 100_000
+
+
 class ViewStore(StoreCore):
     """The store's read side."""
 
@@ -51,14 +55,27 @@ class ViewStore(StoreCore):
 
     def lease_holder(self, lease_id: str) -> tuple[str, str | None]:
         """The user a lease belongs to and the hub it came from (None: the pool's own), for
-        scope checks."""
-        with self.read() as db:  # two columns, not the row and its slots: every DELETE asks
+        scope checks. Neither ever changes, so an answer is kept (see ``note_holder``)."""
+        holders = self._lease_holders
+        if lease_id in holders:
+            return holders[lease_id]
+        with self.read() as db:  # two columns, not the row and its slots
             found = db.execute(
                 select(orm.LeaseRow.user, orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id)
             ).first()
         if found is None:
             raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
+        self.note_holder(lease_id, found[0], found[1])
         return found[0], found[1]
+
+    def note_holder(self, lease_id: str, user: str, hub: str | None) -> None:
+        """Remember whose a lease is, as the service learns it (its grant's answer): every
+        DELETE asks, and a database read for it on the event loop cost a round trip per
+        release. Bounded: the oldest go first (a forgotten one is read again)."""
+        holders = self._lease_holders
+        holders[lease_id] = (user, hub)
+        while len(holders) > HOLDERS_KEPT:
+            del holders[next(iter(holders))]
 
     def leases(
         self,

@@ -98,3 +98,30 @@ def test_a_request_asked_earlier_in_the_batch_blocks_its_server_after_a_flush(db
     assert isinstance(out[2], StoreError) and out[2].code == "already_allocated"
     assert out[0]["id"] in out[2].message
     assert [a["id"] for a in store.awaiting_approval()] == [out[0]["id"]]
+
+
+def test_whose_a_lease_is_comes_from_memory_once_known(db_url, clock):
+    """Every DELETE checks whose the lease is; the service notes it from the grant's answer,
+    so the check does not read the database (on the event loop) again, and a lease it never
+    saw is read once. A missing lease is still the store's 404."""
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL)
+    noted = store.allocate("dana", "a", "h100")
+    unseen = store.allocate("dana", "b", "h100")
+    sent: list[str] = []
+
+    def note(_conn, _cursor, statement, *_a) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            sent.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", note)
+    store.note_holder(noted["id"], noted["user"], noted["hub"])
+    assert store.lease_holder(noted["id"]) == ("dana", None) and sent == []
+    assert store.lease_holder(unseen["id"]) == ("dana", None) and len(sent) == 1
+    assert store.lease_holder(unseen["id"]) == ("dana", None) and len(sent) == 1
+    try:
+        store.lease_holder("no-such-lease")
+    except StoreError as e:
+        assert e.code == "not_found"
+    else:
+        raise AssertionError("a missing lease had a holder")

@@ -76,6 +76,7 @@ class AllocationsHandler(APIHandler):
         except PoolError as e:  # counted for capacity planning (no lease row is written)
             await self.writer.call(self.store.record_refusal, body["offer"], e.code)
             raise
+        self.store.note_holder(lease["id"], lease["user"], lease.get("hub"))
         if lease["state"] == "awaiting_approval":
             self.settings["notify"]("approval-requested", lease)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
