@@ -21,8 +21,10 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
+from ..hubclient import parse_time
 from .chargeback import ChargebackStore, lease_figures
 from .errors import StoreError
+from .rows import from_epoch
 
 DAY = timedelta(days=1)
 #: Refusals capacity planning counts: the quota's (more quota would have served them) and the
@@ -79,10 +81,8 @@ def queued_at(row: orm.LeaseRow) -> datetime | None:
     ask = row.approval or {}
     if not ask:
         return row.created
-    if ask.get("decision") != "approved" or not ask.get("decided"):
-        return None
-    decided = datetime.fromisoformat(str(ask["decided"]).replace("Z", "+00:00"))
-    return decided.replace(tzinfo=None)
+    decided = parse_time(ask.get("decided")) if ask.get("decision") == "approved" else None
+    return None if decided is None else from_epoch(decided)
 
 
 def wait_figures(waits: Iterable[float]) -> dict[str, float | None]:
