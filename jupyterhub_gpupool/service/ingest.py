@@ -169,18 +169,21 @@ def ingest(
             if gpu is None or prev is None or (sample.util or 0) < busy_threshold:
                 continue
             seconds = min(sample.ts - prev.ts, 60.0)
-            holders = [gpu.whole_lease] if gpu.whole_lease else list(gpu.shares)
-            if not gpu.whole_lease and sample.lease_util is not None:
-                # a share is busy by its own processes, as the reclaimer judges it: a busy
-                # neighbour does not make an idle share's held hours busy ones
-                own = dict(sample.lease_util)
-                holders = [le for le in holders if own.get(le, 0.0) >= busy_threshold]
             if sample.start is not None:
                 holders = [
                     i.lease
                     for i in gpu.instances
                     if i.start == sample.start and i.lease != RETIRING
                 ]
+            elif gpu.whole_lease:
+                holders = [gpu.whole_lease]
+            elif sample.lease_util is not None:
+                # a share is busy by its own processes, as the reclaimer judges it: a busy
+                # neighbour does not make an idle share's held hours busy ones
+                own = dict(sample.lease_util)
+                holders = [le for le in gpu.shares if own.get(le, 0.0) >= busy_threshold]
+            else:
+                holders = list(gpu.shares)
             for lease in filter(None, holders):
                 busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
     return busy
