@@ -201,7 +201,7 @@ class StoreCore:
             held = self._prefetch(
                 db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
             )
-            self._local.awaiting = self._prefetch_awaiting(
+            self._local.awaiting, self._local.awaiting_ids = self._prefetch_awaiting(
                 db, {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
             )
             try:
@@ -211,7 +211,7 @@ class StoreCore:
                     except StoreError as e:
                         results.append(e)
             finally:
-                self._local.awaiting = None
+                self._local.awaiting = self._local.awaiting_ids = None
         del held
         return results
 
@@ -239,19 +239,27 @@ class StoreCore:
         )
 
     @staticmethod
-    def _prefetch_awaiting(db: Session, users: set[str | None]) -> dict[tuple[str, str], str]:
-        """The requests awaiting approval of the users a batch allocates for, by (user,
-        server), in one query for the whole batch instead of one per ``allocate``."""
+    def _prefetch_awaiting(
+        db: Session, users: set[str | None]
+    ) -> tuple[dict[tuple[str, str], str], dict[str, set[str]]]:
+        """The requests awaiting approval of the users a batch allocates for, in one query for
+        the whole batch instead of one (or two: the server's, the user's count) per
+        ``allocate``: by (user, server), and every one by user."""
         users.discard(None)
         if not users:
-            return {}
+            return {}, {}
         lease = orm.LeaseRow.__table__
         rows = db.connection().execute(
             select(lease.c.user, lease.c.server, lease.c.id).where(
                 lease.c.state == "awaiting_approval", lease.c.user.in_(users)
             )
         )
-        return {(user, server): lease_id for user, server, lease_id in rows}
+        by_server: dict[tuple[str, str], str] = {}
+        by_user: dict[str, set[str]] = {}
+        for user, server, lease_id in rows:
+            by_server[(user, server)] = lease_id
+            by_user.setdefault(user, set()).add(lease_id)
+        return by_server, by_user
 
     def note_awaiting(self, user: str, server: str, lease_id: str) -> None:
         """In a batch: a request now awaits approval (a later call of the batch finds it even
@@ -259,6 +267,13 @@ class StoreCore:
         cache = getattr(self._local, "awaiting", None)
         if cache is not None:
             cache[(user, server)] = lease_id
+            self._local.awaiting_ids.setdefault(user, set()).add(lease_id)
+
+    def _still_awaiting(self, db: Session, lease_id: str) -> bool:
+        """Whether a request the batch knew awaiting approval still does (not withdrawn,
+        approved or denied by an earlier call of the batch)."""
+        row = db.identity_map.get(db.identity_key(orm.LeaseRow, lease_id))
+        return row is None or row.state == "awaiting_approval"
 
     def awaiting_in_batch(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
         """From a batch's prefetch: the server's request awaiting approval as the database
@@ -268,12 +283,17 @@ class StoreCore:
         if cache is None:
             raise LookupError("not in a batch")
         lease_id = cache.get((user, server))
-        if lease_id is None:
-            return None
-        row = db.identity_map.get(db.identity_key(orm.LeaseRow, lease_id))
-        if row is not None and row.state != "awaiting_approval":
+        if lease_id is None or not self._still_awaiting(db, lease_id):
             return None
         return lease_id, "awaiting_approval"
+
+    def awaiting_count_in_batch(self, db: Session, user: str) -> int:
+        """From a batch's prefetch: how many requests of ``user`` await approval now;
+        ``LookupError`` outside a batch (then ask the database)."""
+        ids = getattr(self._local, "awaiting_ids", None)
+        if ids is None:
+            raise LookupError("not in a batch")
+        return sum(1 for lease_id in ids.get(user, ()) if self._still_awaiting(db, lease_id))
 
     def check_off_loop(self) -> None:
         """With ``strict_writes``: refuse to write on a thread that runs an event loop (a

@@ -231,19 +231,22 @@ class LeaseStore(Applier, ViewStore):
         live = len(alloc.leases_of(user)) + sum(
             1 for w in alloc.waiters.values() if w.request.user == user
         )
-        live += sum(
-            1
-            for obj in db.new
-            if isinstance(obj, orm.LeaseRow)
-            and obj.user == user
-            and obj.state == "awaiting_approval"
-        ) + len(
-            db.scalars(
-                select(orm.LeaseRow.id).where(
-                    orm.LeaseRow.user == user, orm.LeaseRow.state == "awaiting_approval"
-                )
-            ).all()
-        )
+        try:  # a batch looked them up at once
+            live += self.awaiting_count_in_batch(db, user)
+        except LookupError:
+            live += sum(
+                1
+                for obj in db.new
+                if isinstance(obj, orm.LeaseRow)
+                and obj.user == user
+                and obj.state == "awaiting_approval"
+            ) + len(
+                db.scalars(
+                    select(orm.LeaseRow.id).where(
+                        orm.LeaseRow.user == user, orm.LeaseRow.state == "awaiting_approval"
+                    )
+                ).all()
+            )
         if live >= cap:
             raise StoreError(
                 "too_many_requests",

@@ -125,3 +125,37 @@ def test_whose_a_lease_is_comes_from_memory_once_known(db_url, clock):
         assert e.code == "not_found"
     else:
         raise AssertionError("a missing lease had a holder")
+
+
+def test_a_batch_counts_requests_against_the_cap_without_a_query_per_allocate(db_url, clock):
+    """``max_requests_per_user`` counts the requests awaiting approval too: in a batch from the
+    one prefetch (it was a query per ``allocate``), as the calls one by one would count them —
+    those asked and withdrawn earlier in the same batch included."""
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL, max_requests_per_user=3)
+    ask = store.allocate("admin", "", "big", reason="the paper deadline")
+    sent = state_selects(store)
+    out = store.run_batch(
+        [
+            (store.allocate, ("admin", "a", "h100"), {}),  # 1 awaiting + 0 held: granted
+            (store.allocate, ("admin", "b", "big"), {"reason": "a second paper"}),  # 2 of 3
+            (store.allocate, ("admin", "c", "h100"), {}),  # 2 awaiting + 1 held: at the cap
+            (store.release, (ask["id"],), {}),  # withdrawn: one fewer
+            (store.allocate, ("admin", "d", "h100"), {}),
+            (store.allocate, ("admin", "e", "h100"), {}),  # at the cap again
+        ]
+    )
+    assert out[0]["state"] == "granted"
+    assert out[1]["state"] == "awaiting_approval"
+    assert isinstance(out[2], StoreError) and out[2].code == "too_many_requests"
+    assert out[3]["state"] == "released"
+    assert out[4]["state"] == "granted"
+    assert isinstance(out[5], StoreError) and out[5].code == "too_many_requests"
+    assert len(sent) == 1, sent  # the prefetch; no count per allocate
+    # outside a batch the count asks the database: the same answer
+    try:
+        store.allocate("admin", "f", "h100")
+    except StoreError as e:
+        assert e.code == "too_many_requests"
+    else:
+        raise AssertionError("a request over the cap was accepted")
