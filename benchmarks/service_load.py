@@ -34,7 +34,8 @@ with the same hub credentials) and splits the clients between them; the double-g
 them all. On PostgreSQL each run ends with the raw limit (``service_raw.py``, ``--no-raw-limit``
 skips it): the same rows written by minimal SQL on a fresh database, and the service's grants/s
 as a fraction of it. The CPU columns add ms per grant of the service, its store process(es) and
-PostgreSQL.
+PostgreSQL; the batch columns (from the service's ``gpupool_write_batch_*`` metrics) the mean
+calls per writer batch, its milliseconds, and the share of the window the writer was busy.
 """
 
 from __future__ import annotations
@@ -182,6 +183,26 @@ def proc_cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def batch_stats(apis: list[str]) -> tuple[float, ...] | None:
+    """Calls, batches and seconds the services' writers have applied so far, from their
+    ``/metrics`` (``gpupool_write_batch_*``); None where a tree has no such metrics."""
+    import urllib.request
+
+    names = tuple(f"gpupool_write_batch_{x}" for x in ("calls_sum", "calls_count", "seconds_sum"))
+    total = [0.0, 0.0, 0.0]
+    for api in apis:
+        try:
+            with urllib.request.urlopen(api.replace("/api/v1", "/metrics"), timeout=30) as r:
+                lines = r.read().decode().splitlines()
+        except OSError:
+            return None
+        found = dict(line.split(" ", 1) for line in lines if line.startswith(names))
+        if not all(n in found for n in names):
+            return None
+        total = [t + float(found[n]) for t, n in zip(total, names, strict=True)]
+    return tuple(total)
 
 
 def children(pid: int) -> list[int]:
@@ -356,6 +377,7 @@ def bench_env(
         service_args=(
             "--PoolService.reconcile_on_start=False",
             f"--PoolService.decisions={decisions}",
+            "--PoolService.authenticate_prometheus=False",  # the writer's batch figures
         ),
         python=python,
     )
@@ -455,11 +477,24 @@ def run_clients(dep: Deployment, n: int, args: argparse.Namespace) -> dict[str, 
             machine_busy(),
         )
 
+    batches0 = batch_stats(dep.apis)
     loop0, other0, store0, svc0, hub0, pg0, (busy0, tot0) = sample()
     t0 = time.time()
     results = [out.get(timeout=args.seconds * 20 + 600 if args.seconds else 3600) for _ in procs]
     wall = time.time() - t0
     loop1, other1, store1, svc1, hub1, pg1, (busy1, tot1) = sample()
+    batches1 = batch_stats(dep.apis)
+    writer = None
+    if batches0 is not None and batches1 is not None and batches1[1] > batches0[1]:
+        n_batches = batches1[1] - batches0[1]
+        writer = {  # from the measured window's start to the last client's end
+            "batches": int(n_batches),
+            "calls_per_batch": round((batches1[0] - batches0[0]) / n_batches, 1),
+            "ms_per_batch": round(1000 * (batches1[2] - batches0[2]) / n_batches, 2),
+            "busy_share": round((batches1[2] - batches0[2]) / wall / len(dep.apis), 3)
+            if wall
+            else None,
+        }
     for p in procs:
         p.join(30)
     firsts = [r["first"] for r in results if r["first"] is not None]
@@ -508,6 +543,7 @@ def run_clients(dep: Deployment, n: int, args: argparse.Namespace) -> dict[str, 
             "machine": round((busy1 - busy0) / wall, 3) if wall else None,
             "machine_cores": round(cores, 2),
         },
+        "writer": writer,
         "loadavg_after": os.getloadavg()[0],
     }
 
@@ -587,7 +623,7 @@ HEADER = (
     f"{'tree':<6}{'db':<11}{'clients':>8}{'grants/s':>10}{'req/s':>8}{'POST p50':>10}{'p99':>8}"
     f"{'DELETE p50':>12}{'p99':>8}{'pair p99':>10}{'errors':>8}"
     f"{'cpu: svc':>10}{'loop':>6}{'other':>6}{'store':>6}{'pg':>6}{'clients':>9}{'box':>6}"
-    f"{'ms/grant: svc':>15}{'store':>7}{'pg':>6}"
+    f"{'ms/grant: svc':>15}{'store':>7}{'pg':>6}{'batch: calls':>14}{'ms':>7}{'busy':>6}"
 )
 
 
@@ -602,7 +638,12 @@ def print_row(run: dict[str, Any]) -> None:
         f"{cpu['service_other_threads']:>6.2f}{cpu['service_store_process']:>6.2f}"
         f"{cpu['postgres_all']:>6.2f}{cpu['clients']:>9.2f}"
         f"{cpu['machine']:>6.2f}{run['service_cpu_ms_per_grant'] or 0:>15.2f}"
-        f"{run['store_cpu_ms_per_grant'] or 0:>7.2f}{run['postgres_cpu_ms_per_grant'] or 0:>6.2f}",
+        f"{run['store_cpu_ms_per_grant'] or 0:>7.2f}{run['postgres_cpu_ms_per_grant'] or 0:>6.2f}"
+        + (
+            f"{w['calls_per_batch']:>14.1f}{w['ms_per_batch']:>7.1f}{w['busy_share']:>6.2f}"
+            if (w := run.get("writer"))
+            else f"{'-':>14}{'-':>7}{'-':>6}"
+        ),
         flush=True,
     )
 

@@ -381,6 +381,7 @@ class PoolService(StrictCommandLine):
         self.metrics = PoolMetrics()
         self.store.listeners.append(self.metrics.on_event)
         self.writer = self.make_writer()
+        self.writer.observe_batch = self.metrics.observe_batch
         self.leader = LeaderLock(engine)
         #: re-partitions of Kubernetes nodes through nvidia.com/mig.config (c.MigLabeller)
         self.mig_labeller = MigLabeller(parent=self)

@@ -115,6 +115,25 @@ class PoolMetrics:
             registry=r,
         )
 
+        self.write_batch_calls = Histogram(
+            "gpupool_write_batch_calls",
+            "State changes the writer applied together, per batch (group commit: one "
+            "transaction for a run of allocate/release/keepalive calls)",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
+        self.write_batch_seconds = Histogram(
+            "gpupool_write_batch_seconds",
+            "Seconds the writer spent on one batch, from handing it to the store to its answers",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+
+    def observe_batch(self, calls: int, seconds: float) -> None:
+        """Writer hook (its thread): one batch of ``calls`` applied in ``seconds``."""
+        self.write_batch_calls.observe(calls)
+        self.write_batch_seconds.observe(seconds)
+
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
         """Store listener: count grants and releases as they commit."""
         if kind == "granted":

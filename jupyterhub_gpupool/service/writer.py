@@ -25,6 +25,7 @@ import multiprocessing as mp
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +103,9 @@ class BatchWriter:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpupool-writer", daemon=True)
+        #: Called as observe_batch(calls, seconds) after each batch, on the writer's thread
+        #: (the service's metrics: how well group commit batches under load).
+        self.observe_batch: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -164,12 +168,18 @@ class BatchWriter:
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:
+            began = time.perf_counter()
             try:
                 results = self._apply(batch)
             except Exception as e:  # the batch never reached the store
                 log.warning("%d pool changes failed: %s", len(batch), e)
                 results = [_Failed(e)] * len(batch)
             self._settle(batch, results)
+            if self.observe_batch is not None:
+                try:
+                    self.observe_batch(len(batch), time.perf_counter() - began)
+                except Exception:
+                    log.exception("The writer's batch observer failed")
 
     def _apply(self, batch: list[tuple]) -> list[Any]:
         """Run one batch; returns each call's result, refusal or ``_Failed``."""

@@ -41,6 +41,10 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
     assert _metric(metrics, "gpupool_queue_length", offer="h100") == 1.0
     assert _metric(metrics, "gpupool_offer_available", offer="a100-1g") == 14.0
     assert "gpupool_request_duration_seconds_bucket" in metrics
+    # the three requests' decisions went through the writer (in one batch or more)
+    assert _metric(metrics, "gpupool_write_batch_calls_sum") >= 3.0
+    assert _metric(metrics, "gpupool_write_batch_calls_count") >= 1.0  # the loops' writes too
+    assert _metric(metrics, "gpupool_write_batch_seconds_count") >= 1.0
 
     # --- the agent reports samples: utilization and busy time -----------------------------
     gpu = lease["slots"][0]["gpu"]
