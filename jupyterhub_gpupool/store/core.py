@@ -135,6 +135,11 @@ class StoreCore:
         self._lease_holders: dict[str, tuple[str, str | None]] = {}
         self._allocator: Allocator | None = None
         self._version: int | None = None
+        #: The pool is known to have no request awaiting approval: looked up whenever the
+        #: allocator is rebuilt from the rows (as after another replica's commit), cleared by
+        #: any new ask. A batch then skips looking them up (one query per batch, for a state
+        #: most pools are in most of the time).
+        self._none_awaiting = False
         self._thread_lock = threading.RLock()
         #: Seconds a view may lag the commits of another process deciding on the same pool.
         self.view_lag = 1.0
@@ -201,8 +206,9 @@ class StoreCore:
             held = self._prefetch(
                 db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
             )
+            allocating = {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
             self._local.awaiting, self._local.awaiting_ids = self._prefetch_awaiting(
-                db, {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
+                db, set() if self._none_awaiting else allocating
             )
             try:
                 for fn, args, kwargs in calls:
@@ -262,8 +268,9 @@ class StoreCore:
         return by_server, by_user
 
     def note_awaiting(self, user: str, server: str, lease_id: str) -> None:
-        """In a batch: a request now awaits approval (a later call of the batch finds it even
-        once a flush has taken it out of the session's new rows)."""
+        """A request now awaits approval: in a batch, a later call finds it even once a flush
+        has taken it out of the session's new rows."""
+        self._none_awaiting = False
         cache = getattr(self._local, "awaiting", None)
         if cache is not None:
             cache[(user, server)] = lease_id
@@ -335,6 +342,7 @@ class StoreCore:
                     version = self._lock_version(db, write)
                     if self._allocator is None or self._version != version - write:
                         self._allocator = self._rebuild(db)
+                        self._none_awaiting = none_awaiting(db)
                     elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
                         self._budgets_at = self._now_s()
                         self._allocator.quotas.used_hours = used_hours(
@@ -437,6 +445,15 @@ class StoreCore:
 
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", "")
+
+
+def none_awaiting(db: Session) -> bool:
+    """Whether no request of the pool awaits approval (one indexed lookup)."""
+    lease = orm.LeaseRow.__table__
+    found = db.connection().execute(
+        select(lease.c.id).where(lease.c.state == "awaiting_approval").limit(1)
+    )
+    return found.first() is None
 
 
 def _user_of(args: tuple, kwargs: dict) -> str | None:

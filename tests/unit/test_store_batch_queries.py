@@ -159,3 +159,35 @@ def test_a_batch_counts_requests_against_the_cap_without_a_query_per_allocate(db
         assert e.code == "too_many_requests"
     else:
         raise AssertionError("a request over the cap was accepted")
+
+
+def test_a_pool_with_no_request_awaiting_approval_skips_the_lookup(db_url, clock):
+    """Most of the time nothing awaits approval: a batch then asks nothing about it. The
+    store knows from the rows it rebuilt from, and from its own asks; a request another
+    replica asks for moves the pool version, so the next batch rebuilds and looks again."""
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL, max_requests_per_user=5)
+    replica = make_store(db_url, clock, APPROVAL_POOL, max_requests_per_user=5)
+    store.pool(detail=False)  # caught up with the replica's config load: rebuilt, and looked once
+    sent = state_selects(store)
+    out = store.run_batch([(store.allocate, ("dana", f"s{i}", "h100"), {}) for i in range(3)])
+    assert [r["state"] for r in out] == ["granted"] * 3
+    assert sent == []  # no lookup of requests awaiting approval, no count per allocate
+    ask = replica.allocate("admin", "", "big", reason="the paper deadline")
+    assert ask["state"] == "awaiting_approval"
+    out = store.run_batch([(store.allocate, ("admin", "", "h100"), {})])
+    assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
+    assert ask["id"] in out[0].message
+    # the rebuild (its live leases, then the check), then the batch's lookup
+    assert len(sent) == 3 and "IN (" in sent[-1].upper(), sent
+    # its own ask: the next batch looks them up again (in the same batch, the ask's note)
+    out = store.run_batch(
+        [
+            (store.allocate, ("dana", "big", "big"), {"reason": "a second paper"}),
+            (store.allocate, ("dana", "big", "h100"), {}),
+        ]
+    )
+    assert out[0]["state"] == "awaiting_approval"
+    assert isinstance(out[1], StoreError) and out[1].code == "already_allocated"
+    out = store.run_batch([(store.allocate, ("dana", "big", "h100"), {})])
+    assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
