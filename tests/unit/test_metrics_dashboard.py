@@ -1,5 +1,6 @@
-"""The per-group cost and idle-share metrics, and the Grafana dashboard shipped in the docs: each
-of its queries names only metrics (and labels) the service exports."""
+"""The per-group cost and idle-share metrics, the Grafana dashboard shipped in the docs (each of
+its queries names only metrics and labels the service exports), and the metrics reference page
+(it lists every metric, with its labels)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.metrics import NO_GROUP, PoolMetrics
 from tests.fakes import STORE_POOL, make_store
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "docs/source/_static/gpupool-grafana.json"
+DOCS = Path(__file__).resolve().parents[2] / "docs/source"
+DASHBOARD = DOCS / "_static/gpupool-grafana.json"
 POOL = {**STORE_POOL, "prices": {"currency": "EUR", "models": {"H100-80GB": "2.50"}}}
 
 
@@ -66,6 +68,19 @@ def test_the_dashboard_names_only_exported_metrics_and_labels():
         used += re.findall(r"label_values\([a-z_]+, ([a-z_]+)\)", expr)
         assert set(used) <= own, f"{expr!r} uses labels {set(used) - own} its metrics lack"
     assert {"gpupool_group_cost", "gpupool_group_idle_share"} <= seen
+
+
+def test_the_metrics_page_lists_every_metric_with_its_labels():
+    page = (DOCS / "reference/metrics.md").read_text()
+    rows = {
+        m.group(1): {x.strip(" `") for x in m.group(2).split(",") if x.strip()}
+        for m in re.finditer(r"^\| `(gpupool_\w+)` \| \w+ \|([^|]*)\|", page, re.M)
+    }
+    want = {}
+    for family in PoolMetrics().registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        want[name] = set().union(*_labels(family.name))
+    assert rows == want
 
 
 def test_dashboard_is_importable_json():
