@@ -239,8 +239,9 @@ class PoolService(StrictCommandLine):
         300.0,
         help="Seconds between reconciles with the hub while the service runs (0: only on "
         "start): leases whose server the hub no longer runs or spawns are released (reason "
-        "orphaned), and requests still queued for such a server end (cancelled). Only the "
-        "leases of the pool's own hub: those of another hub's spawner are left alone.",
+        "orphaned), requests still queued for such a server end (cancelled), and requests "
+        "awaiting approval for a server the hub no longer has at all (deleted) are withdrawn. "
+        "Only the leases of the pool's own hub: those of another hub's spawner are left alone.",
     ).tag(config=True)
     orphan_after = Float(
         600.0,
@@ -601,14 +602,19 @@ class PoolService(StrictCommandLine):
         (``hub_spawners``) are not that hub's to list."""
         try:
             running = await self.hub.running_servers()
+            deleted = await self.deleted_servers()
             if periodic:
                 older = self.store.clock() - timedelta(seconds=self.orphan_after)
                 released = await self.writer.call(
-                    self.store.reconcile, running, reason="orphaned", older_than=older
+                    self.store.reconcile,
+                    running,
+                    reason="orphaned",
+                    older_than=older,
+                    deleted=deleted,
                 )
             else:  # leases made since the service started were made while it watched
                 released = await self.writer.call(
-                    self.store.reconcile, running, older_than=self._started_at
+                    self.store.reconcile, running, older_than=self._started_at, deleted=deleted
                 )
         except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
@@ -617,6 +623,19 @@ class PoolService(StrictCommandLine):
         self._reconciled_at = asyncio.get_running_loop().time()
         if released or not periodic:
             self.log.info("Reconciled leases with the hub: %d released", released)
+
+    async def deleted_servers(self) -> set[tuple[str, str]]:
+        """(user, server) of requests awaiting approval whose server (or user) the pool's own
+        hub no longer has: deleted while the request waited, which no spawner's stop reports
+        (a server waiting for approval is not running). One hub lookup per such user."""
+        waiting = {
+            (a["user"], a["server"]) for a in self.store.awaiting_approval() if a["hub"] is None
+        }
+        deleted: set[tuple[str, str]] = set()
+        for user in sorted({u for u, _ in waiting}):
+            names = await self.hub.server_names(user)
+            deleted |= {k for k in waiting if k[0] == user and (names is None or k[1] not in names)}
+        return deleted
 
     def reconcile_due(self, now: float) -> bool:
         """Whether the periodic reconcile should run at loop time ``now``."""

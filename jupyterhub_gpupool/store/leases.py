@@ -357,25 +357,38 @@ class LeaseStore(Applier, ViewStore):
         actor: str = "system",
         reason: str = "stopped",
         older_than: datetime | None = None,
+        deleted: Iterable[tuple[str, str]] = (),
     ) -> int:
         """Release leases (``reason``) and end queue entries (``cancelled``) of servers the hub
-        no longer runs or spawns. With ``older_than``, only those made before it: a request
-        the spawner just made may come before the hub lists its server as spawning.
+        no longer runs or spawns, and withdraw requests awaiting approval for the ``deleted``
+        servers (user, server) the hub no longer has at all (a server that is only stopped
+        keeps its request: it starts on the lease once approved). With ``older_than``, only
+        those made before it: a request the spawner just made may come before the hub lists
+        its server as spawning. Returns how many were released, withdrawn ones included.
 
         Only the pool's own hub's leases (``hub`` None): ``running`` is what that hub lists,
         which says nothing of another hub's servers (that hub's spawner releases its leases
         when it stops them; an unbound grant expires)."""
+        deleted = set(deleted)
         with self.transaction() as (db, alloc):
+            states = ("queued", *LIVE_STATES, *(("awaiting_approval",) if deleted else ()))
             query = select(orm.LeaseRow).where(
-                orm.LeaseRow.state.in_(("queued", *LIVE_STATES)), orm.LeaseRow.hub.is_(None)
+                orm.LeaseRow.state.in_(states), orm.LeaseRow.hub.is_(None)
             )
             if older_than is not None:
                 query = query.where(orm.LeaseRow.created < older_than)
-            gone = [r for r in db.scalars(query).all() if (r.user, r.server) not in running]
-            for row in gone:
-                self._finish(
-                    db, alloc, row, reason if row.state != "queued" else "cancelled", actor
+            gone = [
+                r
+                for r in db.scalars(query).all()
+                if (
+                    (r.user, r.server) in deleted
+                    if r.state == "awaiting_approval"
+                    else (r.user, r.server) not in running
                 )
+            ]
+            for row in gone:
+                why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(row.state)
+                self._finish(db, alloc, row, why or reason, actor)
             self._event(db, "reconciled", actor, data={"released": len(gone)})
             return len(gone)
 

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import SPAWNER_CONFIG, HubEnv, request, wait_reconciled, wait_until, write_pool
+from tests.fakes import (
+    SPAWNER_CONFIG,
+    HubEnv,
+    reconciles,
+    request,
+    wait_reconciled,
+    wait_until,
+    write_pool,
+)
 
 POOL = """
 nodes:
@@ -21,6 +29,7 @@ nodes:
     gpus: [{model: T4, count: 2, sharing: shared}]
 offers:
   - {name: t4-quarter, kind: shared, fraction: 0.25, models: [T4], display_name: "¼ T4"}
+  - {name: t4-half, kind: shared, fraction: 0.5, models: [T4], approval: required}
 quotas:
   default: {guarantee: 0, limit: 2}
 """
@@ -143,6 +152,33 @@ def test_a_ghost_lease_is_released_and_a_real_server_keeps_its_gpu(hub):
     assert [le["state"] for le in items] == ["active"]
     events = request("GET", f"{hub.api}/events?limit=1000", hub.token("admin")).json()["items"]
     assert any(e["kind"] == "reconciled" and e["data"]["released"] >= 1 for e in events)
+
+
+def test_a_request_awaiting_approval_for_a_deleted_server_is_withdrawn(hub):
+    """A server deleted while its request waits for an administrator never reports a stop
+    (it was not running): the periodic reconcile asks the hub for the user's servers, stopped
+    ones included, and withdraws the request of one the hub no longer has. A request for a
+    server that is only stopped (alice's default one) lives on."""
+    admin = hub.token("admin")
+
+    def ask(server: str) -> dict:
+        body = {"offer": "t4-half", "server": server, "user": "alice", "reason": "a deadline"}
+        r = request("POST", f"{hub.api}/allocations", hub.spawner_token, body)
+        assert r.status == 201 and r.json()["state"] == "awaiting_approval", r.body
+        return r.json()
+
+    gone, kept = ask("paper"), ask("")  # the hub has no server "paper" (deleted meanwhile)
+
+    def withdrawn() -> dict | None:
+        lease = request("GET", f"{hub.api}/allocations/{gone['id']}", hub.spawner_token).json()
+        return lease if lease["state"] == "released" else None
+
+    lease = wait_until(withdrawn, 60, "the reconcile to withdraw the request", info=hub.logs)
+    assert lease["release_reason"] == "withdrawn"
+    after = reconciles(hub, admin)
+    wait_until(lambda: reconciles(hub, admin) > after + 1, 60, "two more reconciles")
+    lease = request("GET", f"{hub.api}/allocations/{kept['id']}", hub.spawner_token).json()
+    assert lease["state"] == "awaiting_approval"
 
 
 def test_put_replaces_a_whole_quota_and_patch_changes_only_what_it_names(hub):

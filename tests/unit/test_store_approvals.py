@@ -250,3 +250,20 @@ def test_time_awaiting_approval_is_not_a_queue_wait(store, clock):
     assert day["requests"] == 1  # the denied one is not demand for capacity
     assert (day["wait_p50_min"], day["wait_p95_min"]) == (0.0, 0.0)  # granted on approval
     assert day["held_unit_hours"] == pytest.approx(4.0)
+
+
+def test_reconcile_withdraws_requests_of_deleted_servers_and_keeps_stopped_ones(store):
+    """A server deleted while its request waited for approval never reports a stop (it was
+    not running): the reconcile withdraws the request of a server the hub no longer has. A
+    request for a server that is merely stopped (not running: every awaiting one) stays."""
+    deleted = store.allocate("admin", "paper", "big", reason="the paper deadline")
+    stopped = store.allocate("dana", "", "big", reason="a second paper")
+    held = store.allocate("dana", "other", "h100")
+    assert store.reconcile({("dana", "other")}, deleted=[("admin", "paper")]) == 1
+    assert store.lease(deleted["id"])["state"] == "released"
+    assert store.lease(deleted["id"])["release_reason"] == "withdrawn"
+    assert store.lease(stopped["id"])["state"] == "awaiting_approval"
+    assert store.lease(held["id"])["state"] == "granted"
+    assert store.reconcile({("dana", "other")}) == 0  # nothing deleted: awaiting ones stay
+    assert store.lease(stopped["id"])["state"] == "awaiting_approval"
+    assert events(store, deleted["id"]) == ["approval-requested", "released"]
