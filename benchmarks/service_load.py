@@ -52,12 +52,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from prometheus_client.parser import text_string_to_metric_families
 from service_raw import raw_limit
 from service_summary import print_raw, print_summary, summarize
 
@@ -188,20 +190,18 @@ def proc_cpu(pid: int) -> float:
 def batch_stats(apis: list[str]) -> tuple[float, ...] | None:
     """Calls, batches and seconds the services' writers have applied so far, from their
     ``/metrics`` (``gpupool_write_batch_*``); None where a tree has no such metrics."""
-    import urllib.request
-
     names = tuple(f"gpupool_write_batch_{x}" for x in ("calls_sum", "calls_count", "seconds_sum"))
     total = [0.0, 0.0, 0.0]
     for api in apis:
         try:
             with urllib.request.urlopen(api.replace("/api/v1", "/metrics"), timeout=30) as r:
-                lines = r.read().decode().splitlines()
+                text = r.read().decode()
         except OSError:
             return None
-        found = dict(line.split(" ", 1) for line in lines if line.startswith(names))
+        found = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
         if not all(n in found for n in names):
             return None
-        total = [t + float(found[n]) for t, n in zip(total, names, strict=True)]
+        total = [t + found[n] for t, n in zip(total, names, strict=True)]
     return tuple(total)
 
 

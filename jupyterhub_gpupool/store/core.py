@@ -207,7 +207,7 @@ class StoreCore:
                 db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
             )
             allocating = {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
-            self._local.awaiting, self._local.awaiting_ids = self._prefetch_awaiting(
+            self._local.awaiting = self._prefetch_awaiting(
                 db, set() if self._none_awaiting else allocating
             )
             try:
@@ -217,7 +217,7 @@ class StoreCore:
                     except StoreError as e:
                         results.append(e)
             finally:
-                self._local.awaiting = self._local.awaiting_ids = None
+                self._local.awaiting = None
         del held
         return results
 
@@ -245,27 +245,23 @@ class StoreCore:
         )
 
     @staticmethod
-    def _prefetch_awaiting(
-        db: Session, users: set[str | None]
-    ) -> tuple[dict[tuple[str, str], str], dict[str, set[str]]]:
-        """The requests awaiting approval of the users a batch allocates for, in one query for
-        the whole batch instead of one (or two: the server's, the user's count) per
-        ``allocate``: by (user, server), and every one by user."""
+    def _prefetch_awaiting(db: Session, users: set[str | None]) -> dict[str, dict[str, str]]:
+        """The requests awaiting approval of the users a batch allocates for (user → lease id
+        → server), in one query for the whole batch instead of one or two per ``allocate``
+        (its server's, its user's count)."""
         users.discard(None)
         if not users:
-            return {}, {}
+            return {}
         lease = orm.LeaseRow.__table__
         rows = db.connection().execute(
-            select(lease.c.user, lease.c.server, lease.c.id).where(
+            select(lease.c.user, lease.c.id, lease.c.server).where(
                 lease.c.state == "awaiting_approval", lease.c.user.in_(users)
             )
         )
-        by_server: dict[tuple[str, str], str] = {}
-        by_user: dict[str, set[str]] = {}
-        for user, server, lease_id in rows:
-            by_server[(user, server)] = lease_id
-            by_user.setdefault(user, set()).add(lease_id)
-        return by_server, by_user
+        by_user: dict[str, dict[str, str]] = {}
+        for user, lease_id, server in rows:
+            by_user.setdefault(user, {})[lease_id] = server
+        return by_user
 
     def note_awaiting(self, user: str, server: str, lease_id: str) -> None:
         """A request now awaits approval: in a batch, a later call finds it even once a flush
@@ -273,34 +269,31 @@ class StoreCore:
         self._none_awaiting = False
         cache = getattr(self._local, "awaiting", None)
         if cache is not None:
-            cache[(user, server)] = lease_id
-            self._local.awaiting_ids.setdefault(user, set()).add(lease_id)
+            cache.setdefault(user, {})[lease_id] = server
 
-    def _still_awaiting(self, db: Session, lease_id: str) -> bool:
-        """Whether a request the batch knew awaiting approval still does (not withdrawn,
-        approved or denied by an earlier call of the batch)."""
-        row = db.identity_map.get(db.identity_key(orm.LeaseRow, lease_id))
-        return row is None or row.state == "awaiting_approval"
-
-    def awaiting_in_batch(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
-        """From a batch's prefetch: the server's request awaiting approval as the database
-        had it when the batch began, or as an earlier call of the batch made it (unless released
-        since); ``LookupError`` outside a batch (then ask the database)."""
+    def awaiting_requests(self, db: Session, user: str) -> dict[str, str]:
+        """``user``'s requests awaiting approval now, lease id → server: those asked earlier
+        in this transaction included, those an earlier call withdrew, approved or denied not.
+        A batch answers from its one prefetch; a transaction of its own asks the database."""
         cache = getattr(self._local, "awaiting", None)
-        if cache is None:
-            raise LookupError("not in a batch")
-        lease_id = cache.get((user, server))
-        if lease_id is None or not self._still_awaiting(db, lease_id):
-            return None
-        return lease_id, "awaiting_approval"
-
-    def awaiting_count_in_batch(self, db: Session, user: str) -> int:
-        """From a batch's prefetch: how many requests of ``user`` await approval now;
-        ``LookupError`` outside a batch (then ask the database)."""
-        ids = getattr(self._local, "awaiting_ids", None)
-        if ids is None:
-            raise LookupError("not in a batch")
-        return sum(1 for lease_id in ids.get(user, ()) if self._still_awaiting(db, lease_id))
+        if cache is not None:
+            known = dict(cache.get(user, {}))
+        else:
+            lease = orm.LeaseRow.__table__
+            found = db.connection().execute(
+                select(lease.c.id, lease.c.server).where(
+                    lease.c.user == user, lease.c.state == "awaiting_approval"
+                )
+            )
+            known = {lease_id: server for lease_id, server in found}
+        new = [o for o in db.new if isinstance(o, orm.LeaseRow)]  # not flushed, not in the map
+        known |= {o.id: o.server for o in new if (o.user, o.state) == (user, "awaiting_approval")}
+        return {
+            lease_id: server
+            for lease_id, server in known.items()
+            if (row := db.identity_map.get(db.identity_key(orm.LeaseRow, lease_id))) is None
+            or row.state == "awaiting_approval"
+        }
 
     def check_off_loop(self) -> None:
         """With ``strict_writes``: refuse to write on a thread that runs an event loop (a

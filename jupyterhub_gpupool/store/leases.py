@@ -141,25 +141,10 @@ class LeaseStore(Applier, ViewStore):
 
     def _awaiting_of(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
         """The server's request awaiting approval (made earlier in this batch too), if any."""
-        for obj in db.new:
-            if (
-                isinstance(obj, orm.LeaseRow)
-                and (obj.user, obj.server) == (user, server)
-                and obj.state == "awaiting_approval"
-            ):
-                return obj.id, obj.state
-        try:  # a batch looked them up at once
-            return self.awaiting_in_batch(db, user, server)
-        except LookupError:
-            pass
-        found = db.scalar(
-            select(orm.LeaseRow.id).where(
-                orm.LeaseRow.user == user,
-                orm.LeaseRow.server == server,
-                orm.LeaseRow.state == "awaiting_approval",
-            )
-        )
-        return None if found is None else (found, "awaiting_approval")
+        for lease_id, its_server in self.awaiting_requests(db, user).items():
+            if its_server == server:
+                return lease_id, "awaiting_approval"
+        return None
 
     def _ask_approval(
         self,
@@ -231,22 +216,7 @@ class LeaseStore(Applier, ViewStore):
         live = len(alloc.leases_of(user)) + sum(
             1 for w in alloc.waiters.values() if w.request.user == user
         )
-        try:  # a batch looked them up at once
-            live += self.awaiting_count_in_batch(db, user)
-        except LookupError:
-            live += sum(
-                1
-                for obj in db.new
-                if isinstance(obj, orm.LeaseRow)
-                and obj.user == user
-                and obj.state == "awaiting_approval"
-            ) + len(
-                db.scalars(
-                    select(orm.LeaseRow.id).where(
-                        orm.LeaseRow.user == user, orm.LeaseRow.state == "awaiting_approval"
-                    )
-                ).all()
-            )
+        live += len(self.awaiting_requests(db, user))
         if live >= cap:
             raise StoreError(
                 "too_many_requests",
