@@ -37,7 +37,7 @@ $(JH5_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(JH5)
 	$(JH5)/bin/python -m pip install --quiet --upgrade pip
 	$(JH5)/bin/python -m pip install --quiet -e . 'jupyterhub>=5.2,<6' 'jupyterlab>=4,<5' \
-		pytest 'psycopg[binary]>=3.1' 'jupyterhub-kubespawner>=7,<8' 'kubernetes-validate>=1.35'
+		pytest 'pytest-xdist>=3.5' 'psycopg[binary]>=3.1' 'jupyterhub-kubespawner>=7,<8' 'kubernetes-validate>=1.35'
 	touch $(JH5_STAMP)
 
 CHP := .node/node_modules/.bin/configurable-http-proxy
@@ -81,11 +81,17 @@ $(LAB_MODULES): labextension/package.json labextension/yarn.lock
 jest: $(STAMP) $(LAB_MODULES)
 	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm test
 
+# Every core runs tests (pytest-xdist): one file's tests stay on one worker, so a module's
+# hub fixture starts once. Ports, folders and PostgreSQL databases are unique per test.
+# `make unit PYTEST_WORKERS=0` runs them one after another in this process.
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+
 unit: $(STAMP) $(CHP) $(AXE) $(CHROMIUM)
-	$(BIN)/pytest tests
+	$(BIN)/pytest $(XDIST) tests
 
 e2e-jh5: $(JH5_STAMP) $(CHP)
-	$(JH5)/bin/pytest -p no:cacheprovider -m e2e tests/integration/test_spawn_e2e.py \
+	$(JH5)/bin/pytest -p no:cacheprovider $(XDIST) -m e2e tests/integration/test_spawn_e2e.py \
 		tests/integration/test_kube_spawner.py tests/integration/test_reclaim_e2e.py \
 		tests/integration/test_two_hubs.py
 
