@@ -149,8 +149,12 @@ class HubClient:
 
     async def stop_server(self, user: str, server: str = "") -> int:
         """Ask the hub to stop a server (the spawner releases its lease): 202 stopping, 204
-        stopped (or was not running)."""
-        return (await self._request("DELETE", self._server_path(user, server)))[0]
+        stopped (or was not running). The hub answers only after the stop or its
+        ``slow_stop_timeout`` (10 s), and a loaded hub takes longer: this waits at least 30 s,
+        as a start does (with the 20 s default a busy hub's answer came too late, and the
+        reclaimer called a stop that went on a failure)."""
+        wait = max(self.timeout, 30.0)
+        return (await self._request("DELETE", self._server_path(user, server), timeout=wait))[0]
 
     async def start_server(
         self, user: str, server: str = "", options: Mapping[str, Any] | None = None
