@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.allocator import Allocator, Grant, Lease, Queued
+from .bulk import queue_release
 from .core import StoreCore
 
 
@@ -111,10 +112,13 @@ class Applier(StoreCore):
             # the reclaim's own stop (or its shrink's bind) ends the lease: say why it ended,
             # whoever releases it first
             reason = row.reclaim_release or "reclaimed-idle"
-        row.state, row.released, row.release_reason = "released", self.clock(), reason
-        row.reclaim_deadline = None
+        now = self.clock()
+        if not queue_release(db, row, now, reason):  # else written with the batch's others
+            row.state, row.released, row.release_reason = "released", now, reason
+            row.reclaim_deadline = None
+            for s in row.slots:
+                s.live = False
         for s in row.slots:
-            s.live = False
             if s.create:  # a MIG instance the pool made for this lease goes with it
                 gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == s.gpu_uuid))
                 if gpu is not None:

@@ -30,6 +30,7 @@ from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
+from .bulk import collect_releases, flush_released, insert_events, watch_sessions
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
 from .rows import utcnow
@@ -127,6 +128,7 @@ class StoreCore:
             strict_writes = os.environ.get(STRICT_WRITES_ENV, "") not in ("", "0")
         self.strict_writes = strict_writes
         self.session_factory = sessionmaker(engine, expire_on_commit=False)
+        watch_sessions(self.session_factory)  # queued releases go out before anything else
         self.read_factory = sessionmaker(
             engine.execution_options(gpupool_readonly=True), expire_on_commit=False
         )
@@ -343,11 +345,14 @@ class StoreCore:
                         )
                     self._local.active = (db, self._allocator)
                     self._local.events = events = []
+                    if write:
+                        collect_releases(db)
                     try:
                         yield db, self._allocator
-                        if events:  # the audit log, in order: one multi-row INSERT
+                        flush_released(db)  # before the ORM's flush at commit
+                        if events:  # the audit log, in order, in one statement
                             # on the session's connection: Core, no ORM execution path
-                            db.connection().execute(insert(orm.EventRow.__table__), events)
+                            insert_events(db.connection(), events)
                     finally:
                         self._local.active = None
                         self._local.events = None

@@ -1,0 +1,159 @@
+"""PostgreSQL's bulk writes (``store/bulk.py``): a batch's audit events in one INSERT, its
+releases in one UPDATE of the leases and one of their slots, sent as binary arrays.
+
+The same story is told on SQLite (the ORM's writes, row by row) and on PostgreSQL (the bulk
+writes), and the rows must come out the same; on PostgreSQL the batch must send one statement
+of each kind; and text the driver would have to quote survives the trip as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from jupyterhub_gpupool import orm
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.store import Store
+from tests.fakes import StoreClock, make_instances, make_store
+
+#: An actor name with what a text array would have to quote or escape.
+AWKWARD = 'o\'neil "the" \\admin\\, {x} NULL é'
+
+
+def story(store: Store, clock: StoreClock) -> dict[str, str]:
+    """Grants, a queue, releases in batches (one frees the GPU a waiter gets in the same
+    batch, one a MIG instance the pool made), an admin's reclaim with a notice, grants that
+    expire together, and a reconcile. Returns (user → lease id) of the leases made."""
+    ids: dict[str, str] = {}
+
+    def grant(user: str, offer: str) -> None:
+        ids[user] = store.allocate(user, "", offer, actor=AWKWARD)["id"]
+
+    out = store.run_batch(
+        [
+            (store.allocate, (u, "", o), {"actor": AWKWARD})
+            for u, o in (
+                ("alice", "a100-1g"),
+                ("bob", "a100-3g"),
+                ("carol", "h100"),
+                ("dave", "h100"),
+            )
+        ]
+    )
+    ids.update({r["user"]: r["id"] for r in out})
+    assert [r["state"] for r in out] == ["granted", "granted", "granted", "queued"]
+    make_instances(store)  # the MIG instances exist: their leases can be bound
+    store.run_batch([(store.keepalive, (ids[u],), {"actor": u}) for u in ("alice", "bob")])
+    clock.advance(seconds=30)
+    out = store.run_batch(
+        [
+            (store.release, (ids["carol"],), {"actor": "carol"}),  # dave gets the H100
+            (store.release, (ids["alice"],), {"actor": "alice"}),  # its instance goes too
+            (store.allocate, ("erin", "", "a100-1g"), {"actor": "erin"}),
+        ]
+    )
+    ids["erin"] = out[2]["id"]
+    assert [r["state"] for r in out] == ["released", "released", "granted"]
+    clock.advance(seconds=30)
+    store.admin_reclaim(ids["bob"], grace=600, actor="root")  # a notice with a deadline
+    store.admin_reclaim(ids["bob"], immediately=True, actor="root")  # the deadline goes
+    grant("frank", "a100-1g")
+    grant("gina", "a100-1g")
+    clock.advance(seconds=store.grant_timeout + 1)
+    assert store.expire_grants() == 4  # dave, erin, frank and gina never bound: all at once
+    grant("hank", "h100")
+    store.keepalive(ids["hank"])
+    store.reconcile(set())  # the hub runs no server: hank's lease goes
+    return ids
+
+
+def rows(store: Store, ids: dict[str, str]) -> dict[str, Any]:
+    """Every lease, slot and audit event, by user instead of lease id (ids are random)."""
+    user_of = {lease: user for user, lease in ids.items()}
+    lease, slot, event = (t.__table__ for t in (orm.LeaseRow, orm.LeaseSlotRow, orm.EventRow))
+    with store.read() as db:  # typed columns: SQLite's times come back as datetimes too
+        leases = db.execute(
+            sa.select(
+                lease.c.id,
+                lease.c.state,
+                lease.c.released,
+                lease.c.release_reason,
+                lease.c.reclaim_deadline,
+                lease.c.reclaim_acting,
+            )
+        ).all()
+        slots = db.execute(
+            sa.select(slot.c.lease_id, slot.c.slot_key, slot.c.live, slot.c.create).order_by(
+                slot.c.id
+            )
+        ).all()
+        events = db.execute(
+            sa.select(
+                event.c.ts,
+                event.c.actor,
+                event.c.kind,
+                event.c.lease_id,
+                event.c.user,
+                event.c.data,
+            ).order_by(event.c.id)
+        ).all()
+    return {
+        "leases": sorted((user_of[r[0]], *r[1:]) for r in leases),
+        "slots": [(user_of[r[0]], *r[1:]) for r in slots],
+        "events": [(*e[:3], user_of.get(e[3]), e[4], e[5]) for e in events],
+    }
+
+
+def test_postgresql_writes_the_rows_sqlite_writes(pg_url, sqlite_url):
+    found = {}
+    for url in (sqlite_url, pg_url):
+        upgrade(url)
+        clock = StoreClock()
+        store = make_store(url, clock)
+        found[url] = rows(store, story(store, clock))
+        store.engine.dispose()
+    sqlite, pg = found[sqlite_url], found[pg_url]
+    assert pg["leases"] == sqlite["leases"]
+    assert pg["slots"] == sqlite["slots"]
+    assert pg["events"] == sqlite["events"]
+    released = [r for r in pg["leases"] if r[1] == "released"]
+    assert len(released) == 8 and all(r[2] is not None and r[4] is None for r in released)
+    assert pg["slots"] and not any(live for *_, live, _create in pg["slots"])
+    assert any(e[1] == AWKWARD for e in pg["events"])
+
+
+def test_a_batch_sends_one_statement_per_kind_of_row(pg_url, clock):
+    upgrade(pg_url)
+    store = make_store(pg_url, clock, {**_POOL})
+    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(6)])
+    sent: list[tuple[str, bool]] = []  # (statement, sent once per row)
+    sa.event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[5])))
+    out = store.run_batch(
+        [(store.release, (r["id"],), {}) for r in out]
+        + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(6)]
+    )
+    assert [r["state"] for r in out] == ["released"] * 6 + ["granted"] * 6
+    kinds = [(" ".join(s.split()[:3]).upper(), many) for s, many in sent]
+    for kind in ("UPDATE LEASES SET", "UPDATE LEASE_SLOTS SET", "INSERT INTO EVENTS"):
+        assert kinds.count((kind, False)) == 1 and (kind, True) not in kinds, sent
+    with store.read() as db:
+        live = db.scalar(sa.text("SELECT count(*) FROM lease_slots WHERE live"))
+        states = dict(
+            db.execute(sa.text("SELECT state, count(*) FROM leases GROUP BY state")).all()
+        )
+    assert live == 6 and states == {"released": 6, "granted": 6}
+
+
+#: Six H100s: the second batch's grants take the slots its releases free.
+_POOL: dict[str, Any] = {
+    "nodes": [
+        {
+            "name": "h100",
+            "cpu_milli": 64000,
+            "memory_mib": 262144,
+            "gpus": [{"model": "H100-80GB", "count": 6}],
+        }
+    ],
+    "offers": [{"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}],
+    "quotas": {"default": {"guarantee": 1, "limit": 2}},
+}
