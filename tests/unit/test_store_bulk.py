@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.store import Store
-from tests.fakes import StoreClock, make_instances, make_store
+from tests.fakes import APPROVAL_POOL, StoreClock, make_instances, make_store
 
 #: An actor name with what a text array would have to quote or escape.
 AWKWARD = 'o\'neil "the" \\admin\\, {x} NULL é'
@@ -124,15 +124,15 @@ def test_postgresql_writes_the_rows_sqlite_writes(pg_url, sqlite_url):
 
 def test_a_batch_sends_one_statement_per_kind_of_row(pg_url, clock):
     upgrade(pg_url)
-    store = make_store(pg_url, clock, {**_POOL})
-    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(6)])
+    store = make_store(pg_url, clock, APPROVAL_POOL)  # four H100s
+    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(4)])
     sent: list[tuple[str, bool]] = []  # (statement, sent once per row)
     sa.event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[5])))
     out = store.run_batch(
         [(store.release, (r["id"],), {}) for r in out]
-        + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(6)]
+        + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(4)]  # the freed GPUs
     )
-    assert [r["state"] for r in out] == ["released"] * 6 + ["granted"] * 6
+    assert [r["state"] for r in out] == ["released"] * 4 + ["granted"] * 4
     kinds = [(" ".join(s.split()[:3]).upper(), many) for s, many in sent]
     for kind in ("UPDATE LEASES SET", "UPDATE LEASE_SLOTS SET", "INSERT INTO EVENTS"):
         assert kinds.count((kind, False)) == 1 and (kind, True) not in kinds, sent
@@ -141,19 +141,4 @@ def test_a_batch_sends_one_statement_per_kind_of_row(pg_url, clock):
         states = dict(
             db.execute(sa.text("SELECT state, count(*) FROM leases GROUP BY state")).all()
         )
-    assert live == 6 and states == {"released": 6, "granted": 6}
-
-
-#: Six H100s: the second batch's grants take the slots its releases free.
-_POOL: dict[str, Any] = {
-    "nodes": [
-        {
-            "name": "h100",
-            "cpu_milli": 64000,
-            "memory_mib": 262144,
-            "gpus": [{"model": "H100-80GB", "count": 6}],
-        }
-    ],
-    "offers": [{"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}],
-    "quotas": {"default": {"guarantee": 1, "limit": 2}},
-}
+    assert live == 4 and states == {"released": 4, "granted": 4}
