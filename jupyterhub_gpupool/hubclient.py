@@ -151,8 +151,8 @@ class HubClient:
         """Ask the hub to stop a server (the spawner releases its lease): 202 stopping, 204
         stopped (or was not running). The hub answers only after the stop or its
         ``slow_stop_timeout`` (10 s), and a loaded hub takes longer: this waits at least 30 s,
-        as a start does (with the 20 s default a busy hub's answer came too late, and the
-        reclaimer called a stop that went on a failure)."""
+        as a start does (with the 20 s default a busy hub answered too late, and the reclaimer
+        reported a stop still under way as failed)."""
         wait = max(self.timeout, 30.0)
         return (await self._request("DELETE", self._server_path(user, server), timeout=wait))[0]
 

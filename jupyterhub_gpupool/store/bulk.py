@@ -4,7 +4,7 @@ spread into rows by ``unnest``; and a transaction's releases written that way.
 A batch of decisions writes the same kind of row many times over (an audit event per grant and
 per release, a released lease and its slots per release). As an ``executemany``, psycopg sends
 and tracks one statement per row in Python, and SQLAlchemy builds the parameters of each: on the
-project's 2-core VM 64 audit events took 3–5 ms of CPU that way, and 0.6–0.9 ms as one statement
+project's 2-core VM 64 audit events took 3–5 ms of CPU that way, and 0.6–1.1 ms as one statement
 of six arrays (text arrays in psycopg's text format cost almost as much as the rows one by one:
 every element is quoted with a regular expression; binary has no quoting). The statements'
 text never changes, so the driver prepares each once per connection.
