@@ -33,11 +33,21 @@ from jupyterhub_gpupool.demo import find_proxy
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: Ports this process has handed out: a port is picked free but bound only later (by a hub, a
+#: proxy, a service), and the kernel may offer the same free port again meanwhile.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port nobody listens on right now, and not one handed out before by this process."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free TCP port that was not handed out already")
 
 
 def chp_command() -> str:
@@ -313,15 +323,23 @@ class HubEnv:
         )
         wait_http(f"{self.hub_api}/", 60, self.hub)
         deadline = time.monotonic() + 60
-        while (
-            request("GET", f"{self.hub_url}{self.base_url}hub/api/").status != 200
-        ):  # proxy routes ready
+        while not self._routed():  # the proxy listens and routes /hub/
+            if self.hub.poll() is not None:  # it was another process on our port that answered
+                raise RuntimeError(f"the hub exited with {self.hub.returncode}")
             if time.monotonic() > deadline:
                 raise TimeoutError("the proxy never routed /hub/")
             time.sleep(0.1)
         for user in self.users:
             r = request("POST", f"{self.hub_api}/users/{user}", self.admin_api_token)
             assert r.status in (201, 409), r.body
+
+    def _routed(self) -> bool:
+        """Whether the proxy answers for the hub (another test's process may hold a port this
+        hub was given for a moment: then the hub exits with EADDRINUSE and starts again)."""
+        try:
+            return request("GET", f"{self.hub_url}{self.base_url}hub/api/").status == 200
+        except OSError:  # not listening yet (URLError), or not answering in time
+            return False
 
     def service_env(self) -> dict[str, str]:
         """The environment a hub gives a managed service."""
