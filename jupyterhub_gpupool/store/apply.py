@@ -83,7 +83,7 @@ class Applier(StoreCore):
         """Write grants the allocator made to waiters (their rows exist); returns how many."""
         n = 0
         for grant in grants:
-            waiter = db.get(orm.LeaseRow, grant.request.id)
+            waiter = self.pending_or_stored(db, grant.request.id)
             if waiter is not None:
                 self._record(db, waiter, grant)
                 n += 1
@@ -96,7 +96,7 @@ class Applier(StoreCore):
     def _record_borrowed(self, db: Session, leases: Iterable[Lease]) -> None:
         """Persist re-derived ``borrowed`` flags (audited as borrowed / within-guarantee)."""
         for lease in leases:
-            row = db.get(orm.LeaseRow, lease.id)
+            row = self.pending_or_stored(db, lease.id)
             if row is not None and row.borrowed != lease.borrowed:
                 row.borrowed = lease.borrowed
                 self._event(db, "borrowed" if row.borrowed else "within-guarantee", "system", row)

@@ -433,6 +433,19 @@ class StoreCore:
         for listener in self.listeners:
             listener(kind, {"lease": row.id if row else None, **(data or {})})
 
+    @staticmethod
+    def pending_or_stored(db: Session, lease_id: str) -> orm.LeaseRow | None:
+        """The lease's row, also when it was added earlier in this transaction and is not yet
+        written: a batch flushes only at commit, and ``Session.get`` does not see pending rows
+        (a request queued earlier in the batch and granted by a later release in it would have
+        been granted in memory only)."""
+        row = db.get(orm.LeaseRow, lease_id)
+        if row is None:
+            row = next(
+                (o for o in db.new if isinstance(o, orm.LeaseRow) and o.id == lease_id), None
+            )
+        return row
+
     def lease_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
         """The lease's row with its slots, or the ``not_found`` refusal."""
         row = db.get(orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)])

@@ -320,3 +320,23 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
     store.release(first["id"])
     clock.advance(hours=24)
     assert store.allocate("alice", "d", "a100-1g")["state"] == "granted"
+
+
+def test_a_request_queued_and_granted_in_one_batch_is_granted_in_the_rows(db_url, clock):
+    """A release later in a batch serves the queue, which holds a request the batch queued and
+    has not written yet (a batch flushes at commit): the grant must reach the rows. It used to
+    be made in memory only: the GPU held by nobody the rows knew, the request queued in them
+    (and forgotten by the queue in memory) until a restart."""
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    first = store.allocate("alice", "", "h100")  # the pool's one H100
+    out = store.run_batch(
+        [(store.allocate, ("bob", "", "h100"), {}), (store.release, (first["id"],), {})]
+    )
+    assert [r["state"] for r in out] == ["queued", "released"]
+    lease = store.lease(out[0]["id"])
+    assert lease["state"] == "granted" and [s["kind"] for s in lease["slots"]] == ["gpu"]
+    assert events(store, out[0]["id"])[-1] == "granted"
+    fresh = make_store(db_url, clock)  # what the rows say, rebuilt
+    assert fresh.lease(out[0]["id"])["state"] == "granted"
+    assert fresh.allocate("carol", "", "h100")["state"] == "queued"
