@@ -73,6 +73,17 @@ class PoolState(Base):
     version: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class PoolChangeRow(Base):
+    """What one batch of decisions changed: the leases whose rows it wrote, under the pool
+    version it committed. Another process that last saw the version before reloads just those
+    leases instead of rebuilding its allocator (``store/changes.py``). A version without a row
+    (any other change: inventory, quotas, MIG, config) makes it rebuild."""
+
+    __tablename__ = "pool_changes"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    leases: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+
 class NodeRow(Base):
     """A GPU node (from the pool config or an agent)."""
 

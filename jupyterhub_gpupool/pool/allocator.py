@@ -617,6 +617,18 @@ class Allocator(NodeStates):
         self._index(lease)
         self.quotas.add(lease.request.user, lease.group, lease.units)
 
+    def forget(self, lease_id: str) -> None:
+        """Take out a lease or queued request as if it had never been restored: another process
+        changed it, and its row is read back next (no decision follows, no queue is served)."""
+        if self.waiters.pop(lease_id, None) is not None:
+            return
+        lease = self.leases.pop(lease_id, None)
+        if lease is None:
+            return
+        self._unindex(lease)
+        self._vacate(lease)
+        self.quotas.remove(lease.request.user, lease.group, lease.units)
+
     def restore_waiter(self, waiter: Waiter) -> None:
         """Re-establish a queued request read back from storage."""
         self.waiters[waiter.request.id] = waiter

@@ -118,6 +118,12 @@ def queue_release(db: Session, row: orm.LeaseRow, released: Any, reason: str) ->
     return True
 
 
+def queued_release_ids(db: Session) -> set[str]:
+    """The leases this transaction released through the queue (``changes.py`` names them)."""
+    queue = db.info.get(_QUEUE)
+    return {row.id for row in queue[2]} if queue is not None else set()
+
+
 def flush_released(db: Session) -> None:
     """Write the queued releases now (see the module's docstring for when)."""
     queue = db.info.get(_QUEUE)

@@ -30,6 +30,7 @@ from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
+from . import changes
 from .bulk import collect_releases, flush_released, insert_events, watch_sessions
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
@@ -129,6 +130,7 @@ class StoreCore:
         self.strict_writes = strict_writes
         self.session_factory = sessionmaker(engine, expire_on_commit=False)
         watch_sessions(self.session_factory)  # queued releases go out before anything else
+        changes.watch_sessions(self.session_factory)  # which leases a batch wrote
         self.read_factory = sessionmaker(
             engine.execution_options(gpupool_readonly=True), expire_on_commit=False
         )
@@ -137,6 +139,10 @@ class StoreCore:
         self._lease_holders: dict[str, tuple[str, str | None]] = {}
         self._allocator: Allocator | None = None
         self._version: int | None = None
+        #: How this process caught up with other processes' commits: allocator rebuilds from
+        #: every row, and catch-ups that reloaded only the leases they wrote (``changes.py``).
+        self.rebuilds = 0
+        self.catch_ups = 0
         #: The pool is known to have no request awaiting approval: looked up whenever the
         #: allocator is rebuilt from the rows (as after another replica's commit), cleared by
         #: any new ask. A batch then skips looking them up (one query per batch, for a state
@@ -203,6 +209,16 @@ class StoreCore:
         caller fails every call of the batch, and nothing of it was committed.
         """
         results: list[Any] = []
+        self._local.batching = True  # a transaction of leases only: say which (changes.py)
+        try:
+            self._run_batch(calls, results)
+        finally:
+            self._local.batching = False
+        return results
+
+    def _run_batch(
+        self, calls: list[tuple[Callable[..., Any], tuple, dict]], results: list
+    ) -> None:
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
         with self.transaction() as (db, _), db.no_autoflush:
             held = self._prefetch(
@@ -221,7 +237,6 @@ class StoreCore:
             finally:
                 self._local.awaiting = None
         del held
-        return results
 
     def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run one write in a transaction of its own; a refusal (any ``PoolError``, which may
@@ -336,8 +351,7 @@ class StoreCore:
                 with db.begin():
                     version = self._lock_version(db, write)
                     if self._allocator is None or self._version != version - write:
-                        self._allocator = self._rebuild(db)
-                        self._none_awaiting = none_awaiting(db)
+                        self._catch_up(db, version - write)
                     elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
                         self._budgets_at = self._now_s()
                         self._allocator.quotas.used_hours = used_hours(
@@ -349,6 +363,10 @@ class StoreCore:
                         collect_releases(db)
                     try:
                         yield db, self._allocator
+                        if write and getattr(self._local, "batching", False):
+                            leases = changes.touched_leases(db)
+                            if leases is not None:  # else other processes rebuild
+                                changes.record(db, version, leases)
                         flush_released(db)  # before the ORM's flush at commit
                         if events:  # the audit log, in order, in one statement
                             # on the session's connection: Core, no ORM execution path
@@ -391,6 +409,20 @@ class StoreCore:
                 conn.execute(insert(table).values(id=1, version=0))
             version = conn.execute(stmt).scalar()
         return version
+
+    def _catch_up(self, db: Session, version: int) -> None:
+        """Bring the allocator to ``version``, which another process committed: reload the
+        leases it wrote when it said which, else rebuild from every row."""
+        if self._allocator is not None and self._version is not None:
+            awaiting = changes.catch_up(db, self._allocator, self._version, version)
+            if awaiting is not None:
+                self.catch_ups += 1
+                if awaiting:
+                    self._none_awaiting = False
+                return
+        self.rebuilds += 1
+        self._allocator = self._rebuild(db)
+        self._none_awaiting = none_awaiting(db)
 
     def _now_s(self) -> float:
         return self.clock().replace(tzinfo=timezone.utc).timestamp()

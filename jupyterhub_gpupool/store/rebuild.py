@@ -3,7 +3,7 @@ another replica's commits, and after the inventory or the config changed shape."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -53,7 +53,7 @@ def instances_of(catalog: Catalog, g: Any, instances: list[Any] | None = None) -
     return out
 
 
-def request_of(row: orm.LeaseRow) -> Request:
+def request_of(row: Any) -> Request:
     """The allocator's request behind a lease row."""
     return Request(
         row.id,
@@ -66,6 +66,34 @@ def request_of(row: orm.LeaseRow) -> Request:
         epoch(row.created),
         tuple(row.clusters or ()),
         bool(row.exception),
+    )
+
+
+def lease_of(row: Any, slots: Iterable[Any]) -> Lease:
+    """The allocator's lease behind a live lease row and its slot rows (ORM or Core)."""
+    return Lease(
+        row.id,
+        request_of(row),
+        row.offer,
+        row.node or "",
+        tuple(
+            Slot(s.gpu_uuid, s.kind, s.milli, s.profile, s.start, s.create) for s in slots if s.live
+        ),
+        Fraction(row.units),
+        row.group,
+        row.borrowed,
+    )
+
+
+def waiter_of(row: Any) -> Waiter:
+    """The allocator's waiter behind a queued lease row (ORM or Core)."""
+    return Waiter(
+        request_of(row),
+        Fraction(row.units),
+        row.group,
+        row.within_guarantee,
+        row.reason or "no_capacity",
+        epoch(row.queued_since or row.created),
     )
 
 
@@ -147,34 +175,9 @@ def build_allocator(
         .options(selectinload(orm.LeaseRow.slots))
     )
     for row in live:
-        slots = tuple(
-            Slot(s.gpu_uuid, s.kind, s.milli, s.profile, s.start, s.create)
-            for s in row.slots
-            if s.live
-        )
-        allocator.restore(
-            Lease(
-                row.id,
-                request_of(row),
-                row.offer,
-                row.node or "",
-                slots,
-                Fraction(row.units),
-                row.group,
-                row.borrowed,
-            )
-        )
+        allocator.restore(lease_of(row, row.slots))
     for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.state == "queued")):
-        allocator.restore_waiter(
-            Waiter(
-                request_of(row),
-                Fraction(row.units),
-                row.group,
-                row.within_guarantee,
-                row.reason or "no_capacity",
-                epoch(row.queued_since or row.created),
-            )
-        )
+        allocator.restore_waiter(waiter_of(row))
     return allocator
 
 
