@@ -3,8 +3,9 @@ the store stands on.
 
 Every change runs in one transaction that first takes the pool lock (``BEGIN IMMEDIATE`` on
 SQLite; on PostgreSQL the version row's row lock), then checks the pool version: when another
-process changed the pool since this one last looked, the in-memory allocator is rebuilt from
-the rows. So several service replicas on one PostgreSQL database never double-grant, and a
+process changed the pool since this one last looked, the in-memory allocator catches up: the
+leases its batches wrote are reloaded (``changes.py``), or after any other change it is rebuilt
+from the rows. So several service replicas on one PostgreSQL database never double-grant, and a
 restart (or ``kill -9``) loses nothing that was acknowledged: a grant is answered only after
 its commit. Reads take no lock.
 """
