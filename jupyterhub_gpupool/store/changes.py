@@ -14,8 +14,8 @@ rebuild as before:
 
 - a version without a row: any other change (inventory, quotas, offers, MIG results, config,
   approvals, reclaim rounds) writes none, and code before this one wrote none;
-- a batch that touched another table (``note`` finds it among the session's changes or
-  statements; it writes no row);
+- a batch that touched another table (the hooks of ``watch_sessions`` find it among the
+  session's changes or statements; it writes no row);
 - a lease with a MIG slot, before or after: the instances the pool makes and retires are
   inventory rows too;
 - more than ``MAX_LEASES`` leases to reload, or a node or GPU the allocator lacks.
@@ -48,7 +48,6 @@ MAX_LEASES = 5000
 
 _TOUCHED = "gpupool_touched"  # Session.info: lease ids written so far
 _OTHER = "gpupool_other_rows"  # Session.info: True once anything but leases was written
-_LEASE_ROWS = (orm.LeaseRow, orm.LeaseSlotRow)
 _PLAIN = frozenset({"gpu", "shared"})  # slot kinds whose whole state is in lease_slots
 
 

@@ -210,18 +210,8 @@ class StoreCore:
         caller fails every call of the batch, and nothing of it was committed.
         """
         results: list[Any] = []
-        self._local.batching = True  # a transaction of leases only: say which (changes.py)
-        try:
-            self._run_batch(calls, results)
-        finally:
-            self._local.batching = False
-        return results
-
-    def _run_batch(
-        self, calls: list[tuple[Callable[..., Any], tuple, dict]], results: list
-    ) -> None:
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
-        with self.transaction() as (db, _), db.no_autoflush:
+        with self.transaction(batch=True) as (db, _), db.no_autoflush:
             held = self._prefetch(
                 db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
             )
@@ -238,6 +228,7 @@ class StoreCore:
             finally:
                 self._local.awaiting = None
         del held
+        return results
 
     def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run one write in a transaction of its own; a refusal (any ``PoolError``, which may
@@ -335,8 +326,13 @@ class StoreCore:
             yield db
 
     @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[tuple[Session, Allocator]]:
+    def transaction(
+        self, write: bool = True, *, batch: bool = False
+    ) -> Iterator[tuple[Session, Allocator]]:
         """Lock the pool, bring the allocator up to date, yield both; commit and bump on success.
+
+        ``batch``: a batch of decisions (``run_batch``), which says which leases it wrote when
+        it wrote nothing else (``changes.py``), so other processes need not rebuild.
 
         On any error the transaction rolls back and the in-memory allocator is thrown away (it
         may hold half-applied changes); the next transaction rebuilds it from the rows.
@@ -364,7 +360,7 @@ class StoreCore:
                         collect_releases(db)
                     try:
                         yield db, self._allocator
-                        if write and getattr(self._local, "batching", False):
+                        if write and batch:
                             leases = changes.touched_leases(db)
                             if leases is not None:  # else other processes rebuild
                                 changes.record(db, version, leases)
