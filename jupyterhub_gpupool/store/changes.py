@@ -22,7 +22,7 @@ rebuild as before:
 
 Rows older than ``KEEP`` versions are deleted now and then (a process that far behind
 rebuilds). Bulk writes that bypass the session (``bulk.py``) name their leases through its
-release queue.
+release queue and its staged new leases.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from .. import orm
 from ..pool.allocator import Allocator
-from .bulk import queued_release_ids
+from .bulk import queued_release_ids, staged_ids
 from .rebuild import lease_of, waiter_of
 
 #: Versions of history kept; a process further behind rebuilds.
@@ -87,7 +87,7 @@ def touched_leases(db: Session) -> set[str] | None:
     _note_objects(db, chain(db.new, db.dirty, db.deleted))  # what the commit will flush
     if db.info.get(_OTHER):
         return None
-    return db.info.get(_TOUCHED, set()) | queued_release_ids(db)
+    return db.info.get(_TOUCHED, set()) | queued_release_ids(db) | staged_ids(db)
 
 
 def record(db: Session, version: int, leases: set[str]) -> None:

@@ -32,7 +32,15 @@ from ..pool.errors import PoolError
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
 from . import changes
-from .bulk import collect_releases, flush_released, insert_events, watch_sessions
+from .bulk import (
+    collect_releases,
+    flush_released,
+    insert_events,
+    pipelined,
+    staged_lease,
+    watch_sessions,
+    write_staged,
+)
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
 from .rows import utcnow
@@ -357,17 +365,11 @@ class StoreCore:
                     self._local.active = (db, self._allocator)
                     self._local.events = events = []
                     if write:
-                        collect_releases(db)
+                        collect_releases(db, batch=batch)
                     try:
                         yield db, self._allocator
-                        if write and batch:
-                            leases = changes.touched_leases(db)
-                            if leases is not None:  # else other processes rebuild
-                                changes.record(db, version, leases)
-                        flush_released(db)  # before the ORM's flush at commit
-                        if events:  # the audit log, in order, in one statement
-                            # on the session's connection: Core, no ORM execution path
-                            insert_events(db.connection(), events)
+                        if write:
+                            self._write_out(db, version if batch else None, events)
                     finally:
                         self._local.active = None
                         self._local.events = None
@@ -376,6 +378,25 @@ class StoreCore:
                 self._allocator = None
                 self._version = None
                 raise
+
+    @staticmethod
+    def _write_out(db: Session, version: int | None, events: list[dict[str, Any]]) -> None:
+        """Write what the transaction kept out of the ORM, then commit: the queued releases
+        before anything else (a slot they free may be held again), the staged leases, the
+        audit log in order, and for a batch (its ``version``) which leases it wrote. On
+        PostgreSQL, when the ORM has nothing of its own to flush (a batch of grants and
+        releases), the statements and the commit take one round trip."""
+        leases = changes.touched_leases(db) if version is not None else None
+        with pipelined(db) as piped:
+            if leases is not None:  # else other processes rebuild
+                changes.record(db, version, leases)
+            flush_released(db)  # before the ORM's flush at commit
+            write_staged(db)
+            if events:  # the audit log, in order, in one statement
+                # on the session's connection: Core, no ORM execution path
+                insert_events(db.connection(), events)
+            if piped:
+                db.commit()
 
     @staticmethod
     def _lock_version(db: Session, write: bool) -> int:
@@ -468,7 +489,7 @@ class StoreCore:
         written: a batch flushes only at commit, and ``Session.get`` does not see pending rows
         (a request queued earlier in the batch and granted by a later release in it would have
         been granted in memory only)."""
-        row = db.get(orm.LeaseRow, lease_id)
+        row = staged_lease(db, lease_id) or db.get(orm.LeaseRow, lease_id)
         if row is None:
             row = next(
                 (o for o in db.new if isinstance(o, orm.LeaseRow) and o.id == lease_id), None
@@ -477,7 +498,9 @@ class StoreCore:
 
     def lease_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
         """The lease's row with its slots, or the ``not_found`` refusal."""
-        row = db.get(orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)])
+        row = staged_lease(db, lease_id) or db.get(
+            orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)]
+        )
         if row is None:
             raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
         return row

@@ -18,6 +18,7 @@ from ..pool.errors import PoolError
 from ..pool.leases import LIVE_STATES, is_ready
 from ..pool.model import Request, offer_priority
 from .apply import Applier
+from .bulk import stage_lease, staged_lease
 from .errors import StoreError
 from .rows import epoch, ts
 from .views import ViewStore
@@ -126,7 +127,7 @@ class LeaseStore(Applier, ViewStore):
                 within_guarantee=True,
                 busy_hours=0.0,
             )
-            db.add(row)
+            stage_lease(db, row)
             alloc.apply(decision, self._now_s())
             self._record(db, row, decision, actor)
             return self._lease_json(db, alloc, row)
@@ -134,6 +135,9 @@ class LeaseStore(Applier, ViewStore):
     @staticmethod
     def _hub_of(db: Session, lease_id: str) -> str | None:
         """The hub of a lease (made earlier in this batch too)."""
+        staged = staged_lease(db, lease_id)
+        if staged is not None:
+            return staged.hub
         for obj in db.new:
             if isinstance(obj, orm.LeaseRow) and obj.id == lease_id:
                 return obj.hub
@@ -342,8 +346,10 @@ class LeaseStore(Applier, ViewStore):
         deleted = set(deleted)
         with self.transaction() as (db, alloc):
             states = ("queued", *LIVE_STATES, *(("awaiting_approval",) if deleted else ()))
-            query = select(orm.LeaseRow).where(
-                orm.LeaseRow.state.in_(states), orm.LeaseRow.hub.is_(None)
+            query = (
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.state.in_(states), orm.LeaseRow.hub.is_(None))
+                .order_by(orm.LeaseRow.created, orm.LeaseRow.id)  # the audit log's order
             )
             if older_than is not None:
                 query = query.where(orm.LeaseRow.created < older_than)
