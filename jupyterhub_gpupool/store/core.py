@@ -94,6 +94,9 @@ BATCHABLE = frozenset({"allocate", "release", "keepalive", "resize", "expire_gra
 #: Batched calls whose first argument is a lease id: a batch loads those leases at once.
 _BY_LEASE_ID = frozenset({"release", "keepalive"})
 
+#: ``Session.info`` key of the leases a batch loaded up front, id → row (``_prefetch``).
+_LOADED = "gpupool_loaded"
+
 #: Set (to anything but empty or 0) to make every store write check that it runs off the
 #: event loop; the test suite sets it for every process it starts.
 STRICT_WRITES_ENV = "GPUPOOL_STRICT_WRITES"
@@ -220,9 +223,12 @@ class StoreCore:
         results: list[Any] = []
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
         with self.transaction(batch=True) as (db, _), db.no_autoflush:
-            held = self._prefetch(
-                db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
-            )
+            db.info[_LOADED] = {
+                row.id: row
+                for row in self._prefetch(
+                    db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
+                )
+            }
             allocating = {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
             self._local.awaiting = self._prefetch_awaiting(
                 db, set() if self._none_awaiting else allocating
@@ -235,7 +241,6 @@ class StoreCore:
                         results.append(e)
             finally:
                 self._local.awaiting = None
-        del held
         return results
 
     def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -249,8 +254,8 @@ class StoreCore:
     @staticmethod
     def _prefetch(db: Session, lease_ids: list[str]) -> list[orm.LeaseRow]:
         """Load the leases (and their slots) a batch's calls address, in one query for the
-        whole batch instead of one per call: ``lease_row`` then finds them in the session's
-        identity map (which holds rows weakly: keep the returned list while the batch runs)."""
+        whole batch instead of one per call: ``lease_row`` then finds them without a query
+        (``run_batch`` keeps them in ``Session.info``: the identity map holds rows weakly)."""
         if len(lease_ids) < 2:
             return []
         return list(
@@ -498,8 +503,10 @@ class StoreCore:
 
     def lease_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
         """The lease's row with its slots, or the ``not_found`` refusal."""
-        row = staged_lease(db, lease_id) or db.get(
-            orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)]
+        row = (
+            staged_lease(db, lease_id)
+            or db.info.get(_LOADED, {}).get(lease_id)
+            or db.get(orm.LeaseRow, lease_id, options=[joinedload(orm.LeaseRow.slots)])
         )
         if row is None:
             raise StoreError("not_found", f"no lease {lease_id!r}", field="id")

@@ -18,10 +18,13 @@ def utcnow() -> datetime:
 
 
 def ts(dt: datetime | None) -> str | None:
-    """ISO 8601 with a ``Z`` (None stays None)."""
-    return (
-        None if dt is None else dt.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
-    )
+    """ISO 8601 with a ``Z`` (None stays None); a naive time is UTC, as the database keeps it
+    (formatted directly: the lease JSON has up to seven of these per answer)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        return dt.isoformat() + "Z"
+    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def epoch(dt: datetime) -> float:
