@@ -9,12 +9,13 @@ integration tests do (``tests/integration/hubenv.py``), with a pool big enough t
 queues (64 nodes x 8 whole H100s = 512 GPUs), so what it measures is grants. Then, for each client
 count, that many client *processes* each loop ``POST allocations`` (a grant) -> ``DELETE
 allocations/{id}`` (its release) over one keep-alive HTTP/1.1 connection with the spawner's token,
-addressing the service directly (not through the proxy). After a warm-up, it reports grants/s
-(= completed allocate+release pairs per second), requests/s, p50/p99 latency of each request
-and of the pair, the CPU the clients, the service (event loop, other threads, and its store
-process when decisions run there) and PostgreSQL used (so a client bottleneck would show), and at
-the end counts double grants in the database: live slots held twice, and slots held twice at any
-moment of the audit log replayed in commit order (must be 0).
+addressing the service directly (not through the proxy); ``loadclient.py`` is their HTTP client
+(``--client raw``, a minimal one as ``wrk`` is, or ``stdlib``: ``http.client``). After a warm-up,
+it reports grants/s (= completed allocate+release pairs per second), requests/s, p50/p99 latency of
+each request and of the pair, the CPU the clients, the service (event loop, other threads, and its
+store process when decisions run there) and PostgreSQL used (so a client bottleneck would show),
+and at the end counts double grants in the database: live slots held twice, and slots held twice at
+any moment of the audit log replayed in commit order (must be 0).
 
 Run ``python benchmarks/service_load.py`` (``--db sqlite,postgresql --clients 1,8,32 --seconds 10``
 by default; ``--requests N`` measures N grants per run instead). PostgreSQL is reached at
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import multiprocessing as mp
 import os
@@ -57,8 +57,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from loadclient import CLIENTS, OFFER, client
 from prometheus_client.parser import text_string_to_metric_families
 from service_raw import raw_limit
 from service_summary import print_raw, print_summary, summarize
@@ -71,7 +71,6 @@ PG_ADMIN_URL = os.environ.get("GPUPOOL_TEST_PG", "postgresql://postgres@127.0.0.
 TARGET_GRANTS_PER_S = 800.0  # at 32 clients on PostgreSQL, median of 5 runs (issue 16)
 TARGET_P99_MS = 40.0
 NODES, GPUS_PER_NODE = 64, 8
-OFFER = "h100"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,7 +88,7 @@ def pool_yaml(nodes: int = NODES, gpus: int = GPUS_PER_NODE) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- clients (stdlib only: the spawned processes import nothing heavy) ---------------------------
+# -- figures -------------------------------------------------------------------------------------
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -98,81 +97,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]
-
-
-def client(
-    wid: int,
-    api: str,
-    token: str,
-    start_at: float,
-    warmup: float,
-    seconds: float | None,
-    pairs: int | None,
-    out: Any,
-) -> None:
-    """Allocate + release in a loop over one keep-alive connection; report latencies and CPU."""
-    u = urlsplit(api)
-    prefix = u.path.rstrip("/")
-    headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    post_ms: list[float] = []
-    delete_ms: list[float] = []
-    pair_ms: list[float] = []
-    errors: Counter[str] = Counter()
-    first = last = None
-    cpu0 = None
-    measured = 0
-    i = 0
-
-    def call(method: str, path: str, body: bytes | None) -> tuple[int, Any]:
-        conn.request(method, f"{prefix}/{path}", body=body, headers=headers)
-        r = conn.getresponse()
-        return r.status, json.loads(r.read() or b"null")
-
-    while time.time() < start_at:
-        time.sleep(min(0.01, max(0.0, start_at - time.time())))
-    window = start_at + warmup
-    while True:
-        now = time.time()
-        if seconds is not None and now >= window + seconds:
-            break
-        if pairs is not None and measured >= pairs:
-            break
-        measuring = now >= window
-        if measuring and cpu0 is None:
-            cpu0 = time.process_time()
-        body = json.dumps({"user": f"bench{wid}", "server": f"s{i}", "offer": OFFER}).encode()
-        i += 1
-        t0 = time.perf_counter()
-        status, lease = call("POST", "allocations", body)
-        t1 = time.perf_counter()
-        if status != 201 or lease.get("state") != "granted":
-            errors[f"POST {status} {lease.get('state') if isinstance(lease, dict) else ''}"] += 1
-            if status != 201:
-                continue
-        status2, _ = call("DELETE", f"allocations/{lease['id']}", None)
-        t2 = time.perf_counter()
-        if status2 != 200:
-            errors[f"DELETE {status2}"] += 1
-        if measuring:
-            first = now if first is None else first
-            last = time.time()
-            measured += 1
-            post_ms.append(1000 * (t1 - t0))
-            delete_ms.append(1000 * (t2 - t1))
-            pair_ms.append(1000 * (t2 - t0))
-    out.put(
-        {
-            "wid": wid,
-            "post_ms": post_ms,
-            "delete_ms": delete_ms,
-            "pair_ms": pair_ms,
-            "errors": dict(errors),
-            "first": first,
-            "last": last,
-            "cpu_s": time.process_time() - (cpu0 if cpu0 is not None else 0.0),
-        }
-    )
 
 
 # -- CPU accounting ------------------------------------------------------------------------------
@@ -453,6 +377,7 @@ def run_clients(dep: Deployment, n: int, args: argparse.Namespace) -> dict[str, 
                 args.seconds if args.requests is None else None,
                 per_client,
                 out,
+                args.client,
             ),
         )
         for w in range(n)
@@ -684,6 +609,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="raw_limit",
         action="store_false",
         help="skip the minimal-SQL raw limit after each PostgreSQL run",
+    )
+    ap.add_argument(
+        "--client",
+        default="raw",
+        choices=sorted(CLIENTS),
+        help="the clients' HTTP: raw (a minimal keep-alive client, as wrk) or stdlib (http.client)",
     )
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to save the figures")
     ap.add_argument("--profile", action="store_true", help="run the service under cProfile")
