@@ -20,14 +20,15 @@ the batch may take the same slot, and the unique index on live slots must see it
 before any ORM query that would autoflush, and before the commit.
 
 New leases: in a batch (``StoreCore.run_batch``, where nothing autoflushes) ``stage_lease`` keeps
-a new lease row out of the session, and ``write_staged`` inserts all of them and their slots in
-one statement of arrays at the end. Through the ORM the same rows took two ``INSERT``
+a new lease row out of the session, and at the end ``take_staged`` gives the statements that
+insert all of them and their slots as arrays. Through the ORM the same rows took two ``INSERT``
 statements with a parameter set per row, and the unit of work's bookkeeping around them: the
 largest share of a batch's CPU on the project's VM. A flush in the middle of a batch (rare: a
 MIG instance retired) hands the staged rows to the session first; the ORM writes them then.
 
-``pipelined``: the end of a batch (those statements, the audit events, the change record and
-the ``COMMIT``) goes to PostgreSQL in one round trip instead of one each.
+``run_as_one`` sends several such statements as one (data-modifying CTEs), and ``pipelined``
+sends the end of a batch (its releases; then its new leases, audit events and change record;
+then the ``COMMIT``) to PostgreSQL in one round trip.
 """
 
 from __future__ import annotations
@@ -45,47 +46,79 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from .. import orm
 
+#: One statement and its parameters (each part's names carry a prefix of its own).
+Statement = tuple[str, dict[str, Any]]
+
+
+def run_as_one(conn: Connection, statements: list[Statement]) -> None:
+    """Send ``statements`` as one: all but the last as data-modifying CTEs of the last. Each
+    must write a table the others neither write nor read (their order within the statement is
+    the database's), and foreign keys between them are checked at its end. One statement
+    instead of several is one send and one wake-up of the database process less each, which
+    on a 2-core VM cost more than the statements' own work."""
+    if not statements:
+        return
+    *ctes, (sql, params) = statements
+    if ctes:
+        merged: dict[str, Any] = {}
+        for _, its in ctes:
+            merged |= its
+        sql = "WITH " + ", ".join(f"w{i} AS ({c})" for i, (c, _) in enumerate(ctes)) + " " + sql
+        params = merged | params
+    conn.exec_driver_sql(sql, params)
+
+
 #: ``%(name)b``: psycopg sends the parameter in binary.
 _INSERT_EVENTS = (
     'INSERT INTO events (ts, actor, kind, lease_id, "user", data) '
     "SELECT ts, actor, kind, lease_id, who, CAST(data AS json) FROM unnest("
-    "CAST(%(ts)b AS timestamp[]), CAST(%(actor)b AS varchar[]), CAST(%(kind)b AS varchar[]), "
-    "CAST(%(lease_id)b AS varchar[]), CAST(%(user)b AS varchar[]), CAST(%(data)b AS text[])"
+    "CAST(%(e_ts)b AS timestamp[]), CAST(%(e_actor)b AS varchar[]), "
+    "CAST(%(e_kind)b AS varchar[]), CAST(%(e_lease_id)b AS varchar[]), "
+    "CAST(%(e_user)b AS varchar[]), CAST(%(e_data)b AS text[])"
     ") AS e(ts, actor, kind, lease_id, who, data)"
 )
 
 
+def event_statements(events: list[dict[str, Any]]) -> list[Statement]:
+    """PostgreSQL: the statement writing audit events (dicts of the ``events`` columns but
+    ``id``) in their order, however many: one row too (a pipelined commit reads no results,
+    and the Core ``executemany`` of one row would)."""
+    if not events:
+        return []
+    columns: dict[str, list[Any]] = {
+        f"e_{c}": [e[c] for e in events] for c in ("ts", "actor", "kind", "lease_id", "user")
+    }
+    # what SQLAlchemy's JSON type would send for each (its default serializer)
+    columns["e_data"] = [json.dumps(e["data"]) for e in events]
+    return [(_INSERT_EVENTS, columns)]
+
+
 def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
-    """Write audit events (dicts of the ``events`` columns but ``id``), in their order (on
-    PostgreSQL one statement however many: one row too, the pipelined commit of a batch
-    reads no results)."""
+    """Write audit events (dicts of the ``events`` columns but ``id``), in their order."""
     if conn.dialect.name != "postgresql":
         conn.execute(insert(orm.EventRow.__table__), events)
         return
-    columns: dict[str, list[Any]] = {
-        c: [e[c] for e in events] for c in ("ts", "actor", "kind", "lease_id", "user")
-    }
-    # what SQLAlchemy's JSON type would send for each (its default serializer)
-    columns["data"] = [json.dumps(e["data"]) for e in events]
-    conn.exec_driver_sql(_INSERT_EVENTS, columns)
+    run_as_one(conn, event_statements(events))
 
 
 _RELEASE_LEASES = (
     "UPDATE leases SET state = 'released', released = r.released, "
     "release_reason = r.reason, reclaim_deadline = NULL "
-    "FROM unnest(CAST(%(id)b AS varchar[]), CAST(%(released)b AS timestamp[]), "
-    "CAST(%(reason)b AS varchar[])) AS r(id, released, reason) WHERE leases.id = r.id"
+    "FROM unnest(CAST(%(r_id)b AS varchar[]), CAST(%(r_released)b AS timestamp[]), "
+    "CAST(%(r_reason)b AS varchar[])) AS r(id, released, reason) WHERE leases.id = r.id"
 )
-_END_SLOTS = "UPDATE lease_slots SET live = false WHERE id = ANY(CAST(%(ids)b AS integer[]))"
+_END_SLOTS = "UPDATE lease_slots SET live = false WHERE id = ANY(CAST(%(r_slots)b AS integer[]))"
 
 
-def release_rows(conn: Connection, leases: list[tuple[str, Any, str]], slots: list[int]) -> None:
+def release_statements(leases: list[tuple[str, Any, str]], slots: list[int]) -> list[Statement]:
     """PostgreSQL: mark leases released ``(id, released, reason)`` and slots (ids) not live."""
+    out: list[Statement] = []
     if leases:
         ids, when, why = (list(c) for c in zip(*leases, strict=True))
-        conn.exec_driver_sql(_RELEASE_LEASES, {"id": ids, "released": when, "reason": why})
+        out.append((_RELEASE_LEASES, {"r_id": ids, "r_released": when, "r_reason": why}))
     if slots:
-        conn.exec_driver_sql(_END_SLOTS, {"ids": slots})
+        out.append((_END_SLOTS, {"r_slots": slots}))
+    return out
 
 
 #: ``Session.info`` key of a transaction's queued releases: ([(id, released, reason)], [slot
@@ -140,15 +173,22 @@ def queued_release_ids(db: Session) -> set[str]:
     return {row.id for row in queue[2]} if queue is not None else set()
 
 
-def flush_released(db: Session) -> None:
-    """Write the queued releases now (see the module's docstring for when)."""
+def take_released(db: Session) -> list[Statement]:
+    """The statements writing the queued releases; the queue is then empty."""
     queue = db.info.get(_QUEUE)
     if queue is None or not (queue[0] or queue[1]):
-        return
+        return []
     leases, slots = list(queue[0]), list(queue[1])
     queue[0].clear()
     queue[1].clear()
-    release_rows(db.connection(), leases, slots)
+    return release_statements(leases, slots)
+
+
+def flush_released(db: Session) -> None:
+    """Write the queued releases now (see the module's docstring for when)."""
+    statements = take_released(db)
+    if statements:
+        run_as_one(db.connection(), statements)
 
 
 # -- new leases -------------------------------------------------------------------------------
@@ -156,7 +196,7 @@ def flush_released(db: Session) -> None:
 
 def stage_lease(db: Session, row: orm.LeaseRow) -> None:
     """Add a new lease (its slots may follow): in a batch on PostgreSQL kept for
-    ``write_staged``, else added to the session."""
+    ``take_staged``, else added to the session."""
     staged = db.info.get(_NEW)
     if staged is None:
         db.add(row)
@@ -171,7 +211,7 @@ def staged_lease(db: Session, lease_id: str) -> orm.LeaseRow | None:
 
 
 def staged_ids(db: Session) -> set[str]:
-    """The leases ``write_staged`` will write (``changes.py`` names them)."""
+    """The leases ``take_staged`` will write (``changes.py`` names them)."""
     return set(db.info.get(_NEW) or ())
 
 
@@ -238,23 +278,23 @@ class _Rows:
 
 _LEASES = _Rows(orm.LeaseRow.__table__, "l")
 _SLOTS = _Rows(orm.LeaseSlotRow.__table__, "s")
-#: Leases and their slots in one statement (the slots' foreign key is checked at its end).
-_LEASES_AND_SLOTS = f"WITH new_leases AS ({_LEASES.sql}) {_SLOTS.sql}"
 
 
-def write_staged(db: Session) -> None:
-    """Insert the batch's staged leases and their slots (after ``flush_released``: a slot
-    freed in the batch may be held again by one of them)."""
+def take_staged(db: Session) -> list[Statement]:
+    """The statements inserting the batch's staged leases and their slots (to run after the
+    releases: a slot freed in the batch may be held again by one of them; the slots' foreign
+    key is satisfied when both run as one); nothing is staged then."""
     staged = db.info.get(_NEW)
     if not staged:
-        return
+        return []
     rows = list(staged.values())
     staged.clear()
-    params = _LEASES.arrays(rows)
+    out = [(_LEASES.sql, _LEASES.arrays(rows))]
     slots = [(row.id, slot) for row in rows for slot in row.slots]
     if slots:
-        params |= _SLOTS.arrays([s for _, s in slots], lease_id=[lid for lid, _ in slots])
-    db.connection().exec_driver_sql(_LEASES_AND_SLOTS if slots else _LEASES.sql, params)
+        params = _SLOTS.arrays([s for _, s in slots], lease_id=[lid for lid, _ in slots])
+        out.append((_SLOTS.sql, params))
+    return out
 
 
 def _adopt_staged(db: Session) -> None:

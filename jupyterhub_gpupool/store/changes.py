@@ -27,6 +27,7 @@ release queue and its staged new leases.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from itertools import chain
 from typing import Any
@@ -36,7 +37,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from .. import orm
 from ..pool.allocator import Allocator
-from .bulk import queued_release_ids, staged_ids
+from .bulk import Statement, queued_release_ids, staged_ids
 from .rebuild import lease_of, waiter_of
 
 #: Versions of history kept; a process further behind rebuilds.
@@ -90,13 +91,30 @@ def touched_leases(db: Session) -> set[str] | None:
     return db.info.get(_TOUCHED, set()) | queued_release_ids(db) | staged_ids(db)
 
 
+_RECORD = (
+    "INSERT INTO pool_changes (version, leases) VALUES (%(c_version)s, CAST(%(c_leases)s AS json))"
+)
+
+
+def record_statement(version: int, leases: set[str]) -> Statement:
+    """PostgreSQL: the statement writing the change row of ``version``, to send with the
+    batch's others (``bulk.run_as_one``)."""
+    return _RECORD, {"c_version": version, "c_leases": json.dumps(sorted(leases))}
+
+
 def record(db: Session, version: int, leases: set[str]) -> None:
     """Write the change row of ``version`` (and now and then drop old ones)."""
     table = orm.PoolChangeRow.__table__
     conn = db.connection()
     conn.execute(insert(table).values(version=version, leases=sorted(leases)))
+    prune(db, version)
+
+
+def prune(db: Session, version: int) -> None:
+    """Now and then (every ``PRUNE_EVERY`` versions) drop the rows older than ``KEEP``."""
     if version % PRUNE_EVERY == 0:
-        conn.execute(delete(table).where(table.c.version <= version - KEEP))
+        table = orm.PoolChangeRow.__table__
+        db.connection().execute(delete(table).where(table.c.version <= version - KEEP))
 
 
 def catch_up(db: Session, allocator: Allocator, seen: int, now: int) -> bool | None:

@@ -34,12 +34,14 @@ from ..poolconfig import PoolConfig
 from . import changes
 from .bulk import (
     collect_releases,
-    flush_released,
+    event_statements,
     insert_events,
     pipelined,
+    run_as_one,
     staged_lease,
+    take_released,
+    take_staged,
     watch_sessions,
-    write_staged,
 )
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
@@ -393,13 +395,21 @@ class StoreCore:
         releases), the statements and the commit take one round trip."""
         leases = changes.touched_leases(db) if version is not None else None
         with pipelined(db) as piped:
-            if leases is not None:  # else other processes rebuild
-                changes.record(db, version, leases)
-            flush_released(db)  # before the ORM's flush at commit
-            write_staged(db)
-            if events:  # the audit log, in order, in one statement
-                # on the session's connection: Core, no ORM execution path
-                insert_events(db.connection(), events)
+            conn = db.connection()  # Core statements: no ORM execution path
+            if conn.dialect.name == "postgresql":
+                # the releases first (before the ORM's flush at commit too), then the rest
+                # as one statement: new leases and slots, the audit log, the change record
+                run_as_one(conn, take_released(db))
+                later = take_staged(db) + event_statements(events)
+                if leases is not None:  # else other processes rebuild
+                    later.append(changes.record_statement(version, leases))
+                    changes.prune(db, version)
+                run_as_one(conn, later)
+            else:
+                if leases is not None:
+                    changes.record(db, version, leases)
+                if events:  # the audit log, in order
+                    insert_events(conn, events)
             if piped:
                 db.commit()
 
