@@ -34,6 +34,7 @@ then the ``COMMIT``) to PostgreSQL in one round trip.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -121,10 +122,22 @@ def release_statements(leases: list[tuple[str, Any, str]], slots: list[int]) -> 
     return out
 
 
-#: ``Session.info`` key of a transaction's queued releases: ([(id, released, reason)], [slot
-#: id], [row]). The rows are kept to the end of the transaction: the session holds an unchanged
-#: row only weakly, and a later call of the batch looks the released row up in its identity map
-#: (``StoreCore.awaiting_requests``), as it finds a row the ORM has yet to write.
+@dataclasses.dataclass
+class _Releases:
+    """A transaction's queued releases (``Session.info[_QUEUE]``)."""
+
+    #: (lease id, released, reason) of each lease to write as released
+    leases: list[tuple[str, Any, str]] = dataclasses.field(default_factory=list)
+    #: ids of the slots to write as no longer live
+    slots: list[int] = dataclasses.field(default_factory=list)
+    #: The rows released, kept to the end of the transaction (not only until written): the
+    #: session holds an unchanged row only weakly, and a later call of the batch looks the
+    #: released row up in its identity map (``StoreCore.awaiting_requests``), as it finds a
+    #: row the ORM has yet to write.
+    rows: list[orm.LeaseRow] = dataclasses.field(default_factory=list)
+
+
+#: ``Session.info`` key of a transaction's ``_Releases``.
 _QUEUE = "gpupool_releases"
 
 
@@ -137,7 +150,7 @@ def collect_releases(db: Session, *, batch: bool = False) -> None:
     together, and in a ``batch`` its new leases (``stage_lease``). SQLite keeps the ORM's
     writes: no round trips to save."""
     if db.get_bind().dialect.name == "postgresql":
-        db.info[_QUEUE] = ([], [], [])
+        db.info[_QUEUE] = _Releases()
         if batch:
             db.info[_NEW] = {}
 
@@ -156,12 +169,12 @@ def queue_release(db: Session, row: orm.LeaseRow, released: Any, reason: str) ->
         ("reclaim_deadline", None),
     ):
         set_committed_value(row, name, value)
-    queue[0].append((row.id, released, reason))
-    queue[2].append(row)
+    queue.leases.append((row.id, released, reason))
+    queue.rows.append(row)
     for slot in row.slots:
         if inspect(slot).persistent:
             set_committed_value(slot, "live", False)
-            queue[1].append(slot.id)
+            queue.slots.append(slot.id)
         else:  # granted in this transaction: inserted as it is
             slot.live = False
     return True
@@ -170,18 +183,17 @@ def queue_release(db: Session, row: orm.LeaseRow, released: Any, reason: str) ->
 def queued_release_ids(db: Session) -> set[str]:
     """The leases this transaction released through the queue (``changes.py`` names them)."""
     queue = db.info.get(_QUEUE)
-    return {row.id for row in queue[2]} if queue is not None else set()
+    return {row.id for row in queue.rows} if queue is not None else set()
 
 
 def take_released(db: Session) -> list[Statement]:
     """The statements writing the queued releases; the queue is then empty."""
     queue = db.info.get(_QUEUE)
-    if queue is None or not (queue[0] or queue[1]):
+    if queue is None or not (queue.leases or queue.slots):
         return []
-    leases, slots = list(queue[0]), list(queue[1])
-    queue[0].clear()
-    queue[1].clear()
-    return release_statements(leases, slots)
+    statements = release_statements(queue.leases, queue.slots)
+    queue.leases, queue.slots = [], []
+    return statements
 
 
 def flush_released(db: Session) -> None:
