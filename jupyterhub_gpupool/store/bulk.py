@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from psycopg.pq import TransactionStatus
-from sqlalchemy import JSON, Connection, Integer, Table, event, insert, inspect
+from sqlalchemy import JSON, Connection, Integer, Table, event, inspect
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
@@ -94,14 +94,6 @@ def event_statements(events: list[dict[str, Any]]) -> list[Statement]:
     return [(_INSERT_EVENTS, columns)]
 
 
-def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
-    """Write audit events (dicts of the ``events`` columns but ``id``), in their order."""
-    if conn.dialect.name != "postgresql":
-        conn.execute(insert(orm.EventRow.__table__), events)
-        return
-    run_as_one(conn, event_statements(events))
-
-
 _RELEASE_LEASES = (
     "UPDATE leases SET state = 'released', released = r.released, "
     "release_reason = r.reason, reclaim_deadline = NULL "
@@ -145,7 +137,7 @@ _QUEUE = "gpupool_releases"
 _NEW = "gpupool_new_leases"
 
 
-def collect_releases(db: Session, *, batch: bool = False) -> None:
+def collect_writes(db: Session, *, batch: bool = False) -> None:
     """On PostgreSQL, queue this transaction's releases (``queue_release``) to write them
     together, and in a ``batch`` its new leases (``stage_lease``). SQLite keeps the ORM's
     writes: no round trips to save."""
@@ -236,7 +228,6 @@ class _Rows:
     def __init__(self, table: Table, alias: str) -> None:
         dialect = postgresql.dialect()
         quote = dialect.identifier_preparer.quote
-        self.alias = alias
         # (attribute, param name, is JSON, default, default is callable) per written column
         self.columns: list[tuple[str, str, bool, Any, bool]] = []
         names, arrays, values = [], [], []

@@ -33,9 +33,8 @@ from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
 from . import changes
 from .bulk import (
-    collect_releases,
+    collect_writes,
     event_statements,
-    insert_events,
     pipelined,
     run_as_one,
     staged_lease,
@@ -372,7 +371,7 @@ class StoreCore:
                     self._local.active = (db, self._allocator)
                     self._local.events = events = []
                     if write:
-                        collect_releases(db, batch=batch)
+                        collect_writes(db, batch=batch)
                     try:
                         yield db, self._allocator
                         if write:
@@ -409,7 +408,7 @@ class StoreCore:
                 if leases is not None:
                     changes.record(db, version, leases)
                 if events:  # the audit log, in order
-                    insert_events(conn, events)
+                    conn.execute(insert(orm.EventRow.__table__), events)
             if piped:
                 db.commit()
 
