@@ -57,7 +57,7 @@ from .restarts import Restarts
 from .scopes import ADMIN, METRICS_SCOPE
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer
-from .writer import BatchWriter, ProcessBatchWriter, settle_garbage_collector
+from .writer import BatchWriter, ProcessBatchWriter, Writer, settle_garbage_collector
 
 
 class NotFoundHandler(APIHandler):
@@ -413,7 +413,7 @@ class PoolService(StrictCommandLine):
             log=self.log,
         )
 
-    def make_writer(self) -> BatchWriter:
+    def make_writer(self) -> Writer:
         """The batch writer ``decisions`` asks for (started with the service)."""
         mode = self.decisions
         if mode == "auto":

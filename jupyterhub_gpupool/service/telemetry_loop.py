@@ -25,7 +25,7 @@ from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
 from .ingest import ingest, node_from_inventory
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer, lease_util_pairs
-from .writer import BatchWriter
+from .writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class LocalTelemetry:
         self,
         readers: dict[str, Reader],
         store: Store,
-        writer: BatchWriter,
+        writer: Writer,
         buffer: UtilizationBuffer,
         minutes: MinuteAggregator | None,
         *,

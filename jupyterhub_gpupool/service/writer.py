@@ -11,8 +11,10 @@ answered only after its commit.
 
 ``ProcessBatchWriter`` runs the same batches in a child process with its own ``Store``: in one
 process, HTTP handling and the decisions share one interpreter lock (one core); in two they use
-two. The service's own ``Store`` stays for everything else and follows the child's commits as
-another replica would, told of each batch the child committed (``Store.commits_elsewhere``).
+two. It needs no thread of its own: the event loop sends a batch down the pipe when the child
+is idle and reads the answer when the pipe wakes it. The service's own ``Store`` stays for
+everything else and follows the child's commits as another replica would, told of each batch
+the child committed (``Store.commits_elsewhere``).
 """
 
 from __future__ import annotations
@@ -186,32 +188,53 @@ class BatchWriter:
         return apply_calls(self.store, [(fn, a, kw) for fn, a, kw, _ in batch])
 
 
-class ProcessBatchWriter(BatchWriter):
+class ProcessBatchWriter:
     """The batches run by a child process (``spawn``: a clean interpreter, no inherited threads
     or database connections) that has its own ``Store`` on the same database.
 
+    The writer itself lives on the event loop, not on a thread: a call joins the pending list
+    and, when the child is idle, the batch goes to it at the end of the loop's current pass (a
+    ``call_soon``), so the requests read together are decided together; the child's answer
+    wakes the loop through the pipe (``add_reader``), which settles the batch's futures and at
+    once sends what piled up meanwhile. A writer thread in the service had to win the
+    interpreter lock from the busy loop at both hand-overs, which Python grants only every
+    5 ms (``sys.getswitchinterval``): under load the loop and the child took turns (all 32
+    clients' requests in one batch, then the child idle while the loop answered them), and
+    neither ran while the other did.
+
     The store's listeners (metrics, the telemetry loop's wake-ups) are called here in the
     service with the events each batch produced, after its commit. The child knows the pool
-    config file as the service loaded it (a reset quota returns to it). A child that dies fails the
-    batch it had (``503 store_restarting``: whether it was committed is unknown, as after a
+    config file as the service loaded it (a reset quota returns to it). A child that dies fails
+    the batch it had (``503 store_restarting``: whether it was committed is unknown, as after a
     crash of the whole service) and is started again.
     """
 
     def __init__(
         self, store: Store, db_url: str, options: dict[str, Any], max_batch: int = 64
     ) -> None:
-        super().__init__(store, max_batch)
+        self.store = store
         self.db_url = db_url
         self.options = options
+        self.max_batch = max_batch
+        #: Called as observe_batch(calls, seconds) after each batch, on the event loop.
+        self.observe_batch: Callable[[int, float], None] | None = None
+        self.restarts = 0
         self._ctx = mp.get_context("spawn")
         self._conn: Any = None
         self._child: Any = None
-        self.restarts = 0
+        #: The loop the writer serves (the first caller's; another may take over when idle).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[str, tuple, dict, asyncio.Future]] = []
+        self._inflight: list[tuple[str, tuple, dict, asyncio.Future]] | None = None
+        self._began = 0.0
+        self._scheduled = False
+        self._drained: asyncio.Future | None = None
+        self._stopped = False
 
     def start(self) -> None:
-        """Start the child, then the thread that feeds it."""
+        """Start the child."""
+        self._stopped = False
         self._spawn()
-        super().start()
 
     def _spawn(self) -> None:
         parent, child = self._ctx.Pipe()
@@ -236,31 +259,69 @@ class ProcessBatchWriter(BatchWriter):
         """The child's process id."""
         return self._child.pid if self._child is not None else None
 
-    def stop(self) -> None:
-        """Finish what is queued, then stop the thread and the child."""
-        super().stop()
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        self._child.join(timeout=30)
-        if self._child.is_alive():
-            self._child.kill()
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
+        here."""
+        if _name(fn) not in WRITES:
+            raise ValueError(f"not a store write: {fn!r}")
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._adopt(loop)
+        future: asyncio.Future = loop.create_future()
+        self._pending.append((fn.__name__, args, kwargs, future))
+        if self._inflight is None and not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._dispatch)  # after the requests read in this pass
+        result = await future
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
-    def _apply(self, batch: list[tuple]) -> list[Any]:
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve ``loop`` from now on (tests run one ``asyncio.run`` after another): what the
+        previous one left in flight is received first."""
+        old = self._loop
+        if old is not None and not old.is_closed() and old.is_running():
+            raise RuntimeError("the pool's process writer serves another running event loop")
+        self._finish_blocking()
+        self._loop, self._scheduled = loop, False
+
+    def _dispatch(self) -> None:
+        """Send the pending calls (up to ``max_batch``) to the idle child."""
+        self._scheduled = False
+        if self._inflight is not None or not self._pending:
+            return
+        batch = self._pending[: self.max_batch]
+        del self._pending[: self.max_batch]
+        self._inflight, self._began = batch, time.perf_counter()
         try:
-            self._conn.send([(fn.__name__, a, kw) for fn, a, kw, _ in batch])
+            self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
+        except (EOFError, OSError) as e:
+            self._settle(batch, self._restart(e))
+            if self._pending and self._loop is not None:
+                self._scheduled = True
+                self._loop.call_soon(self._dispatch)
+            return
+        assert self._loop is not None
+        self._loop.add_reader(self._conn.fileno(), self._answered)
+
+    def _answered(self) -> None:
+        """On the loop: the child answered the batch in flight."""
+        assert self._loop is not None
+        self._loop.remove_reader(self._conn.fileno())
+        self._settle(self._inflight or [], self._receive())
+        if self._pending:
+            self._dispatch()  # what piled up meanwhile goes at once: the child is idle
+        elif self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def _receive(self) -> list[Any]:
+        """The in-flight batch's results: the child's answer, or every call's failure."""
+        batch = self._inflight or []
+        try:
             outcome, events = self._conn.recv()
         except (EOFError, OSError) as e:
-            log.error("The pool store process died (%s); starting it again", e)
-            self.restarts += 1
-            with contextlib.suppress(Exception):
-                self._child.join(timeout=5)
-            self._spawn()
-            error = StoreError(
-                "store_restarting",
-                "the pool's store process restarted; whether this change was made is unknown: "
-                "read the lease back or try again",
-            )
-            return [error] * len(batch)
+            return self._restart(e)
         self.store.commits_elsewhere()  # the service's views catch up before they answer
         for kind, data in events:
             for listener in self.store.listeners:
@@ -268,7 +329,86 @@ class ProcessBatchWriter(BatchWriter):
                     listener(kind, data)
                 except Exception:
                     log.exception("A store listener failed on %s", kind)
+        if self.observe_batch is not None:
+            try:
+                self.observe_batch(len(batch), time.perf_counter() - self._began)
+            except Exception:
+                log.exception("The writer's batch observer failed")
         return outcome  # results, refusals (which pickle themselves) and _Failed
+
+    def _restart(self, error: BaseException) -> list[Any]:
+        """The child is gone: start another (unless stopping); the batch it had fails."""
+        n = len(self._inflight or [])
+        if self._stopped:
+            return [StoreError("store_unavailable", "the pool service is stopping")] * n
+        log.error("The pool store process died (%s); starting it again", error)
+        self.restarts += 1
+        with contextlib.suppress(Exception):
+            self._child.join(timeout=5)
+        self._spawn()
+        failed = StoreError(
+            "store_restarting",
+            "the pool's store process restarted; whether this change was made is unknown: "
+            "read the lease back or try again",
+        )
+        return [failed] * n
+
+    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+        self._inflight = None
+        for (*_, future), result in zip(batch, results, strict=True):
+            if future.done():  # its caller gave up (cancelled)
+                continue
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                if isinstance(result, _Failed):
+                    future.set_exception(result.error)
+                else:
+                    future.set_result(result)
+
+    def _finish_blocking(self) -> None:
+        """Receive the batch in flight and run what is pending, blocking (at stop, or when the
+        loop that sent them is gone)."""
+        while self._inflight is not None or self._pending:
+            if self._inflight is None:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                self._inflight, self._began = batch, time.perf_counter()
+                try:
+                    self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
+                except (EOFError, OSError) as e:
+                    self._settle(batch, self._restart(e))
+                    continue
+            elif self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._conn.fileno())
+            self._settle(self._inflight, self._receive())
+
+    async def drain(self) -> None:
+        """Wait until nothing is pending or in flight."""
+        while self._inflight is not None or self._pending:
+            self._drained = asyncio.get_running_loop().create_future()
+            if self._inflight is None and not self._scheduled:
+                self._dispatch()
+            if self._inflight is not None or self._pending:
+                await self._drained
+
+    def stop(self) -> None:
+        """Finish what is pending, then stop the child. From another thread than the running
+        loop's, the loop finishes it; on the loop's own thread (or with no loop running), this
+        waits for the child directly."""
+        loop = self._loop
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is not None and loop.is_running() and here is not loop:
+            asyncio.run_coroutine_threadsafe(self.drain(), loop).result(timeout=60)
+        else:
+            self._finish_blocking()
+        self._stopped = True
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._child.join(timeout=30)
+        if self._child.is_alive():
+            self._child.kill()
 
 
 def store_process(
@@ -304,3 +444,7 @@ def store_process(
             conn.send((outcome, list(events)))
         except (EOFError, OSError):
             return
+
+
+#: Either writer: what handlers and loops hold (``writer.call``).
+Writer = BatchWriter | ProcessBatchWriter

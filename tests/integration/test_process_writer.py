@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 
 import pytest
 
@@ -112,3 +113,61 @@ def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
         assert bob["state"] == "granted"
     finally:
         writer.stop()
+
+
+def test_the_loop_sends_what_it_read_together_and_what_piled_up_at_once(store, db_url):
+    """No writer thread: calls made in one pass of the event loop go as one batch; those made
+    while the child works go together as soon as it answers, ``max_batch`` at a time. The
+    batch figures and the store's listeners run on the loop's thread."""
+    writer = ProcessBatchWriter(store, db_url, {"grant_timeout": 300}, max_batch=8)
+    batches: list[int] = []
+    threads: set[int] = set()
+
+    def observe(calls: int, _seconds: float) -> None:
+        batches.append(calls)
+        threads.add(threading.get_ident())
+
+    writer.observe_batch = observe
+    store.listeners.append(lambda kind, data: threads.add(threading.get_ident()))
+    writer.start()
+    try:
+
+        async def scenario() -> list:
+            def ask(user: str):
+                return writer.call(store.allocate, user, "", "a100-1g", actor="t")
+
+            first = await asyncio.gather(*(ask(f"u{i}") for i in range(5)))
+            releases = (writer.call(store.release, r["id"], actor="t") for r in first)
+            return await asyncio.gather(
+                *releases, *(ask(f"v{i}") for i in range(6)), return_exceptions=True
+            )
+
+        out = asyncio.run(scenario())
+    finally:
+        writer.stop()
+    assert not any(isinstance(r, BaseException) and not isinstance(r, StoreError) for r in out)
+    assert [r["state"] for r in out[:5]] == ["released"] * 5
+    assert batches == [5, 8, 3]
+    assert threads == {threading.get_ident()}  # asyncio.run ran the loop on this thread
+
+
+@pytest.mark.parametrize("where", ["another thread", "the loop's thread"])
+def test_stop_finishes_what_is_pending(store, db_url, where):
+    """``stop`` from another thread while the loop runs (the loop finishes the calls), or on
+    the loop's own thread (it waits for the child itself): nothing asked is dropped."""
+    writer = started(store, db_url)
+
+    async def scenario() -> dict:
+        task = asyncio.ensure_future(writer.call(store.allocate, "alice", "", "a100-1g"))
+        await asyncio.sleep(0)  # the call is pending: the loop sends it on its next pass
+        if where == "another thread":
+            await asyncio.to_thread(writer.stop)
+        else:
+            writer.stop()
+        return await task
+
+    lease = asyncio.run(scenario())
+    assert lease["state"] == "granted"
+    assert not writer._child.is_alive()
+    with store.locked() as alloc:
+        assert lease["id"] in alloc.leases

@@ -27,7 +27,7 @@ from ...logredact import redact
 from ...pool.errors import PoolError
 from ...store import Store
 from ..scopes import Identity
-from ..writer import BatchWriter
+from ..writer import Writer
 from .errors import GENERIC, APIError, status_of
 
 #: What each ``@needs`` ability asks of the caller's identity.
@@ -153,7 +153,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         return self.settings["store"]
 
     @property
-    def writer(self) -> BatchWriter:
+    def writer(self) -> Writer:
         """The one write path: every change goes through ``writer.call(store.method, ...)``."""
         return self.settings["writer"]
 
