@@ -46,6 +46,7 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     engine = create_engine(url, echo=echo, pool_size=5, max_overflow=5)
     ping_idle_connections(engine)
+    restore_transactions(engine)
     return engine
 
 
@@ -82,6 +83,22 @@ def ping_idle_connections(engine: Engine, after: float = PING_AFTER_IDLE) -> Non
         except Exception as e:
             # the pool drops this connection and checks out (or opens) another
             raise exc.DisconnectionError(f"idle connection is gone: {e}") from e
+
+
+def restore_transactions(engine: Engine) -> None:
+    """A connection goes back to the pool in psycopg's usual mode (a ``BEGIN`` before the first
+    statement of each transaction), also when a batch sent its own ``BEGIN`` in autocommit
+    mode (``StoreCore._begin_batch``): a later transaction on it must not commit statement by
+    statement."""
+
+    @event.listens_for(engine, "checkin")
+    def _restore(dbapi_conn, record) -> None:  # noqa: ANN001
+        if dbapi_conn is None or not getattr(dbapi_conn, "autocommit", False):
+            return
+        try:
+            dbapi_conn.autocommit = False  # idle: SQLAlchemy's reset rolled back what was open
+        except Exception as e:  # never reused as it is: the pool opens another
+            record.invalidate(e)
 
 
 def lock_pool(db: Session) -> None:

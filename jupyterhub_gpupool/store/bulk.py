@@ -39,13 +39,15 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 from psycopg.pq import TransactionStatus
-from sqlalchemy import JSON, Connection, Integer, Table, event, inspect
+from sqlalchemy import JSON, Connection, Integer, Table, event, exc, inspect
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
 from .. import orm
+from .snapshots import LeaseSnapshot
 
 #: One statement and its parameters (each part's names carry a prefix of its own).
 Statement = tuple[str, dict[str, Any]]
@@ -126,7 +128,7 @@ class _Releases:
     #: session holds an unchanged row only weakly, and a later call of the batch looks the
     #: released row up in its identity map (``StoreCore.awaiting_requests``), as it finds a
     #: row the ORM has yet to write.
-    rows: list[orm.LeaseRow] = dataclasses.field(default_factory=list)
+    rows: list[orm.LeaseRow | LeaseSnapshot] = dataclasses.field(default_factory=list)
 
 
 #: ``Session.info`` key of a transaction's ``_Releases``.
@@ -152,7 +154,18 @@ def queue_release(db: Session, row: orm.LeaseRow, released: Any, reason: str) ->
     outside a collecting transaction or for a row not yet in the database (the ORM inserts it
     with its values)."""
     queue = db.info.get(_QUEUE)
-    if queue is None or not inspect(row).persistent:
+    if queue is None:
+        return False
+    if isinstance(row, LeaseSnapshot):  # read without the ORM: set as it is
+        row.state, row.released, row.release_reason = "released", released, reason
+        row.reclaim_deadline = None
+        queue.leases.append((row.id, released, reason))
+        queue.rows.append(row)
+        for slot in row.slots:
+            slot.live = False
+            queue.slots.append(slot.id)
+        return True
+    if not inspect(row).persistent:
         return False
     for name, value in (
         ("state", "released"),
@@ -311,21 +324,42 @@ def _adopt_staged(db: Session) -> None:
 @contextlib.contextmanager
 def pipelined(db: Session) -> Iterator[bool]:
     """On PostgreSQL, when the session has nothing of its own left to flush: what the block
-    sends, and a commit in it, go out together (psycopg's pipeline mode; a statement's error
-    arrives at the commit). Yields whether it does (else the block runs as it would)."""
+    sends, and a ``commit_in_pipeline`` at its end, go out together (psycopg's pipeline
+    mode; a statement's error arrives as the block ends). Yields whether it does (else the
+    block runs as it would)."""
     if db.get_bind().dialect.name != "postgresql" or db.new or db.dirty or db.deleted:
         yield False
         return
-    raw = db.connection().connection.driver_connection
+    conn = db.connection()
+    raw = conn.connection.driver_connection
     try:
         with raw.pipeline():
             yield True
-    except BaseException:
-        # the commit failed on an earlier statement's error: the transaction is still open,
-        # aborted (SQLAlchemy takes a failed COMMIT as the end of it)
-        if raw.pgconn.transaction_status == TransactionStatus.INERROR:
+    except BaseException as e:
+        # a statement failed: the transaction is still open, aborted (the COMMIT after it
+        # was skipped); SQLAlchemy would take a failed commit as the end of it
+        if not raw.closed and raw.pgconn.transaction_status == TransactionStatus.INERROR:
             raw.rollback()
+        if isinstance(e, psycopg.Error):  # raised as the pipeline ended, outside SQLAlchemy:
+            # its exception classes, as the callers expect (a lost database is a 503)
+            if raw.closed or raw.broken:
+                conn.invalidate(e)
+            raise exc.DBAPIError.instance(
+                "COMMIT", None, e, psycopg.Error, connection_invalidated=raw.closed or raw.broken
+            ) from e
         raise
+
+
+def commit_in_pipeline(db: Session) -> None:
+    """In ``pipelined``: the ``COMMIT`` as one more statement of the pipeline, which ends with
+    it (one round trip for the lot). Committed through the session instead, psycopg would
+    add a round trip for its commit's sync, another for SQLAlchemy's reset of the connection
+    it returns to the pool, and more for anything else done to the connection before the
+    pipeline ends; after the pipeline the session's ``commit`` finds the database's
+    transaction over and sends nothing."""
+    if db.new or db.dirty or db.deleted:  # the session's commit would flush after it
+        raise RuntimeError("the session has rows of its own to write: commit it instead")
+    db.connection().exec_driver_sql("COMMIT")
 
 
 # -- the session's hooks ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
@@ -31,9 +32,10 @@ from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
-from . import changes
+from . import changes, snapshots
 from .bulk import (
     collect_writes,
+    commit_in_pipeline,
     event_statements,
     pipelined,
     run_as_one,
@@ -223,13 +225,24 @@ class StoreCore:
         """
         results: list[Any] = []
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
-        with self.transaction(batch=True) as (db, _), db.no_autoflush:
-            db.info[_LOADED] = {
+        with (
+            self.transaction(batch=True, snapshot=snapshots.released_once(calls)) as (db, _),
+            db.no_autoflush,
+        ):
+            # on PostgreSQL the leases only a release reads came as snapshots, the rest as rows
+            loaded: dict[str, Any] = dict(db.info.pop(SNAPSHOTS, {}))
+            loaded |= {
                 row.id: row
                 for row in self._prefetch(
-                    db, [a[0] for fn, a, _ in calls if _name(fn) in _BY_LEASE_ID and a]
+                    db,
+                    [
+                        a[0]
+                        for fn, a, _ in calls
+                        if _name(fn) in _BY_LEASE_ID and a and a[0] not in loaded
+                    ],
                 )
             }
+            db.info[_LOADED] = loaded
             allocating = {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
             self._local.awaiting = self._prefetch_awaiting(
                 db, set() if self._none_awaiting else allocating
@@ -341,12 +354,14 @@ class StoreCore:
 
     @contextmanager
     def transaction(
-        self, write: bool = True, *, batch: bool = False
+        self, write: bool = True, *, batch: bool = False, snapshot: list[str] | None = None
     ) -> Iterator[tuple[Session, Allocator]]:
         """Lock the pool, bring the allocator up to date, yield both; commit and bump on success.
 
         ``batch``: a batch of decisions (``run_batch``), which says which leases it wrote when
-        it wrote nothing else (``changes.py``), so other processes need not rebuild.
+        it wrote nothing else (``changes.py``), so other processes need not rebuild; on
+        PostgreSQL it starts in one round trip, with the leases ``snapshot`` names read as
+        snapshots (``snapshots.py``; found in ``Session.info`` under ``SNAPSHOTS``).
 
         On any error the transaction rolls back and the in-memory allocator is thrown away (it
         may hold half-applied changes); the next transaction rebuilds it from the rows.
@@ -360,7 +375,11 @@ class StoreCore:
         with self._thread_lock, self.session_factory() as db:
             try:
                 with db.begin():
-                    version = self._lock_version(db, write)
+                    version = None
+                    if batch and write:
+                        version = begin_batch(db, snapshot or [])
+                    if version is None:
+                        version = self._lock_version(db, write)
                     if self._allocator is None or self._version != version - write:
                         self._catch_up(db, version - write)
                     elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
@@ -410,7 +429,9 @@ class StoreCore:
                 if events:  # the audit log, in order
                     conn.execute(insert(orm.EventRow.__table__), events)
             if piped:
-                db.commit()
+                commit_in_pipeline(db)
+        if piped:
+            db.commit()  # the database committed: the session's own bookkeeping
 
     @staticmethod
     def _lock_version(db: Session, write: bool) -> int:
@@ -520,6 +541,42 @@ class StoreCore:
         if row is None:
             raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
         return row
+
+
+#: ``Session.info`` key of the snapshots a batch read as it started (``begin_batch``).
+SNAPSHOTS = "gpupool_snapshots"
+
+_BUMP = "UPDATE pool_state SET version = version + 1 WHERE id = 1 RETURNING version"
+
+
+def begin_batch(db: Session, snapshot: list[str]) -> int | None:
+    """PostgreSQL: start a batch's transaction in one round trip: its ``BEGIN``, the version
+    bump (``_lock_version``) and the query of the leases ``snapshot`` names go out together,
+    and the new version comes back (None elsewhere, or on a database without its version
+    row yet: then the usual way).
+
+    psycopg sends the ``BEGIN`` of a transaction on its own and waits for it; in autocommit
+    mode it sends none, so the batch sends its own, in the pipeline. The connection stays in
+    autocommit mode to the end of the transaction (the server is in one: the commit or the
+    rollback ends it as usual) and goes back to the pool restored
+    (``dbutil.restore_transactions``). Under load every round trip costs two wake-ups of
+    processes sharing the cores: three of them (begin, lock, load) were a third of a batch.
+    """
+    conn = db.connection()
+    if conn.dialect.name != "postgresql":
+        return None
+    raw = conn.connection.driver_connection
+    if raw.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    raw.autocommit = True
+    with raw.pipeline():
+        raw.execute("BEGIN")
+        bump = raw.execute(_BUMP)
+        found = snapshots.query(raw, snapshot) if snapshot else None
+    row = bump.fetchone()
+    if found is not None:
+        db.info[SNAPSHOTS] = snapshots.from_rows(found.fetchall())
+    return None if row is None else row[0]
 
 
 def _name(fn: Callable[..., Any]) -> str:

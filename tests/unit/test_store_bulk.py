@@ -7,9 +7,13 @@ of each kind; and text the driver would have to quote survives the trip as it wa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from psycopg import pq
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
@@ -128,32 +132,79 @@ def test_postgresql_writes_the_rows_sqlite_writes(pg_url, sqlite_url):
     assert any(e[1] == AWKWARD for e in pg["events"])
 
 
-def test_a_batch_sends_four_statements_whatever_its_size(pg_url, clock):
-    """The version lock, the leases the releases address, the releases (leases and slots),
-    then the new leases, their slots, the audit log and the change record: none of them once
-    per row, and the releases before the grants of the slots they free."""
+@contextmanager
+def protocol_trace(store: Store, path: Path) -> Iterator[None]:
+    """libpq's trace of every message the store's connections send and receive meanwhile."""
+    traced = []
+
+    def on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_conn.pgconn.trace(out.fileno())
+        dbapi_conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        traced.append(dbapi_conn)
+
+    with path.open("w") as out:
+        sa.event.listen(store.engine, "checkout", on_checkout)
+        try:
+            yield
+        finally:
+            sa.event.remove(store.engine, "checkout", on_checkout)
+            for conn in traced:
+                conn.pgconn.untrace()
+
+
+def round_trips(path: Path) -> list[list[str]]:
+    """The traced conversation as round trips: what the client sent before each answer (the
+    frontend's messages up to the backend's next reply)."""
+    trips: list[list[str]] = []
+    sending = False
+    for line in path.read_text().splitlines():
+        side, _length, kind, *rest = [*line.split("\t"), ""]
+        if side == "F":
+            if not sending:
+                trips.append([])
+                sending = True
+            trips[-1].append(f"{kind} {' '.join(rest)}".strip())
+        elif side == "B":
+            sending = False
+    return trips
+
+
+def test_a_batch_takes_two_round_trips_whatever_its_size(pg_url, clock, tmp_path):
+    """Begin, version lock and the leases the releases address; then the releases (leases and
+    slots), the new leases, their slots, the audit log, the change record and the commit:
+    none of them once per row, and the releases before the grants of the slots they free."""
     upgrade(pg_url)
     store = make_store(pg_url, clock, APPROVAL_POOL)  # four H100s
     out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(4)])
-    sent: list[tuple[str, bool]] = []  # (statement, sent once per row)
-    sa.event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[5])))
-    out = store.run_batch(
-        [(store.release, (r["id"],), {}) for r in out]
-        + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(4)]  # the freed GPUs
-    )
+    trace = tmp_path / "trace"
+    returned: list[bool] = []  # each connection's autocommit as it went back to the pool
+    sa.event.listen(store.engine, "checkin", lambda c, _r: returned.append(c.autocommit))
+    with protocol_trace(store, trace):
+        out = store.run_batch(
+            [(store.release, (r["id"],), {}) for r in out]
+            + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(4)]  # the freed GPUs
+        )
     assert [r["state"] for r in out] == ["released"] * 4 + ["granted"] * 4
-    assert len(sent) == 4 and not any(many for _, many in sent), sent
-    lock, load, releases, rest = (" ".join(s.split()).upper() for s, _ in sent)
-    assert lock.startswith("UPDATE POOL_STATE") and load.startswith("SELECT LEASES.ID")
-    assert "UPDATE LEASES SET" in releases and "UPDATE LEASE_SLOTS SET" in releases
-    for table in ("LEASES", "LEASE_SLOTS", "EVENTS", "POOL_CHANGES"):
-        assert f"INSERT INTO {table} " in rest, rest
+    trips = round_trips(trace)
+    assert len(trips) == 2, trips
+    start, end = (" ".join(" ".join(t).split()).upper() for t in trips)
+    assert start.index('"BEGIN"') < start.index("UPDATE POOL_STATE") < start.index("SELECT L.ID")
+    assert end.index("UPDATE LEASES SET") < end.index("INSERT INTO POOL_CHANGES")
+    assert "UPDATE LEASE_SLOTS SET" in end and end.endswith("SYNC FLUSH")
+    for table in ("LEASES", "LEASE_SLOTS", "EVENTS"):
+        assert f"INSERT INTO {table} " in end
+    assert '"COMMIT"' in end
+    # one statement of each kind, however many rows: five executions and the commit
+    assert sum(m.startswith("Execute") for t in trips for m in t) == 3 + 2 + 1
     with store.read() as db:
         live = db.scalar(sa.text("SELECT count(*) FROM lease_slots WHERE live"))
         states = dict(
             db.execute(sa.text("SELECT state, count(*) FROM leases GROUP BY state")).all()
         )
     assert live == 4 and states == {"released": 4, "granted": 4}
+    # the batch sent its own BEGIN in autocommit mode; its connection went back to the pool
+    # in psycopg's usual mode (a BEGIN before each transaction's first statement)
+    assert returned and not any(returned)
 
 
 def test_a_batch_whose_pipelined_commit_fails_is_rolled_back_whole(pg_url, clock):
