@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
-from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store import Store, snapshots
 from tests.fakes import APPROVAL_POOL, StoreClock, make_store
 
 
@@ -128,3 +128,38 @@ def test_leases_something_else_could_read_are_loaded_as_rows(pg_url):
             )
         ).all()
     assert kinds == ["released"]  # released once, however often asked
+
+
+def test_the_query_probes_the_slots_by_index_on_statistics_that_lag(pg_url):
+    """A new pool's tables grow faster than autovacuum analyses them: the query must still
+    look up each lease's slots through the index, not hash the whole slots table (which a
+    plain join did here, in time growing with every lease ever made)."""
+    upgrade(pg_url)
+    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        for table in ("leases", "lease_slots"):  # no ANALYZE during the test
+            conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        conn.exec_driver_sql(
+            'INSERT INTO leases (id, "user", server, offer, groups, priority, state, units, '
+            "units_f, borrowed, within_guarantee, created, busy_hours, exception, "
+            "reclaim_pressure) SELECT 'l' || i, 'u', '', 'h100', '[]', 0, 'released', '1', 1, "
+            "false, true, now(), 0, false, false FROM generate_series(1, 5000) AS i"
+        )
+        conn.exec_driver_sql(
+            'INSERT INTO lease_slots (lease_id, slot_key, gpu_uuid, kind, milli, "create", '
+            "live) SELECT 'l' || i, 'k' || i, 'g', 'gpu', 1000, false, false "
+            "FROM generate_series(1, 5000) AS i"
+        )
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        plan = [
+            r[0]
+            for r in raw.execute(
+                "EXPLAIN " + snapshots.SELECT, {"ids": [f"l{i}" for i in range(1, 9)]}
+            )
+        ]
+        rows = raw.execute(snapshots.SELECT, {"ids": ["l1", "l2"]}).fetchall()
+    engine.dispose()
+    assert not any("Seq Scan on lease_slots" in line for line in plan), plan
+    assert any("ix_lease_slots_lease_id" in line for line in plan), plan
+    assert sorted(r[0] for r in rows) == ["l1", "l2"]
