@@ -114,6 +114,8 @@ class PoolMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        #: (method, route, status) → the histogram's child (few: the routes, their statuses)
+        self._request_children: dict[tuple[str, str, int], Any] = {}
 
         self.write_batch_calls = Histogram(
             "gpupool_write_batch_calls",
@@ -158,7 +160,13 @@ class PoolMetrics:
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Record one API request."""
-        self.requests.labels(method=method, route=route, status=str(status)).observe(seconds)
+        key = (method, route, status)
+        child = self._request_children.get(key)
+        if child is None:  # labels() validates and locks each time: a few % of a request
+            child = self._request_children[key] = self.requests.labels(
+                method=method, route=route, status=str(status)
+            )
+        child.observe(seconds)
 
     def render(self, store: Store) -> bytes:
         """Refresh the gauges from the pool and render the exposition text."""
