@@ -333,21 +333,32 @@ def pipelined(db: Session) -> Iterator[bool]:
     conn = db.connection()
     raw = conn.connection.driver_connection
     try:
-        with raw.pipeline():
+        with driver_errors(conn, "COMMIT"), raw.pipeline():
             yield True
-    except BaseException as e:
+    except BaseException:
         # a statement failed: the transaction is still open, aborted (the COMMIT after it
         # was skipped); SQLAlchemy would take a failed commit as the end of it
         if not raw.closed and raw.pgconn.transaction_status == TransactionStatus.INERROR:
             raw.rollback()
-        if isinstance(e, psycopg.Error):  # raised as the pipeline ended, outside SQLAlchemy:
-            # its exception classes, as the callers expect (a lost database is a 503)
-            if raw.closed or raw.broken:
-                conn.invalidate(e)
-            raise exc.DBAPIError.instance(
-                "COMMIT", None, e, psycopg.Error, connection_invalidated=raw.closed or raw.broken
-            ) from e
         raise
+
+
+@contextlib.contextmanager
+def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
+    """Raise what the driver raises directly (a pipeline's statements, its end) as SQLAlchemy
+    raises it for a statement it ran: its exception classes, which the callers expect (a
+    lost database answers 503 ``store_unavailable``), and a lost connection invalidated, so
+    the pool never hands it out again."""
+    try:
+        yield
+    except psycopg.Error as e:
+        raw = conn.connection.driver_connection
+        lost = raw is None or raw.closed or raw.broken
+        if lost:
+            conn.invalidate(e)
+        raise exc.DBAPIError.instance(
+            statement, None, e, psycopg.Error, connection_invalidated=lost
+        ) from e
 
 
 def commit_in_pipeline(db: Session) -> None:

@@ -36,6 +36,7 @@ from . import changes, snapshots
 from .bulk import (
     collect_writes,
     commit_in_pipeline,
+    driver_errors,
     event_statements,
     pipelined,
     run_as_one,
@@ -569,13 +570,14 @@ def begin_batch(db: Session, snapshot: list[str]) -> int | None:
     if raw.info.transaction_status != TransactionStatus.IDLE:
         return None
     raw.autocommit = True
-    with raw.pipeline():
-        raw.execute("BEGIN")
-        bump = raw.execute(_BUMP)
-        found = snapshots.query(raw, snapshot) if snapshot else None
-    row = bump.fetchone()
-    if found is not None:
-        db.info[SNAPSHOTS] = snapshots.from_rows(found.fetchall())
+    with driver_errors(conn, _BUMP):
+        with raw.pipeline():
+            raw.execute("BEGIN")
+            bump = raw.execute(_BUMP)
+            found = snapshots.query(raw, snapshot) if snapshot else None
+        row = bump.fetchone()
+        if found is not None:
+            db.info[SNAPSHOTS] = snapshots.from_rows(found.fetchall())
     return None if row is None else row[0]
 
 

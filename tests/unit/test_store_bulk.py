@@ -254,3 +254,33 @@ def test_a_batch_whose_pipelined_commit_fails_is_rolled_back_whole(pg_url, clock
     # the store goes on: its allocator is rebuilt from the rows, mallory's slot included
     assert store.allocate("bob", "", "h100")["state"] == "queued"
     assert store.release(kept["id"])["state"] == "released"
+
+
+def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_reconnects(
+    pg_url, clock
+):
+    """The batch's pipelines run on the driver, outside SQLAlchemy: a connection lost under
+    them still raises SQLAlchemy's OperationalError (the service answers 503
+    store_unavailable to it) and is not handed out again; nothing of the batch was written."""
+    upgrade(pg_url)
+    store = make_store(pg_url, clock, APPROVAL_POOL)
+    a, b = store.run_batch([(store.allocate, (u, "", "h100"), {}) for u in ("a", "b")])
+    database = store.engine.url.database
+    with sa.create_engine(store.engine.url).connect() as admin:  # the store's own go away
+        ended = admin.execute(
+            sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = :db AND pid <> pg_backend_pid()"
+            ),
+            {"db": database},
+        ).scalar()
+    assert ended >= 1
+    try:
+        store.run_batch([(store.release, (a["id"],), {}), (store.release, (b["id"],), {})])
+    except sa.exc.OperationalError:
+        pass
+    else:
+        raise AssertionError("a batch on a lost connection did not fail")
+    assert store.lease(a["id"])["state"] == "granted"  # nothing of it was written
+    out = store.run_batch([(store.release, (a["id"],), {}), (store.release, (b["id"],), {})])
+    assert [r["state"] for r in out] == ["released", "released"]
