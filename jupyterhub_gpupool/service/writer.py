@@ -286,11 +286,9 @@ class ProcessBatchWriter:
         self._finish_blocking()
         self._loop, self._scheduled = loop, False
 
-    def _dispatch(self) -> None:
-        """Send the pending calls (up to ``max_batch``) to the idle child."""
-        self._scheduled = False
-        if self._inflight is not None or not self._pending:
-            return
+    def _send_next(self) -> bool:
+        """Send the next pending calls (up to ``max_batch``) to the idle child; False when
+        the child was gone (their failures are settled, another child started)."""
         batch = self._pending[: self.max_batch]
         del self._pending[: self.max_batch]
         self._inflight, self._began = batch, time.perf_counter()
@@ -298,12 +296,20 @@ class ProcessBatchWriter:
             self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
         except (EOFError, OSError) as e:
             self._settle(batch, self._restart(e))
-            if self._pending and self._loop is not None:
-                self._scheduled = True
-                self._loop.call_soon(self._dispatch)
+            return False
+        return True
+
+    def _dispatch(self) -> None:
+        """On the loop: send what is pending to the idle child; its answer wakes the loop."""
+        self._scheduled = False
+        if self._inflight is not None or not self._pending:
             return
         assert self._loop is not None
-        self._loop.add_reader(self._conn.fileno(), self._answered)
+        if self._send_next():
+            self._loop.add_reader(self._conn.fileno(), self._answered)
+        elif self._pending:
+            self._scheduled = True
+            self._loop.call_soon(self._dispatch)
 
     def _answered(self) -> None:
         """On the loop: the child answered the batch in flight."""
@@ -369,13 +375,7 @@ class ProcessBatchWriter:
         loop that sent them is gone)."""
         while self._inflight is not None or self._pending:
             if self._inflight is None:
-                batch = self._pending[: self.max_batch]
-                del self._pending[: self.max_batch]
-                self._inflight, self._began = batch, time.perf_counter()
-                try:
-                    self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
-                except (EOFError, OSError) as e:
-                    self._settle(batch, self._restart(e))
+                if not self._send_next():
                     continue
             elif self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(self._conn.fileno())
