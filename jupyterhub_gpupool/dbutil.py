@@ -88,7 +88,7 @@ def ping_idle_connections(engine: Engine, after: float = PING_AFTER_IDLE) -> Non
 def restore_transactions(engine: Engine) -> None:
     """A connection goes back to the pool in psycopg's usual mode (a ``BEGIN`` before the first
     statement of each transaction), also when a batch sent its own ``BEGIN`` in autocommit
-    mode (``StoreCore._begin_batch``): a later transaction on it must not commit statement by
+    mode (``store.core.begin_batch``): a later transaction on it must not commit statement by
     statement."""
 
     @event.listens_for(engine, "checkin")

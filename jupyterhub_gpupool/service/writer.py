@@ -55,6 +55,19 @@ class _Failed:
         self.error = error
 
 
+def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+    """Settle a batch's futures (on their loop): results, refusals, and each call of a batch
+    that failed as a whole; a caller that gave up (cancelled) or whose loop closed is gone."""
+    for future, result in pairs:
+        if future.done():
+            continue
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            if isinstance(result, _Failed):
+                future.set_exception(result.error)
+            else:
+                future.set_result(result)
+
+
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", "")
 
@@ -131,17 +144,6 @@ class BatchWriter:
             raise result
         return result
 
-    @staticmethod
-    def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
-        """On the event loop: settle a whole batch's futures in one callback."""
-        for future, result in pairs:
-            if future.cancelled():
-                continue
-            if isinstance(result, _Failed):
-                future.set_exception(result.error)
-            else:
-                future.set_result(result)
-
     def _settle(self, batch: list[tuple], results: list[Any]) -> None:
         """Hand the results to their loops: one thread-safe wake-up per loop and batch, not one
         per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
@@ -150,7 +152,7 @@ class BatchWriter:
             by_loop.setdefault(loop, []).append((future, result))
         for loop, pairs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(self._deliver, pairs)
+                loop.call_soon_threadsafe(_deliver, pairs)
 
     def _take(self) -> list[tuple] | None:
         first = self._queue.get()
@@ -361,14 +363,7 @@ class ProcessBatchWriter:
 
     def _settle(self, batch: list[tuple], results: list[Any]) -> None:
         self._inflight = None
-        for (*_, future), result in zip(batch, results, strict=True):
-            if future.done():  # its caller gave up (cancelled)
-                continue
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                if isinstance(result, _Failed):
-                    future.set_exception(result.error)
-                else:
-                    future.set_result(result)
+        _deliver([(future, result) for (*_, future), result in zip(batch, results, strict=True)])
 
     def _finish_blocking(self) -> None:
         """Receive the batch in flight and run what is pending, blocking (at stop, or when the

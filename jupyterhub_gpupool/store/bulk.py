@@ -149,36 +149,29 @@ def collect_writes(db: Session, *, batch: bool = False) -> None:
             db.info[_NEW] = {}
 
 
-def queue_release(db: Session, row: orm.LeaseRow, released: Any, reason: str) -> bool:
+def queue_release(
+    db: Session, row: orm.LeaseRow | LeaseSnapshot, released: Any, reason: str
+) -> bool:
     """Release ``row`` and its slots in memory and queue their writes; False (nothing done)
     outside a collecting transaction or for a row not yet in the database (the ORM inserts it
     with its values)."""
     queue = db.info.get(_QUEUE)
-    if queue is None:
+    snapshot = isinstance(row, LeaseSnapshot)  # read without the ORM: no history to avoid
+    if queue is None or not (snapshot or inspect(row).persistent):
         return False
-    if isinstance(row, LeaseSnapshot):  # read without the ORM: set as it is
-        row.state, row.released, row.release_reason = "released", released, reason
-        row.reclaim_deadline = None
-        queue.leases.append((row.id, released, reason))
-        queue.rows.append(row)
-        for slot in row.slots:
-            slot.live = False
-            queue.slots.append(slot.id)
-        return True
-    if not inspect(row).persistent:
-        return False
+    put = setattr if snapshot else set_committed_value
     for name, value in (
         ("state", "released"),
         ("released", released),
         ("release_reason", reason),
         ("reclaim_deadline", None),
     ):
-        set_committed_value(row, name, value)
+        put(row, name, value)
     queue.leases.append((row.id, released, reason))
     queue.rows.append(row)
     for slot in row.slots:
-        if inspect(slot).persistent:
-            set_committed_value(slot, "live", False)
+        if snapshot or inspect(slot).persistent:
+            put(slot, "live", False)
             queue.slots.append(slot.id)
         else:  # granted in this transaction: inserted as it is
             slot.live = False

@@ -231,7 +231,7 @@ class StoreCore:
             db.no_autoflush,
         ):
             # on PostgreSQL the leases only a release reads came as snapshots, the rest as rows
-            loaded: dict[str, Any] = dict(db.info.pop(SNAPSHOTS, {}))
+            loaded: dict[str, Any] = db.info.pop(SNAPSHOTS, {})
             loaded |= {
                 row.id: row
                 for row in self._prefetch(

@@ -4,9 +4,9 @@ A batch loads the leases its releases address in one query (``StoreCore.run_batc
 the ORM that query (a joined load of each lease and its slots, and an identity-mapped instance
 with instrumented attributes per row) was a fifth of the store process's CPU under load, and a
 release then only reads the row, marks it released (``bulk.queue_release``, written by a Core
-statement at the end) and answers its JSON. Here the same columns come back through Core as a
-``LeaseSnapshot`` with the ORM row's attribute names, which ``release`` reads and marks the same
-way.
+statement at the end) and answers its JSON. Here the same columns come back from the driver,
+in the pipeline that starts the batch (``core.begin_batch``), as a ``LeaseSnapshot`` with the
+ORM row's attribute names, which ``release`` reads and marks the same way.
 
 Only where nothing else in the batch can see the lease as a row: a batch of ``allocate`` and
 ``release`` calls alone (``expire_grants`` and ``promote`` load leases by state; ``keepalive``

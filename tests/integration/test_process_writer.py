@@ -159,7 +159,10 @@ def test_stop_finishes_what_is_pending(store, db_url, where):
 
     async def scenario() -> dict:
         task = asyncio.ensure_future(writer.call(store.allocate, "alice", "", "a100-1g"))
-        await asyncio.sleep(0)  # the call is pending: the loop sends it on its next pass
+        # one yield to the loop (no wall-clock wait): the task makes its call, which is now
+        # pending, its dispatch scheduled for the loop's next pass
+        await asyncio.sleep(0)
+        assert [name for name, *_ in writer._pending] == ["allocate"] and writer._scheduled
         if where == "another thread":
             await asyncio.to_thread(writer.stop)
         else:
