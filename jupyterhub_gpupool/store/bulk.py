@@ -229,14 +229,24 @@ class _Rows:
     """One table's rows as one ``INSERT ... SELECT ... FROM unnest(arrays)``: the statement,
     and the arrays of the values the ORM would insert for each row (its Python defaults for
     attributes never set; a JSON column's value serialised, an explicit None as JSON
-    ``null`` as SQLAlchemy's JSON type does)."""
+    ``null`` as SQLAlchemy's JSON type does).
+
+    A column whose array holds only None, and whose database default is NULL too, is left out
+    of the statement: a new lease has 22 such columns of 42 (the reclaim, release and approval
+    ones). Each array costs the driver a dump per batch, and the whole statement with them
+    was longer than psycopg caches the parsing of (4,096 bytes, 50 parameters), so it parsed
+    the batch's last statement anew every time. There is a statement per set of columns
+    present: in practice a handful, each prepared once per connection."""
 
     def __init__(self, table: Table, alias: str) -> None:
         dialect = postgresql.dialect()
         quote = dialect.identifier_preparer.quote
-        # (attribute, param name, is JSON, default, default is callable) per written column
-        self.columns: list[tuple[str, str, bool, Any, bool]] = []
-        names, arrays, values = [], [], []
+        self.table = quote(table.name)
+        self.alias = alias
+        # (attribute, param name, is JSON, default, default is callable, NULL when left out)
+        self.columns: list[tuple[str, str, bool, Any, bool, bool]] = []
+        #: per column: its name, its array parameter, its value in the SELECT
+        self.parts: list[tuple[str, str, str]] = []
         for col in table.columns:
             if col.primary_key and isinstance(col.type, Integer):
                 continue  # the database's sequence numbers it
@@ -250,39 +260,57 @@ class _Rows:
                     is_json,
                     None if default is None else default.arg,  # type: ignore[attr-defined]
                     default is not None and default.is_callable,
+                    col.server_default is None,
                 )
             )
             name = quote(col.name)
             kind = "text" if is_json else col.type.compile(dialect=dialect)
-            names.append(name)
-            arrays.append(f"CAST(%({param})b AS {kind}[])")
-            values.append(f"CAST({alias}.{name} AS json)" if is_json else f"{alias}.{name}")
-        self.sql = (
-            f"INSERT INTO {quote(table.name)} ({', '.join(names)}) "
-            f"SELECT {', '.join(values)} FROM unnest({', '.join(arrays)}) "
-            f"AS {alias}({', '.join(names)})"
-        )
+            self.parts.append(
+                (
+                    name,
+                    f"CAST(%({param})b AS {kind}[])",
+                    f"CAST({alias}.{name} AS json)" if is_json else f"{alias}.{name}",
+                )
+            )
+        self._sql: dict[tuple[int, ...], str] = {}
 
-    def arrays(self, objs: list[Any], **fixed: list[Any]) -> dict[str, list[Any]]:
-        """The parameters for ``objs``; ``fixed`` gives some columns' values outright."""
+    def sql(self, present: tuple[int, ...]) -> str:
+        """The statement inserting the columns at ``present`` (indexes into ``columns``)."""
+        found = self._sql.get(present)
+        if found is None:
+            names, arrays, values = zip(*(self.parts[i] for i in present), strict=True)
+            found = self._sql[present] = (
+                f"INSERT INTO {self.table} ({', '.join(names)}) "
+                f"SELECT {', '.join(values)} FROM unnest({', '.join(arrays)}) "
+                f"AS {self.alias}({', '.join(names)})"
+            )
+        return found
+
+    def statement(self, objs: list[Any], **fixed: list[Any]) -> Statement:
+        """The statement and parameters inserting ``objs``; ``fixed`` gives some columns'
+        values outright."""
         out: dict[str, list[Any]] = {}
-        for key, param, is_json, default, is_callable in self.columns:
+        present: list[int] = []
+        for i, (key, param, is_json, default, is_callable, null) in enumerate(self.columns):
             if key in fixed:
-                out[param] = fixed[key]
-                continue
-            values = []
-            for obj in objs:
-                given = obj.__dict__
-                if key in given:
-                    value = given[key]
-                elif default is None:
-                    values.append(None)
-                    continue
-                else:
-                    value = default(None) if is_callable else default
-                values.append(json.dumps(value) if is_json else value)
+                values = fixed[key]
+            else:
+                values = []
+                for obj in objs:
+                    given = obj.__dict__
+                    if key in given:
+                        value = given[key]
+                    elif default is None:
+                        values.append(None)
+                        continue
+                    else:
+                        value = default(None) if is_callable else default
+                    values.append(json.dumps(value) if is_json else value)
+            if null and all(v is None for v in values):
+                continue  # the database writes NULL itself
             out[param] = values
-        return out
+            present.append(i)
+        return self.sql(tuple(present)), out
 
 
 _LEASES = _Rows(orm.LeaseRow.__table__, "l")
@@ -298,11 +326,10 @@ def take_staged(db: Session) -> list[Statement]:
         return []
     rows = list(staged.values())
     staged.clear()
-    out = [(_LEASES.sql, _LEASES.arrays(rows))]
+    out = [_LEASES.statement(rows)]
     slots = [(row.id, slot) for row in rows for slot in row.slots]
     if slots:
-        params = _SLOTS.arrays([s for _, s in slots], lease_id=[lid for lid, _ in slots])
-        out.append((_SLOTS.sql, params))
+        out.append(_SLOTS.statement([s for _, s in slots], lease_id=[lid for lid, _ in slots]))
     return out
 
 

@@ -284,3 +284,29 @@ def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_
     assert store.lease(a["id"])["state"] == "granted"  # nothing of it was written
     out = store.run_batch([(store.release, (a["id"],), {}), (store.release, (b["id"],), {})])
     assert [r["state"] for r in out] == ["released", "released"]
+
+
+def test_a_new_lease_is_inserted_without_its_null_columns():
+    """The columns a new lease leaves NULL (reclaim, release, approval) stay out of its INSERT,
+    so the batch's statement is short enough for psycopg to cache its parsing; a column whose
+    database default is not NULL is sent even as None (leaving it out would not write NULL)."""
+    from psycopg import _queries
+
+    from jupyterhub_gpupool.store import bulk
+
+    def lease(i: int, **values: Any) -> orm.LeaseRow:
+        return orm.LeaseRow(id=f"l{i}", user="u", server="", offer="h100", **values)
+
+    sql, params = bulk._LEASES.statement([lease(1), lease(2)])
+    assert "reclaim_deadline" not in sql and "l_reclaim_deadline" not in params
+    assert '"user"' in sql and params["l_user"] == ["u", "u"]
+    assert len(sql) < _queries.MAX_CACHED_STATEMENT_LENGTH / 2
+    assert len(params) < _queries.MAX_CACHED_STATEMENT_PARAMS / 2
+    # one lease with a value keeps the column, for every row
+    sql2, params2 = bulk._LEASES.statement([lease(1), lease(2, resize_of="l0")])
+    assert "resize_of" in sql2 and params2["l_resize_of"] == [None, "l0"]
+    # the same columns, the same statement text (prepared once per connection)
+    assert bulk._LEASES.statement([lease(3)])[0] is sql
+    # a server default that is not NULL: None must be sent to be written
+    sql3, params3 = bulk._LEASES.statement([lease(1, reclaim_pressure=None)])
+    assert "reclaim_pressure" in sql3 and params3["l_reclaim_pressure"] == [None]
