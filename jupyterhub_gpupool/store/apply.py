@@ -19,6 +19,7 @@ from .. import orm
 from ..pool.allocator import Allocator, Grant, Lease, Queued
 from .bulk import queue_release
 from .core import StoreCore
+from .rows import new_row
 
 
 class Applier(StoreCore):
@@ -55,7 +56,8 @@ class Applier(StoreCore):
                         orm.MigInstanceRow(profile=slot.profile, start=slot.start)
                     )
             row.slots.append(
-                orm.LeaseSlotRow(
+                new_row(
+                    orm.LeaseSlotRow,
                     slot_key=slot.key,
                     gpu_uuid=slot.gpu,
                     kind=slot.kind,

@@ -20,7 +20,7 @@ from ..pool.model import Request, offer_priority
 from .apply import Applier
 from .bulk import stage_lease, staged_lease
 from .errors import StoreError
-from .rows import epoch, ts
+from .rows import epoch, new_row, ts
 from .views import ViewStore
 
 
@@ -109,7 +109,8 @@ class LeaseStore(Applier, ViewStore):
                 raise StoreError(
                     decision.code, decision.message, field=decision.field, allowed=decision.allowed
                 )
-            row = orm.LeaseRow(
+            row = new_row(
+                orm.LeaseRow,
                 id=request.id,
                 user=user,
                 server=server,

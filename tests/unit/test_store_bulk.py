@@ -310,3 +310,39 @@ def test_a_new_lease_is_inserted_without_its_null_columns():
     # a server default that is not NULL: None must be sent to be written
     sql3, params3 = bulk._LEASES.statement([lease(1, reclaim_pressure=None)])
     assert "reclaim_pressure" in sql3 and params3["l_reclaim_pressure"] == [None]
+
+
+def test_rows_made_without_attribute_events_are_written_as_the_orm_writes_them(db_url):
+    """``rows.new_row`` (a grant's lease and slot): through the unit of work, also as a slot
+    added to a row already stored, they come back as rows the constructor made do; an unknown
+    name fails as the constructor's does."""
+    from datetime import datetime
+
+    import pytest
+
+    from jupyterhub_gpupool.dbutil import make_engine
+    from jupyterhub_gpupool.store.rows import new_row
+
+    upgrade(db_url)
+    engine = make_engine(db_url)
+    now = datetime(2026, 1, 2, 3, 4, 5)
+    fields = {"user": "u", "server": "", "offer": "h100", "created": now, "units": "1"}
+    fields |= {"state": "granted", "units_f": 1.0}
+    with sa.orm.Session(engine) as db, db.begin():
+        fast = new_row(orm.LeaseRow, id="fast", groups=["g"], **fields)
+        fast.slots.append(new_row(orm.LeaseSlotRow, slot_key="k1", gpu_uuid="G1", kind="gpu"))
+        db.add_all([fast, orm.LeaseRow(id="slow", groups=["g"], **fields)])
+    with sa.orm.Session(engine) as db, db.begin():  # a slot added to a stored row
+        stored = db.get(orm.LeaseRow, "slow")
+        stored.slots.append(new_row(orm.LeaseSlotRow, slot_key="k2", gpu_uuid="G2", kind="gpu"))
+    with sa.orm.Session(engine) as db:
+        rows = {r.id: r for r in db.scalars(sa.select(orm.LeaseRow))}
+        columns = [c.key for c in orm.LeaseRow.__table__.columns if c.key != "id"]
+        assert {c: getattr(rows["fast"], c) for c in columns} == {
+            c: getattr(rows["slow"], c) for c in columns
+        }
+        assert rows["fast"].borrowed is False and rows["fast"].groups == ["g"]  # a default
+        assert [(s.slot_key, s.live) for s in rows["fast"].slots] == [("k1", True)]
+        assert [(s.slot_key, s.live) for s in rows["slow"].slots] == [("k2", True)]
+    with pytest.raises(TypeError, match="'colour' is an invalid keyword argument for LeaseRow"):
+        new_row(orm.LeaseRow, id="x", colour="red")
