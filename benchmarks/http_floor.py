@@ -93,16 +93,10 @@ def serve(port: int, granted: dict[str, Any], released: dict[str, Any], ready: A
     asyncio.run(main())
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(args: argparse.Namespace, granted: dict[str, Any], released: dict[str, Any]) -> dict:
     """One run: a fresh server process and ``args.clients`` client processes."""
+    from tests.integration.hubenv import free_port  # ROOT is on sys.path (lease_answers)
+
     ctx = mp.get_context("spawn")
     port, ready, out = free_port(), ctx.Event(), ctx.Queue()
     server = ctx.Process(target=serve, args=(port, granted, released, ready), daemon=True)
