@@ -9,12 +9,14 @@ the creation of that row in a new database.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.orm import Session
 
+log = logging.getLogger(__name__)
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
 #: Key of the PostgreSQL advisory lock under which a new database gets its pool version row.
 POOL_LOCK_KEY = 0x6770_7570  # "gpup"
@@ -99,6 +101,43 @@ def restore_transactions(engine: Engine) -> None:
             dbapi_conn.autocommit = False  # idle: SQLAlchemy's reset rolled back what was open
         except Exception as e:  # never reused as it is: the pool opens another
             record.invalidate(e)
+
+
+def analyse_if_never(engine: Engine, tables: tuple[str, ...]) -> list[str]:
+    """PostgreSQL: ``ANALYZE`` those of ``tables`` that were never analysed (by hand or by
+    autovacuum); returns their names. PostgreSQL's advice after loading a table ("Populating a
+    Database": run ``ANALYZE`` afterwards), for a pool whose tables grow from empty.
+
+    Why: a prepared statement's generic plan is made in a connection's first seconds and kept
+    until the table's statistics change. Made while ``leases`` held a few rows, it scans the
+    whole table for a batch's 8 leases (``EXPLAIN``: a hash join over all 5,668 leases and
+    slots for 9 of each), and keeps scanning as the table grows, until autovacuum's first
+    ``ANALYZE`` (its naptime is a minute) invalidates it: 2–3x the database's CPU per grant in a
+    new pool's first minute of load. Errors are logged, never raised (it only helps the planner).
+    """
+    if engine.dialect.name != "postgresql":
+        return []
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            never = (
+                conn.execute(
+                    text(
+                        "SELECT relname FROM pg_stat_user_tables WHERE relname = ANY(:tables) "
+                        "AND last_analyze IS NULL AND last_autoanalyze IS NULL ORDER BY relname"
+                    ),
+                    {"tables": list(tables)},
+                )
+                .scalars()
+                .all()
+            )
+            if never:
+                quote = engine.dialect.identifier_preparer.quote
+                conn.exec_driver_sql("ANALYZE " + ", ".join(quote(t) for t in never))
+            return list(never)
+    except exc.SQLAlchemyError as e:
+        log.warning("Could not analyse the pool's new tables: %s", e)
+        return []
 
 
 def lock_pool(db: Session) -> None:

@@ -96,11 +96,16 @@ def event_statements(events: list[dict[str, Any]]) -> list[Statement]:
     return [(_INSERT_EVENTS, columns)]
 
 
+#: The leases by primary key, also as ``id = ANY(...)`` (which the join implies): the planner
+#: then reaches them through the index once ``leases`` holds a few hundred rows. With the join
+#: alone it hashed the unnested ids and scanned the whole table, a plan a prepared statement keeps
+#: as the table grows (``dbutil.analyse_if_never``).
 _RELEASE_LEASES = (
     "UPDATE leases SET state = 'released', released = r.released, "
     "release_reason = r.reason, reclaim_deadline = NULL "
     "FROM unnest(CAST(%(r_id)b AS varchar[]), CAST(%(r_released)b AS timestamp[]), "
-    "CAST(%(r_reason)b AS varchar[])) AS r(id, released, reason) WHERE leases.id = r.id"
+    "CAST(%(r_reason)b AS varchar[])) AS r(id, released, reason) "
+    "WHERE leases.id = r.id AND leases.id = ANY(CAST(%(r_id)b AS varchar[]))"
 )
 _END_SLOTS = "UPDATE lease_slots SET live = false WHERE id = ANY(CAST(%(r_slots)b AS integer[]))"
 

@@ -13,6 +13,7 @@ its commit. Reads take no lock.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -26,7 +27,7 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from .. import orm
-from ..dbutil import lock_pool
+from ..dbutil import analyse_if_never, lock_pool
 from ..pool.allocator import Allocator
 from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
@@ -48,6 +49,8 @@ from .bulk import (
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
 from .rows import utcnow
+
+log = logging.getLogger(__name__)
 
 #: Store methods that change state. The service calls them only through its writer, off the
 #: event loop; with ``strict_writes`` a write on a thread running an event loop is an error.
@@ -165,6 +168,10 @@ class StoreCore:
         #: most pools are in most of the time).
         self._none_awaiting = False
         self._thread_lock = threading.RLock()
+        #: Grants after which the store analyses the tables its batches address when nothing
+        #: ever did (``dbutil.analyse_if_never``, once per process); None: never.
+        self.analyse_after: int | None = 1000
+        self._grants_asked = 0
         #: Seconds a view may lag the commits of another process deciding on the same pool.
         self.view_lag = 1.0
         self._checked = 0.0
@@ -256,6 +263,13 @@ class StoreCore:
                         results.append(e)
             finally:
                 self._local.awaiting = None
+        if self.analyse_after is not None:
+            self._grants_asked += sum(1 for fn, _, _ in calls if _name(fn) == "allocate")
+            if self._grants_asked >= self.analyse_after:
+                self.analyse_after = None
+                analysed = analyse_if_never(self.engine, _ADDRESSED_TABLES)
+                if analysed:
+                    log.info("Analysed the pool's new tables %s", ", ".join(analysed))
         return results
 
     def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -543,6 +557,9 @@ class StoreCore:
             raise StoreError("not_found", f"no lease {lease_id!r}", field="id")
         return row
 
+
+#: The tables a batch reads or changes by key (their plans depend on their statistics).
+_ADDRESSED_TABLES = ("leases", "lease_slots", "pool_changes")
 
 #: ``Session.info`` key of the snapshots a batch read as it started (``begin_batch``).
 SNAPSHOTS = "gpupool_snapshots"

@@ -346,3 +346,36 @@ def test_rows_made_without_attribute_events_are_written_as_the_orm_writes_them(d
         assert [(s.slot_key, s.live) for s in rows["slow"].slots] == [("k2", True)]
     with pytest.raises(TypeError, match="'colour' is an invalid keyword argument for LeaseRow"):
         new_row(orm.LeaseRow, id="x", colour="red")
+
+
+def test_a_new_pools_tables_are_analysed_once_after_its_first_grants(db_url, clock):
+    """After ``analyse_after`` grants the store analyses the tables its batches address when
+    nothing ever did (PostgreSQL; on SQLite nothing happens), once: their prepared statements'
+    generic plans, made while the tables were empty, are made again from real statistics."""
+    from jupyterhub_gpupool.dbutil import analyse_if_never
+
+    upgrade(db_url)
+    store = make_store(db_url, clock, APPROVAL_POOL)  # four H100s
+    store.analyse_after = 3
+
+    def never_analysed() -> set[str]:
+        if store.engine.dialect.name != "postgresql":
+            return set()
+        with store.engine.connect() as conn:
+            return set(
+                conn.exec_driver_sql(
+                    "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NULL "
+                    "AND last_autoanalyze IS NULL"
+                ).scalars()
+            )
+
+    addressed = {"leases", "lease_slots", "pool_changes"}
+    expected = addressed if store.engine.dialect.name == "postgresql" else set()
+    assert never_analysed() >= expected
+    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(2)])
+    assert never_analysed() >= expected and store.analyse_after == 3  # 2 grants of 3
+    out += store.run_batch([(store.allocate, ("u2", "", "h100"), {})])
+    assert store.analyse_after is None  # once per process
+    assert not never_analysed() & addressed
+    assert [r["state"] for r in out] == ["granted"] * 3
+    assert analyse_if_never(store.engine, tuple(addressed)) == []  # nothing left to do
