@@ -264,13 +264,20 @@ class StoreCore:
             finally:
                 self._local.awaiting = None
         if self.analyse_after is not None:
-            self._grants_asked += sum(1 for fn, _, _ in calls if _name(fn) == "allocate")
-            if self._grants_asked >= self.analyse_after:
-                self.analyse_after = None
-                analysed = analyse_if_never(self.engine, _ADDRESSED_TABLES)
-                if analysed:
-                    log.info("Analysed the pool's new tables %s", ", ".join(analysed))
+            self._count_grants(sum(1 for fn, _, _ in calls if _name(fn) == "allocate"))
         return results
+
+    def _count_grants(self, asked: int) -> None:
+        """Count a committed batch's grants; at ``analyse_after`` analyse the tables a batch
+        addresses if nothing ever did (``dbutil.analyse_if_never``), once."""
+        assert self.analyse_after is not None
+        self._grants_asked += asked
+        if self._grants_asked < self.analyse_after:
+            return
+        self.analyse_after = None
+        analysed = analyse_if_never(self.engine, _ADDRESSED_TABLES)
+        if analysed:
+            log.info("Analysed the pool's new tables %s", ", ".join(analysed))
 
     def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run one write in a transaction of its own; a refusal (any ``PoolError``, which may

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -29,7 +31,6 @@ def test_a_short_run_answers_every_pair_with_the_pools_lease_json(tmp_path, monk
 def test_bad_arguments_are_refused_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import http_floor
-    import pytest
 
     with pytest.raises(SystemExit) as stop:
         http_floor.main(["--clients", "0", "--json", str(tmp_path / "x.json")])

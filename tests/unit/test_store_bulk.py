@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
-from psycopg import pq
+from psycopg import _queries, pq
 
 from jupyterhub_gpupool import orm
-from jupyterhub_gpupool.dbutil import upgrade
-from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.dbutil import analyse_if_never, make_engine, upgrade
+from jupyterhub_gpupool.store import Store, bulk
+from jupyterhub_gpupool.store.rows import new_row
 from tests.fakes import APPROVAL_POOL, StoreClock, make_instances, make_store
 
 #: An actor name with what a text array would have to quote or escape.
@@ -290,9 +293,6 @@ def test_a_new_lease_is_inserted_without_its_null_columns():
     """The columns a new lease leaves NULL (reclaim, release, approval) stay out of its INSERT,
     so the batch's statement is short enough for psycopg to cache its parsing; a column whose
     database default is not NULL is sent even as None (leaving it out would not write NULL)."""
-    from psycopg import _queries
-
-    from jupyterhub_gpupool.store import bulk
 
     def lease(i: int, **values: Any) -> orm.LeaseRow:
         return orm.LeaseRow(id=f"l{i}", user="u", server="", offer="h100", **values)
@@ -316,13 +316,6 @@ def test_rows_made_without_attribute_events_are_written_as_the_orm_writes_them(d
     """``rows.new_row`` (a grant's lease and slot): through the unit of work, also as a slot
     added to a row already stored, they come back as rows the constructor made do; an unknown
     name fails as the constructor's does."""
-    from datetime import datetime
-
-    import pytest
-
-    from jupyterhub_gpupool.dbutil import make_engine
-    from jupyterhub_gpupool.store.rows import new_row
-
     upgrade(db_url)
     engine = make_engine(db_url)
     now = datetime(2026, 1, 2, 3, 4, 5)
@@ -352,8 +345,6 @@ def test_a_new_pools_tables_are_analysed_once_after_its_first_grants(db_url, clo
     """After ``analyse_after`` grants the store analyses the tables its batches address when
     nothing ever did (PostgreSQL; on SQLite nothing happens), once: their prepared statements'
     generic plans, made while the tables were empty, are made again from real statistics."""
-    from jupyterhub_gpupool.dbutil import analyse_if_never
-
     upgrade(db_url)
     store = make_store(db_url, clock, APPROVAL_POOL)  # four H100s
     store.analyse_after = 3
