@@ -7,6 +7,7 @@ their own argv; the rest are small argparse commands. Bad flags exit 2 with one 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -60,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("upgrade-db", help="create or migrate the pool database")
     up.add_argument(
         "--db-url",
-        default="sqlite:///jupyterhub-gpupool.sqlite",
-        help="SQLAlchemy URL of the pool database (default: %(default)s)",
+        default=os.environ.get("GPUPOOL_DB_URL") or "sqlite:///jupyterhub-gpupool.sqlite",
+        help="SQLAlchemy URL of the pool database (default: $GPUPOOL_DB_URL, else "
+        "sqlite:///jupyterhub-gpupool.sqlite). Safe beside running services and other "
+        "upgrade-db runs: one migrator at a time (a PostgreSQL advisory lock)",
     )
     up.set_defaults(func=_upgrade_db)
 
@@ -119,11 +122,17 @@ def _run_app(module: str, cls: str):
 
 
 def _upgrade_db(args: argparse.Namespace) -> int:
-    from .dbutil import current_revision, head_revision, make_engine, upgrade
+    import logging
 
-    before = current_revision(make_engine(args.db_url))
-    upgrade(args.db_url)
-    print(f"pool database at {head_revision()} (was {before or 'empty'})")
+    from .dbutil import migrate
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    before, after = migrate(args.db_url)
+    if before == after:
+        print(f"pool database at {after}: nothing to migrate")
+    else:
+        print(f"pool database at {after} (was {before or 'empty'})")
     return 0
 
 
@@ -141,9 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a clear line, never a traceback, for anticipated failures
+        from .extras import MissingExtra
         from .pool.errors import PoolError
 
-        if isinstance(e, (PoolError, OSError, ValueError)):
+        if isinstance(e, (PoolError, OSError, ValueError, MissingExtra)):
             print(f"jupyterhub-gpupool: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -9,12 +9,16 @@ the creation of that row in a new database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, exc, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.orm import Session
+
+from .extras import require
 
 log = logging.getLogger(__name__)
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
@@ -46,6 +50,8 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    if url.startswith("postgresql+psycopg"):
+        require("psycopg", "a PostgreSQL database URL")
     engine = create_engine(url, echo=echo, pool_size=5, max_overflow=5)
     ping_idle_connections(engine)
     restore_transactions(engine)
@@ -207,10 +213,151 @@ def alembic_config(url: str):
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` to ``revision`` (creates it when empty)."""
+    """Bring the database at ``url`` to ``revision`` (creates it when empty).
+
+    Unlocked: for the one process that knows it is alone (tests, a fresh file). Services and
+    ``upgrade-db`` call :func:`migrate`, which serialises with every other migrator.
+    """
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
+
+
+#: Key of the session-level advisory lock every migrator of a PostgreSQL pool database takes.
+MIGRATE_LOCK_KEY = 0x6770_756D  # "gpum"
+
+
+def migrate(
+    url: str, log: logging.Logger | logging.LoggerAdapter = log
+) -> tuple[str | None, str | None]:
+    """Bring the database at ``url`` to the newest revision, one migrator at a time.
+
+    Replicas starting together on an old schema, and an ``upgrade-db`` Job beside them, must
+    not run the same migration twice at once. On PostgreSQL a session-level advisory lock,
+    held on the connection the migration runs through, serialises them; on a SQLite file an
+    exclusive ``flock`` on ``<file>.migrate-lock`` does. Whoever gets the lock second finds
+    the schema current and changes nothing. Returns the revision found under the lock and the
+    one left (equal when nothing ran).
+    """
+    from alembic import command
+
+    engine = make_engine(url)
+    head = head_revision()
+    try:
+        with _migration_lock(engine) as conn:
+            before = _revision_of(conn)
+            if before != head:
+                log.info("Migrating the pool database from %s to %s", before or "empty", head)
+                cfg = alembic_config(url)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                conn.commit()
+                log.info("The pool database is at %s", head)
+            return before, _revision_of(conn)
+    finally:
+        engine.dispose()
+
+
+def _revision_of(conn: Connection) -> str | None:
+    if "alembic_version" not in inspect(conn).get_table_names():
+        return None
+    found = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    conn.commit()
+    return found
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection holding the pool's migration lock (see :func:`migrate`)."""
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    with contextlib.ExitStack() as stack:
+        if path and path != ":memory:":
+            import fcntl
+
+            lock_file = stack.enter_context(open(f"{path}.migrate-lock", "a"))
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        conn = stack.enter_context(engine.connect())
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
+            conn.commit()
+            stack.callback(_unlock, conn)
+        yield conn
+
+
+def _unlock(conn: Connection) -> None:
+    with contextlib.suppress(exc.SQLAlchemyError):
+        conn.rollback()
+        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATE_LOCK_KEY})
+        conn.commit()
+
+
+class SchemaError(Exception):
+    """The database's schema is not one this version can run on (the message says why)."""
+
+
+def prepare_schema(
+    engine: Engine,
+    url: str,
+    *,
+    upgrade: bool,
+    wait: float,
+    log: logging.Logger | logging.LoggerAdapter = log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """At a service's start: create a new database, migrate an old one (``upgrade``) or wait
+    for somebody else to.
+
+    Creating and migrating take the migration lock (:func:`migrate`): of replicas starting
+    together, one runs the migration and the others find it done. Without ``upgrade`` an old
+    schema is somebody else's to migrate (the Helm chart's hook Job, an admin's
+    ``upgrade-db``): the service waits up to ``wait`` seconds for it, saying so every 10 s,
+    rather than running a long migration its startup probe could cut short.
+    """
+    head = head_revision()
+    revision = current_revision(engine)
+    if revision is None or (revision != head and upgrade):
+        before, after = migrate(url, log)
+        if before == after:
+            log.info("The pool database is at %s (migrated by another process)", after)
+        return
+    if revision == head:
+        return
+    if not known_revision(revision):
+        raise SchemaError(
+            f"The pool database is at revision {revision}, which this version does not know: "
+            "a newer jupyterhub-gpupool migrated it."
+        )
+    deadline = time.monotonic() + wait
+    while revision != head:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SchemaError(
+                f"The pool database is at revision {revision}, this version needs {head}: "
+                "run `jupyterhub-gpupool upgrade-db --db-url ...` (or start the service with "
+                "--upgrade-db)."
+            )
+        log.warning(
+            "Waiting for the pool database to be migrated from %s to %s (run "
+            "`jupyterhub-gpupool upgrade-db`); giving up in %.0f s",
+            revision,
+            head,
+            left,
+        )
+        sleep(min(10.0, left))
+        revision = current_revision(engine)
+    log.info("The pool database is at %s", head)
+
+
+def known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this version's migrations (else a newer version wrote
+    the database)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    try:
+        return script.get_revision(revision) is not None
+    except Exception:  # alembic raises its own CommandError / ResolutionError kinds
+        return False
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -10,19 +10,27 @@ target_metadata = Base.metadata
 
 
 def run_migrations_online() -> None:
-    """Migrate through a real connection (SQLite batch mode for ALTERs)."""
-    url = config.get_main_option("sqlalchemy.url")
-    engine = make_engine(url)
+    """Migrate through a real connection (SQLite batch mode for ALTERs): the caller's, when
+    it passes one (``dbutil.migrate`` holds the migration lock on it), else a new one."""
+    given = config.attributes.get("connection")
+    if given is not None:
+        _run(given)
+        return
+    engine = make_engine(config.get_main_option("sqlalchemy.url"))
     with engine.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=target_metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+        _run(connection)
         connection.commit()
     engine.dispose()
+
+
+def _run(connection) -> None:  # noqa: ANN001
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 run_migrations_online()

@@ -27,7 +27,8 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, default, validate
 
 from .._version import __version__
-from ..dbutil import LeaderLock, current_revision, head_revision, make_engine, upgrade
+from ..dbutil import LeaderLock, SchemaError, make_engine, prepare_schema
+from ..extras import MissingExtra
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
 from ..logredact import redact
@@ -51,6 +52,7 @@ from .apihandlers import (
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .deadlines import NoticeDeadlines
+from .health import HealthHandler, LoopWatch
 from .metrics import PoolMetrics
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
@@ -103,6 +105,8 @@ class PoolService(StrictCommandLine):
 
     #: The approvals' notify_hook caller (made by ``initialize``, or by ``make_app``).
     notifier: Notifier | None = None
+    #: The event loop's lateness, for the health check (made with the app, started with it).
+    loop_watch: LoopWatch | None = None
 
     aliases = {
         "config": "PoolService.config_file",
@@ -128,9 +132,22 @@ class PoolService(StrictCommandLine):
     ).tag(config=True)
     upgrade_db = Bool(
         False,
-        help="Apply pending database migrations on start (otherwise an old schema is an error "
-        "telling you to run `jupyterhub-gpupool upgrade-db`). A new empty database is always "
-        "created.",
+        help="Apply pending database migrations on start, under the migration lock (replicas "
+        "starting together migrate once). Otherwise a service that finds an old schema waits "
+        "up to schema_wait seconds for `jupyterhub-gpupool upgrade-db` (the Helm chart's hook "
+        "Job) to bring it up to date. A new empty database is always created (under the lock).",
+    ).tag(config=True)
+    schema_wait = Float(
+        60.0,
+        help="Seconds a service that finds the database schema behind (and is not told to "
+        "upgrade it) waits for `jupyterhub-gpupool upgrade-db` before it exits, logging what it "
+        "waits for every 10 seconds. 0: exit at once.",
+    ).tag(config=True)
+    health_stall_after = Float(
+        60.0,
+        help="GET {prefix}health answers 503 when the writer has owed answers this many "
+        "seconds without giving one, or the event loop ran this late (Kubernetes' liveness "
+        "probe then restarts the replica).",
     ).tag(config=True)
     pool_config_file = Unicode(
         "",
@@ -364,15 +381,16 @@ class PoolService(StrictCommandLine):
         """After the shared start (:class:`StrictCommandLine`), open the database, load the pool."""
         super().initialize(argv)
         self.catalog = default_catalog()
-        engine = make_engine(self.db_url)
-        revision = current_revision(engine)
-        if revision is None or (revision != head_revision() and self.upgrade_db):
-            upgrade(self.db_url)
-        elif revision != head_revision():
-            raise SystemExit(
-                f"The pool database is at revision {revision}, this version needs "
-                f"{head_revision()}: run `jupyterhub-gpupool upgrade-db --db-url ...` first."
+        try:
+            engine = make_engine(self.db_url)
+        except MissingExtra as e:
+            raise SystemExit(f"PoolService.db_url: {e}") from None
+        try:
+            prepare_schema(
+                engine, self.db_url, upgrade=self.upgrade_db, wait=self.schema_wait, log=self.log
             )
+        except SchemaError as e:
+            raise SystemExit(str(e)) from None
         self.store = self.make_store(engine)
         if self.pool_config_file:
             try:
@@ -553,6 +571,7 @@ class PoolService(StrictCommandLine):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
             (url_path_join(self.base_url, "metrics"), MetricsHandler),
+            (url_path_join(self.base_url, "health"), HealthHandler),
             (url_path_join(self.base_url, "oauth_callback"), HubOAuthCallbackHandler),
             *pages.default_handlers(self.base_url),
             (api + r".*", NotFoundHandler),
@@ -569,6 +588,8 @@ class PoolService(StrictCommandLine):
             utilization=self.utilization,
             minutes=self.minutes,
             writer=self.writer,
+            loop_watch=self._loop_watch(),
+            health_stall_after=self.health_stall_after,
             restarts=Restarts(self.store, self.hub, log=self.log),
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
@@ -578,6 +599,11 @@ class PoolService(StrictCommandLine):
             xsrf_cookies=False,
             log_function=self._log_request,
         )
+
+    def _loop_watch(self) -> LoopWatch:
+        if self.loop_watch is None:
+            self.loop_watch = LoopWatch()
+        return self.loop_watch
 
     def _log_request(self, handler: web.RequestHandler) -> None:
         status = handler.get_status()
@@ -683,6 +709,7 @@ class PoolService(StrictCommandLine):
         """Listen, reconcile, run the housekeeping loop until SIGTERM/SIGINT."""
         settle_garbage_collector()
         self.writer.start()
+        self._loop_watch().start()
         if isinstance(self.writer, ProcessBatchWriter):
             self.log.info("Allocation decisions run in process %s", self.writer.pid)
         # bodies up to MAX_BODY are parsed; up to 16 times that, the handler answers a JSON 413;
@@ -714,6 +741,7 @@ class PoolService(StrictCommandLine):
                     await self.reconcile(periodic=True)
                 await self.housekeeping()
         self.http_server.stop()
+        self._loop_watch().stop()
         await self.deadlines.close()
         if self.telemetry is not None:
             await self.telemetry.stop()

@@ -48,6 +48,48 @@ def settle_garbage_collector() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
+class Progress:
+    """How long the writer has owed answers without giving any: the health check's view.
+
+    A writer that is wedged (a transaction waiting on a lock forever, a hung store process)
+    leaves the port open and the event loop free, so only this tells it: calls are
+    outstanding and none has been answered for a while. Counted from the later of the first
+    outstanding call and the last answer, so a steady stream of work never looks stuck.
+    Thread-safe (``BatchWriter`` answers from its own thread).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._outstanding = 0
+        self._since = clock()
+
+    def submitted(self) -> None:
+        """A call joined the queue."""
+        with self._lock:
+            if self._outstanding == 0:
+                self._since = self._clock()
+            self._outstanding += 1
+
+    def answered(self, n: int) -> None:
+        """``n`` calls were answered (or failed)."""
+        with self._lock:
+            self._outstanding = max(0, self._outstanding - n)
+            self._since = self._clock()
+
+    def stalled_for(self) -> float:
+        """Seconds without an answer while calls wait (0 when nothing is owed)."""
+        with self._lock:
+            if self._outstanding == 0:
+                return 0.0
+            return max(0.0, self._clock() - self._since)
+
+    @property
+    def outstanding(self) -> int:
+        """Calls submitted and not answered yet."""
+        return self._outstanding
+
+
 class _Failed:
     """A batch that failed as a whole (its exception is raised in every caller)."""
 
@@ -118,6 +160,8 @@ class BatchWriter:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpupool-writer", daemon=True)
+        #: what the health check reads
+        self.progress = Progress()
         #: Called as observe_batch(calls, seconds) after each batch, on the writer's thread
         #: (the service's metrics: how well group commit batches under load).
         self.observe_batch: Callable[[int, float], None] | None = None
@@ -138,6 +182,7 @@ class BatchWriter:
             raise ValueError(f"not a store write: {fn!r}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
+        self.progress.submitted()
         self._queue.put((fn, args, kwargs, (loop, future)))
         result = await future
         if isinstance(result, BaseException):
@@ -147,6 +192,7 @@ class BatchWriter:
     def _settle(self, batch: list[tuple], results: list[Any]) -> None:
         """Hand the results to their loops: one thread-safe wake-up per loop and batch, not one
         per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
+        self.progress.answered(len(batch))
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
         for (*_, (loop, future)), result in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((future, result))
@@ -232,6 +278,8 @@ class ProcessBatchWriter:
         self._scheduled = False
         self._drained: asyncio.Future | None = None
         self._stopped = False
+        #: what the health check reads
+        self.progress = Progress()
 
     def start(self) -> None:
         """Start the child."""
@@ -270,6 +318,7 @@ class ProcessBatchWriter:
         if loop is not self._loop:
             self._adopt(loop)
         future: asyncio.Future = loop.create_future()
+        self.progress.submitted()
         self._pending.append((fn.__name__, args, kwargs, future))
         if self._inflight is None and not self._scheduled:
             self._scheduled = True
@@ -363,6 +412,7 @@ class ProcessBatchWriter:
 
     def _settle(self, batch: list[tuple], results: list[Any]) -> None:
         self._inflight = None
+        self.progress.answered(len(batch))
         _deliver([(future, result) for (*_, future), result in zip(batch, results, strict=True)])
 
     def _finish_blocking(self) -> None:

@@ -39,8 +39,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
-from psycopg.pq import TransactionStatus
 from sqlalchemy import JSON, Connection, Integer, Table, event, exc, inspect
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
@@ -48,6 +46,20 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from .. import orm
 from .snapshots import LeaseSnapshot
+
+
+def _psycopg() -> Any:
+    """psycopg, imported where a PostgreSQL code path first runs (``dbutil.make_engine``
+    has already said which extra brings it when a PostgreSQL URL is configured without it)."""
+    import psycopg
+
+    return psycopg
+
+
+def psycopg_idle() -> Any:
+    """psycopg's transaction status of a connection outside any transaction."""
+    return _psycopg().pq.TransactionStatus.IDLE
+
 
 #: One statement and its parameters (each part's names carry a prefix of its own).
 Statement = tuple[str, dict[str, Any]]
@@ -363,7 +375,8 @@ def pipelined(db: Session) -> Iterator[bool]:
     except BaseException:
         # a statement failed: the transaction is still open, aborted (the COMMIT after it
         # was skipped); SQLAlchemy would take a failed commit as the end of it
-        if not raw.closed and raw.pgconn.transaction_status == TransactionStatus.INERROR:
+        in_error = _psycopg().pq.TransactionStatus.INERROR
+        if not raw.closed and raw.pgconn.transaction_status == in_error:
             raw.rollback()
         raise
 
@@ -374,6 +387,7 @@ def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
     raises it for a statement it ran: its exception classes, which the callers expect (a
     lost database answers 503 ``store_unavailable``), and a lost connection invalidated, so
     the pool never hands it out again."""
+    psycopg = _psycopg()
     try:
         yield
     except psycopg.Error as e:

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
@@ -40,6 +39,7 @@ from .bulk import (
     driver_errors,
     event_statements,
     pipelined,
+    psycopg_idle,
     run_as_one,
     staged_lease,
     take_released,
@@ -591,7 +591,7 @@ def begin_batch(db: Session, snapshot: list[str]) -> int | None:
     if conn.dialect.name != "postgresql":
         return None
     raw = conn.connection.driver_connection
-    if raw.info.transaction_status != TransactionStatus.IDLE:
+    if raw.info.transaction_status != psycopg_idle():
         return None
     raw.autocommit = True
     with driver_errors(conn, _BUMP):
