@@ -65,9 +65,13 @@ venv: $(STAMP)
 demo: $(DEMO_STAMP) $(CHP)
 	@$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
 
+# deptry: every import of the installed code is a declared dependency of the install that
+# ships it (missing, unused and transitive-only ones fail), for both distributions
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/deptry .
+	cd labextension && ../$(BIN)/deptry .
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html

@@ -7,6 +7,7 @@ their own argv; the rest are small argparse commands. Bad flags exit 2 with one 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -23,8 +24,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (also used by the docs' CLI reference)."""
-    from .simulate import packing, whatif
     from .simulate import reclaim as reclaim_sim
+    from .simulate import whatif
 
     parser = _Parser(
         prog="jupyterhub-gpupool",
@@ -83,13 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim_sub = sim.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=_Parser)
     sim_sub.required = True
-    pack = sim_sub.add_parser(
-        "packing",
-        help="the FGD paper's packing experiment (workload tuned to 130%% of capacity)",
-        description=packing.__doc__.splitlines()[0] if packing.__doc__ else None,
-    )
-    packing.add_arguments(pack)
-    pack.set_defaults(func=packing.run_cli)
+    packing_help = "the FGD paper's packing experiment (workload tuned to 130%% of capacity)"
+    if importlib.util.find_spec("numpy") is None:  # the `simulate` extra is not installed
+        pack = sim_sub.add_parser("packing", help=packing_help, add_help=False)
+        pack.add_argument("rest", nargs=argparse.REMAINDER)
+        pack.set_defaults(func=_needs("numpy", "jupyterhub-gpupool simulate packing"))
+    else:
+        from .simulate import packing
+
+        pack = sim_sub.add_parser(
+            "packing",
+            help=packing_help,
+            description=packing.__doc__.splitlines()[0] if packing.__doc__ else None,
+        )
+        packing.add_arguments(pack)
+        pack.set_defaults(func=packing.run_cli)
     rec = sim_sub.add_parser(
         "reclaim",
         help="a day of notebook sessions under four idle-reclaim rules (40 GPUs, 200 users)",
@@ -106,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_arguments(wi)
     wi.set_defaults(func=whatif.run_cli)
     return parser
+
+
+def _needs(module: str, command: str):
+    """A subcommand whose optional dependency is missing: one line naming the extra."""
+
+    def run(args: argparse.Namespace) -> int:
+        from .extras import require
+
+        require(module, command)
+        return 0
+
+    return run
 
 
 def _run_app(module: str, cls: str):

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -22,11 +23,11 @@ from traitlets import Bool, Float, Integer, TraitError, Unicode, default, valida
 from traitlets.utils.importstring import import_item
 
 from .._version import __version__
+from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..poolclient import PoolClient
 from ..strictcli import StrictCommandLine
 from .core import Reclaimer, default_holder
-from .metrics import ReclaimerMetrics
 
 
 #: Options traitlets itself understands on every application.
@@ -151,8 +152,15 @@ class ReclaimerApp(StrictCommandLine):
     ).tag(config=True)
     metrics_port = Integer(
         0,
-        help="Serve Prometheus metrics at http://{metrics_ip}:{metrics_port}/metrics (0: not "
-        "served; the counters are in the log either way).",
+        help="Serve Prometheus metrics at http://{metrics_ip}:{metrics_port}/metrics and the "
+        "health check at /health (0: neither is served; the counters are in the log either "
+        "way).",
+    ).tag(config=True)
+    health_stall_after = Float(
+        900.0,
+        help="GET /health answers 503 when a round has run this many seconds without ending "
+        "(it waits on servers that never stop) or the event loop ran this late. Longer than "
+        "the slowest legitimate round: save, stop and restart timeouts together.",
     ).tag(config=True)
     metrics_ip = Unicode(
         "127.0.0.1", help="Interface the metrics endpoint listens on (with metrics_port)."
@@ -260,19 +268,30 @@ class ReclaimerApp(StrictCommandLine):
         options.update(overrides)
         return Reclaimer(pool, hub, **options)
 
-    def start_metrics(self, metrics: ReclaimerMetrics) -> Any:
-        """Serve ``/metrics`` on ``metrics_port`` (None when 0)."""
+    def start_metrics(self, reclaimer: Reclaimer) -> Any:
+        """Serve ``/metrics`` and ``/health`` on ``metrics_port`` (None when 0)."""
         if not self.metrics_port:
             return None
         from tornado import web
         from tornado.httpserver import HTTPServer
+
+        metrics = reclaimer.metrics
+        watch = LoopWatch()
+        watch.start()
 
         class MetricsHandler(web.RequestHandler):
             def get(self) -> None:
                 self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.finish(metrics.render())
 
-        server = HTTPServer(web.Application([(r"/metrics", MetricsHandler)]))
+        def check() -> tuple[bool, dict[str, Any]]:
+            began = reclaimer.round_started
+            stalled = 0.0 if began is None else time.monotonic() - began
+            return health("round", stalled, watch.lag, self.health_stall_after)
+
+        app = web.Application([(r"/metrics", MetricsHandler), (r"/health", HealthHandler)])
+        app.settings["health"] = check
+        server = HTTPServer(app)
         server.listen(self.metrics_port, self.metrics_ip)
         self.log.info("Metrics at http://%s:%d/metrics", self.metrics_ip, self.metrics_port)
         return server
@@ -289,7 +308,7 @@ class ReclaimerApp(StrictCommandLine):
                 await asyncio.wait_for(stop.wait(), seconds)
 
         reclaimer = self.make_reclaimer(sleep=pause)
-        server = self.start_metrics(reclaimer.metrics)
+        server = self.start_metrics(reclaimer)
         self.log.info(
             "GPU pool reclaimer %s: pool %s, hub %s, servers via %s, a round every %gs",
             reclaimer.holder,

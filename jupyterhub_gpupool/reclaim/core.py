@@ -128,6 +128,9 @@ class Reclaimer:
         self.log = log or logging.getLogger(__name__)
         #: rounds failed in a row (hub or pool away): the backoff's exponent
         self.failures = 0
+        #: ``time.monotonic()`` when the round under way began (None between rounds): the
+        #: health check's view of a round that hangs
+        self.round_started: float | None = None
         #: the most server requests in flight at once (bounded by ``concurrency``)
         self.peak_in_flight = 0
         self._in_flight = 0
@@ -177,10 +180,11 @@ class Reclaimer:
 
     async def run_once(self) -> RoundResult:
         """One round: lead, see, post, act. Never raises for the hub or the pool being away."""
-        started = time.monotonic()
+        started = self.round_started = time.monotonic()
         try:
             result = await self._round()
         finally:
+            self.round_started = None
             self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.rounds.labels(result=result.result).inc()
         return result

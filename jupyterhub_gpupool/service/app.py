@@ -29,6 +29,7 @@ from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, def
 from .._version import __version__
 from ..dbutil import LeaderLock, SchemaError, make_engine, prepare_schema
 from ..extras import MissingExtra
+from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
 from ..logredact import redact
@@ -52,7 +53,6 @@ from .apihandlers import (
 from .apihandlers.base import MAX_BODY, APIHandler
 from .apihandlers.errors import APIError
 from .deadlines import NoticeDeadlines
-from .health import HealthHandler, LoopWatch
 from .metrics import PoolMetrics
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
@@ -588,8 +588,7 @@ class PoolService(StrictCommandLine):
             utilization=self.utilization,
             minutes=self.minutes,
             writer=self.writer,
-            loop_watch=self._loop_watch(),
-            health_stall_after=self.health_stall_after,
+            health=self.health,
             restarts=Restarts(self.store, self.hub, log=self.log),
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
@@ -598,6 +597,17 @@ class PoolService(StrictCommandLine):
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
             xsrf_cookies=False,
             log_function=self._log_request,
+        )
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """The health check's answer: the loop's lateness and the writer's owed answers."""
+        progress = self.writer.progress
+        return health(
+            "writer",
+            progress.stalled_for(),
+            self._loop_watch().lag,
+            self.health_stall_after,
+            outstanding=progress.outstanding,
         )
 
     def _loop_watch(self) -> LoopWatch:

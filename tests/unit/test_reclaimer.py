@@ -626,28 +626,35 @@ def test_help_and_hub_managed_defaults(monkeypatch):
     assert reclaimer.concurrency == 10 and reclaimer.interval == 30.0
 
 
-def test_metrics_are_served_on_their_port(monkeypatch):
+def test_metrics_and_health_are_served_on_their_port(monkeypatch):
     from jupyterhub_gpupool.reclaim.app import ReclaimerApp
-    from jupyterhub_gpupool.reclaim.metrics import ReclaimerMetrics
 
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "x")
     app = ReclaimerApp()
     port = free_port()
-    app.initialize([f"--metrics-port={port}"])
-    metrics = ReclaimerMetrics()
-    metrics.rounds.labels(result="hub_error").inc()
+    app.initialize([f"--metrics-port={port}", "--ReclaimerApp.health_stall_after=60"])
+    reclaimer = app.make_reclaimer()
+    reclaimer.metrics.rounds.labels(result="hub_error").inc()
 
-    async def scenario() -> str:
-        server = app.start_metrics(metrics)
+    async def scenario() -> tuple[str, list]:
+        server = app.start_metrics(reclaimer)
+        base = f"http://127.0.0.1:{port}"
         try:
-            r = await asyncio.to_thread(request, "GET", f"http://127.0.0.1:{port}/metrics")
-            return r.body.decode()
+            r = await asyncio.to_thread(request, "GET", f"{base}/metrics")
+            between = await asyncio.to_thread(request, "GET", f"{base}/health")
+            # a round that began long ago and never ended: it hangs
+            reclaimer.round_started = time.monotonic() - 120
+            hung = await asyncio.to_thread(request, "GET", f"{base}/health")
+            return r.body.decode(), [between, hung]
         finally:
             server.stop()
 
-    text = asyncio.run(scenario())
+    text, (between, hung) = asyncio.run(scenario())
     assert 'gpupool_reclaimer_rounds_total{result="hub_error"} 1.0' in text
     assert "gpupool_reclaimer_backoff_seconds" in text
+    assert between.status == 200 and between.json()["round"] == {"ok": True, "stalled_seconds": 0}
+    assert hung.status == 503 and hung.json()["status"] == "unhealthy"
+    assert hung.json()["round"]["stalled_seconds"] >= 120
 
 
 def test_configure_hub_registers_the_reclaimer_with_its_scopes_only():

@@ -1,12 +1,13 @@
-"""``GET {prefix}health``: whether this replica can do its work, for Kubernetes' probes.
+"""``GET .../health``: whether a process can do its work, for Kubernetes' probes.
 
-An open port is not health: a service whose writer is wedged (a transaction stuck on a lock, a
-hung store process) keeps answering TCP and even reads, while every grant waits forever. So
-the answer looks at what serves requests: the event loop (a stuck loop never answers at all, and
-a late one says how late it was) and the writer (calls owed without an answer for longer than
-``stall_after``). No authentication, and nothing in the body but these figures: probes carry
-no token. The database being away is not ill health (the API answers 503
-``store_unavailable`` meanwhile, and a restart would not bring it back).
+An open port is not health: a pool service whose writer is wedged (a transaction stuck on a
+lock, a hung store process) keeps answering TCP and even reads while every grant waits forever,
+and a reclaimer whose round hangs on a server that never stops reclaims nothing. So the answer
+looks at what does the work: the event loop (a stuck loop never answers at all, and a late one
+says how late it was) and the part's own work (the writer's owed answers, the reclaimer's
+round), each stalled for no longer than ``stall_after``. No authentication, and nothing in the
+body but these figures: probes carry no token. A database that is away is not ill health (the
+API answers 503 ``store_unavailable`` meanwhile, and a restart would not bring it back).
 """
 
 from __future__ import annotations
@@ -51,39 +52,33 @@ class LoopWatch:
 
 
 def health(
-    writer_stalled: float, writer_outstanding: int, loop_lag: float, stall_after: float
+    work: str, stalled: float, loop_lag: float, stall_after: float, **figures: Any
 ) -> tuple[bool, dict[str, Any]]:
-    """Whether the replica is healthy, and the body that says why."""
-    writer_ok = writer_stalled <= stall_after
+    """Whether the process is healthy, and the body that says why: ``work`` names the part's
+    own work (``writer``, ``round``), stalled for ``stalled`` seconds, with more ``figures``."""
+    work_ok = stalled <= stall_after
     loop_ok = loop_lag <= stall_after
-    return writer_ok and loop_ok, {
-        "status": "ok" if writer_ok and loop_ok else "unhealthy",
+    return work_ok and loop_ok, {
+        "status": "ok" if work_ok and loop_ok else "unhealthy",
         "loop": {"ok": loop_ok, "lag_seconds": round(loop_lag, 3)},
-        "writer": {
-            "ok": writer_ok,
-            "outstanding": writer_outstanding,
-            "stalled_seconds": round(writer_stalled, 3),
-        },
+        work: {"ok": work_ok, **figures, "stalled_seconds": round(stalled, 3)},
         "stall_after_seconds": stall_after,
     }
 
 
 class HealthHandler(web.RequestHandler):
-    """200 when healthy, 503 otherwise; the body says which part is not."""
+    """200 when healthy, 503 otherwise; the body says which part is not. The application's
+    ``health`` setting computes the answer."""
 
     def get(self) -> None:
-        progress = self.settings["writer"].progress
-        watch: LoopWatch = self.settings["loop_watch"]
-        ok, body = health(
-            progress.stalled_for(),
-            progress.outstanding,
-            watch.lag,
-            self.settings["health_stall_after"],
-        )
+        ok, body = self.settings["health"]()
         self.set_status(200 if ok else 503)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(body))
+
+    def compute_etag(self) -> None:
+        return None
 
     def head(self) -> None:
         self.get()
