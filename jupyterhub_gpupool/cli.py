@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim_sub.required = True
     packing_help = "the FGD paper's packing experiment (workload tuned to 130%% of capacity)"
     if importlib.util.find_spec("numpy") is None:  # the `simulate` extra is not installed
-        pack = sim_sub.add_parser("packing", help=packing_help, add_help=False)
-        pack.add_argument("rest", nargs=argparse.REMAINDER)
+        # every flag is taken as it is (no option prefix): the answer is the missing extra
+        pack = sim_sub.add_parser("packing", help=packing_help, add_help=False, prefix_chars="\0")
+        pack.add_argument("rest", nargs="*")
         pack.set_defaults(func=_needs("numpy", "jupyterhub-gpupool simulate packing"))
     else:
         from .simulate import packing
