@@ -463,8 +463,12 @@ def store_process(
     from ..dbutil import make_engine
     from ..pool.catalog import default_catalog
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the
-    logging.basicConfig(level=level)  # service stops us in order (None), or we see EOF
+    # Ctrl-C reaches the whole process group, and so does SIGTERM from a process manager that
+    # signals every process of a service (systemd's default, a test's killpg): the service
+    # stops us in order (None) after its last batch, or we see EOF when it is gone
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    logging.basicConfig(level=level)
     store = Store(make_engine(db_url), default_catalog(), **options, file_config=file_config)
     events: list[tuple[str, dict[str, Any]]] = []
     store.listeners.append(lambda kind, data: events.append((kind, data)))
