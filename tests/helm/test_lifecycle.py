@@ -395,7 +395,8 @@ def test_the_default_pool_tag_is_the_package_version_the_docs_build() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__
     page = (ROOT / "docs/source/howto/helm-chart.md").read_text()
-    (command,) = re.findall(r"docker build -t \S+:\$\((python3? -c '[^']+')\) \.", page)
+    (command,) = re.findall(r"^\$ VERSION=\$\((python3? -c '[^']+')\)$", page, re.M)
+    assert re.search(r"^\$ docker build -t \S+:\$VERSION \.$", page, re.M)
     shell = subprocess.run(
         ["sh", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
