@@ -402,3 +402,73 @@ def test_the_default_pool_tag_is_the_package_version_the_docs_build() -> None:
     )
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.strip() == chart["appVersion"]
+
+
+# -- the rendered pod, run ----------------------------------------------------------------------
+
+
+def http_status(url: str) -> int:
+    """The status of a GET (0 while nothing answers)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def test_the_rendered_pod_answers_its_own_probes(render, tmp_path: Path) -> None:
+    """The Deployment's init container, then its service, run with their rendered args, env
+    and ConfigMap (a new SQLite file, no hub): the path and port every probe names answer 200."""
+    from tests.fakes import free_port, wait_until
+
+    port = free_port()
+    hub = f"http://127.0.0.1:{free_port()}/hub/api"  # no hub answers: the service starts anyway
+    manifests = render({"hub": {"serviceName": "gpus", "apiUrl": hub}, "pool": {"port": port}})
+    spec = one(manifests, "Deployment", "gpupool")["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (container,) = spec["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    here = {"config": tmp_path / "config", "db": tmp_path / "db"}
+    for where in here.values():
+        where.mkdir()
+    for name, text in one(manifests, "ConfigMap", "gpupool-config")["data"].items():
+        (here["config"] / name).write_text(text)
+
+    def local(text: str) -> str:
+        for name, where in here.items():
+            text = text.replace(mounts[name], str(where))
+        return text
+
+    secrets = {
+        ("hub", "hub.services.gpupool.apiToken"): "not-a-hub-token",
+        ("gpupool-cookie", "cookie-secret"): "cd" * 32,
+    }
+    run_cli(init["args"], {k: local(v) for k, v in container_env(init, {}).items()}, tmp_path)
+    env = {k: local(v) for k, v in container_env(container, secrets).items()}
+    log = tmp_path / "service.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub_gpupool.cli", *map(local, container["args"][1:])],
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            get = container[kind]["httpGet"]
+            url = f"http://127.0.0.1:{port_number(container, get['port'])}{get['path']}"
+            assert url == f"http://127.0.0.1:{port}/services/gpus/health"
+            wait_until(
+                lambda url=url: http_status(url) == 200,
+                what=f"{kind} {url} answering 200",
+                info=lambda: log.read_text(errors="replace")[-3000:],
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
