@@ -472,3 +472,42 @@ def test_the_rendered_pod_answers_its_own_probes(render, tmp_path: Path) -> None
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_the_rendered_reclaimer_answers_its_own_probes(render, tmp_path: Path) -> None:
+    """The reclaimer with its rendered args and env (no hub, no pool answer): its probes'
+    path and port answer 200 at the pod's address."""
+    from tests.fakes import free_port, wait_until
+
+    port = free_port()
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    values = {
+        "hub": {"apiUrl": f"{nowhere}/hub/api", "proxyUrl": nowhere},
+        "reclaimer": {"metricsPort": port},
+    }
+    spec = one(render(values), "Deployment", "gpupool-reclaimer")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = container_env(container, {("hub", "hub.services.gpupool-reclaimer.apiToken"): "t"})
+    env["GPUPOOL_SERVICE_URL"] = f"{nowhere}/services/gpupool/"  # the Service's name, here
+    log = tmp_path / "reclaimer.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub_gpupool.cli", *container["args"][1:]],
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            get = container[kind]["httpGet"]
+            url = f"http://127.0.0.1:{port_number(container, get['port'])}{get['path']}"
+            assert url == f"http://127.0.0.1:{port}/health"
+            wait_until(
+                lambda url=url: http_status(url) == 200,
+                what=f"{kind} {url} answering 200",
+                info=lambda: log.read_text(errors="replace")[-3000:],
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
