@@ -110,6 +110,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "postgresql-url": {
         "database": {"type": "postgresql", "url": "postgresql://gpupool:pw@db/gpupool"},
     },
+    # GitOps: every secret from an existing Secret (renders are byte-identical)
+    "gitops-external": {
+        "database": {"type": "postgresql", "existingSecret": "pool-db"},
+        "pool": {"replicas": 2, "existingCookieSecret": "pool-cookie"},
+    },
+    "gitops-bundled-postgresql": {
+        "database": {"type": "postgresql"},
+        "postgresql": {"enabled": True, "existingSecret": "pool-pg"},
+        "pool": {"existingCookieSecret": "pool-cookie", "existingCookieSecretKey": "key"},
+    },
     "minimal": {
         "rbac": {"create": False},
         "agent": {"enabled": False},
@@ -171,12 +181,17 @@ def one(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]
 
 
 def pod_specs(manifests: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """(workload name, pod spec) of every Deployment, DaemonSet and StatefulSet."""
+    """(workload name, pod spec) of every Deployment, DaemonSet, StatefulSet and Job."""
     return [
         (f"{m['kind']}/{m['metadata']['name']}", m["spec"]["template"]["spec"])
         for m in manifests
-        if m["kind"] in {"Deployment", "DaemonSet", "StatefulSet"}
+        if m["kind"] in {"Deployment", "DaemonSet", "StatefulSet", "Job"}
     ]
+
+
+def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod spec's init containers and containers."""
+    return [*spec.get("initContainers", []), *spec["containers"]]
 
 
 def load_yaml(path: Path) -> Any:

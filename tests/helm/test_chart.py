@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ALL_ON, CHART, NAMESPACE, VARIANTS, by_kind, helm, one, pod_specs
+from .conftest import ALL_ON, CHART, NAMESPACE, VARIANTS, by_kind, containers, helm, one, pod_specs
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -23,7 +23,9 @@ KUBE_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 CRD_KINDS = {"ServiceMonitor"}
 
 
-@pytest.mark.parametrize("case", ["defaults", "all-on"])
+@pytest.mark.parametrize(
+    "case", ["defaults", "all-on", "gitops-external", "gitops-bundled-postgresql"]
+)
 def test_helm_lint_strict(case: str) -> None:
     report = helm.lint(CHART, VARIANTS[case], strict=True, namespace=NAMESPACE)
     assert report["errors"] == [], report
@@ -82,6 +84,7 @@ def test_labels_and_names_come_from_helpers(render) -> None:
                 "agent",
                 "reclaimer",
                 "postgresql",
+                "upgrade-db",
             }
             assert m["metadata"]["name"].startswith(("gpupool", f"{NAMESPACE}-gpupool"))
 
@@ -96,7 +99,7 @@ def test_security_context_resources_and_tmp_on_everything(render, case: str) -> 
     for workload, spec in pod_specs(render(VARIANTS[case])):
         tmp = [v for v in spec["volumes"] if v["name"] == "tmp"]
         assert tmp == [{"name": "tmp", "emptyDir": {}}], workload
-        for c in spec["containers"]:
+        for c in containers(spec):
             sc = c["securityContext"]
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], workload
             assert sc["readOnlyRootFilesystem"] is True, workload
@@ -118,7 +121,7 @@ def test_every_gpupool_variable_given_to_a_container_is_read_by_the_package(rend
     readers = [*package.rglob("*.py"), CHART / "templates/pool/configmap.yaml"]
     source = "\n".join(p.read_text() for p in readers)
     for workload, spec in pod_specs(render(VARIANTS[case])):
-        for c in spec["containers"]:
+        for c in containers(spec):
             for e in c.get("env", []):
                 if e["name"].startswith("GPUPOOL_"):
                     assert f'"{e["name"]}"' in source, (workload, e["name"])
@@ -344,7 +347,9 @@ def test_the_service_runs_with_the_rendered_command_and_config(render, tmp_path:
     assert service["aging_interval"] == 300  # pool.extraArgs
     assert service["port"] == 10101 and service["ip"] == "0.0.0.0"
     assert service["pool_config_file"] == f"{tmp_path}/pool.yaml"
-    assert service["upgrade_db"] is True
+    # the service never migrates (the hook Job or the init container does): it waits
+    assert "upgrade_db" not in service
+    assert service["schema_wait"] == 300
     # mig.repartition.enabled: the service writes nodes' nvidia.com/mig.config label
     assert shown["MigLabeller"]["enabled"] is True
 
@@ -367,6 +372,8 @@ def test_the_reclaimer_runs_with_the_rendered_command(render, tmp_path: Path) ->
     shown = _run_cli([*container["args"], "--ReclaimerApp.show_config_json=True"], env, tmp_path)
     reclaimer = shown["ReclaimerApp"]
     assert reclaimer["proxy_url"] == "http://proxy-public"
+    # /metrics and /health where the kubelet's probes reach them
+    assert reclaimer["metrics_port"] == 10102 and reclaimer["metrics_ip"] == "0.0.0.0"
     assert env["GPUPOOL_SERVICE_URL"] == "http://gpupool:10101/services/gpupool/"
     assert env["JUPYTERHUB_API_URL"] == "http://hub:8081/hub/api"
     assert env["GPUPOOL_RECLAIMER_TOKEN"] == "t-rc"

@@ -102,6 +102,40 @@ BAD_VALUES = {
     "both PDB bounds": ({"pool": {"pdb": {"minAvailable": 1}}}, "pool.pdb.minAvailable:"),
     "hub URL without scheme": ({"hub": {"apiUrl": "hub:8081/hub/api"}}, "/hub/apiUrl"),
     "negative agent interval": ({"agent": {"interval": 0}}, "/agent/interval"),
+    "floating PostgreSQL major": (
+        {"postgresql": {"image": {"tag": "17"}}},
+        "postgresql.image.tag:",
+    ),
+    "PostgreSQL without a tag": ({"postgresql": {"image": {"tag": ""}}}, "postgresql.image.tag:"),
+    "pool image latest": ({"pool": {"image": {"tag": "latest"}}}, "pool.image.tag:"),
+    "agent image bare major": ({"agent": {"image": {"tag": "v2"}}}, "agent.image.tag:"),
+    "reclaimer image latest": ({"reclaimer": {"image": {"tag": "latest"}}}, "reclaimer.image.tag:"),
+    "upgradeDb as the old boolean": ({"pool": {"upgradeDb": True}}, "/pool/upgradeDb"),
+    "negative schema wait": ({"pool": {"schemaWaitSeconds": -1}}, "/pool/schemaWaitSeconds"),
+    "no startup time": ({"pool": {"startupSeconds": 0}}, "/pool/startupSeconds"),
+    "hook Job without a deadline": (
+        {"pool": {"upgradeDb": {"activeDeadlineSeconds": 0}}},
+        "/pool/upgradeDb/activeDeadlineSeconds",
+    ),
+    "cookie key twice": (
+        {"pool": {"cookieSecret": "ab" * 32, "existingCookieSecret": "c"}},
+        "pool.existingCookieSecret:",
+    ),
+    "PostgreSQL password twice": (
+        {
+            "database": {"type": "postgresql"},
+            "postgresql": {"enabled": True, "password": "pw", "existingSecret": "pg"},
+        },
+        "postgresql.existingSecret:",
+    ),
+    "PostgreSQL password Secret without the bundled database": (
+        {
+            "database": {"type": "postgresql", "existingSecret": "db"},
+            "postgresql": {"existingSecret": "pg"},
+        },
+        "postgresql.existingSecret:",
+    ),
+    "reclaimer metrics port 0": ({"reclaimer": {"metricsPort": 0}}, "/reclaimer/metricsPort"),
     "metrics token without key": (
         {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "t"}}},
         "serviceMonitor.tokenSecret.key:",
@@ -129,6 +163,10 @@ def test_render_fails_exactly_where_the_checks_say(chart) -> None:
         name="gpupool",
     )
     chart.render(values={"apiTokens": {"existingSecret": "mine"}}, name="gpupool")
+    # pinned tags of every form the docs name pass
+    for tag in ("17.7", "17.7-bookworm", "17.7@sha256:" + "0" * 64):
+        chart.render(values={"postgresql": {"image": {"tag": tag}}}, name="gpupool")
+    chart.render(values={"pool": {"image": {"tag": "1.2.3"}}}, name="gpupool")
 
 
 def test_reference_page_shows_defaults_from_values_yaml() -> None:

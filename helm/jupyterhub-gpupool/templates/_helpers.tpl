@@ -42,6 +42,9 @@
 {{- define "gpupool.reclaimer.fullname" -}}
   {{- include "gpupool.fullname" . }}-reclaimer
 {{- end }}
+{{- define "gpupool.upgradeDb.fullname" -}}
+  {{- include "gpupool.fullname" . }}-upgrade-db
+{{- end }}
 {{- define "gpupool.postgresql.fullname" -}}
   {{- include "gpupool.fullname" . }}-postgresql
 {{- end }}
@@ -100,6 +103,53 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") 
   {{- printf "%s:%s" $image.name ($image.tag | default .root.Chart.AppVersion) }}
 {{- end }}
 
+{{- /* The pool's health endpoint, under the service's prefix (no auth: the probes call it). */}}
+{{- define "gpupool.healthPath" -}}
+  {{- include "gpupool.servicePrefix" . }}health
+{{- end }}
+
+{{- /*
+  The startupProbe's period and failure threshold of the pool service: its budget
+  (period × threshold) is pool.schemaWaitSeconds, the longest the service waits for a
+  migration it does not run, plus pool.startupSeconds, so that the kubelet never kills a
+  service that is waiting (it exits by itself, with a log line, when the wait ends) nor one
+  that is starting. Migrations run in the upgrade-db hook Job or init container, which no
+  probe cuts.
+*/}}
+{{- define "gpupool.pool.startupPeriod" -}}
+5
+{{- end }}
+{{- define "gpupool.pool.startupFailureThreshold" -}}
+  {{- $period := int (include "gpupool.pool.startupPeriod" .) }}
+  {{- $budget := add (int .Values.pool.schemaWaitSeconds) (int .Values.pool.startupSeconds) }}
+  {{- div (add $budget (sub $period 1)) $period }}
+{{- end }}
+
+{{- /*
+  Where the migrations run (pool.upgradeDb.enabled): "job" (a Helm hook Job, PostgreSQL),
+  "init" (an init container of the single SQLite pod, on its volume) or "" (off).
+*/}}
+{{- define "gpupool.upgradeDb.mode" -}}
+  {{- if .Values.pool.upgradeDb.enabled }}
+    {{- if eq .Values.database.type "sqlite-pvc" }}init{{ else }}job{{ end }}
+  {{- end }}
+{{- end }}
+
+{{- /*
+  The hook events of the upgrade-db Job. pre-upgrade always: the database and the chart's
+  Secrets exist then. pre-install only when the database is external and its URL comes from
+  an existing Secret: before an install neither the bundled PostgreSQL nor this chart's own
+  Secret exists yet, and a new empty database is created by the service itself (under the
+  migration lock).
+*/}}
+{{- define "gpupool.upgradeDb.hooks" -}}
+  {{- if and .Values.database.existingSecret (not .Values.postgresql.enabled) -}}
+pre-install,pre-upgrade
+  {{- else -}}
+pre-upgrade
+  {{- end }}
+{{- end }}
+
 {{- define "gpupool.imagePullPolicy" -}}
   {{- with .pullPolicy -}}
 imagePullPolicy: {{ . }}
@@ -149,11 +199,24 @@ imagePullSecrets:
   {{- end }}
 {{- end }}
 
-{{- /* The database URL as an env var: a literal for SQLite, else from a Secret. */}}
+{{- /*
+  The database URL as an env var: a literal for SQLite; for the bundled PostgreSQL with its
+  password in postgresql.existingSecret, composed by Kubernetes from that password ($(VAR)
+  refers to the variable before it); else from a Secret.
+*/}}
 {{- define "gpupool.dbUrlEnv" -}}
+  {{- if and (ne .Values.database.type "sqlite-pvc") .Values.postgresql.enabled .Values.postgresql.existingSecret -}}
+- name: POSTGRESQL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.postgresql.existingSecret | quote }}
+      key: {{ .Values.postgresql.existingSecretKey | quote }}
+{{ end -}}
 - name: GPUPOOL_DB_URL
   {{- if eq .Values.database.type "sqlite-pvc" }}
   value: {{ printf "sqlite:///%s/jupyterhub-gpupool.sqlite" (include "gpupool.sqliteDir" .) | quote }}
+  {{- else if and .Values.postgresql.enabled .Values.postgresql.existingSecret }}
+  value: {{ printf "postgresql://gpupool:$(POSTGRESQL_PASSWORD)@%s:5432/gpupool" (include "gpupool.postgresql.fullname" .) | quote }}
   {{- else }}
   valueFrom:
     secretKeyRef:
@@ -226,6 +289,22 @@ imagePullSecrets:
   {{- end }}
   {{- if and .Values.mig.repartition.enabled (ne .Values.mig.strategy "mixed") }}
     {{- fail (printf "mig.repartition.enabled: the pool re-partitions MIG GPUs only with mig.strategy mixed (it waits for the device plugin's nvidia.com/mig-<profile> resources), not %s; set mig.strategy: mixed or mig.repartition.enabled: false" .Values.mig.strategy) }}
+  {{- end }}
+  {{- if and .Values.postgresql.existingSecret (not .Values.postgresql.enabled) }}
+    {{- fail "postgresql.existingSecret: names the bundled PostgreSQL's password, which needs postgresql.enabled: true (an external database's URL goes in database.existingSecret)" }}
+  {{- end }}
+  {{- if and .Values.postgresql.password .Values.postgresql.existingSecret }}
+    {{- fail "postgresql.existingSecret: set the password in postgresql.password or postgresql.existingSecret, not both" }}
+  {{- end }}
+  {{- if and .Values.pool.cookieSecret .Values.pool.existingCookieSecret }}
+    {{- fail "pool.existingCookieSecret: set the cookie key in pool.cookieSecret or pool.existingCookieSecret, not both" }}
+  {{- end }}
+  {{- /* no floating tags: a bare major version or latest moves under a running release */}}
+  {{- range $which := list "pool" "agent" "reclaimer" "postgresql" }}
+    {{- $tag := (get $.Values $which).image.tag | toString }}
+    {{- if or (eq $tag "latest") (regexMatch "^v?[0-9]+$" $tag) (and (eq $which "postgresql") (not $tag)) }}
+      {{- fail (printf "%s.image.tag: %q floats (it names a different image as new ones are published); pin a full version, e.g. 17.7 or 1.2.3, optionally with @sha256:<digest>" $which $tag) }}
+    {{- end }}
   {{- end }}
   {{- if and .Values.serviceMonitor.tokenSecret.name (not .Values.serviceMonitor.tokenSecret.key) }}
     {{- fail "serviceMonitor.tokenSecret.key: name the key of the token in serviceMonitor.tokenSecret.name" }}
