@@ -93,7 +93,10 @@ class SamplesHandler(APIHandler):
         with self.store.locked(fresh=False) as alloc:  # the GPUs, to check the batch
             # a GPU the view does not know yet may have come with an inventory just committed
             # by the store process (an agent's first samples follow its inventory at once)
-            fresh = any(isinstance(s, dict) and s.get("gpu") not in alloc.gpus for s in raw)
+            fresh = any(
+                isinstance(s, dict) and isinstance(s.get("gpu"), str) and s["gpu"] not in alloc.gpus
+                for s in raw
+            )
         with self.store.locked(fresh=fresh) as alloc:
             samples = []
             for i, s in enumerate(raw):
