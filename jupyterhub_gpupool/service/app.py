@@ -37,9 +37,11 @@ from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
 from . import pages
+from .alerts import AlertMonitor, PoolAlerts
 from .apihandlers import (
     admin,
     agent,
+    alerts,
     allocations,
     approvals,
     operate,
@@ -97,7 +99,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller]
+    classes = [MigLabeller, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -412,6 +414,17 @@ class PoolService(StrictCommandLine):
             actor=f"service:{name}",
             log=self.log,
         )
+        self.alert_config = PoolAlerts(parent=self)
+        self.alerts = AlertMonitor(
+            self.store,
+            self.writer.call,
+            self.notifier,
+            self.metrics,
+            self.alert_config.thresholds(),
+            leader=self.leader.held,
+            actor=f"service:{name}",
+            log=self.log,
+        )
 
     def make_writer(self) -> Writer:
         """The batch writer ``decisions`` asks for (started with the service)."""
@@ -549,6 +562,7 @@ class PoolService(StrictCommandLine):
             reclaim,
             operate,
             planning,
+            alerts,
         ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
@@ -573,6 +587,8 @@ class PoolService(StrictCommandLine):
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,
+            alerts=getattr(self, "alerts", None),
+            telemetry=getattr(self, "telemetry", None),
             pages_prefix=url_path_join(self.base_url, ""),
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
             xsrf_cookies=False,
@@ -704,6 +720,8 @@ class PoolService(StrictCommandLine):
         if self.telemetry is not None:
             self.telemetry.start()
         flusher = asyncio.ensure_future(self.utilization_housekeeping(stop))
+        if self.alert_config.enabled:
+            watcher = asyncio.ensure_future(self.alerts.run(stop, self.alert_config.interval))
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.housekeeping_interval)
@@ -718,6 +736,8 @@ class PoolService(StrictCommandLine):
         if self.telemetry is not None:
             await self.telemetry.stop()
         await flusher
+        if self.alert_config.enabled:
+            await watcher
         try:  # what accumulated since the flusher's last round
             await self.flush_minutes()
         except Exception:

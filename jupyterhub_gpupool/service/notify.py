@@ -21,6 +21,9 @@ EVENTS = {
     "approval-requested": "admins",
     "approved": "user",
     "denied": "user",
+    # the service's own alerts (service/alerts.py): ``lease`` is empty, ``details`` the alert
+    "alert": "admins",
+    "alert-resolved": "admins",
 }
 
 
@@ -59,7 +62,8 @@ class Notifier:
                 await asyncio.wait_for(result, self.timeout)
         except Exception as e:  # a hook never breaks the pool
             self.failures += 1
-            self.log.warning("notify_hook failed for %s of lease %s: %r", event, lease["id"], e)
+            about = f"lease {lease['id']}" if lease.get("id") else info.get("subject", "the pool")
+            self.log.warning("notify_hook failed for %s of %s: %r", event, about, e)
 
     async def drain(self) -> None:
         """Wait for the hooks in flight (shutdown, tests)."""
