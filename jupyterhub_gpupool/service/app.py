@@ -306,8 +306,10 @@ class PoolService(StrictCommandLine):
         "administrator's approval (event approval-requested, details['for'] == 'admins') and "
         "when it is approved or denied (approved, denied; for the user). A callable (may be "
         "async) or its import name, e.g. 'jupyterhub_gpupool.reclaim.hooks.webhook_from_env' "
-        "(the reclaimer's webhook example takes these events too). It runs in the background: "
-        "what it raises is logged, never fails the request.",
+        "(the reclaimer's webhook example takes these events too). Also when one of the "
+        "pool's alerts is raised or resolved (events alert, alert-resolved; lease {}, the "
+        "alert in details; see PoolAlerts). It runs in the background: what it raises is "
+        "logged, never fails the request.",
     ).tag(config=True)
     notify_timeout = Float(
         30.0, help="Seconds an async notify_hook may take before it is abandoned (logged)."
