@@ -23,7 +23,17 @@ from typing import Any
 from traitlets import Bool, Float, Integer
 from traitlets.config import Configurable
 
-from ..pool.alerts import RULES, SEVERITIES, Alert, Facts, Step, Thresholds, conditions, step
+from ..pool.alerts import (
+    RULES,
+    SEVERITIES,
+    Alert,
+    Condition,
+    Facts,
+    Step,
+    Thresholds,
+    conditions,
+    step,
+)
 from ..pool.alerts import pool_facts as facts_of_pool
 from ..store import Store
 from .metrics import PoolMetrics, idle_day_hours
@@ -168,6 +178,12 @@ class AlertMonitor:
         else:  # the leader lock's connection is used on the event loop only (as housekeeping)
             facts = await loop.run_in_executor(None, self.gather, now) if self.leader() else None
         holding = [] if facts is None else conditions(facts, self.thresholds)
+        if facts is not None and not facts.store_up:  # nothing else can be judged: unchanged
+            holding += [
+                Condition(a.kind, a.subject, a.value)
+                for a in self.alerts.values()
+                if a.kind != "store_unavailable"
+            ]
         result = step(self.alerts, holding, now)
         self.alerts = result.alerts
         self.rounds += 1

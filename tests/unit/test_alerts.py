@@ -258,7 +258,11 @@ def test_the_database_away_raises_its_alert_and_audits_it_once_back(tmp_path: Pa
     monitor, writer, notifier = monitor_for(store, hook)
 
     async def scenario() -> None:
-        await monitor.round()
+        await writer.call(
+            store.put_inventory, node_from_inventory("h100", _inv(False), store.catalog)
+        )
+        assert [a.kind for a in (await monitor.round()).raised] == ["gpu_unhealthy"]
+        hook.calls.clear()
         shutil.move(folder, tmp_path / "away")  # the database file is gone from its path
         store.engine.dispose()
         clock.advance(seconds=30)
@@ -266,6 +270,8 @@ def test_the_database_away_raises_its_alert_and_audits_it_once_back(tmp_path: Pa
         clock.advance(seconds=60)
         assert [a.kind for a in (await monitor.round()).raised] == ["store_unavailable"]
         assert len(monitor.unwritten) == 1  # could not be audited meanwhile
+        # what cannot be judged without the database stays as it was (not resolved)
+        assert {a["kind"] for a in monitor.active()} == {"gpu_unhealthy", "store_unavailable"}
         shutil.move(tmp_path / "away", folder)
         clock.advance(seconds=30)
         assert [a.kind for a in (await monitor.round()).resolved] == ["store_unavailable"]
@@ -281,9 +287,11 @@ def test_the_database_away_raises_its_alert_and_audits_it_once_back(tmp_path: Pa
         ("alert-resolved", "store_unavailable"),
     ]
     assert audited(store) == [
+        ("alert-raised", "gpu_unhealthy"),
         ("alert-raised", "store_unavailable"),
         ("alert-resolved", "store_unavailable"),
     ]
+    assert [a["kind"] for a in monitor.active()] == ["gpu_unhealthy"]
 
 
 def test_a_replica_that_does_not_lead_keeps_no_alert(store, clock):
