@@ -1,8 +1,8 @@
-"""The demo shows an alert: the admin makes a simulated GPU fall off the bus (the demo's
-``simulated-fault`` endpoint, called from the logged-in admin panel with the hub's XSRF token,
-as the panel's own script calls the API) and the admin panel shows the GPUPoolGPUUnhealthy
-banner, linking to the Nodes page, which shows the GPU unhealthy. The GPU comes back and the
-banner goes. The demo runs with its defaults (alerts every 30 s)."""
+"""The demo shows an alert: on the Nodes page the admin makes a simulated GPU fall off the bus
+(its *Simulate GPU loss* button, shown for the GPUs the service simulates itself) and the admin
+panel shows the GPUPoolGPUUnhealthy banner, linking to the Nodes page, which shows the GPU
+unhealthy. *Bring GPU back* and the banner goes. The demo runs with its defaults (alerts every
+30 s)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ pytestmark = [
 #: claim; the time it took is printed.
 PATIENCE = 120.0
 
-#: The panel's own way of calling the API: the session cookie and the hub's XSRF token.
+#: The panel's own way of calling the API (reads here): the session cookie and the hub's XSRF
+#: token.
 CALL = """async ([path, method, body]) => {
   const api = document.querySelector('meta[name="gpupool-api"]').content;
   const xsrf = document.querySelector('meta[name="gpupool-xsrf"]').content;
@@ -52,19 +53,27 @@ def banner_after_reloads(page: Page, url: str, present: bool) -> float:
         page.wait_for_timeout(1000)
 
 
+def press(page: Page, nodes: str, gpu: str, label: str) -> None:
+    """On the Nodes page, press the GPU's simulated-fault button (``label``) and confirm."""
+    page.goto(nodes)
+    button = page.locator(f'li[data-gpu="{gpu}"] button[data-action="simulated-fault"]')
+    expect(button).to_have_text(label)
+    button.click()
+    page.locator("#gpupool-confirm-ok").click()
+    expect(page.locator("#gpupool-status")).to_contain_text(f"{label}: done.")
+
+
 def test_a_lost_simulated_gpu_shows_on_the_admin_panel(demo, login, shoot):
     page = login("admin")
     panel = f"{demo.url}/services/gpupool/admin/"
+    nodes = f"{panel}nodes"
     page.goto(panel)
     expect(page.locator("#gpupool-alerts")).to_have_count(0)
-    pool = call(page, "pool")
-    assert pool["status"] == 200, pool
-    nodes = {n["name"]: n for c in pool["body"]["clusters"] for n in c["nodes"]}
-    gpu = nodes["node-h100"]["gpus"][0]["uuid"]
-    path = f"nodes/node-h100/gpus/{gpu}/simulated-fault"
+    page.goto(nodes)
+    gpu = page.locator('tr[data-node="node-h100"] li[data-gpu]').first.get_attribute("data-gpu")
+    assert gpu
 
-    done = call(page, path, "POST", {"lost": True})
-    assert done["status"] == 200, done
+    press(page, nodes, gpu, "Simulate GPU loss")
     took = banner_after_reloads(page, panel, present=True)
     print(f"the alert banner showed {took:.1f} s after the GPU was lost")
     alert = page.locator("#gpupool-alerts li.alert-critical")
@@ -79,8 +88,11 @@ def test_a_lost_simulated_gpu_shows_on_the_admin_panel(demo, login, shoot):
         ("GPUPoolGPUUnhealthy", f"node-h100/{gpu}")
     ]
 
-    assert call(page, path, "POST", {"lost": False})["status"] == 200
+    press(page, nodes, gpu, "Bring GPU back")
     banner_after_reloads(page, panel, present=False)
     kinds = [e["kind"] for e in call(page, "events?kind=alert-raised")["body"]["items"]]
     kinds += [e["kind"] for e in call(page, "events?kind=alert-resolved")["body"]["items"]]
     assert kinds == ["alert-raised", "alert-resolved"]
+    # the real GPUs' nodes (none in the demo) and other pages have no such button
+    page.goto(panel)
+    expect(page.locator('button[data-action="simulated-fault"]')).to_have_count(0)
