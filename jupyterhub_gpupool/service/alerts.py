@@ -24,7 +24,6 @@ from traitlets import Bool, Float, Integer
 from traitlets.config import Configurable
 
 from ..pool.alerts import (
-    RULES,
     SEVERITIES,
     Alert,
     Condition,
@@ -227,8 +226,3 @@ class AlertMonitor:
         except Exception as e:
             self.unwritten = batch + self.unwritten
             self.log.warning("Alerts: could not audit %d alert events yet: %s", len(batch), e)
-
-
-def rule_names() -> dict[str, str]:
-    """Alert name → severity, as the service evaluates them (the shipped rules must agree)."""
-    return {r.name: r.severity for r in RULES.values()}
