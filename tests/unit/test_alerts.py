@@ -335,3 +335,53 @@ def test_the_service_counts_5xx_over_five_minutes(store, clock):
         asyncio.run(scenario())
     finally:
         writer.stop()
+
+
+# -- the metrics the Prometheus rules read -------------------------------------------------
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def test_the_rules_metrics_say_what_the_service_judges(tmp_path: Path, clock):
+    folder = tmp_path / "db"
+    folder.mkdir()
+    url = f"sqlite:///{folder}/pool.sqlite"
+    upgrade(url)
+    store = make_store(url, clock, pool=POOL)
+    metrics = PoolMetrics(usage_refresh=0)
+    held = store.allocate("ada", "", "h100", groups=["ml"], group="ml")
+    store.keepalive(held["id"])
+    store.allocate("bo", "", "h100")
+    clock.advance(minutes=90)
+    store.budget_refresh = 0
+    store.expire_grants()
+    store.put_inventory(node_from_inventory("h100", _inv(False), store.catalog))
+    text = metrics.render(store).decode()
+    gpu = gpu_uuid("h100", 0)
+    assert sample(text, "gpupool_store_up") == 1
+    assert sample(text, "gpupool_gpu_unhealthy", node="h100", gpu=gpu) == 1
+    assert sample(text, "gpupool_queue_oldest_wait_seconds", offer="h100") == 90 * 60
+    assert sample(text, "gpupool_budget_used_ratio", quota="group:ml") == pytest.approx(0.75)
+    # 1.5 unit-hours held, no busy sample: all of it idle (held minus busy)
+    assert sample(text, "gpupool_group_idle_unit_hours_24h", group="ml") == pytest.approx(1.5)
+    assert sample(text, "gpupool_reclaim_outcomes_total", result="failed") == 0
+    assert sample(text, "gpupool_mig_failures_total") == 0
+    metrics.observe_request("GET", "offers", 503, 0.01)
+    metrics.observe_request("GET", "offers", 200, 0.01)
+    text = metrics.render(store).decode()
+    assert sample(text, "gpupool_api_requests_total") == 2
+    assert sample(text, "gpupool_api_server_errors_total") == 1
+    # the database away: store_up says so, the rest keeps its last values, no error
+    shutil.move(folder, tmp_path / "away")
+    store.engine.dispose()
+    text = metrics.render(store).decode()
+    assert sample(text, "gpupool_store_up") == 0
+    assert sample(text, "gpupool_gpu_unhealthy", node="h100", gpu=gpu) == 1
