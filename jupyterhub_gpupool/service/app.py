@@ -416,7 +416,10 @@ class PoolService(StrictCommandLine):
             actor=f"service:{name}",
             log=self.log,
         )
-        self.alert_config = PoolAlerts(parent=self)
+        try:
+            self.alert_config = PoolAlerts(parent=self)
+        except TraitError as e:
+            raise SystemExit(f"jupyterhub-gpupool service: error: {e}") from None
         self.alerts = AlertMonitor(
             self.store,
             self.writer.call,

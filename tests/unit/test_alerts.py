@@ -385,3 +385,25 @@ def test_the_rules_metrics_say_what_the_service_judges(tmp_path: Path, clock):
     text = metrics.render(store).decode()
     assert sample(text, "gpupool_store_up") == 0
     assert sample(text, "gpupool_gpu_unhealthy", node="h100", gpu=gpu) == 1
+
+
+def test_a_bad_alert_setting_is_one_line_and_a_failed_start(tmp_path: Path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "jupyterhub_gpupool.cli", "service"),
+            f"--db-url=sqlite:///{tmp_path}/pool.sqlite",
+            "--PoolAlerts.budget_warn=1.5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "jupyterhub-gpupool service: error: The value of the 'budget_warn' trait of a "
+        "PoolAlerts instance should not be greater than 1.0, but a value of 1.5 was specified"
+    ]
