@@ -59,6 +59,14 @@ $(CHROMIUM):
 		(apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null); \
 	else echo "no $(CHROMIUM) and not root: install Debian's chromium package for the browser tests"; fi
 
+# Prometheus' promtool (Debian's prometheus package) checks and unit-tests the shipped alert rules
+PROMTOOL := /usr/bin/promtool
+
+$(PROMTOOL):
+	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q --no-install-recommends prometheus >/dev/null || \
+		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null); \
+	else echo "no $(PROMTOOL) and not root: install Debian's prometheus package for the alert rule tests"; fi
+
 venv: $(STAMP)
 
 # a second `make demo` while one runs refuses with one line (and make's own Error line)
@@ -91,7 +99,7 @@ jest: $(STAMP) $(LAB_MODULES)
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
-unit: $(STAMP) $(CHP) $(AXE) $(CHROMIUM)
+unit: $(STAMP) $(CHP) $(AXE) $(CHROMIUM) $(PROMTOOL)
 	$(BIN)/pytest $(XDIST) tests
 
 e2e-jh5: $(JH5_STAMP) $(CHP)

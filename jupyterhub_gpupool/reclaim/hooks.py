@@ -1,5 +1,5 @@
-"""A ``notify_hook`` that posts each reclaim event (and the pool service's approval events) to a
-webhook (a chat channel, a mailer).
+"""A ``notify_hook`` that posts each reclaim event (and the pool service's approval events and
+alerts) to a webhook (a chat channel, a mailer).
 
 The example the docs name; use it as is or copy it::
 
@@ -36,6 +36,9 @@ MESSAGES = {
 
 def message(event: str, lease: dict[str, Any], decision: dict[str, Any]) -> str:
     """The one line a person reads for ``event``."""
+    if event in ("alert", "alert-resolved"):  # the pool service's own alerts
+        state = "RESOLVED" if event == "alert-resolved" else decision.get("severity", "")
+        return f"[{state}] {decision.get('summary', '')} (since {decision.get('since', '?')})"
     outcome = decision.get("outcome") or {}
     fields = {
         "user": decision.get("user") or lease.get("user", "?"),

@@ -39,9 +39,11 @@ from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
 from . import pages
+from .alerts import AlertMonitor, PoolAlerts
 from .apihandlers import (
     admin,
     agent,
+    alerts,
     allocations,
     approvals,
     operate,
@@ -99,7 +101,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller]
+    classes = [MigLabeller, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -321,8 +323,10 @@ class PoolService(StrictCommandLine):
         "administrator's approval (event approval-requested, details['for'] == 'admins') and "
         "when it is approved or denied (approved, denied; for the user). A callable (may be "
         "async) or its import name, e.g. 'jupyterhub_gpupool.reclaim.hooks.webhook_from_env' "
-        "(the reclaimer's webhook example takes these events too). It runs in the background: "
-        "what it raises is logged, never fails the request.",
+        "(the reclaimer's webhook example takes these events too). Also when one of the "
+        "pool's alerts is raised or resolved (events alert, alert-resolved; lease {}, the "
+        "alert in details; see PoolAlerts). It runs in the background: what it raises is "
+        "logged, never fails the request.",
     ).tag(config=True)
     notify_timeout = Float(
         30.0, help="Seconds an async notify_hook may take before it is abandoned (logged)."
@@ -427,6 +431,20 @@ class PoolService(StrictCommandLine):
             self.writer.call,
             after=self.notice_enforce_after,
             stop_timeout=self.notice_stop_timeout,
+            actor=f"service:{name}",
+            log=self.log,
+        )
+        try:
+            self.alert_config = PoolAlerts(parent=self)
+        except TraitError as e:
+            raise SystemExit(f"jupyterhub-gpupool service: error: {e}") from None
+        self.alerts = AlertMonitor(
+            self.store,
+            self.writer.call,
+            self.notifier,
+            self.metrics,
+            self.alert_config.thresholds(),
+            leader=self.leader.held,
             actor=f"service:{name}",
             log=self.log,
         )
@@ -567,6 +585,7 @@ class PoolService(StrictCommandLine):
             reclaim,
             operate,
             planning,
+            alerts,
         ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
@@ -593,6 +612,8 @@ class PoolService(StrictCommandLine):
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,
+            alerts=getattr(self, "alerts", None),
+            telemetry=getattr(self, "telemetry", None),
             pages_prefix=url_path_join(self.base_url, ""),
             cookie_secret=bytes.fromhex(self.cookie_secret) or os.urandom(32),
             xsrf_cookies=False,
@@ -741,6 +762,8 @@ class PoolService(StrictCommandLine):
         if self.telemetry is not None:
             self.telemetry.start()
         flusher = asyncio.ensure_future(self.utilization_housekeeping(stop))
+        if self.alert_config.enabled:
+            watcher = asyncio.ensure_future(self.alerts.run(stop, self.alert_config.interval))
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.housekeeping_interval)
@@ -756,6 +779,8 @@ class PoolService(StrictCommandLine):
         if self.telemetry is not None:
             await self.telemetry.stop()
         await flusher
+        if self.alert_config.enabled:
+            await watcher
         try:  # what accumulated since the flusher's last round
             await self.flush_minutes()
         except Exception:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..pool.alerts import pool_facts
 from ..store import Store
 
 #: The label of usage without a group (a lease charged to no group).
@@ -116,6 +117,7 @@ class PoolMetrics:
         )
         #: (method, route, status) → the histogram's child (few: the routes, their statuses)
         self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._alert_metrics(r)
 
         self.write_batch_calls = Histogram(
             "gpupool_write_batch_calls",
@@ -130,6 +132,55 @@ class PoolMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+
+    def _alert_metrics(self, r: CollectorRegistry) -> None:
+        """What the alert rules (``files/alerts.rules.yaml`` of the chart) need beyond the
+        rest: counters without labels start at 0, so the first failure shows in increase()."""
+        self.gpu_unhealthy = Gauge(
+            "gpupool_gpu_unhealthy",
+            "1 while the node reports the GPU unhealthy (lost, uncorrected ECC errors)",
+            ["node", "gpu"],
+            registry=r,
+        )
+        self.store_up = Gauge(
+            "gpupool_store_up",
+            "1 while the pool database answers this replica, 0 while it does not",
+            registry=r,
+        )
+        self.queue_oldest = Gauge(
+            "gpupool_queue_oldest_wait_seconds",
+            "Seconds the oldest request waiting for the offer has waited (0: nobody waits)",
+            ["offer"],
+            registry=r,
+        )
+        self.group_idle_day = Gauge(
+            "gpupool_group_idle_unit_hours_24h",
+            "GPU unit-hours held but idle within the last 24 hours, per group",
+            ["group"],
+            registry=r,
+        )
+        self.budget_used = Gauge(
+            "gpupool_budget_used_ratio",
+            "Share of its unit-hour budget a quota used this period (user:<name>, group:<name>)",
+            ["quota"],
+            registry=r,
+        )
+        self.mig_failures = Counter(
+            "gpupool_mig_failures_total",
+            "Failed MIG re-partitions and dynamic-MIG actions (audit events mig-failed)",
+            registry=r,
+        )
+        self.api_requests = Counter(
+            "gpupool_api_requests", "API requests answered (any status)", registry=r
+        )
+        self.api_errors = Counter(
+            "gpupool_api_server_errors", "API requests answered with a 5xx status", registry=r
+        )
+        for result in ("done", "failed"):  # exported at 0 before the first outcome
+            self.reclaim_outcomes.labels(result=result)
+        #: plain counts for the service's own alert evaluation (``service/alerts.py``)
+        self.requests_seen = 0
+        self.errors_seen = 0
 
     def observe_batch(self, calls: int, seconds: float) -> None:
         """Writer hook (its thread): one batch of ``calls`` applied in ``seconds``."""
@@ -157,6 +208,7 @@ class PoolMetrics:
             self.mig_actions.labels(op=op, result="ok").inc()
         elif kind == "mig-failed":
             self.mig_actions.labels(op=data.get("op", ""), result=data.get("error") or "").inc()
+            self.mig_failures.inc()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Record one API request."""
@@ -167,9 +219,21 @@ class PoolMetrics:
                 method=method, route=route, status=str(status)
             )
         child.observe(seconds)
+        self.requests_seen += 1
+        self.api_requests.inc()
+        if status >= 500:
+            self.errors_seen += 1
+            self.api_errors.inc()
 
     def render(self, store: Store) -> bytes:
-        """Refresh the gauges from the pool and render the exposition text."""
+        """Refresh the gauges from the pool and render the exposition text. With the database
+        unreachable only ``gpupool_store_up`` changes (to 0); the rest keeps its last values."""
+        try:
+            store.ping()
+        except Exception:
+            self.store_up.set(0)
+            return generate_latest(self.registry)
+        self.store_up.set(1)
         with store.locked(fresh=False) as alloc:
             for model, m in alloc.capacity_by_model().items():
                 self.capacity.labels(model=model).set(m["gpus"])
@@ -184,9 +248,23 @@ class PoolMetrics:
                 self.offer_available.labels(offer=offer.name).set(alloc.available(offer, cap=50))
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
+            self._render_alert_facts(alloc, store)
         self.reclaiming.set(store.reclaiming_count())
         self._render_groups(store)
         return generate_latest(self.registry)
+
+    def _render_alert_facts(self, alloc: Any, store: Store) -> None:
+        """The gauges of the alert rules the pool state answers (``pool.alerts.pool_facts``)."""
+        facts = pool_facts(alloc, store.clock().replace(tzinfo=timezone.utc).timestamp())
+        self.gpu_unhealthy.clear()
+        for node in alloc.nodes.values():
+            for g in node.gpus:
+                self.gpu_unhealthy.labels(node=node.name, gpu=g.uuid).set(int(not g.healthy))
+        for offer in alloc.offers:
+            self.queue_oldest.labels(offer=offer).set(facts.oldest_wait.get(offer, 0.0))
+        self.budget_used.clear()
+        for quota, share in facts.budget_used.items():
+            self.budget_used.labels(quota=quota).set(share)
 
     def _render_groups(self, store: Store) -> None:
         """The per-group gauges: units held now, and the month so far (recounted at most
@@ -208,6 +286,9 @@ class PoolMetrics:
         if now <= month:
             return
         report = store.usage_report(month, now, "group")
+        self.group_idle_day.clear()
+        for group, hours in idle_day_hours(store, now).items():
+            self.group_idle_day.labels(group=group).set(hours)
         for gauge in (self.group_held, self.group_busy, self.group_idle_share, self.group_cost):
             gauge.clear()
         for row in report["items"]:
@@ -216,3 +297,13 @@ class PoolMetrics:
             self.group_busy.labels(group=group).set(row["busy_unit_hours"])
             self.group_idle_share.labels(group=group).set(row["idle_share"])
             self.group_cost.labels(group=group, currency=report["currency"]).set(float(row["cost"]))
+
+
+def idle_day_hours(store: Store, now: datetime) -> dict[str, float]:
+    """Held-but-idle unit-hours per group (``NO_GROUP`` for none) within the 24 hours before
+    ``now``: held minus busy, as the usage report counts them."""
+    report = store.usage_report(now - timedelta(days=1), now, "group")
+    return {
+        (row["group"] or NO_GROUP): max(0.0, row["held_unit_hours"] - row["busy_unit_hours"])
+        for row in report["items"]
+    }

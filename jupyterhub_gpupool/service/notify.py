@@ -1,5 +1,7 @@
 """The service's ``notify_hook``: tells people about approvals (admins of a new request, the
-user of the decision) through the same kind of hook the reclaimer calls for its notices.
+user of the decision) and the pool's alerts (admins: ``alert``, ``alert-resolved``, with an
+empty lease; see ``service/alerts.py``) through the same kind of hook the reclaimer calls for
+its notices.
 
 The hook is called as ``hook(event, lease, details)``; a callable (may be async) or its import
 name. It runs in the background with a time limit: a slow or failing hook is logged and never
@@ -21,6 +23,9 @@ EVENTS = {
     "approval-requested": "admins",
     "approved": "user",
     "denied": "user",
+    # the service's own alerts (service/alerts.py): ``lease`` is empty, ``details`` the alert
+    "alert": "admins",
+    "alert-resolved": "admins",
 }
 
 
@@ -59,7 +64,8 @@ class Notifier:
                 await asyncio.wait_for(result, self.timeout)
         except Exception as e:  # a hook never breaks the pool
             self.failures += 1
-            self.log.warning("notify_hook failed for %s of lease %s: %r", event, lease["id"], e)
+            about = f"lease {lease['id']}" if lease.get("id") else info.get("subject", "the pool")
+            self.log.warning("notify_hook failed for %s of %s: %r", event, about, e)
 
     async def drain(self) -> None:
         """Wait for the hooks in flight (shutdown, tests)."""

@@ -146,6 +146,20 @@ class LocalTelemetry:
             if close is not None:
                 close()
 
+    def simulates(self, name: str) -> bool:
+        """Whether node ``name`` is read from the simulated NVML here (the demo)."""
+        return hasattr(getattr(self.readers.get(name), "nvml", None), "set_lost")
+
+    def set_lost(self, name: str, gpu: str, lost: bool) -> bool:
+        """Make simulated GPU ``gpu`` (uuid) of node ``name`` fall off the bus, or come back
+        (False: no such GPU). The node's next inventory reports it unhealthy."""
+        machine = self.readers[name].nvml  # type: ignore[attr-defined]
+        try:
+            machine.set_lost(gpu, lost)
+        except (KeyError, AssertionError):
+            return False
+        return True
+
     def _once(self, name: str, what: str, err: BaseException) -> None:
         key = (name, f"{what}:{type(err).__name__}")
         if key not in self._logged:

@@ -17,7 +17,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
 * ``operate`` — the admin panel's actions: reclaim now, extend a notice, drain by a deadline,
   MIG re-partitions, and the map's reads; ``labelmig`` — the failure of a re-partition
   applied through the Kubernetes ``nvidia.com/mig.config`` label; ``approvals`` — an
-  administrator's decision on a request awaiting approval, and the lapse of approved time.
+  administrator's decision on a request awaiting approval, and the lapse of approved time;
+  ``alerting`` — what the service's alert loop reads, and the audit of its alerts.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -26,6 +27,7 @@ calls those only through its writer (``service/writer.py``), off the event loop.
 from __future__ import annotations
 
 from ..poolconfig import PoolConfig
+from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
@@ -34,7 +36,7 @@ from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(ApprovalStore, PlanningStore):
+class Store(ApprovalStore, PlanningStore, AlertStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

@@ -85,6 +85,7 @@ WRITES = frozenset(
         "enforce_notices",
         "notice_enforced",
         "drain_node",
+        "record_alerts",
         "approve",
         "deny",
         "lapse_approvals",

@@ -89,6 +89,12 @@ ALL_ON: dict[str, Any] = {
         "annotations": {"example.org/owner": "platform"},
         "priorityClassName": "system-node-critical",
     },
+    "alerts": {
+        "enabled": True,
+        "labels": {"release": "prometheus"},
+        "alertLabels": {"team": "gpu"},
+        "disabled": ["GPUPoolIdleGPUHours"],
+    },
     "reclaimer": {
         "logLevel": "DEBUG",
         "extraArgs": ["--debug"],

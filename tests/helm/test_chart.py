@@ -20,7 +20,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 #: The chart's kubeVersion floor and the newest Kubernetes kubernetes-validate knows.
 KUBE_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 #: Kinds that are not Kubernetes' own (CRDs): checked by hand below.
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
 @pytest.mark.parametrize(
@@ -69,6 +69,7 @@ def test_all_on_renders_every_template(render) -> None:
         "Secret",
         "PersistentVolumeClaim",
         "ServiceMonitor",
+        "PrometheusRule",
     }
 
 

@@ -400,6 +400,7 @@ def test_success_responses_match_spec(api: Api):
         assert events["total"] == 3 and events["next_offset"] == 2
         assert call("admin", "GET", "events?limit=1", "/events").json()["next_offset"] == 1
         call("admin", "GET", f"events?user={user}", "/events")
+        assert call("admin", "GET", "alerts", "/alerts").json()["total"] >= 0
         panel_round_trip(api, call, lease)
         reclaim_round_trip(api, call, lease)
         # a restart needs a server the hub runs (its success: test_lab_server.py); here an
@@ -419,7 +420,13 @@ def test_success_responses_match_spec(api: Api):
         if method != "parameters"
     }
     #: operations whose success needs more than this module's hub, and where it is tested
-    elsewhere = {("/allocations/{id}/restart", "POST"): "tests/integration/test_lab_server.py"}
+    elsewhere = {
+        ("/allocations/{id}/restart", "POST"): "tests/integration/test_lab_server.py",
+        # only nodes the service simulates itself (telemetry_source = sim)
+        ("/nodes/{name}/gpus/{gpu}/simulated-fault", "POST"): (
+            "tests/integration/test_alerts_service.py"
+        ),
+    }
     assert spec_ops - seen - set(elsewhere) == set(), "operations this test does not cover"
 
 

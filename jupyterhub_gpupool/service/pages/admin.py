@@ -89,6 +89,7 @@ class NodesPage(AdminPage):
             clusters=pool["clusters"],
             profiles=profiles,
             repartitions=self.store.repartitions(limit=50),
+            simulated=simulated_nodes(self.settings.get("telemetry")),
             layout_json=lambda instances: json.dumps(
                 [{"profile": i["profile"], "start": i["start"]} for i in instances]
             ),
@@ -156,3 +157,11 @@ class AuditPage(AdminPage):
 def naive_utc(iso: str) -> datetime:
     """A store timestamp (``...Z``) as the naive UTC datetime of the store's clock."""
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).replace(tzinfo=None)
+
+
+def simulated_nodes(telemetry: Any) -> set[str]:
+    """Nodes the service reads from the simulated NVML itself (the demo): their GPUs get a
+    button that makes them fall off the bus, or come back (``simulated-fault``)."""
+    if telemetry is None:
+        return set()
+    return {name for name in telemetry.readers if telemetry.simulates(name)}

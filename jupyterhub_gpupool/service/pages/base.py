@@ -64,6 +64,16 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
+#: The admin page an alert links to (its ``page``), as the banner names it.
+ALERT_PAGES = {
+    "": "the pool map",
+    "nodes": "Nodes",
+    "leases": "Queue and leases",
+    "quotas": "Quotas",
+    "usage": "Usage and cost",
+}
+
+
 jinja = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -118,13 +128,17 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         """Render ``template`` with what every page needs (links, the XSRF token, the user)."""
         hub = self.hub_auth.hub_prefix
         model = self.current_user or {}
+        is_admin = bool(self.identity and self.identity.is_admin)
+        monitor = self.settings.get("alerts")  # the service's own alerts: a banner for admins
         html = jinja.get_template(template).render(
             prefix=self.prefix,
             static=lambda path: url_path_join(self.prefix, "static", path),
             api=url_path_join(self.prefix, "api/v1/"),
             xsrf_token=self.xsrf_token.decode("ascii"),  # bytes: as text, not "b'...'"
             user=model.get("name", ""),
-            is_admin=bool(self.identity and self.identity.is_admin),
+            is_admin=is_admin,
+            alerts=monitor.active() if is_admin and monitor is not None else [],
+            alert_pages=ALERT_PAGES,
             hub_home=url_path_join(hub, "home"),
             hub_token=url_path_join(hub, "token"),
             hub_admin=url_path_join(hub, "admin"),

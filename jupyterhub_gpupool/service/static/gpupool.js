@@ -318,6 +318,12 @@
           setTimeout(() => location.reload(), 600);
           return;
         }
+        case "simulated-fault": {  // the demo's simulated GPUs only
+          const lost = b.dataset.lost === "true";
+          const v = await confirmDialog({ title: `${b.textContent} (${b.dataset.node})`, text: lost ? "The simulated GPU falls off the bus: NVML answers GPU_IS_LOST, the pool marks it unhealthy and raises an alert." : "The simulated GPU answers NVML again.", ok: b.textContent });
+          if (!v) return;
+          return act(b.textContent, () => api("POST", `nodes/${encodeURIComponent(b.dataset.node)}/gpus/${encodeURIComponent(b.dataset.gpu)}/simulated-fault`, { lost }));
+        }
         case "repartition":
           return repartition(b);
         case "cancel-repartition": {

@@ -1,0 +1,50 @@
+"""What the service's own alert evaluation reads and writes: whether the database answers,
+how many audit events of some kinds happened lately, and the audit events of alerts raised
+and resolved (``alert-raised``, ``alert-resolved``; the alerts themselves live in memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, text
+
+from .. import orm
+from .views import ViewStore
+
+#: Audit kinds of the alerts' transitions.
+ALERT_EVENTS = ("alert-raised", "alert-resolved")
+
+
+class AlertStore(ViewStore):
+    """Reads and the one write of the alert loop (``service/alerts.py``)."""
+
+    def ping(self) -> None:
+        """Raise unless the database answers a ``SELECT 1`` now."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def count_events(self, kinds: Iterable[str], since: datetime) -> int:
+        """Audit events of ``kinds`` at or after ``since``."""
+        with self.read() as db:
+            return db.scalar(
+                select(func.count())
+                .select_from(orm.EventRow)
+                .where(orm.EventRow.kind.in_(list(kinds)), orm.EventRow.ts >= since)
+            )
+
+    def record_alerts(self, changes: list[Mapping[str, Any]], *, actor: str = "") -> int:
+        """Audit alert transitions: each ``{"event": "alert-raised"|"alert-resolved", "at":
+        datetime, ...the alert}``, written in order in one short transaction. Returns how
+        many were written."""
+        with self.writing() as db:
+            for change in changes:
+                event = change["event"]
+                if event not in ALERT_EVENTS:
+                    raise ValueError(f"not an alert event: {event!r}")
+                data = {k: v for k, v in change.items() if k not in ("event", "at")}
+                db.add(
+                    orm.EventRow(ts=change["at"], actor=actor or "system", kind=event, data=data)
+                )
+        return len(changes)
