@@ -329,6 +329,19 @@ class UtilizationMinuteRow(Base):
     __table_args__ = (UniqueConstraint("gpu_uuid", "start", "minute"),)
 
 
+class LeaseUsageRow(Base):
+    """Busy time of one lease in one UTC hour, recorded as it happens (``pool.usage``): seconds
+    busy (each device of a multi-device lease counted once: the seconds are divided by the
+    lease's devices) and, of those, seconds only estimated (MIG without utilization: judged
+    from memory and processes). Held time is the lease's own interval (granted → released)."""
+
+    __tablename__ = "lease_usage"
+    lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True, index=True)
+    busy_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    estimated_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class ReclaimLeaderRow(Base):
     """One row: which reclaimer replica may run rounds and act, until when (a lease on
     leadership the holder renews; another takes over once it expires)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from .errors import ConfigError, UnknownModel
@@ -21,11 +22,14 @@ USAGE_COLUMNS = (
     "leases",
     "held_unit_hours",
     "busy_unit_hours",
+    "estimated_busy_unit_hours",
     "idle_unit_hours",
     "idle_share",
     "unpriced_unit_hours",
     "cost",
 )
+#: The effective start of a price in force from the beginning.
+ALWAYS = datetime(1970, 1, 1)
 CENT = Decimal("0.01")
 #: Unit-hours enter costs at the precision the usage report shows them.
 HOURS = Decimal("0.000001")
@@ -63,6 +67,12 @@ class Prices:
             return None
         busy = min(busy, held)
         return (held - busy) * price.held + busy * price.busy
+
+    def price_at(self, model: str | None, hour: datetime) -> tuple[datetime, ModelPrice] | None:
+        """The price of ``model`` in force at ``hour`` with when it took effect (None:
+        unpriced)."""
+        price = self.models.get(model or "")
+        return None if price is None else (ALWAYS, price)
 
     def to_json(self) -> dict[str, object]:
         """The section as the API shows it (prices as strings: exact)."""

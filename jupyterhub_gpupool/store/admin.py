@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool.model import Node, validate_node
 from ..pool.quota import QuotaSpec
+from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
@@ -249,23 +250,66 @@ class AdminStore(MigStore, ViewStore):
 
     # -- busy hours ----------------------------------------------------------------------------
 
-    def add_busy(self, hours: Mapping[str, float], *, node: str | None = None) -> None:
-        """Add busy GPU hours to live leases (from utilization samples) and note that
-        ``node``'s agent is alive; no pool lock needed, unless the node was unreachable."""
-        if not hours and node is None:
-            return
+    def add_busy(
+        self, usage: Mapping[tuple[str, datetime], BusyTime], *, node: str | None = None
+    ) -> int:
+        """Record busy time per lease and hour (``pool.usage``: from utilization samples) and
+        note that ``node``'s agent is alive; no pool lock needed, unless the node was
+        unreachable.
+
+        An hour of a closed month (``pool.usage.period_closed``) is not recorded: a finished
+        month never changes. The lease's running total (``busy_hours``, lease-hours) grows by
+        the same seconds. Returns how many (lease, hour) facts were dropped as closed.
+        """
+        if not usage and node is None:
+            return 0
+        now = self.clock()
+        facts = {k: v for k, v in usage.items() if not period_closed(k[1], now)}
+        dropped = len(usage) - len(facts)
         back = False
         with self.writing() as db:
-            if hours:
-                for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
-                    row.busy_hours += hours[row.id]
+            if facts:
+                self._record_usage(db, facts)
             if node is not None:
                 row = orm.NodeRow.find(db, node)
                 if row is not None:
-                    row.last_seen = self.clock()
+                    row.last_seen = now
                     back = row.unreachable
         if back:
             self._reachable_again(node or "")
+        return dropped
+
+    def _record_usage(self, db: Session, facts: Mapping[tuple[str, datetime], BusyTime]) -> None:
+        """Upsert (lease, hour) busy time; add each lease's seconds to its running total."""
+        per_lease: dict[str, float] = {}
+        for (lease, _), (busy, _e) in facts.items():
+            per_lease[lease] = per_lease.get(lease, 0.0) + busy
+        known = set(db.scalars(select(orm.LeaseRow.id).where(orm.LeaseRow.id.in_(list(per_lease)))))
+        keys = sorted(k for k in facts if k[0] in known)
+        if not keys:
+            return
+        if db.get_bind().dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        t = orm.LeaseUsageRow.__table__.c
+        rows = [
+            {"lease_id": k[0], "hour": k[1], "busy_seconds": facts[k][0],
+             "estimated_seconds": facts[k][1]}
+            for k in keys
+        ]  # fmt: skip
+        for i in range(0, len(rows), 200):  # well under SQLite's bound-parameter limit
+            stmt = insert(orm.LeaseUsageRow).values(rows[i : i + 200])
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[t.lease_id, t.hour],
+                set_={
+                    "busy_seconds": t.busy_seconds + stmt.excluded.busy_seconds,
+                    "estimated_seconds": t.estimated_seconds + stmt.excluded.estimated_seconds,
+                },
+            )
+            db.execute(stmt)
+        for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(sorted(known)))):
+            row.busy_hours += per_lease[row.id] / 3600.0
 
     def _reachable_again(self, name: str) -> None:
         """An unreachable node's agent reports again: it takes grants again."""

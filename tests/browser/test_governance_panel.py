@@ -33,6 +33,7 @@ pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import Page, expect
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.usage import busy_from
 from tests.fakes import HubEnv, StoreClock, make_store, request, write_pool
 
 pytestmark = [
@@ -79,7 +80,7 @@ def record_week(url: str, day0: datetime) -> None:
         for _ in leases:  # whoever is granted holds it an hour, half busy, and stops
             [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
             store.keepalive(lease["id"])
-            store.add_busy({lease["id"]: 0.5})
+            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
             clock.advance(hours=1)
             store.release(lease["id"])
         if d % 3 == 0:  # hostile names hold the A100 idle, one after another

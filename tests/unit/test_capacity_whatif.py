@@ -17,6 +17,7 @@ import yaml
 
 from jupyterhub_gpupool.cli import main
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
 from jupyterhub_gpupool.simulate.whatif import Change, WhatIfError, what_if
 from jupyterhub_gpupool.store.planning import nearest_rank
@@ -46,7 +47,7 @@ def record_month(url: str, days: int = 30, *, reclaimed: bool = False):
         for _ in leases:  # the fair queue picks who is next: whoever is granted goes
             [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
             store.keepalive(lease["id"])
-            store.add_busy({lease["id"]: 0.5})
+            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
             clock.advance(hours=1)
             reason = "reclaimed-idle" if reclaimed else "stopped"
             store.release(lease["id"], reason=reason)  # the next one is granted now

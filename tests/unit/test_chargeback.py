@@ -17,6 +17,7 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.pricing import Prices, cents, parse_prices
+from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.poolconfig import parse_pool_config
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
 from jupyterhub_gpupool.store import chargeback
@@ -97,7 +98,7 @@ def hold(store, clock: StoreClock, user: str, offer: str, minutes: float, busy_h
         make_instances(store)  # the dynamic-MIG node's agent makes the instance
     store.keepalive(lease["id"])
     if busy_h:
-        store.add_busy({lease["id"]: busy_h})
+        store.add_busy(busy_from(lease["id"], clock(), busy_h))
     clock.advance(minutes=minutes)
     return store.release(lease["id"])
 

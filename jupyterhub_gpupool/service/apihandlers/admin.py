@@ -131,7 +131,7 @@ class UsageHandler(APIHandler):
             )
             return
         out = io.StringIO()
-        writer = csv.DictWriter(out, [by, *USAGE_COLUMNS], lineterminator="\n")
+        writer = csv.DictWriter(out, [by, "kind", *USAGE_COLUMNS], lineterminator="\n")
         writer.writeheader()
         writer.writerows(report["items"])
         self.set_header("Content-Type", "text/csv; charset=utf-8")
