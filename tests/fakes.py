@@ -1786,6 +1786,9 @@ class TokenHubAuth:
     run the real one)."""
 
     hub_prefix = "/hub/"
+    base_url = "/services/gpupool/"
+    #: No access scopes to check: the pages' own authorization (scopes on the model) decides.
+    access_scopes: set[str] = set()
 
     def __init__(self, models: dict[str, dict[str, Any]]) -> None:
         self.models = models
