@@ -12,6 +12,7 @@ import io
 import re
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import yaml
@@ -56,6 +57,7 @@ POOL = {
 }
 ADMINS = {"admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []}}
 NOV, DEC = datetime(2026, 11, 1), datetime(2026, 12, 1)
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "source"
 XSRF = re.compile(rb'<meta name="gpupool-xsrf" content="[^"]*">')
 BY = ("user", "group", "offer")
 
@@ -299,17 +301,30 @@ def test_every_total_is_the_sum_of_its_rows_in_every_format_and_grouping(pool, c
     assert report.UNBOUND_NOTE in seen["report-csv"].decode()
 
 
+def docs_example() -> list[list[str]]:
+    """The worked example's table in the chargeback how-to, as rows of cells."""
+    page = (DOCS / "howto" / "chargeback.md").read_text()
+    part = page[page.index("### A worked example") :]
+    table = re.search(r"^\| user \|.*?\n\n", part, re.S | re.M)
+    assert table is not None
+    lines = table.group(0).strip().splitlines()[2:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
 def test_the_worked_example_of_the_docs(pool, clock):
-    """docs/source/howto/chargeback.md, "A worked example": the numbers there are these."""
+    """docs/source/howto/chargeback.md, "A worked example": its table is what the service says
+    for that month, row by row and in total, and by group the same total."""
     november(pool, clock)
     clock.now = DEC + CLOSE_GRACE
     body = pool.store.usage_report(NOV, DEC, "user")
     cols = ("held_unit_hours", "busy_unit_hours", "estimated_busy_unit_hours", "cost")
-    got = {i["user"]: tuple(i[c] for c in cols) for i in body["items"]}
-    assert got == {
-        "ann": (1.0, 0.0, 0.0, "2.00"),
-        "bob": (0.142857, 0.095238, 0.095238, "0.33"),
-        "cem": (1.666667, 0.0, 0.0, "5.00"),
-        "dan": (4.0, 4.0, 0.0, "6.00"),
-    }
-    assert body["total"]["cost"] == "13.33"
+    got = [[i["user"], *(str(i[c]) for c in cols)] for i in body["items"]]
+    got.append(["total", *(str(body["total"][c]) for c in cols)])
+    assert got == docs_example()
+    groups = pool.store.usage_report(NOV, DEC, "group")
+    assert [(g["group"], g["cost"]) for g in groups["items"]] == [
+        ("cv", "5.00"),
+        ("ml", "8.00"),
+        ("(no group)", "0.33"),
+    ]
+    assert groups["total"]["cost"] == body["total"]["cost"] == "13.33"
