@@ -342,6 +342,19 @@ class LeaseUsageRow(Base):
     estimated_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class PriceRow(Base):
+    """One price of one GPU model with its effective start (a whole UTC hour): the price table
+    over time. Rows before the next whole hour are never changed (``pool.pricing.reconcile``);
+    ``held`` NULL: unpriced from then. Prices are exact decimals, kept as text."""
+
+    __tablename__ = "prices"
+    model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    held: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    busy: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    currency: Mapped[str] = mapped_column(String(8))
+
+
 class ReclaimLeaderRow(Base):
     """One row: which reclaimer replica may run rounds and act, until when (a lease on
     leadership the holder renews; another takes over once it expires)."""

@@ -116,7 +116,7 @@ def to_csv(report: dict[str, Any]) -> str:
         w.writerow(["idle-holders", "row", r["user"], *(idle[c] for c in COLUMNS), cur])
     blank = [""] * len(COLUMNS)
     for p in report["prices"]:
-        name = f"{p['model']} from {p['from']}: held {p['held']}, busy {p['busy']}"
+        name = f"{p['model']} from {p['from'] or 'always'}: held {p['held']}, busy {p['busy']}"
         w.writerow(["prices", "price", name, *blank, cur])
     for note in (UNBOUND_NOTE, ESTIMATED_NOTE):
         w.writerow(["notes", "note", note, *blank, ""])
@@ -173,8 +173,8 @@ def to_html(report: dict[str, Any]) -> str:
         parts.append("</tr></thead><tbody>")
         for p in report["prices"]:
             parts.append(
-                f"<tr>{_cell(p['model'], False)}{_cell(p['from'], False)}{_cell(p['held'])}"
-                f"{_cell(p['busy'])}</tr>"
+                f"<tr>{_cell(p['model'], False)}{_cell(p['from'] or 'always', False)}"
+                f"{_cell(p['held'])}{_cell(p['busy'])}</tr>"
             )
         parts.append("</tbody></table>")
     for by in SECTIONS:

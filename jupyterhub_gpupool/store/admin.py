@@ -3,6 +3,7 @@ and the busy hours the samples add to leases."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -11,14 +12,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.errors import ConfigError
 from ..pool.model import Node, validate_node
+from ..pool.pricing import reconcile
 from ..pool.quota import QuotaSpec
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, set_quota, ts
+from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts
 from .views import ViewStore
+
+log = logging.getLogger(__name__)
 
 #: What each node action sets.
 NODE_ACTIONS = {
@@ -66,6 +71,7 @@ class AdminStore(MigStore, ViewStore):
                 row.message = f"the offer {row.offer!r} was removed from the pool"
                 self._finish(db, None, row, "cancelled", "system")
             self._load_quotas(db, config)
+            self._record_prices(db, config)
             for node in config.nodes:
                 self._upsert_node(db, node, source="config")
             self._event(
@@ -76,6 +82,45 @@ class AdminStore(MigStore, ViewStore):
             )
             db.flush()
             self._allocator = None  # offers, quotas and nodes changed: rebuild from the rows
+
+    def _record_prices(self, db: Session, config: PoolConfig) -> None:
+        """Record the config's prices over time (``pool.pricing.reconcile``): what was in force
+        before the next whole hour stays; a currency cannot change under recorded prices."""
+        rows = list(
+            db.scalars(select(orm.PriceRow).order_by(orm.PriceRow.model, orm.PriceRow.start))
+        )
+        recorded = schedules(rows)
+        currencies = {r.currency for r in rows}
+        currency = config.prices.currency if config.prices.schedule else None
+        if currencies and currency and currencies != {currency}:
+            raise ConfigError(
+                f"the recorded prices are in {', '.join(sorted(currencies))}: the currency cannot "
+                "change under them",
+                field="prices.currency",
+            )
+        wanted, ignored = reconcile(recorded, config.prices, self.clock())
+        if ignored:
+            log.warning(
+                "Prices in the pool config that would change past hours were not applied: %s",
+                "; ".join(ignored),
+            )
+        if wanted == recorded:
+            return
+        for row in rows:
+            db.delete(row)
+        db.flush()
+        for model, sched in wanted.items():
+            for start, price in sched:
+                db.add(
+                    orm.PriceRow(
+                        model=model,
+                        start=start,
+                        held=None if price is None else str(price.held),
+                        busy=None if price is None else str(price.busy),
+                        currency=currency or min(currencies, default="USD"),
+                    )
+                )
+        self._event(db, "prices-recorded", "system", data={"ignored": ignored})
 
     def _load_quotas(self, db: Session, config: PoolConfig) -> None:
         wanted: dict[tuple[str, str], QuotaSpec] = {}

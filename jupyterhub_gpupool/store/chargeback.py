@@ -16,9 +16,10 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
-from ..pool.pricing import USAGE_COLUMNS, Prices, cents
+from ..pool.pricing import ALWAYS, USAGE_COLUMNS, Prices, cents
 from ..pool.usage import BusyTime, LineItem, line_item
 from .errors import StoreError
+from .rows import schedules
 from .usagefacts import BusyTimeStore, span_of
 
 BY = ("user", "group", "offer")
@@ -94,11 +95,16 @@ def totals(items: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def prices_used(items: Iterable[LineItem]) -> list[dict[str, str]]:
-    """Each price the line items were priced at: model, when it took effect, held and busy
-    prices (strings: exact), by model then start."""
+    """Each price the line items were priced at: model, when it took effect (None: since
+    always), held and busy prices (strings: exact), by model then start."""
     seen = {(m, t): p for item in items for m, t, p in item.prices}
     return [
-        {"model": m, "from": t.isoformat() + "Z", "held": str(p.held), "busy": str(p.busy)}
+        {
+            "model": m,
+            "from": None if t == ALWAYS else t.isoformat() + "Z",
+            "held": str(p.held),
+            "busy": str(p.busy),
+        }
         for (m, t), p in sorted(seen.items())
     ]
 
@@ -141,8 +147,13 @@ class ChargebackStore(BusyTimeStore):
 
     @property
     def prices(self) -> Prices:
-        """The prices of the pool config file."""
-        return self.file_config.prices
+        """The price table over time as recorded (``load_config``); the pool config file's
+        prices where none is recorded (a report on a database the service never priced)."""
+        with self.read() as db:
+            rows = list(db.scalars(select(orm.PriceRow)))
+        if not rows:
+            return self.file_config.prices
+        return Prices(rows[0].currency, schedule=schedules(rows))
 
     def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
         """Unit-hours held, busy and idle, and their cost, per user, group or offer within

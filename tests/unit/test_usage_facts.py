@@ -59,6 +59,7 @@ ADMINS = {"admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups"
 NOV, DEC = datetime(2026, 11, 1), datetime(2026, 12, 1)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "source"
 XSRF = re.compile(rb'<meta name="gpupool-xsrf" content="[^"]*">')
+PRICE_TABLE = re.compile(rb'<table id="price-table">.*?</table>', re.S)
 BY = ("user", "group", "offer")
 
 
@@ -220,8 +221,10 @@ def readings(pool: Pool, tmp_path, name: str) -> dict[str, bytes]:
             out[f"json-{by}"] = api.call("admin", "GET", f"usage?by={by}&{q}").body
             out[f"csv-{by}"] = api.call("admin", "GET", f"usage?by={by}&format=csv&{q}").body
             page = request("GET", f"{api.url}/admin/usage?{q}&by={by}", "admin")
-            assert page.status == 200  # less the session's XSRF token (random per session)
-            out[f"panel-{by}"] = XSRF.sub(b"", page.body)
+            # less the session's XSRF token (random per session) and the price table over
+            # time (it grows with every change; the prices November used are listed above it)
+            assert page.status == 200
+            out[f"panel-{by}"] = PRICE_TABLE.sub(b"", XSRF.sub(b"", page.body))
     pool_file = write_pool(tmp_path, yaml.safe_dump(POOL), name=f"pool-{name}.yaml")
     for fmt in ("csv", "html"):
         target = tmp_path / f"{name}.{fmt}"
@@ -237,8 +240,10 @@ def test_november_reads_byte_identically_after_december_happens(pool, clock, tmp
     clock.now = DEC + CLOSE_GRACE + timedelta(minutes=30)
     first = readings(pool, tmp_path, "first")
     # December: the lease across the boundary goes on busy, new leases come and go, an agent's
-    # backlog brings busy time for November's last hour (too late: dropped)
+    # backlog brings busy time for November's last hour (too late: dropped), prices change
     pool.run(dan, 60, util=95.0)
+    repriced = {**PRICES, "models": {"H100-80GB": 7, "A100-80GB": {"held": 1, "busy": 0.5}}}
+    make_store(pool.url, clock, pool={**POOL, "prices": repriced})  # a restart, new prices
     assert pool.store.add_busy({(dan["id"], datetime(2026, 11, 30, 23, 0)): (600.0, 0.0)}) == 1
     eve = pool.hold("eve", "h100", "ml")
     pool.sample(eve, util=80.0)

@@ -165,6 +165,17 @@ class IdleHoldersHandler(APIHandler):
         )
 
 
+class PricesHandler(APIHandler):
+    """``GET prices``: the price table over time (each model's prices with their effective
+    starts), as recorded from the pool config."""
+
+    route_name = "prices"
+
+    @needs("admin", "read prices")
+    def get(self) -> None:
+        self.write_json(self.store.prices.to_json())
+
+
 class EventsHandler(APIHandler):
     """``GET events?lease=&user=&kind=&from=&to=&order=&offset=&limit=``: the audit log
     (admins)."""
@@ -200,5 +211,6 @@ default_handlers = [
     (r"nodes/([^/]+)/(cordon|uncordon|drain)", NodeActionHandler),
     (r"usage", UsageHandler),
     (r"usage/idle-holders", IdleHoldersHandler),
+    (r"prices", PricesHandler),
     (r"events", EventsHandler),
 ]
