@@ -15,10 +15,12 @@ from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.pricing import ALWAYS, ModelPrice, Prices, parse_prices, reconcile
 from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.poolconfig import parse_pool_config
-from tests.fakes import InProcessService, StoreClock, make_store, request
-from tests.unit.test_usage_facts import ADMINS, POOL
+from jupyterhub_gpupool.service.scopes import ADMIN
+from tests.fakes import BILL_POOL, InProcessService, StoreClock, make_store, request
 
 MODELS = default_catalog().names
+POOL = BILL_POOL
+ADMINS = {"admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []}}
 BACKWARDS = [{"held": 1}, {"from": "2026-11-15", "held": 2}, {"from": "2026-11-14", "held": 3}]
 P = ModelPrice
 

@@ -26,6 +26,7 @@ from jupyterhub_gpupool.service.scopes import ADMIN
 from jupyterhub_gpupool.service.utilization import Sample, UtilizationBuffer
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import (
+    BILL_POOL,
     InProcessService,
     StoreClock,
     make_instances,
@@ -34,27 +35,8 @@ from tests.fakes import (
     write_pool,
 )
 
-PRICES = {"currency": "EUR", "models": {"H100-80GB": {"held": 2, "busy": 1.5},
-                                        "A100-80GB": {"held": 3, "busy": 2}}}  # fmt: skip
-NODE = {"cpu_milli": 64000, "memory_mib": 262144}
-POOL = {
-    "nodes": [
-        {
-            "name": "a100",
-            **NODE,
-            "gpus": [{"model": "A100-80GB", "mig": {"enabled": True, "dynamic": True}}],
-        },
-        {"name": "h100", **NODE, "gpus": [{"model": "H100-80GB", "count": 4}]},
-    ],
-    "offers": [
-        {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
-        {"name": "a100-3g", "kind": "mig", "profile": "3g.40gb", "models": ["A100-80GB"]},
-        {"name": "h100", "kind": "gpu", "models": ["H100-80GB"]},
-        {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
-    ],
-    "quotas": {"default": {"guarantee": 8, "limit": 8}},
-    "prices": PRICES,
-}
+POOL = BILL_POOL
+PRICES = BILL_POOL["prices"]
 ADMINS = {"admin": {"kind": "user", "name": "admin", "scopes": [ADMIN], "groups": []}}
 NOV, DEC = datetime(2026, 11, 1), datetime(2026, 12, 1)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "source"

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.ingest import ingest
 from jupyterhub_gpupool.service.utilization import Sample, UtilizationBuffer
-from tests.fakes import StoreClock, make_instances, make_store
-from tests.unit.test_usage_facts import POOL
+from tests.fakes import BILL_POOL, StoreClock, make_instances, make_store
 
+POOL = BILL_POOL
 NOV, DEC = datetime(2026, 11, 1), datetime(2026, 12, 1)
 #: The docs' units: a whole GPU is 1; a MIG slice its dominant share of the A100-80GB (1g.10gb:
 #: 1 of 7 compute slices, 1 of 8 memory slices → 1/7; 3g.40gb: 3/7 and 4/8 → 1/2).
