@@ -448,6 +448,13 @@ def _cancel_reason(case: Case) -> str:
     return case.why
 
 
+def enforced_release(kind: str) -> str:
+    """The release reason of a lease whose enforced notice (admin, drain or exception) is
+    carried out, whoever carries it out: an exception's approved time ``lapsed``; else
+    ``admin``."""
+    return "lapsed" if kind == "exception" else "admin"
+
+
 def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
     """A lease under an admin's notice: act at its deadline (busy or not: the admin says so)."""
     rec = lease.state.reclaiming
@@ -458,7 +465,7 @@ def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
             state=lease.state,
             action=rec.action,
             reason=rec.reason,
-            release_reason="lapsed" if rec.kind == "exception" else "admin",
+            release_reason=enforced_release(rec.kind),
         )
     left = f"{rec.action} in {_h(rec.deadline - now)} ({rec.kind} notice)"
     return NoAction(lease=lease.id, state=lease.state, reason=left, kind="noticed")
