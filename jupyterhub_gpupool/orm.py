@@ -174,6 +174,10 @@ class QuotaRow(Base):
     period: Mapped[str] = mapped_column(String(8), default="month")
     #: The exception ceiling: the most an approved exception request may take the holder to.
     exception: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: What a spent budget does (``pool.quota.BUDGET_ACTIONS``) and the least budget a grant
+    #: starts with.
+    budget_action: Mapped[str] = mapped_column(String(8), default="refuse", server_default="refuse")
+    budget_minimum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     source: Mapped[str] = mapped_column(String(8), default="file")
     __table_args__ = (Index("uq_quotas_kind_name", "kind", "name", unique=True),)
 

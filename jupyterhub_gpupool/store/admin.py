@@ -15,7 +15,7 @@ from .. import orm
 from ..pool.errors import ConfigError
 from ..pool.model import Node, validate_node
 from ..pool.pricing import reconcile
-from ..pool.quota import QuotaSpec
+from ..pool.quota import QUOTA_FIELDS, QuotaSpec
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
@@ -259,8 +259,7 @@ class AdminStore(MigStore, ViewStore):
         (their own, the file's, or for a user the default) and store it by API."""
         with self.transaction():  # holds the pool lock: nobody changes it in between
             current = self.get_quota(kind, name)
-            fields = ("guarantee", "limit", "budget", "period", "exception")
-            merged = {k: current[k] for k in fields}
+            merged = {k: current[k] for k in QUOTA_FIELDS}
             return self.put_quota(kind, name, {**merged, **raw}, actor=actor)
 
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:

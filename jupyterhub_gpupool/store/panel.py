@@ -16,7 +16,7 @@ from sqlalchemy import String, cast, func, select
 
 from .. import orm
 from ..pool.leases import LIVE_STATES
-from ..pool.quota import QuotaSpec
+from ..pool.quota import QUOTA_FIELDS, QuotaSpec
 from ..pool.usage import line_item, unpriced
 from .poolmap import MapText
 from .rows import check_quota_kind, epoch, held_hours, ts
@@ -185,7 +185,7 @@ class PanelViews(BusyTimeStore):
         allocator's rule: a user's leases, oldest first, are within while their total fits the
         guarantee, or while their group is within its own), and how far over the limit."""
         current = self.get_quota(kind, name)
-        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period", "exception")}
+        merged = {k: current[k] for k in QUOTA_FIELDS}
         spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
         k = check_quota_kind(kind)
         with self.locked() as alloc:

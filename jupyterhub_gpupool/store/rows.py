@@ -124,6 +124,8 @@ def set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
     row.budget = None if spec.budget is None else float(spec.budget)
     row.period = spec.period
     row.exception = None if spec.exception is None else float(spec.exception)
+    row.budget_action = spec.budget_action
+    row.budget_minimum = float(spec.budget_minimum)
 
 
 def offer_spec(offer: Offer) -> dict[str, Any]:

@@ -35,6 +35,8 @@ class QuotaHandler(APIHandler):
                 "budget": ((int, float, type(None)), True),
                 "period": (str, True),
                 "exception": ((int, float, type(None)), False),
+                "budget_action": (str, False),
+                "budget_minimum": ((int, float), False),
             }
         )
         actor = self.identity.describe()
@@ -52,6 +54,8 @@ class QuotaHandler(APIHandler):
                 "budget": ((int, float, type(None)), False),
                 "period": (str, False),
                 "exception": ((int, float, type(None)), False),
+                "budget_action": (str, False),
+                "budget_minimum": ((int, float), False),
             }
         )
         actor = self.identity.describe()
