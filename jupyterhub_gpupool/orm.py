@@ -48,6 +48,7 @@ RELEASE_REASONS = (
     "denied",
     "withdrawn",
     "lapsed",
+    "budget",
 )
 
 NAMING = {

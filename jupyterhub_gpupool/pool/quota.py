@@ -87,6 +87,15 @@ class QuotaSpec:
     #: A grant never starts with less than this many unit-hours of budget left.
     budget_minimum: Fraction = Fraction(0)
 
+    def budget_level(self, used: float) -> int | None:
+        """The warning level ``used`` unit-hours reach: 100 (spent), 80, or None (below 80 %,
+        or no budget)."""
+        if self.budget is None:
+            return None
+        if used >= float(self.budget):
+            return 100
+        return 80 if used >= 0.8 * float(self.budget) else None
+
     def budget_refuses(self, used: float) -> bool:
         """Whether a spent (or nearly spent) budget refuses a new grant now: with a budget and
         an action other than ``notify``, when what is left is nothing or under the minimum."""

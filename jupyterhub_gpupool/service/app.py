@@ -302,10 +302,16 @@ class PoolService(StrictCommandLine):
         allow_none=True,
         help="Called as notify_hook(event, lease, details) when a request needs an "
         "administrator's approval (event approval-requested, details['for'] == 'admins') and "
-        "when it is approved or denied (approved, denied; for the user). A callable (may be "
+        "when it is approved or denied (approved, denied; for the user), and when a budget "
+        "reaches 80 % or 100 % (budget-warning, once per level and period). A callable (may be "
         "async) or its import name, e.g. 'jupyterhub_gpupool.reclaim.hooks.webhook_from_env' "
         "(the reclaimer's webhook example takes these events too). It runs in the background: "
         "what it raises is logged, never fails the request.",
+    ).tag(config=True)
+    budget_warn_before = Float(
+        600.0,
+        help="Seconds of notice a running lease gets when its quota's budget (budget_action: "
+        "stop) is spent, before its server is stopped (open documents saved first).",
     ).tag(config=True)
     notify_timeout = Float(
         30.0, help="Seconds an async notify_hook may take before it is abandoned (logged)."
@@ -660,6 +666,11 @@ class PoolService(StrictCommandLine):
             await self.writer.call(self.store.advance_repartitions)
             # approved time running out: a notice first, then the lease ends (lapsed)
             await self.writer.call(self.store.lapse_approvals)
+            # budgets: warnings at 80 % and 100 %; a spent `stop` budget's leases get a notice
+            for warning in await self.writer.call(self.store.budget_round, self.budget_warn_before):
+                if self.notifier is not None:
+                    self.notifier("budget-warning", {"id": "", warning["subject"]: warning["name"]},
+                                  **warning)  # fmt: skip
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
             silent: list[str] = []

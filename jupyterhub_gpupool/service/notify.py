@@ -1,5 +1,7 @@
 """The service's ``notify_hook``: tells people about approvals (admins of a new request, the
-user of the decision) through the same kind of hook the reclaimer calls for its notices.
+user of the decision) and budgets (80 % and 100 % of a period's unit-hours: the ``lease`` is
+``{"id": "", "user" | "group": name}``) through the same kind of hook the reclaimer calls for
+its notices.
 
 The hook is called as ``hook(event, lease, details)``; a callable (may be async) or its import
 name. It runs in the background with a time limit: a slow or failing hook is logged and never
@@ -21,6 +23,9 @@ EVENTS = {
     "approval-requested": "admins",
     "approved": "user",
     "denied": "user",
+    # a budget reached 80 % or 100 % of this period's unit-hours (details: subject user|group,
+    # name, level, used_unit_hours, budget, period, period_start, action)
+    "budget-warning": "user",
 }
 
 

@@ -54,7 +54,7 @@ ADMIN_ACTIONS = ("stop", "release-gpu")
 MAX_GRACE = 366 * 86400.0
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
 #: reclaimer, which asks the lab to save everything first).
-ENFORCED_KINDS = ("admin", "drain", "exception")
+ENFORCED_KINDS = ("admin", "drain", "exception", "budget")
 
 
 class OperateStore(PanelViews, ReclaimStore, AdminStore):
@@ -75,7 +75,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
     ) -> str:
         """Give ``row`` an admin notice (or release a grant not yet bound); what happened."""
         if row.state == "granted":
-            self._finish(db, alloc, row, "admin", actor)
+            self._finish(db, alloc, row, enforced_release(kind), actor)
             return "released"
         state = reclaim_state(row)
         rec = state.reclaiming
