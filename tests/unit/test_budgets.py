@@ -10,8 +10,9 @@ from datetime import datetime
 import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.scopes import USE
 from jupyterhub_gpupool.store import StoreError
-from tests.fakes import STORE_POOL, StoreClock, make_store
+from tests.fakes import STORE_POOL, InProcessService, StoreClock, make_store, request
 
 T0 = datetime(2026, 11, 2, 9, 0)
 SERVICE = "service:gpupool"
@@ -91,3 +92,22 @@ def test_stop_gives_a_budget_notice_and_the_lease_ends_budget(db_url, clock):
     assert claimed["kind"] == "budget"
     done = store.notice_enforced(lease["id"], True, actor=SERVICE)
     assert done["state"] == "released" and done["release_reason"] == "budget"
+
+
+def test_the_user_page_warns_from_80_percent(db_url, clock):
+
+    store, _lease = started(db_url, clock, "stop")
+    who = {"alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"],
+                     "groups": []}}  # fmt: skip
+    with InProcessService(store, who) as api:
+        clock.advance(hours=7)
+        page = request("GET", f"{api.url}/", "alice").body.decode()
+        assert "gpupool-budget-warning" not in page
+        clock.advance(hours=1)
+        store.budget_round()  # a write: the used hours are recounted
+        page = request("GET", f"{api.url}/", "alice").body.decode()
+        assert "You have used 80 % of your GPU-hour budget" in page
+        clock.advance(hours=2)
+        store.budget_round()
+        page = request("GET", f"{api.url}/", "alice").body.decode()
+        assert "budget of this month is spent" in page and "saved first" in page
