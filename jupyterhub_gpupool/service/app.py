@@ -648,6 +648,16 @@ class PoolService(StrictCommandLine):
         interval = self.reconcile_interval
         return interval > 0 and now - self._reconciled_at >= interval
 
+    async def budget_step(self) -> list[dict[str, Any]]:
+        """Budgets: warnings at 80 % and 100 % (to the notify_hook, once per level and period);
+        a spent ``stop`` budget's running leases get a notice. Returns the new warnings."""
+        warnings = await self.writer.call(self.store.budget_round, self.budget_warn_before)
+        if warnings and self.notifier is None:
+            self.notifier = Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log)
+        for w in warnings:
+            self.notifier("budget-warning", {"id": "", w["subject"]: w["name"]}, **w)  # type: ignore[misc]
+        return warnings
+
     async def housekeeping(self) -> None:
         """Expire unbound grants and serve the queue (aging changes its order over time).
 
@@ -666,11 +676,7 @@ class PoolService(StrictCommandLine):
             await self.writer.call(self.store.advance_repartitions)
             # approved time running out: a notice first, then the lease ends (lapsed)
             await self.writer.call(self.store.lapse_approvals)
-            # budgets: warnings at 80 % and 100 %; a spent `stop` budget's leases get a notice
-            for warning in await self.writer.call(self.store.budget_round, self.budget_warn_before):
-                if self.notifier is not None:
-                    self.notifier("budget-warning", {"id": "", warning["subject"]: warning["name"]},
-                                  **warning)  # fmt: skip
+            await self.budget_step()
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
             silent: list[str] = []

@@ -5,6 +5,7 @@ and ``notify`` leave running leases alone, and ``notify`` refuses nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import pytest
@@ -111,3 +112,28 @@ def test_the_user_page_warns_from_80_percent(db_url, clock):
         store.budget_round()
         page = request("GET", f"{api.url}/", "alice").body.decode()
         assert "budget of this month is spent" in page and "saved first" in page
+
+
+def test_the_services_housekeeping_tells_the_notify_hook(db_url, clock):
+    """The leader's housekeeping step passes each new warning to the notify_hook (once)."""
+    store, _ = started(db_url, clock, "stop")
+    heard: list[tuple[str, dict, dict]] = []
+
+    async def hook(event: str, lease: dict, details: dict) -> None:
+        heard.append((event, lease, details))
+
+    service = InProcessService(store, {})
+    service.svc.notify_hook = hook
+    with service:
+        clock.advance(hours=10)
+
+        def step() -> list:
+            done = asyncio.run_coroutine_threadsafe(service.svc.budget_step(), service.loop)
+            return done.result(timeout=60)
+
+        assert [w["level"] for w in step()] == [100]
+        assert step() == []  # once per level and period
+        asyncio.run_coroutine_threadsafe(service.svc.notifier.drain(), service.loop).result(60)
+    [(event, lease, details)] = heard
+    assert (event, lease) == ("budget-warning", {"id": "", "user": "alice"})
+    assert details["level"] == 100 and details["action"] == "stop" and details["for"] == "user"
