@@ -296,7 +296,7 @@ def test_refusals_by_quota_and_by_capacity_are_counted_per_offer_and_day(tmp_pat
             r = api.call(who, "POST", "allocations", {"offer": offer, "server": ""})
             assert r.status in (403, 422) and r.json()["error"]["code"] == code, r.body
         clock.advance(days=1)
-        assert api.call("bob", "POST", "allocations", {"offer": "h100"}).status == 403
+        assert api.call("bob", "POST", "allocations", {"offer": "h100"}).status == 422  # quota
         r = api.call("admin", "GET", "capacity?from=2026-11-01&to=2026-11-03")
     rows = {(d["offer"], d["day"]): d for d in r.json()["items"]}
     assert rows[("h100", "2026-11-01")]["refused_by_quota"] == 2
