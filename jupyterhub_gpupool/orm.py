@@ -48,6 +48,7 @@ RELEASE_REASONS = (
     "denied",
     "withdrawn",
     "lapsed",
+    "budget",
 )
 
 NAMING = {
@@ -174,6 +175,10 @@ class QuotaRow(Base):
     period: Mapped[str] = mapped_column(String(8), default="month")
     #: The exception ceiling: the most an approved exception request may take the holder to.
     exception: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: What a spent budget does (``pool.quota.BUDGET_ACTIONS``) and the least budget a grant
+    #: starts with.
+    budget_action: Mapped[str] = mapped_column(String(8), default="refuse", server_default="refuse")
+    budget_minimum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     source: Mapped[str] = mapped_column(String(8), default="file")
     __table_args__ = (Index("uq_quotas_kind_name", "kind", "name", unique=True),)
 
@@ -327,6 +332,32 @@ class UtilizationMinuteRow(Base):
     util_max: Mapped[float | None] = mapped_column(Float, nullable=True)
     memory_used_mib_max: Mapped[int] = mapped_column(Integer, default=0)
     __table_args__ = (UniqueConstraint("gpu_uuid", "start", "minute"),)
+
+
+class LeaseUsageRow(Base):
+    """Busy time of one lease in one UTC hour, recorded as it happens (``pool.usage``): seconds
+    busy (each device of a multi-device lease counted once: the seconds are divided by the
+    lease's devices) and, of those, seconds only estimated (MIG without utilization: judged
+    from memory and processes). Held time is the lease's own interval (granted → released)."""
+
+    __tablename__ = "lease_usage"
+    lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True, index=True)
+    busy_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    estimated_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class PriceRow(Base):
+    """One price of one GPU model with its effective start (a whole UTC hour): the price table
+    over time. Rows before the next whole hour are never changed (``pool.pricing.reconcile``);
+    ``held`` NULL: unpriced from then. Prices are exact decimals, kept as text."""
+
+    __tablename__ = "prices"
+    model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    held: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    busy: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    currency: Mapped[str] = mapped_column(String(8))
 
 
 class ReclaimLeaderRow(Base):

@@ -73,14 +73,27 @@ def open_store(db_url: str, pool_config: str | None) -> Any:
     return Store(engine, catalog, file_config=config)
 
 
+#: Said in every report: a grant is billed from the moment it is made.
+UNBOUND_NOTE = (
+    "Unbound grants (granted, never started) are billed: a lease is held from its grant to "
+    "its release, whether or not a server ever used it."
+)
+#: Said in every report: what "estimated" busy time is.
+ESTIMATED_NOTE = (
+    "Busy time marked estimated was judged from memory and processes in use (MIG slices of "
+    "GPUs without utilization for slices), as the idle-reclaim rules judge it."
+)
+
+
 def build(store: Any, start: datetime, end: datetime, top: int = 10) -> dict[str, Any]:
     """Every figure of the report (the usage API's, for each grouping)."""
+    sections = {by: store.usage_report(start, end, by) for by in SECTIONS}
     return {
         "from": start,
         "to": end,
         "currency": store.prices.currency,
-        "priced": store.prices.to_json()["models"],
-        "sections": {by: store.usage_report(start, end, by) for by in SECTIONS},
+        "prices": sections["group"]["prices"],
+        "sections": sections,
         "idle": store.idle_holders(start, end, top),
     }
 
@@ -95,24 +108,18 @@ def to_csv(report: dict[str, Any]) -> str:
     for by in SECTIONS:
         sec = report["sections"][by]
         for row in sec["items"]:
-            w.writerow([by, "row", row[by], *(row[c] for c in COLUMNS), cur])
-        w.writerow([by, "total", "", *(sec["total"][c] for c in COLUMNS), cur])
+            kind = "no-group" if row["kind"] == "no-group" else "row"
+            w.writerow([by, kind, row[by], *(row[c] for c in COLUMNS), cur])
+        w.writerow([by, "total", "(total)", *(sec["total"][c] for c in COLUMNS), cur])
     for r in report["idle"]:
-        w.writerow(
-            [
-                "idle-holders",
-                "row",
-                r["user"],
-                r["leases"],
-                r["held_unit_hours"],
-                r["busy_unit_hours"],
-                r["idle_unit_hours"],
-                r["idle_share"],
-                "",
-                r["idle_cost"],
-                cur,
-            ]
-        )
+        idle = {c: r.get(c, "") for c in COLUMNS} | {"cost": r["idle_cost"]}
+        w.writerow(["idle-holders", "row", r["user"], *(idle[c] for c in COLUMNS), cur])
+    blank = [""] * len(COLUMNS)
+    for p in report["prices"]:
+        name = f"{p['model']} from {p['from'] or 'always'}: held {p['held']}, busy {p['busy']}"
+        w.writerow(["prices", "price", name, *blank, cur])
+    for note in (UNBOUND_NOTE, ESTIMATED_NOTE):
+        w.writerow(["notes", "note", note, *blank, ""])
     return out.getvalue()
 
 
@@ -126,6 +133,7 @@ _HEAD = {
     "leases": "leases",
     "held_unit_hours": "held (unit-h)",
     "busy_unit_hours": "busy (unit-h)",
+    "estimated_busy_unit_hours": "of which estimated",
     "idle_unit_hours": "idle (unit-h)",
     "idle_share": "idle share",
     "unpriced_unit_hours": "unpriced (unit-h)",
@@ -135,7 +143,7 @@ _HEAD = {
 
 def _cell(value: object, numeric: bool = True) -> str:
     if isinstance(value, float):
-        value = f"{value:,.2f}"
+        value = f"{value:,.6f}".rstrip("0").rstrip(".")
     return f'<td class="{"n" if numeric else ""}">{html.escape(str(value))}</td>'
 
 
@@ -152,11 +160,23 @@ def to_html(report: dict[str, Any]) -> str:
         f"<h1>GPU usage and cost, {e(month)}</h1>",
         f"<p>{e(report['from'].isoformat())}Z to {e(report['to'].isoformat())}Z (UTC). "
         f"Total: <strong>{e(total['cost'])} {cur}</strong> for "
-        f"{total['held_unit_hours']:,.2f} GPU unit-hours held, "
-        f"{total['idle_share'] * 100:.1f}% of them idle.</p>",
+        f"{total['held_unit_hours']:,} GPU unit-hours held, "
+        f"{total['idle_share'] * 100:.1f}% of them idle. Each lease's cost is rounded once to "
+        "the cent; every total is the sum of the rows above it.</p>",
+        f"<p>{e(UNBOUND_NOTE)} {e(ESTIMATED_NOTE)}</p>",
     ]
-    if not report["priced"]:
-        parts.append("<p>No prices are set in the pool config: every cost is 0.</p>")
+    if not report["prices"]:
+        parts.append("<p>No prices were in force for this month: every cost is 0.</p>")
+    else:
+        parts.append(f"<table><caption>Prices used ({cur} per unit-hour)</caption><thead><tr>")
+        parts += [f"<th>{h}</th>" for h in ("model", "in force from", "held", "busy")]
+        parts.append("</tr></thead><tbody>")
+        for p in report["prices"]:
+            parts.append(
+                f"<tr>{_cell(p['model'], False)}{_cell(p['from'] or 'always', False)}"
+                f"{_cell(p['held'])}{_cell(p['busy'])}</tr>"
+            )
+        parts.append("</tbody></table>")
     for by in SECTIONS:
         sec = report["sections"][by]
         parts.append(f"<table><caption>By {e(by)}</caption><thead><tr><th>{e(by)}</th>")
@@ -164,7 +184,8 @@ def to_html(report: dict[str, Any]) -> str:
         parts.append("</tr></thead><tbody>")
         for row in sec["items"]:
             cells = "".join(_cell(row[c]) for c in COLUMNS)
-            parts.append(f"<tr>{_cell(row[by] or '(none)', False)}{cells}</tr>")
+            kind = ' class="no-group"' if row["kind"] == "no-group" else ""
+            parts.append(f"<tr{kind}>{_cell(row[by], False)}{cells}</tr>")
         cells = "".join(_cell(sec["total"][c]) for c in COLUMNS)
         parts.append(f'<tr class="total"><td>total</td>{cells}</tr></tbody></table>')
     parts.append("<table><caption>Top idle holders</caption><thead><tr><th>user</th>")

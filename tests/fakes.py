@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_API",
     "AGENT_T0",
+    "BILL_POOL",
     "FAKE_MIG_CONFIGS",
     "LAB_POOL",
     "ROOT",
@@ -290,6 +291,27 @@ APPROVAL_POOL: dict[str, Any] = {
         "users": {"carol": {"limit": 1}, "admin": {"limit": 8}, "dana": {"limit": 8}},
     },
 }
+
+
+#: The billing tests' pool: an A100 with dynamic MIG (slices of 1/7 and 1/2), four H100s (one-
+#: and two-GPU offers), room for everyone (no queue), and prices with a lower busy price.
+BILL_POOL: dict[str, Any] = {
+    "nodes": [
+        {"name": "a100", "cpu_milli": 64000, "memory_mib": 262144,
+         "gpus": [{"model": "A100-80GB", "mig": {"enabled": True, "dynamic": True}}]},
+        {"name": "h100", "cpu_milli": 64000, "memory_mib": 262144,
+         "gpus": [{"model": "H100-80GB", "count": 4}]},
+    ],
+    "offers": [
+        {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
+        {"name": "a100-3g", "kind": "mig", "profile": "3g.40gb", "models": ["A100-80GB"]},
+        {"name": "h100", "kind": "gpu", "models": ["H100-80GB"]},
+        {"name": "h100x2", "kind": "gpu", "count": 2, "models": ["H100-80GB"]},
+    ],
+    "quotas": {"default": {"guarantee": 8, "limit": 8}},
+    "prices": {"currency": "EUR", "models": {"H100-80GB": {"held": 2, "busy": 1.5},
+                                             "A100-80GB": {"held": 3, "busy": 2}}},
+}  # fmt: skip
 
 
 def make_store(
@@ -1786,6 +1808,9 @@ class TokenHubAuth:
     run the real one)."""
 
     hub_prefix = "/hub/"
+    base_url = "/services/gpupool/"
+    #: No access scopes to check: the pages' own authorization (scopes on the model) decides.
+    access_scopes: set[str] = set()
 
     def __init__(self, models: dict[str, dict[str, Any]]) -> None:
         self.models = models

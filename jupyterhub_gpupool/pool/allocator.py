@@ -323,7 +323,7 @@ class Allocator(NodeStates):
             slots_for(node, self.shape_of(offer), choice),
             units,
             verdict.group,
-            verdict.borrowed,
+            verdict.borrowed and not request.exception,  # an approved exception never is
         )
 
     def _queued(self, waiter: Waiter, now: float, message: str) -> Queued:
@@ -474,8 +474,12 @@ class Allocator(NodeStates):
             for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
                 total += lease.units
                 gspec = self.quotas.groups.get(lease.group) if lease.group else None
-                within = total <= guarantee or (
-                    gspec is not None and self.quotas.group_held(lease.group) <= gspec.guarantee
+                within = (
+                    lease.request.exception  # an administrator's decision, not borrowed
+                    or total <= guarantee
+                    or (
+                        gspec is not None and self.quotas.group_held(lease.group) <= gspec.guarantee
+                    )
                 )
                 if lease.borrowed == within:
                     lease.borrowed = not within

@@ -57,6 +57,20 @@ def _units(value: object, field_name: str) -> Fraction:
     return units
 
 
+#: What a spent budget does (``refuse`` by default).
+BUDGET_ACTIONS = ("refuse", "notify", "stop")
+#: Every field of a quota, in the order the API and the forms show them.
+QUOTA_FIELDS = (
+    "guarantee",
+    "limit",
+    "budget",
+    "period",
+    "exception",
+    "budget_action",
+    "budget_minimum",
+)
+
+
 @dataclass(frozen=True)
 class QuotaSpec:
     """One user's or group's quota. ``limit=None`` means no cap beyond the pool's size."""
@@ -67,6 +81,28 @@ class QuotaSpec:
     period: str = "month"
     #: The most an approved exception request may take the holder to (None: no exceptions).
     exception: Fraction | None = None
+    #: What a spent budget does: ``refuse`` new grants (running leases go on), ``notify`` only
+    #: (warnings, nothing refused), or ``stop`` (refuse, and reclaim running leases).
+    budget_action: str = "refuse"
+    #: A grant never starts with less than this many unit-hours of budget left.
+    budget_minimum: Fraction = Fraction(0)
+
+    def budget_level(self, used: float) -> int | None:
+        """The warning level ``used`` unit-hours reach: 100 (spent), 80, or None (below 80 %,
+        or no budget)."""
+        if self.budget is None:
+            return None
+        if used >= float(self.budget):
+            return 100
+        return 80 if used >= 0.8 * float(self.budget) else None
+
+    def budget_refuses(self, used: float) -> bool:
+        """Whether a spent (or nearly spent) budget refuses a new grant now: with a budget and
+        an action other than ``notify``, when what is left is nothing or under the minimum."""
+        if self.budget is None or self.budget_action == "notify":
+            return False
+        left = float(self.budget) - used
+        return left <= 0 or left < float(self.budget_minimum)
 
     def cap(self, exception: bool = False) -> Fraction | None:
         """The limit a request is held to: the exception ceiling for an approved exception."""
@@ -78,7 +114,7 @@ class QuotaSpec:
         ``exception``)."""
         if not isinstance(raw, Mapping):
             raise ConfigError("must be a mapping", field=where)
-        allowed = {"guarantee", "limit", "budget", "period", "exception"}
+        allowed = set(QUOTA_FIELDS)
         unknown = set(raw) - allowed
         if unknown:
             raise ConfigError(
@@ -109,7 +145,20 @@ class QuotaSpec:
                 + ("" if limit_u is None else f" ({float(limit_u):g})"),
                 field=f"{where}.exception",
             )
-        return cls(guarantee, limit_u, budget_u, str(period), ceiling_u)
+        action = raw.get("budget_action", "refuse")
+        if action not in BUDGET_ACTIONS:
+            raise ConfigError(
+                f"unknown budget action {action!r}",
+                field=f"{where}.budget_action",
+                allowed=list(BUDGET_ACTIONS),
+            )
+        minimum = _units(raw.get("budget_minimum", 0) or 0, f"{where}.budget_minimum")
+        if budget_u is not None and minimum > budget_u:
+            raise ConfigError(
+                f"the minimum ({float(minimum):g}) is above the budget ({float(budget_u):g})",
+                field=f"{where}.budget_minimum",
+            )
+        return cls(guarantee, limit_u, budget_u, str(period), ceiling_u, str(action), minimum)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-friendly form (floats)."""
@@ -119,6 +168,8 @@ class QuotaSpec:
             "budget": None if self.budget is None else float(self.budget),
             "period": self.period,
             "exception": None if self.exception is None else float(self.exception),
+            "budget_action": self.budget_action,
+            "budget_minimum": float(self.budget_minimum),
         }
 
 
@@ -192,7 +243,7 @@ class QuotaBook:
                 code="not_in_group",
                 message=f"{user} is not a member of group {requested_group!r}",
             )
-        if spec.budget is not None and self.used_hours.get(user, 0.0) >= spec.budget:
+        if spec.budget_refuses(self.used_hours.get(user, 0.0)):
             return Verdict(
                 False,
                 code="budget_exhausted",
@@ -218,7 +269,7 @@ class QuotaBook:
             if gspec is None:
                 chosen = g
                 break
-            if gspec.budget is not None and self.used_hours.get(f"group:{g}", 0.0) >= gspec.budget:
+            if gspec.budget_refuses(self.used_hours.get(f"group:{g}", 0.0)):
                 waiting = waiting or Verdict(
                     False,
                     code="budget_exhausted",

@@ -60,11 +60,11 @@ from .reclaimpolicy import (
 #: What a notice is for: the idle timeout, the CPU-busy timeout, the maximum age, borrowed
 #: capacity owed to a waiter within guarantee, an admin's "reclaim now", a node drain, or the
 #: end of an approved exception.
-NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain", "exception")
+NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain", "exception", "budget")
 #: Notices an admin issued: no signal cancels or defers them, the user cannot keep the GPU
 #: (an admin may extend them), and the lease is released with reason ``admin`` (``lapsed``
 #: for an exception's end).
-ADMIN_KINDS = ("admin", "drain", "exception")
+ADMIN_KINDS = ("admin", "drain", "exception", "budget")
 
 # -- lease state ---------------------------------------------------------------------------
 
@@ -229,6 +229,7 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
             "max_age": "at its maximum age",
             "drain": "on a node an administrator is draining",
             "exception": "held under an approved exception that ends then",
+            "budget": "charged to a GPU-hour budget that is spent",
         }.get(rec.kind, "reclaimed by an administrator")
         return Refuse(
             lease=lease.id,
@@ -448,6 +449,13 @@ def _cancel_reason(case: Case) -> str:
     return case.why
 
 
+def enforced_release(kind: str) -> str:
+    """The release reason of a lease whose enforced notice (admin, drain or exception) is
+    carried out, whoever carries it out: an exception's approved time ``lapsed``, a spent
+    budget (``budget_action: stop``) ``budget``; else ``admin``."""
+    return {"exception": "lapsed", "budget": "budget"}.get(kind, "admin")
+
+
 def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
     """A lease under an admin's notice: act at its deadline (busy or not: the admin says so)."""
     rec = lease.state.reclaiming
@@ -458,7 +466,7 @@ def _admin_follow(lease: LeaseInfo, now: float) -> Decision:
             state=lease.state,
             action=rec.action,
             reason=rec.reason,
-            release_reason="lapsed" if rec.kind == "exception" else "admin",
+            release_reason=enforced_release(rec.kind),
         )
     left = f"{rec.action} in {_h(rec.deadline - now)} ({rec.kind} notice)"
     return NoAction(lease=lease.id, state=lease.state, reason=left, kind="noticed")

@@ -321,12 +321,18 @@ class PoolService(StrictCommandLine):
         allow_none=True,
         help="Called as notify_hook(event, lease, details) when a request needs an "
         "administrator's approval (event approval-requested, details['for'] == 'admins') and "
-        "when it is approved or denied (approved, denied; for the user). A callable (may be "
+        "when it is approved or denied (approved, denied; for the user), and when a budget "
+        "reaches 80 % or 100 % (budget-warning, once per level and period). A callable (may be "
         "async) or its import name, e.g. 'jupyterhub_gpupool.reclaim.hooks.webhook_from_env' "
         "(the reclaimer's webhook example takes these events too). Also when one of the "
         "pool's alerts is raised or resolved (events alert, alert-resolved; lease {}, the "
         "alert in details; see PoolAlerts). It runs in the background: what it raises is "
         "logged, never fails the request.",
+    ).tag(config=True)
+    budget_warn_before = Float(
+        600.0,
+        help="Seconds of notice a running lease gets when its quota's budget (budget_action: "
+        "stop) is spent, before its server is stopped (open documents saved first).",
     ).tag(config=True)
     notify_timeout = Float(
         30.0, help="Seconds an async notify_hook may take before it is abandoned (logged)."
@@ -699,6 +705,16 @@ class PoolService(StrictCommandLine):
         interval = self.reconcile_interval
         return interval > 0 and now - self._reconciled_at >= interval
 
+    async def budget_step(self) -> list[dict[str, Any]]:
+        """Budgets: warnings at 80 % and 100 % (to the notify_hook, once per level and period);
+        a spent ``stop`` budget's running leases get a notice. Returns the new warnings."""
+        warnings = await self.writer.call(self.store.budget_round, self.budget_warn_before)
+        if warnings and self.notifier is None:
+            self.notifier = Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log)
+        for w in warnings:
+            self.notifier("budget-warning", {"id": "", w["subject"]: w["name"]}, **w)  # type: ignore[misc]
+        return warnings
+
     async def housekeeping(self) -> None:
         """Expire unbound grants and serve the queue (aging changes its order over time).
 
@@ -717,6 +733,7 @@ class PoolService(StrictCommandLine):
             await self.writer.call(self.store.advance_repartitions)
             # approved time running out: a notice first, then the lease ends (lapsed)
             await self.writer.call(self.store.lapse_approvals)
+            await self.budget_step()
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
             silent: list[str] = []

@@ -6,7 +6,8 @@ running nothing would happen, and a node drained for maintenance would keep its 
 leader's housekeeping claims the notices overdue by more than ``notice_enforce_after`` seconds
 (long enough for a running reclaimer's rounds to claim them first), stops each server through
 the hub (the pool's token has the ``servers`` scope) and reports back: the lease is released
-with reason ``admin`` and the audit log says who and why. Idle notices stay the reclaimer's.
+with reason ``admin`` (``lapsed`` for an approved exception's time running out, as the
+reclaimer would) and the audit log says who and why. Idle notices stay the reclaimer's.
 """
 
 from __future__ import annotations

@@ -8,11 +8,14 @@ and inventory rows, so the two sources can never drift apart.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from ..pool.catalog import Catalog
 from ..pool.errors import ConfigError
+from ..pool.idlesignal import GpuSample
 from ..pool.model import RETIRING, SHARING_MODES, Gpu, MigInstance, Node
+from ..pool.usage import MAX_INTERVAL, UsageFacts, add_interval, busy_evidence
 from ..store import Store
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer
 
@@ -148,16 +151,19 @@ def ingest(
     samples: Iterable[Sample],
     busy_threshold: float,
     minutes: MinuteAggregator | None = None,
-) -> dict[str, float]:
-    """Feed trusted samples to the live buffer, the minute aggregates and busy hours.
+) -> UsageFacts:
+    """Feed trusted samples to the live buffer, the minute aggregates and busy time.
 
     A sample counts once (the buffer drops duplicates and out-of-order retries); a busy sample
-    adds the time since the device's previous one (at most a minute) to the leases holding the
-    device: on a shared GPU with per-process figures (``lease_util``), only to the shares whose
-    own processes are busy; without them, to every share (the whole GPU's reading). Returns
-    the busy hours per lease, for the caller to add through the writer (``Store.add_busy``).
+    (``pool.usage.busy_evidence``: utilization at or above ``busy_threshold``, or on MIG without
+    utilization a process or memory held, *estimated*) adds the time since the device's
+    previous sample (at most a minute) to the hours it falls in, for the leases holding the
+    device, divided by the lease's devices (each GPU of a multi-GPU lease counts once). On a
+    shared GPU with per-process figures (``lease_util``) only the shares whose own processes
+    are busy get it; without them, every share (the whole GPU's reading). Returns the busy time
+    per (lease, hour), for the caller to record through the writer (``Store.add_busy``).
     """
-    busy: dict[str, float] = {}
+    facts: UsageFacts = {}
     with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
         for sample in sorted(samples, key=lambda x: x.ts):
             prev = buffer.previous(sample.gpu, sample.start)
@@ -166,9 +172,15 @@ def ingest(
             if minutes is not None:
                 minutes.add(sample)
             gpu = alloc.gpus.get(sample.gpu)
-            if gpu is None or prev is None or (sample.util or 0) < busy_threshold:
+            if gpu is None or prev is None:
                 continue
-            seconds = min(sample.ts - prev.ts, 60.0)
+            evidence = busy_evidence(
+                GpuSample(sample.ts, sample.util, sample.memory_used_mib, sample.processes),
+                busy_threshold,
+            )
+            if evidence is None:
+                continue
+            seconds = min(sample.ts - prev.ts, MAX_INTERVAL)
             if sample.start is not None:
                 holders = [
                     i.lease
@@ -184,6 +196,14 @@ def ingest(
                 holders = [le for le in gpu.shares if own.get(le, 0.0) >= busy_threshold]
             else:
                 holders = list(gpu.shares)
+            end = minute_time(sample.ts)
             for lease in filter(None, holders):
-                busy[lease] = busy.get(lease, 0.0) + seconds / 3600.0
-    return busy
+                held = alloc.leases.get(lease)
+                devices = max(1, len(held.slots)) if held is not None else 1
+                add_interval(facts, lease, end, seconds, 1.0 / devices, evidence == "estimated")
+    return facts
+
+
+def minute_time(ts: float) -> datetime:
+    """An epoch timestamp as a naive UTC datetime (the store's time)."""
+    return datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None)

@@ -292,7 +292,7 @@ class PoolMetrics:
         for gauge in (self.group_held, self.group_busy, self.group_idle_share, self.group_cost):
             gauge.clear()
         for row in report["items"]:
-            group = row["group"] or NO_GROUP
+            group = NO_GROUP if row["kind"] == "no-group" else row["group"]
             self.group_held.labels(group=group).set(row["held_unit_hours"])
             self.group_busy.labels(group=group).set(row["busy_unit_hours"])
             self.group_idle_share.labels(group=group).set(row["idle_share"])

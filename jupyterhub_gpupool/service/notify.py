@@ -1,6 +1,8 @@
 """The service's ``notify_hook``: tells people about approvals (admins of a new request, the
-user of the decision) and the pool's alerts (admins: ``alert``, ``alert-resolved``, with an
-empty lease; see ``service/alerts.py``) through the same kind of hook the reclaimer calls for
+user of the decision), budgets (80 % and 100 % of a period's unit-hours: the ``lease`` is
+``{"id": "", "user" | "group": name}``) and the pool's alerts (admins: ``alert``,
+``alert-resolved``, with an empty lease; see ``service/alerts.py``) through the same kind of
+hook the reclaimer calls for
 its notices.
 
 The hook is called as ``hook(event, lease, details)``; a callable (may be async) or its import
@@ -26,6 +28,9 @@ EVENTS = {
     # the service's own alerts (service/alerts.py): ``lease`` is empty, ``details`` the alert
     "alert": "admins",
     "alert-resolved": "admins",
+    # a budget reached 80 % or 100 % of this period's unit-hours (details: subject user|group,
+    # name, level, used_unit_hours, budget, period, period_start, action)
+    "budget-warning": "user",
 }
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from ..poolconfig import PoolConfig
 from .alerting import AlertStore
 from .approvals import ApprovalStore
+from .budgets import BudgetStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .planning import PlanningStore
@@ -36,7 +37,7 @@ from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(ApprovalStore, PlanningStore, AlertStore):
+class Store(ApprovalStore, BudgetStore, PlanningStore, AlertStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

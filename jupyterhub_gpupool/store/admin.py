@@ -3,6 +3,7 @@ and the busy hours the samples add to leases."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -11,13 +12,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.errors import ConfigError
 from ..pool.model import Node, validate_node
-from ..pool.quota import QuotaSpec
+from ..pool.pricing import reconcile
+from ..pool.quota import QUOTA_FIELDS, QuotaSpec
+from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, set_quota, ts
+from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts
 from .views import ViewStore
+
+log = logging.getLogger(__name__)
 
 #: What each node action sets.
 NODE_ACTIONS = {
@@ -65,6 +71,7 @@ class AdminStore(MigStore, ViewStore):
                 row.message = f"the offer {row.offer!r} was removed from the pool"
                 self._finish(db, None, row, "cancelled", "system")
             self._load_quotas(db, config)
+            self._record_prices(db, config)
             for node in config.nodes:
                 self._upsert_node(db, node, source="config")
             self._event(
@@ -75,6 +82,45 @@ class AdminStore(MigStore, ViewStore):
             )
             db.flush()
             self._allocator = None  # offers, quotas and nodes changed: rebuild from the rows
+
+    def _record_prices(self, db: Session, config: PoolConfig) -> None:
+        """Record the config's prices over time (``pool.pricing.reconcile``): what was in force
+        before the next whole hour stays; a currency cannot change under recorded prices."""
+        rows = list(
+            db.scalars(select(orm.PriceRow).order_by(orm.PriceRow.model, orm.PriceRow.start))
+        )
+        recorded = schedules(rows)
+        currencies = {r.currency for r in rows}
+        currency = config.prices.currency if config.prices.schedule else None
+        if currencies and currency and currencies != {currency}:
+            raise ConfigError(
+                f"the recorded prices are in {', '.join(sorted(currencies))}: the currency cannot "
+                "change under them",
+                field="prices.currency",
+            )
+        wanted, ignored = reconcile(recorded, config.prices, self.clock())
+        if ignored:
+            log.warning(
+                "Prices in the pool config that would change past hours were not applied: %s",
+                "; ".join(ignored),
+            )
+        if wanted == recorded:
+            return
+        for row in rows:
+            db.delete(row)
+        db.flush()
+        for model, sched in wanted.items():
+            for start, price in sched:
+                db.add(
+                    orm.PriceRow(
+                        model=model,
+                        start=start,
+                        held=None if price is None else str(price.held),
+                        busy=None if price is None else str(price.busy),
+                        currency=currency or min(currencies, default="USD"),
+                    )
+                )
+        self._event(db, "prices-recorded", "system", data={"ignored": ignored})
 
     def _load_quotas(self, db: Session, config: PoolConfig) -> None:
         wanted: dict[tuple[str, str], QuotaSpec] = {}
@@ -213,8 +259,7 @@ class AdminStore(MigStore, ViewStore):
         (their own, the file's, or for a user the default) and store it by API."""
         with self.transaction():  # holds the pool lock: nobody changes it in between
             current = self.get_quota(kind, name)
-            fields = ("guarantee", "limit", "budget", "period", "exception")
-            merged = {k: current[k] for k in fields}
+            merged = {k: current[k] for k in QUOTA_FIELDS}
             return self.put_quota(kind, name, {**merged, **raw}, actor=actor)
 
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
@@ -249,23 +294,66 @@ class AdminStore(MigStore, ViewStore):
 
     # -- busy hours ----------------------------------------------------------------------------
 
-    def add_busy(self, hours: Mapping[str, float], *, node: str | None = None) -> None:
-        """Add busy GPU hours to live leases (from utilization samples) and note that
-        ``node``'s agent is alive; no pool lock needed, unless the node was unreachable."""
-        if not hours and node is None:
-            return
+    def add_busy(
+        self, usage: Mapping[tuple[str, datetime], BusyTime], *, node: str | None = None
+    ) -> int:
+        """Record busy time per lease and hour (``pool.usage``: from utilization samples) and
+        note that ``node``'s agent is alive; no pool lock needed, unless the node was
+        unreachable.
+
+        An hour of a closed month (``pool.usage.period_closed``) is not recorded: a finished
+        month never changes. The lease's running total (``busy_hours``, lease-hours) grows by
+        the same seconds. Returns how many (lease, hour) facts were dropped as closed.
+        """
+        if not usage and node is None:
+            return 0
+        now = self.clock()
+        facts = {k: v for k, v in usage.items() if not period_closed(k[1], now)}
+        dropped = len(usage) - len(facts)
         back = False
         with self.writing() as db:
-            if hours:
-                for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(list(hours)))):
-                    row.busy_hours += hours[row.id]
+            if facts:
+                self._record_usage(db, facts)
             if node is not None:
                 row = orm.NodeRow.find(db, node)
                 if row is not None:
-                    row.last_seen = self.clock()
+                    row.last_seen = now
                     back = row.unreachable
         if back:
             self._reachable_again(node or "")
+        return dropped
+
+    def _record_usage(self, db: Session, facts: Mapping[tuple[str, datetime], BusyTime]) -> None:
+        """Upsert (lease, hour) busy time; add each lease's seconds to its running total."""
+        per_lease: dict[str, float] = {}
+        for (lease, _), (busy, _e) in facts.items():
+            per_lease[lease] = per_lease.get(lease, 0.0) + busy
+        known = set(db.scalars(select(orm.LeaseRow.id).where(orm.LeaseRow.id.in_(list(per_lease)))))
+        keys = sorted(k for k in facts if k[0] in known)
+        if not keys:
+            return
+        if db.get_bind().dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        t = orm.LeaseUsageRow.__table__.c
+        rows = [
+            {"lease_id": k[0], "hour": k[1], "busy_seconds": facts[k][0],
+             "estimated_seconds": facts[k][1]}
+            for k in keys
+        ]  # fmt: skip
+        for i in range(0, len(rows), 200):  # well under SQLite's bound-parameter limit
+            stmt = insert(orm.LeaseUsageRow).values(rows[i : i + 200])
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[t.lease_id, t.hour],
+                set_={
+                    "busy_seconds": t.busy_seconds + stmt.excluded.busy_seconds,
+                    "estimated_seconds": t.estimated_seconds + stmt.excluded.estimated_seconds,
+                },
+            )
+            db.execute(stmt)
+        for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(sorted(known)))):
+            row.busy_hours += per_lease[row.id] / 3600.0
 
     def _reachable_again(self, name: str) -> None:
         """An unreachable node's agent reports again: it takes grants again."""

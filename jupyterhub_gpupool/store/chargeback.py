@@ -8,7 +8,7 @@ every cost follows ``pool.pricing``'s one rounding rule, so the API, the CSV dow
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -16,95 +16,109 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
-from ..pool.pricing import USAGE_COLUMNS, Prices, cents, to_hours
+from ..pool.pricing import ALWAYS, USAGE_COLUMNS, Prices, cents
+from ..pool.usage import BusyTime, LineItem, line_item
 from .errors import StoreError
-from .rows import held_hours
-from .views import ViewStore
+from .rows import schedules
+from .usagefacts import BusyTimeStore, span_of
 
 BY = ("user", "group", "offer")
+#: The row of leases charged to no group (named in every format, never an empty key).
+NO_GROUP = "(no group)"
 #: The columns of a usage row, in the CSV's order after the key column.
 COLUMNS = USAGE_COLUMNS
 
 
 def lease_figures(
-    row: orm.LeaseRow, start: datetime, end: datetime, now: datetime
-) -> tuple[Decimal, Decimal]:
-    """Unit-hours ``row`` was held and busy within [start, end) (six decimals each).
-
-    Busy hours are recorded per lease, not per minute: the range gets the share of them that
-    its held time is of the whole lease's held time.
-    """
-    held = held_hours(row, start, min(end, now))
-    span = held_hours(row, row.granted, row.released or now) if row.granted else 0.0
-    busy = row.busy_hours * (held / span) * row.units_f if span else 0.0
-    h = to_hours(held)
-    return h, min(h, to_hours(busy))
-
-
-def aggregate(
-    rows: Iterable[orm.LeaseRow],
+    row: Any,
+    busy: Mapping[datetime, BusyTime],
     start: datetime,
     end: datetime,
     now: datetime,
-    by: str,
-    prices: Prices,
-) -> list[dict[str, Any]]:
-    """One row per key of ``by``: leases, unit-hours held, busy and idle, the idle share, the
-    unit-hours of unpriced models and the cost (a string, to the cent), sorted by key."""
-    acc: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        key = getattr(row, by) or ""
-        held, busy = lease_figures(row, start, end, now)
-        a = acc.setdefault(
-            key,
-            {by: key, "leases": 0, "held": Decimal(0), "busy": Decimal(0)}
-            | {"unpriced": Decimal(0), "exact": Decimal(0)},
-        )
+) -> tuple[Decimal, Decimal]:
+    """Unit-hours ``row`` was held and busy within [start, end) (six decimals each), from its
+    busy time per hour (``pool.usage.line_item``, unpriced)."""
+    item = line_item(span_of(row), busy, start, end, now, lambda _m, _h: None)
+    return item.held, item.busy
+
+
+def aggregate(lines: Iterable[tuple[orm.LeaseRow, LineItem]], by: str) -> list[dict[str, Any]]:
+    """One row per key of ``by``: the sums of its line items (leases, unit-hours held, busy,
+    estimated and idle, unpriced, cost), sorted by key; leases charged to no group are the row
+    ``(no group)`` of kind ``no-group``, after the named ones."""
+    acc: dict[tuple[bool, str], dict[str, Any]] = {}
+    for row, item in lines:
+        key = key_of(row, by)
+        a = acc.setdefault(key, {"leases": 0} | {k: Decimal(0) for k in _SUMS})
         a["leases"] += 1
-        a["held"] += held
-        a["busy"] += busy
-        cost = prices.cost(row.model, held, busy)
-        if cost is None:
-            a["unpriced"] += held
-        else:
-            a["exact"] += cost
-    out = []
-    for key in sorted(acc):
-        a = acc[key]
-        held, busy = a["held"], a["busy"]
-        out.append(
-            {
-                by: key,
-                "leases": a["leases"],
-                "held_unit_hours": float(held),
-                "busy_unit_hours": float(busy),
-                "idle_unit_hours": float(held - busy),
-                "idle_share": round(float((held - busy) / held), 4) if held else 0.0,
-                "unpriced_unit_hours": float(a["unpriced"]),
-                "cost": str(cents(a["exact"])),
-            }
-        )
-    return out
+        a["held"] += item.held
+        a["busy"] += item.busy
+        a["estimated"] += item.estimated
+        a["unpriced"] += item.unpriced
+        a["cost"] += item.cost
+    return [
+        {by: name, "kind": "no-group" if none else by, **_figures(acc[(none, name)])}
+        for none, name in sorted(acc)
+    ]
 
 
-def totals(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """The totals of usage rows: the cost is the sum of the rows' (rounded) costs."""
-    held = sum((to_hours(r["held_unit_hours"]) for r in items), Decimal(0))
-    busy = sum((to_hours(r["busy_unit_hours"]) for r in items), Decimal(0))
+_SUMS = ("held", "busy", "estimated", "unpriced", "cost")
+
+
+def key_of(row: orm.LeaseRow, by: str) -> tuple[bool, str]:
+    """The row a lease falls in for grouping ``by``: (no group?, name); no group is named
+    :data:`NO_GROUP` (a group of that very name stays apart: its kind is ``group``)."""
+    value = getattr(row, by)
+    return (False, value) if value else (True, NO_GROUP)
+
+
+def _figures(a: Mapping[str, Any]) -> dict[str, Any]:
+    held, busy = a["held"], a["busy"]
     return {
-        "leases": sum(r["leases"] for r in items),
+        "leases": a["leases"],
         "held_unit_hours": float(held),
         "busy_unit_hours": float(busy),
+        "estimated_busy_unit_hours": float(a["estimated"]),
         "idle_unit_hours": float(held - busy),
         "idle_share": round(float((held - busy) / held), 4) if held else 0.0,
-        "unpriced_unit_hours": float(
-            sum((to_hours(r["unpriced_unit_hours"]) for r in items), Decimal(0))
-        ),
-        "cost": str(sum((Decimal(r["cost"]) for r in items), Decimal("0.00"))),
+        "unpriced_unit_hours": float(a["unpriced"]),
+        "cost": str(cents(a["cost"])),
     }
 
 
-class ChargebackStore(ViewStore):
+def totals(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The totals of usage rows: every figure is the sum of the rows' figures as shown."""
+    acc: dict[str, Any] = {"leases": sum(r["leases"] for r in items)}
+    for k, col in zip(_SUMS, _COLS, strict=True):
+        acc[k] = sum((Decimal(str(r[col])) for r in items), Decimal(0))
+    return _figures(acc)
+
+
+def prices_used(items: Iterable[LineItem]) -> list[dict[str, str]]:
+    """Each price the line items were priced at: model, when it took effect (None: since
+    always), held and busy prices (strings: exact), by model then start."""
+    seen = {(m, t): p for item in items for m, t, p in item.prices}
+    return [
+        {
+            "model": m,
+            "from": None if t == ALWAYS else t.isoformat() + "Z",
+            "held": str(p.held),
+            "busy": str(p.busy),
+        }
+        for (m, t), p in sorted(seen.items())
+    ]
+
+
+_COLS = (
+    "held_unit_hours",
+    "busy_unit_hours",
+    "estimated_busy_unit_hours",
+    "unpriced_unit_hours",
+    "cost",
+)
+
+
+class ChargebackStore(BusyTimeStore):
     """The usage report with costs, and who holds GPUs idle."""
 
     def _usage_leases(self, start: datetime, end: datetime) -> list[orm.LeaseRow]:
@@ -121,45 +135,61 @@ class ChargebackStore(ViewStore):
                 )
             )
 
+    def line_items(self, start: datetime, end: datetime) -> list[tuple[orm.LeaseRow, LineItem]]:
+        """Every lease held within [start, end) with its line item (``pool.usage``)."""
+        rows = self._usage_leases(start, end)
+        busy = self.busy_time((r.id for r in rows), start, end)
+        now, prices = self.clock(), self.prices
+        price_at = prices.price_at
+        return [
+            (r, line_item(span_of(r), busy.get(r.id, {}), start, end, now, price_at)) for r in rows
+        ]
+
     @property
     def prices(self) -> Prices:
-        """The prices of the pool config file."""
-        return self.file_config.prices
+        """The price table over time as recorded (``load_config``); the pool config file's
+        prices where none is recorded (a report on a database the service never priced)."""
+        with self.read() as db:
+            rows = list(db.scalars(select(orm.PriceRow)))
+        if not rows:
+            return self.file_config.prices
+        return Prices(rows[0].currency, schedule=schedules(rows))
 
     def usage(self, start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
         """Unit-hours held, busy and idle, and their cost, per user, group or offer within
         [start, end)."""
+        return list(self.usage_report(start, end, by)["items"])
+
+    def usage_report(self, start: datetime, end: datetime, by: str) -> dict[str, Any]:
+        """``usage`` with its totals, the currency and the prices used (the API's JSON body,
+        less the range)."""
         if by not in BY:
             raise StoreError(
                 "invalid_by", f"cannot group usage by {by!r}", field="by", allowed=list(BY)
             )
-        rows = self._usage_leases(start, end)
-        return aggregate(rows, start, end, self.clock(), by, self.prices)
-
-    def usage_report(self, start: datetime, end: datetime, by: str) -> dict[str, Any]:
-        """``usage`` with its totals and the currency (the API's JSON body, less the range)."""
-        items = self.usage(start, end, by)
-        return {"currency": self.prices.currency, "items": items, "total": totals(items)}
+        lines = self.line_items(start, end)
+        items = aggregate(lines, by)
+        return {
+            "currency": self.prices.currency,
+            "items": items,
+            "total": totals(items),
+            "prices": prices_used(item for _, item in lines),
+        }
 
     def idle_holders(self, start: datetime, end: datetime, limit: int = 10) -> list[dict[str, Any]]:
         """The users who held the most unit-hours idle within [start, end), most first: held,
         busy and idle unit-hours, the idle share and what the idle hours cost at the held
-        price."""
-        rows = self._usage_leases(start, end)
-        now = self.clock()
+        price (each lease's idle cost rounded once, as its line item)."""
         acc: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            held, busy = lease_figures(row, start, end, now)
+        for row, item in self.line_items(start, end):
             a = acc.setdefault(
                 row.user,
                 {"held": Decimal(0), "busy": Decimal(0), "idle_cost": Decimal(0), "leases": 0},
             )
-            a["held"] += held
-            a["busy"] += busy
+            a["held"] += item.held
+            a["busy"] += item.busy
             a["leases"] += 1
-            price = self.prices.models.get(row.model or "")
-            if price is not None:
-                a["idle_cost"] += (held - busy) * price.held
+            a["idle_cost"] += item.idle_cost
         ranked = sorted(acc.items(), key=lambda kv: (-(kv[1]["held"] - kv[1]["busy"]), kv[0]))
         return [
             {

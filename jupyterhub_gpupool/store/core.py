@@ -89,6 +89,7 @@ WRITES = frozenset(
         "approve",
         "deny",
         "lapse_approvals",
+        "budget_round",
         "record_refusal",
         "request_repartition",
         "cancel_repartition",

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.leases import LIVE_STATES
-from ..pool.reclaim import Reclaiming
+from ..pool.reclaim import Reclaiming, enforced_release
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
 from .errors import StoreError
@@ -54,7 +54,7 @@ ADMIN_ACTIONS = ("stop", "release-gpu")
 MAX_GRACE = 366 * 86400.0
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
 #: reclaimer, which asks the lab to save everything first).
-ENFORCED_KINDS = ("admin", "drain", "exception")
+ENFORCED_KINDS = ("admin", "drain", "exception", "budget")
 
 
 class OperateStore(PanelViews, ReclaimStore, AdminStore):
@@ -75,7 +75,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
     ) -> str:
         """Give ``row`` an admin notice (or release a grant not yet bound); what happened."""
         if row.state == "granted":
-            self._finish(db, alloc, row, "admin", actor)
+            self._finish(db, alloc, row, enforced_release(kind), actor)
             return "released"
         state = reclaim_state(row)
         rec = state.reclaiming
@@ -204,7 +204,8 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         with self.transaction() as (db, _):
             for row in self._overdue(db, overdue):
                 again = row.reclaim_acting is not None
-                row.reclaim_acting, row.reclaim_release = self.clock(), "admin"
+                release = enforced_release(row.reclaim_kind or "admin")
+                row.reclaim_acting, row.reclaim_release = self.clock(), release
                 why = (
                     f"no reclaimer carried out the {row.reclaim_kind} notice within "
                     f"{overdue:g} s of its deadline: the pool service stops the server"
@@ -219,7 +220,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
                         "action": row.reclaim_action,
                         "reason": row.reclaim_reason,
                         "deadline": ts(row.reclaim_deadline),
-                        "release_reason": "admin",
+                        "release_reason": release,
                         "enforced": why,
                         "again": again,
                     },

@@ -16,10 +16,11 @@ from sqlalchemy import String, cast, func, select
 
 from .. import orm
 from ..pool.leases import LIVE_STATES
-from ..pool.quota import QuotaSpec
+from ..pool.quota import QUOTA_FIELDS, QuotaSpec
+from ..pool.usage import line_item, unpriced
 from .poolmap import MapText
 from .rows import check_quota_kind, epoch, held_hours, ts
-from .views import ViewStore
+from .usagefacts import BusyTimeStore, span_of
 
 #: Re-partitions not finished yet.
 OPEN = ("waiting", "applying")
@@ -27,7 +28,7 @@ OPEN = ("waiting", "applying")
 _MAP_LOCK = threading.Lock()
 
 
-class PanelViews(ViewStore):
+class PanelViews(BusyTimeStore):
     """The panel's reads."""
 
     # -- the map ---------------------------------------------------------------------------
@@ -138,15 +139,17 @@ class PanelViews(ViewStore):
                     (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > first),
                 )
             ).all()
+        busy = self.busy_time((r.id for r in rows), first, now)
         for row in rows:
             assert row.granted is not None
-            span = held_hours(row, row.granted, row.released or now)
+            span = span_of(row)
             for i, day in enumerate(out):
                 start = first + timedelta(days=i)
-                held = held_hours(row, start, min(start + timedelta(days=1), now))
-                if held:
-                    day["held"] += held
-                    day["busy"] += row.busy_hours * row.units_f * (held / span) if span else 0.0
+                stop = min(start + timedelta(days=1), now)
+                if held_hours(row, start, stop):
+                    item = line_item(span, busy.get(row.id, {}), start, stop, now, unpriced)
+                    day["held"] += float(item.held)
+                    day["busy"] += float(item.busy)
         for day in out:
             day["held"], day["busy"] = round(day["held"], 3), round(day["busy"], 3)
         return out
@@ -182,7 +185,7 @@ class PanelViews(ViewStore):
         allocator's rule: a user's leases, oldest first, are within while their total fits the
         guarantee, or while their group is within its own), and how far over the limit."""
         current = self.get_quota(kind, name)
-        merged = {k: current[k] for k in ("guarantee", "limit", "budget", "period", "exception")}
+        merged = {k: current[k] for k in QUOTA_FIELDS}
         spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
         k = check_quota_kind(kind)
         with self.locked() as alloc:

@@ -226,14 +226,16 @@ class PlanningStore(ChargebackStore):
                 | {"quota": 0, "capacity": 0},
             )
 
-        for rec in self.records(start, end):
+        records = self.records(start, end)
+        busy_time = self.busy_time((r.id for r in records if r.granted), start, end)
+        for rec in records:
             if offer is not None and rec.offer != offer:
                 continue
             u = rec.units or units.get(rec.offer, 0.0)
             for day in days:
                 lo, hi = max(day, start), min(day + DAY, end)
                 if rec.granted is not None:
-                    held, busy = lease_figures(rec, lo, hi, now)  # type: ignore[arg-type]
+                    held, busy = lease_figures(rec, busy_time.get(rec.id, {}), lo, hi, now)
                     if held:
                         c = cell(rec.offer, day)
                         c["held"] += float(held)

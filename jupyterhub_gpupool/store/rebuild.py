@@ -108,6 +108,8 @@ def quota_book(db: Session, now: datetime) -> QuotaBook:
                 "budget": q.budget,
                 "period": q.period,
                 "exception": q.exception,
+                "budget_action": q.budget_action,
+                "budget_minimum": q.budget_minimum,
             },
             f"quotas.{q.kind}s.{q.name}",
         )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from .. import orm
 from ..pool.model import Offer
+from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
 from ..pool.reclaim import Reclaiming, ReclaimState
 from .errors import StoreError
@@ -121,6 +124,8 @@ def set_quota(row: orm.QuotaRow, spec: QuotaSpec) -> None:
     row.budget = None if spec.budget is None else float(spec.budget)
     row.period = spec.period
     row.exception = None if spec.exception is None else float(spec.exception)
+    row.budget_action = spec.budget_action
+    row.budget_minimum = float(spec.budget_minimum)
 
 
 def offer_spec(offer: Offer) -> dict[str, Any]:
@@ -156,3 +161,12 @@ def node_json(row: orm.NodeRow) -> dict[str, Any]:
         "gpus": len(row.gpus),
         "source": row.source,
     }
+
+
+def schedules(rows: Iterable[orm.PriceRow]) -> dict[str, Schedule]:
+    """The recorded price rows as each model's schedule (by start)."""
+    out: dict[str, list[tuple[datetime, ModelPrice | None]]] = {}
+    for r in sorted(rows, key=lambda r: (r.model, r.start)):
+        price = None if r.held is None else ModelPrice(Decimal(r.held), Decimal(r.busy or r.held))
+        out.setdefault(r.model, []).append((r.start, price))
+    return {m: tuple(s) for m, s in out.items()}

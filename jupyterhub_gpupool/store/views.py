@@ -359,7 +359,10 @@ class ViewStore(StoreCore):
                 "groups": list(groups),
                 "quota": spec.to_dict(),
                 "held_units": float(alloc.quotas.held(name)),
-                "used_unit_hours": alloc.quotas.used_hours.get(name),
+                # a budget applies: what is used (0 when nothing is); none applies: null
+                "used_unit_hours": None
+                if spec.budget is None
+                else alloc.quotas.used_hours.get(name, 0.0),
                 "leases": live,
                 "notices": notices,
             }
@@ -382,6 +385,8 @@ class ViewStore(StoreCore):
                 "budget": None,
                 "period": "month",
                 "exception": None,
+                "budget_action": "refuse",
+                "budget_minimum": 0.0,
             }
             if row is not None:
                 spec = {
@@ -390,6 +395,8 @@ class ViewStore(StoreCore):
                     "budget": row.budget,
                     "period": row.period,
                     "exception": row.exception,
+                    "budget_action": row.budget_action,
+                    "budget_minimum": row.budget_minimum,
                 }
             return {"name": name, "kind": k, "source": src, **spec}
 

@@ -33,6 +33,7 @@ pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import Page, expect
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.usage import busy_from
 from tests.fakes import HubEnv, StoreClock, make_store, request, write_pool
 
 pytestmark = [
@@ -79,7 +80,7 @@ def record_week(url: str, day0: datetime) -> None:
         for _ in leases:  # whoever is granted holds it an hour, half busy, and stops
             [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
             store.keepalive(lease["id"])
-            store.add_busy({lease["id"]: 0.5})
+            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
             clock.advance(hours=1)
             store.release(lease["id"])
         if d % 3 == 0:  # hostile names hold the A100 idle, one after another
@@ -146,6 +147,11 @@ def cells(page: Page, selector: str) -> list[list[str]]:
     )
 
 
+def hours(x: float) -> str:
+    """Unit-hours as the panel shows them: as the API has them, six decimals at most."""
+    return f"{x:.6f}".rstrip("0").rstrip(".")
+
+
 def week(today: datetime) -> dict[str, str]:
     return {
         "from": (today - timedelta(days=DAYS + 1)).date().isoformat(),
@@ -169,10 +175,10 @@ def test_usage_page_shows_the_apis_figures_and_the_csv_adds_up_to_the_cent(
     admin.wait_for_url("**by=user**")
     body = api(hub, f"usage?by=user&{urlencode(rng)}")
     shown = cells(admin, "#usage")
-    assert [r[0] for r in shown] == [i["user"] or "(none)" for i in body["items"]]
-    assert [r[7] for r in shown] == [i["cost"] for i in body["items"]]
-    assert [r[2] for r in shown] == [f"{i['held_unit_hours']:.2f}" for i in body["items"]]
-    assert [r[3] for r in shown] == [f"{i['busy_unit_hours']:.2f}" for i in body["items"]]
+    assert [r[0] for r in shown] == [i["user"] for i in body["items"]]
+    assert [r[8] for r in shown] == [i["cost"] for i in body["items"]]
+    assert [r[2] for r in shown] == [hours(i["held_unit_hours"]) for i in body["items"]]
+    assert [r[3] for r in shown] == [hours(i["busy_unit_hours"]) for i in body["items"]]
     total = admin.locator("#usage-total td.cost").inner_text()
     assert total == body["total"]["cost"] and Decimal(total) > 0
     for name in HOSTILE:  # hostile users as text, each one row

@@ -307,7 +307,8 @@ def test_success_responses_match_spec(api: Api):
 
         quota = call("admin", "GET", f"quotas/users/{user}", "/quotas/{kind}/{name}").json()
         assert quota["source"] == "default"
-        body = {"guarantee": 1, "limit": 2.5, "budget": 100, "period": "week", "exception": 4}
+        body = {"guarantee": 1, "limit": 2.5, "budget": 100, "period": "week", "exception": 4,
+                "budget_action": "stop", "budget_minimum": 5}  # fmt: skip
         put = call("admin", "PUT", f"quotas/users/{user}", "/quotas/{kind}/{name}", body).json()
         assert put == {"name": user, "kind": "user", "source": "api", **body}
         call("admin", "PUT", "quotas/groups/physics", "/quotas/{kind}/{name}", whole(guarantee=2))
@@ -385,10 +386,11 @@ def test_success_responses_match_spec(api: Api):
         assert {row["offer"] for row in usage["items"]} >= {"a100-1g"}
         csv = call("admin", "GET", "usage?format=csv&by=group", "/usage")
         assert csv.body.decode().splitlines()[0] == (
-            "group,leases,held_unit_hours,busy_unit_hours,idle_unit_hours,idle_share,"
-            "unpriced_unit_hours,cost"
+            "group,kind,leases,held_unit_hours,busy_unit_hours,estimated_busy_unit_hours,"
+            "idle_unit_hours,idle_share,unpriced_unit_hours,cost"
         )
         call("admin", "GET", "usage/idle-holders?from=0&limit=5", "/usage/idle-holders")
+        call("admin", "GET", "prices", "/prices")
         call("admin", "GET", "capacity?offer=a100-1g", "/capacity")
         # a what-if wants whole recorded days: today's requests up to the end of today
         tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).date().isoformat()

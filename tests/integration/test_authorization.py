@@ -63,6 +63,7 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST nodes/sim-a100/mig-results",        401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET usage",                              401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET usage/idle-holders",                 401,  403,  403,  403,  403,  403,  403,  403,  200),
+    ("GET prices",                             401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("GET capacity",                           401,  403,  403,  403,  403,  403,  403,  403,  200),
     # a what-if wants whole recorded days: today's hub has none (400 days, past the scopes)
     ("POST capacity/what-if",                  401,  403,  403,  403,  403,  403,  403,  403,  400),

@@ -17,6 +17,7 @@ import yaml
 
 from jupyterhub_gpupool.cli import main
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
 from jupyterhub_gpupool.simulate.whatif import Change, WhatIfError, what_if
 from jupyterhub_gpupool.store.planning import nearest_rank
@@ -46,7 +47,7 @@ def record_month(url: str, days: int = 30, *, reclaimed: bool = False):
         for _ in leases:  # the fair queue picks who is next: whoever is granted goes
             [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
             store.keepalive(lease["id"])
-            store.add_busy({lease["id"]: 0.5})
+            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
             clock.advance(hours=1)
             reason = "reclaimed-idle" if reclaimed else "stopped"
             store.release(lease["id"], reason=reason)  # the next one is granted now
@@ -295,7 +296,7 @@ def test_refusals_by_quota_and_by_capacity_are_counted_per_offer_and_day(tmp_pat
             r = api.call(who, "POST", "allocations", {"offer": offer, "server": ""})
             assert r.status in (403, 422) and r.json()["error"]["code"] == code, r.body
         clock.advance(days=1)
-        assert api.call("bob", "POST", "allocations", {"offer": "h100"}).status == 403
+        assert api.call("bob", "POST", "allocations", {"offer": "h100"}).status == 422  # quota
         r = api.call("admin", "GET", "capacity?from=2026-11-01&to=2026-11-03")
     rows = {(d["offer"], d["day"]): d for d in r.json()["items"]}
     assert rows[("h100", "2026-11-01")]["refused_by_quota"] == 2

@@ -17,6 +17,7 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.pricing import Prices, cents, parse_prices
+from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.poolconfig import parse_pool_config
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
 from jupyterhub_gpupool.store import chargeback
@@ -97,7 +98,7 @@ def hold(store, clock: StoreClock, user: str, offer: str, minutes: float, busy_h
         make_instances(store)  # the dynamic-MIG node's agent makes the instance
     store.keepalive(lease["id"])
     if busy_h:
-        store.add_busy({lease["id"]: busy_h})
+        store.add_busy(busy_from(lease["id"], clock(), busy_h))
     clock.advance(minutes=minutes)
     return store.release(lease["id"])
 
@@ -126,9 +127,15 @@ def test_busy_hours_cost_the_lower_price_and_unpriced_models_are_flagged(store, 
     assert row["busy_unit_hours"] == pytest.approx(0.5)
     assert row["idle_share"] == pytest.approx(0.5)
     assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == 0.0
+    # prices removed from the config: the past keeps its prices, the hours from now are unpriced
     store.load_config(parse_pool_config({**STORE_POOL, "prices": None}, default_catalog()))
     [row] = store.usage(start, clock(), "offer")
-    assert row["cost"] == "0.00" and row["unpriced_unit_hours"] == pytest.approx(1.0)
+    assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == 0.0
+    lease = store.allocate("alice", "", "a100-3g")
+    clock.advance(hours=2)
+    store.release(lease["id"])
+    [row] = store.usage(start, clock(), "offer")
+    assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == pytest.approx(1.0)
 
 
 def test_top_idle_holders_most_idle_first(store, clock):

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.service.metrics import NO_GROUP, PoolMetrics
 from tests.fakes import STORE_POOL, make_store
 
@@ -102,7 +103,7 @@ def test_cost_and_idle_share_per_group_are_the_usage_report(store, clock):
     clock.now = clock.now.replace(day=2)
     a = store.allocate("alice", "", "h100", group="ml", groups=["ml"])
     store.keepalive(a["id"])
-    store.add_busy({a["id"]: 0.25})
+    store.add_busy(busy_from(a["id"], store.clock(), 0.25))
     metrics = PoolMetrics(usage_refresh=0)
     clock.advance(hours=1)
     text = metrics.render(store).decode()

@@ -10,7 +10,7 @@ import pytest
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.model import offer_units, parse_offer
-from jupyterhub_gpupool.pool.quota import QUOTA_CODES, QuotaBook, QuotaSpec, Verdict
+from jupyterhub_gpupool.pool.quota import QUOTA_CODES, QUOTA_FIELDS, QuotaBook, QuotaSpec, Verdict
 
 CATALOG = default_catalog()
 A100 = CATALOG.model("A100-80GB")
@@ -311,6 +311,8 @@ def test_parse_valid_quota_with_exact_units():
         "budget": None,
         "period": "month",
         "exception": None,
+        "budget_action": "refuse",
+        "budget_minimum": 0.0,
     }
 
 
@@ -358,7 +360,8 @@ def test_parse_rejects_unknown_fields_naming_them():
         QuotaSpec.parse({"limt": 1, "guarantee": 0})
     assert info.value.field == "quota"
     assert "limt" in str(info.value)
-    assert info.value.allowed == ["budget", "exception", "guarantee", "limit", "period"]
+    assert info.value.allowed == sorted(QUOTA_FIELDS)
+    assert {"budget_action", "budget_minimum", "limit"} <= set(info.value.allowed)
 
 
 def test_parse_rejects_a_non_mapping():
@@ -387,3 +390,52 @@ def test_quota_codes_are_the_documented_set():
         "budget_exhausted",
         "not_in_group",
     }
+
+
+# -- budgets that mean something (issue 32) ------------------------------------------------------
+
+
+def test_a_grant_never_starts_with_less_budget_left_than_the_minimum():
+    # 9.98 of 10 unit-hours used: with a minimum of 0.5 left, no new grant (the issue's second
+    # lease granted at 9.98 of 10); without one, 0.02 left is still room
+    spec = {"guarantee": 0, "limit": 4, "budget": 10, "budget_minimum": 0.5}
+    book = QuotaBook(users={"alice": QuotaSpec.parse(spec)})
+    book.used_hours["alice"] = 9.98
+    verdict = book.check("alice", [], Fraction(1))
+    assert (verdict.ok, verdict.code) == (False, "budget_exhausted")
+    book.used_hours["alice"] = 9.4
+    assert book.check("alice", [], Fraction(1)).ok
+    lax = QuotaBook(users={"alice": QuotaSpec.parse({**spec, "budget_minimum": 0})})
+    lax.used_hours["alice"] = 9.98
+    assert lax.check("alice", [], Fraction(1)).ok
+    lax.used_hours["alice"] = 10.0
+    assert lax.check("alice", [], Fraction(1)).code == "budget_exhausted"
+
+
+@pytest.mark.parametrize(
+    ("action", "refused"), [("refuse", True), ("stop", True), ("notify", False)]
+)
+def test_budget_actions_refuse_stop_or_only_notify(action, refused):
+    spec = QuotaSpec.parse({"limit": 4, "budget": 10, "budget_action": action})
+    assert spec.budget_action == action
+    book = QuotaBook(users={"alice": spec}, groups={"ml": spec})
+    book.used_hours.update({"alice": 12.0})
+    assert (book.check("alice", [], Fraction(1)).code == "budget_exhausted") is refused
+    book.used_hours = {"group:ml": 12.0}
+    verdict = book.check("bob", ["ml"], Fraction(1), "ml")
+    assert (verdict.code == "budget_exhausted") is refused
+    assert QuotaSpec.parse({}).budget_action == "refuse"  # the documented default
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"budget": 10, "budget_action": "warn"}, "quota.budget_action"),
+        ({"budget": 1, "budget_minimum": 2}, "quota.budget_minimum"),
+        ({"budget": 1, "budget_minimum": -1}, "quota.budget_minimum"),
+    ],
+)
+def test_bad_budget_fields_are_refused_naming_the_field(raw, field):
+    with pytest.raises(ConfigError) as info:
+        QuotaSpec.parse(raw)
+    assert info.value.field == field

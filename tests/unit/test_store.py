@@ -206,6 +206,8 @@ def test_quota_reset_returns_to_the_file(db_url, clock):
         "budget": None,
         "period": "month",
         "exception": None,
+        "budget_action": "refuse",
+        "budget_minimum": 0.0,
     }
     assert store.reset_quota("users", "bob")["source"] == "none"
     assert store.allocate("bob", "", "h100")["state"] == "granted"  # bob's limit 0 is gone
@@ -304,6 +306,7 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
         },
     }
     store = make_store(db_url, clock, pool)
+    assert store.user("alice")["used_unit_hours"] == 0  # nothing used reads 0, not null
     first = store.allocate("alice", "a", "h100")  # 1 unit
     store.keepalive(first["id"])
     clock.advance(minutes=90)
@@ -313,8 +316,9 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
     clock.advance(minutes=45)  # 2.25 hours used by the H100 alone
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "c", "a100-1g")
-    assert (status_of(e.value), e.value.code) == (403, "budget_exhausted")
+    assert (status_of(e.value), e.value.code) == (422, "budget_exhausted")  # as every quota's
     assert store.user("alice")["used_unit_hours"] == pytest.approx(2.25)
+    assert store.user("bob")["used_unit_hours"] is None  # no budget applies to him
     assert store.allocate("bob", "", "a100-1g")["state"] == "granted"  # others are unaffected
     # a new day, a new budget
     store.release(first["id"])

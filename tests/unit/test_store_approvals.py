@@ -206,6 +206,37 @@ def test_approved_time_gives_a_notice_then_the_round_ends_the_lease_lapsed(store
     assert done["state"] == "released" and done["release_reason"] == "lapsed"
 
 
+def test_a_lapse_carried_out_by_the_service_itself_is_lapsed(store, clock):
+    """No reclaimer running: the service enforces the overdue exception notice, and the lease
+    is released ``lapsed`` as the reclaimer would have (not ``admin``)."""
+    ask = store.allocate("alice", "", "h100x2", reason="deadline", duration=HOUR)
+    lease = store.keepalive(store.approve(ask["id"])["id"])
+    clock.advance(seconds=HOUR - 600)
+    assert store.lapse_approvals() == (1, 0)
+    clock.advance(seconds=600 + 121)  # the deadline, then the enforcement bound
+    [claimed] = store.enforce_notices(120, actor="service:gpupool")
+    assert (claimed["lease"], claimed["kind"]) == (lease["id"], "exception")
+    done = store.notice_enforced(lease["id"], True, actor="service:gpupool")
+    assert done["state"] == "released" and done["release_reason"] == "lapsed"
+    items, _ = store.events(lease=lease["id"], kind="reclaim-acting")
+    assert items[-1]["data"]["release_reason"] == "lapsed"
+
+
+def test_an_approved_exception_is_never_borrowed(store, clock):
+    """Beyond its owner's guarantee, yet not borrowed: granted so, and still so after another
+    lease of the owner ends and the flags are derived again."""
+    first = store.allocate("alice", "", "h100")  # alice: guarantee 1, limit 1, exception 2
+    assert first["borrowed"] is False
+    ask = store.allocate("alice", "x", "h100", reason="deadline", duration=HOUR)
+    assert ask["state"] == "awaiting_approval"
+    granted = store.approve(ask["id"])
+    assert granted["state"] == "granted" and granted["borrowed"] is False
+    store.release(first["id"])  # a release derives the owner's flags again
+    assert store.lease(granted["id"])["borrowed"] is False
+    store.put_quota("users", "alice", {"guarantee": 0, "limit": 1, "exception": 2})
+    assert store.lease(granted["id"])["borrowed"] is False  # so does a quota change
+
+
 def test_a_notice_always_comes_first_even_when_housekeeping_was_late(store, clock):
     ask = store.allocate("alice", "", "h100x2", reason="deadline", duration=HOUR)
     lease = store.keepalive(store.approve(ask["id"])["id"])

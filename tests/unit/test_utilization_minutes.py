@@ -165,6 +165,14 @@ def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_f
     assert all(r["util_mean"] is not None for r in rows)
 
 
+def per_lease(facts):
+    """Busy hours per lease of ``ingest``'s (lease, hour) facts."""
+    out = {}
+    for (lease, _), (busy, _) in facts.items():
+        out[lease] = out.get(lease, 0.0) + busy / 3600
+    return out
+
+
 def test_busy_hours_of_shares_follow_their_own_processes(sqlite_url, demo_pool_file):
     """Two quarters of one T4: with per-process figures only the share that computes gets busy
     hours; a sample without them (older GPU, untrusted) counts for both, as the reclaimer's
@@ -180,9 +188,11 @@ def test_busy_hours_of_shares_follow_their_own_processes(sqlite_url, demo_pool_f
     own = ((busy_share["id"], 60.0), (idle_share["id"], 0.0))
     buffer = UtilizationBuffer()
     batch = [Sample(T0 + t, gpu, None, 60.0, 0, lease_util=own) for t in (0, 30)]
-    assert ingest(store, buffer, batch, 5.0) == {busy_share["id"]: pytest.approx(30 / 3600)}
+    assert per_lease(ingest(store, buffer, batch, 5.0)) == {
+        busy_share["id"]: pytest.approx(30 / 3600)
+    }
     fallback = [Sample(T0 + 60, gpu, None, 60.0, 0)]
-    assert ingest(store, buffer, fallback, 5.0) == {
+    assert per_lease(ingest(store, buffer, fallback, 5.0)) == {
         busy_share["id"]: pytest.approx(30 / 3600),
         idle_share["id"]: pytest.approx(30 / 3600),
     }
@@ -197,7 +207,7 @@ def test_ingest_counts_a_retried_sample_once(sqlite_url, demo_pool_file):
     gpu = lease["slots"][0]["gpu"]
     buffer, minutes = UtilizationBuffer(), MinuteAggregator()
     batch = [s(T0, 50.0, gpu=gpu), s(T0 + 30, 50.0, gpu=gpu)]
-    busy = ingest(store, buffer, batch, 5.0, minutes)
+    busy = per_lease(ingest(store, buffer, batch, 5.0, minutes))
     assert busy == {lease["id"]: pytest.approx(30 / 3600)}
     assert ingest(store, buffer, batch, 5.0, minutes) == {}  # an agent's retry
     assert minutes.pending[(gpu, -1, M0)].samples == 2

@@ -35,6 +35,8 @@ class QuotaHandler(APIHandler):
                 "budget": ((int, float, type(None)), True),
                 "period": (str, True),
                 "exception": ((int, float, type(None)), False),
+                "budget_action": (str, False),
+                "budget_minimum": ((int, float), False),
             }
         )
         actor = self.identity.describe()
@@ -52,6 +54,8 @@ class QuotaHandler(APIHandler):
                 "budget": ((int, float, type(None)), False),
                 "period": (str, False),
                 "exception": ((int, float, type(None)), False),
+                "budget_action": (str, False),
+                "budget_minimum": ((int, float), False),
             }
         )
         actor = self.identity.describe()
@@ -131,7 +135,7 @@ class UsageHandler(APIHandler):
             )
             return
         out = io.StringIO()
-        writer = csv.DictWriter(out, [by, *USAGE_COLUMNS], lineterminator="\n")
+        writer = csv.DictWriter(out, [by, "kind", *USAGE_COLUMNS], lineterminator="\n")
         writer.writeheader()
         writer.writerows(report["items"])
         self.set_header("Content-Type", "text/csv; charset=utf-8")
@@ -163,6 +167,17 @@ class IdleHoldersHandler(APIHandler):
                 "items": items,
             }
         )
+
+
+class PricesHandler(APIHandler):
+    """``GET prices``: the price table over time (each model's prices with their effective
+    starts), as recorded from the pool config."""
+
+    route_name = "prices"
+
+    @needs("admin", "read prices")
+    def get(self) -> None:
+        self.write_json(self.store.prices.to_json())
 
 
 class EventsHandler(APIHandler):
@@ -200,5 +215,6 @@ default_handlers = [
     (r"nodes/([^/]+)/(cordon|uncordon|drain)", NodeActionHandler),
     (r"usage", UsageHandler),
     (r"usage/idle-holders", IdleHoldersHandler),
+    (r"prices", PricesHandler),
     (r"events", EventsHandler),
 ]

@@ -161,7 +161,7 @@ class SamplesHandler(APIHandler):
         self.write_json(
             {
                 "accepted": len(samples),
-                "busy_leases": len(busy),
+                "busy_leases": len({lease for lease, _ in busy}),
                 "mig_plan": self.store.mig_plan(name),
             }
         )

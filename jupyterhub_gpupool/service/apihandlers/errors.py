@@ -27,8 +27,6 @@ STATUS: dict[str, int] = {
     "unauthorized": 401,
     "forbidden": 403,
     "offer_not_allowed": 403,
-    "no_quota": 403,
-    "budget_exhausted": 403,
     "not_in_group": 403,
     # 404/405
     "not_found": 404,
@@ -66,6 +64,9 @@ STATUS: dict[str, int] = {
     "cluster_not_served": 422,
     "unknown_cluster": 422,
     "exceeds_node_size": 422,
+    # every refusal by a quota is 422 (the request is well formed; the quota does not allow it)
+    "no_quota": 422,
+    "budget_exhausted": 422,
     "exceeds_limit": 422,
     "exceeds_exception_ceiling": 422,
     "same_offer": 422,

@@ -204,6 +204,8 @@ class QuotaPreviewHandler(APIHandler):
                 "budget": ((int, float, type(None)), False),
                 "period": (str, False),
                 "exception": ((int, float, type(None)), False),
+                "budget_action": (str, False),
+                "budget_minimum": ((int, float), False),
             }
         )
         self.write_json(self.store.quota_effect(kind, name, body))

@@ -94,6 +94,7 @@ class UsagePage(RangePage):
             error=error,
             csv_query=urlencode({**query, "format": "csv"}),
             usage_json=json.dumps(report["items"]),
+            price_table=self.store.prices.to_json(),
         )
 
 
