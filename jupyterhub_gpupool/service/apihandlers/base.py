@@ -172,8 +172,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def check_xsrf_cookie(self) -> None:
-        """Token-authenticated API calls need no XSRF token; cookie calls do."""
-        if self.request.headers.get("Authorization"):
+        """The XSRF check is skipped only for a request that a token actually authenticated
+        (``HubAuth`` sets ``_token_authenticated`` after the hub accepted the header's token),
+        as JupyterHub's own handlers do. An ``Authorization`` header alone is not enough: a
+        browser behind a Basic-auth (or Negotiate) proxy attaches one by itself, to
+        cross-site forms too, so a cookie call with any other header still needs the token."""
+        if getattr(self, "_token_authenticated", False):
             return
         super().check_xsrf_cookie()
 
