@@ -115,7 +115,12 @@ _DECLARED = (
     Code("unknown_server", "The request names a server the hub does not know for that user."),
     Code("not_live", "The lease is queued or released."),
     Code("not_ready", "The grant waits for its MIG instance; bind it once the lease is ready."),
-    Code("resize_pending", "The lease already has a resize pending."),
+    Code("resize_pending", "The lease already has a resize pending (one target per lease)."),
+    Code(
+        "resize_target",
+        "The lease is itself the target of a pending resize: resize the lease it replaces, or "
+        "wait until this one is bound.",
+    ),
     Code(
         "extension_limit",
         "A keepalive on a reclaim notice after every extension the policy allows was used.",

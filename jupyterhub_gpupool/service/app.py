@@ -569,7 +569,7 @@ class PoolService(StrictCommandLine):
             utilization=self.utilization,
             minutes=self.minutes,
             writer=self.writer,
-            restarts=Restarts(self.store, self.hub, log=self.log),
+            restarts=Restarts(self.store, self.hub, log=self.log, writer=self.writer),
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,

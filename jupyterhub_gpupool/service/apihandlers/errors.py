@@ -40,6 +40,7 @@ STATUS: dict[str, int] = {
     "not_live": 409,
     "not_ready": 409,
     "resize_pending": 409,
+    "resize_target": 409,
     "extension_limit": 409,
     "not_extendable": 409,
     "reclaim_in_progress": 409,
