@@ -52,13 +52,9 @@ _DECLARED = (
     Code("not_found", "No such lease, node, quota kind or endpoint (or not yours to see)."),
     Code(
         "unknown_offer",
-        "No offer of that name.",
+        "No offer of that name that the caller may use (an offer for groups the caller is not "
+        "in is answered the same; `allowed` lists only the caller's offers).",
         spawn="There is no GPU offer called {offer!r} (any more).",
-    ),
-    Code(
-        "offer_not_allowed",
-        "The offer is for other groups.",
-        spawn="The GPU offer {offer!r} is not for you: {message}.",
     ),
     Code("no_such_hardware", "No GPU in the pool can ever serve the offer."),
     Code(

@@ -26,7 +26,6 @@ STATUS: dict[str, int] = {
     # 401/403: who is asking
     "unauthorized": 401,
     "forbidden": 403,
-    "offer_not_allowed": 403,
     "no_quota": 403,
     "budget_exhausted": 403,
     "not_in_group": 403,
