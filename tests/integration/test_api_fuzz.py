@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import re
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from schemathesis.core import NOT_SET
 from schemathesis.core.failures import Failure, FailureGroup
@@ -437,3 +439,65 @@ def test_stateful_phase(fuzz: Fuzz, monkeypatch: pytest.MonkeyPatch):
         ("PUT /quotas/{kind}/{name}", 200),
     ]:
         assert wanted in reached, f"the scenarios never got {wanted}: {sorted(reached)}"
+
+
+#: The HTML pages (relative to the service prefix) and the query arguments each reads.
+PAGES = {
+    "": ("kept", "refused"),
+    "admin/": (),
+    "admin/leases": (),
+    "admin/nodes": (),
+    "admin/quotas": (),
+    "admin/audit": ("page", "user", "lease", "kind", "from", "to"),
+    "admin/approvals": (),
+    "admin/usage": ("from", "to", "by"),
+    "admin/capacity": ("from", "to", "offer"),
+    "admin/what-if": (),
+}
+#: What a query argument may be: numbers of every size and sign (the database's integers end
+#: at 2**63), times, words, control and bidirectional characters.
+QUERY_VALUES = st.one_of(
+    st.integers().map(str),
+    st.integers(min_value=10**15, max_value=10**40).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(["", "-1", "0", "1e308", "1_000", "\u0661", "2026-03-02", "9999-12-31T23:59"]),
+    st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40),
+)
+
+
+def test_html_pages(fuzz: Fuzz):
+    """Every HTML page with drawn query arguments (huge and negative numbers, times, any
+    text), with an admin's token: an answer of 200, or 400 with a page saying what is wrong;
+    never a 5xx, never anything but HTML."""
+    prefix = f"{fuzz.env.hub_url}{fuzz.env.service_prefix}"
+    token = fuzz.token("admin")
+    seen: Counter[int] = Counter()
+
+    @settings(
+        max_examples=EXAMPLES * 4,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        path=st.sampled_from(sorted(PAGES)),
+        values=st.lists(QUERY_VALUES, min_size=6, max_size=6),
+    )
+    def fuzz_page(path: str, values: list[str]) -> None:
+        query = dict(zip(PAGES[path], values, strict=False))
+        url = prefix + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        r = request("GET", url, token)
+        seen[r.status] += 1
+        assert r.status in (200, 400), (url, r.status, r.body[:300])
+        kind = {k.lower(): v for k, v in r.headers.items()}.get("content-type", "")
+        assert kind.startswith("text/html"), (url, r.headers)
+        if r.status == 400:
+            assert b"must be" in r.body or b"is not" in r.body, (url, r.body[:300])
+
+    # the cases the outside probe found, then the drawn ones
+    for huge in ("999999999999999999999999999999", "-5", "0", "1" * 5000):
+        r = request("GET", f"{prefix}admin/audit?page={huge}", token)
+        assert r.status == 400 and b"page must be a whole number" in r.body, (huge, r.status)
+    fuzz_page()
+    assert seen[200] > 0 and seen[400] > 0, seen

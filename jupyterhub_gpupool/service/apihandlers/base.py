@@ -308,10 +308,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         raw = self.get_argument(name, None)
         if raw is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise APIError("invalid_argument", f"{name} must be an integer", field=name) from None
+        # ASCII digits only, and few enough of them (int() takes "1_0", "١", 4,300 digits)
+        digits = raw.strip()
+        if len(digits) > 20 or not digits.isascii() or not digits.lstrip("-").isdigit():
+            raise APIError("invalid_argument", f"{name} must be an integer", field=name)
+        value = int(digits)
         if not low <= value <= high:
             raise APIError(
                 "invalid_argument", f"{name} must be between {low} and {high}", field=name

@@ -114,6 +114,20 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Referrer-Policy", "same-origin")
         self.set_header("Content-Security-Policy", CSP)
 
+    def int_arg(self, name: str, default: int, *, low: int, high: int) -> int:
+        """An integer query argument within [low, high]; anything else is a 400 page saying
+        so (like the API's ``int_arg``: never a 500 for a number the database cannot take)."""
+        raw = self.get_argument(name, None)
+        if raw is None or raw.strip() == "":
+            return default
+        raw = raw.strip()
+        if len(raw) > 12 or not raw.isascii() or not raw.lstrip("-").isdigit():
+            raise web.HTTPError(400, f"{name} must be a whole number from {low} to {high}")
+        value = int(raw)
+        if not low <= value <= high:
+            raise web.HTTPError(400, f"{name} must be a whole number from {low} to {high}")
+        return value
+
     def render_page(self, template: str, **context: Any) -> None:
         """Render ``template`` with what every page needs (links, the XSRF token, the user)."""
         hub = self.hub_auth.hub_prefix
