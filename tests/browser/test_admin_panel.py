@@ -12,6 +12,7 @@ shown as text on every page and never run; the map is walked with the keyboard a
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from collections.abc import Iterator
@@ -426,6 +427,54 @@ def test_an_admin_edits_a_quota_after_seeing_its_effect(hub: HubEnv, admin: Page
     shoot(admin, "admin-audit", full=True)
     request("DELETE", f"{hub.api}/quotas/users/bob", hub.token("admin"))
     request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+#: Quotas the round-trip test edits: every field set (an exception ceiling, a budget, a period
+#: other than the default), and every nullable one null.
+ROUND_TRIP = {
+    ("users", "round-trip"): {
+        "guarantee": 0.3,
+        "limit": 2.5,
+        "budget": 123.25,
+        "period": "week",
+        "exception": 6,
+    },
+    ("groups", "nulls"): {
+        "guarantee": 0,
+        "limit": None,
+        "budget": None,
+        "period": "day",
+        "exception": None,
+    },
+}
+
+
+def test_the_quota_form_saves_back_exactly_what_it_loaded(hub: HubEnv, admin: Page) -> None:
+    """Edit, then Save without a change: the quota (as the API answers it) is byte-identical,
+    the exception ceiling included (the form once sent four fields and lost it)."""
+    token = hub.token("admin")
+    for (kind, name), quota in ROUND_TRIP.items():
+        r = request("PUT", f"{hub.api}/quotas/{kind}/{name}", token, quota)
+        assert r.status == 200, r.body
+        before = request("GET", f"{hub.api}/quotas/{kind}/{name}", token).body
+        assert before == r.body
+        admin.goto(prefix(hub) + "admin/quotas")
+        row = admin.locator(f'#quotas tr[data-kind="{kind}"][data-name="{name}"]')
+        if quota["exception"] is not None:
+            expect(row).to_contain_text("6")  # the table shows the ceiling too
+        row.locator('[data-action="edit-quota"]').click()
+        form = admin.locator("#quota-form")
+        expect(form).to_have_attribute("data-loaded", f"{kind}/{name}")
+        shown = "" if quota["exception"] is None else str(quota["exception"])
+        assert form.locator('[name="exception"]').input_value() == shown
+        with admin.expect_request(lambda q: q.method == "PUT") as sent:
+            admin.click("#quota-save")
+        expect(admin.locator("#gpupool-status")).to_contain_text(f"Saved the quota of {name}")
+        after = request("GET", f"{hub.api}/quotas/{kind}/{name}", token).body
+        assert after == before, (before, after)
+        # what the form sent: every field the API takes, as loaded
+        assert json.loads(sent.value.post_data) == quota
+        request("DELETE", f"{hub.api}/quotas/{kind}/{name}", token)
 
 
 #: Every admin API action, as the panel's script would send it (cookie auth + XSRF header).

@@ -325,13 +325,8 @@
           if (!v) return;
           return act("Cancel", () => api("DELETE", `repartitions/${encodeURIComponent(b.dataset.id)}`));
         }
-        case "edit-quota": {
-          const form = document.getElementById("quota-form");
-          for (const k of ["kind", "name", "guarantee", "limit", "budget", "period"]) form.elements[k].value = b.dataset[k] ?? "";
-          document.getElementById("quota-form-title").textContent = `Edit the quota of ${b.dataset.name}`;
-          form.elements.guarantee.focus();
-          return;
-        }
+        case "edit-quota":
+          return editQuota(b.dataset.kind, b.dataset.name);
       }
     });
   }
@@ -403,6 +398,39 @@
 
   // -- quotas ------------------------------------------------------------------------------
 
+  /* The edit form round-trips every field of the quota it edits: "Edit" loads the quota as the
+   * API answers it (GET), the form shows the fields it has inputs for, and "Save" sends the
+   * loaded quota's every field with the inputs' values over them. A field the form has no
+   * input for (one added later) is sent back as it was, never dropped; only what the API
+   * answers and does not take (QUOTA_READ_ONLY) stays out of the PUT. */
+  const QUOTA_READ_ONLY = new Set(["name", "kind", "source"]);
+  const QUOTA_INPUTS = ["guarantee", "limit", "budget", "period", "exception"];
+  let quotaLoaded = null; // {kind, name, quota}: what "Edit" loaded
+
+  function setQuotaInputs(form, quota) {
+    for (const k of QUOTA_INPUTS) {
+      const input = form.elements[k];
+      if (!input) continue;
+      const value = quota[k] === null || quota[k] === undefined ? "" : String(quota[k]);
+      if (input.tagName === "SELECT" && value && ![...input.options].some((o) => o.value === value)) {
+        input.append(el("option", { text: value })); // a period the form does not list: kept
+      }
+      input.value = value;
+    }
+  }
+
+  async function editQuota(kind, name) {
+    const form = document.getElementById("quota-form");
+    const quota = await api("GET", `quotas/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`);
+    form.elements.kind.value = kind;
+    form.elements.name.value = name;
+    setQuotaInputs(form, quota);
+    quotaLoaded = { kind, name, quota };
+    document.getElementById("quota-form-title").textContent = `Edit the quota of ${name}`;
+    form.dataset.loaded = `${kind}/${name}`; // the form is ready (tests wait on it)
+    form.elements.guarantee.focus();
+  }
+
   function quotaForm() {
     const form = document.getElementById("quota-form");
     if (!form) return;
@@ -410,7 +438,12 @@
     const error = document.getElementById("quota-error");
     const body = () => {
       const num = (name) => (form.elements[name].value === "" ? null : Number(form.elements[name].value));
-      return { guarantee: num("guarantee") ?? 0, limit: num("limit"), budget: num("budget"), period: form.elements.period.value };
+      const same = quotaLoaded && quotaLoaded.kind === form.elements.kind.value && quotaLoaded.name === form.elements.name.value;
+      const out = {};
+      if (same) {
+        for (const [k, v] of Object.entries(quotaLoaded.quota)) if (!QUOTA_READ_ONLY.has(k)) out[k] = v;
+      }
+      return { ...out, guarantee: num("guarantee") ?? 0, limit: num("limit"), budget: num("budget"), period: form.elements.period.value, exception: num("exception") };
     };
     const where = () => `quotas/${encodeURIComponent(form.elements.kind.value)}/${encodeURIComponent(form.elements.name.value)}`;
     const fail = (e) => {
