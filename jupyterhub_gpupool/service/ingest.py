@@ -113,6 +113,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         index = raw.get("index", i)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
             raise _bad(f"{where}.index", "must be an integer")
+        if any(g.index == index for g in gpus):  # NVML numbers a node's GPUs 0, 1, 2, …
+            raise _bad(f"{where}.index", f"GPU index {index} appears twice on this node")
         gpus.append(
             Gpu(
                 uuid,

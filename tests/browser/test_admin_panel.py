@@ -30,6 +30,7 @@ from playwright.sync_api import Page, expect
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid
+from jupyterhub_gpupool.service.pages.base import BIDI_CONTROLS, shown
 from tests.fakes import HubEnv, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -177,7 +178,7 @@ def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
         text = admin.locator("main").inner_text()
         if path in ("admin/leases", "admin/quotas"):
             for name in HOSTILE_USERS:
-                assert name in text, f"{path}: {name!r} not shown as text"
+                assert shown(name) in text, f"{path}: {name!r} not shown as text"
         if path == "admin/leases":
             assert LONG[-200:] in text  # the offer's 10 kB display name, as text
     # the map's own detail line names a hostile holder as text
@@ -186,6 +187,57 @@ def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
     admin.locator("#pool-map .slice.busy, #pool-map .slice.idle").first.focus()
     expect(admin.locator("#map-detail")).to_contain_text("held by")
     no_markup_ran(admin)
+    for le in made:
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+#: Every page, the user page included.
+ALL_PAGES = ("", *ADMIN_PAGES, "admin/approvals", "admin/usage", "admin/capacity", "admin/what-if")
+
+
+def test_bidi_controls_are_shown_on_every_page_never_obeyed(hub: HubEnv, admin: Page) -> None:
+    """A user, a server, a group and a reclaim reason carrying U+202E: no page (nor its
+    script's text, labels and titles) holds a raw bidirectional control; each is shown as
+    ``[U+202E]``, and what a script sends back (the quota edit) still names the exact object."""
+    token = hub.token("admin")
+    made = [lease(hub, RTL, "t4-quarter", f"{RTL}-srv"), lease(hub, "admin", "t4-quarter", RTL)]
+    r = request(
+        "POST",
+        f"{hub.api}/allocations/{made[1]['id']}/reclaim",
+        token,
+        {"reason": f"idle {RTL} for hours", "grace": 3600},
+    )
+    assert r.status == 200, r.body
+    r = request(
+        "PUT",
+        f"{hub.api}/quotas/groups/{quote(RTL, safe='')}",
+        token,
+        {"guarantee": 1, "limit": 2, "budget": None, "period": "month", "exception": 3},
+    )
+    assert r.status == 200, r.body
+    readable = """() => [document.body.innerText, document.title,
+        ...[...document.querySelectorAll('[aria-label],[title],[alt],[placeholder]')].map(
+            (e) => ['aria-label', 'title', 'alt', 'placeholder'].map(
+                (a) => e.getAttribute(a) || '').join(' '))].join('\\n')"""
+    for path in ALL_PAGES:
+        admin.goto(prefix(hub) + path)
+        if path == "admin/":
+            expect(admin.locator("#pool-map .slice").first).to_be_visible()
+        text = admin.evaluate(readable)
+        assert not BIDI_CONTROLS.search(text), (path, BIDI_CONTROLS.findall(text))
+        if path in ("", "admin/leases", "admin/quotas"):
+            assert shown(RTL) in text, (path, text[:500])
+    # the user page's notice names the reason, shown
+    admin.goto(prefix(hub))
+    expect(admin.locator("main")).to_contain_text(f"idle {shown(RTL)} for hours")
+    # the quota edit still loads and saves the exact group (its name in the attribute exact)
+    admin.goto(prefix(hub) + "admin/quotas")
+    admin.locator(
+        f'#quotas tr[data-kind="groups"][data-name="{RTL}"] [data-action="edit-quota"]'
+    ).click()
+    expect(admin.locator("#quota-form")).to_have_attribute("data-loaded", f"groups/{RTL}")
+    expect(admin.locator("#quota-form-title")).to_have_text(f"Edit the quota of {shown(RTL)}")
+    request("DELETE", f"{hub.api}/quotas/groups/{quote(RTL, safe='')}", token)
     for le in made:
         request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
 
@@ -241,12 +293,12 @@ def test_hostile_node_names_and_labels_are_text_on_every_page(hub: HubEnv, admin
     headings = admin.eval_on_selector_all(
         "#pool-map li.node > h4", "els => els.map(e => e.textContent)"
     )
-    for name in HOSTILE_NODES:
+    for name in map(shown, HOSTILE_NODES):  # bidi controls shown, not obeyed
         assert any(h == name or h.startswith(name + " (") for h in headings), (name, headings)
     for i, name in enumerate(HOSTILE_NODES):
         admin.locator(f'#pool-map .slice[data-gpu="GPU-hostile-node-{i}"]').first.hover()
-        model = shown_model(HOSTILE_NODES[-1 - i])
-        expect(admin.locator("#map-detail")).to_contain_text(f"{name} · GPU 0 · {model}")
+        model = shown(shown_model(HOSTILE_NODES[-1 - i]))
+        expect(admin.locator("#map-detail")).to_contain_text(f"{shown(name)} · GPU 0 · {model}")
     assert "49" not in " ".join(headings)  # {{7*7}} is not a template anywhere
     no_markup_ran(admin)
     # the nodes page: each a row, shown as text; cordon one with its own button
@@ -254,8 +306,8 @@ def test_hostile_node_names_and_labels_are_text_on_every_page(hub: HubEnv, admin
     names = admin.eval_on_selector_all("td.name", "els => els.map(e => e.textContent)")
     gpus = admin.eval_on_selector_all("ul.gpus > li", "els => els.map(e => e.textContent)")
     for name in HOSTILE_NODES:
-        assert name in names, (name, names)
-        assert any(f"GPU 0 · {shown_model(name)}" in g for g in gpus), (name, gpus)
+        assert shown(name) in names, (name, names)
+        assert any(f"GPU 0 · {shown(shown_model(name))}" in g for g in gpus), (name, gpus)
     assert "49" not in names and not any("GPU 0 · 49" in g for g in gpus)
     no_markup_ran(admin)
     row = admin.locator("tr", has=admin.locator("td.name", has_text=TEMPLATE))

@@ -108,9 +108,9 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     (
         "PUT /nodes/{name}/inventory",
         "invalid_field",
-        r"gpus\[\d+\]\.uuid",
+        r"gpus\[\d+\]\.(uuid|index)",
         ".*appears twice.*",
-    ): "uniqueItems cannot say 'unique by uuid'",
+    ): "uniqueItems cannot say 'unique by uuid' (or by index)",
     ("PUT /nodes/{name}/inventory", "invalid_field", r"labels\..*", ".*"): "a label key empty "
     "or over 255 characters: OpenAPI 3.0 has no propertyNames",
     ("GET /usage", "invalid_range", "to", ".*"): "`to` not after `from`: a relation between "
@@ -146,6 +146,9 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("GET /offers", "unknown_cluster", "cluster", ".*"): "the clusters are the pool's config",
     ("POST /allocations", "unknown_cluster", "clusters", ".*"): "the pool's config",
     ("PUT /nodes/{name}/inventory", "unknown_cluster", "cluster", ".*"): "the pool's config",
+    ("POST /capacity/what-if", "invalid_argument", "until", ".*(future|first recorded).*"): (
+        "the range must lie within what was recorded: relative to the pool's clock and records"
+    ),
     ("POST /capacity/what-if", "invalid_argument", "days", ".*days of recorded.*"): "how many "
     "days the database has recorded",
     ("POST /capacity/what-if", "invalid_argument", r"(add|remove|mig_layout|reclaim)\b.*", ".*"): (

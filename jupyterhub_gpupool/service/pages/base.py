@@ -11,12 +11,14 @@ service prefix, so the pages work under any hub base URL.
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
+from markupsafe import Markup
 from tornado import web
 
 from ...store import Store
@@ -64,10 +66,34 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
+#: Bidirectional controls: the embeddings and overrides (U+202A–U+202E) and the isolates
+#: (U+2066–U+2069). In a name or a reason they would reverse what a page shows.
+BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: Any) -> Any:
+    """The one display rule for text from users, agents and admins: every bidirectional
+    control is shown as a visible ``[U+202E]`` instead of being obeyed (the pages' script,
+    ``gpupool.js``'s ``visible``, and the lab panel, ``visible`` in ``labextension/src``, apply
+    the same). Jinja applies it to every ``{{ … }}`` (``finalize``); an identifier a script
+    sends back to the API is rendered with ``|ident`` instead (escaped, exact)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+    return value
+
+
+def ident(value: Any) -> Markup:
+    """An identifier for an attribute a script reads back (``data-node``, a filter's value):
+    escaped, exact, so the API call names the very object; never shown as text."""
+    return Markup.escape("" if value is None else str(value))
+
+
 jinja = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(default=True, default_for_string=True),
+    finalize=shown,
 )
+jinja.filters["ident"] = ident
 jinja.filters["units"] = units_text
 jinja.filters["when"] = when
 jinja.filters["ordinal"] = ordinal
