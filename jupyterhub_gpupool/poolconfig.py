@@ -57,12 +57,12 @@ from .pool.reclaimpolicy import PolicySet, parse_policies
 #: The cluster of a node nobody placed in one (one machine, or a single cluster).
 DEFAULT_CLUSTER = "default"
 #: A cluster name is a DNS label (RFC 1123), as Kubernetes names are.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def check_cluster_name(name: object, field: str) -> str:
     """``name`` if it is a DNS label, else a ConfigError naming ``field``."""
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+    if not isinstance(name, str) or not DNS_LABEL.fullmatch(name):
         raise ConfigError(
             f"{name!r} is not a DNS label (lower-case letters, digits and '-', at most 63)",
             field=field,

@@ -93,7 +93,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         sharing = raw.get("sharing", "auto")
         if sharing not in SHARING_MODES:
             raise _bad(f"{where}.sharing", "unknown sharing mode", list(SHARING_MODES))
-        mig = raw.get("mig") or {}
+        mig = raw.get("mig")
+        mig = {} if mig is None else mig  # null is "no MIG"; 0, "" or [] are not objects
         if not isinstance(mig, dict):
             raise _bad(f"{where}.mig", "must be an object")
         unknown = sorted(set(mig) - MIG_FIELDS)
@@ -102,7 +103,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         for flag in ("enabled", "dynamic"):
             if not isinstance(mig.get(flag, False), bool):
                 raise _bad(f"{where}.mig.{flag}", "must be true or false")
-        raw_instances = mig.get("instances") or []
+        raw_instances = mig.get("instances")
+        raw_instances = [] if raw_instances is None else raw_instances
         if not isinstance(raw_instances, list):
             raise _bad(f"{where}.mig.instances", "must be a list")
         if len(raw_instances) > MAX_INSTANCES:
