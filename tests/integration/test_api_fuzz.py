@@ -148,7 +148,7 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("GET /offers", "unknown_cluster", "cluster", ".*"): "the clusters are the pool's config",
     ("POST /allocations", "unknown_cluster", "clusters", ".*"): "the pool's config",
     ("PUT /nodes/{name}/inventory", "unknown_cluster", "cluster", ".*"): "the pool's config",
-    ("POST /capacity/what-if", "invalid_argument", "until", ".*(future|first recorded).*"): (
+    ("POST /capacity/what-if", "invalid_argument", "until", ".*first recorded.*"): (
         "the range must lie within what was recorded: relative to the pool's clock and records"
     ),
     ("POST /capacity/what-if", "invalid_argument", "days", ".*days of recorded.*"): "how many "

@@ -70,10 +70,7 @@ def test_a_what_if_range_outside_the_records_is_refused_first(db_url, clock: Sto
     store.allocate("alice", "", "h100")
     now = store.clock()
     change = Change((), (), None, {})
-    for until, words in (
-        (now - timedelta(days=9834), "before the first recorded request"),
-        (now + timedelta(days=1), "in the future"),
-    ):
+    for until, words in ((now - timedelta(days=9834), "before the first recorded request"),):
         with pytest.raises(WhatIfError) as e:
             what_if(store, 1, change, until)
         assert e.value.field == "until" and words in str(e.value)
