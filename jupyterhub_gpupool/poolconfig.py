@@ -34,6 +34,20 @@ import yaml
 
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
+from .pool.limits import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_INT,
+    MAX_LABELS,
+    MAX_NAME,
+    MAX_NODES,
+    MAX_OFFERS,
+    MAX_QUOTAS,
+    bad_character,
+    check_count,
+    check_name,
+    shown,
+)
 from .pool.miglayout import validate_mig_layout
 from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offer
 from .pool.pricing import Prices, parse_prices
@@ -43,12 +57,12 @@ from .pool.reclaimpolicy import PolicySet, parse_policies
 #: The cluster of a node nobody placed in one (one machine, or a single cluster).
 DEFAULT_CLUSTER = "default"
 #: A cluster name is a DNS label (RFC 1123), as Kubernetes names are.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def check_cluster_name(name: object, field: str) -> str:
     """``name`` if it is a DNS label, else a ConfigError naming ``field``."""
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+    if not isinstance(name, str) or not DNS_LABEL.fullmatch(name):
         raise ConfigError(
             f"{name!r} is not a DNS label (lower-case letters, digits and '-', at most 63)",
             field=field,
@@ -129,11 +143,44 @@ def _keys(raw: object, allowed: set[str], path: str) -> Mapping[str, Any]:
     return raw
 
 
-def _int(raw: Mapping[str, Any], key: str, path: str, default: int = 0) -> int:
+def _int(
+    raw: Mapping[str, Any], key: str, path: str, default: int = 0, maximum: int = MAX_INT
+) -> int:
     value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"must be a whole number ≥ 0, got {value!r}", field=f"{path}.{key}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise ConfigError(
+            f"must be a whole number from 0 to {maximum:,}, got {shown(value)}",
+            field=f"{path}.{key}",
+        )
     return value
+
+
+def _short(raw: object, field: str, limit: int) -> str:
+    """A uuid, a profile or a label: text of 1 to ``limit`` characters, no control character."""
+    if not isinstance(raw, str) or not 0 < len(raw) <= limit:
+        raise ConfigError(f"must be 1 to {limit} characters, got {shown(raw)}", field=field)
+    bad = bad_character(raw.replace("/", ""))
+    if bad is not None:
+        raise ConfigError(f"may not hold a {bad}", field=field)
+    return raw
+
+
+def _labels(raw: object, field: str) -> dict[str, str]:
+    """A node's labels: at most ``MAX_LABELS``, keys and values as the agent's report takes
+    them (1 to 255 characters; '/' allowed, as in ``nvidia.com/gpu.product``)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a mapping of label → value", field=field)
+    check_count(len(raw), field, MAX_LABELS, "labels on a node")
+    out = {}
+    for key, value in raw.items():
+        out[_short(key, f"{field}.{shown(key)}", MAX_NAME)] = _short(
+            str(value) if isinstance(value, (int, float)) else value,
+            f"{field}.{shown(key)}",
+            MAX_NAME,
+        )
+    return out
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -145,13 +192,13 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
     """Validate the ``nodes`` list."""
     if not isinstance(raw, list):
         raise ConfigError("must be a list of nodes", field=path)
+    check_count(len(raw), path, MAX_NODES, "nodes")
     nodes, seen = [], set()
+    total = 0
     for n, node_raw in enumerate(raw):
         where = f"{path}[{n}]"
         node_raw = _keys(node_raw, _NODE, where)
-        name = node_raw.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError("every node needs a name", field=f"{where}.name")
+        name = check_name(node_raw.get("name"), f"{where}.name", "a node's name")
         if name in seen:
             raise ConfigError(f"node {name!r} is declared twice", field=f"{where}.name")
         seen.add(name)
@@ -166,9 +213,14 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
                 model = catalog.model(str(gpu_raw.get("model", "")))
             except PoolError as e:
                 raise _where(gwhere, e) from None
-            count = _int(gpu_raw, "count", gwhere, 1)
+            count = _int(gpu_raw, "count", gwhere, 1, maximum=MAX_GPUS_PER_NODE)
             if count < 1:
                 raise ConfigError("must be at least 1", field=f"{gwhere}.count")
+            check_count(len(gpus) + count, f"{gwhere}.count", MAX_GPUS_PER_NODE, "GPUs per node")
+            total += count
+            check_count(total, f"{gwhere}.count", MAX_GPUS, "GPUs in the pool")
+            if "uuid" in gpu_raw:
+                _short(gpu_raw["uuid"], f"{gwhere}.uuid", 64)
             if "uuid" in gpu_raw and count != 1:
                 raise ConfigError("a uuid names one GPU; drop it or count", field=f"{gwhere}.uuid")
             sharing = gpu_raw.get("sharing", "auto")
@@ -186,9 +238,13 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
                 inst = _keys(inst, {"profile", "start", "uuid"}, iwhere)
                 if "start" not in inst:
                     raise ConfigError("needs a start (memory slice)", field=f"{iwhere}.start")
+                if len(instances) >= 16:
+                    raise ConfigError("at most 16 MIG instances on a GPU", field=iwhere)
                 instances.append(
                     MigInstance(
-                        str(inst.get("profile")), _int(inst, "start", iwhere), inst.get("uuid")
+                        _short(inst.get("profile"), f"{iwhere}.profile", 32),
+                        _int(inst, "start", iwhere, maximum=64),
+                        None if inst.get("uuid") is None else _short(inst["uuid"], iwhere, 64),
                     )
                 )
             if instances and not enabled:
@@ -220,7 +276,7 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
                 _int(node_raw, "memory_mib", where),
                 gpus,
                 bool(node_raw.get("cordoned", False)),
-                labels=dict(node_raw.get("labels", {}) or {}),
+                labels=_labels(node_raw.get("labels"), f"{where}.labels"),
             )
         )
     return nodes
@@ -237,6 +293,7 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
     offers_raw = raw.get("offers", [])
     if not isinstance(offers_raw, list):
         raise ConfigError("must be a list of offers", field="offers")
+    check_count(len(offers_raw), "offers", MAX_OFFERS, "offers")
     offers, names = [], set()
     for i, offer_raw in enumerate(offers_raw):
         try:
@@ -260,8 +317,11 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
         section = quotas.get(kind, {}) or {}
         if not isinstance(section, Mapping):
             raise ConfigError("must be a mapping of name → quota", field=f"quotas.{kind}")
+        check_count(len(users) + len(section), f"quotas.{kind}", MAX_QUOTAS, "quotas")
         for name, spec in section.items():
-            target[str(name)] = QuotaSpec.parse(spec, f"quotas.{kind}.{name}")
+            where = f"quotas.{kind}.{shown(name)}"
+            name = check_name(str(name), where, f"a {kind[:-1]}'s name")
+            target[name] = QuotaSpec.parse(spec, f"quotas.{kind}.{name}")
     section = raw.get("reclaim")
     reclaim = parse_policies(section, {o.name: o for o in offers}, "reclaim", catalog)
     return PoolConfig(

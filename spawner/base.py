@@ -28,6 +28,7 @@ from tornado.ioloop import IOLoop
 from traitlets import Bool, Float, List, Unicode, default
 from traitlets.config import Configurable
 
+from jupyterhub_gpupool.logquiet import EXPECTED, quiet_expected_refusals
 from jupyterhub_gpupool.pool.codes import describe, picker_reason
 from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
@@ -340,11 +341,14 @@ class GPUPoolSpawnerMixin(Configurable):
             "Refused a GPU from the query string for %s (allow_offer_from_query is off)",
             self._log_name,
         )
-        raise spawn_error(
+        refusal = spawn_error(
             "A GPU is not handed out from a link: choose one below and press Start.",
             reason="gpupool_query",
             status=403,
         )
+        setattr(refusal, EXPECTED, True)  # the hub logs it as a warning, not a traceback
+        quiet_expected_refusals(self.log)
+        raise refusal
 
     async def _query_needs_gpu(self, options: dict) -> bool:
         """Whether a spawn with ``options`` would ask the pool for a GPU (a default offer, a

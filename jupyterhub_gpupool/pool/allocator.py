@@ -255,19 +255,13 @@ class Allocator(NodeStates):
     def decide(self, request: Request, now: float) -> Decision:
         """What to do with ``request`` now; changes nothing."""
         offer = self.offers.get(request.offer)
-        if offer is None:
+        if offer is None or not offer.visible_to(request.groups):
+            # an offer for groups the caller is not in is answered as a missing one: a refusal
+            # never names (or confirms) what the caller may not see
             return Rejected(
                 request,
                 "unknown_offer",
                 f"there is no offer {request.offer!r}",
-                "offer",
-                tuple(self.offers),
-            )
-        if not offer.visible_to(request.groups):
-            return Rejected(
-                request,
-                "offer_not_allowed",
-                f"offer {offer.name!r} is for the groups {', '.join(offer.groups)}",
                 "offer",
                 tuple(o.name for o in self.offers.values() if o.visible_to(request.groups)),
             )

@@ -52,13 +52,9 @@ _DECLARED = (
     Code("not_found", "No such lease, node, quota kind or endpoint (or not yours to see)."),
     Code(
         "unknown_offer",
-        "No offer of that name.",
+        "No offer of that name that the caller may use (an offer for groups the caller is not "
+        "in is answered the same; `allowed` lists only the caller's offers).",
         spawn="There is no GPU offer called {offer!r} (any more).",
-    ),
-    Code(
-        "offer_not_allowed",
-        "The offer is for other groups.",
-        spawn="The GPU offer {offer!r} is not for you: {message}.",
     ),
     Code("no_such_hardware", "No GPU in the pool can ever serve the offer."),
     Code(
@@ -115,7 +111,12 @@ _DECLARED = (
     Code("unknown_server", "The request names a server the hub does not know for that user."),
     Code("not_live", "The lease is queued or released."),
     Code("not_ready", "The grant waits for its MIG instance; bind it once the lease is ready."),
-    Code("resize_pending", "The lease already has a resize pending."),
+    Code("resize_pending", "The lease already has a resize pending (one target per lease)."),
+    Code(
+        "resize_target",
+        "The lease is itself the target of a pending resize: resize the lease it replaces, or "
+        "wait until this one is bound.",
+    ),
     Code(
         "extension_limit",
         "A keepalive on a reclaim notice after every extension the policy allows was used.",

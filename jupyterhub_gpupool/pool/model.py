@@ -13,6 +13,16 @@ from fractions import Fraction
 
 from .catalog import Catalog, GpuModel
 from .errors import ConfigError, RequestError, UnknownModel
+from .limits import (
+    MAX_GPUS_PER_NODE,
+    MAX_GROUPS_PER_OFFER,
+    MAX_INT,
+    MAX_MEMORY_GB,
+    check_count,
+    check_name,
+    check_text,
+    shown,
+)
 from .miglayout import validate_mig_layout
 
 #: Offer kinds (contract): a whole GPU (or several on one node), a MIG slice, a share of a GPU,
@@ -236,15 +246,22 @@ _RECLAIM_FIELDS = {"idle_timeout": "idle_timeout", "reclaim_policy": "action"}
 
 
 def _number(
-    raw: Mapping[str, object], key: str, kind: type, *, minimum: float | None = None
+    raw: Mapping[str, object],
+    key: str,
+    kind: type,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
 ) -> object:
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"must be a number, got {value!r}", field=key)
+        raise ConfigError(f"must be a number, got {shown(value)}", field=key)
     if kind is int and int(value) != value:
-        raise ConfigError(f"must be a whole number, got {value!r}", field=key)
+        raise ConfigError(f"must be a whole number, got {shown(value)}", field=key)
     if minimum is not None and value < minimum:
-        raise ConfigError(f"must be at least {minimum}, got {value!r}", field=key)
+        raise ConfigError(f"must be at least {minimum}, got {shown(value)}", field=key)
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"must be at most {maximum:,}, got {shown(value)}", field=key)
     return kind(value)
 
 
@@ -266,9 +283,18 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
             field="offer",
             allowed=sorted(_OFFER_FIELDS),
         )
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError("every offer needs a non-empty string name", field="name")
+    name = check_name(raw.get("name"), "name", "an offer's name")
+    for key in ("display_name", "description"):
+        if key in raw:
+            check_text(raw[key], key)
+    if "priority_class" in raw:
+        pclass = raw["priority_class"]
+        if isinstance(pclass, bool) or not isinstance(pclass, (str, int)):
+            raise ConfigError("must be a class name or a number", field="priority_class")
+        if isinstance(pclass, int) and not -MAX_INT - 1 <= pclass <= MAX_INT:
+            raise ConfigError(f"must be from {-MAX_INT - 1} to {MAX_INT}", field="priority_class")
+        if isinstance(pclass, str):
+            check_name(pclass, "priority_class", "a priority class")
     kind = raw.get("kind")
     if kind not in OFFER_KINDS:
         raise ConfigError(
@@ -293,6 +319,9 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         groups = raw["groups"]
         if not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups):
             raise ConfigError(f"offer {name!r}: must be a list of group names", field="groups")
+        check_count(len(groups), "groups", MAX_GROUPS_PER_OFFER, "groups on an offer")
+        for g, group in enumerate(groups):
+            check_name(group, f"groups[{g}]", "a group's name")
         values["groups"] = tuple(groups)
     if "clusters" in raw:
         clusters = raw["clusters"]
@@ -305,13 +334,13 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
             field="approval",
             allowed=APPROVALS,
         )
-    for key, typ, low in (
-        ("count", int, 1),
-        ("cpu_milli", int, 0),
-        ("memory_mib", int, 0),
+    for key, typ, low, high in (
+        ("count", int, 1, MAX_GPUS_PER_NODE),
+        ("cpu_milli", int, 0, MAX_INT),
+        ("memory_mib", int, 0, MAX_INT),
     ):
         if key in raw:
-            values[key] = _number(raw, key, typ, minimum=low)
+            values[key] = _number(raw, key, typ, minimum=low, maximum=high)
     if kind == "mig":
         profile = raw.get("profile")
         if not isinstance(profile, str):
@@ -355,7 +384,9 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
     elif "fraction" in raw:
         raise ConfigError(f"offer {name!r}: only shared offers take a fraction", field="fraction")
     if "min_memory_gb" in raw:
-        values["min_memory_gb"] = _number(raw, "min_memory_gb", float, minimum=0)
+        values["min_memory_gb"] = _number(
+            raw, "min_memory_gb", float, minimum=0, maximum=MAX_MEMORY_GB
+        )
     values.setdefault("display_name", name)
     return Offer(**values)  # type: ignore[arg-type]
 

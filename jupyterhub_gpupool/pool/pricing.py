@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from .errors import ConfigError, UnknownModel
+from .limits import MAX_PRICE
 
 #: The columns of a usage row (the API's JSON, its CSV and the monthly report), after the key.
 USAGE_COLUMNS = (
@@ -173,6 +174,8 @@ def _price(value: object, field: str) -> Decimal:
         raise ConfigError(f"must be a price (a number ≥ 0), got {value!r}", field=field) from None
     if not price.is_finite() or price < 0:
         raise ConfigError(f"must be a price (a number ≥ 0), got {value!r}", field=field)
+    if price > MAX_PRICE:
+        raise ConfigError(f"must be at most {MAX_PRICE:,} per unit-hour", field=field)
     if price.as_tuple().exponent < -6:  # type: ignore[operator]
         raise ConfigError("at most six decimals", field=field)
     return price

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 from .errors import ConfigError
+from .limits import MAX_BUDGET, MAX_UNITS, shown
 
 PERIODS = ("day", "week", "month")
 
@@ -43,7 +44,7 @@ QUOTA_CODES = (
 )
 
 
-def _units(value: object, field_name: str) -> Fraction:
+def _units(value: object, field_name: str, maximum: int = MAX_UNITS) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Fraction)):
         raise ConfigError(f"must be a number of GPU units, got {value!r}", field=field_name)
     try:
@@ -53,7 +54,9 @@ def _units(value: object, field_name: str) -> Fraction:
             f"must be a number of GPU units, got {value!r}", field=field_name
         ) from None
     if units < 0:
-        raise ConfigError(f"must not be negative, got {value!r}", field=field_name)
+        raise ConfigError(f"must not be negative, got {shown(value)}", field=field_name)
+    if units > maximum:
+        raise ConfigError(f"must be at most {maximum:,}, got {shown(value)}", field=field_name)
     return units
 
 
@@ -126,7 +129,7 @@ class QuotaSpec:
         limit = raw.get("limit")
         limit_u = None if limit is None else _units(limit, f"{where}.limit")
         budget = raw.get("budget")
-        budget_u = None if budget is None else _units(budget, f"{where}.budget")
+        budget_u = None if budget is None else _units(budget, f"{where}.budget", MAX_BUDGET)
         period = raw.get("period", "month")
         if period not in PERIODS:
             raise ConfigError(

@@ -614,7 +614,7 @@ class PoolService(StrictCommandLine):
             minutes=self.minutes,
             writer=self.writer,
             health=self.health,
-            restarts=Restarts(self.store, self.hub, log=self.log),
+            restarts=Restarts(self.store, self.hub, log=self.log, writer=self.writer),
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,

@@ -96,7 +96,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         sharing = raw.get("sharing", "auto")
         if sharing not in SHARING_MODES:
             raise _bad(f"{where}.sharing", "unknown sharing mode", list(SHARING_MODES))
-        mig = raw.get("mig") or {}
+        mig = raw.get("mig")
+        mig = {} if mig is None else mig  # null is "no MIG"; 0, "" or [] are not objects
         if not isinstance(mig, dict):
             raise _bad(f"{where}.mig", "must be an object")
         unknown = sorted(set(mig) - MIG_FIELDS)
@@ -105,7 +106,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         for flag in ("enabled", "dynamic"):
             if not isinstance(mig.get(flag, False), bool):
                 raise _bad(f"{where}.mig.{flag}", "must be true or false")
-        raw_instances = mig.get("instances") or []
+        raw_instances = mig.get("instances")
+        raw_instances = [] if raw_instances is None else raw_instances
         if not isinstance(raw_instances, list):
             raise _bad(f"{where}.mig.instances", "must be a list")
         if len(raw_instances) > MAX_INSTANCES:
@@ -116,6 +118,8 @@ def node_from_inventory(name: str, body: Mapping[str, Any], catalog: Catalog) ->
         index = raw.get("index", i)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INT:
             raise _bad(f"{where}.index", "must be an integer")
+        if any(g.index == index for g in gpus):  # NVML numbers a node's GPUs 0, 1, 2, …
+            raise _bad(f"{where}.index", f"GPU index {index} appears twice on this node")
         gpus.append(
             Gpu(
                 uuid,

@@ -43,8 +43,11 @@ class Restarts:
         max_wait: float = 86400.0,
         log: logging.Logger | None = None,
         on_done: Callable[[str, str], None] | None = None,
+        writer: Any = None,
     ) -> None:
         self.store, self.hub = store, hub
+        #: the service's one write path (``service/writer.py``); None: write to the store here
+        self.writer = writer
         self.poll, self.stop_timeout, self.start_timeout = poll, stop_timeout, start_timeout
         #: seconds between the grant and the stop: the server's answer to the move that asked
         #: for the restart gets back to the user's page first
@@ -94,6 +97,8 @@ class Restarts:
             self.outcomes[lid] = "restarting"
             await asyncio.sleep(self.grace)
             self.log.info("Restarting %s/%s into lease %s (%s)", user, server, lid, now["offer"])
+            # the stop releases the lease this one replaces; marked, the target stays
+            await self._mark_restarting(lid)
             await self.hub.stop_server(user, server)
             if not await self.hub.wait_server(
                 user, server, running=False, timeout=self.stop_timeout
@@ -112,6 +117,12 @@ class Restarts:
         except (HubUnavailable, Exception) as e:  # the hub refused or is away: log, keep going
             self.log.error("Restarting %s/%s into lease %s failed: %s", user, server, lid, e)
             self._end(lid, f"failed: {e}"[:255])
+
+    async def _mark_restarting(self, lid: str) -> None:
+        if self.writer is not None:
+            await self.writer.call(self.store.mark_restarting, lid, actor="service:gpupool")
+        else:
+            self.store.mark_restarting(lid, actor="service:gpupool")
 
     def _end(self, lid: str, outcome: str) -> None:
         self.outcomes[lid] = outcome

@@ -365,10 +365,19 @@ def what_if(
 
     if days < 1:
         raise WhatIfError("--days must be at least 1", "days")
-    end = until or store.clock()
+    now = store.clock()
     first = store.first_request()
     if first is None:
         raise WhatIfError("the database holds no recorded requests yet", "days")
+    # the range first, then what it holds: a range ending before the records is said as
+    # such (an end later than now replays up to now: the days asked end there)
+    if until is not None and until <= first:
+        raise WhatIfError(
+            f"--until ({until.isoformat(timespec='minutes')}) is before the first recorded "
+            f"request ({first.isoformat(timespec='minutes')}): nothing to replay",
+            "until",
+        )
+    end = until or now
     held = (end - datetime(first.year, first.month, first.day)).days
     if held < days:
         raise WhatIfError(

@@ -21,6 +21,11 @@ from .bulk import queue_release
 from .core import StoreCore
 from .rows import new_row
 
+#: States of a resize target that still stands (``LeaseRow.resize_of`` names its lease).
+TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming")
+#: ``LeaseRow.reason`` of a granted target the service is restarting the server into.
+RESTARTING = "restarting"
+
 
 class Applier(StoreCore):
     """Writes decisions into rows (the store's part every deciding module shares)."""
@@ -110,6 +115,8 @@ class Applier(StoreCore):
         allocator releases it too and what it frees goes to the queue; without (the allocator
         is rebuilt from the rows afterwards), only the rows change."""
         was = row.state
+        # a lease that ends (not by its target's bind) takes its pending target with it
+        cascade = reason != "resized" and alloc is not None and was != "released"
         if row.reclaim_acting is not None and reason in ("stopped", "resized", "orphaned"):
             # the reclaim's own stop (or its shrink's bind) ends the lease: say why it ended,
             # whoever releases it first
@@ -145,6 +152,49 @@ class Applier(StoreCore):
                 if (lease := alloc.leases.get(lid)) is not None and lease.borrowed != was_borrowed
             ),
         )
+        if cascade:
+            for target in self._pending_targets(db, alloc, row):
+                if target.state == "granted" and (
+                    target.reason == RESTARTING or target.id == row.reclaim_target
+                ):
+                    continue  # the server stops to restart into it: it binds it next
+                why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(
+                    target.state, reason
+                )
+                self._finish(db, alloc, target, why, actor)
+
+    def _pending_targets(
+        self, db: Session, alloc: Allocator, row: orm.LeaseRow
+    ) -> list[orm.LeaseRow]:
+        """``row``'s resize targets not yet bound. A target is the same server's, so only the
+        owner's other leases and requests of that server are looked at (from the allocator
+        and the batch's awaiting requests, no query unless there is one)."""
+        user, server = row.user, row.server
+        ids = [
+            lid
+            for lid, lease in alloc.leases_of(user).items()
+            if lid != row.id and lease.request.server == server
+        ]
+        ids += [
+            lid
+            for lid, waiter in alloc.waiters.items()
+            if lid != row.id and waiter.request.user == user and waiter.request.server == server
+        ]
+        ids += [
+            lid
+            for lid, its_server in self.awaiting_requests(db, user).items()
+            if lid != row.id and its_server == server
+        ]
+        found = []
+        for lid in dict.fromkeys(ids):
+            target = self.lease_row(db, lid)
+            if target.resize_of == row.id and target.state in (
+                "awaiting_approval",
+                "queued",
+                "granted",
+            ):
+                found.append(target)
+        return found
 
 
 def _waited(row: orm.LeaseRow, now: datetime) -> float | None:

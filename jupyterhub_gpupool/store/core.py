@@ -60,6 +60,7 @@ WRITES = frozenset(
         "release",
         "keepalive",
         "resize",
+        "mark_restarting",
         "expire_grants",
         "promote",
         "reconcile",
@@ -99,7 +100,9 @@ WRITES = frozenset(
 )
 #: Writes that refuse, if at all, before they write anything: they may share one transaction
 #: with other calls (group commit). The others run in a transaction of their own.
-BATCHABLE = frozenset({"allocate", "release", "keepalive", "resize", "expire_grants", "promote"})
+#: ``resize`` is not one: it reads the lease's pending target from the database, which must see
+#: every target committed before it (one live target per lease, even under concurrent resizes).
+BATCHABLE = frozenset({"allocate", "release", "keepalive", "expire_grants", "promote"})
 #: Batched calls whose first argument is a lease id: a batch loads those leases at once.
 _BY_LEASE_ID = frozenset({"release", "keepalive"})
 

@@ -17,7 +17,7 @@ from ..pool.approval import Ask, AskError, approval_needed, check_ask
 from ..pool.errors import PoolError
 from ..pool.leases import LIVE_STATES, is_ready
 from ..pool.model import Request, offer_priority
-from .apply import Applier
+from .apply import RESTARTING, TARGET_STATES, Applier
 from .bulk import stage_lease, staged_lease
 from .errors import StoreError
 from .rows import epoch, new_row, ts
@@ -42,6 +42,7 @@ class LeaseStore(Applier, ViewStore):
         reason: str = "",
         duration: float | None = None,
         hub: str | None = None,
+        check_cap: bool = True,
     ) -> dict[str, Any]:
         """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, one awaiting
         an administrator's approval, or StoreError.
@@ -51,7 +52,9 @@ class LeaseStore(Applier, ViewStore):
         offer with ``approval: required`` needs a reason; a request beyond the quota's limit
         with a reason (and a duration) is an exception request, up to the exception ceiling.
         ``hub``: the hub asking (None: the pool's own; else its spawner service's name), kept
-        on the lease.
+        on the lease. ``resize_of``: the lease this one will replace (a resize target; it
+        counts toward ``max_requests_per_user`` like any request, unless ``check_cap`` is off:
+        the reclaimer's own shrink).
         """
         now = self.clock()
         clusters = tuple(dict.fromkeys(clusters))
@@ -82,6 +85,7 @@ class LeaseStore(Applier, ViewStore):
                         f"server {user}/{server} already has lease {lease_id} ({state})",
                         field="server",
                     )
+            if check_cap:
                 self._check_request_cap(alloc, user, db)
             prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
             try:
@@ -104,7 +108,9 @@ class LeaseStore(Applier, ViewStore):
             except AskError as e:  # a refusal of this call alone, even inside a batch
                 raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
             if ask is not None:
-                return self._ask_approval(db, alloc, request, ask, reason, duration, actor, hub=hub)
+                return self._ask_approval(
+                    db, alloc, request, ask, reason, duration, actor, hub=hub, resize_of=resize_of
+                )
             if isinstance(decision, Rejected):
                 raise StoreError(
                     decision.code, decision.message, field=decision.field, allowed=decision.allowed
@@ -162,6 +168,7 @@ class LeaseStore(Applier, ViewStore):
         actor: str,
         *,
         hub: str | None = None,
+        resize_of: str | None = None,
     ) -> dict[str, Any]:
         """Write a request that waits for an administrator: it holds nothing meanwhile."""
         now = self.clock()
@@ -184,6 +191,7 @@ class LeaseStore(Applier, ViewStore):
             within_guarantee=True,
             busy_hours=0.0,
             exception=ask.exception,
+            resize_of=resize_of,
             approval={
                 "required_by": list(ask.required_by),
                 "reason": reason,
@@ -214,7 +222,7 @@ class LeaseStore(Applier, ViewStore):
 
     def _check_request_cap(self, alloc: Allocator, user: str, db: Session) -> None:
         """One user cannot flood the queue: at most ``max_requests_per_user`` live requests
-        (a resize target is the same server's, and not counted against it)."""
+        (queued, granted, held or awaiting approval; a resize target is one too)."""
         cap = self.max_requests_per_user
         if not cap:
             return
@@ -278,22 +286,35 @@ class LeaseStore(Applier, ViewStore):
                         self._finish(db, alloc, old, "resized", actor)
             return self._lease_json(db, alloc, row)
 
-    def resize(self, lease_id: str, offer: str, *, actor: str = "") -> dict[str, Any]:
-        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds."""
+    def resize(
+        self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
+    ) -> dict[str, Any]:
+        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds.
+
+        A lease has at most one live target (queued, awaiting approval or granted): a second
+        resize is ``resize_pending``; a target cannot itself be resized before it is bound
+        (``resize_target``), so targets never chain. Not a ``BATCHABLE`` call: it runs in a
+        transaction of its own, after every earlier resize committed, so the query below sees
+        every target there is. The target counts toward the per-user cap (``check_cap``).
+        """
         with self.transaction() as (db, _):
             row = self.lease_row(db, lease_id)
+            if row.resize_of is not None and row.state != "released":
+                original = db.get(orm.LeaseRow, row.resize_of)
+                if original is not None and original.state != "released":
+                    raise StoreError(
+                        "resize_target",
+                        f"lease {lease_id} is the pending resize of lease {row.resize_of}: "
+                        "resize that one, or wait until this one is bound",
+                        field="id",
+                    )
             if row.state not in LIVE_STATES:
                 raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
             if offer == row.offer:
                 raise StoreError(
                     "same_offer", f"lease {lease_id} already has {offer!r}", field="offer"
                 )
-            pending = db.scalar(
-                select(orm.LeaseRow).where(
-                    orm.LeaseRow.resize_of == lease_id,
-                    orm.LeaseRow.state.in_(("queued", *LIVE_STATES)),
-                )
-            )
+            pending = self.target_of(db, lease_id)
             if pending is not None:
                 raise StoreError(
                     "resize_pending",
@@ -310,7 +331,29 @@ class LeaseStore(Applier, ViewStore):
                 resize_of=lease_id,
                 clusters=row.clusters or (),
                 hub=row.hub,  # the restart into it is that hub's
+                check_cap=check_cap,
             )
+
+    @staticmethod
+    def target_of(db: Session, lease_id: str) -> orm.LeaseRow | None:
+        """The live resize target of a lease (queued, awaiting approval or granted), if any."""
+        return db.scalar(
+            select(orm.LeaseRow)
+            .where(
+                orm.LeaseRow.resize_of == lease_id,
+                orm.LeaseRow.state.in_(TARGET_STATES),
+            )
+            .limit(1)
+        )
+
+    def mark_restarting(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+        """The service is restarting the server into this granted target: the release of
+        the lease it replaces (the server's stop) then leaves the target alone."""
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.state == "granted" and row.resize_of is not None:
+                row.reason = RESTARTING
+            return self._lease_json(db, alloc, row)
 
     def expire_grants(self) -> int:
         """Release grants no server bound in time; returns how many."""

@@ -377,7 +377,7 @@ class ReclaimStore(LeaseStore, UtilizationStore):
         shrink_to = d.action.partition(":")[2] if d.action.startswith("shrink:") else None
         if shrink_to:
             try:
-                target = self.resize(row.id, shrink_to, actor=actor)
+                target = self.resize(row.id, shrink_to, actor=actor, check_cap=False)
             except StoreError as e:
                 why = f"{d.action} is not possible now ({e.message}); the notice stays"
                 return self._answer(row, "deferred", why, action=d.action, evidence=evidence)

@@ -3,6 +3,7 @@
  * role="img" and an aria-label with the latest, lowest and highest values, and a visually
  * hidden table holds the figures for screen readers.
  */
+import { visible } from './format';
 import { ISample } from './types';
 
 const W = 280;
@@ -76,7 +77,7 @@ export function renderChart(host: HTMLElement, s: ISeries, windowSeconds: number
   const table = document.createElement('table');
   table.className = 'jp-GPUPool-sr-only';
   const caption = document.createElement('caption');
-  caption.textContent = s.label;
+  caption.textContent = visible(s.label);
   table.appendChild(caption);
   let lastMinute = -1;
   for (const p of s.values) {

@@ -261,3 +261,18 @@ export function moveFailed(previous: IState | null, now: IState, move: IMove): b
   }
   return previous === null || !!previous.pending;
 }
+
+/** Bidirectional controls: embeddings and overrides (U+202A–U+202E), isolates (U+2066–U+2069). */
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * The one display rule for text from users, agents and admins (the pool's pages apply the
+ * same): every bidirectional control is shown as a visible [U+202E] instead of being obeyed,
+ * so a name or a reason cannot reverse what the panel says.
+ */
+export function visible(text: string | null | undefined): string {
+  return String(text ?? '').replace(
+    BIDI,
+    c => `[U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}]`
+  );
+}

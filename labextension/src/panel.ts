@@ -19,7 +19,8 @@ import {
   fraction,
   keepState,
   secondsUntil,
-  viewState
+  viewState,
+  visible
 } from './format';
 import { GPUPoolModel } from './model';
 import { IState } from './types';
@@ -34,7 +35,7 @@ function el<K extends keyof HTMLElementTagNameMap>(
     e.className = cls;
   }
   if (text !== undefined) {
-    e.textContent = text;
+    e.textContent = visible(text);
   }
   return e;
 }
@@ -64,7 +65,7 @@ export class GPUPoolPanel extends Widget {
     this.node.append(heading, this.live, this.body);
     model.changed.connect(() => this.render());
     model.message.connect((_, m) => {
-      this.live.textContent = m.text;
+      this.live.textContent = visible(m.text);
       this.live.classList.toggle('jp-GPUPool-error', m.error);
     });
     this.ticker = window.setInterval(() => this.tick(), 1000);
@@ -122,8 +123,10 @@ export class GPUPoolPanel extends Widget {
       const p = el('p', 'jp-GPUPool-down');
       p.setAttribute('role', 'alert');
       const retry = state.pool.retry_in ? ` Trying again in ${Math.round(state.pool.retry_in)} s.` : '';
-      p.textContent = `The GPU pool is not answering: ${state.pool.error}.${retry}` +
-        (state.user ? ' Showing what it last said.' : '');
+      p.textContent = visible(
+        `The GPU pool is not answering: ${state.pool.error}.${retry}` +
+          (state.user ? ' Showing what it last said.' : '')
+      );
       this.body.append(p);
       if (!state.user) {
         return;
@@ -311,11 +314,11 @@ export class GPUPoolPanel extends Widget {
       const wait = el('p', 'jp-GPUPool-wait');
       wait.setAttribute('aria-live', 'polite');
       if (p.state === 'queued') {
-        wait.textContent = `Waiting for ${p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`;
+        wait.textContent = visible(`Waiting for ${p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`);
       } else if (p.state === 'awaiting_approval') {
-        wait.textContent = `Waiting for an admin to approve ${p.offer}.`;
+        wait.textContent = visible(`Waiting for an admin to approve ${p.offer}.`);
       } else {
-        wait.textContent = `${p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`;
+        wait.textContent = visible(`${p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`);
       }
       const cancel = el('button', 'jp-Button jp-mod-styled jp-mod-reject', 'Cancel the move');
       cancel.id = 'jp-gpupool-cancel';
@@ -373,7 +376,7 @@ export class GPUPoolPanel extends Widget {
       el('p', '', choice.available > 0 ? 'It is free now.' : `It is not free now: you wait in line (${availabilityText(choice)}) and keep your current GPU meanwhile; you can cancel.`)
     );
     const result = await showDialog({
-      title: state.lease ? `Move to ${choice.display_name}?` : `Request ${choice.display_name}?`,
+      title: visible(state.lease ? `Move to ${choice.display_name}?` : `Request ${choice.display_name}?`),
       body: new Widget({ node: text }),
       buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Save and restart' })]
     });
@@ -388,8 +391,10 @@ export class GPUPoolPanel extends Widget {
     for (const r of state.reclaims) {
       const li = el('li');
       const saved = r.saved.length ? `Saved: ${r.saved.join(', ')}.` : 'Nothing needed saving.';
-      li.textContent = `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
-        (r.outcome === 'failed' ? ` It failed: ${r.detail || ''}` : '');
+      li.textContent = visible(
+        `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
+          (r.outcome === 'failed' ? ` It failed: ${r.detail || ''}` : '')
+      );
       list.append(li);
     }
     return this.section('Recent reclaims', [list]);

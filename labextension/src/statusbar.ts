@@ -1,7 +1,7 @@
 /** The status-bar item: device, utilization %, memory used/total; amber under a notice. */
 import { Widget } from '@lumino/widgets';
 
-import { statusText } from './format';
+import { statusText, visible } from './format';
 import { GPUPoolModel } from './model';
 
 export class GPUPoolStatus extends Widget {
@@ -25,9 +25,9 @@ export class GPUPoolStatus extends Widget {
   render(): void {
     const t = statusText(this.model.state, Date.now());
     const parts = [t.device, t.util, t.memory].filter(Boolean);
-    this.button.textContent = `GPU: ${parts.join(' · ')}`;
-    this.button.title = t.label;
-    this.button.setAttribute('aria-label', `${t.label}. Open the GPU panel`);
+    this.button.textContent = visible(`GPU: ${parts.join(' · ')}`);
+    this.button.title = visible(t.label);
+    this.button.setAttribute('aria-label', visible(`${t.label}. Open the GPU panel`));
     this.node.dataset.tone = t.tone;
     this.node.classList.toggle('jp-GPUPool-amber', t.tone === 'amber');
     this.node.classList.toggle('jp-GPUPool-down', t.tone === 'down');

@@ -12,6 +12,7 @@ shown as text on every page and never run; the map is walked with the keyboard a
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from playwright.sync_api import Page, expect
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid
+from jupyterhub_gpupool.service.pages.base import BIDI_CONTROLS, shown
 from tests.fakes import HubEnv, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -176,7 +178,7 @@ def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
         text = admin.locator("main").inner_text()
         if path in ("admin/leases", "admin/quotas"):
             for name in HOSTILE_USERS:
-                assert name in text, f"{path}: {name!r} not shown as text"
+                assert shown(name) in text, f"{path}: {name!r} not shown as text"
         if path == "admin/leases":
             assert LONG[-200:] in text  # the offer's 10 kB display name, as text
     # the map's own detail line names a hostile holder as text
@@ -185,6 +187,57 @@ def test_hostile_names_are_text_on_every_page(hub: HubEnv, admin: Page) -> None:
     admin.locator("#pool-map .slice.busy, #pool-map .slice.idle").first.focus()
     expect(admin.locator("#map-detail")).to_contain_text("held by")
     no_markup_ran(admin)
+    for le in made:
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+#: Every page, the user page included.
+ALL_PAGES = ("", *ADMIN_PAGES, "admin/approvals", "admin/usage", "admin/capacity", "admin/what-if")
+
+
+def test_bidi_controls_are_shown_on_every_page_never_obeyed(hub: HubEnv, admin: Page) -> None:
+    """A user, a server, a group and a reclaim reason carrying U+202E: no page (nor its
+    script's text, labels and titles) holds a raw bidirectional control; each is shown as
+    ``[U+202E]``, and what a script sends back (the quota edit) still names the exact object."""
+    token = hub.token("admin")
+    made = [lease(hub, RTL, "t4-quarter", f"{RTL}-srv"), lease(hub, "admin", "t4-quarter", RTL)]
+    r = request(
+        "POST",
+        f"{hub.api}/allocations/{made[1]['id']}/reclaim",
+        token,
+        {"reason": f"idle {RTL} for hours", "grace": 3600},
+    )
+    assert r.status == 200, r.body
+    r = request(
+        "PUT",
+        f"{hub.api}/quotas/groups/{quote(RTL, safe='')}",
+        token,
+        {"guarantee": 1, "limit": 2, "budget": None, "period": "month", "exception": 3},
+    )
+    assert r.status == 200, r.body
+    readable = """() => [document.body.innerText, document.title,
+        ...[...document.querySelectorAll('[aria-label],[title],[alt],[placeholder]')].map(
+            (e) => ['aria-label', 'title', 'alt', 'placeholder'].map(
+                (a) => e.getAttribute(a) || '').join(' '))].join('\\n')"""
+    for path in ALL_PAGES:
+        admin.goto(prefix(hub) + path)
+        if path == "admin/":
+            expect(admin.locator("#pool-map .slice").first).to_be_visible()
+        text = admin.evaluate(readable)
+        assert not BIDI_CONTROLS.search(text), (path, BIDI_CONTROLS.findall(text))
+        if path in ("", "admin/leases", "admin/quotas"):
+            assert shown(RTL) in text, (path, text[:500])
+    # the user page's notice names the reason, shown
+    admin.goto(prefix(hub))
+    expect(admin.locator("main")).to_contain_text(f"idle {shown(RTL)} for hours")
+    # the quota edit still loads and saves the exact group (its name in the attribute exact)
+    admin.goto(prefix(hub) + "admin/quotas")
+    admin.locator(
+        f'#quotas tr[data-kind="groups"][data-name="{RTL}"] [data-action="edit-quota"]'
+    ).click()
+    expect(admin.locator("#quota-form")).to_have_attribute("data-loaded", f"groups/{RTL}")
+    expect(admin.locator("#quota-form-title")).to_have_text(f"Edit the quota of {shown(RTL)}")
+    request("DELETE", f"{hub.api}/quotas/groups/{quote(RTL, safe='')}", token)
     for le in made:
         request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
 
@@ -240,12 +293,12 @@ def test_hostile_node_names_and_labels_are_text_on_every_page(hub: HubEnv, admin
     headings = admin.eval_on_selector_all(
         "#pool-map li.node > h4", "els => els.map(e => e.textContent)"
     )
-    for name in HOSTILE_NODES:
+    for name in map(shown, HOSTILE_NODES):  # bidi controls shown, not obeyed
         assert any(h == name or h.startswith(name + " (") for h in headings), (name, headings)
     for i, name in enumerate(HOSTILE_NODES):
         admin.locator(f'#pool-map .slice[data-gpu="GPU-hostile-node-{i}"]').first.hover()
-        model = shown_model(HOSTILE_NODES[-1 - i])
-        expect(admin.locator("#map-detail")).to_contain_text(f"{name} · GPU 0 · {model}")
+        model = shown(shown_model(HOSTILE_NODES[-1 - i]))
+        expect(admin.locator("#map-detail")).to_contain_text(f"{shown(name)} · GPU 0 · {model}")
     assert "49" not in " ".join(headings)  # {{7*7}} is not a template anywhere
     no_markup_ran(admin)
     # the nodes page: each a row, shown as text; cordon one with its own button
@@ -253,8 +306,8 @@ def test_hostile_node_names_and_labels_are_text_on_every_page(hub: HubEnv, admin
     names = admin.eval_on_selector_all("td.name", "els => els.map(e => e.textContent)")
     gpus = admin.eval_on_selector_all("ul.gpus > li", "els => els.map(e => e.textContent)")
     for name in HOSTILE_NODES:
-        assert name in names, (name, names)
-        assert any(f"GPU 0 · {shown_model(name)}" in g for g in gpus), (name, gpus)
+        assert shown(name) in names, (name, names)
+        assert any(f"GPU 0 · {shown(shown_model(name))}" in g for g in gpus), (name, gpus)
     assert "49" not in names and not any("GPU 0 · 49" in g for g in gpus)
     no_markup_ran(admin)
     row = admin.locator("tr", has=admin.locator("td.name", has_text=TEMPLATE))
@@ -426,6 +479,54 @@ def test_an_admin_edits_a_quota_after_seeing_its_effect(hub: HubEnv, admin: Page
     shoot(admin, "admin-audit", full=True)
     request("DELETE", f"{hub.api}/quotas/users/bob", hub.token("admin"))
     request("DELETE", f"{hub.api}/allocations/{held['id']}?reason=admin", hub.spawner_token)
+
+
+#: Quotas the round-trip test edits: every field set (an exception ceiling, a budget, a period
+#: other than the default), and every nullable one null.
+ROUND_TRIP = {
+    ("users", "round-trip"): {
+        "guarantee": 0.3,
+        "limit": 2.5,
+        "budget": 123.25,
+        "period": "week",
+        "exception": 6,
+    },
+    ("groups", "nulls"): {
+        "guarantee": 0,
+        "limit": None,
+        "budget": None,
+        "period": "day",
+        "exception": None,
+    },
+}
+
+
+def test_the_quota_form_saves_back_exactly_what_it_loaded(hub: HubEnv, admin: Page) -> None:
+    """Edit, then Save without a change: the quota (as the API answers it) is byte-identical,
+    the exception ceiling included (the form once sent four fields and lost it)."""
+    token = hub.token("admin")
+    for (kind, name), quota in ROUND_TRIP.items():
+        r = request("PUT", f"{hub.api}/quotas/{kind}/{name}", token, quota)
+        assert r.status == 200, r.body
+        before = request("GET", f"{hub.api}/quotas/{kind}/{name}", token).body
+        assert before == r.body
+        admin.goto(prefix(hub) + "admin/quotas")
+        row = admin.locator(f'#quotas tr[data-kind="{kind}"][data-name="{name}"]')
+        if quota["exception"] is not None:
+            expect(row).to_contain_text("6")  # the table shows the ceiling too
+        row.locator('[data-action="edit-quota"]').click()
+        form = admin.locator("#quota-form")
+        expect(form).to_have_attribute("data-loaded", f"{kind}/{name}")
+        shown = "" if quota["exception"] is None else str(quota["exception"])
+        assert form.locator('[name="exception"]').input_value() == shown
+        with admin.expect_request(lambda q: q.method == "PUT") as sent:
+            admin.click("#quota-save")
+        expect(admin.locator("#gpupool-status")).to_contain_text(f"Saved the quota of {name}")
+        after = request("GET", f"{hub.api}/quotas/{kind}/{name}", token).body
+        assert after == before, (before, after)
+        # what the form sent: every field the API takes, as loaded
+        assert json.loads(sent.value.post_data) == quota
+        request("DELETE", f"{hub.api}/quotas/{kind}/{name}", token)
 
 
 #: Every admin API action, as the panel's script would send it (cookie auth + XSRF header).

@@ -21,6 +21,7 @@ pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import expect
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.service.pages.base import shown
 from tests.fakes import HubEnv, request, write_pool
 
 pytestmark = [
@@ -108,7 +109,8 @@ def test_an_admin_approves_for_less_and_denies_with_a_reason(
     assert "beyond the quota's limit (exception up to 2 GPUs)" in erin and "3 d" in erin
     # hostile names and reasons are text: nothing ran, nothing was evaluated
     assert admin.locator(row(hostile["id"]) + " td.name").first.inner_text() == HOSTILE_USER
-    assert admin.locator(row(hostile["id"]) + " td.reason").inner_text() == HOSTILE_REASON
+    # as text, its bidirectional controls shown ([U+202E]), not obeyed
+    assert admin.locator(row(hostile["id"]) + " td.reason").inner_text() == shown(HOSTILE_REASON)
     assert admin.evaluate("window.pwned") is None and admin.locator("main img").count() == 0
     assert "49" not in admin.locator("#approvals").inner_text()
     shoot(admin, "admin-approvals", down_to="#approvals")

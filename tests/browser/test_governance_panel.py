@@ -34,6 +34,7 @@ from playwright.sync_api import Page, expect
 
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.usage import busy_from
+from jupyterhub_gpupool.service.pages.base import shown as display
 from tests.fakes import HubEnv, StoreClock, make_store, request, write_pool
 
 pytestmark = [
@@ -175,14 +176,15 @@ def test_usage_page_shows_the_apis_figures_and_the_csv_adds_up_to_the_cent(
     admin.wait_for_url("**by=user**")
     body = api(hub, f"usage?by=user&{urlencode(rng)}")
     shown = cells(admin, "#usage")
-    assert [r[0] for r in shown] == [i["user"] for i in body["items"]]
+    # names as every page shows them: bidirectional controls as visible [U+202E]
+    assert [r[0] for r in shown] == [display(i["user"]) for i in body["items"]]
     assert [r[8] for r in shown] == [i["cost"] for i in body["items"]]
     assert [r[2] for r in shown] == [hours(i["held_unit_hours"]) for i in body["items"]]
     assert [r[3] for r in shown] == [hours(i["busy_unit_hours"]) for i in body["items"]]
     total = admin.locator("#usage-total td.cost").inner_text()
     assert total == body["total"]["cost"] and Decimal(total) > 0
     for name in HOSTILE:  # hostile users as text, each one row
-        assert [r[0] for r in shown].count(name) == 1
+        assert [r[0] for r in shown].count(display(name)) == 1
     no_markup_ran(admin)
     # the charts are drawn (Chart.js on canvas)
     assert admin.evaluate("!!Chart.getChart(document.getElementById('usage-hours'))")
@@ -200,17 +202,17 @@ def test_usage_page_shows_the_apis_figures_and_the_csv_adds_up_to_the_cent(
     # the top idle holders: the API's, in its order
     idle = api(hub, f"usage/idle-holders?limit=10&{urlencode(rng)}")
     listed = cells(admin, "#idle-holders")
-    assert [r[0] for r in listed] == [h["user"] for h in idle["items"]]
+    assert [r[0] for r in listed] == [display(h["user"]) for h in idle["items"]]
     assert [r[6] for r in listed] == [h["idle_cost"] for h in idle["items"]]
-    assert {r[0] for r in listed} >= set(HOSTILE)
+    assert {r[0] for r in listed} >= set(map(display, HOSTILE))
     # per group: the hostile group names are text too
     admin.select_option('#usage-filters [name="by"]', "group")
     admin.click('#usage-filters button[type="submit"]')
     admin.wait_for_url("**by=group**")
     groups = api(hub, f"usage?by=group&{urlencode(rng)}")
     shown = cells(admin, "#usage")
-    assert [r[0] for r in shown] == [i["group"] for i in groups["items"]]
-    assert set(HOSTILE) | {"ml"} == {r[0] for r in shown}
+    assert [r[0] for r in shown] == [display(i["group"]) for i in groups["items"]]
+    assert set(map(display, HOSTILE)) | {"ml"} == {r[0] for r in shown}
     assert admin.locator("#usage-total td.cost").inner_text() == groups["total"]["cost"]
     no_markup_ran(admin)
     shoot(admin, "admin-usage", full=True)

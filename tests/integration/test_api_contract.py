@@ -903,6 +903,10 @@ CASES += [
     Bad("inventory-cpu-beyond-int", "agent", "PUT", "nodes/contract-big/inventory", 422,
         "invalid_field", "cpu_milli", body={"cpu_milli": 2**63, "gpus": []}, template=INV,
         ),
+    Bad("inventory-duplicate-index", "agent", "PUT", "nodes/contract-dup/inventory", 422,
+        "invalid_field", "gpus[1].index", body={"gpus": [
+            {"uuid": "GPU-dupi-0", "index": 0, "model": "T4"},
+            {"uuid": "GPU-dupi-1", "index": 0, "model": "T4"}]}, template=INV),
     Bad("inventory-duplicate-uuid", "agent", "PUT", "nodes/contract-dup/inventory", 422,
         "invalid_field", "gpus[1].uuid",
         body={"gpus": [{"uuid": "GPU-dup", "model": "T4"}, {"uuid": "GPU-dup", "model": "T4"}]},

@@ -226,8 +226,9 @@ def test_pool_away_is_said_and_recovers_without_a_new_tab(hub: HubEnv, alice: st
 def test_a_move_the_pool_refuses_keeps_the_gpu(hub: HubEnv, alice: str):
     token = hub.token("alice")
     r = request("POST", f"{alice}/gpupool/resize", token, {"offer": "vip-h100"})
-    assert r.status == 403, r.body
-    assert r.json()["error"]["code"] == "offer_not_allowed"
+    assert r.status == 422, r.body  # a group's offer is as missing as one that does not exist
+    assert r.json()["error"]["code"] == "unknown_offer"
+    assert "vip-h100" not in r.json()["error"].get("allowed", [])
     r = request("POST", f"{alice}/gpupool/resize", token, {})
     assert r.status == 400 and r.json()["error"]["code"] == "missing_field"
     state = request("GET", f"{alice}/gpupool/state", token).json()

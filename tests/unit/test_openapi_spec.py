@@ -495,3 +495,50 @@ def test_ast_readers_find_what_handlers_use():
     assert json_type(frozenset({"int", "float", "None"})) == ("number", True)
     with pytest.raises(AssertionError):
         json_type(frozenset({"float"}))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key twice in one mapping (plain ``safe_load`` keeps the
+    last one silently: the spec once declared ``"400"`` twice for two operations)."""
+
+
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        assert key not in seen, f"rest-api.yml:{line}: {key!r} again (first at line {seen[key]})"
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def test_spec_has_no_key_twice():
+    assert yaml.load(SPEC_PATH.read_text(), Loader=_StrictLoader) == load_spec()
+
+
+def test_spec_info_says_what_metrics_need():
+    """``/metrics`` needs a token by default (``authenticate_prometheus``), as the spec says."""
+    text = load_spec()["info"]["description"]
+    assert "no token" not in text and "read:metrics" in text
+
+
+def test_every_path_parameter_is_bounded_as_the_server_checks():
+    """Every string path parameter: at most 255 characters and no NUL (``APIHandler.prepare``
+    refuses both with 400), so the fuzz test's negative cases probe the server's checks."""
+    spec = load_spec()
+    components = spec["components"]["parameters"]
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            for param in [*item.get("parameters", []), *op.get("parameters", [])]:
+                param = components.get(param.get("$ref", "").rsplit("/", 1)[-1], param)
+                schema = param["schema"]
+                if param["in"] != "path" or "enum" in schema:
+                    continue
+                where = f"{method.upper()} {path} {param['name']}"
+                assert schema.get("maxLength") == 255, where
+                assert schema.get("pattern") == "^[^\\x00]*$", where

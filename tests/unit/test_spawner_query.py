@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from jupyterhub_gpupool.logquiet import EXPECTED, ExpectedRefusals
 from jupyterhub_gpupool.spawner.base import OPTION
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
 
@@ -42,6 +43,9 @@ def test_an_offer_in_the_query_is_refused_by_default(query):
         from_query(s, query)
     assert info.value.status_code == 403
     assert info.value.jupyterhub_message.startswith(REFUSED)  # what the spawn page shows
+    # an expected refusal: the hub's "Failed to spawn" line becomes one warning, no traceback
+    assert getattr(info.value, EXPECTED) is True
+    assert any(isinstance(f, ExpectedRefusals) for f in s.log.filters)
 
 
 @pytest.mark.parametrize(

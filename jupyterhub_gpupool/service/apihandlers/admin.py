@@ -153,12 +153,8 @@ class IdleHoldersHandler(APIHandler):
         end = self.time_arg("to", utcnow())
         start = self.time_arg("from", end - timedelta(days=30))
         assert start is not None and end is not None
-        raw = self.get_argument("limit", "10")
-        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-            raise APIError(
-                "invalid_argument", "limit must be a whole number from 1 to 1000", field="limit"
-            )
-        items = self.store.idle_holders(start, end, int(raw))
+        limit = self.int_arg("limit", 10, low=1, high=1000)
+        items = self.store.idle_holders(start, end, limit)
         self.write_json(
             {
                 "from": start.isoformat() + "Z",

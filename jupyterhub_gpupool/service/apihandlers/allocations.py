@@ -6,6 +6,7 @@ from typing import Any
 
 from ...hubclient import HubUnavailable
 from ...pool.errors import PoolError
+from ...poolconfig import DNS_LABEL
 from ...store import lease_not_found
 from .base import APIError, APIHandler, needs
 
@@ -25,7 +26,15 @@ class OffersHandler(APIHandler):
             groups = self.get_arguments("group")
         elif ident.kind == "user":
             user = ident.name
-        clusters = self.get_arguments("cluster")
+        clusters = self.get_arguments("cluster", strip=False)  # as sent: "ok\n" is no label
+        for name in clusters:  # malformed (empty, not a DNS label) is 400; unknown is 422
+            if not DNS_LABEL.fullmatch(name):
+                raise APIError(
+                    "invalid_argument",
+                    f"cluster {name!r} is not a DNS label (lower-case letters, digits and '-', "
+                    "at most 63)",
+                    field="cluster",
+                )
         self.store.check_clusters(clusters, "cluster")
         self.write_json({"items": self.store.offers_for(user, groups, clusters)})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -81,6 +82,10 @@ MAX_STR = 255
 #: The earliest and latest times a query argument stands for (``time_arg`` clamps to them).
 EARLIEST = datetime.min + timedelta(days=366)
 LATEST = datetime.max - timedelta(days=366)
+#: The latest epoch seconds a time may be (9999-12-31T23:59:59Z, the spec's ``Time`` maximum).
+MAX_EPOCH = 253402300799
+#: Epoch seconds as a query argument: a decimal number (a fraction, an exponent allowed).
+_EPOCH = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 #: The largest request body (an agent's batch of 10,000 samples is about 1.2 MiB).
 MAX_BODY = 4 * 1024 * 1024
 #: How deep a request body may nest (the deepest real one, an inventory, nests 5).
@@ -127,8 +132,11 @@ def parse_time(raw: str | int, name: str, code: str = "invalid_field") -> dateti
     """An ISO 8601 time or epoch seconds (a query argument or a body field) as naive UTC,
     clamped within ``EARLIEST`` and ``LATEST``; ``code`` names the field when it is neither."""
     try:
-        if isinstance(raw, int) or raw.replace(".", "", 1).isdigit():
-            dt = datetime.fromtimestamp(float(raw), timezone.utc).replace(tzinfo=None)
+        if isinstance(raw, int) or _EPOCH.fullmatch(raw):
+            seconds = float(raw)  # a fraction allowed (the lab extension's last sample time)
+            if not 0 <= seconds <= MAX_EPOCH:
+                raise ValueError(name)
+            dt = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
         else:
             dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
             if dt.tzinfo is not None:
@@ -137,7 +145,9 @@ def parse_time(raw: str | int, name: str, code: str = "invalid_field") -> dateti
                 except OverflowError:  # the offset takes it below year 1 or past 9999
                     dt = EARLIEST if dt.year == 1 else LATEST
     except (ValueError, OverflowError, OSError):
-        raise APIError(code, f"{name} must be an ISO 8601 time", field=name) from None
+        raise APIError(
+            code, f"{name} must be an ISO 8601 time or epoch seconds (0 to {MAX_EPOCH})", field=name
+        ) from None
     return min(max(dt, EARLIEST), LATEST)
 
 
@@ -172,8 +182,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def check_xsrf_cookie(self) -> None:
-        """Token-authenticated API calls need no XSRF token; cookie calls do."""
-        if self.request.headers.get("Authorization"):
+        """The XSRF check is skipped only for a request that a token actually authenticated
+        (``HubAuth`` sets ``_token_authenticated`` after the hub accepted the header's token),
+        as JupyterHub's own handlers do. An ``Authorization`` header alone is not enough: a
+        browser behind a Basic-auth (or Negotiate) proxy attaches one by itself, to
+        cross-site forms too, so a cookie call with any other header still needs the token."""
+        if getattr(self, "_token_authenticated", False):
             return
         super().check_xsrf_cookie()
 
@@ -183,13 +197,29 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         if model is None:
             raise APIError("unauthorized", "a JupyterHub token is required")
         self.identity = Identity.from_hub_model(model)
-        # PostgreSQL cannot store NUL in text, SQLite would: refuse it alike, up front
-        for arg in self.path_args:
+        # PostgreSQL cannot store NUL in text, SQLite would: refuse it alike, up front; and no
+        # path segment names anything longer than the database's names (the spec's maxLength)
+        for name, arg in zip(self._path_names(), self.path_args, strict=False):
             if "\x00" in arg:
-                raise APIError("invalid_argument", "a path segment contains NUL", field="path")
+                raise APIError("invalid_argument", f"{name} contains NUL", field=name)
+            if len(arg) > MAX_STR:
+                raise APIError(
+                    "invalid_argument", f"{name} is longer than {MAX_STR} characters", field=name
+                )
         for name, values in self.request.query_arguments.items():
             if "\x00" in name or any(b"\x00" in value for value in values):
                 raise APIError("invalid_argument", f"{name} contains NUL", field=name)
+
+    def _path_names(self) -> list[str]:
+        """The names of the handler method's path arguments (``name``, ``kind``, ``id``…), for
+        refusals that name the one at fault."""
+        method = getattr(self, self.request.method.lower(), None)
+        try:
+            params = list(inspect.signature(method).parameters)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            params = []
+        names = [p for p in params if p != "self"]
+        return names + ["path"] * (len(self.path_args) - len(names))
 
     def on_finish(self) -> None:
         metrics = self.settings.get("metrics")
@@ -304,10 +334,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         raw = self.get_argument(name, None)
         if raw is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise APIError("invalid_argument", f"{name} must be an integer", field=name) from None
+        # ASCII digits only, and few enough of them (int() takes "1_0", "١", 4,300 digits)
+        digits = raw.strip()
+        if len(digits) > 20 or not digits.isascii() or not digits.lstrip("-").isdigit():
+            raise APIError("invalid_argument", f"{name} must be an integer", field=name)
+        value = int(digits)
         if not low <= value <= high:
             raise APIError(
                 "invalid_argument", f"{name} must be between {low} and {high}", field=name

@@ -26,7 +26,6 @@ STATUS: dict[str, int] = {
     # 401/403: who is asking
     "unauthorized": 401,
     "forbidden": 403,
-    "offer_not_allowed": 403,
     "not_in_group": 403,
     # 404/405
     "not_found": 404,
@@ -38,6 +37,7 @@ STATUS: dict[str, int] = {
     "not_live": 409,
     "not_ready": 409,
     "resize_pending": 409,
+    "resize_target": 409,
     "extension_limit": 409,
     "not_extendable": 409,
     "reclaim_in_progress": 409,

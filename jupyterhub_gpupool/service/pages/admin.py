@@ -22,6 +22,8 @@ from .base import PageHandler
 
 #: Audit events per page.
 AUDIT_PAGE = 50
+#: The last page the audit page asks for (50 million events back); beyond: a 400 page.
+MAX_AUDIT_PAGE = 1_000_000
 
 
 class AdminPage(PageHandler):
@@ -127,10 +129,7 @@ class AuditPage(AdminPage):
                 until = parse_time(filters["to"], "to")
         except PoolError as e:  # a time that is none: said above the table, filter dropped
             error = e.message
-        try:
-            page = max(1, int(self.get_argument("page", "1")))
-        except ValueError:
-            page = 1
+        page = self.int_arg("page", 1, low=1, high=MAX_AUDIT_PAGE)
         items, total = self.store.events(
             offset=(page - 1) * AUDIT_PAGE,
             limit=AUDIT_PAGE,

@@ -11,12 +11,14 @@ service prefix, so the pages work under any hub base URL.
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
+from markupsafe import Markup
 from tornado import web
 
 from ...store import Store
@@ -74,10 +76,34 @@ ALERT_PAGES = {
 }
 
 
+#: Bidirectional controls: the embeddings and overrides (U+202A–U+202E) and the isolates
+#: (U+2066–U+2069). In a name or a reason they would reverse what a page shows.
+BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: Any) -> Any:
+    """The one display rule for text from users, agents and admins: every bidirectional
+    control is shown as a visible ``[U+202E]`` instead of being obeyed (the pages' script,
+    ``gpupool.js``'s ``visible``, and the lab panel, ``visible`` in ``labextension/src``, apply
+    the same). Jinja applies it to every ``{{ … }}`` (``finalize``); an identifier a script
+    sends back to the API is rendered with ``|ident`` instead (escaped, exact)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+    return value
+
+
+def ident(value: Any) -> Markup:
+    """An identifier for an attribute a script reads back (``data-node``, a filter's value):
+    escaped, exact, so the API call names the very object; never shown as text."""
+    return Markup.escape("" if value is None else str(value))
+
+
 jinja = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(default=True, default_for_string=True),
+    finalize=shown,
 )
+jinja.filters["ident"] = ident
 jinja.filters["units"] = units_text
 jinja.filters["when"] = when
 jinja.filters["ordinal"] = ordinal
@@ -123,6 +149,20 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Referrer-Policy", "same-origin")
         self.set_header("Content-Security-Policy", CSP)
+
+    def int_arg(self, name: str, default: int, *, low: int, high: int) -> int:
+        """An integer query argument within [low, high]; anything else is a 400 page saying
+        so (like the API's ``int_arg``: never a 500 for a number the database cannot take)."""
+        raw = self.get_argument(name, None)
+        if raw is None or raw.strip() == "":
+            return default
+        raw = raw.strip()
+        if len(raw) > 12 or not raw.isascii() or not raw.lstrip("-").isdigit():
+            raise web.HTTPError(400, f"{name} must be a whole number from {low} to {high}")
+        value = int(raw)
+        if not low <= value <= high:
+            raise web.HTTPError(400, f"{name} must be a whole number from {low} to {high}")
+        return value
 
     def render_page(self, template: str, **context: Any) -> None:
         """Render ``template`` with what every page needs (links, the XSRF token, the user)."""

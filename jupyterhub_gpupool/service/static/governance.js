@@ -8,11 +8,11 @@
 
 (function () {
   // the API call (with the hub's XSRF token), elements and the status line: gpupool.js's
-  const { request: call, el, status } = window.gpupool;
+  const { request: call, el, status, visible } = window.gpupool;
 
   /** A name as a chart label: at most ``n`` characters (a 10 kB name stays one line). */
   const clip = (s, n = 40) => {
-    s = s === "" ? "(none)" : String(s);
+    s = s === "" ? "(none)" : visible(s); // chart labels too: canvas text obeys bidi controls
     return s.length > n ? `${s.slice(0, n - 1)}…` : s;
   };
   const data = (id, key) => {
@@ -188,7 +188,7 @@
     const text = e.field ? `${e.field}: ${e.message}` : e.message;
     if (where && where.line) {
       where.line.hidden = false;
-      where.line.textContent = text;
+      where.line.textContent = visible(text);
       if (where.control) {
         where.control.setAttribute("aria-invalid", "true");
         where.control.focus?.();
@@ -197,7 +197,7 @@
     }
     const general = document.getElementById("whatif-error");
     general.hidden = false;
-    general.textContent = text;
+    general.textContent = visible(text);
   }
 
   const minutes = (v) => (v === null || v === undefined ? "–" : String(v));
@@ -207,7 +207,7 @@
   function showResult(result) {
     const names = data("whatif-data", "offers") || {};
     const name = (o) => (o === "*" ? "all offers" : names[o] || o);
-    document.getElementById("whatif-title").textContent = `Over ${result.days} day${result.days === 1 ? "" : "s"} (${result.from.slice(0, 16).replace("T", " ")} to ${result.to.slice(0, 16).replace("T", " ")} UTC): ${result.change}`;
+    document.getElementById("whatif-title").textContent = visible(`Over ${result.days} day${result.days === 1 ? "" : "s"} (${result.from.slice(0, 16).replace("T", " ")} to ${result.to.slice(0, 16).replace("T", " ")} UTC): ${result.change}`);
     const body = document.querySelector("#whatif-table tbody");
     const offers = Object.keys(result.offers).sort((a, b) => (a === "*") - (b === "*") || a.localeCompare(b));
     body.replaceChildren(

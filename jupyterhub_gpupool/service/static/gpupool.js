@@ -58,15 +58,24 @@
     }
   }
 
+  /** The one display rule for text from users, agents and admins (as the pages' templates
+   * apply it, pages/base.py ``shown``): every bidirectional control (U+202A–U+202E,
+   * U+2066–U+2069) is shown as a visible [U+202E] instead of being obeyed. */
+  const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+  const visible = (text) =>
+    String(text ?? "").replace(BIDI, (c) => `[U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+  /** Attributes people read (screen readers, tooltips): shown, like text. */
+  const READ = new Set(["aria-label", "title", "alt", "placeholder"]);
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === null || v === undefined || v === false) continue;
       if (k === "class") node.className = v;
-      else if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v === true ? "" : String(v));
+      else if (k === "text") node.textContent = visible(v);
+      else node.setAttribute(k, v === true ? "" : READ.has(k) ? visible(v) : String(v));
     }
-    for (const c of children) node.append(c);
+    for (const c of children) node.append(typeof c === "string" ? visible(c) : c);
     return node;
   }
 
@@ -74,12 +83,12 @@
     const line = document.getElementById("gpupool-status");
     if (!line) return;
     line.hidden = !text;
-    line.textContent = text || "";
+    line.textContent = visible(text || "");
     line.classList.toggle("error", !!bad);
   }
 
   // what the pages' own scripts (governance.js) share, loaded after this one
-  window.gpupool = Object.freeze({ ApiError, request, api, el, status });
+  window.gpupool = Object.freeze({ ApiError, request, api, el, status, visible });
 
   const units = (u) => {
     if (u === null || u === undefined) return "none";
@@ -102,9 +111,9 @@
     const dialog = document.getElementById("gpupool-confirm");
     const box = document.getElementById("gpupool-confirm-fields");
     const error = document.getElementById("gpupool-confirm-error");
-    document.getElementById("gpupool-confirm-title").textContent = title;
-    document.getElementById("gpupool-confirm-text").textContent = text || "";
-    document.getElementById("gpupool-confirm-ok").textContent = ok;
+    document.getElementById("gpupool-confirm-title").textContent = visible(title);
+    document.getElementById("gpupool-confirm-text").textContent = visible(text || "");
+    document.getElementById("gpupool-confirm-ok").textContent = visible(ok);
     error.hidden = true;
     box.replaceChildren();
     for (const f of fields) {
@@ -139,7 +148,7 @@
           dialog.close("ok");
         } catch (e) {
           error.hidden = false;
-          error.textContent = e.field ? `${e.field}: ${e.message}` : e.message;
+          error.textContent = visible(e.field ? `${e.field}: ${e.message}` : e.message);
           const bad = e.field && box.querySelector(`[name="${CSS.escape(e.field)}"]`);
           if (bad) {
             bad.setAttribute("aria-invalid", "true");
@@ -331,13 +340,8 @@
           if (!v) return;
           return act("Cancel", () => api("DELETE", `repartitions/${encodeURIComponent(b.dataset.id)}`));
         }
-        case "edit-quota": {
-          const form = document.getElementById("quota-form");
-          for (const k of ["kind", "name", "guarantee", "limit", "budget", "period"]) form.elements[k].value = b.dataset[k] ?? "";
-          document.getElementById("quota-form-title").textContent = `Edit the quota of ${b.dataset.name}`;
-          form.elements.guarantee.focus();
-          return;
-        }
+        case "edit-quota":
+          return editQuota(b.dataset.kind, b.dataset.name);
       }
     });
   }
@@ -409,6 +413,39 @@
 
   // -- quotas ------------------------------------------------------------------------------
 
+  /* The edit form round-trips every field of the quota it edits: "Edit" loads the quota as the
+   * API answers it (GET), the form shows the fields it has inputs for, and "Save" sends the
+   * loaded quota's every field with the inputs' values over them. A field the form has no
+   * input for (one added later) is sent back as it was, never dropped; only what the API
+   * answers and does not take (QUOTA_READ_ONLY) stays out of the PUT. */
+  const QUOTA_READ_ONLY = new Set(["name", "kind", "source"]);
+  const QUOTA_INPUTS = ["guarantee", "limit", "budget", "period", "exception"];
+  let quotaLoaded = null; // {kind, name, quota}: what "Edit" loaded
+
+  function setQuotaInputs(form, quota) {
+    for (const k of QUOTA_INPUTS) {
+      const input = form.elements[k];
+      if (!input) continue;
+      const value = quota[k] === null || quota[k] === undefined ? "" : String(quota[k]);
+      if (input.tagName === "SELECT" && value && ![...input.options].some((o) => o.value === value)) {
+        input.append(el("option", { text: value })); // a period the form does not list: kept
+      }
+      input.value = value;
+    }
+  }
+
+  async function editQuota(kind, name) {
+    const form = document.getElementById("quota-form");
+    const quota = await api("GET", `quotas/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`);
+    form.elements.kind.value = kind;
+    form.elements.name.value = name;
+    setQuotaInputs(form, quota);
+    quotaLoaded = { kind, name, quota };
+    document.getElementById("quota-form-title").textContent = visible(`Edit the quota of ${name}`);
+    form.dataset.loaded = `${kind}/${name}`; // the form is ready (tests wait on it)
+    form.elements.guarantee.focus();
+  }
+
   function quotaForm() {
     const form = document.getElementById("quota-form");
     if (!form) return;
@@ -416,13 +453,18 @@
     const error = document.getElementById("quota-error");
     const body = () => {
       const num = (name) => (form.elements[name].value === "" ? null : Number(form.elements[name].value));
-      return { guarantee: num("guarantee") ?? 0, limit: num("limit"), budget: num("budget"), period: form.elements.period.value };
+      const same = quotaLoaded && quotaLoaded.kind === form.elements.kind.value && quotaLoaded.name === form.elements.name.value;
+      const out = {};
+      if (same) {
+        for (const [k, v] of Object.entries(quotaLoaded.quota)) if (!QUOTA_READ_ONLY.has(k)) out[k] = v;
+      }
+      return { ...out, guarantee: num("guarantee") ?? 0, limit: num("limit"), budget: num("budget"), period: form.elements.period.value, exception: num("exception") };
     };
     const where = () => `quotas/${encodeURIComponent(form.elements.kind.value)}/${encodeURIComponent(form.elements.name.value)}`;
     const fail = (e) => {
       error.hidden = false;
       const field = (e.field || "").split(".").pop();
-      error.textContent = e.field ? `${field}: ${e.message}` : e.message;
+      error.textContent = visible(e.field ? `${field}: ${e.message}` : e.message);
       for (const input of form.elements) input.removeAttribute("aria-invalid");
       if (form.elements[field]) {
         form.elements[field].setAttribute("aria-invalid", "true");
@@ -442,7 +484,7 @@
         parts.push(`${e.become_borrowed.length} lease(s) would become borrowed`);
         parts.push(`${e.become_within.length} would become within guarantee`);
         if (e.over_limit_by) parts.push(`${units(e.over_limit_by)} held over the new limit (nothing is taken away; new requests wait)`);
-        effect.textContent = `Effect: ${parts.join("; ")}. ${form.elements.name.value} holds ${units(e.held)} now.`;
+        effect.textContent = visible(`Effect: ${parts.join("; ")}. ${form.elements.name.value} holds ${units(e.held)} now.`);
       } catch (err) {
         fail(err);
       }
@@ -643,7 +685,7 @@
           s.node = n.name;
           s.gpu = g;
           s.offers = this.data.offers;
-          cell.setAttribute("aria-label", describeSlice(s));
+          cell.setAttribute("aria-label", visible(describeSlice(s)));
           this.cells.set(`${g.uuid}/${s.key}`, { cell, s });
           row.append(cell);
         }
@@ -663,7 +705,7 @@
           s.offers = this.data.offers;
           const cls = `slice ${s.state}${keep(s) ? "" : " dim"}`;
           if (entry.cell.className !== cls) entry.cell.className = cls;
-          const label = describeSlice(s);
+          const label = visible(describeSlice(s));
           if (entry.cell.getAttribute("aria-label") !== label) entry.cell.setAttribute("aria-label", label);
           entry.s = s;
         }

@@ -13,7 +13,8 @@ import {
   moveFinished,
   secondsUntil,
   statusText,
-  viewState
+  viewState,
+  visible
 } from '../format';
 import { IChoice, IState } from '../types';
 
@@ -243,5 +244,21 @@ describe('reconnect backoff', () => {
     ]);
     b.reset();
     expect(b.next()).toBe(1000);
+  });
+});
+
+describe('visible', () => {
+  it('shows every bidirectional control instead of obeying it', () => {
+    expect(visible('\u202eevil\u202c-rtl')).toBe('[U+202E]evil[U+202C]-rtl');
+    for (const c of [0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069]) {
+      const hex = c.toString(16).toUpperCase();
+      expect(visible(`a${String.fromCodePoint(c)}b`)).toBe(`a[U+${hex}]b`);
+    }
+  });
+
+  it('leaves other text (right-to-left letters included) alone', () => {
+    expect(visible('alice')).toBe('alice');
+    expect(visible('שלום ‎ok')).toBe('שלום ‎ok');
+    expect(visible(null)).toBe('');
   });
 });
