@@ -490,6 +490,8 @@ ROUND_TRIP = {
         "budget": 123.25,
         "period": "week",
         "exception": 6,
+        "budget_action": "stop",
+        "budget_minimum": 1.5,
     },
     ("groups", "nulls"): {
         "guarantee": 0,
@@ -497,6 +499,8 @@ ROUND_TRIP = {
         "budget": None,
         "period": "day",
         "exception": None,
+        "budget_action": "refuse",
+        "budget_minimum": 0,
     },
 }
 
@@ -519,6 +523,7 @@ def test_the_quota_form_saves_back_exactly_what_it_loaded(hub: HubEnv, admin: Pa
         expect(form).to_have_attribute("data-loaded", f"{kind}/{name}")
         shown = "" if quota["exception"] is None else str(quota["exception"])
         assert form.locator('[name="exception"]').input_value() == shown
+        assert form.locator('[name="budget_action"]').input_value() == quota["budget_action"]
         with admin.expect_request(lambda q: q.method == "PUT") as sent:
             admin.click("#quota-save")
         expect(admin.locator("#gpupool-status")).to_contain_text(f"Saved the quota of {name}")

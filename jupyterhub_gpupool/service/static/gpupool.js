@@ -419,7 +419,7 @@
    * input for (one added later) is sent back as it was, never dropped; only what the API
    * answers and does not take (QUOTA_READ_ONLY) stays out of the PUT. */
   const QUOTA_READ_ONLY = new Set(["name", "kind", "source"]);
-  const QUOTA_INPUTS = ["guarantee", "limit", "budget", "period", "exception"];
+  const QUOTA_INPUTS = ["guarantee", "limit", "budget", "period", "exception", "budget_action", "budget_minimum"];
   let quotaLoaded = null; // {kind, name, quota}: what "Edit" loaded
 
   function setQuotaInputs(form, quota) {
@@ -458,7 +458,16 @@
       if (same) {
         for (const [k, v] of Object.entries(quotaLoaded.quota)) if (!QUOTA_READ_ONLY.has(k)) out[k] = v;
       }
-      return { ...out, guarantee: num("guarantee") ?? 0, limit: num("limit"), budget: num("budget"), period: form.elements.period.value, exception: num("exception") };
+      return {
+        ...out,
+        guarantee: num("guarantee") ?? 0,
+        limit: num("limit"),
+        budget: num("budget"),
+        period: form.elements.period.value,
+        exception: num("exception"),
+        budget_action: form.elements.budget_action.value,
+        budget_minimum: num("budget_minimum") ?? 0,
+      };
     };
     const where = () => `quotas/${encodeURIComponent(form.elements.kind.value)}/${encodeURIComponent(form.elements.name.value)}`;
     const fail = (e) => {
