@@ -262,6 +262,24 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
     )
 
 
+def withdraw(state: ReclaimState, now: float, hold: float) -> ReclaimState:
+    """An administrator withdraws the notice (any kind; an uncordon withdraws a drain's): the
+    notice ends and the counts start again, and no idle, CPU or maximum-age notice comes
+    before ``hold`` seconds from ``now`` (as after a keepalive; ``hold`` is the policy's
+    ``extension``). A borrowed notice comes again at the next round someone within guarantee
+    still waits for this hardware. The keepalives used so far are left as they are."""
+    snooze = now + hold if state.snooze_until is None else max(state.snooze_until, now + hold)
+    return replace(
+        state, reclaiming=None, idle_since=None, gpu_idle_since=None, snooze_until=snooze
+    )
+
+
+def withdrawn_on_uncordon(kind: str | None) -> bool:
+    """Which notices an uncordon withdraws: a node's drain, nothing else (an admin's own
+    reclaim or an exception's end stands until cancelled by itself)."""
+    return kind == "drain"
+
+
 # -- planning ------------------------------------------------------------------------------
 
 #: ``serves(lease, offer, units, offers)``: would releasing ``lease`` make room for a waiter of
@@ -386,7 +404,12 @@ def _decide(
         return NoAction(lease=lease.id, state=state, evidence=ev, reason=spared)
     if rec is not None:
         return _follow(lease, policy, case, ev, pressure, now, waiting)
-    if policy.max_age is not None and now - lease.granted_at >= policy.max_age - policy.warn_before:
+    held_off = state.snooze_until is not None and now < state.snooze_until
+    if (
+        policy.max_age is not None
+        and not held_off
+        and now - lease.granted_at >= policy.max_age - policy.warn_before
+    ):
         deadline = max(lease.granted_at + policy.max_age, now + policy.warn_before)
         why = f"the lease reaches its maximum age of {_h(policy.max_age)}"
         return _notice(lease, "max_age", deadline, why, policy.action, ev, now)
@@ -398,7 +421,7 @@ def _decide(
             (never if state.last_busy is None else state.last_busy) + policy.busy_grace,
             never if state.snooze_until is None else state.snooze_until,
         )
-        if now >= due - policy.warn_before:
+        if now >= due - policy.warn_before and not held_off:
             why = f"the GPU has been idle for {_h(now - state.idle_since)}"
             why += " and others wait for this hardware" if pressure else ""
             deadline = max(due, now + policy.warn_before)
@@ -408,7 +431,7 @@ def _decide(
             state.gpu_idle_since + policy.cpu_busy_timeout,
             never if state.snooze_until is None else state.snooze_until,
         )
-        if now >= due - policy.warn_before:
+        if now >= due - policy.warn_before and not held_off:
             why = f"the GPU has been idle for {_h(now - state.gpu_idle_since)} (kernel on the CPU)"
             deadline = max(due, now + policy.warn_before)
             return _notice(lease, "cpu", deadline, why, policy.action, ev, now)
@@ -676,4 +699,6 @@ __all__ = [
     "share_signal_source",
     "shrink_problem",
     "stale_reason",
+    "withdraw",
+    "withdrawn_on_uncordon",
 ]

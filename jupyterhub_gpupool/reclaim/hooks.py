@@ -31,6 +31,8 @@ MESSAGES = {
     "admin panel's Approvals page.",
     "approved": "{user}: your request for {offer} was approved by {by}.",
     "denied": "{user}: your request for {offer} was denied by {by}: {reason}.",
+    "notice-cancelled": "{user}: {by} withdrew the reclaim notice on your GPU ({offer}); "
+    "you keep it: {reason}.",
 }
 
 

@@ -1,5 +1,6 @@
 """The service's ``notify_hook``: tells people about approvals (admins of a new request, the
-user of the decision) through the same kind of hook the reclaimer calls for its notices.
+user of the decision) and about a reclaim notice an administrator withdrew (the user), through
+the same kind of hook the reclaimer calls for its notices.
 
 The hook is called as ``hook(event, lease, details)``; a callable (may be async) or its import
 name. It runs in the background with a time limit: a slow or failing hook is logged and never
@@ -21,6 +22,7 @@ EVENTS = {
     "approval-requested": "admins",
     "approved": "user",
     "denied": "user",
+    "notice-cancelled": "user",
 }
 
 

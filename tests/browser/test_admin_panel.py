@@ -326,7 +326,9 @@ def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: P
     admin.fill('#gpupool-confirm [name="deadline"]', "2099-01-01T12:00")
     shoot(admin, "admin-drain-dialog")
     admin.click("#gpupool-confirm-ok")
-    expect(admin.locator("#gpupool-status")).to_contain_text("2 lease(s) noticed")
+    expect(admin.locator("#gpupool-status")).to_contain_text(
+        "sim-h100 is draining; 2 leases got a notice, 0 grants released."
+    )
     admin.goto(prefix(hub) + "admin/leases")
     for le in (one, two):
         row = admin.locator(f'#leases tr[data-lease="{le["id"]}"]')
@@ -343,9 +345,38 @@ def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: P
     admin.goto(prefix(hub) + "admin/nodes")
     admin.click('tr[data-node="sim-h100"] button[data-action="uncordon"]')
     admin.click("#gpupool-confirm-ok")
-    expect(admin.locator("#gpupool-status")).to_contain_text("done")
+    # the uncordon undoes the drain and its notices, and says how many
+    expect(admin.locator("#gpupool-status")).to_contain_text("2 drain notices withdrawn")
     for le in (one, two):
+        now = request("GET", f"{hub.api}/allocations/{le['id']}", hub.token("admin")).json()
+        assert now["state"] == "active" and now["reclaim"] is None  # type: ignore[index]
         request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+def test_an_admin_cancels_a_notice_from_the_panel(hub: HubEnv, admin: Page) -> None:
+    held = lease(hub, "alice", "h100", "cancel-one")
+    path = f"{hub.api}/allocations/{held['id']}"
+    admin_token = hub.token("admin")
+    r = request("POST", f"{path}/reclaim", admin_token, {"grace": 3600})
+    assert r.status == 200, r.body
+    admin.goto(prefix(hub) + "admin/leases")
+    row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
+    expect(row).to_contain_text("admin notice")
+    row.locator('button[data-action="cancel-notice"]').click()
+    admin.fill('#gpupool-confirm [name="reason"]', "keep going")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Cancel notice: done.")
+    now = request("GET", path, admin_token).json()
+    assert now["state"] == "active" and now["reclaim"] is None  # type: ignore[index]
+    events = request(
+        "GET", f"{hub.api}/events?lease={held['id']}&kind=reclaim-cancelled", admin_token
+    ).json()
+    [event] = events["items"]  # type: ignore[index]
+    assert event["data"]["reason"] == "keep going" and event["actor"].endswith("admin")
+    admin.reload()
+    row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
+    expect(row.locator('button[data-action="cancel-notice"]')).to_have_count(0)
+    request("DELETE", f"{path}?reason=admin", hub.spawner_token)
 
 
 def test_an_admin_reclaims_and_extends_from_the_lease_table(hub: HubEnv, admin: Page) -> None:
