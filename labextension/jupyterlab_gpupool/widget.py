@@ -115,8 +115,10 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
             f"Unit-hours this {q['period']}",
             q["used_unit_hours"],
             budget,
-            f"{_units(q['used_unit_hours'])} of "
-            f"{'no budget' if budget is None else _units(budget)}, resets {q['resets_at']}",
+            f"{_units(q['used_unit_hours'])} used, no budget set"
+            if budget is None
+            else f"{_units(q['used_unit_hours'])} of {_units(budget)}, resets "
+            f"{_when(q['resets_at'])}",
         )
     n = state.get("notice")
     if n:

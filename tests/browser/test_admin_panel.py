@@ -291,6 +291,13 @@ def test_the_map_is_walked_with_the_keyboard(hub: HubEnv, admin: Page) -> None:
     ]
     admin.goto(prefix(hub) + "admin/")
     expect(admin.locator("#pool-map .slice").first).to_be_visible()
+    # every MIG slice shows its whole profile name, never clipped ("1g.10" for 1g.10gb)
+    labels = admin.eval_on_selector_all(
+        "#pool-map .slice.labelled",
+        "cells => cells.map(c => [c.textContent, c.scrollWidth <= c.clientWidth])",
+    )
+    assert ["1g.10gb", True] in labels and ["3g.40gb", True] in labels, labels
+    assert all(fits for _, fits in labels), labels
     # Tab from the filters lands on the map's one tab stop
     admin.locator("#map-filters input[name=live]").focus()
     admin.keyboard.press("Tab")
@@ -373,10 +380,19 @@ def test_an_admin_cancels_a_notice_from_the_panel(hub: HubEnv, admin: Page) -> N
     ).json()
     [event] = events["items"]  # type: ignore[index]
     assert event["data"]["reason"] == "keep going" and event["actor"].endswith("admin")
+    # both H100s held: a third request waits, and the queue says for what, in words
+    other = lease(hub, "bob", "h100", "cancel-two")
+    waiting = lease(hub, "admin", "h100", "cancel-wait", bind=False)
+    assert waiting["state"] == "queued", waiting
     admin.reload()
     row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
     expect(row.locator('button[data-action="cancel-notice"]')).to_have_count(0)
-    request("DELETE", f"{path}?reason=admin", hub.spawner_token)
+    queued = admin.locator(f'#queue tr[data-lease="{waiting["id"]}"]')
+    expect(queued).to_contain_text("waiting for a free 1× H100 80GB")
+    expect(queued).not_to_contain_text("Any other refusal")
+    expect(queued).not_to_contain_text("is free now")
+    for le in (waiting, held, other):
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
 
 
 def test_an_admin_reclaims_and_extends_from_the_lease_table(hub: HubEnv, admin: Page) -> None:

@@ -139,7 +139,10 @@ def test_the_widget_says_what_the_panel_says():
     parts = render(state, now=datetime.fromisoformat("2026-03-18T12:00:00+00:00").timestamp())
     assert "A100 1g.10gb" in parts["lease"] and "MIG 1g.10gb on GPU-1" in parts["lease"]
     assert "2.0 GiB / 10.0 GiB" in parts["activity"] and "Utilization" not in parts["activity"]
-    assert "3.5 of 10" in parts["quota"] and "resets 2026-03-23T00:00:00Z" in parts["quota"]
+    assert "3.5 of 10" in parts["quota"] and "resets 2026-03-23 00:00 UTC" in parts["quota"]
+    unbudgeted = {**state["quota"], "budget": None, "used_unit_hours": 0.0}
+    quota = render({**state, "quota": unbudgeted})["quota"]
+    assert "0 used, no budget set" in quota and "of no budget" not in quota
     assert "reclaimed in 5:00" in parts["notice"]
     down = render({"pool": {"ok": False, "error": "the pool is away"}, "lease": None})
     assert "not answering" in down["lease"] and "CPU only" in down["lease"]

@@ -654,7 +654,8 @@
           });
           first = false;
           cell.style.flexGrow = String(s.width);
-          cell.textContent = s.inst ? s.inst.profile : s.lease ? "" : "";
+          cell.textContent = s.inst ? s.inst.profile : "";
+          if (s.inst) cell.classList.add("labelled"); // wide enough for its whole profile name
           s.node = n.name;
           s.gpu = g;
           s.offers = this.data.offers;
