@@ -66,6 +66,49 @@ NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain", "excepti
 #: for an exception's end).
 ADMIN_KINDS = ("admin", "drain", "exception")
 
+#: Each notice kind's heading, as every surface shows it (Lab panel, widget, user page, hook).
+NOTICE_HEADINGS = {
+    "idle": "Idle GPU: it will be reclaimed",
+    "cpu": "Idle GPU (the kernel works on the CPU): it will be reclaimed",
+    "max_age": "Maximum age reached: this GPU will be reclaimed",
+    "borrowed": "Borrowed GPU: someone within their guarantee needs it",
+    "admin": "An administrator reclaims this GPU",
+    "drain": "Node maintenance: this GPU's node is being drained",
+    "exception": "Your approved extra time ends",
+}
+#: Why a notice of each kind cannot be kept (the user's keepalive answers this too).
+NOT_KEPT = {
+    "borrowed": "it is borrowed beyond your guarantee and someone within theirs waits for it",
+    "max_age": "the lease has reached its maximum age",
+    "admin": "an administrator reclaims it (they can extend or cancel the notice)",
+    "drain": "its node is drained for maintenance (an administrator can extend or cancel the "
+    "notice)",
+    "exception": "the approved extra time is over (ask for more to keep it)",
+}
+
+
+def notice_words(
+    kind: str, extensions: int, max_extensions: int, acting: bool
+) -> dict[str, str | bool | None]:
+    """What a notice says in every surface: its ``heading``, whether the user may keep the GPU
+    (``keep``) and, if not, why (``why_not_kept``, a sentence ending without a full stop)."""
+    why: str | None = None
+    if acting:
+        why = "the reclaim has started"
+    elif kind in NOT_KEPT:
+        why = NOT_KEPT[kind]
+    elif max_extensions == 0:
+        why = "the policy allows no extensions; use the GPU to keep it"
+    elif extensions >= max_extensions:
+        times = "once" if extensions == 1 else f"{extensions} times"
+        why = f"kept {times} already, the most allowed; use the GPU to keep it"
+    return {
+        "heading": NOTICE_HEADINGS.get(kind, "This GPU will be reclaimed"),
+        "keep": why is None,
+        "why_not_kept": None if why is None else f"It cannot be kept: {why}",
+    }
+
+
 # -- lease state ---------------------------------------------------------------------------
 
 
@@ -224,17 +267,11 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
     if rec is None:
         return NoAction(lease=lease.id, state=state, reason="no notice to extend")
     if rec.kind in ("borrowed", "max_age", *ADMIN_KINDS):
-        why = {
-            "borrowed": "owed to a user within guarantee",
-            "max_age": "at its maximum age",
-            "drain": "on a node an administrator is draining",
-            "exception": "held under an approved exception that ends then",
-        }.get(rec.kind, "reclaimed by an administrator")
         return Refuse(
             lease=lease.id,
             state=state,
             code="not_extendable",
-            message=f"this GPU is {why}; it cannot be kept",
+            message=f"this GPU cannot be kept: {NOT_KEPT.get(rec.kind, NOT_KEPT['admin'])}",
         )
     if state.extensions >= policy.max_extensions:
         return Refuse(
@@ -687,6 +724,7 @@ __all__ = [
     "gpu_signal_source",
     "keepalive",
     "kernel_activity",
+    "notice_words",
     "observe",
     "parse_duration",
     "parse_policies",

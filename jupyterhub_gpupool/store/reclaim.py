@@ -40,6 +40,7 @@ from ..pool.reclaim import (
     Signals,
     gpu_signal_source,
     keepalive,
+    notice_words,
     parse_duration,
     parse_policies,
     plan_reclaims,
@@ -345,6 +346,10 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                     "evidence": evidence,
                 },
             )
+            policy = self.reclaim_policies(db, alloc.offers).for_offer(
+                alloc.offers.get(row.offer) or row.offer
+            )
+            words = notice_words(rec.kind, d.state.extensions, policy.max_extensions, False)
             return self._answer(
                 row,
                 "notice",
@@ -352,6 +357,10 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                 action=rec.action,
                 deadline=ts(from_epoch(rec.deadline)),
                 evidence=evidence,
+                notice_kind=rec.kind,
+                heading=words["heading"],
+                keep=words["keep"],
+                why_not_kept=words["why_not_kept"],
             )
         if isinstance(d, Cancel):
             row.state = "active"

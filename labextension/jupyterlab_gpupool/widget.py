@@ -122,10 +122,13 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
         )
     n = state.get("notice")
     if n:
+        heading = n.get("heading") or "This GPU will be reclaimed"
         parts["notice"] = (
-            f'<p role="alert"><b>This GPU will be reclaimed in '
-            f"{_countdown(n['deadline'], now)}</b>: {e(n['reason'])} (then: {e(n['action'])})</p>"
+            f'<p role="alert"><b>{e(heading)}</b> — reclaimed in '
+            f"{_countdown(n['deadline'], now)}: {e(n['reason'])} (then: {e(n['action'])})</p>"
         )
+        if n.get("why_not_kept"):
+            parts["notice"] += f"<p>{e(n['why_not_kept'])}.</p>"
     return parts
 
 
@@ -171,8 +174,10 @@ class GPUPoolWidget(widgets.VBox):
         self._quota.value = parts["quota"]
         self._notice.value = parts["notice"]
         notice = state.get("notice") or {}
-        self._keep.layout.display = "" if notice else "none"
-        self._keep.disabled = not notice.get("extendable", False)
+        keep = notice.get("keep", notice.get("extendable", False)) if notice else False
+        # a Keep button only where keeping is allowed; otherwise the notice says why not
+        self._keep.layout.display = "" if keep else "none"
+        self._keep.disabled = not keep
 
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()

@@ -192,6 +192,10 @@ export function keepState(state: IState): { enabled: boolean; why: string } {
   if (!n) {
     return { enabled: false, why: 'no notice' };
   }
+  if (n.keep !== undefined) {
+    // the pool's own words for this kind of notice
+    return { enabled: n.keep && !n.acting, why: n.keep ? '' : n.why_not_kept || 'It cannot be kept.' };
+  }
   if (n.acting) {
     return { enabled: false, why: 'the reclaim has started' };
   }
@@ -260,4 +264,9 @@ export function moveFailed(previous: IState | null, now: IState, move: IMove): b
     return false;
   }
   return previous === null || !!previous.pending;
+}
+
+/** `1 unit`, `0.5 units`, `2 GPU units` (`word` after the number, plural unless exactly 1). */
+export function unitsText(units: number | null | undefined, word = 'unit'): string {
+  return `${formatUnits(units)} ${word}${units === 1 ? '' : 's'}`;
 }

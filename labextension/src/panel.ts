@@ -19,6 +19,7 @@ import {
   fraction,
   keepState,
   secondsUntil,
+  unitsText,
   viewState
 } from './format';
 import { GPUPoolModel } from './model';
@@ -195,7 +196,7 @@ export class GPUPoolPanel extends Widget {
     }
     add('Node', lease.node || '–');
     add('Since', when(lease.since));
-    add('Cost', `${formatUnits(lease.units)} GPU units${lease.borrowed ? ' (borrowed)' : ''}`);
+    add('Cost', `${unitsText(lease.units, 'GPU unit')}${lease.borrowed ? ' (borrowed)' : ''}`);
     return this.section('Lease', [el('p', 'jp-GPUPool-device', lease.device), dl]);
   }
 
@@ -224,7 +225,9 @@ export class GPUPoolPanel extends Widget {
       'jp-GPUPool-note',
       `Kept ${n.extensions} of ${n.max_extensions} times allowed.`
     );
-    const s = this.section('Idle notice', [head, reason, action, keep, k.enabled ? kept : why]);
+    // where keeping is not allowed there is no Keep button, only the reason why not
+    const parts = k.enabled ? [head, reason, action, keep, kept] : [head, reason, action, why];
+    const s = this.section(n.heading || 'Reclaim notice', parts);
     s.classList.add('jp-GPUPool-notice');
     return s;
   }
@@ -297,7 +300,7 @@ export class GPUPoolPanel extends Widget {
         q.used_unit_hours,
         q.budget,
         q.budget === null
-          ? `${formatUnits(q.used_unit_hours)} used · no budget`
+          ? `${formatUnits(q.used_unit_hours)} used · no budget set`
           : `${formatUnits(q.used_unit_hours)} of ${formatUnits(q.budget)} · resets in ${resets} (${when(q.resets_at)})`
       )
     );
@@ -311,11 +314,11 @@ export class GPUPoolPanel extends Widget {
       const wait = el('p', 'jp-GPUPool-wait');
       wait.setAttribute('aria-live', 'polite');
       if (p.state === 'queued') {
-        wait.textContent = `Waiting for ${p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`;
+        wait.textContent = `Waiting for ${p.offer_name || p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`;
       } else if (p.state === 'awaiting_approval') {
-        wait.textContent = `Waiting for an admin to approve ${p.offer}.`;
+        wait.textContent = `Waiting for an admin to approve ${p.offer_name || p.offer}.`;
       } else {
-        wait.textContent = `${p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`;
+        wait.textContent = `${p.offer_name || p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`;
       }
       const cancel = el('button', 'jp-Button jp-mod-styled jp-mod-reject', 'Cancel the move');
       cancel.id = 'jp-gpupool-cancel';
@@ -347,7 +350,7 @@ export class GPUPoolPanel extends Widget {
       const label = el('label');
       label.htmlFor = id;
       label.append(el('strong', '', c.display_name));
-      const detail = `${formatUnits(c.units)} units · ${availabilityText(c)} · ${c.fits ? 'fits your quota' : `does not fit: ${c.why_not}`}`;
+      const detail = `${unitsText(c.units)} · ${availabilityText(c)} · ${c.fits ? 'fits your quota' : `does not fit: ${c.why_not}`}`;
       label.append(el('span', 'jp-GPUPool-choice-detail', detail));
       row.append(input, label);
       fieldset.append(row);
@@ -388,7 +391,7 @@ export class GPUPoolPanel extends Widget {
     for (const r of state.reclaims) {
       const li = el('li');
       const saved = r.saved.length ? `Saved: ${r.saved.join(', ')}.` : 'Nothing needed saving.';
-      li.textContent = `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
+      li.textContent = `${when(r.at)}: ${r.offer_name || r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
         (r.outcome === 'failed' ? ` It failed: ${r.detail || ''}` : '');
       list.append(li);
     }

@@ -344,9 +344,12 @@ def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: P
     # alice sees it on her own page
     alice = log_in(hub, admin.context.browser, "alice")
     alice.goto(prefix(hub))
-    expect(alice.locator(f'.notice[data-lease="{one["id"]}"]')).to_contain_text(
-        "an administrator reclaims it"
+    notice = alice.locator(f'.notice[data-lease="{one["id"]}"]')
+    expect(notice.locator(".notice-heading")).to_have_text(
+        "Node maintenance: this GPU's node is being drained"
     )
+    expect(notice).to_contain_text("It cannot be kept: its node is drained for maintenance")
+    expect(notice.locator("button")).to_have_count(0)  # no Keep control where it cannot keep
     shoot(alice, "my-gpus", full=True)
     alice.context.close()
     admin.goto(prefix(hub) + "admin/nodes")

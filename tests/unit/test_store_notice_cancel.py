@@ -132,3 +132,25 @@ def test_what_cannot_be_cancelled_says_why(store, clock):
     with pytest.raises(StoreError) as e:
         store.cancel_notice("no-such-lease", actor=ADMIN)
     assert e.value.code == "not_found"
+
+
+def test_every_notice_carries_its_heading_and_whether_it_can_be_kept(store, clock):
+    drained = bound(store, "a100-1g", "alice", "one")
+    idle = bound(store, "h100", "bob")
+    store.drain_node("a100", clock() + timedelta(hours=2), actor=ADMIN)
+    rec = store.lease(drained["id"])["reclaim"]
+    assert rec["heading"] == "Node maintenance: this GPU's node is being drained"
+    assert rec["keep"] is False and rec["extendable"] is False
+    assert "its node is drained for maintenance" in rec["why_not_kept"]
+    rounds = 0
+    while (d := idle_round(store, clock, idle))["kind"] != "notice":
+        rounds += 1
+        assert rounds < 60
+    # the round's own answer (what the reclaimer's notify_hook gets) says the same
+    assert d["notice_kind"] == "idle" and d["keep"] is True
+    assert d["heading"] == "Idle GPU: it will be reclaimed" and "why_not_kept" not in d
+    rec = store.lease(idle["id"])["reclaim"]
+    assert (rec["heading"], rec["keep"], rec["why_not_kept"]) == (d["heading"], True, None)
+    # the user's page lists both notices with the same words
+    [mine] = store.user("alice")["notices"]
+    assert mine["lease"] == drained["id"]

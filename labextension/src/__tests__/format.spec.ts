@@ -13,6 +13,7 @@ import {
   moveFinished,
   secondsUntil,
   statusText,
+  unitsText,
   viewState
 } from '../format';
 import { IChoice, IState } from '../types';
@@ -213,6 +214,29 @@ describe('state transitions', () => {
     const borrowed = { ...notice, kind: 'borrowed', extendable: false };
     expect(keepState(state({ notice: borrowed })).why).toContain('guarantee');
     expect(keepState(state()).enabled).toBe(false);
+  });
+  it("follows the pool's own keep rule and words where it sends them", () => {
+    const drain = {
+      ...notice,
+      kind: 'drain',
+      extendable: false,
+      heading: "Node maintenance: this GPU's node is being drained",
+      keep: false,
+      why_not_kept: 'It cannot be kept: its node is drained for maintenance'
+    };
+    expect(keepState(state({ notice: drain }))).toEqual({
+      enabled: false,
+      why: 'It cannot be kept: its node is drained for maintenance'
+    });
+    const idle = { ...notice, keep: true, why_not_kept: null };
+    expect(keepState(state({ notice: idle }))).toEqual({ enabled: true, why: '' });
+    expect(keepState(state({ notice: { ...idle, acting: true } })).enabled).toBe(false);
+  });
+  it('counts units naturally', () => {
+    expect(unitsText(1)).toBe('1 unit');
+    expect(unitsText(0.5)).toBe('0.5 units');
+    expect(unitsText(2, 'GPU unit')).toBe('2 GPU units');
+    expect(unitsText(1, 'GPU unit')).toBe('1 GPU unit');
   });
   it('explains actions and availability', () => {
     expect(actionText('shrink:a100-1g')).toContain('restart on a100-1g');
