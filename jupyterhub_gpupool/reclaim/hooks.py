@@ -43,7 +43,10 @@ def message(event: str, lease: dict[str, Any], decision: dict[str, Any]) -> str:
     outcome = decision.get("outcome") or {}
     fields = {
         "user": decision.get("user") or lease.get("user", "?"),
-        "offer": decision.get("offer") or lease.get("offer", "?"),
+        "offer": decision.get("offer_name")
+        or lease.get("offer_name")
+        or decision.get("offer")
+        or lease.get("offer", "?"),
         "deadline": decision.get("deadline") or "(soon)",
         "reason": decision.get("reason")
         or (lease.get("approval") or {}).get("note")

@@ -308,11 +308,14 @@ class ReclaimStore(LeaseStore, UtilizationStore):
             }
 
     def _answer(self, row: orm.LeaseRow, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
+        offer = self._allocator.offers.get(row.offer) if self._allocator is not None else None
         out = {
             "lease": row.id,
             "user": row.user,
             "server": row.server,
             "offer": row.offer,
+            # what people read (the notify hook's messages): the display name, not the id
+            "offer_name": (offer.display_name if offer is not None else "") or row.offer,
             "kind": kind,
             "reason": reason,
         }

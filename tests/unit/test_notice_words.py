@@ -95,3 +95,10 @@ def test_the_webhook_words_a_notice_by_its_kind():
     text = message("notice", lease, borrowed)
     assert text.startswith("Borrowed GPU: someone within their guarantee needs it. ann:")
     assert "Keep my GPU" not in text and text.endswith("someone within theirs waits for it.")
+
+
+def test_the_webhook_names_the_offer_by_its_display_name():
+    lease = {"user": "ann", "offer": "a100-1g"}
+    done = {"offer": "a100-1g", "offer_name": "A100 · 1g.10gb slice", "action": "stop"}
+    text = message("done", lease, done)
+    assert "A100 · 1g.10gb slice" in text and "a100-1g" not in text

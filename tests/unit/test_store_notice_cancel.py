@@ -148,6 +148,7 @@ def test_every_notice_carries_its_heading_and_whether_it_can_be_kept(store, cloc
         assert rounds < 60
     # the round's own answer (what the reclaimer's notify_hook gets) says the same
     assert d["notice_kind"] == "idle" and d["keep"] is True
+    assert d["offer_name"] == "h100"  # STORE_POOL's offers have no display name of their own
     assert d["heading"] == "Idle GPU: it will be reclaimed" and "why_not_kept" not in d
     rec = store.lease(idle["id"])["reclaim"]
     assert (rec["heading"], rec["keep"], rec["why_not_kept"]) == (d["heading"], True, None)
