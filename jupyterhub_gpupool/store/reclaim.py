@@ -605,7 +605,41 @@ class ReclaimStore(LeaseStore, UtilizationStore):
         """A user's quota, use, leases (``hub``'s, when given), notices and recent reclaims."""
         out = super().user(name, groups, hub)
         out["reclaims"] = self.recent_reclaims(name)
+        out["withdrawn"] = self.withdrawn_notices(name)
         return out
+
+    def withdrawn_notices(self, user: str, hours: float = 24.0, limit: int = 5) -> list[dict]:
+        """The user's notices an administrator withdrew (a cancel, an uncordon) in the last
+        ``hours``, newest first: which lease, what kind of notice, when and why."""
+        since = self.clock() - timedelta(hours=hours)
+        with self.read() as db:
+            events = db.scalars(
+                select(orm.EventRow)
+                .where(
+                    orm.EventRow.user == user,
+                    orm.EventRow.kind == "reclaim-cancelled",
+                    orm.EventRow.ts >= since,
+                )
+                .order_by(orm.EventRow.ts.desc(), orm.EventRow.id.desc())
+                .limit(50)
+            ).all()
+            out = []
+            for e in events:
+                data = e.data or {}
+                if not data.get("by_admin"):
+                    continue
+                row = db.get(orm.LeaseRow, e.lease_id) if e.lease_id else None
+                out.append(
+                    {
+                        "lease": e.lease_id,
+                        "offer": row.offer if row else None,
+                        "server": row.server if row else None,
+                        "at": ts(e.ts),
+                        "kind": data.get("kind"),
+                        "reason": data.get("reason") or "",
+                    }
+                )
+        return out[:limit]
 
     def recent_reclaims(self, user: str, days: float = 7.0, limit: int = 20) -> list[dict]:
         """The user's reclaims of the last ``days``, newest first: what, when, why, the files

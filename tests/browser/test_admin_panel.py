@@ -383,6 +383,14 @@ def test_an_admin_cancels_a_notice_from_the_panel(hub: HubEnv, admin: Page) -> N
     ).json()
     [event] = events["items"]  # type: ignore[index]
     assert event["data"]["reason"] == "keep going" and event["actor"].endswith("admin")
+    # alice is told on her page: no notice any more, and who withdrew it and why
+    alice = log_in(hub, admin.context.browser, "alice")
+    alice.goto(prefix(hub))
+    expect(alice.locator(f'.notice[data-lease="{held["id"]}"]')).to_have_count(0)
+    told = alice.locator(f'.withdrawn[data-lease="{held["id"]}"]')
+    expect(told).to_contain_text("An administrator withdrew the admin notice on your 1× H100 80GB")
+    expect(told).to_contain_text("keep going")
+    alice.context.close()
     # both H100s held: a third request waits, and the queue says for what, in words
     other = lease(hub, "bob", "h100", "cancel-two")
     waiting = lease(hub, "admin", "h100", "cancel-wait", bind=False)

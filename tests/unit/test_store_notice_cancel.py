@@ -91,8 +91,13 @@ def test_an_admin_cancels_an_admin_notice(store):
     [event] = cancelled(store, lease["id"])
     assert event["data"]["kind"] == "admin" and event["data"]["by_admin"]
     assert event["data"]["reason"] == "an administrator (admin) withdrew the notice"
-    # the user's page shows no notice any more
-    assert store.user("alice")["notices"] == []
+    # the user's page shows no notice any more, and says who withdrew it and why
+    me = store.user("alice")
+    assert me["notices"] == []
+    [told] = me["withdrawn"]
+    assert (told["lease"], told["kind"], told["offer"]) == (lease["id"], "admin", "h100")
+    assert told["reason"] == "an administrator (admin) withdrew the notice"
+    assert store.user("bob")["withdrawn"] == []
 
 
 def test_a_cancelled_idle_notice_comes_again_only_after_the_extension(store, clock):

@@ -94,6 +94,7 @@ class UserPageHandler(PageHandler):
             leases=leases,
             notices=me.get("notices") or [],
             reclaims=me.get("reclaims") or [],
+            withdrawn=me.get("withdrawn") or [],
             notice_of={le["id"]: le["reclaim"] for le in leases if le.get("reclaim")},
             action_text=lambda action: action_text(action, names),
             done_text=lambda action: done_text(action, names),
