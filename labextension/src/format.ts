@@ -270,3 +270,26 @@ export function moveFailed(previous: IState | null, now: IState, move: IMove): b
 export function unitsText(units: number | null | undefined, word = 'unit'): string {
   return `${formatUnits(units)} ${word}${units === 1 ? '' : 's'}`;
 }
+
+/**
+ * After the pool acted on this server's notice (the server is gone, the notice was being
+ * carried out or its deadline passed): the one message the panel shows instead of a countdown
+ * at 0:00 and a Keep button. `null` while nothing says the reclaim happened.
+ */
+export function reclaimedText(state: IState | null, serverAway: boolean, now: number): string | null {
+  const n = state?.notice;
+  if (!state || !n || !serverAway) {
+    return null;
+  }
+  if (!n.acting && secondsUntil(n.deadline, now) > 0) {
+    return null;
+  }
+  const at = new Date(Math.min(now, Date.parse(n.deadline) || now));
+  const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+  // the save-all the reclaimer asked for (a save from before the notice is not it)
+  const save = state.last_save;
+  const issued = n.issued ? Date.parse(n.issued) : NaN;
+  const ours = save && (isNaN(issued) || save.at * 1000 >= issued);
+  const saved = ours && save.saved.length ? `saved: ${save.saved.join(', ')}` : 'nothing needed saving';
+  return `Your GPU was reclaimed at ${hhmm} because ${n.reason}; ${doneText(n.action)}; ${saved}. Start again from Hub home.`;
+}

@@ -5,6 +5,7 @@
  * screen readers.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { renderChart, series } from './chart';
@@ -18,6 +19,7 @@ import {
   formatUnits,
   fraction,
   keepState,
+  reclaimedText,
   secondsUntil,
   unitsText,
   viewState
@@ -139,6 +141,18 @@ export class GPUPoolPanel extends Widget {
             (state.lease ? `; it now runs on ${state.lease.id}.` : '.')
         )
       );
+    }
+    const reclaimed = reclaimedText(state, this.model.serverAway, Date.now());
+    if (reclaimed) {
+      // the reclaim is done: say so once, plainly, with the way back; no countdown, no Keep
+      const p = el('p', 'jp-GPUPool-reclaimed', reclaimed);
+      p.setAttribute('role', 'alert');
+      const home = el('a', 'jp-GPUPool-home', 'Hub home');
+      home.href = URLExt.join(PageConfig.getOption('hubPrefix') || '/hub/', 'home');
+      this.body.textContent = '';
+      this.body.dataset.view = 'reclaimed';
+      this.body.append(this.section('Reclaimed', [p, home]));
+      return;
     }
     this.body.append(this.leaseSection(state));
     if (state.notice && state.lease) {

@@ -11,6 +11,7 @@ import {
   keepState,
   moveFailed,
   moveFinished,
+  reclaimedText,
   secondsUntil,
   statusText,
   unitsText,
@@ -231,6 +232,40 @@ describe('state transitions', () => {
     const idle = { ...notice, keep: true, why_not_kept: null };
     expect(keepState(state({ notice: idle }))).toEqual({ enabled: true, why: '' });
     expect(keepState(state({ notice: { ...idle, acting: true } })).enabled).toBe(false);
+  });
+  it('says plainly that the GPU was reclaimed once the server is gone after its deadline', () => {
+    const deadline = Date.parse(notice.deadline);
+    const saved = {
+      saved: ['a.ipynb', 'b.py'],
+      unchanged: [],
+      failed: [],
+      via: 'lab' as const,
+      labs: 1,
+      answered: 1,
+      reason: 'reclaim',
+      at: deadline / 1000
+    };
+    const s = state({ notice, last_save: saved });
+    // before the deadline, or with the server answering: the countdown stays
+    expect(reclaimedText(s, true, deadline - 5000)).toBeNull();
+    expect(reclaimedText(s, false, deadline + 5000)).toBeNull();
+    expect(reclaimedText(state(), true, deadline + 5000)).toBeNull();
+    const text = reclaimedText(s, true, deadline + 60000)!;
+    const at = new Date(deadline);
+    const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+    expect(text).toBe(
+      `Your GPU was reclaimed at ${hhmm} because idle for 30 minutes; the server was stopped; ` +
+        'saved: a.ipynb, b.py. Start again from Hub home.'
+    );
+    // the reclaimer claimed it early (acting): the server gone means it happened
+    const acting = state({ notice: { ...notice, acting: true }, last_save: null });
+    expect(reclaimedText(acting, true, deadline - 5000)).toContain('nothing needed saving');
+    // a save from before the notice was issued is not the reclaim's
+    const early = { ...notice, issued: notice.deadline, acting: true };
+    const old = { ...saved, at: deadline / 1000 - 3600 };
+    expect(reclaimedText(state({ notice: early, last_save: old }), true, deadline)).toContain(
+      'nothing needed saving'
+    );
   });
   it('counts units naturally', () => {
     expect(unitsText(1)).toBe('1 unit');
