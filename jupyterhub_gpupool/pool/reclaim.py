@@ -83,7 +83,7 @@ NOT_KEPT = {
     "admin": "an administrator reclaims it (they can extend or cancel the notice)",
     "drain": "its node is drained for maintenance (an administrator can extend or cancel the "
     "notice)",
-    "exception": "the approved extra time is over (ask for more to keep it)",
+    "exception": "the time of your approved exception is over (ask for more to keep it)",
 }
 
 

@@ -47,7 +47,7 @@ EXPECTED = {
     "exception": (
         "Your approved extra time ends",
         False,
-        "It cannot be kept: the approved extra time is over (ask for more to keep it)",
+        "It cannot be kept: the time of your approved exception is over (ask for more to keep it)",
     ),
 }
 
