@@ -144,8 +144,18 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("GET /offers", "unknown_cluster", "cluster", ".*"): "the clusters are the pool's config",
     ("POST /allocations", "unknown_cluster", "clusters", ".*"): "the pool's config",
     ("PUT /nodes/{name}/inventory", "unknown_cluster", "cluster", ".*"): "the pool's config",
-    ("POST /capacity/what-if", "invalid_argument", "days", ".*days of recorded.*"): "how many "
-    "days the database has recorded",
+    (
+        "POST /capacity/what-if",
+        "invalid_argument",
+        "days|hours",
+        ".*(days?|hours?|less than an hour) of recorded.*|no request has been recorded.*",
+    ): "how many days (or hours) the database has recorded",
+    ("POST /capacity/what-if", "invalid_argument", "hours", ".*days or hours, not both.*"): (
+        "days or hours, not both: a relation between two fields"
+    ),
+    ("POST /capacity/what-if", "missing_field", "days", r".*days \(or hours\) is required.*"): (
+        "one of days or hours: a relation between two fields"
+    ),
     ("POST /capacity/what-if", "invalid_argument", r"(add|remove|mig_layout|reclaim)\b.*", ".*"): (
         "GPU models, nodes, layouts and policies are the catalog's, the inventory's and the "
         "pool config's"
