@@ -141,6 +141,9 @@ class ReclaimState:
     extensions: int = 0
     snooze_until: float | None = None
     reclaiming: Reclaiming | None = None
+    #: An administrator withdrew a maximum-age notice: the next one waits until then (a
+    #: user's keepalive never moves the maximum age).
+    age_snooze_until: float | None = None
 
 
 def observe(state: ReclaimState, case: Case, start: float, end: float) -> ReclaimState:
@@ -307,7 +310,12 @@ def withdraw(state: ReclaimState, now: float, hold: float) -> ReclaimState:
     still waits for this hardware. The keepalives used so far are left as they are."""
     snooze = now + hold if state.snooze_until is None else max(state.snooze_until, now + hold)
     return replace(
-        state, reclaiming=None, idle_since=None, gpu_idle_since=None, snooze_until=snooze
+        state,
+        reclaiming=None,
+        idle_since=None,
+        gpu_idle_since=None,
+        snooze_until=snooze,
+        age_snooze_until=snooze,
     )
 
 
@@ -442,9 +450,10 @@ def _decide(
     if rec is not None:
         return _follow(lease, policy, case, ev, pressure, now, waiting)
     held_off = state.snooze_until is not None and now < state.snooze_until
+    age_held = state.age_snooze_until is not None and now < state.age_snooze_until
     if (
         policy.max_age is not None
-        and not held_off
+        and not age_held
         and now - lease.granted_at >= policy.max_age - policy.warn_before
     ):
         deadline = max(lease.granted_at + policy.max_age, now + policy.warn_before)

@@ -387,6 +387,18 @@ def test_an_admin_withdrawal_holds_off_idle_and_max_age_notices():
     assert isinstance(d, Notice) and t == T0 + policy.extension
 
 
+def test_a_keepalive_never_moves_the_maximum_age():
+    policy = replace(POLICY, max_age=3 * 3600, idle_timeout=1800, pressure_idle_timeout=1200)
+    policies = PolicySet(default=policy)
+    granted = T0 - 2 * 3600  # its maximum age comes 10 min after the idle notice's deadline
+    d, le, t = run(lease(granted_at=granted), T0 + W, T0 + 3600, policies=policies)
+    assert isinstance(d, Notice) and d.reclaiming.kind == "idle" and t == T0 + 1200
+    le = replace(le, state=keepalive(le, policy, t).state)  # holds idle notices off an hour
+    d, le, t = run(le, t + W, T0 + 4 * 3600, policies=policies)
+    assert isinstance(d, Notice) and d.reclaiming.kind == "max_age"
+    assert t == granted + 3 * 3600 - policy.warn_before  # on time, keepalive or not
+
+
 def test_a_late_notice_still_gives_warn_before():
     le = lease(state=ReclaimState(idle_since=T0 - 5 * 3600))  # e.g. policy just switched on
     d, _ = step(le, T0)
