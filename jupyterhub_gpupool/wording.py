@@ -45,3 +45,46 @@ def asked_ago(lease: dict[str, Any], now: float | None = None) -> str:
     if seconds < 86400 * 2:
         return f"asked {round(seconds / 3600)} h ago"
     return f"asked {round(seconds / 86400)} days ago"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 unit``, ``2 units``, ``0 leases``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def wait_text(reason: str | None, message: str | None, offer: str) -> str:
+    """Why a queued request waits, in words (``offer`` is the offer's display name): a capacity
+    wait reads "waiting for a free 1× H100 80GB"; a quota wait gives the quota's own words."""
+    if reason == "no_capacity":
+        return f"waiting for a free {offer}"
+    if reason == "fairness":
+        return f"waiting: the free {offer} is kept for requests waiting longer"
+    if reason == "quota":
+        return f"waiting for room in the quota: {message}" if message else "waiting for quota"
+    return message or "waiting"
+
+
+def estimate_text(eta_seconds: float | None, offer: str) -> str:
+    """A queue estimate, or why there is none yet (it comes from the last hour's releases)."""
+    if eta_seconds is None:
+        return f"none yet: no {offer} was released in the last hour"
+    minutes = max(1, round(eta_seconds / 60))
+    if minutes < 90:
+        return f"about {minutes} min"
+    return f"about {round(minutes / 60)} h"
+
+
+def last_hour_text(minutes: list[dict[str, Any]]) -> str:
+    """A lease's last hour as a figure: the mean and peak GPU use of its minutes, or, where the
+    device reports no utilization (MIG without GPM), the most memory used; or "no readings
+    yet"."""
+    utils = [float(m["util_mean"]) for m in minutes if m.get("util_mean") is not None]
+    if utils:
+        mean = sum(utils) / len(utils)
+        return f"mean {mean:.0f} %, peak {max(utils):.0f} % over {plural(len(minutes), 'minute')}"
+    memory = [int(m["memory_used_mib_max"]) for m in minutes if m.get("memory_used_mib_max")]
+    if memory:
+        most = max(memory)
+        used = f"{most / 1024:.1f} GiB" if most >= 1024 else f"{most} MiB"
+        return f"memory up to {used} over {plural(len(minutes), 'minute')} (no utilization)"
+    return "no readings yet"

@@ -431,7 +431,7 @@ class GPUPoolSpawnerMixin(Configurable):
                 status=503,
             ) from e
         except PoolRefused as e:
-            raise self._refusal(offer, e) from e
+            raise self._refusal(offer, e, name) from e
         self.gpupool_lease = lease  # known from here on, so a failed wait can give it back
         try:
             lease = await self._wait(lease, name)
@@ -516,8 +516,9 @@ class GPUPoolSpawnerMixin(Configurable):
             duration=duration,
         )
 
-    def _refusal(self, offer: str, e: PoolRefused) -> Exception:
-        text = describe(e.code).spawn_message(offer, e.message)
+    def _refusal(self, offer: str, e: PoolRefused, name: str | None = None) -> Exception:
+        """The spawn page's sentence for a refusal, naming the offer as users read it."""
+        text = describe(e.code).spawn_message(name or offer, e.message)
         self.log.warning("GPU pool refused %s for %s: %s", offer, self._log_name, e.message)
         return spawn_error(text, reason=f"gpupool_{e.code or 'refused'}", status=e.status)
 
@@ -557,7 +558,7 @@ class GPUPoolSpawnerMixin(Configurable):
                 self.gpupool_lease = None
                 minutes = round(self.queue_timeout / 60)
                 raise spawn_error(
-                    f"No {lease['offer']} became free within {minutes} minutes; your request "
+                    f"No {name} became free within {minutes} minutes; your request "
                     "left the queue. Try again later or pick another GPU.",
                     reason="gpupool_queue_timeout",
                     status=503,
@@ -575,7 +576,7 @@ class GPUPoolSpawnerMixin(Configurable):
             self.gpupool_lease = None
             reason = lease.get("release_reason") or lease["state"]
             raise spawn_error(
-                f"Your request for {lease['offer']} ended while waiting ({reason}"
+                f"Your request for {name} ended while waiting ({reason}"
                 + (f": {lease['message']}" if lease.get("message") else "")
                 + ").",
                 reason=f"gpupool_{reason}",

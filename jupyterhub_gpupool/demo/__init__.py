@@ -33,6 +33,20 @@ DEMO_ADMIN = "admin"
 HERE = Path(__file__).resolve().parent
 #: Seconds the hub gets to stop users' servers, the pool service and the proxy on its own.
 HUB_PATIENCE = 60.0
+#: ``--short-reclaim``: the pool file's ``reclaim`` section for watching the whole loop in a
+#: few minutes. A GPU idle (no kernel busy, nobody at the keyboard) for 1 min gets a notice
+#: that ends 1 min later; the reclaimer's rounds (every 30 s) add at most one round to each.
+SHORT_RECLAIM: dict[str, Any] = {
+    "default": {
+        "idle_timeout": "2m",
+        "pressure_idle_timeout": "2m",
+        "cpu_busy_timeout": "10m",
+        "warn_before": "1m",
+        "busy_grace": "30s",
+        "extension": "5m",
+        "min_runtime": "1m",
+    }
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fresh", action="store_true", help="start from empty databases (deletes the state dir)"
+    )
+    parser.add_argument(
+        "--short-reclaim",
+        action="store_true",
+        help="reclaim idle GPUs on short timers to watch the loop: a notice after about a "
+        "minute of idle, the reclaim a minute later (replaces the pool file's reclaim section)",
     )
 
 
@@ -195,6 +215,11 @@ def prepare(
         if not pool_config.exists():
             raise OSError(f"no pool config at {pool_config}")
         source = "sim"
+    if getattr(args, "short_reclaim", False):
+        config = yaml.safe_load(pool_config.read_text()) or {}
+        config["reclaim"] = SHORT_RECLAIM
+        pool_config = state / "pool-short-reclaim.yaml"
+        pool_config.write_text(yaml.safe_dump(config, sort_keys=False))
     env = dict(os.environ)
     env.update(
         GPUPOOL_DEMO_STATE=str(state),
@@ -270,6 +295,13 @@ def run_cli(args: argparse.Namespace) -> int:
             "  Ctrl-C stops it.\n",
             flush=True,
         )
+        if getattr(args, "short_reclaim", False):
+            print(
+                "  Short reclaim timers: leave a server's GPU idle (close the tab) and a notice\n"
+                "  comes within about 2 minutes on Services → gpupool and in JupyterLab;\n"
+                "  the reclaim follows a minute later.\n",
+                flush=True,
+            )
         while hub.poll() is None:
             lifecycle.reap_orphans(keep={hub.pid})
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -133,7 +133,10 @@ _DECLARED = (
     ),
     Code("not_leader", "Another reclaimer replica holds the reclaim leadership (it names which)."),
     Code("not_acting", "An outcome for a lease no reclaim round claimed for action."),
-    Code("no_notice", "An admin's extension of a reclaim notice on a lease that has none."),
+    Code(
+        "no_notice",
+        "An admin's extension or cancellation of a reclaim notice on a lease that has none.",
+    ),
     Code(
         "not_awaiting_approval",
         "An approval or denial of a request that was withdrawn, already decided or never asked.",

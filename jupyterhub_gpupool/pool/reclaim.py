@@ -66,6 +66,51 @@ NOTICE_KINDS = ("idle", "cpu", "max_age", "borrowed", "admin", "drain", "excepti
 #: for an exception's end).
 ADMIN_KINDS = ("admin", "drain", "exception", "budget")
 
+#: Each notice kind's heading, as every surface shows it (Lab panel, widget, user page, hook).
+NOTICE_HEADINGS = {
+    "idle": "Idle GPU: it will be reclaimed",
+    "cpu": "Idle GPU (the kernel works on the CPU): it will be reclaimed",
+    "max_age": "Maximum age reached: this GPU will be reclaimed",
+    "borrowed": "Borrowed GPU: someone within their guarantee needs it",
+    "admin": "An administrator reclaims this GPU",
+    "drain": "Node maintenance: this GPU's node is being drained",
+    "exception": "Your approved extra time ends",
+    "budget": "Budget spent: this GPU will be reclaimed",
+}
+#: Why a notice of each kind cannot be kept (the user's keepalive answers this too).
+NOT_KEPT = {
+    "borrowed": "it is borrowed beyond your guarantee and someone within theirs waits for it",
+    "max_age": "the lease has reached its maximum age",
+    "admin": "an administrator reclaims it (they can extend or cancel the notice)",
+    "drain": "its node is drained for maintenance (an administrator can extend or cancel the "
+    "notice)",
+    "exception": "the time of your approved exception is over (ask for more to keep it)",
+    "budget": "the GPU-hour budget it is charged to is spent (ask an administrator for more)",
+}
+
+
+def notice_words(
+    kind: str, extensions: int, max_extensions: int, acting: bool
+) -> dict[str, str | bool | None]:
+    """What a notice says in every surface: its ``heading``, whether the user may keep the GPU
+    (``keep``) and, if not, why (``why_not_kept``, a sentence ending without a full stop)."""
+    why: str | None = None
+    if acting:
+        why = "the reclaim has started"
+    elif kind in NOT_KEPT:
+        why = NOT_KEPT[kind]
+    elif max_extensions == 0:
+        why = "the policy allows no extensions; use the GPU to keep it"
+    elif extensions >= max_extensions:
+        times = "once" if extensions == 1 else f"{extensions} times"
+        why = f"kept {times} already, the most allowed; use the GPU to keep it"
+    return {
+        "heading": NOTICE_HEADINGS.get(kind, "This GPU will be reclaimed"),
+        "keep": why is None,
+        "why_not_kept": None if why is None else f"It cannot be kept: {why}",
+    }
+
+
 # -- lease state ---------------------------------------------------------------------------
 
 
@@ -98,6 +143,9 @@ class ReclaimState:
     extensions: int = 0
     snooze_until: float | None = None
     reclaiming: Reclaiming | None = None
+    #: An administrator withdrew a maximum-age notice: the next one waits until then (a
+    #: user's keepalive never moves the maximum age).
+    age_snooze_until: float | None = None
 
 
 def observe(state: ReclaimState, case: Case, start: float, end: float) -> ReclaimState:
@@ -224,18 +272,11 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
     if rec is None:
         return NoAction(lease=lease.id, state=state, reason="no notice to extend")
     if rec.kind in ("borrowed", "max_age", *ADMIN_KINDS):
-        why = {
-            "borrowed": "owed to a user within guarantee",
-            "max_age": "at its maximum age",
-            "drain": "on a node an administrator is draining",
-            "exception": "held under an approved exception that ends then",
-            "budget": "charged to a GPU-hour budget that is spent",
-        }.get(rec.kind, "reclaimed by an administrator")
         return Refuse(
             lease=lease.id,
             state=state,
             code="not_extendable",
-            message=f"this GPU is {why}; it cannot be kept",
+            message=f"this GPU cannot be kept: {NOT_KEPT.get(rec.kind, NOT_KEPT['admin'])}",
         )
     if state.extensions >= policy.max_extensions:
         return Refuse(
@@ -261,6 +302,29 @@ def keepalive(lease: LeaseInfo, policy: ReclaimPolicy, now: float) -> Extend | R
         extensions=new.extensions,
         limit=policy.max_extensions,
     )
+
+
+def withdraw(state: ReclaimState, now: float, hold: float) -> ReclaimState:
+    """An administrator withdraws the notice (any kind; an uncordon withdraws a drain's): the
+    notice ends and the counts start again, and no idle, CPU or maximum-age notice comes
+    before ``hold`` seconds from ``now`` (as after a keepalive; ``hold`` is the policy's
+    ``extension``). A borrowed notice comes again at the next round someone within guarantee
+    still waits for this hardware. The keepalives used so far are left as they are."""
+    snooze = now + hold if state.snooze_until is None else max(state.snooze_until, now + hold)
+    return replace(
+        state,
+        reclaiming=None,
+        idle_since=None,
+        gpu_idle_since=None,
+        snooze_until=snooze,
+        age_snooze_until=snooze,
+    )
+
+
+def withdrawn_on_uncordon(kind: str | None) -> bool:
+    """Which notices an uncordon withdraws: a node's drain, nothing else (an admin's own
+    reclaim or an exception's end stands until cancelled by itself)."""
+    return kind == "drain"
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -387,7 +451,13 @@ def _decide(
         return NoAction(lease=lease.id, state=state, evidence=ev, reason=spared)
     if rec is not None:
         return _follow(lease, policy, case, ev, pressure, now, waiting)
-    if policy.max_age is not None and now - lease.granted_at >= policy.max_age - policy.warn_before:
+    held_off = state.snooze_until is not None and now < state.snooze_until
+    age_held = state.age_snooze_until is not None and now < state.age_snooze_until
+    if (
+        policy.max_age is not None
+        and not age_held
+        and now - lease.granted_at >= policy.max_age - policy.warn_before
+    ):
         deadline = max(lease.granted_at + policy.max_age, now + policy.warn_before)
         why = f"the lease reaches its maximum age of {_h(policy.max_age)}"
         return _notice(lease, "max_age", deadline, why, policy.action, ev, now)
@@ -399,7 +469,7 @@ def _decide(
             (never if state.last_busy is None else state.last_busy) + policy.busy_grace,
             never if state.snooze_until is None else state.snooze_until,
         )
-        if now >= due - policy.warn_before:
+        if now >= due - policy.warn_before and not held_off:
             why = f"the GPU has been idle for {_h(now - state.idle_since)}"
             why += " and others wait for this hardware" if pressure else ""
             deadline = max(due, now + policy.warn_before)
@@ -409,7 +479,7 @@ def _decide(
             state.gpu_idle_since + policy.cpu_busy_timeout,
             never if state.snooze_until is None else state.snooze_until,
         )
-        if now >= due - policy.warn_before:
+        if now >= due - policy.warn_before and not held_off:
             why = f"the GPU has been idle for {_h(now - state.gpu_idle_since)} (kernel on the CPU)"
             deadline = max(due, now + policy.warn_before)
             return _notice(lease, "cpu", deadline, why, policy.action, ev, now)
@@ -672,6 +742,7 @@ __all__ = [
     "gpu_signal_source",
     "keepalive",
     "kernel_activity",
+    "notice_words",
     "observe",
     "parse_duration",
     "parse_policies",
@@ -684,4 +755,6 @@ __all__ = [
     "share_signal_source",
     "shrink_problem",
     "stale_reason",
+    "withdraw",
+    "withdrawn_on_uncordon",
 ]

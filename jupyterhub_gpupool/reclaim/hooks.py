@@ -22,6 +22,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 MESSAGES = {
     "notice": "{user}: your GPU ({offer}) will be reclaimed at {deadline}: {reason}. "
     "Press 'Keep my GPU' to keep it.",
+    "notice-kept-not": "{user}: your GPU ({offer}) will be reclaimed at {deadline}: {reason}. "
+    "{why}.",
     "cancel": "{user}: the reclaim of your GPU ({offer}) is off: {reason}.",
     "act": "{user}: reclaiming your GPU ({offer}) now ({action}): {reason}.",
     "done": "{user}: your GPU ({offer}) was reclaimed ({action}); saved: {saved}.",
@@ -31,6 +33,8 @@ MESSAGES = {
     "admin panel's Approvals page.",
     "approved": "{user}: your request for {offer} was approved by {by}.",
     "denied": "{user}: your request for {offer} was denied by {by}: {reason}.",
+    "notice-cancelled": "{user}: {by} withdrew the reclaim notice on your GPU ({offer}); "
+    "you keep it: {reason}.",
 }
 
 
@@ -42,7 +46,10 @@ def message(event: str, lease: dict[str, Any], decision: dict[str, Any]) -> str:
     outcome = decision.get("outcome") or {}
     fields = {
         "user": decision.get("user") or lease.get("user", "?"),
-        "offer": decision.get("offer") or lease.get("offer", "?"),
+        "offer": decision.get("offer_name")
+        or lease.get("offer_name")
+        or decision.get("offer")
+        or lease.get("offer", "?"),
         "deadline": decision.get("deadline") or "(soon)",
         "reason": decision.get("reason")
         or (lease.get("approval") or {}).get("note")
@@ -52,7 +59,12 @@ def message(event: str, lease: dict[str, Any], decision: dict[str, Any]) -> str:
         "saved": ", ".join(outcome.get("saved") or []) or "nothing open",
         "detail": outcome.get("detail", ""),
     }
-    return MESSAGES.get(event, "{user}: " + event).format(**fields)
+    text = MESSAGES.get(event, "{user}: " + event).format(**fields)
+    if event == "notice" and decision.get("keep") is False:  # no "Keep my GPU" to press
+        text = MESSAGES["notice-kept-not"].format(**fields, why=decision.get("why_not_kept"))
+    if event == "notice" and decision.get("heading"):
+        text = f"{decision['heading']}. {text}"
+    return text
 
 
 def webhook(

@@ -1,9 +1,8 @@
 """The service's ``notify_hook``: tells people about approvals (admins of a new request, the
-user of the decision), budgets (80 % and 100 % of a period's unit-hours: the ``lease`` is
-``{"id": "", "user" | "group": name}``) and the pool's alerts (admins: ``alert``,
-``alert-resolved``, with an empty lease; see ``service/alerts.py``) through the same kind of
-hook the reclaimer calls for
-its notices.
+user of the decision), about a reclaim notice an administrator withdrew (the user), budgets
+(80 % and 100 % of a period's unit-hours: the ``lease`` is ``{"id": "", "user" | "group":
+name}``) and the pool's alerts (admins: ``alert``, ``alert-resolved``, with an empty lease; see
+``service/alerts.py``), through the same kind of hook the reclaimer calls for its notices.
 
 The hook is called as ``hook(event, lease, details)``; a callable (may be async) or its import
 name. It runs in the background with a time limit: a slow or failing hook is logged and never
@@ -31,6 +30,7 @@ EVENTS = {
     # a budget reached 80 % or 100 % of this period's unit-hours (details: subject user|group,
     # name, level, used_unit_hours, budget, period, period_start, action)
     "budget-warning": "user",
+    "notice-cancelled": "user",
 }
 
 

@@ -36,6 +36,7 @@ from ..pool.model import Gpu, MigInstance, Node, Offer, Request
 from ..pool.reclaimpolicy import PolicySet
 
 DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
 
 
 class WhatIfError(Exception):
@@ -353,22 +354,62 @@ def summarize(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     return out
 
 
+def _count(n: int, unit: str) -> str:
+    """``1 day``, ``30 days``."""
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def too_short(first: datetime, end: datetime, asked: str) -> str:
+    """What a replay asked over more than is recorded says, in words: how much there is and
+    what to ask for instead (whole days where there are some, else hours, else when an hour
+    will be there)."""
+    days = (end - datetime(first.year, first.month, first.day)).days
+    hours = int((end - first) // HOUR)
+    since = first.strftime("%Y-%m-%d %H:%M UTC")
+    if days >= 1:
+        return (
+            f"the database holds {_count(days, 'day')} of recorded requests (since "
+            f"{first.date().isoformat()}), fewer than the {asked} asked: ask for "
+            f"{_count(days, 'day')} or fewer"
+        )
+    if hours >= 1:
+        return (
+            f"the database holds {_count(hours, 'hour')} of recorded requests (since {since}), "
+            f"fewer than the {asked} asked: ask for {_count(hours, 'hour')} or fewer"
+        )
+    ready = (first + HOUR).strftime("%H:%M UTC")
+    return (
+        f"the database holds less than an hour of recorded requests (since {since}); the "
+        f"replay needs at least one hour of them: ask again after {ready}"
+    )
+
+
 def what_if(
     store: Any,
     days: int,
     change: Change,
     until: datetime | None = None,
+    *,
+    hours: int | None = None,
 ) -> dict[str, Any]:
-    """The replay of the last ``days`` days before ``until`` (default now) beside what
-    happened; fewer recorded days than asked is a WhatIfError saying how many there are."""
+    """The replay of the last ``days`` days (or, given, ``hours`` hours: a new install holds
+    less than a day) before ``until`` (default now) beside what happened; fewer recorded days
+    or hours than asked is a WhatIfError saying, in words, how much there is."""
     from ..store.rebuild import inventory_of, quota_book
 
-    if days < 1:
+    field = "days" if hours is None else "hours"
+    if hours is not None and hours < 1:
+        raise WhatIfError("--hours must be at least 1", "hours")
+    if hours is None and days < 1:
         raise WhatIfError("--days must be at least 1", "days")
     now = store.clock()
     first = store.first_request()
     if first is None:
-        raise WhatIfError("the database holds no recorded requests yet", "days")
+        raise WhatIfError(
+            "no request has been recorded yet: the replay needs at least one hour of "
+            "recorded requests",
+            field,
+        )
     # the range first, then what it holds: a range ending before the records is said as
     # such (an end later than now replays up to now: the days asked end there)
     if until is not None and until <= first:
@@ -378,15 +419,15 @@ def what_if(
             "until",
         )
     end = until or now
-    held = (end - datetime(first.year, first.month, first.day)).days
-    if held < days:
-        raise WhatIfError(
-            f"the database holds {held} day{'s' if held != 1 else ''} of recorded requests "
-            f"(since {first.date().isoformat()}), fewer than the {days} asked: use --days "
-            f"{max(held, 1)} or fewer",
-            "days",
-        )
-    start = end - days * DAY
+    if hours is None:
+        enough = (end - datetime(first.year, first.month, first.day)).days >= days
+        asked, span = _count(days, "day"), days * DAY
+    else:
+        enough = end - first >= hours * HOUR
+        asked, span = _count(hours, "hour"), hours * HOUR
+    if not enough:
+        raise WhatIfError(too_short(first, end, asked), field)
+    start = end - span
     records = store.records(start, end)
     with store.read() as db:
         nodes, offers = inventory_of(db, store.catalog)
@@ -409,7 +450,8 @@ def what_if(
     return {
         "from": start.isoformat() + "Z",
         "to": end.isoformat() + "Z",
-        "days": days,
+        "days": days if hours is None else None,
+        "hours": hours if hours is not None else days * 24,
         "change": change.describe(),
         "offers": {
             o: {"recorded": then.get(o), "what_if": now.get(o)}
@@ -418,10 +460,17 @@ def what_if(
     }
 
 
+def span_words(result: Mapping[str, Any]) -> str:
+    """``30 days`` or ``5 hours``: how far back a replay went."""
+    if result.get("days") is not None:
+        return _count(result["days"], "day")
+    return _count(result["hours"], "hour")
+
+
 def format_table(result: Mapping[str, Any]) -> str:
     """The side-by-side table the command prints."""
     lines = [
-        f"what-if over {result['days']} days ({result['from']} to {result['to']}): "
+        f"what-if over {span_words(result)} ({result['from']} to {result['to']}): "
         f"{result['change']}",
         f"{'offer':<16}{'requests':>9}  {'wait p50 (min)':>17}  {'wait p95 (min)':>17}"
         f"  {'unserved':>11}  {'idle share':>15}",
@@ -452,6 +501,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``simulate what-if`` flags."""
     parser.add_argument("--from", dest="db_url", required=True, help="the pool database URL")
     parser.add_argument("--days", type=int, default=30, help="how many days back (default 30)")
+    parser.add_argument(
+        "--hours",
+        type=int,
+        default=None,
+        help="how many hours back, instead of --days (a new install holds less than a day)",
+    )
     parser.add_argument(
         "--until", default=None, help="the end of the window, ISO 8601 UTC (default: now)"
     )
@@ -525,7 +580,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 _, offers = inventory_of(db, store.catalog)
             policy = load_policy(args.policy, {o.name: o for o in offers}, store.catalog)
         change = Change(add, tuple(args.remove), policy, parse_layouts(args.mig_layout))
-        result = what_if(store, args.days, change, until)
+        result = what_if(store, args.days, change, until, hours=args.hours)
     except (WhatIfError, ReportError) as e:
         print(f"jupyterhub-gpupool simulate what-if: error: {e}", file=sys.stderr)
         return 2

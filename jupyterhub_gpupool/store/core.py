@@ -83,6 +83,7 @@ WRITES = frozenset(
         "reset_reclaim_policy",
         "admin_reclaim",
         "extend_notice",
+        "cancel_notice",
         "enforce_notices",
         "notice_enforced",
         "drain_node",

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.leases import LIVE_STATES
-from ..pool.reclaim import Reclaiming, enforced_release
+from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
 from .errors import StoreError
@@ -166,6 +166,69 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
                 {"by_admin": True, "seconds": seconds, "until": ts(from_epoch(deadline))},
             )
             return self._lease_json(db, alloc, row)
+
+    # -- cancel a notice ---------------------------------------------------------------------
+
+    def _withdraw(
+        self, db: Session, alloc: Allocator, row: orm.LeaseRow, why: str, actor: str
+    ) -> None:
+        """End ``row``'s notice (the pool's ``withdraw`` rule) and audit it for the user."""
+        state = reclaim_state(row)
+        rec = state.reclaiming
+        assert rec is not None
+        policy = self.reclaim_policies(db, alloc.offers).for_offer(
+            alloc.offers.get(row.offer) or row.offer
+        )
+        set_reclaim_state(row, withdraw(state, self._now_s(), policy.extension))
+        row.state = "active"
+        self._event(
+            db,
+            "reclaim-cancelled",
+            actor,
+            row,
+            {"reason": why, "kind": rec.kind, "by_admin": True, "notice": rec.reason},
+        )
+
+    def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> dict[str, Any]:
+        """An admin withdraws a lease's reclaim notice, whatever its kind (``no_notice`` when
+        there is none; ``reclaim_in_progress`` once a round or the service claimed the
+        action: too late)."""
+        with self.transaction() as (db, alloc):
+            row = self.lease_row(db, lease_id)
+            if row.state != "reclaiming" or reclaim_state(row).reclaiming is None:
+                raise StoreError(
+                    "no_notice", f"lease {lease_id} is under no reclaim notice", field="id"
+                )
+            if row.reclaim_acting is not None:
+                raise StoreError(
+                    "reclaim_in_progress",
+                    f"lease {lease_id} is being reclaimed now: too late to cancel its notice",
+                    field="id",
+                )
+            who = actor.partition(":")[2] or actor or "admin"
+            why = reason.strip() or f"an administrator ({who}) withdrew the notice"
+            self._withdraw(db, alloc, row, why, actor)
+            return self._lease_json(db, alloc, row)
+
+    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
+        """cordon / uncordon / drain a node; an uncordon also withdraws the drain notices of
+        the node's leases (those no one is carrying out yet): ``withdrawn`` lists them."""
+        if action != "uncordon":
+            return super().set_node(name, action, actor=actor)
+        with self.transaction() as (db, alloc):
+            out = super().set_node(name, action, actor=actor)
+            rows = db.scalars(
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
+                .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+            ).all()
+            withdrawn = []
+            for row in rows:
+                if row.reclaim_acting is None and withdrawn_on_uncordon(row.reclaim_kind):
+                    why = f"the node {name} is back in service: the drain is called off"
+                    self._withdraw(db, alloc, row, why, actor)
+                    withdrawn.append(row.id)
+            return {**out, "withdrawn": withdrawn}
 
     # -- overdue notices, carried out by the service ---------------------------------------
 

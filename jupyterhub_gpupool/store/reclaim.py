@@ -40,6 +40,7 @@ from ..pool.reclaim import (
     Signals,
     gpu_signal_source,
     keepalive,
+    notice_words,
     parse_duration,
     parse_policies,
     plan_reclaims,
@@ -307,11 +308,14 @@ class ReclaimStore(LeaseStore, UtilizationStore):
             }
 
     def _answer(self, row: orm.LeaseRow, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
+        offer = self._allocator.offers.get(row.offer) if self._allocator is not None else None
         out = {
             "lease": row.id,
             "user": row.user,
             "server": row.server,
             "offer": row.offer,
+            # what people read (the notify hook's messages): the display name, not the id
+            "offer_name": (offer.display_name if offer is not None else "") or row.offer,
             "kind": kind,
             "reason": reason,
         }
@@ -345,6 +349,10 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                     "evidence": evidence,
                 },
             )
+            policy = self.reclaim_policies(db, alloc.offers).for_offer(
+                alloc.offers.get(row.offer) or row.offer
+            )
+            words = notice_words(rec.kind, d.state.extensions, policy.max_extensions, False)
             return self._answer(
                 row,
                 "notice",
@@ -352,6 +360,10 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                 action=rec.action,
                 deadline=ts(from_epoch(rec.deadline)),
                 evidence=evidence,
+                notice_kind=rec.kind,
+                heading=words["heading"],
+                keep=words["keep"],
+                why_not_kept=words["why_not_kept"],
             )
         if isinstance(d, Cancel):
             row.state = "active"
@@ -593,7 +605,41 @@ class ReclaimStore(LeaseStore, UtilizationStore):
         """A user's quota, use, leases (``hub``'s, when given), notices and recent reclaims."""
         out = super().user(name, groups, hub)
         out["reclaims"] = self.recent_reclaims(name)
+        out["withdrawn"] = self.withdrawn_notices(name)
         return out
+
+    def withdrawn_notices(self, user: str, hours: float = 24.0, limit: int = 5) -> list[dict]:
+        """The user's notices an administrator withdrew (a cancel, an uncordon) in the last
+        ``hours``, newest first: which lease, what kind of notice, when and why."""
+        since = self.clock() - timedelta(hours=hours)
+        with self.read() as db:
+            events = db.scalars(
+                select(orm.EventRow)
+                .where(
+                    orm.EventRow.user == user,
+                    orm.EventRow.kind == "reclaim-cancelled",
+                    orm.EventRow.ts >= since,
+                )
+                .order_by(orm.EventRow.ts.desc(), orm.EventRow.id.desc())
+                .limit(50)
+            ).all()
+            out = []
+            for e in events:
+                data = e.data or {}
+                if not data.get("by_admin"):
+                    continue
+                row = db.get(orm.LeaseRow, e.lease_id) if e.lease_id else None
+                out.append(
+                    {
+                        "lease": e.lease_id,
+                        "offer": row.offer if row else None,
+                        "server": row.server if row else None,
+                        "at": ts(e.ts),
+                        "kind": data.get("kind"),
+                        "reason": data.get("reason") or "",
+                    }
+                )
+        return out[:limit]
 
     def recent_reclaims(self, user: str, days: float = 7.0, limit: int = 20) -> list[dict]:
         """The user's reclaims of the last ``days``, newest first: what, when, why, the files

@@ -65,7 +65,14 @@ def from_epoch(seconds: float) -> datetime:
 
 
 #: The counts of ``ReclaimState`` kept in ``LeaseRow.reclaim_state`` (the notice has columns).
-_COUNTS = ("idle_since", "gpu_idle_since", "last_busy", "extensions", "snooze_until")
+_COUNTS = (
+    "idle_since",
+    "gpu_idle_since",
+    "last_busy",
+    "extensions",
+    "snooze_until",
+    "age_snooze_until",
+)
 
 
 def reclaim_state(row: orm.LeaseRow) -> ReclaimState:

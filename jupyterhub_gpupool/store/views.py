@@ -19,6 +19,7 @@ from ..pool.errors import ConfigError
 from ..pool.leases import is_ready, mig_device
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
 from ..pool.queue import estimate_wait
+from ..pool.reclaim import notice_words
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
@@ -198,7 +199,10 @@ class ViewStore(StoreCore):
         offers = alloc.offers if alloc is not None else {}
         policy = self.reclaim_policies(db, offers).for_offer(offers.get(row.offer) or row.offer)
         extensions = reclaim_state(row).extensions
+        acting = row.reclaim_acting is not None
+        words = notice_words(row.reclaim_kind or "", extensions, policy.max_extensions, acting)
         return {
+            **words,
             "kind": row.reclaim_kind,
             "deadline": ts(row.reclaim_deadline),
             "reason": row.reclaim_reason,

@@ -276,7 +276,7 @@ class Fanout:
             "lease_id": self.lease_id or None,
             "stale_lease": stale if me else False,
             "lease": lease,
-            "pending": views.pending_view(pending),
+            "pending": views.pending_view(pending, offers),
             "notice": (current or {}).get("reclaim"),
             "quota": quota,
             "offers": views.offer_choices(self._offers, (current or {}).get("offer"), quota or {}),
@@ -287,7 +287,9 @@ class Fanout:
             },
             "local": local,
             "reclaims": [
-                r for r in (me.get("reclaims") or []) if r.get("server", "") == self.server
+                {**r, "offer_name": views.offer_name(r.get("offer"), offers)}
+                for r in (me.get("reclaims") or [])
+                if r.get("server", "") == self.server
             ][:5],
             "last_save": self.last_save,
         }

@@ -216,13 +216,21 @@ def lease_view(lease: Mapping[str, Any] | None, offers: Mapping[str, Mapping[str
     }
 
 
-def pending_view(pending: Mapping[str, Any] | None) -> Any:
+def offer_name(offer: str | None, offers: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The offer's display name, as users read it (its id only where the pool gives none)."""
+    return (offers.get(offer or "") or {}).get("display_name") or offer
+
+
+def pending_view(
+    pending: Mapping[str, Any] | None, offers: Mapping[str, Mapping[str, Any]] | None = None
+) -> Any:
     """A resize or GPU request that waits: its state, queue position and estimate."""
     if pending is None:
         return None
     return {
         "id": pending.get("id"),
         "offer": pending.get("offer"),
+        "offer_name": offer_name(pending.get("offer"), offers or {}),
         "state": pending.get("state"),
         "position": pending.get("position"),
         "eta_seconds": pending.get("eta_seconds"),

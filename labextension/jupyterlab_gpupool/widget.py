@@ -115,15 +115,20 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
             f"Unit-hours this {q['period']}",
             q["used_unit_hours"],
             budget,
-            f"{_units(q['used_unit_hours'])} of "
-            f"{'no budget' if budget is None else _units(budget)}, resets {q['resets_at']}",
+            f"{_units(q['used_unit_hours'])} used, no budget set"
+            if budget is None
+            else f"{_units(q['used_unit_hours'])} of {_units(budget)}, resets "
+            f"{_when(q['resets_at'])}",
         )
     n = state.get("notice")
     if n:
+        heading = n.get("heading") or "This GPU will be reclaimed"
         parts["notice"] = (
-            f'<p role="alert"><b>This GPU will be reclaimed in '
-            f"{_countdown(n['deadline'], now)}</b>: {e(n['reason'])} (then: {e(n['action'])})</p>"
+            f'<p role="alert"><b>{e(heading)}</b> — reclaimed in '
+            f"{_countdown(n['deadline'], now)}: {e(n['reason'])} (then: {e(n['action'])})</p>"
         )
+        if n.get("why_not_kept"):
+            parts["notice"] += f"<p>{e(n['why_not_kept'])}.</p>"
     return parts
 
 
@@ -169,8 +174,10 @@ class GPUPoolWidget(widgets.VBox):
         self._quota.value = parts["quota"]
         self._notice.value = parts["notice"]
         notice = state.get("notice") or {}
-        self._keep.layout.display = "" if notice else "none"
-        self._keep.disabled = not notice.get("extendable", False)
+        keep = notice.get("keep", notice.get("extendable", False)) if notice else False
+        # a Keep button only where keeping is allowed; otherwise the notice says why not
+        self._keep.layout.display = "" if keep else "none"
+        self._keep.disabled = not keep
 
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()

@@ -192,6 +192,10 @@ export function keepState(state: IState): { enabled: boolean; why: string } {
   if (!n) {
     return { enabled: false, why: 'no notice' };
   }
+  if (n.keep !== undefined) {
+    // the pool's own words for this kind of notice
+    return { enabled: n.keep && !n.acting, why: n.keep ? '' : n.why_not_kept || 'It cannot be kept.' };
+  }
   if (n.acting) {
     return { enabled: false, why: 'the reclaim has started' };
   }
@@ -275,4 +279,32 @@ export function visible(text: string | null | undefined): string {
     BIDI,
     c => `[U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}]`
   );
+}
+
+/** `1 unit`, `0.5 units`, `2 GPU units` (`word` after the number, plural unless exactly 1). */
+export function unitsText(units: number | null | undefined, word = 'unit'): string {
+  return `${formatUnits(units)} ${word}${units === 1 ? '' : 's'}`;
+}
+
+/**
+ * After the pool acted on this server's notice (the server is gone, the notice was being
+ * carried out or its deadline passed): the one message the panel shows instead of a countdown
+ * at 0:00 and a Keep button. `null` while nothing says the reclaim happened.
+ */
+export function reclaimedText(state: IState | null, serverAway: boolean, now: number): string | null {
+  const n = state?.notice;
+  if (!state || !n || !serverAway) {
+    return null;
+  }
+  if (!n.acting && secondsUntil(n.deadline, now) > 0) {
+    return null;
+  }
+  const at = new Date(Math.min(now, Date.parse(n.deadline) || now));
+  const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+  // the save-all the reclaimer asked for (a save from before the notice is not it)
+  const save = state.last_save;
+  const issued = n.issued ? Date.parse(n.issued) : NaN;
+  const ours = save && (isNaN(issued) || save.at * 1000 >= issued);
+  const saved = ours && save.saved.length ? `saved: ${save.saved.join(', ')}` : 'nothing needed saving';
+  return `Your GPU was reclaimed at ${hhmm} because ${n.reason}; ${doneText(n.action)}; ${saved}. Start again from Hub home.`;
 }

@@ -5,6 +5,7 @@
  * screen readers.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { renderChart, series } from './chart';
@@ -18,7 +19,9 @@ import {
   formatUnits,
   fraction,
   keepState,
+  reclaimedText,
   secondsUntil,
+  unitsText,
   viewState,
   visible
 } from './format';
@@ -142,6 +145,18 @@ export class GPUPoolPanel extends Widget {
         )
       );
     }
+    const reclaimed = reclaimedText(state, this.model.serverAway, Date.now());
+    if (reclaimed) {
+      // the reclaim is done: say so once, plainly, with the way back; no countdown, no Keep
+      const p = el('p', 'jp-GPUPool-reclaimed', visible(reclaimed));
+      p.setAttribute('role', 'alert');
+      const home = el('a', 'jp-GPUPool-home', 'Hub home');
+      home.href = URLExt.join(PageConfig.getOption('hubPrefix') || '/hub/', 'home');
+      this.body.textContent = '';
+      this.body.dataset.view = 'reclaimed';
+      this.body.append(this.section('Reclaimed', [p, home]));
+      return;
+    }
     this.body.append(this.leaseSection(state));
     if (state.notice && state.lease) {
       this.body.append(this.noticeSection(state));
@@ -198,7 +213,7 @@ export class GPUPoolPanel extends Widget {
     }
     add('Node', lease.node || '–');
     add('Since', when(lease.since));
-    add('Cost', `${formatUnits(lease.units)} GPU units${lease.borrowed ? ' (borrowed)' : ''}`);
+    add('Cost', `${unitsText(lease.units, 'GPU unit')}${lease.borrowed ? ' (borrowed)' : ''}`);
     return this.section('Lease', [el('p', 'jp-GPUPool-device', lease.device), dl]);
   }
 
@@ -227,7 +242,9 @@ export class GPUPoolPanel extends Widget {
       'jp-GPUPool-note',
       `Kept ${n.extensions} of ${n.max_extensions} times allowed.`
     );
-    const s = this.section('Idle notice', [head, reason, action, keep, k.enabled ? kept : why]);
+    // where keeping is not allowed there is no Keep button, only the reason why not
+    const parts = k.enabled ? [head, reason, action, keep, kept] : [head, reason, action, why];
+    const s = this.section(n.heading || 'Reclaim notice', parts);
     s.classList.add('jp-GPUPool-notice');
     return s;
   }
@@ -300,7 +317,7 @@ export class GPUPoolPanel extends Widget {
         q.used_unit_hours,
         q.budget,
         q.budget === null
-          ? `${formatUnits(q.used_unit_hours)} used · no budget`
+          ? `${formatUnits(q.used_unit_hours)} used · no budget set`
           : `${formatUnits(q.used_unit_hours)} of ${formatUnits(q.budget)} · resets in ${resets} (${when(q.resets_at)})`
       )
     );
@@ -314,11 +331,11 @@ export class GPUPoolPanel extends Widget {
       const wait = el('p', 'jp-GPUPool-wait');
       wait.setAttribute('aria-live', 'polite');
       if (p.state === 'queued') {
-        wait.textContent = visible(`Waiting for ${p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`);
+        wait.textContent = visible(`Waiting for ${p.offer_name || p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`);
       } else if (p.state === 'awaiting_approval') {
-        wait.textContent = visible(`Waiting for an admin to approve ${p.offer}.`);
+        wait.textContent = visible(`Waiting for an admin to approve ${p.offer_name || p.offer}.`);
       } else {
-        wait.textContent = visible(`${p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`);
+        wait.textContent = visible(`${p.offer_name || p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`);
       }
       const cancel = el('button', 'jp-Button jp-mod-styled jp-mod-reject', 'Cancel the move');
       cancel.id = 'jp-gpupool-cancel';
@@ -350,7 +367,7 @@ export class GPUPoolPanel extends Widget {
       const label = el('label');
       label.htmlFor = id;
       label.append(el('strong', '', c.display_name));
-      const detail = `${formatUnits(c.units)} units · ${availabilityText(c)} · ${c.fits ? 'fits your quota' : `does not fit: ${c.why_not}`}`;
+      const detail = `${unitsText(c.units)} · ${availabilityText(c)} · ${c.fits ? 'fits your quota' : `does not fit: ${c.why_not}`}`;
       label.append(el('span', 'jp-GPUPool-choice-detail', detail));
       row.append(input, label);
       fieldset.append(row);
@@ -392,7 +409,7 @@ export class GPUPoolPanel extends Widget {
       const li = el('li');
       const saved = r.saved.length ? `Saved: ${r.saved.join(', ')}.` : 'Nothing needed saving.';
       li.textContent = visible(
-        `${when(r.at)}: ${r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
+        `${when(r.at)}: ${r.offer_name || r.offer} was reclaimed (${r.reason}); ${doneText(r.action)}. ${saved}` +
           (r.outcome === 'failed' ? ` It failed: ${r.detail || ''}` : '')
       );
       list.append(li);

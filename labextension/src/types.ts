@@ -11,6 +11,11 @@ export interface IReclaimNotice {
   max_extensions: number;
   extendable: boolean;
   acting: boolean;
+  /** The kind's heading ("Node maintenance: …"); from pools that send it. */
+  heading?: string;
+  /** Whether keeping is allowed now, and if not, why (a sentence). */
+  keep?: boolean;
+  why_not_kept?: string | null;
 }
 
 export interface IDevice {
@@ -41,6 +46,8 @@ export interface ILease {
 export interface IPending {
   id: string;
   offer: string;
+  /** The offer's display name (the id where the pool does not say). */
+  offer_name?: string;
   state: string;
   position: number | null;
   eta_seconds: number | null;
@@ -80,6 +87,7 @@ export interface ISample {
 export interface IReclaim {
   lease: string;
   offer: string;
+  offer_name?: string;
   server: string;
   at: string;
   action: string;

@@ -344,6 +344,13 @@ def test_the_map_is_walked_with_the_keyboard(hub: HubEnv, admin: Page) -> None:
     ]
     admin.goto(prefix(hub) + "admin/")
     expect(admin.locator("#pool-map .slice").first).to_be_visible()
+    # every MIG slice shows its whole profile name, never clipped ("1g.10" for 1g.10gb)
+    labels = admin.eval_on_selector_all(
+        "#pool-map .slice.labelled",
+        "cells => cells.map(c => [c.textContent, c.scrollWidth <= c.clientWidth])",
+    )
+    assert ["1g.10gb", True] in labels and ["3g.40gb", True] in labels, labels
+    assert all(fits for _, fits in labels), labels
     # Tab from the filters lands on the map's one tab stop
     admin.locator("#map-filters input[name=live]").focus()
     admin.keyboard.press("Tab")
@@ -379,7 +386,9 @@ def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: P
     admin.fill('#gpupool-confirm [name="deadline"]', "2099-01-01T12:00")
     shoot(admin, "admin-drain-dialog")
     admin.click("#gpupool-confirm-ok")
-    expect(admin.locator("#gpupool-status")).to_contain_text("2 lease(s) noticed")
+    expect(admin.locator("#gpupool-status")).to_contain_text(
+        "sim-h100 is draining; 2 leases got a notice, 0 grants released."
+    )
     admin.goto(prefix(hub) + "admin/leases")
     for le in (one, two):
         row = admin.locator(f'#leases tr[data-lease="{le["id"]}"]')
@@ -388,16 +397,65 @@ def test_an_admin_drains_a_node_and_its_leases_get_notices(hub: HubEnv, admin: P
     # alice sees it on her own page
     alice = log_in(hub, admin.context.browser, "alice")
     alice.goto(prefix(hub))
-    expect(alice.locator(f'.notice[data-lease="{one["id"]}"]')).to_contain_text(
-        "an administrator reclaims it"
+    notice = alice.locator(f'.notice[data-lease="{one["id"]}"]')
+    expect(notice.locator(".notice-heading")).to_have_text(
+        "Node maintenance: this GPU's node is being drained"
     )
+    expect(notice).to_contain_text("It cannot be kept: its node is drained for maintenance")
+    expect(notice.locator("button")).to_have_count(0)  # no Keep control where it cannot keep
     shoot(alice, "my-gpus", full=True)
     alice.context.close()
     admin.goto(prefix(hub) + "admin/nodes")
     admin.click('tr[data-node="sim-h100"] button[data-action="uncordon"]')
     admin.click("#gpupool-confirm-ok")
-    expect(admin.locator("#gpupool-status")).to_contain_text("done")
+    # the uncordon undoes the drain and its notices, and says how many
+    expect(admin.locator("#gpupool-status")).to_contain_text("2 drain notices withdrawn")
     for le in (one, two):
+        now = request("GET", f"{hub.api}/allocations/{le['id']}", hub.token("admin")).json()
+        assert now["state"] == "active" and now["reclaim"] is None  # type: ignore[index]
+        request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
+
+
+def test_an_admin_cancels_a_notice_from_the_panel(hub: HubEnv, admin: Page) -> None:
+    held = lease(hub, "alice", "h100", "cancel-one")
+    path = f"{hub.api}/allocations/{held['id']}"
+    admin_token = hub.token("admin")
+    r = request("POST", f"{path}/reclaim", admin_token, {"grace": 3600})
+    assert r.status == 200, r.body
+    admin.goto(prefix(hub) + "admin/leases")
+    row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
+    expect(row).to_contain_text("admin notice")
+    row.locator('button[data-action="cancel-notice"]').click()
+    admin.fill('#gpupool-confirm [name="reason"]', "keep going")
+    admin.click("#gpupool-confirm-ok")
+    expect(admin.locator("#gpupool-status")).to_contain_text("Cancel notice: done.")
+    now = request("GET", path, admin_token).json()
+    assert now["state"] == "active" and now["reclaim"] is None  # type: ignore[index]
+    events = request(
+        "GET", f"{hub.api}/events?lease={held['id']}&kind=reclaim-cancelled", admin_token
+    ).json()
+    [event] = events["items"]  # type: ignore[index]
+    assert event["data"]["reason"] == "keep going" and event["actor"].endswith("admin")
+    # alice is told on her page: no notice any more, and who withdrew it and why
+    alice = log_in(hub, admin.context.browser, "alice")
+    alice.goto(prefix(hub))
+    expect(alice.locator(f'.notice[data-lease="{held["id"]}"]')).to_have_count(0)
+    told = alice.locator(f'.withdrawn[data-lease="{held["id"]}"]')
+    expect(told).to_contain_text("An administrator withdrew the admin notice on your 1× H100 80GB")
+    expect(told).to_contain_text("keep going")
+    alice.context.close()
+    # both H100s held: a third request waits, and the queue says for what, in words
+    other = lease(hub, "bob", "h100", "cancel-two")
+    waiting = lease(hub, "admin", "h100", "cancel-wait", bind=False)
+    assert waiting["state"] == "queued", waiting
+    admin.reload()
+    row = admin.locator(f'#leases tr[data-lease="{held["id"]}"]')
+    expect(row.locator('button[data-action="cancel-notice"]')).to_have_count(0)
+    queued = admin.locator(f'#queue tr[data-lease="{waiting["id"]}"]')
+    expect(queued).to_contain_text("waiting for a free 1× H100 80GB")
+    expect(queued).not_to_contain_text("Any other refusal")
+    expect(queued).not_to_contain_text("is free now")
+    for le in (waiting, held, other):
         request("DELETE", f"{hub.api}/allocations/{le['id']}?reason=admin", hub.spawner_token)
 
 

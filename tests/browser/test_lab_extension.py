@@ -290,7 +290,7 @@ def test_the_panel_shows_the_lease_and_the_numbers(lab: Lab, alice: Page, shoot:
     expect(p).to_contain_text("0.14 in use · guarantee 1 · limit 2")
     expect(p).to_contain_text("of 40")
     expect(p).to_contain_text("1× H100 80GB")  # a move choice, with its cost and fit
-    expect(p).to_contain_text("1 units · 1 free now · fits your quota")
+    expect(p).to_contain_text("1 unit · 1 free now · fits your quota")
     expect(p).to_contain_text("NVML")  # no NVML on this server: said plainly
     memory = p.locator("svg[role=img]").last
     expect(memory).to_have_attribute("aria-label", re.compile("GPU memory used"))

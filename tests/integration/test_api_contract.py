@@ -459,6 +459,14 @@ def panel_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
         {"seconds": 60},
     ).json()
     assert later["reclaim"]["deadline"] > noticed["reclaim"]["deadline"]
+    kept = call(
+        "admin",
+        "POST",
+        f"allocations/{held['id']}/notice/cancel",
+        "/allocations/{id}/notice/cancel",
+        {"reason": "contract"},
+    ).json()
+    assert kept["state"] == "active" and kept["reclaim"] is None
     gone = call(
         "admin",
         "POST",
@@ -477,7 +485,8 @@ def panel_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
         {"deadline": "2099-01-01T00:00:00Z"},
     ).json()
     assert drained["draining"] and drained["noticed"] == 1
-    api.ok("admin", "POST", "nodes/sim-t4/uncordon", {})
+    undrained = call("admin", "POST", "nodes/sim-t4/uncordon", "/nodes/{name}/{action}", {})
+    assert undrained.json()["withdrawn"] == [held.json()["id"]]
     api.ok("admin", "DELETE", f"allocations/{held.json()['id']}?reason=admin")
     gpu = lease["slots"][0]["gpu"]
     whole = {"gpu": gpu, "layout": [{"profile": "7g.80gb", "start": 0}]}

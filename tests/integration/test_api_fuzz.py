@@ -151,8 +151,18 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("POST /capacity/what-if", "invalid_argument", "until", ".*first recorded.*"): (
         "the range must lie within what was recorded: relative to the pool's clock and records"
     ),
-    ("POST /capacity/what-if", "invalid_argument", "days", ".*days of recorded.*"): "how many "
-    "days the database has recorded",
+    (
+        "POST /capacity/what-if",
+        "invalid_argument",
+        "days|hours",
+        ".*(days?|hours?|less than an hour) of recorded.*|no request has been recorded.*",
+    ): "how many days (or hours) the database has recorded",
+    ("POST /capacity/what-if", "invalid_argument", "hours", ".*days or hours, not both.*"): (
+        "days or hours, not both: a relation between two fields"
+    ),
+    ("POST /capacity/what-if", "missing_field", "days", r".*days \(or hours\) is required.*"): (
+        "one of days or hours: a relation between two fields"
+    ),
     ("POST /capacity/what-if", "invalid_argument", r"(add|remove|mig_layout|reclaim)\b.*", ".*"): (
         "GPU models, nodes, layouts and policies are the catalog's, the inventory's and the "
         "pool config's"

@@ -119,7 +119,8 @@ def test_progress_follows_the_queue_until_the_grant(pool):
 def test_queue_timeout_leaves_the_queue_with_a_message(pool):
     hold_both_h100(pool)
     spawner = make_spawner(pool, "alice", "h100", queue_timeout=1.0)
-    with pytest.raises(Exception, match="No h100 became free within") as info:
+    # the offer by its display name, never its id
+    with pytest.raises(Exception, match="No 1× H100 80GB became free within") as info:
         asyncio.run(spawner.run_pre_spawn_hook())
     assert info.value.status_code == 503
     lease = lease_of(pool, "alice")

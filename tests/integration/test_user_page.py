@@ -176,6 +176,9 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub, clock)
         # a window later the extension is over: a new notice, which cannot be kept (the one
         # extension is used); at the next window, past its deadline, the action
         assert reclaim_round(hub, clock, lease) == "notice"
+        status, _, html = get(page, alice)  # headed by its kind; no Keep, and why not
+        assert "Idle GPU: it will be reclaimed" in html and "Keep my GPU" not in html
+        assert "It cannot be kept: kept once already, the most allowed" in html
         status, headers = post(f"{page}keep/{lease['id']}", alice)
         assert status == 302 and headers["Location"].endswith("?refused=extension_limit")
         assert reclaim_round(hub, clock, lease) == "act"

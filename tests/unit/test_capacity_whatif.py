@@ -134,7 +134,9 @@ def test_what_if_a_shorter_idle_timeout_releases_reclaimed_leases_sooner(tmp_pat
 
 def test_too_few_days_says_how_many_there_are(month):
     _, store = month
-    with pytest.raises(WhatIfError, match=r"holds 30 days .*since 2026-11-01.*--days 30"):
+    with pytest.raises(
+        WhatIfError, match=r"holds 30 days .*since 2026-11-01.*ask for 30 days or fewer"
+    ):
         what_if(store, 31, Change(), UNTIL)
 
 
@@ -318,3 +320,69 @@ def test_a_refusal_count_is_one_row_per_day_offer_and_code(db_url):
     [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
     assert (day["refused_by_quota"], day["refused_by_capacity"]) == (3, 1)
     assert day["requests"] == 0  # refusals are not requests with a lease
+
+
+# -- a new install: less than a day recorded, said in words ------------------------------------
+
+
+def test_a_new_install_says_in_words_what_the_replay_needs_and_takes_hours(tmp_path):
+    """Fresh: the replay needs an hour of requests; with 5 hours recorded, 30 days asked says
+    "5 hours … ask for 5 hours or fewer" (never "0 days … 1 or fewer", never a CLI flag), and
+    ``hours`` replays them; the what-if page's own line says the same."""
+    from jupyterhub_gpupool.service.pages.governance import recorded_words
+
+    url = f"sqlite:///{tmp_path}/pool.sqlite"
+    upgrade(url)
+    start = datetime(2026, 12, 5, 8, 10)
+    clock = StoreClock(start)
+    store = make_store(url, clock, pool=POOL)
+    with pytest.raises(WhatIfError) as e:
+        what_if(store, 30, Change())
+    assert str(e.value) == (
+        "no request has been recorded yet: the replay needs at least one hour of recorded requests"
+    )
+    assert recorded_words(None, clock())[1:] == ("hours", 1)
+    lease = store.allocate("alice", "", "h100")
+    store.keepalive(lease["id"])
+    clock.advance(minutes=20)
+    with pytest.raises(WhatIfError) as e:
+        what_if(store, 1, Change())
+    assert str(e.value) == (
+        "the database holds less than an hour of recorded requests (since 2026-12-05 08:10 UTC);"
+        " the replay needs at least one hour of them: ask again after 09:10 UTC"
+    )
+    clock.advance(hours=5)
+    store.allocate("bob", "", "h100")  # waits for alice's: within the last 5 hours
+    store.release(lease["id"])
+    clock.advance(minutes=1)
+    for days in (1, 30):
+        with pytest.raises(WhatIfError) as e:
+            what_if(store, days, Change())
+        assert e.value.field == "days"
+        assert str(e.value) == (
+            f"the database holds 5 hours of recorded requests (since 2026-12-05 08:10 UTC), "
+            f"fewer than the {days} day{'s' if days > 1 else ''} asked: ask for 5 hours or fewer"
+        )
+    with pytest.raises(WhatIfError) as e:
+        what_if(store, 0, Change(), hours=6)
+    assert e.value.field == "hours" and "ask for 5 hours or fewer" in str(e.value)
+    result = what_if(store, 0, Change(), hours=5)
+    assert (result["days"], result["hours"]) == (None, 5)
+    assert result["offers"]["h100"]["recorded"]["requests"] == 1
+    words, unit, span = recorded_words(store.first_request(), clock())
+    assert words == "The database holds 5 hours of requests, since 2026-12-05 08:10 UTC."
+    assert (unit, span) == ("hours", 5)
+    with InProcessService(store, MODELS) as api:
+        r = api.call("admin", "POST", "capacity/what-if", {"days": 30})
+        err = r.json()["error"]
+        assert r.status == 400 and err["field"] == "days"
+        assert "ask for 5 hours or fewer" in err["message"] and "--" not in err["message"]
+        r = api.call("admin", "POST", "capacity/what-if", {"hours": 5})
+        assert r.status == 200 and r.json()["hours"] == 5, r.body
+        for bad, field in (
+            ({"days": 1, "hours": 1}, "hours"),
+            ({}, "days"),
+            ({"hours": 0}, "hours"),
+        ):
+            r = api.call("admin", "POST", "capacity/what-if", bad)
+            assert r.status in (400, 422) and r.json()["error"]["field"] == field, r.body

@@ -139,8 +139,20 @@ def test_the_widget_says_what_the_panel_says():
     parts = render(state, now=datetime.fromisoformat("2026-03-18T12:00:00+00:00").timestamp())
     assert "A100 1g.10gb" in parts["lease"] and "MIG 1g.10gb on GPU-1" in parts["lease"]
     assert "2.0 GiB / 10.0 GiB" in parts["activity"] and "Utilization" not in parts["activity"]
-    assert "3.5 of 10" in parts["quota"] and "resets 2026-03-23T00:00:00Z" in parts["quota"]
+    assert "3.5 of 10" in parts["quota"] and "resets 2026-03-23 00:00 UTC" in parts["quota"]
+    unbudgeted = {**state["quota"], "budget": None, "used_unit_hours": 0.0}
+    quota = render({**state, "quota": unbudgeted})["quota"]
+    assert "0 used, no budget set" in quota and "of no budget" not in quota
     assert "reclaimed in 5:00" in parts["notice"]
+    drain = {
+        **state["notice"],
+        "heading": "Node maintenance: this GPU's node is being drained",
+        "keep": False,
+        "why_not_kept": "It cannot be kept: its node is drained for maintenance",
+    }
+    notice = render({**state, "notice": drain}, now=0)["notice"]
+    assert "<b>Node maintenance: this GPU&#x27;s node is being drained</b>" in notice
+    assert "It cannot be kept: its node is drained for maintenance." in notice
     down = render({"pool": {"ok": False, "error": "the pool is away"}, "lease": None})
     assert "not answering" in down["lease"] and "CPU only" in down["lease"]
 
@@ -188,3 +200,12 @@ def test_the_lab_settings_are_documented_and_work_without_a_hub(monkeypatch):
     monkeypatch.setenv("GPUPOOL_API_URL", "http://pool/api/v1/")
     monkeypatch.setenv("GPUPOOL_LEASE_ID", "L1")
     assert (GPUPoolLab().api_url, GPUPoolLab().lease_id) == ("http://pool/api/v1/", "L1")
+
+
+def test_a_waiting_move_and_a_past_reclaim_name_the_offer_as_users_read_it():
+    offers = {"a100-3g": {"display_name": "A100 · 3g.40gb slice"}}
+    pending = {"id": "P1", "offer": "a100-3g", "state": "granted", "ready": True}
+    assert views.pending_view(pending, offers)["offer_name"] == "A100 · 3g.40gb slice"
+    # an offer the pool no longer lists keeps its id rather than nothing
+    assert views.pending_view({**pending, "offer": "gone"}, offers)["offer_name"] == "gone"
+    assert views.offer_name("a100-3g", offers) == "A100 · 3g.40gb slice"

@@ -128,6 +128,9 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
     shown = store.lease(lease["id"])
     assert shown["state"] == "reclaiming"
     assert shown["reclaim"] == {
+        "heading": "Idle GPU: it will be reclaimed",
+        "keep": True,
+        "why_not_kept": None,
         "kind": "idle",
         "deadline": "2026-03-02T09:10:00Z",
         "reason": notice["reason"],

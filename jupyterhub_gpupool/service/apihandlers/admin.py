@@ -81,7 +81,8 @@ class QuotaHandler(APIHandler):
 
 class NodeActionHandler(APIHandler):
     """``POST nodes/{name}/{cordon|uncordon|drain}``; a drain may name a ``deadline`` by
-    which every lease on the node ends (each gets a reclaim notice ending then)."""
+    which every lease on the node ends (each gets a reclaim notice ending then; ``noticed``
+    counts them); an uncordon withdraws those notices (``withdrawn`` lists the leases)."""
 
     route_name = "node-action"
 
@@ -93,7 +94,14 @@ class NodeActionHandler(APIHandler):
             if body:
                 field = sorted(body)[0]
                 raise APIError("invalid_field", f"only a drain takes {field}", field=field)
-            self.write_json(await self.writer.call(self.store.set_node, name, action, actor=actor))
+            out = await self.writer.call(self.store.set_node, name, action, actor=actor)
+            for lease_id in out.get("withdrawn", ()):  # an uncordon's withdrawn drain notices
+                lease = self.store.lease(lease_id)
+                why = f"the node {name} is back in service"
+                self.settings["notify"](
+                    "notice-cancelled", lease, by=self.identity.name, reason=why
+                )
+            self.write_json(out)
             return
         deadline = None
         if body.get("deadline") is not None:

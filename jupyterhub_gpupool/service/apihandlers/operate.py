@@ -1,6 +1,6 @@
-"""The admin panel's endpoints: reclaim now, extend a notice, MIG re-partitions, the pool map and
-its history (every one for ``custom:gpupool:admin``; the re-partition list for agents too, so a
-label writer can follow them)."""
+"""The admin panel's endpoints: reclaim now, extend or cancel a notice, MIG re-partitions, the
+pool map and its history (every one for ``custom:gpupool:admin``; the re-partition list for
+agents too, so a label writer can follow them)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,27 @@ class ExtendNoticeHandler(APIHandler):
                 actor=self.identity.describe(),
             )
         )
+
+
+class CancelNoticeHandler(APIHandler):
+    """``POST allocations/{id}/notice/cancel {reason?}``: withdraw a reclaim notice of any
+    kind; the user is told (``notify_hook`` event ``notice-cancelled``, and the notice leaves
+    their page and JupyterLab)."""
+
+    route_name = "cancel-notice"
+
+    @needs("admin", "cancel reclaim notices")
+    async def post(self, lease_id: str) -> None:
+        body = self.json_body({"reason": (str, False)})
+        lease = await self.writer.call(
+            self.store.cancel_notice,
+            lease_id,
+            body.get("reason", ""),
+            actor=self.identity.describe(),
+        )
+        reason = body.get("reason", "").strip() or "no reason given"
+        self.settings["notify"]("notice-cancelled", lease, by=self.identity.name, reason=reason)
+        self.write_json(lease)
 
 
 class NodeRepartitionHandler(APIHandler):
@@ -215,6 +236,7 @@ default_handlers = [
     (r"quotas/([^/]+)/([^/]+)/preview", QuotaPreviewHandler),
     (r"allocations/([^/]+)/reclaim", ReclaimNowHandler),
     (r"allocations/([^/]+)/extend", ExtendNoticeHandler),
+    (r"allocations/([^/]+)/notice/cancel", CancelNoticeHandler),
     (r"nodes/([^/]+)/repartitions", NodeRepartitionHandler),
     (r"repartitions", RepartitionsHandler),
     (r"repartitions/([^/]+)", RepartitionHandler),

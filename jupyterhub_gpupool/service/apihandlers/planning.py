@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from ...pool.errors import PoolError
@@ -38,9 +39,9 @@ class CapacityHandler(APIHandler):
 
 
 class WhatIfHandler(APIHandler):
-    """``POST capacity/what-if {days, add?, remove?, mig_layout?, reclaim?, until?}``: the
-    recorded requests of the last ``days`` days replayed on a changed pool, beside what
-    happened."""
+    """``POST capacity/what-if {days | hours, add?, remove?, mig_layout?, reclaim?, until?}``:
+    the recorded requests of the last ``days`` days (or ``hours`` hours) replayed on a changed
+    pool, beside what happened."""
 
     route_name = "what-if"
 
@@ -48,7 +49,8 @@ class WhatIfHandler(APIHandler):
     async def post(self) -> None:
         body = self.json_body(
             {
-                "days": (int, True),
+                "days": (int, False),
+                "hours": (int, False),
                 "add": (dict, False),
                 "remove": (list, False),
                 "reclaim": (dict, False),
@@ -56,9 +58,17 @@ class WhatIfHandler(APIHandler):
                 "until": (str, False),
             }
         )
-        days = body["days"]
-        if isinstance(days, bool) or not 1 <= days <= MAX_DAYS:
+        days, hours = body.get("days"), body.get("hours")
+        if days is not None and hours is not None:
+            raise APIError("invalid_argument", "give days or hours, not both", field="hours")
+        if days is None and hours is None:
+            raise APIError("missing_field", "days (or hours) is required", field="days")
+        if days is not None and (isinstance(days, bool) or not 1 <= days <= MAX_DAYS):
             raise APIError("invalid_argument", f"days must be from 1 to {MAX_DAYS}", field="days")
+        if hours is not None and (isinstance(hours, bool) or not 1 <= hours <= MAX_DAYS * 24):
+            raise APIError(
+                "invalid_argument", f"hours must be from 1 to {MAX_DAYS * 24}", field="hours"
+            )
         until = parse_time(body["until"], "until") if body.get("until") is not None else None
         add_raw = body.get("add") or {}
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in add_raw.values()):
@@ -103,7 +113,7 @@ class WhatIfHandler(APIHandler):
             )
             loop = asyncio.get_running_loop()
             result: dict[str, Any] = await loop.run_in_executor(
-                None, what_if, self.store, days, change, until
+                None, partial(what_if, hours=hours), self.store, days or 0, change, until
             )
         except WhatIfError as e:
             raise APIError(

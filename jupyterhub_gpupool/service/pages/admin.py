@@ -15,8 +15,8 @@ from urllib.parse import urlencode
 
 from tornado import web
 
-from ...pool.codes import describe
 from ...pool.errors import PoolError
+from ...wording import estimate_text, wait_text
 from ..apihandlers.base import parse_time
 from .base import PageHandler
 
@@ -66,7 +66,8 @@ class LeasesPage(AdminPage):
             queued=queued,
             leases=leases,
             offers=self.offers(),
-            describe=describe,
+            wait_text=wait_text,
+            estimate_text=estimate_text,
         )
 
 

@@ -140,15 +140,46 @@ class WhatIfPage(AdminPage):
         pool = self.store.pool(detail=True)
         nodes = sorted(n["name"] for c in pool["clusters"] for n in c["nodes"])
         first = self.store.first_request()
-        now = self.store.clock()
-        recorded_days = (now - datetime(first.year, first.month, first.day)).days if first else 0
+        recorded, unit, span = recorded_words(first, self.store.clock())
         self.render_page(
             "admin_whatif.html",
             title="What-if",
             models=list(self.store.catalog.names),
             nodes=nodes,
-            first=first.date().isoformat() if first else None,
-            recorded_days=recorded_days,
-            default_days=max(1, min(30, recorded_days)),
+            recorded=recorded,
+            default_unit=unit,
+            default_span=span,
             offers_json=json.dumps(self.offers()),
         )
+
+
+def recorded_words(first: datetime | None, now: datetime) -> tuple[str, str, int]:
+    """What the what-if page says the database holds, in words, and the span its form starts
+    with (unit, count): up to 30 days where there are whole days, else the hours there are."""
+    if first is None:
+        return (
+            "No request has been recorded yet: the replay needs at least one hour of recorded "
+            "requests.",
+            "hours",
+            1,
+        )
+    days = (now - datetime(first.year, first.month, first.day)).days
+    if days >= 1:
+        words = f"{days} day{'s' if days != 1 else ''}"
+        return (
+            f"The database holds {words} of requests, since {first.date()}.",
+            "days",
+            min(30, days),
+        )
+    hours = int((now - first) // timedelta(hours=1))
+    since = first.strftime("%Y-%m-%d %H:%M UTC")
+    if hours >= 1:
+        words = f"{hours} hour{'s' if hours != 1 else ''}"
+        return f"The database holds {words} of requests, since {since}.", "hours", hours
+    ready = (first + timedelta(hours=1)).strftime("%H:%M UTC")
+    return (
+        f"The database holds less than an hour of requests (since {since}); the replay needs "
+        f"at least one hour of them: ask after {ready}.",
+        "hours",
+        1,
+    )

@@ -16,6 +16,7 @@ from tornado import web
 from ...pool.codes import describe
 from ...pool.errors import PoolError
 from ...store import StoreError
+from ...wording import last_hour_text
 from .base import PageHandler
 
 #: Eight levels of a text sparkline (the page's fallback when scripts are off).
@@ -75,12 +76,14 @@ class UserPageHandler(PageHandler):
         names = {n: o.get("display_name") or n for n, o in offers.items()}
         leases = me.get("leases") or []
         since = self.store.clock() - timedelta(hours=1)
-        sparks = {}
+        sparks, last_hour = {}, {}
         for le in leases:
             devices = [(s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in le["slots"]]
             if devices and le["state"] in ("active", "reclaiming"):
                 minutes = self.store.minutes(devices, since)
-                sparks[le["id"]] = [m["util_mean"] for m in minutes]
+                last_hour[le["id"]] = last_hour_text(minutes)
+                if any(m["util_mean"] is not None for m in minutes):
+                    sparks[le["id"]] = [m["util_mean"] for m in minutes]
         history = self.store.user_history(name, days=30)
         recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
         decided = [le for le in recent if le.get("approval")][:10]  # asks that ended
@@ -91,6 +94,7 @@ class UserPageHandler(PageHandler):
             leases=leases,
             notices=me.get("notices") or [],
             reclaims=me.get("reclaims") or [],
+            withdrawn=me.get("withdrawn") or [],
             notice_of={le["id"]: le["reclaim"] for le in leases if le.get("reclaim")},
             action_text=lambda action: action_text(action, names),
             done_text=lambda action: done_text(action, names),
@@ -99,6 +103,7 @@ class UserPageHandler(PageHandler):
             flash=self._flash(),
             display_names=names,
             sparks={k: json.dumps(v) for k, v in sparks.items()},
+            last_hour=last_hour,
             history=history,
             history_json=json.dumps(history),
             decided=decided,

@@ -131,7 +131,7 @@
   /** The form as the API's body; a line the API could not even receive is a FormError. */
   function whatIfBody(form) {
     const raw = form.elements.days.value.trim();
-    const body = { days: raw === "" || Number.isNaN(Number(raw)) ? raw : Number(raw) };
+    const body = { [form.elements.unit.value === "hours" ? "hours" : "days"]: raw === "" || Number.isNaN(Number(raw)) ? raw : Number(raw) };
     const add = {};
     for (const row of form.querySelectorAll(".add-row")) {
       const model = row.querySelector('[name="add-model"]').value.trim();
@@ -167,7 +167,8 @@
   /** The control (or fieldset) a field of the API's error is about: ``reclaim.default.x``
    * and ``add`` name a control of the form by their first part. */
   function fieldOf(form, field) {
-    const name = String(field || "").split(/[.[]/)[0];
+    const first = String(field || "").split(/[.[]/)[0];
+    const name = first === "hours" ? "days" : first; // one input holds days or hours
     if (!name) return null;
     return { name, control: form.elements[name] && !(form.elements[name] instanceof RadioNodeList) ? form.elements[name] : document.getElementById(`whatif-${name}`), line: document.getElementById(`whatif-error-${name}`) };
   }
@@ -207,7 +208,7 @@
   function showResult(result) {
     const names = data("whatif-data", "offers") || {};
     const name = (o) => (o === "*" ? "all offers" : names[o] || o);
-    document.getElementById("whatif-title").textContent = visible(`Over ${result.days} day${result.days === 1 ? "" : "s"} (${result.from.slice(0, 16).replace("T", " ")} to ${result.to.slice(0, 16).replace("T", " ")} UTC): ${result.change}`);
+    document.getElementById("whatif-title").textContent = visible(`Over ${result.days === null ? `${result.hours} hour${result.hours === 1 ? "" : "s"}` : `${result.days} day${result.days === 1 ? "" : "s"}`} (${result.from.slice(0, 16).replace("T", " ")} to ${result.to.slice(0, 16).replace("T", " ")} UTC): ${result.change}`);
     const body = document.querySelector("#whatif-table tbody");
     const offers = Object.keys(result.offers).sort((a, b) => (a === "*") - (b === "*") || a.localeCompare(b));
     body.replaceChildren(

@@ -90,6 +90,9 @@
   // what the pages' own scripts (governance.js) share, loaded after this one
   window.gpupool = Object.freeze({ ApiError, request, api, el, status, visible });
 
+  // "1 lease", "2 leases", "0 grants"
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
   const units = (u) => {
     if (u === null || u === undefined) return "none";
     const v = Math.round(u * 1000) / 1000;
@@ -252,6 +255,16 @@
           if (!v) return;
           return act("Extend", () => api("POST", `allocations/${encodeURIComponent(lease)}/extend`, { seconds: (parseFloat(v.minutes) || 0) * 60 }));
         }
+        case "cancel-notice": {
+          const v = await confirmDialog({
+            title: "Cancel the notice",
+            text: `${who}'s ${b.dataset.kind} notice is withdrawn: they keep the GPU and are told. The idle count starts again.`,
+            fields: [{ name: "reason", label: "Reason shown to the user (optional)", value: "" }],
+            ok: "Cancel notice",
+          });
+          if (!v) return;
+          return act("Cancel notice", () => api("POST", `allocations/${encodeURIComponent(lease)}/notice/cancel`, v.reason ? { reason: v.reason } : {}));
+        }
         case "release": {
           const v = await confirmDialog({
             title: "Release this lease",
@@ -301,7 +314,15 @@
           const node = b.dataset.node;
           const v = await confirmDialog({ title: `${b.dataset.action} ${node}`, text: b.dataset.action === "cordon" ? "No new GPU lands on this node; leases stay." : "The node takes new grants again.", ok: b.textContent });
           if (!v) return;
-          return act(b.textContent, () => api("POST", `nodes/${encodeURIComponent(node)}/${b.dataset.action}`, {}));
+          if (b.dataset.action === "cordon") return act(b.textContent, () => api("POST", `nodes/${encodeURIComponent(node)}/cordon`, {}));
+          try {
+            const answer = await api("POST", `nodes/${encodeURIComponent(node)}/uncordon`, {});
+            status(`Uncordon: ${node} takes new grants again; ${plural(answer.withdrawn.length, "drain notice")} withdrawn.`);
+            setTimeout(() => location.reload(), 600);
+          } catch (e) {
+            status(`Uncordon failed: ${e.message}`, true);
+          }
+          return;
         }
         case "drain": {
           const node = b.dataset.node;
@@ -323,7 +344,7 @@
             },
           });
           if (!v) return;
-          status(`Drain: ${node} is draining; ${answer.noticed} lease(s) noticed, ${answer.released} grant(s) released.`);
+          status(`Drain: ${node} is draining; ${plural(answer.noticed, "lease")} got a notice, ${plural(answer.released, "grant")} released.`);
           setTimeout(() => location.reload(), 600);
           return;
         }
@@ -690,7 +711,8 @@
           });
           first = false;
           cell.style.flexGrow = String(s.width);
-          cell.textContent = s.inst ? s.inst.profile : s.lease ? "" : "";
+          cell.textContent = s.inst ? s.inst.profile : "";
+          if (s.inst) cell.classList.add("labelled"); // wide enough for its whole profile name
           s.node = n.name;
           s.gpu = g;
           s.offers = this.data.offers;

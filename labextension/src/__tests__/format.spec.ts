@@ -11,8 +11,10 @@ import {
   keepState,
   moveFailed,
   moveFinished,
+  reclaimedText,
   secondsUntil,
   statusText,
+  unitsText,
   viewState,
   visible
 } from '../format';
@@ -214,6 +216,63 @@ describe('state transitions', () => {
     const borrowed = { ...notice, kind: 'borrowed', extendable: false };
     expect(keepState(state({ notice: borrowed })).why).toContain('guarantee');
     expect(keepState(state()).enabled).toBe(false);
+  });
+  it("follows the pool's own keep rule and words where it sends them", () => {
+    const drain = {
+      ...notice,
+      kind: 'drain',
+      extendable: false,
+      heading: "Node maintenance: this GPU's node is being drained",
+      keep: false,
+      why_not_kept: 'It cannot be kept: its node is drained for maintenance'
+    };
+    expect(keepState(state({ notice: drain }))).toEqual({
+      enabled: false,
+      why: 'It cannot be kept: its node is drained for maintenance'
+    });
+    const idle = { ...notice, keep: true, why_not_kept: null };
+    expect(keepState(state({ notice: idle }))).toEqual({ enabled: true, why: '' });
+    expect(keepState(state({ notice: { ...idle, acting: true } })).enabled).toBe(false);
+  });
+  it('says plainly that the GPU was reclaimed once the server is gone after its deadline', () => {
+    const deadline = Date.parse(notice.deadline);
+    const saved = {
+      saved: ['a.ipynb', 'b.py'],
+      unchanged: [],
+      failed: [],
+      via: 'lab' as const,
+      labs: 1,
+      answered: 1,
+      reason: 'reclaim',
+      at: deadline / 1000
+    };
+    const s = state({ notice, last_save: saved });
+    // before the deadline, or with the server answering: the countdown stays
+    expect(reclaimedText(s, true, deadline - 5000)).toBeNull();
+    expect(reclaimedText(s, false, deadline + 5000)).toBeNull();
+    expect(reclaimedText(state(), true, deadline + 5000)).toBeNull();
+    const text = reclaimedText(s, true, deadline + 60000)!;
+    const at = new Date(deadline);
+    const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+    expect(text).toBe(
+      `Your GPU was reclaimed at ${hhmm} because idle for 30 minutes; the server was stopped; ` +
+        'saved: a.ipynb, b.py. Start again from Hub home.'
+    );
+    // the reclaimer claimed it early (acting): the server gone means it happened
+    const acting = state({ notice: { ...notice, acting: true }, last_save: null });
+    expect(reclaimedText(acting, true, deadline - 5000)).toContain('nothing needed saving');
+    // a save from before the notice was issued is not the reclaim's
+    const early = { ...notice, issued: notice.deadline, acting: true };
+    const old = { ...saved, at: deadline / 1000 - 3600 };
+    expect(reclaimedText(state({ notice: early, last_save: old }), true, deadline)).toContain(
+      'nothing needed saving'
+    );
+  });
+  it('counts units naturally', () => {
+    expect(unitsText(1)).toBe('1 unit');
+    expect(unitsText(0.5)).toBe('0.5 units');
+    expect(unitsText(2, 'GPU unit')).toBe('2 GPU units');
+    expect(unitsText(1, 'GPU unit')).toBe('1 GPU unit');
   });
   it('explains actions and availability', () => {
     expect(actionText('shrink:a100-1g')).toContain('restart on a100-1g');
