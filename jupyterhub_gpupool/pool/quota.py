@@ -155,7 +155,7 @@ class QuotaSpec:
                 field=f"{where}.budget_action",
                 allowed=list(BUDGET_ACTIONS),
             )
-        minimum = _units(raw.get("budget_minimum", 0) or 0, f"{where}.budget_minimum")
+        minimum = _units(raw.get("budget_minimum", 0) or 0, f"{where}.budget_minimum", MAX_BUDGET)
         if budget_u is not None and minimum > budget_u:
             raise ConfigError(
                 f"the minimum ({float(minimum):g}) is above the budget ({float(budget_u):g})",

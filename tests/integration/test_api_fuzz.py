@@ -131,6 +131,24 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
         r".*\.exception",
         ".*above a limit.*",
     ): "the same relation, previewed",
+    (
+        "PUT /quotas/{kind}/{name}",
+        "invalid_config",
+        r".*\.budget_minimum",
+        ".*above the budget.*",
+    ): ("a budget minimum above the budget: a relation between two fields"),
+    (
+        "PATCH /quotas/{kind}/{name}",
+        "invalid_config",
+        r".*\.budget_minimum",
+        ".*above the budget.*",
+    ): "the same, with the fields not named taken from the quota in effect",
+    (
+        "POST /quotas/{kind}/{name}/preview",
+        "invalid_config",
+        r".*\.budget_minimum",
+        ".*above the budget.*",
+    ): "the same relation, previewed",
     ("POST /allocations", "exceeds_exception_ceiling", ".*", ".*"): "the user's quota",
     ("POST /allocations", "missing_field", "duration|reason", ".*"): "an offer that needs "
     "approval needs a reason, an exception beyond the quota's limit a duration: relations to "

@@ -199,7 +199,8 @@ def test_mig_slice_and_cpu_only_pinning(hub: HubEnv):
 @pytest.mark.parametrize(
     ("user", "offer", "needle"),
     [
-        ("alice", "vip-h100", "is not for you"),  # forged form value: a group-only offer
+        # forged form value: a group-only offer reads as no offer at all to a non-member
+        ("alice", "vip-h100", "no GPU offer called 'vip-h100'"),
         ("alice", "no-such-offer", "no GPU offer called"),
         ("carol", "h100", "no GPU quota"),  # limit 0
     ],
