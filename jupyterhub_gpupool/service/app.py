@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -52,48 +51,15 @@ from .apihandlers import (
     restart,
     users,
 )
-from .apihandlers.base import MAX_BODY, APIHandler
-from .apihandlers.errors import APIError
+from .apihandlers.base import MAX_BODY
 from .deadlines import NoticeDeadlines
 from .metrics import PoolMetrics
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
-from .scopes import ADMIN, METRICS_SCOPE
+from .routes import MetricsHandler, NotFoundHandler
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
 from .utilization import MinuteAggregator, UtilizationBuffer
 from .writer import BatchWriter, ProcessBatchWriter, Writer, settle_garbage_collector
-
-
-class NotFoundHandler(APIHandler):
-    """Unknown API paths answer JSON 404s too."""
-
-    async def prepare(self) -> None:
-        raise APIError("not_found", f"no such endpoint: {self.request.path}")
-
-
-class MetricsHandler(web.RequestHandler):
-    """Prometheus exposition of the pool. Like JupyterHub's own ``/metrics``
-    (``authenticate_prometheus``), it needs a token by default: one holding ``read:metrics``
-    (what a hub-registered Prometheus service gets) or the pool's admin scope."""
-
-    async def get(self) -> None:
-        if self.settings["authenticate_prometheus"]:
-            model = await self.settings["hub_auth"].get_user(self, sync=False)
-            if model is None:
-                self._refuse(401, "unauthorized", "a JupyterHub token is required")
-                return
-            scopes = set(model.get("scopes") or ())
-            if not scopes & {METRICS_SCOPE, ADMIN}:
-                name = f"{model.get('kind', 'user')}:{model.get('name')}"
-                self._refuse(403, "forbidden", f"{name} may not read the pool's metrics")
-                return
-        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.finish(self.settings["metrics"].render(self.settings["store"]))
-
-    def _refuse(self, status: int, code: str, message: str) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.finish(json.dumps(APIError(code, message).to_dict()))
 
 
 class PoolService(StrictCommandLine):
