@@ -103,38 +103,27 @@ def test_the_service_runs_on_sqlite_and_stops_cleanly(plain, tmp_path):
 
 
 def test_a_missing_extra_is_one_line_naming_it(plain, tmp_path):
-    postgres = subprocess.run(
-        [str(plain / "jupyterhub-gpupool"), "upgrade-db", "--db-url=postgresql://u@127.0.0.1/x"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def command(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(plain / "jupyterhub-gpupool"), *args],
+            cwd=tmp_path,
+            env=clean_env(**env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    postgres = command("upgrade-db", "--db-url=postgresql://u@127.0.0.1/x")
     assert postgres.returncode == 1
     assert postgres.stderr.count("\n") == 1, postgres.stderr
     assert "pip install 'jupyterhub-gpupool[postgres]'" in postgres.stderr
 
-    service = subprocess.run(
-        [str(plain / "jupyterhub-gpupool"), "service", "--db-url=postgresql://u@127.0.0.1/x"],
-        cwd=tmp_path,
-        env=clean_env(JUPYTERHUB_API_TOKEN="x"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    service = command("service", "--db-url=postgresql://u@127.0.0.1/x", JUPYTERHUB_API_TOKEN="x")
     assert service.returncode != 0
     assert "pip install 'jupyterhub-gpupool[postgres]'" in service.stderr
     assert "Traceback" not in service.stderr, service.stderr
 
-    packing = subprocess.run(
-        [str(plain / "jupyterhub-gpupool"), "simulate", "packing", "--pods", "p.csv"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    packing = command("simulate", "packing", "--pods", "p.csv")
     assert packing.returncode == 1
     assert packing.stderr.count("\n") == 1, packing.stderr
     assert "pip install 'jupyterhub-gpupool[simulate]'" in packing.stderr
