@@ -432,7 +432,7 @@ def test_a_reclaim_saves_what_the_lab_holds_and_the_next_server_says_so(lab: Lab
     expect(bar).to_contain_text("A100 1g.10gb", timeout=LAB_TIMEOUT)
     bar.click()
     recent = panel(alice).locator(".jp-GPUPool-reclaims")
-    expect(recent).to_contain_text("a100-3g was reclaimed", timeout=30_000)
+    expect(recent).to_contain_text("A100 · 3g.40gb slice was reclaimed", timeout=30_000)
     expect(recent).to_contain_text("the server was stopped. Saved: notes.txt.")
 
 
