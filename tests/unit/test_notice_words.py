@@ -49,6 +49,12 @@ EXPECTED = {
         False,
         "It cannot be kept: the time of your approved exception is over (ask for more to keep it)",
     ),
+    "budget": (
+        "Budget spent: this GPU will be reclaimed",
+        False,
+        "It cannot be kept: the GPU-hour budget it is charged to is spent (ask an administrator "
+        "for more)",
+    ),
 }
 
 
