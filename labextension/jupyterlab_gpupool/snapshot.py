@@ -104,6 +104,7 @@ def quota_view(me: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         "limit": quota.get("limit"),
         "used_unit_hours": float(me.get("used_unit_hours") or 0.0),
         "budget": quota.get("budget"),
+        "budget_action": quota.get("budget_action") or "refuse",
         "period": period,
         "resets_at": iso(period_end(now, period)),
     }

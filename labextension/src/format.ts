@@ -2,7 +2,7 @@
  * The UI's logic with no DOM: units, memory, countdowns, what the status bar says, which
  * state the panel is in, and the reconnect backoff. Jest tests every function here.
  */
-import { IChoice, IState, ISample } from './types';
+import { IChoice, IQuota, IState, ISample } from './types';
 
 /** GPU units: `1`, `0.5`, `0.14` (two significant digits below 1). */
 export function formatUnits(units: number | null | undefined): string {
@@ -307,4 +307,25 @@ export function reclaimedText(state: IState | null, serverAway: boolean, now: nu
   const ours = save && (isNaN(issued) || save.at * 1000 >= issued);
   const saved = ours && save.saved.length ? `saved: ${save.saved.join(', ')}` : 'nothing needed saving';
   return `Your GPU was reclaimed at ${hhmm} because ${n.reason}; ${doneText(n.action)}; ${saved}. Start again from Hub home.`;
+}
+
+/**
+ * The budget warning the panel shows from 80 % of the period's unit-hour budget (the user page
+ * says the same): how much is used, and at 100 % what happens next for this quota's
+ * `budget_action`. `null` below 80 % or without a budget.
+ */
+export function budgetWarning(q: IQuota | null | undefined): string | null {
+  if (!q || !q.budget || q.used_unit_hours < 0.8 * q.budget) {
+    return null;
+  }
+  if (q.used_unit_hours < q.budget) {
+    const share = Math.round((100 * q.used_unit_hours) / q.budget);
+    return `You have used ${share} % of your GPU-hour budget of this ${q.period}.`;
+  }
+  const next = {
+    stop: 'your running GPU servers get a notice and are stopped at its end (your work is saved first).',
+    notify: 'you may go on; your administrators are told.',
+    refuse: `no new GPU is granted until the next ${q.period}; what runs goes on.`
+  }[q.budget_action ?? 'refuse'];
+  return `Your GPU-hour budget of this ${q.period} is spent: ${next}`;
 }

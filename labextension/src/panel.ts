@@ -12,6 +12,7 @@ import { renderChart, series } from './chart';
 import {
   actionText,
   availabilityText,
+  budgetWarning,
   countdown,
   doneText,
   durationText,
@@ -321,6 +322,12 @@ export class GPUPoolPanel extends Widget {
           : `${formatUnits(q.used_unit_hours)} of ${formatUnits(q.budget)} · resets in ${resets} (${when(q.resets_at)})`
       )
     );
+    const warning = budgetWarning(q);
+    if (warning) {
+      const p = el('p', 'jp-GPUPool-budget-warning', warning);
+      p.setAttribute('role', 'status');
+      parts.push(p);
+    }
     return this.section('Quota', parts);
   }
 

@@ -61,6 +61,8 @@ export interface IQuota {
   limit: number | null;
   used_unit_hours: number;
   budget: number | null;
+  /** What the pool does when the budget is spent (an older pool sends none: `refuse`). */
+  budget_action?: 'refuse' | 'notify' | 'stop';
   period: string;
   resets_at: string;
 }

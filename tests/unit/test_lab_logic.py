@@ -209,3 +209,12 @@ def test_a_waiting_move_and_a_past_reclaim_name_the_offer_as_users_read_it():
     # an offer the pool no longer lists keeps its id rather than nothing
     assert views.pending_view({**pending, "offer": "gone"}, offers)["offer_name"] == "gone"
     assert views.offer_name("a100-3g", offers) == "A100 · 3g.40gb slice"
+
+
+def test_the_quota_view_carries_the_budget_action_the_panel_warns_with():
+    """The panel's budget warning (``budgetWarning``, Jest) says what happens at 100 % from the
+    quota's ``budget_action``; an older pool sends none, which reads as ``refuse``."""
+    now = datetime(2026, 3, 18)
+    stop = {"quota": {"budget": 10, "budget_action": "stop"}, "used_unit_hours": 9.0}
+    assert views.quota_view(stop, now)["budget_action"] == "stop"
+    assert views.quota_view({"quota": {"budget": 10}}, now)["budget_action"] == "refuse"

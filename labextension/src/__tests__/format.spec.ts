@@ -1,4 +1,5 @@
 import {
+  budgetWarning,
   Backoff,
   actionText,
   availabilityText,
@@ -18,7 +19,7 @@ import {
   viewState,
   visible
 } from '../format';
-import { IChoice, IState } from '../types';
+import { IChoice, IQuota, IState } from '../types';
 
 function state(over: Partial<IState> = {}): IState {
   return {
@@ -321,3 +322,35 @@ describe('visible', () => {
     expect(visible(null)).toBe('');
   });
 });
+
+describe('the budget warning', () => {
+  const quota = (used: number, budget: number | null, action?: IQuota['budget_action']): IQuota => ({
+    held_units: 0,
+    guarantee: 1,
+    limit: 2,
+    used_unit_hours: used,
+    budget,
+    budget_action: action,
+    period: 'month',
+    resets_at: '2026-12-31T23:59:59Z'
+  });
+
+  it('says nothing below 80 % or without a budget', () => {
+    expect(budgetWarning(quota(7.9, 10))).toBeNull();
+    expect(budgetWarning(quota(500, null))).toBeNull();
+    expect(budgetWarning(null)).toBeNull();
+  });
+
+  it('warns from 80 %, with the share used', () => {
+    expect(budgetWarning(quota(8, 10))).toBe('You have used 80 % of your GPU-hour budget of this month.');
+  });
+
+  it('at 100 % says what happens next for the quota\'s action', () => {
+    expect(budgetWarning(quota(10, 10, 'stop'))).toContain('stopped at its end (your work is saved first)');
+    expect(budgetWarning(quota(12, 10, 'notify'))).toContain('you may go on');
+    expect(budgetWarning(quota(10, 10))).toBe(
+      'Your GPU-hour budget of this month is spent: no new GPU is granted until the next month; what runs goes on.'
+    );
+  });
+});
+
