@@ -424,7 +424,7 @@ def http_status(url: str) -> int:
 def test_the_rendered_pod_answers_its_own_probes(render, tmp_path: Path) -> None:
     """The Deployment's init container, then its service, run with their rendered args, env
     and ConfigMap (a new SQLite file, no hub): the path and port every probe names answer 200."""
-    from tests.fakes import free_port, wait_until
+    from tests.fakes import free_port
 
     port = free_port()
     hub = f"http://127.0.0.1:{free_port()}/hub/api"  # no hub answers: the service starts anyway
@@ -450,34 +450,14 @@ def test_the_rendered_pod_answers_its_own_probes(render, tmp_path: Path) -> None
     }
     run_cli(init["args"], {k: local(v) for k, v in container_env(init, {}).items()}, tmp_path)
     env = {k: local(v) for k, v in container_env(container, secrets).items()}
-    log = tmp_path / "service.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub_gpupool.cli", *map(local, container["args"][1:])],
-            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            get = container[kind]["httpGet"]
-            url = f"http://127.0.0.1:{port_number(container, get['port'])}{get['path']}"
-            assert url == f"http://127.0.0.1:{port}/services/gpus/health"
-            wait_until(
-                lambda url=url: http_status(url) == 200,
-                what=f"{kind} {url} answering 200",
-                info=lambda: log.read_text(errors="replace")[-3000:],
-            )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    args = [*map(local, container["args"][1:])]
+    run_and_probe(container, args, env, tmp_path, f"http://127.0.0.1:{port}/services/gpus/health")
 
 
 def test_the_rendered_reclaimer_answers_its_own_probes(render, tmp_path: Path) -> None:
     """The reclaimer with its rendered args and env (no hub, no pool answer): its probes'
     path and port answer 200 at the pod's address."""
-    from tests.fakes import free_port, wait_until
+    from tests.fakes import free_port
 
     port = free_port()
     nowhere = f"http://127.0.0.1:{free_port()}"
@@ -489,12 +469,24 @@ def test_the_rendered_reclaimer_answers_its_own_probes(render, tmp_path: Path) -
     (container,) = spec["containers"]
     env = container_env(container, {("hub", "hub.services.gpupool-reclaimer.apiToken"): "t"})
     env["GPUPOOL_SERVICE_URL"] = f"{nowhere}/services/gpupool/"  # the Service's name, here
-    log = tmp_path / "reclaimer.log"
+    run_and_probe(
+        container, container["args"][1:], env, tmp_path, f"http://127.0.0.1:{port}/health"
+    )
+
+
+def run_and_probe(
+    container: dict, args: list[str], env: dict[str, str], where: Path, expected: str
+) -> None:
+    """Run the container's command (``jupyterhub-gpupool ...`` here) with its rendered
+    ``args`` and ``env``; each of its probes names ``expected`` and gets 200 there."""
+    from tests.fakes import wait_until
+
+    log = where / "container.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub_gpupool.cli", *container["args"][1:]],
-            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
-            cwd=tmp_path,
+            [sys.executable, "-m", "jupyterhub_gpupool.cli", *args],
+            env={"PATH": os.environ["PATH"], "HOME": str(where), **env},
+            cwd=where,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -502,7 +494,7 @@ def test_the_rendered_reclaimer_answers_its_own_probes(render, tmp_path: Path) -
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             get = container[kind]["httpGet"]
             url = f"http://127.0.0.1:{port_number(container, get['port'])}{get['path']}"
-            assert url == f"http://127.0.0.1:{port}/health"
+            assert url == expected
             wait_until(
                 lambda url=url: http_status(url) == 200,
                 what=f"{kind} {url} answering 200",
