@@ -192,14 +192,18 @@ class HubClient:
         *,
         timeout: float | None = None,
     ) -> tuple[int, Any]:
-        """Call a user's server through the proxy with this client's token (the hub's
-        ``access:servers``): ``server_url`` is the hub's ``url`` of the server
-        (``/user/alice/``). Returns (status, JSON or None) for any HTTP answer below 500
-        (401/403: the token is refused); no answer, or 5xx (the proxy's 503 for a server that is
-        not there), raises ``ServerUnavailable``."""
-        if not self.proxy_url:
+        """Call a user's server with this client's token (the hub's ``access:servers``):
+        ``server_url`` is the hub's ``url`` of the server (``/user/alice/``), called through the
+        proxy, or the server's own address (``http://10.0.0.7:8888/user/alice/``), called
+        directly. Returns (status, JSON or None) for any HTTP answer below 500 (401/403: the
+        token is refused); no answer, or 5xx (the proxy's 503 for a server that is not there),
+        raises ``ServerUnavailable``."""
+        if server_url.startswith(("http://", "https://")):
+            url = f"{server_url.rstrip('/')}/{path.lstrip('/')}"
+        elif not self.proxy_url:
             raise ServerUnavailable("no proxy_url: the users' servers cannot be reached")
-        url = f"{self.proxy_url}/{server_url.strip('/')}/{path.lstrip('/')}"
+        else:
+            url = f"{self.proxy_url}/{server_url.strip('/')}/{path.lstrip('/')}"
         request = HTTPRequest(
             url,
             method=method,

@@ -243,6 +243,14 @@ class LeaseRow(Base):
     #: When an approved duration ends: the lease gets a notice before, and ends then.
     lapses: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     busy_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    #: The server's own address (``http://10.0.0.7:8888/user/alice/``), set by the spawner:
+    #: the reclaimer reads the server there, not through the proxy, which would count its
+    #: reads as the user's activity. None: read through the proxy.
+    server_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    #: ``lab`` once the server's jupyterlab-gpupool reports input: presence is then only what
+    #: it reports (``last_input``), never what the hub or the reclaimer see.
+    presence_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    last_input: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     slots: Mapped[list[LeaseSlotRow]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"
     )

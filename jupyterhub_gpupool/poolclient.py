@@ -177,6 +177,16 @@ class PoolClient:
         """The server runs on its lease: binds a grant (granted → active)."""
         return await self.request("POST", f"allocations/{quote(lease_id, safe='')}/keepalive", {})
 
+    async def set_server_url(self, lease_id: str, url: str) -> dict:
+        """Where the lease's server listens (the spawner): the reclaimer reads it there."""
+        path = f"allocations/{quote(lease_id, safe='')}/server"
+        return await self.request("PUT", path, {"url": url})
+
+    async def report_presence(self, lease_id: str, idle_for: float | None) -> dict:
+        """The user's last input was ``idle_for`` seconds ago (the lab's report)."""
+        path = f"allocations/{quote(lease_id, safe='')}/presence"
+        return await self.request("POST", path, {"idle_for": idle_for})
+
     async def user(self, name: str) -> dict:
         """A user's quota, use, leases and notices."""
         return await self.request("GET", f"users/{quote(name, safe='')}")

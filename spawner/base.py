@@ -592,11 +592,36 @@ class GPUPoolSpawnerMixin(Configurable):
             return offer
         return next((o.get("display_name") or offer for o in offers if o["name"] == offer), offer)
 
-    async def bind_lease(self) -> None:
-        """The server runs: bind the grant (granted → active) so it does not expire."""
+    def internal_url(self, started: Any) -> str | None:
+        """The server's own address from what ``start`` returned (``(ip, port)`` or a URL), with
+        its base URL: where the reclaimer reads it without the proxy, which would stamp its
+        reads as the user's activity. None with ``internal_ssl`` (the reclaimer holds no client
+        certificate): it reads through the proxy then."""
+        if self.internal_ssl:
+            return None
+        if isinstance(started, str):
+            base = started.rstrip("/")
+        elif isinstance(started, (tuple, list)) and len(started) == 2:
+            ip, port = started
+            host = f"[{ip}]" if ":" in str(ip) else (ip or "127.0.0.1")
+            base = f"http://{host}:{port}"
+        else:
+            return None
+        return base + (self.server.base_url if self.server else "/")
+
+    async def bind_lease(self, started: Any = None) -> None:
+        """The server runs: bind the grant (granted → active) so it does not expire, and tell
+        the pool where the server listens (``started``: what ``start`` returned)."""
         if not self.gpupool_lease:
             return
         lease_id = self.gpupool_lease["id"]
+        url = self.internal_url(started)
+        if url:
+            try:
+                await self.pool.set_server_url(lease_id, url)
+            except (PoolUnavailable, PoolRefused) as e:
+                # not fatal: the reclaimer reads the server through the proxy meanwhile
+                self.log.warning("Could not give the pool %s's address: %s", self._log_name, e)
         try:
             self.gpupool_lease = await self.pool.keepalive(lease_id)
         except PoolRefused as e:

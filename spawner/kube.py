@@ -214,7 +214,7 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
                 reason="gpupool_cluster_api",
                 status=503,
             ) from e
-        await self.bind_lease()
+        await self.bind_lease(url)
         return url
 
     # -- the form -----------------------------------------------------------------------------

@@ -83,7 +83,7 @@ class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
     async def start(self) -> Any:
         """Start the process on the granted devices, then bind the lease."""
         url = await super().start()
-        await self.bind_lease()
+        await self.bind_lease(url)
         return url
 
 

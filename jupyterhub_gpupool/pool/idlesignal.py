@@ -138,9 +138,11 @@ class KernelView:
 
 @dataclass(frozen=True)
 class PresenceView:
-    """The user as last seen: ``last_input`` is the last human interaction (the lab's input
-    events where the lab package runs, else the hub's ``last_activity`` — which an open tab's
-    polling keeps fresh), ``connections`` the open lab connections."""
+    """The user as last seen: ``last_input`` is the last human interaction (keyboard or
+    pointer in a visible lab tab, as the server's jupyterlab-gpupool reports it; without the
+    lab package, nothing: the hub's ``last_activity`` is not input, since the proxy stamps it on
+    every request, an open tab's polling and the reclaimer's own reads included),
+    ``connections`` the open kernel connections."""
 
     observed_at: float
     last_input: float | None = None
@@ -241,6 +243,27 @@ def presence_of(presence: PresenceView, start: float) -> str:
     if presence.last_input is not None and presence.last_input >= start:
         return "present"
     return "connected" if presence.connections > 0 else "absent"
+
+
+#: The longest "idle for" a lab's presence report may carry: a lab reports at most once a
+#: minute, so an older input is not news (and a larger figure is a client's mistake).
+MAX_REPORTED_IDLE = 600.0
+
+
+def reported_input(previous: float | None, now: float, idle_for: float) -> float:
+    """The newest input a lab reported: ``idle_for`` seconds before ``now`` (the pool's clock,
+    so a browser's clock never matters); a late report never moves it back."""
+    at = now - min(max(idle_for, 0.0), MAX_REPORTED_IDLE)
+    return at if previous is None else max(previous, at)
+
+
+def lab_presence(seen: PresenceView | None, last_input: float | None) -> PresenceView | None:
+    """Where the server's lab reports input, presence is that input alone: of what the
+    reclaimer saw, only the time and the open connections are kept (``None``: not seen, which
+    stays stale)."""
+    if seen is None:
+        return None
+    return PresenceView(seen.observed_at, last_input, seen.connections)
 
 
 def stale_reason(signals: Signals | None, now: float, stale_after: float) -> str | None:

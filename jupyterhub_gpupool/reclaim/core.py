@@ -208,8 +208,7 @@ class Reclaimer:
         servers = {
             (u["name"], name): s for u in users for name, s in (u.get("servers") or {}).items()
         }
-        last_seen = {u["name"]: parse_time(u.get("last_activity")) for u in users}
-        observed = await self.observe(leases, servers, last_seen)
+        observed = await self.observe(leases, servers)
         try:
             answer = await self.pool.reclaim_round(self.holder, window, observed)
         except PoolRefused as e:
@@ -286,10 +285,13 @@ class Reclaimer:
         self,
         leases: Iterable[Mapping[str, Any]],
         servers: Mapping[tuple[str, str], Mapping[str, Any]],
-        last_seen: Mapping[str, float | None],
     ) -> dict[str, Any]:
-        """The ``observed`` of a round: each leased server's kernels and its user's presence.
+        """The ``observed`` of a round: each leased server's kernels and open connections.
 
+        A server is read at the address its spawner gave the pool (``server_url``), not through
+        the proxy, which would stamp the reads as the user's activity; ``last_input`` is left
+        null: the hub's ``last_activity`` is not input (the proxy stamps every request, an open
+        tab's polling too), and where the lab package runs, the pool has the lab's reports.
         A lease whose server the hub does not run (or which is starting or stopping) is left
         out, as is the kernel of a server that could not be reached: the pool reads a missing
         observation as stale and decides nothing on it.
@@ -301,9 +303,9 @@ class Reclaimer:
             model = servers.get((lease["user"], lease.get("server") or ""))
             if model is None or not model.get("ready") or model.get("pending"):
                 return lease["id"], None
-            last_input = parse_time(model.get("last_activity")) or last_seen.get(lease["user"])
-            kernel, connections = await self._read_server(model["url"], semaphore)
-            presence = {"last_input": last_input, "connections": connections, "observed_at": now}
+            where = lease.get("server_url") or model["url"]
+            kernel, connections = await self._read_server(where, semaphore)
+            presence = {"last_input": None, "connections": connections, "observed_at": now}
             return lease["id"], {"kernel": kernel, "presence": presence}
 
         seen = await asyncio.gather(*(one(lease) for lease in leases))
@@ -367,6 +369,8 @@ class Reclaimer:
             async with semaphore:
                 lease = leases.get(d["lease"], {})
                 model = servers.get((d["user"], d.get("server") or ""))
+                if model is not None and lease.get("server_url"):
+                    model = {**model, "url": lease["server_url"]}  # save without the proxy
                 return d["lease"], await self.act(d, lease, model)
 
         try:

@@ -59,6 +59,8 @@ WRITES = frozenset(
         "allocate",
         "release",
         "keepalive",
+        "set_server_url",
+        "report_presence",
         "resize",
         "mark_restarting",
         "expire_grants",

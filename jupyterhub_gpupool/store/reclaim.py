@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.errors import ConfigError, PoolError
+from ..pool.idlesignal import lab_presence
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import (
     Act,
@@ -47,7 +48,7 @@ from ..pool.reclaim import (
 )
 from ..pool.reclaimpolicy import DURATION_FIELDS
 from .errors import StoreError
-from .leases import LeaseStore
+from .presence import PresenceStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts
 from .utilization import UtilizationStore
 from .views import EVERY_HUB, EveryHub
@@ -96,7 +97,7 @@ def _devices(row: orm.LeaseRow) -> list[Device]:
     return [(s.gpu_uuid, s.start if s.kind == "mig" else None) for s in row.slots if s.live]
 
 
-class ReclaimStore(LeaseStore, UtilizationStore):
+class ReclaimStore(PresenceStore, UtilizationStore):
     """The pool's side of idle-GPU reclamation (``reclaim_stale_after`` and
     ``reclaim_claim_timeout`` are ``StoreCore`` settings)."""
 
@@ -185,6 +186,8 @@ class ReclaimStore(LeaseStore, UtilizationStore):
                     "state": r.state,
                     "node": r.node,
                     "granted_at": ts(r.granted),
+                    # where to read the server without the proxy (None: through it)
+                    "server_url": r.server_url,
                     "reclaim": self._reclaim_json(db, alloc, r) if r.reclaim_kind else None,
                 }
                 for r in rows
@@ -255,6 +258,10 @@ class ReclaimStore(LeaseStore, UtilizationStore):
             except PoolError:
                 source = "memory"
         kernel, presence = seen if seen is not None else (None, None)
+        if row.presence_source is not None:  # the lab reports input: only that is presence
+            presence = lab_presence(
+                presence, epoch(row.last_input) if row.last_input is not None else None
+            )
         return Signals(start, end, source, gpu, kernel, presence)
 
     def reclaim_round(

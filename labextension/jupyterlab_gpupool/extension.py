@@ -12,6 +12,7 @@ from .fanout import Fanout
 from .handlers import handlers
 from .localgpu import LocalGPU
 from .pool import LabPoolClient
+from .presence import PresenceRelay
 from .saving import SaveAll
 
 
@@ -84,6 +85,13 @@ class GPUPoolLab(Configurable):
 
     request_timeout = Float(10.0, help="Timeout of one request to the pool.").tag(config=True)
 
+    presence_interval = Float(
+        60.0,
+        help="Shortest time between two reports of the user's input to the pool (keyboard or "
+        "pointer in a visible lab tab, whatever the number of tabs): the pool's idle rounds "
+        "are 30 s or longer, so a minute keeps presence within one round of the truth.",
+    ).tag(config=True)
+
     nvml_module = Unicode(
         "pynvml",
         help="Module with pynvml's functions to read the local device with (empty: do not "
@@ -123,8 +131,13 @@ def load(server_app: Any) -> None:
     )
     web_app.settings["gpupool_fanout"] = fanout
     web_app.settings["gpupool_saver"] = saver
+    presence = PresenceRelay(
+        client, config.lease_id, min_interval=config.presence_interval, log=server_app.log
+    )
+    web_app.settings["gpupool_presence"] = presence
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     fanout.start()
+    presence.start()
     server_app.log.info(
         "jupyterlab-gpupool: %s (lease %s, every %gs while a lab is open)",
         f"pool at {config.api_url}" if client else why,

@@ -11,6 +11,8 @@
                                        server), and have the pool restart the server into it
 ``DELETE gpupool/resize``              give the reserved or queued target back
 ``POST gpupool/refresh``               ask the pool now (offers too), at most once per interval
+``POST gpupool/presence {idle_for}``   the user's input in a visible tab, ``idle_for`` seconds
+                                       ago: relayed to the pool at most once a minute
 =====================================  ===========================================================
 
 Every route needs the server's own authentication (the hub's ``access:servers`` for this
@@ -32,6 +34,7 @@ from tornado.iostream import StreamClosedError
 
 from .fanout import Fanout
 from .pool import PoolDown, PoolError, PoolRefused
+from .presence import MAX_IDLE_FOR, PresenceRelay
 from .saving import SaveAll
 
 #: A lab's client id (a UUID the frontend makes) and a save request's id.
@@ -244,6 +247,28 @@ class ResizeHandler(_Base):
         self.finish(await fanout.refresh())
 
 
+class PresenceHandler(_Base):
+    """A lab saw the user's input (keyboard, pointer) in a visible tab. It counts as this
+    server's activity too (not ``_Quiet``): it is the user's."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        idle_for = self.body().get("idle_for")
+        if (
+            isinstance(idle_for, bool)
+            or not isinstance(idle_for, (int, float))
+            or not 0 <= idle_for <= MAX_IDLE_FOR
+        ):
+            self.fail(400, "invalid_field", f"idle_for must be a number from 0 to {MAX_IDLE_FOR:g}")
+            return
+        relay: PresenceRelay = self.settings["gpupool_presence"]
+        if not relay.enabled:
+            self.finish({"reported": False, "in": None})
+            return
+        self.set_status(202)
+        self.finish({"reported": True, "in": relay.report(float(idle_for))})
+
+
 async def _give_back(fanout: Fanout, lease_id: str) -> None:
     assert fanout.client is not None
     try:
@@ -264,4 +289,5 @@ def handlers(base_url: str) -> list[tuple[str, type]]:
         (at(r"save-all/([A-Za-z0-9_-]{1,64})"), SaveAnswerHandler),
         (at("keepalive"), KeepaliveHandler),
         (at("resize"), ResizeHandler),
+        (at("presence"), PresenceHandler),
     ]

@@ -95,6 +95,13 @@ class LabPoolClient:
     async def keepalive(self, lease_id: str) -> dict[str, Any]:
         return await self.request("POST", f"allocations/{quote(lease_id, safe='')}/keepalive", {})
 
+    async def presence(self, lease_id: str, idle_for: float | None) -> dict[str, Any]:
+        """The user's last input was ``idle_for`` seconds ago (None: this lab runs, no input
+        yet)."""
+        return await self.request(
+            "POST", f"allocations/{quote(lease_id, safe='')}/presence", {"idle_for": idle_for}
+        )
+
     async def resize(self, lease_id: str, offer: str) -> dict[str, Any]:
         return await self.request(
             "POST", f"allocations/{quote(lease_id, safe='')}/resize", {"offer": offer}

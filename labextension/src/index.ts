@@ -11,6 +11,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 
 import { GPUPoolModel } from './model';
 import { GPUPoolPanel } from './panel';
+import { PresenceReporter } from './presence';
 import { makeSaver } from './saver';
 import { GPUPoolStatus } from './statusbar';
 
@@ -46,6 +47,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     model.connect();
+    // the user's own input is the only presence the pool counts where this extension runs
+    new PresenceReporter(idleFor =>
+      model.request('presence', 'POST', { idle_for: idleFor })
+    ).attach();
   }
 };
 

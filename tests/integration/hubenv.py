@@ -176,6 +176,8 @@ class HubEnv:
     spawner_token: str = field(default_factory=lambda: secrets.token_hex(16))
     agent_token: str = field(default_factory=lambda: secrets.token_hex(16))
     admin_api_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    #: configurable-http-proxy's API token (tests read its routes' ``last_activity``)
+    proxy_token: str = field(default_factory=lambda: secrets.token_hex(16))
     service_args: tuple[str, ...] = ()
     #: the hub's ``base_url`` (the admin panel's tests run under a non-default one)
     base_url: str = "/"
@@ -292,7 +294,7 @@ class HubEnv:
                     hub_port=self.hub_port,
                     hub_api_port=self.hub_api_port,
                     proxy_api_port=self.proxy_api_port,
-                    proxy_token=secrets.token_hex(16),
+                    proxy_token=self.proxy_token,
                     chp=chp_command(),
                     dir=self.dir,
                     service_port=self.service_port,
@@ -340,6 +342,13 @@ class HubEnv:
             return request("GET", f"{self.hub_url}{self.base_url}hub/api/").status == 200
         except OSError:  # not listening yet (URLError), or not answering in time
             return False
+
+    def proxy_routes(self) -> dict[str, dict]:
+        """configurable-http-proxy's routing table: prefix → ``target``, ``last_activity``
+        (what the hub copies into its users' ``last_activity``)."""
+        r = request("GET", f"http://127.0.0.1:{self.proxy_api_port}/api/routes", self.proxy_token)
+        assert r.status == 200, r.body
+        return r.json()  # type: ignore[return-value]
 
     def service_env(self) -> dict[str, str]:
         """The environment a hub gives a managed service."""

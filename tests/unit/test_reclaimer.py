@@ -225,13 +225,76 @@ def test_a_round_pages_the_hub_and_reads_every_leased_server(hub_environment, tm
                 assert seen["kernel"]["state"] == "idle"
                 assert seen["kernel"]["observed_at"] == clock()
                 assert seen["presence"]["connections"] == 0
-                assert seen["presence"]["last_input"] < result.window[0]  # real time: older
+                # the hub's last_activity is not input: the reclaimer reports none of its own
+                assert seen["presence"]["last_input"] is None
             assert result.observed[alice["id"]]["kernel"]["last_activity"] is not None
             assert result.observed[bob["id"]]["kernel"]["last_activity"] is None  # no kernels
             kinds = {d["lease"]: d["kind"] for d in result.decisions}
             assert kinds[gone["id"]] == "stale"
             assert kinds[alice["id"]] == kinds[bob["id"]] == "none"
             assert reclaimer.metrics.value("gpupool_reclaimer_stale_leases_total") == 1
+
+    asyncio.run(scenario(Pool(env, tmp_path, clock)))
+
+
+def test_the_reclaimers_reads_are_not_the_users_activity(hub_environment, tmp_path, clock):
+    """Read at the address its spawner gave the pool, a server is observed without the proxy
+    stamping the reads as activity (the hub copies the proxy's stamps into its users'
+    ``last_activity``, which the idle culler and every admin read too). Through the proxy, as
+    for a lease with no address, every round stamps it."""
+    env = hub_environment
+
+    def stamps() -> dict[str, str]:
+        routes = env.proxy_routes()
+        return {user: routes[f"/user/{user}"]["last_activity"] for user in ("alice", "bob")}
+
+    async def scenario(pool: Pool) -> None:
+        async with pool:
+            alice, bob = await pool.lease("alice"), await pool.lease("bob")
+            target = env.proxy_routes()["/user/alice"]["target"]
+            path = f"allocations/{alice['id']}/server"
+            answer = await pool.call(
+                "PUT", path, env.spawner_token, {"url": f"{target}/user/alice"}
+            )
+            assert answer["server_url"] == f"{target}/user/alice/"
+            await pool.idle_samples(alice, bob)
+            reclaimer = make_reclaimer(env, clock)
+            before = await asyncio.to_thread(stamps)
+            for _ in range(3):
+                await asyncio.sleep(0.05)  # the proxy stamps in ms: make a stamp visible
+                result = await reclaimer.run_once()
+                assert result.result == "ok", result
+                assert result.observed[alice["id"]]["kernel"]["state"] == "idle"
+                assert result.observed[bob["id"]]["kernel"]["state"] == "idle"
+            after = await asyncio.to_thread(stamps)
+            assert after["alice"] == before["alice"]  # read directly: never stamped
+            assert after["bob"] > before["bob"]  # read through the proxy: stamped each round
+
+    asyncio.run(scenario(Pool(env, tmp_path, clock)))
+
+
+def test_only_the_spawner_says_where_a_server_listens(hub_environment, tmp_path, clock):
+    """The reclaimer sends its token to the address: a user may not set it (403), bad
+    addresses are refused with the field named, and setting it is audited."""
+    env = hub_environment
+
+    async def scenario(pool: Pool) -> None:
+        async with pool:
+            lease = await pool.lease("alice")
+            url = f"{env.api}/allocations/{lease['id']}/server"
+            mine = await asyncio.to_thread(
+                request, "PUT", url, env.token("alice"), {"url": "http://evil.example/"}
+            )
+            assert mine.status == 403, mine.body
+            # a wrong type or no server address: 422 with the field named
+            for bad, status in (("ftp://x/", 422), ("http:///nohost", 422), ("http://h/?q", 422), (7, 422)):  # fmt: skip
+                r = await asyncio.to_thread(request, "PUT", url, env.spawner_token, {"url": bad})
+                assert r.status == status and r.json()["error"]["field"] == "url", (bad, r.body)
+            good = {"url": "http://10.0.0.7:8888/user/alice/"}
+            r = await asyncio.to_thread(request, "PUT", url, env.spawner_token, good)
+            assert r.status == 200, r.body
+            events = await pool.call("GET", f"events?lease={lease['id']}", env.token("admin"))
+            assert any(e["kind"] == "server-address" for e in events["items"]), events
 
     asyncio.run(scenario(Pool(env, tmp_path, clock)))
 

@@ -9,6 +9,7 @@ Time is the store's clock (``StoreClock``); each round covers the minute before 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -77,11 +78,14 @@ def step(
     minutes: float = 1,
     holder: str = HOLDER,
     renew: bool = True,
+    during: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Move on ``minutes`` and run a round over them: every lease's GPU at ``util`` (MIG: no
     utilization, little memory), its kernel ``kernel``, its user typing or away; ``seen``
     False: the reclaimer reached neither. Returns the decisions by lease."""
     clock.advance(minutes=minutes)
+    if during is not None:  # what happens within the window, at its end
+        during()
     if renew:  # as the reclaimer renews its lead before each round
         store.take_leader(holder, 600)
     now = epoch(clock())
@@ -482,9 +486,45 @@ def test_watched_leases_and_devices(store, clock):
     items, total = store.reclaim_leases()
     assert total == 1 and items[0]["id"] == lease["id"] and items[0]["reclaim"] is None
     assert set(items[0]) == {"id", "user", "server", "offer", "state", "node", "granted_at",
-                             "reclaim"}  # fmt: skip
+                             "server_url", "reclaim"}  # fmt: skip
     assert store.reclaim_devices() == {lease["id"]: devices(lease)}
     until(store, clock, lease, "notice")
     assert store.reclaim_leases()[0][0]["reclaim"]["kind"] == "idle"
     assert store.reclaiming_count() == 1
     assert granted["id"] not in store.reclaim_devices()
+
+
+# -- presence from the lab -------------------------------------------------------------------
+
+
+def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
+    """Once the server's lab announced itself, what the reclaimer saw as input no longer
+    counts (an open tab's polling, the hub's stamps): only the lab's reports do."""
+    quiet, typing = bound(store), bound(store, "a100-3g", user="bob")
+    assert store.report_presence(quiet["id"], None)["source"] == "lab"
+    assert store.report_presence(typing["id"], None)["last_input"] is None
+    # the reclaimer "sees" fresh input for both (as the hub's last_activity would say)
+    for minute in range(40):
+        # the lab: input 5 s ago, reported once in each minute's window
+        report = lambda: store.report_presence(typing["id"], 5.0)  # noqa: E731
+        decisions = step(store, clock, quiet, typing, typing=True, during=report)
+        assert decisions[typing["id"]]["kind"] != "notice", (minute, decisions)
+        if decisions[quiet["id"]]["kind"] == "notice":
+            break
+    else:
+        raise AssertionError("the untouched lab's lease never got a notice")
+    assert "idle" in decisions[quiet["id"]]["reason"]
+
+
+def test_a_lab_report_never_moves_input_back_and_is_checked(store, clock):
+    lease = bound(store)
+    now = epoch(clock())
+    first = store.report_presence(lease["id"], 0.0)["last_input"]
+    assert first is not None
+    assert abs(datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - now) < 1
+    assert store.report_presence(lease["id"], 300.0)["last_input"] == first  # an old input
+    for bad in (-1.0, 601.0):
+        assert refused(store.report_presence, lease["id"], bad).field == "idle_for"
+    store.release(lease["id"])
+    assert refused(store.report_presence, lease["id"], 1.0).code == "not_live"
+    assert refused(store.report_presence, "nope", 1.0).code == "not_found"

@@ -220,10 +220,47 @@ class KeepaliveHandler(_LeaseHandler):
         self.write_json(await self.writer.call(self.store.keepalive, lease_id, actor=actor))
 
 
+class PresenceHandler(_LeaseHandler):
+    """``POST allocations/{id}/presence {idle_for}``: the server's lab reports the user's input
+    (at most once a minute); from the first report on, only these reports are presence."""
+
+    route_name = "presence"
+
+    @needs("use", "report presence")
+    async def post(self, lease_id: str) -> None:
+        self._check(lease_id)
+        body = self.json_body({"idle_for": ((int, float, type(None)), True)})
+        actor = self.identity.describe()
+        self.write_json(
+            await self.writer.call(
+                self.store.report_presence, lease_id, body["idle_for"], actor=actor
+            )
+        )
+
+
+class ServerAddressHandler(_LeaseHandler):
+    """``PUT allocations/{id}/server {url}``: the spawner says where the lease's server listens,
+    so the reclaimer reads it there and not through the proxy (only the spawner: the reclaimer
+    sends its token to that address)."""
+
+    route_name = "server-address"
+
+    @needs("spawn", "set server addresses")
+    async def put(self, lease_id: str) -> None:
+        self._check(lease_id)
+        body = self.json_body({"url": (str, True)})
+        actor = self.identity.describe()
+        self.write_json(
+            await self.writer.call(self.store.set_server_url, lease_id, body["url"], actor=actor)
+        )
+
+
 default_handlers = [
     (r"offers", OffersHandler),
     (r"allocations", AllocationsHandler),
     (r"allocations/([^/]+)", AllocationHandler),
     (r"allocations/([^/]+)/resize", ResizeHandler),
     (r"allocations/([^/]+)/keepalive", KeepaliveHandler),
+    (r"allocations/([^/]+)/presence", PresenceHandler),
+    (r"allocations/([^/]+)/server", ServerAddressHandler),
 ]
