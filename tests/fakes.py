@@ -630,7 +630,7 @@ def write_pool(where: Path, text: str | None = None, name: str = "pool.yaml") ->
 # timestamps and the reclaimer all read :class:`ClockFile`. Hours of idleness take no real
 # time. The clock runs *ahead* of the real one, so what the hub and the servers stamp on their
 # own (a server's activity reports, a kernel's ``last_activity``) is always older than a window
-# and never counts; the test posts the presence it means (:func:`post_activity`) and runs real
+# and never counts; the test posts the presence it means (the lab's report) and runs real
 # cells for a busy kernel (:class:`KernelDriver`). The hub refuses activity more than an hour
 # ahead of its clock, so presence can only be posted while the offset is under that.
 
@@ -754,16 +754,6 @@ class SimAgent:
                 if inst["start"] == start:
                     return inst["uuid"]
         raise KeyError((node, start))
-
-
-def post_activity(env: HubEnv, user: str, at: float, server: str = "") -> None:
-    """The user was there at ``at`` (epoch): the hub's activity API, as a server reports it."""
-    from datetime import timezone
-
-    stamp = datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
-    body = {"last_activity": stamp, "servers": {server: {"last_activity": stamp}}}
-    r = request("POST", f"{env.hub_api}/users/{user}/activity", env.admin_api_token, body)
-    assert r.status == 200, r.body
 
 
 class KernelDriver:

@@ -98,11 +98,12 @@ def _wait_for(check: Callable[[], bool], what: str, demo: Demo, timeout: float) 
         time.sleep(0.3)
 
 
-def start_demo(base: Path) -> Demo:
-    """Start ``python -m jupyterhub_gpupool.cli demo`` on free ports; wait until it serves."""
+def start_demo(base: Path, *extra: str) -> Demo:
+    """Start ``python -m jupyterhub_gpupool.cli demo`` on free ports (``extra``: more of its
+    flags, such as ``--short-reclaim``); wait until it serves."""
     state = base / "state"
     for name, text in LAB_SETTINGS.items():
-        for user in ("alice", "bob", "carol"):
+        for user in ("alice", "bob", "carol", "admin"):
             path = state / "home" / user / ".jupyter/lab/user-settings" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -118,6 +119,7 @@ def start_demo(base: Path) -> Demo:
         *(sys.executable, "-m", "jupyterhub_gpupool.cli", "demo"),
         *("--gpus", "sim", "--pool-config", str(POOL), "--state-dir", str(state)),
         *("--port", str(port), "--proxy", chp_command()),
+        *extra,
     ]
     with open(out, "wb") as log:
         proc = subprocess.Popen(

@@ -35,7 +35,6 @@ from tests.fakes import (
     KernelDriver,
     SimAgent,
     clocked_service_python,
-    post_activity,
     request,
     wait_reconciled,
     wait_until,
@@ -177,6 +176,15 @@ class Rig:
         ]
         return lease
 
+    def typed(self, user: str, ago: float) -> None:
+        """The user typed ``ago`` seconds ago in a visible lab tab of each live server: the
+        report the lab sends the pool (with the user's token, as the server's lab does)."""
+        for le in self.leases(user):
+            if le["state"] in ("active", "reclaiming"):
+                url = f"{self.env.api}/allocations/{le['id']}/presence"
+                r = request("POST", url, self.env.token(user), {"idle_for": ago})
+                assert r.status == 200, r.body
+
     def get_lease(self, lease_id: str) -> dict:
         r = request("GET", f"{self.env.api}/allocations/{lease_id}", self.env.spawner_token)
         assert r.status == 200, r.body
@@ -237,7 +245,7 @@ class Rig:
         decisions by lease id."""
         self.agent.run(WINDOW, STEP)
         for user in present:  # inside this window, not at its end (where the next begins)
-            post_activity(self.env, user, self.clock() - STEP / 2)
+            self.typed(user, STEP / 2)
         self.rounds += 1
         self.last = asyncio.run(self.reclaimer.run_once())
         assert self.last.result == "ok", self.last

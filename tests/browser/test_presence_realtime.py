@@ -1,0 +1,159 @@
+"""Presence is real input, shown in real time on the demo's real processes.
+
+The demo runs with ``--short-reclaim`` (a notice after 1 min of idleness, the reclaim 1 min
+later) and its reclaimer at its real round interval (30 s); the hub, the proxy and the users'
+servers stamp activity with the wall clock, so no moved clock could show this. Four users at
+once, one minute-scale run:
+
+* bob starts a server and closes his browser: noticed, then reclaimed;
+* alice leaves her JupyterLab tab open, visible and untouched (it polls the server all the
+  while): noticed, then reclaimed;
+* carol types in a notebook every minute: never noticed;
+* the admin runs a long cell and leaves it running: never noticed (the simulated GPU cannot see
+  a demo kernel's work, so the busy kernel is what keeps it; on real GPUs both would).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+pytest.importorskip("jupyterlab_gpupool", reason="make demo installs ./labextension")
+
+from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, start_demo
+from tests.demoproc import user_token
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
+]
+
+OFFER = "a100-1g"
+#: Long enough for a notice (1 min idle) and the reclaim (1 min later), with rounds of 30 s
+#: and the servers' own start; the reclaimed leases usually end after about 2.5 min.
+WATCH = 390.0
+#: Carol's keystrokes: a little under a minute apart.
+TYPING_EVERY = 50.0
+
+
+@pytest.fixture(scope="module")
+def short_demo(tmp_path_factory: pytest.TempPathFactory):
+    running = start_demo(tmp_path_factory.mktemp("presence"), "--short-reclaim")
+    try:
+        yield running
+    finally:
+        running.stop()
+        print(running.logs())
+
+
+def api(demo: Demo, token: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    req = urllib.request.Request(
+        f"{demo.url}/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def lab_page(browser: Any, demo: Demo, user: str) -> Any:
+    """``user`` logged in, a server on ``OFFER`` started from the picker, JupyterLab open."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto(f"{demo.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", "any password")
+    page.click("#login_submit")
+    page.wait_for_url("**/hub/spawn**")
+    page.locator(f'#gpupool-picker .gpupool-offer[data-offer="{OFFER}"] input[type=radio]').check()
+    page.locator('#spawn_form [type="submit"]').click()
+    page.locator("#jp-main-dock-panel").wait_for(timeout=180_000)
+    page.locator(".jp-GPUPool-status-button").wait_for(timeout=60_000)
+    return page
+
+
+def new_notebook(page: Any) -> Any:
+    """A new notebook from the launcher, its kernel idle; returns the first cell's editor."""
+    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
+                 ".jp-Notebook .jp-Cell").first.wait_for(timeout=120_000)  # fmt: skip
+    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.wait_for()
+    return editor
+
+
+def state_of(demo: Demo, admin: str, user: str) -> tuple[dict | None, list[str]]:
+    """The user's newest lease and the kinds of its audit events."""
+    items = api(demo, admin, f"services/gpupool/api/v1/allocations?user={user}&limit=100")["items"]
+    if not items:
+        return None, []
+    lease = max(items, key=lambda le: le["created"])
+    events = api(demo, admin, f"services/gpupool/api/v1/events?lease={lease['id']}&limit=500")
+    return lease, [e["kind"] for e in events["items"]]
+
+
+def test_only_real_input_keeps_an_idle_gpu(short_demo: Demo, browser: Any) -> None:
+    demo = short_demo
+    admin = user_token(demo.url, "admin")
+    # bob: a server, and no browser at all (as after closing it)
+    bob = user_token(demo.url, "bob")
+    api(demo, bob, "hub/api/users/bob/server", "POST", {"gpupool_offer": OFFER})
+    # alice: JupyterLab open, visible, never touched again
+    alice = lab_page(browser, demo, "alice")
+    # carol: a notebook she types into every minute
+    carol = lab_page(browser, demo, "carol")
+    carol_cell = new_notebook(carol)
+    carol_cell.click()
+    carol.keyboard.type("# typing")
+    # the admin: a long cell running, then hands off
+    runner = lab_page(browser, demo, "admin")
+    cell = new_notebook(runner)
+    cell.click()
+    runner.keyboard.type("import time; time.sleep(3600)")
+    runner.keyboard.press("Shift+Enter")
+    runner_token = user_token(demo.url, "admin")
+
+    def running() -> bool:
+        kernels = api(demo, runner_token, "user/admin/api/kernels?no_track_activity=1")
+        return any(k["execution_state"] == "busy" for k in kernels)
+
+    deadline = time.monotonic() + 60
+    while not running():
+        assert time.monotonic() < deadline, "the admin's long cell never ran"
+        time.sleep(1)
+
+    started = time.monotonic()
+    last_key = started
+    seen: dict[str, tuple[dict | None, list[str]]] = {}
+    while time.monotonic() - started < WATCH:
+        if time.monotonic() - last_key >= TYPING_EVERY:
+            carol_cell.click()
+            carol.keyboard.type("x")
+            last_key = time.monotonic()
+        seen = {u: state_of(demo, admin, u) for u in ("alice", "bob", "carol", "admin")}
+        for user in ("carol", "admin"):
+            assert "reclaim-notice" not in seen[user][1], (user, seen[user])
+        done = [seen[u][0] for u in ("alice", "bob")]
+        # both reclaimed, and the other two watched for at least 3 min (3 notice periods)
+        if all(le and le["state"] == "released" for le in done) and (
+            time.monotonic() - started > 180
+        ):
+            break
+        time.sleep(5)
+    for user in ("alice", "bob"):
+        lease, kinds = seen[user]
+        assert lease is not None and lease["state"] == "released", (user, lease, kinds)
+        assert "reclaim-notice" in kinds and "reclaimed" in kinds, (user, kinds)
+    for user in ("carol", "admin"):
+        lease, kinds = seen[user]
+        assert lease is not None and lease["state"] == "active", (user, lease, kinds)
+        assert "reclaim-notice" not in kinds, (user, kinds)
+    for page in (alice, carol, runner):
+        page.context.close()
