@@ -26,6 +26,7 @@ ALL_ON: dict[str, Any] = {
     "database": {"type": "postgresql"},
     "postgresql": {"enabled": True, "password": "p@ss/word", "storageClassName": "fast"},
     "mig": {"strategy": "mixed", "repartition": {"enabled": True}},
+    "occupancy": {"enabled": True},
     "poolConfig": {
         "offers": [
             {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
@@ -62,6 +63,10 @@ ALL_ON: dict[str, Any] = {
         "serviceAccount": {"annotations": {"example.org/sa": "yes"}},
         "service": {"annotations": {"example.org/svc": "yes"}},
         "networkPolicy": {
+            "interNamespaceAccessLabels": "accept",
+            "prometheus": {"enabled": True},
+            "egress": [{"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}],
+            "egressAllowRules": {"cloudMetadataServer": True},
             "ingress": [
                 {
                     "from": [
@@ -72,7 +77,7 @@ ALL_ON: dict[str, Any] = {
                         }
                     ]
                 }
-            ]
+            ],
         },
     },
     "serviceMonitor": {
@@ -81,8 +86,8 @@ ALL_ON: dict[str, Any] = {
         "tokenSecret": {"name": "prometheus-token", "key": "token"},
     },
     "agent": {
-        "dynamicMig": {"enabled": True},
         "interval": 2.5,
+        "networkPolicy": {"egressAllowRules": {"privateIPs": True}},
         "extraArgs": ["--NodeAgent.inventory_interval=60"],
         "extraEnv": [{"name": "EXTRA", "value": "1"}],
         "labels": {"team": "platform"},
@@ -125,6 +130,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "database": {"type": "postgresql"},
         "postgresql": {"enabled": True, "existingSecret": "pool-pg"},
         "pool": {"existingCookieSecret": "pool-cookie", "existingCookieSecretKey": "key"},
+    },
+    # the agents' dynamic MIG, where the DRA driver (not the device plugin) serves the GPUs
+    "agent-dynamic-mig": {
+        "devicePlugin": {"enabled": False},
+        "agent": {"dynamicMig": {"enabled": True}, "runtimeClassName": None},
+    },
+    # a remote cluster's GPU nodes joining a pool that runs elsewhere
+    "agents-only": {
+        "clusterName": "us-east-1",
+        "pool": {"enabled": False},
+        "reclaimer": {"enabled": False},
+        "agent": {"serviceUrl": "https://hub.example.org/services/gpupool/"},
+        "apiTokens": {"existingSecret": "", "agent": "t-agent"},
     },
     "minimal": {
         "rbac": {"create": False},
