@@ -40,6 +40,9 @@ ALL_ON: dict[str, Any] = {
         "config": {"PoolService": {"grant_timeout": 900}},
         "extraArgs": ["--PoolService.aging_interval=300"],
         "extraEnv": [{"name": "EXTRA", "value": "1"}],
+        # another cluster's API token and CA (MigLabeller.cluster_apis)
+        "extraVolumes": [{"name": "us-api", "secret": {"secretName": "gpupool-us-api"}}],
+        "extraVolumeMounts": [{"name": "us-api", "mountPath": "/etc/gpupool/us", "readOnly": True}],
         "nodeSelector": {"pool": "core"},
         "tolerations": [{"key": "core", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {

@@ -252,3 +252,12 @@ def test_agents_and_reclaimer_reach_the_pool_by_its_labels(render) -> None:
     agent = one(manifests, "NetworkPolicy", "gpupool-agent")["spec"]["egress"]
     # least: the pool and DNS, nothing else by default
     assert len(agent) == 2 and {p["port"] for p in agent[1]["ports"]} == {53}
+
+
+def test_the_service_mounts_another_clusters_api_credentials(render) -> None:
+    spec = one(render(ALL_ON), "Deployment", "gpupool")["spec"]["template"]["spec"]
+    assert {"name": "us-api", "secret": {"secretName": "gpupool-us-api"}} in spec["volumes"]
+    (container,) = spec["containers"]
+    assert {"name": "us-api", "mountPath": "/etc/gpupool/us", "readOnly": True} in container[
+        "volumeMounts"
+    ]
