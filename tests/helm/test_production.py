@@ -261,3 +261,25 @@ def test_the_service_mounts_another_clusters_api_credentials(render) -> None:
     assert {"name": "us-api", "mountPath": "/etc/gpupool/us", "readOnly": True} in container[
         "volumeMounts"
     ]
+
+
+def test_dynamic_mig_beside_the_device_plugin_is_refused_naming_both_keys(chart) -> None:
+    from .conftest import helm
+
+    with pytest.raises(helm.HelmRenderError) as caught:
+        chart.render(
+            values={"agent": {"dynamicMig": {"enabled": True}}}, name="gpupool", namespace="jhub"
+        )
+    message = str(caught.value)
+    assert "agent.dynamicMig.enabled: " in message and "devicePlugin.enabled: true" in message
+    # the agents off, nothing to refuse
+    chart.render(
+        values={"agent": {"enabled": False, "dynamicMig": {"enabled": True}}}, name="gpupool"
+    )
+
+
+def test_the_notes_of_an_agents_only_install_name_the_remote_pool(chart) -> None:
+    files = chart.render(values=VARIANTS["agents-only"], name="gpupool", namespace="jhub")
+    notes = next(text for name, text in files.items() if name.endswith("NOTES.txt"))
+    assert "report to the pool at\n  https://hub.example.org/services/gpupool/" in notes
+    assert "cookie" not in notes and "hub.services" not in notes
