@@ -18,7 +18,7 @@ from typing import Any
 from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import ApiException, CoreV1Api
 from kubespawner import KubeSpawner
-from traitlets import Dict, Enum, List, TraitError, Unicode, Union, validate
+from traitlets import Bool, Dict, Enum, List, TraitError, Unicode, Union, validate
 
 from jupyterhub_gpupool.poolclient import PoolRefused, PoolUnavailable
 from jupyterhub_gpupool.wording import units_text
@@ -78,8 +78,31 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
         "KubeSpawner's own (in-cluster, or k8s_api_host).",
     ).tag(config=True)
 
+    flat_network = Bool(
+        False,
+        help="Declare that this hub may launch into the other clusters of cluster_apis: their "
+        "pods reach the hub (hub_connect_url, routable from there) and the hub's proxy "
+        "reaches their pod IPs (one flat network, or routes between the clusters' pod "
+        "networks). Without it cluster_apis is refused when the config loads; the supported "
+        "topology is one hub per cluster sharing one pool (docs: multi-cluster how-to).",
+    ).tag(config=True)
+
+    runtime_class_name = Unicode(
+        "",
+        help="RuntimeClass of GPU pods (runtimeClassName), e.g. nvidia where the GPU Operator's "
+        "NVIDIA runtime is not the nodes' default; CPU-only pods do not get it. Empty: none.",
+    ).tag(config=True)
+
     @validate("cluster_apis")
     def _valid_cluster_apis(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        if proposal["value"] and not self.flat_network:
+            raise TraitError(
+                "cluster_apis: a hub that launches servers into other clusters "
+                f"({', '.join(sorted(proposal['value']))}) needs a flat network: their pods "
+                "must reach this hub (hub_connect_url) and its proxy their pod IPs; declare it "
+                "with GPUPoolKubeSpawner.flat_network = True, or run one hub per cluster "
+                "sharing one pool (docs: multi-cluster how-to)"
+            )
         try:
             return clusterapi.check_settings(proposal["value"])
         except clusterapi.ClusterAPIError as e:
@@ -197,6 +220,10 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
             )
         for name, value in overrides.items():
             setattr(self, name, value)
+        gpu = bool(self.gpupool_lease and self.gpupool_lease.get("slots"))
+        self.extra_pod_config = objects.with_runtime_class(
+            self.extra_pod_config, self.runtime_class_name, gpu=gpu
+        )
 
     async def start(self) -> Any:
         """Create the pod on the granted node (through its cluster's API), then bind."""

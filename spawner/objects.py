@@ -404,6 +404,21 @@ def _label_problems(labels: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def with_runtime_class(
+    extra_pod_config: Mapping[str, Any], runtime_class: str, *, gpu: bool
+) -> dict[str, Any]:
+    """KubeSpawner's ``extra_pod_config`` with ``runtimeClassName`` for a GPU pod (the NVIDIA
+    container runtime where it is not the nodes' default, e.g. the GPU Operator's ``nvidia``),
+    and without it on a CPU-only pod when it is that class (left from an earlier GPU spawn of
+    this spawner; a class set for every pod stays). A new dict; the input is not changed."""
+    out = dict(extra_pod_config)
+    if gpu and runtime_class:
+        out["runtimeClassName"] = runtime_class
+    elif not gpu and runtime_class and out.get("runtimeClassName") == runtime_class:
+        del out["runtimeClassName"]
+    return out
+
+
 def check_pod_manifest(
     manifest: Mapping[str, Any], *, gpu_resource_prefixes: Sequence[str] = GPU_RESOURCE_PREFIXES
 ) -> None:

@@ -1179,6 +1179,10 @@ class FakeKubeAPI:
     a pod IP, ready containers, a ``Scheduled`` event); otherwise it stays ``Pending`` with a
     ``FailedScheduling`` event, as on a real cluster. ``calls`` records every authorized
     request and ``unauthorized`` counts refused ones; ``tls=(certfile, keyfile)`` serves HTTPS.
+
+    ``authorizer`` (``tests.fakekube_rbac.RBAC``) replaces the one token: each request is
+    authenticated by its token and authorized by RBAC rules (a rendered chart's), answered 401 or
+    403 with the API server's Status as a real one does.
     """
 
     def __init__(
@@ -1189,8 +1193,10 @@ class FakeKubeAPI:
         configs: dict[str, dict[str, int]] = FAKE_MIG_CONFIGS,
         auto_steps: bool = False,
         tls: tuple[Path | str, Path | str] | None = None,
+        authorizer: Any = None,
     ) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.authorizer = authorizer
         self.token = token
         self.configs = configs
         self.auto_steps = auto_steps
@@ -1241,10 +1247,20 @@ class FakeKubeAPI:
 
         class Base(tornado.web.RequestHandler):
             def prepare(self) -> None:
-                if self.request.headers.get("Authorization") != f"Bearer {fake.token}":
+                auth = self.request.headers.get("Authorization", "")
+                if fake.authorizer is not None:
+                    query = {k: self.get_argument(k) for k in self.request.arguments}
+                    refused = fake.authorizer.check(
+                        self.request.method, self.request.path, query, auth
+                    )
+                    if refused is not None:
+                        self.status(*refused)
+                elif auth != f"Bearer {fake.token}":
                     self.status(401, "Unauthorized", "Unauthorized")
 
-            def status(self, code: int, reason: str, message: str) -> None:
+            def status(
+                self, code: int, reason: str, message: str, details: dict | None = None
+            ) -> None:
                 self.set_status(code)
                 self.set_header("Content-Type", "application/json")
                 self.finish(
@@ -1255,6 +1271,7 @@ class FakeKubeAPI:
                         "status": "Failure",
                         "message": message,
                         "reason": reason,
+                        **({"details": details} if details else {}),
                         "code": code,
                     }
                 )

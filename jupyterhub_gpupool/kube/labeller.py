@@ -17,6 +17,12 @@ there this labeller, run by the service's housekeeping on the leader only, drive
 4. ``failed``: the re-partition is closed ``failed`` with the node's message (its latest
    warning event), shown by ``GET repartitions``; the GPU gets its old cordon back.
 
+A refusal of the API server (401, 403: the service account lacks a right) ends the
+re-partition ``failed`` too, with the server's own words (which verb on which resource), rather
+than being taken for an API server that is away and retried forever; the chart grants exactly
+``get``/``patch`` on nodes and ``list`` on events with ``mig.repartition.enabled``. Nodes of
+other clusters (``cluster_apis``) go through their cluster's API server.
+
 Every step is read again from the API server each round, so a restarted (or newly elected)
 service carries on where the last one was.
 """
@@ -28,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from traitlets import Bool, Dict, Unicode
+from traitlets import Bool, Dict, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..pool.model import MigInstance, Node
@@ -65,11 +71,48 @@ class MigLabeller(LoggingConfigurable):
         "models.",
     ).tag(config=True)
 
+    cluster_apis = Dict(
+        help="The API servers of the pool's other clusters, for re-partitioning their nodes: "
+        "{cluster: {host, token_file, ca_file}}, e.g. {'us': {'host': 'https://10.1.0.1:6443', "
+        "'token_file': '/etc/us/token', 'ca_file': '/etc/us/ca.crt'}}. The token needs get "
+        "and patch on nodes and list on events in that cluster (docs: multi-cluster how-to, "
+        "the cross-cluster ClusterRole). A cluster not listed uses api_host.",
+    ).tag(config=True)
+
+    @validate("cluster_apis")
+    def _valid_cluster_apis(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for cluster, raw in proposal["value"].items():
+            if not isinstance(raw, Mapping) or not raw.get("host"):
+                raise TraitError(f"MigLabeller.cluster_apis[{cluster!r}] needs a host")
+            unknown = set(raw) - CLUSTER_API_KEYS
+            if unknown:
+                raise TraitError(
+                    f"MigLabeller.cluster_apis[{cluster!r}]: unknown key(s) "
+                    f"{', '.join(sorted(unknown))} (known: {', '.join(sorted(CLUSTER_API_KEYS))})"
+                )
+            out[str(cluster)] = dict(raw)
+        return out
+
     _client: KubeClient | None = None
+    _cluster_clients: dict[str, KubeClient] | None = None
     _store: Any = None
 
-    def client(self) -> KubeClient:
-        """The API client (built on first use: no I/O in the constructor)."""
+    def client(self, cluster: str | None = None) -> KubeClient:
+        """The API client of ``cluster`` (its ``cluster_apis`` entry, else the default one),
+        built on first use: no I/O in the constructor."""
+        if cluster is not None and cluster in self.cluster_apis:
+            if self._cluster_clients is None:
+                self._cluster_clients = {}
+            if cluster not in self._cluster_clients:
+                raw = self.cluster_apis[cluster]
+                api = KubeAPI(
+                    raw["host"],
+                    token_file=raw.get("token_file", ""),
+                    ca_file=raw.get("ca_file", ""),
+                )
+                self._cluster_clients[cluster] = KubeClient(api)
+            return self._cluster_clients[cluster]
         if self._client is None:
             api = (
                 KubeAPI(self.api_host, token_file=self.token_file, ca_file=self.ca_file)
@@ -78,6 +121,14 @@ class MigLabeller(LoggingConfigurable):
             )
             self._client = KubeClient(api)
         return self._client
+
+    async def close(self) -> None:
+        """Close every API client (the service's shutdown, tests)."""
+        clients = [self._client, *(self._cluster_clients or {}).values()]
+        self._client, self._cluster_clients = None, None
+        for c in clients:
+            if c is not None:
+                await c.close()
 
     def all_configs(self, store: Any) -> dict[str, dict[str, int]]:
         """The configs a node may be labelled with."""
@@ -99,6 +150,10 @@ class MigLabeller(LoggingConfigurable):
                 if e.status == 404:
                     why = f"node {node} is not a node of the Kubernetes API the pool watches"
                     await self._fail(call, node_reps, why)
+                    out[node] = "failed"
+                elif e.status in REFUSED:  # a missing right never comes by waiting
+                    log.error("Kubernetes API refused re-partitioning node %s: %s", node, e)
+                    await self._fail(call, node_reps, refused_message(node, e))
                     out[node] = "failed"
                 else:  # the API server is away: try again next round
                     log.warning("Kubernetes API for node %s: %s", node, e)
@@ -152,7 +207,7 @@ class MigLabeller(LoggingConfigurable):
             return "failed"
         config = names.pop()
         assert config is not None
-        client = self.client()
+        client = self.client(wanted.cluster)
         node = await client.get_node(name)
         have = kn.labels(node)
         if have.get(kn.MIG_CONFIG) != config:
@@ -165,7 +220,16 @@ class MigLabeller(LoggingConfigurable):
         if state is None or state in kn.IN_PROGRESS:
             return state or "waiting"
         if state == "failed":
-            events = await client.node_events(name)
+            try:
+                events = await client.node_events(name)
+            except KubeError as e:
+                if e.status not in REFUSED:
+                    raise
+                # mig-manager's verdict is known; only its words are missing: say why
+                log.error("Kubernetes API refused the events of node %s: %s", name, e)
+                message = kn.failure_message(name, config, [])
+                await self._fail(call, reps, f"{message} (its events: {refused_message(name, e)})")
+                return "failed"
             await self._fail(call, reps, kn.failure_message(name, config, events))
             return "failed"
         if state != "success":
@@ -179,6 +243,21 @@ class MigLabeller(LoggingConfigurable):
             return "advertising"  # the device plugin restarts after mig-manager: not yet
         await call(store.put_inventory, wanted, actor="kube")
         return "done"
+
+
+#: The keys of a ``cluster_apis`` entry.
+CLUSTER_API_KEYS = frozenset({"host", "token_file", "ca_file"})
+#: Statuses that mean the service account lacks a right (or a valid token), not an outage.
+REFUSED = (401, 403)
+
+
+def refused_message(node: str, error: KubeError) -> str:
+    """A re-partition's error for a refusal: the server's words and the rights it needs."""
+    return (
+        f"the Kubernetes API refused the pool's service account for node {node} ({error}); "
+        "re-partitioning needs get and patch on nodes and list on events (the Helm chart's "
+        "mig.repartition.enabled grants exactly these)"
+    )
 
 
 def summary(result: Mapping[str, str]) -> str:

@@ -26,6 +26,7 @@ ALL_ON: dict[str, Any] = {
     "database": {"type": "postgresql"},
     "postgresql": {"enabled": True, "password": "p@ss/word", "storageClassName": "fast"},
     "mig": {"strategy": "mixed", "repartition": {"enabled": True}},
+    "occupancy": {"enabled": True},
     "poolConfig": {
         "offers": [
             {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},
@@ -39,6 +40,9 @@ ALL_ON: dict[str, Any] = {
         "config": {"PoolService": {"grant_timeout": 900}},
         "extraArgs": ["--PoolService.aging_interval=300"],
         "extraEnv": [{"name": "EXTRA", "value": "1"}],
+        # another cluster's API token and CA (MigLabeller.cluster_apis)
+        "extraVolumes": [{"name": "us-api", "secret": {"secretName": "gpupool-us-api"}}],
+        "extraVolumeMounts": [{"name": "us-api", "mountPath": "/etc/gpupool/us", "readOnly": True}],
         "nodeSelector": {"pool": "core"},
         "tolerations": [{"key": "core", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {
@@ -62,6 +66,10 @@ ALL_ON: dict[str, Any] = {
         "serviceAccount": {"annotations": {"example.org/sa": "yes"}},
         "service": {"annotations": {"example.org/svc": "yes"}},
         "networkPolicy": {
+            "interNamespaceAccessLabels": "accept",
+            "prometheus": {"enabled": True},
+            "egress": [{"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}],
+            "egressAllowRules": {"cloudMetadataServer": True},
             "ingress": [
                 {
                     "from": [
@@ -72,7 +80,7 @@ ALL_ON: dict[str, Any] = {
                         }
                     ]
                 }
-            ]
+            ],
         },
     },
     "serviceMonitor": {
@@ -81,8 +89,8 @@ ALL_ON: dict[str, Any] = {
         "tokenSecret": {"name": "prometheus-token", "key": "token"},
     },
     "agent": {
-        "dynamicMig": {"enabled": True},
         "interval": 2.5,
+        "networkPolicy": {"egressAllowRules": {"privateIPs": True}},
         "extraArgs": ["--NodeAgent.inventory_interval=60"],
         "extraEnv": [{"name": "EXTRA", "value": "1"}],
         "labels": {"team": "platform"},
@@ -125,6 +133,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "database": {"type": "postgresql"},
         "postgresql": {"enabled": True, "existingSecret": "pool-pg"},
         "pool": {"existingCookieSecret": "pool-cookie", "existingCookieSecretKey": "key"},
+    },
+    # the agents' dynamic MIG, where the DRA driver (not the device plugin) serves the GPUs
+    "agent-dynamic-mig": {
+        "devicePlugin": {"enabled": False},
+        "agent": {"dynamicMig": {"enabled": True}, "runtimeClassName": None},
+    },
+    # a remote cluster's GPU nodes joining a pool that runs elsewhere
+    "agents-only": {
+        "clusterName": "us-east-1",
+        "pool": {"enabled": False},
+        "reclaimer": {"enabled": False},
+        "agent": {"serviceUrl": "https://hub.example.org/services/gpupool/"},
+        "apiTokens": {"existingSecret": "", "agent": "t-agent"},
     },
     "minimal": {
         "rbac": {"create": False},

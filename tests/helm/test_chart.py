@@ -147,57 +147,22 @@ def test_agent_unprivileged_without_dynamic_mig(render) -> None:
 
 
 def test_agent_privileged_with_host_pid_only_with_dynamic_mig(render) -> None:
-    spec = one(render(ALL_ON), "DaemonSet", "gpupool-agent")["spec"]["template"]["spec"]
+    values = VARIANTS["agent-dynamic-mig"]
+    spec = one(render(values), "DaemonSet", "gpupool-agent")["spec"]["template"]["spec"]
     container = spec["containers"][0]
     assert spec["hostPID"] is True
     assert container["securityContext"]["privileged"] is True
     assert "--dynamic-mig" in container["args"]
+    assert "runtimeClassName" not in spec  # null: the nodes' default runtime
     env = {e["name"]: e for e in container["env"]}
+    assert env["GPUPOOL_CLUSTER"]["value"] == "default"
+    all_on = one(render(ALL_ON), "DaemonSet", "gpupool-agent")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in all_on["containers"][0]["env"]}
     assert env["GPUPOOL_CLUSTER"]["value"] == "eu-west-1"
     # hostPID can be forced either way
     forced = render({"agent": {"hostPID": True}})
     spec = one(forced, "DaemonSet", "gpupool-agent")["spec"]["template"]["spec"]
     assert spec["hostPID"] is True and "privileged" not in spec["containers"][0]["securityContext"]
-
-
-def test_cluster_role_patches_nodes_only_with_repartition(render) -> None:
-    def verbs(values: dict) -> dict[str, set[str]]:
-        role = one(render(values), "ClusterRole", f"{NAMESPACE}-gpupool")
-        out: dict[str, set[str]] = {}
-        for rule in role["rules"]:
-            for resource in rule["resources"]:
-                out.setdefault(resource, set()).update(rule["verbs"])
-        return out
-
-    assert verbs({}) == {"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"}}
-    assert verbs({"mig": {"repartition": {"enabled": True}}})["nodes"] == {
-        "get",
-        "list",
-        "watch",
-        "patch",
-    }
-    binding = one(render({}), "ClusterRoleBinding", f"{NAMESPACE}-gpupool")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "gpupool", "namespace": NAMESPACE}
-    ]
-
-
-def test_network_access_to_and_from_the_hub(render) -> None:
-    manifests = render({})
-    pool = one(manifests, "Deployment", "gpupool")["spec"]["template"]["metadata"]["labels"]
-    reclaimer = one(manifests, "Deployment", "gpupool-reclaimer")["spec"]["template"]["metadata"]
-    assert pool["hub.jupyter.org/network-access-hub"] == "true"
-    assert reclaimer["labels"]["hub.jupyter.org/network-access-hub"] == "true"
-    policy = one(manifests, "NetworkPolicy", "gpupool")
-    sources = [
-        peer["podSelector"]["matchLabels"]
-        for rule in policy["spec"]["ingress"]
-        for peer in rule["from"]
-    ]
-    components = {s.get("component") or s.get("app.kubernetes.io/component") for s in sources}
-    assert components == {"hub", "proxy", "singleuser-server", "agent", "reclaimer"}
-    assert {s.get("app") for s in sources if "component" in s} == {"jupyterhub"}
-    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "pool"
 
 
 def test_tokens_from_z2jh_hub_secret_by_default(render) -> None:
@@ -362,8 +327,16 @@ def test_the_agent_runs_with_the_rendered_command(render, tmp_path: Path) -> Non
     shown = _run_cli([*container["args"], "--NodeAgent.show_config_json=True"], env, tmp_path)
     agent = shown["NodeAgent"]
     assert agent["interval"] == 2.5
-    assert agent["dynamic_mig"] is True
+    assert "dynamic_mig" not in agent  # shown: the config given, --dynamic-mig not given
     assert agent["inventory_interval"] == 60
+    # dynamic MIG where the device plugin is off; an agents-only install's remote pool
+    for case in ("agent-dynamic-mig", "agents-only"):
+        ds = one(render(VARIANTS[case]), "DaemonSet", "gpupool-agent")
+        (container,) = ds["spec"]["template"]["spec"]["containers"]
+        tokens = {"agent-token": "t-agent", "hub.services.gpupool-agent.apiToken": "t-agent"}
+        env = _env_for_local_run(container, tokens)
+        shown = _run_cli([*container["args"], "--NodeAgent.show_config_json=True"], env, tmp_path)
+        assert shown["NodeAgent"].get("dynamic_mig", False) is (case == "agent-dynamic-mig")
 
 
 def test_the_reclaimer_runs_with_the_rendered_command(render, tmp_path: Path) -> None:

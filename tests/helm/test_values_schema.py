@@ -136,6 +136,53 @@ BAD_VALUES = {
         "postgresql.existingSecret:",
     ),
     "reclaimer metrics port 0": ({"reclaimer": {"metricsPort": 0}}, "/reclaimer/metricsPort"),
+    "agent dynamic MIG beside the device plugin": (
+        {"agent": {"dynamicMig": {"enabled": True}}},
+        "agent.dynamicMig.enabled:",
+    ),
+    "re-partition without the device plugin": (
+        {"devicePlugin": {"enabled": False}, "mig": {"repartition": {"enabled": True}}},
+        "mig.repartition.enabled:",
+    ),
+    "agents only without the pool's URL": (
+        {"pool": {"enabled": False}, "reclaimer": {"enabled": False}},
+        "agent.serviceUrl:",
+    ),
+    "agents only with a reclaimer": (
+        {"pool": {"enabled": False}, "agent": {"serviceUrl": "https://h/services/gpupool/"}},
+        "reclaimer.enabled:",
+    ),
+    "agents only with the bundled PostgreSQL": (
+        {
+            "pool": {"enabled": False},
+            "reclaimer": {"enabled": False},
+            "agent": {"serviceUrl": "https://h/services/gpupool/"},
+            "database": {"type": "postgresql"},
+            "postgresql": {"enabled": True},
+        },
+        "postgresql.enabled:",
+    ),
+    "nothing at all": (
+        {"pool": {"enabled": False}, "reclaimer": {"enabled": False}, "agent": {"enabled": False}},
+        "pool.enabled:",
+    ),
+    "agents-only token missing": (
+        {
+            "pool": {"enabled": False},
+            "reclaimer": {"enabled": False},
+            "agent": {"serviceUrl": "https://h/services/gpupool/"},
+            "apiTokens": {"existingSecret": ""},
+        },
+        "apiTokens.agent:",
+    ),
+    "service URL without its prefix's slash": (
+        {"agent": {"serviceUrl": "https://h/services/gpupool"}},
+        "/agent/serviceUrl",
+    ),
+    "unknown inter-namespace access": (
+        {"pool": {"networkPolicy": {"interNamespaceAccessLabels": "yes"}}},
+        "/pool/networkPolicy/interNamespaceAccessLabels",
+    ),
     "metrics token without key": (
         {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "t"}}},
         "serviceMonitor.tokenSecret.key:",

@@ -167,6 +167,7 @@ def make_spawner(pool: HubEnv, kube, user: str, options: dict, **traits) -> GPUP
         # host makes this module's kube config count whatever other tests did before
         k8s_api_host=kube.home.url,
         cluster_apis=kube.cluster_apis,
+        flat_network=True,
         start_timeout=60,
         **traits,
     )
@@ -328,7 +329,14 @@ def test_a_cluster_api_that_refuses_the_token_fails_the_spawn_naming_the_cluster
 
 def test_profile_with_an_offer_pins_the_pod_to_the_granted_slice(pool, kube):
     async def scenario():
-        spawner = make_spawner(pool, kube, "alice", {"profile": "a100-1g"}, profile_list=PROFILES)
+        spawner = make_spawner(
+            pool,
+            kube,
+            "alice",
+            {"profile": "a100-1g"},
+            profile_list=PROFILES,
+            runtime_class_name="nvidia",
+        )
         await spawner.run_pre_spawn_hook()
         lease = spawner.gpupool_lease
         assert lease["offer"] == "a100-1g" and lease["state"] == "granted" and lease["ready"]
@@ -342,6 +350,7 @@ def test_profile_with_an_offer_pins_the_pod_to_the_granted_slice(pool, kube):
     assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
     assert "nvidia.com/gpu" not in container["resources"].get("requests", {})
     assert manifest["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "sim-a100"}
+    assert manifest["spec"]["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in manifest[
         "spec"
     ]["tolerations"]
@@ -362,12 +371,17 @@ def test_cpu_profile_strips_gpu_resources(pool, kube):
             profile_list=PROFILES,
             extra_resource_limits={"nvidia.com/gpu": "1", "memory": "4G"},
             extra_resource_guarantees={"nvidia.com/gpu": "1"},
+            # left from a GPU spawn of this spawner: a CPU-only pod must not keep it
+            runtime_class_name="nvidia",
+            extra_pod_config={"runtimeClassName": "nvidia"},
         )
         await spawner.run_pre_spawn_hook()
         assert spawner.gpupool_lease is None
         return await manifest_of(spawner)
 
-    container = run(scenario)["spec"]["containers"][0]
+    manifest = run(scenario)
+    assert "runtimeClassName" not in manifest["spec"]
+    container = manifest["spec"]["containers"][0]
     assert live(pool, "bob") == []
     limits = container["resources"].get("limits", {})
     assert not any(k.startswith("nvidia.com/") for k in limits)
@@ -423,3 +437,30 @@ def test_forged_offer_outside_pool_offers_is_refused(pool, kube):
 
     assert getattr(run(scenario), "status_code", None) == 403
     assert live(pool, "alice") == []
+
+
+def test_launching_into_other_clusters_is_refused_unless_the_network_is_declared_flat(kube):
+    """One hub over several clusters needs their pods to reach it and its proxy their pods:
+    refused when the config loads unless declared (the supported topology is a hub per
+    cluster sharing one pool)."""
+    from traitlets import TraitError
+    from traitlets.config import Config
+
+    config = Config()
+    config.GPUPoolKubeSpawner.cluster_apis = kube.cluster_apis
+    config.GPUPoolKubeSpawner.k8s_api_host = kube.home.url
+
+    async def scenario():  # KubeSpawner builds its client in a running loop
+        with pytest.raises(
+            TraitError, match=r"\(east, west\) needs a flat network.*flat_network = True"
+        ):
+            GPUPoolKubeSpawner(_mock=True, config=config)
+        # declared after cluster_apis in the same config: the whole config is judged
+        config.GPUPoolKubeSpawner.flat_network = True
+        declared = GPUPoolKubeSpawner(_mock=True, config=config)
+        one = GPUPoolKubeSpawner(_mock=True, k8s_api_host=kube.home.url)
+        return declared.cluster_apis, one.cluster_apis
+
+    declared, one = run(scenario)
+    assert set(declared) == {"east", "west"}
+    assert one == {}  # one cluster: nothing to declare

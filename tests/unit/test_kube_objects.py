@@ -806,3 +806,19 @@ def test_kubespawner_get_pod_manifest_with_the_overrides(k8s, monkeypatch):
     assert env["GPUPOOL_LEASE_ID"] == "3f2a9c0d"
     assert env["GPUPOOL_API_URL"] == API_URL
     assert "NVIDIA_VISIBLE_DEVICES" not in env
+
+
+def test_runtime_class_on_gpu_pods_only():
+    given = {"priorityClassName": "users"}
+    gpu = objects.with_runtime_class(given, "nvidia", gpu=True)
+    assert gpu == {"priorityClassName": "users", "runtimeClassName": "nvidia"}
+    assert given == {"priorityClassName": "users"}  # not mutated
+    # the next spawn of the same spawner is CPU-only: the class it added goes
+    assert objects.with_runtime_class(gpu, "nvidia", gpu=False) == {"priorityClassName": "users"}
+    # a class the admin set for every pod stays on CPU pods, and yields to the GPU class
+    kata = {"runtimeClassName": "kata"}
+    assert objects.with_runtime_class(kata, "nvidia", gpu=False) == kata
+    assert objects.with_runtime_class(kata, "nvidia", gpu=True) == {"runtimeClassName": "nvidia"}
+    # no class configured: nothing changes
+    assert objects.with_runtime_class(kata, "", gpu=True) == kata
+    assert objects.with_runtime_class({}, "", gpu=False) == {}

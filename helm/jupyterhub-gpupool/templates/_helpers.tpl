@@ -173,6 +173,10 @@ imagePullSecrets:
 {{- define "gpupool.serviceUrl" -}}
   {{- printf "http://%s:%v%s" (include "gpupool.pool.fullname" .) .Values.pool.port (include "gpupool.servicePrefix" .) }}
 {{- end }}
+{{- /* Where the agents report: agent.serviceUrl (a remote pool), else this release's. */}}
+{{- define "gpupool.agent.serviceUrl" -}}
+  {{- .Values.agent.serviceUrl | default (include "gpupool.serviceUrl" .) }}
+{{- end }}
 {{- define "gpupool.apiUrl" -}}
   {{- include "gpupool.serviceUrl" . }}api/v1/
 {{- end }}
@@ -250,6 +254,131 @@ imagePullSecrets:
 
 
 {{- /*
+  What the pool service calls on the Kubernetes API, as ClusterRole rules (empty: nothing,
+  and its pod gets no token). Each rule is a call in the code:
+  - mig.repartition.enabled (kube/labeller.py): GET and PATCH /api/v1/nodes/{name}, and
+    GET /api/v1/events?fieldSelector=involvedObject... (the node's events on "failed");
+  - occupancy.enabled: list and watch pods, get and list nodes (the GPUs held by pods the
+    pool did not place).
+*/}}
+{{- define "gpupool.pool.rbacRules" -}}
+  {{- if .Values.pool.enabled }}
+    {{- $nodes := list }}
+    {{- if .Values.mig.repartition.enabled }}
+      {{- $nodes = concat $nodes (list "get" "patch") }}
+    {{- end }}
+    {{- if .Values.occupancy.enabled }}
+      {{- $nodes = concat $nodes (list "get" "list") }}
+    {{- end }}
+    {{- with $nodes | uniq }}
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: {{ . | toJson }}
+    {{- end }}
+    {{- if .Values.mig.repartition.enabled }}
+- apiGroups: [""]
+  resources: [events]
+  verbs: ["list"]
+    {{- end }}
+    {{- if .Values.occupancy.enabled }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: ["list","watch"]
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+{{- /*
+  Egress rules from a component's networkPolicy (egressAllowRules and egress), in the shape
+  of zero-to-jupyterhub's "jupyterhub.networkPolicy.renderEgressRules". Scope: (list root
+  netpol). Private ranges: https://en.wikipedia.org/wiki/Private_network
+*/}}
+{{- define "gpupool.networkPolicy.cloudMetadataIp" -}}
+169.254.169.254
+{{- end }}
+{{- define "gpupool.networkPolicy.renderEgressRules" -}}
+{{- $root := index . 0 }}
+{{- $netpol := index . 1 }}
+{{- $allow := $netpol.egressAllowRules }}
+{{- $metadata := include "gpupool.networkPolicy.cloudMetadataIp" $root }}
+{{- if or $allow.dnsPortsCloudMetadataServer $allow.dnsPortsKubeSystemNamespace $allow.dnsPortsPrivateIPs }}
+# DNS
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+  to:
+  {{- if $allow.dnsPortsCloudMetadataServer }}
+    - ipBlock:
+        cidr: {{ $metadata }}/32
+  {{- end }}
+  {{- if $allow.dnsPortsKubeSystemNamespace }}
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: kube-system
+  {{- end }}
+  {{- if $allow.dnsPortsPrivateIPs }}
+    - ipBlock:
+        cidr: 10.0.0.0/8
+    - ipBlock:
+        cidr: 172.16.0.0/12
+    - ipBlock:
+        cidr: 192.168.0.0/16
+  {{- end }}
+{{- end }}
+{{- if $allow.nonPrivateIPs }}
+# non-private IPs, but not the cloud metadata server
+- to:
+    - ipBlock:
+        cidr: 0.0.0.0/0
+        except:
+          - 10.0.0.0/8
+          - 172.16.0.0/12
+          - 192.168.0.0/16
+          - {{ $metadata }}/32
+{{- end }}
+{{- if $allow.privateIPs }}
+# private IPs
+- to:
+    - ipBlock:
+        cidr: 10.0.0.0/8
+    - ipBlock:
+        cidr: 172.16.0.0/12
+    - ipBlock:
+        cidr: 192.168.0.0/16
+{{- end }}
+{{- if $allow.cloudMetadataServer }}
+# the cloud metadata server
+- to:
+    - ipBlock:
+        cidr: {{ $metadata }}/32
+{{- end }}
+{{- with $netpol.egress }}
+# the values' own rules
+{{ . | toYaml }}
+{{- end }}
+{{- end }}
+
+{{- /* The ingress rule admitting Prometheus to a port (pool.networkPolicy.prometheus). */}}
+{{- define "gpupool.networkPolicy.prometheusIngress" -}}
+{{- $prom := .root.Values.pool.networkPolicy.prometheus }}
+{{- if $prom.enabled }}
+# Prometheus --> metrics
+- ports:
+    - port: {{ .port }}
+  from:
+    - namespaceSelector:
+        matchLabels:
+          {{- $prom.namespaceSelector | toYaml | nindent 10 }}
+      podSelector:
+        matchLabels:
+          {{- $prom.podSelector | toYaml | nindent 10 }}
+{{- end }}
+{{- end }}
+
+
+{{- /*
   Checks that join two values (the schema checks single values). Each message starts with
   the key to change.
 */}}
@@ -277,7 +406,7 @@ imagePullSecrets:
   {{- end }}
   {{- $tokens := .Values.apiTokens }}
   {{- if not $tokens.existingSecret }}
-    {{- range $which := list "pool" "agent" "reclaimer" }}
+    {{- range $which := ternary (list "pool" "agent" "reclaimer") (list "agent") .Values.pool.enabled }}
       {{- if not (get $tokens $which) }}
         {{- fail (printf "apiTokens.%s: with apiTokens.existingSecret empty, the chart's Secret needs every token (the same as hub.services in the z2jh values)" $which) }}
       {{- end }}
@@ -286,6 +415,26 @@ imagePullSecrets:
   {{- $pdb := .Values.pool.pdb }}
   {{- if and $pdb.enabled (not (typeIs "<nil>" $pdb.maxUnavailable)) (not (typeIs "<nil>" $pdb.minAvailable)) }}
     {{- fail "pool.pdb.minAvailable: a PodDisruptionBudget takes maxUnavailable or minAvailable, not both (set the other to null)" }}
+  {{- end }}
+  {{- if and .Values.agent.enabled .Values.agent.dynamicMig.enabled .Values.devicePlugin.enabled }}
+    {{- fail "agent.dynamicMig.enabled: the agents' dynamic MIG cannot work while the NVIDIA device plugin serves the GPU nodes (devicePlugin.enabled: true): the plugin lists MIG devices only when it starts, so the instances the agents create are never handed to pods, and mig-manager re-applies its own layout; set agent.dynamicMig.enabled: false, or devicePlugin.enabled: false where the device plugin is disabled for these GPUs" }}
+  {{- end }}
+  {{- if and .Values.mig.repartition.enabled (not .Values.devicePlugin.enabled) }}
+    {{- fail "mig.repartition.enabled: re-partitioning through mig-manager waits for the NVIDIA device plugin's nvidia.com/mig-<profile> resources, but devicePlugin.enabled is false; set mig.repartition.enabled: false or devicePlugin.enabled: true" }}
+  {{- end }}
+  {{- if not .Values.pool.enabled }}
+    {{- if not .Values.agent.serviceUrl }}
+      {{- fail "agent.serviceUrl: with pool.enabled: false (an agents-only install) the agents report to a pool elsewhere; set agent.serviceUrl to its URL, e.g. https://hub.example.org/services/gpupool/" }}
+    {{- end }}
+    {{- if .Values.reclaimer.enabled }}
+      {{- fail "reclaimer.enabled: the reclaimer runs beside the pool service; with pool.enabled: false set reclaimer.enabled: false (the pool's own release runs it)" }}
+    {{- end }}
+    {{- if .Values.postgresql.enabled }}
+      {{- fail "postgresql.enabled: the bundled PostgreSQL is the pool's database; with pool.enabled: false set postgresql.enabled: false" }}
+    {{- end }}
+    {{- if not .Values.agent.enabled }}
+      {{- fail "pool.enabled: with pool.enabled: false and agent.enabled: false the chart installs nothing; enable one of them" }}
+    {{- end }}
   {{- end }}
   {{- if and .Values.mig.repartition.enabled (ne .Values.mig.strategy "mixed") }}
     {{- fail (printf "mig.repartition.enabled: the pool re-partitions MIG GPUs only with mig.strategy mixed (it waits for the device plugin's nvidia.com/mig-<profile> resources), not %s; set mig.strategy: mixed or mig.repartition.enabled: false" .Values.mig.strategy) }}
