@@ -147,6 +147,10 @@ class PresenceView:
     observed_at: float
     last_input: float | None = None
     connections: int = 0
+    #: How late an input may reach the pool (the lab reports at most once a minute): an input
+    #: this long before a window still counts in it, or typing once a minute would read as
+    #: absent in every window that closed before its report arrived.
+    lag: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -240,11 +244,14 @@ def kernel_activity(kernel: KernelView, start: float) -> str:
 
 def presence_of(presence: PresenceView, start: float) -> str:
     """Input in the window is presence; an open tab without input is only ``connected``."""
-    if presence.last_input is not None and presence.last_input >= start:
+    if presence.last_input is not None and presence.last_input + presence.lag >= start:
         return "present"
     return "connected" if presence.connections > 0 else "absent"
 
 
+#: The lab's longest delay between an input and its report (``GPUPoolLab.presence_interval``
+#: is at most this): a reported input counts for this long after it as well.
+LAB_REPORT_LAG = 60.0
 #: The longest "idle for" a lab's presence report may carry: a lab reports at most once a
 #: minute, so an older input is not news (and a larger figure is a client's mistake).
 MAX_REPORTED_IDLE = 600.0
@@ -258,12 +265,12 @@ def reported_input(previous: float | None, now: float, idle_for: float) -> float
 
 
 def lab_presence(seen: PresenceView | None, last_input: float | None) -> PresenceView | None:
-    """Where the server's lab reports input, presence is that input alone: of what the
-    reclaimer saw, only the time and the open connections are kept (``None``: not seen, which
-    stays stale)."""
+    """Where the server's lab reports input, presence is that input alone, counted for
+    ``LAB_REPORT_LAG`` after it (the report may come that late): of what the reclaimer saw,
+    only the time and the open connections are kept (``None``: not seen, which stays stale)."""
     if seen is None:
         return None
-    return PresenceView(seen.observed_at, last_input, seen.connections)
+    return PresenceView(seen.observed_at, last_input, seen.connections, LAB_REPORT_LAG)
 
 
 def stale_reason(signals: Signals | None, now: float, stale_after: float) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from traitlets import Float, Unicode, default
+from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from .fanout import Fanout
@@ -88,9 +88,16 @@ class GPUPoolLab(Configurable):
     presence_interval = Float(
         60.0,
         help="Shortest time between two reports of the user's input to the pool (keyboard or "
-        "pointer in a visible lab tab, whatever the number of tabs): the pool's idle rounds "
-        "are 30 s or longer, so a minute keeps presence within one round of the truth.",
+        "pointer in a visible lab tab, whatever the number of tabs), at most 60 s: the pool "
+        "counts a reported input for a minute after it, the longest a report may be late.",
     ).tag(config=True)
+
+    @validate("presence_interval")
+    def _valid_presence_interval(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not 0 < value <= 60:
+            raise TraitError("presence_interval must be more than 0 and at most 60 seconds")
+        return value
 
     nvml_module = Unicode(
         "pynvml",

@@ -6,8 +6,10 @@ servers stamp activity with the wall clock, so no moved clock could show this. F
 once, one minute-scale run:
 
 * bob starts a server and closes his browser: noticed, then reclaimed;
-* alice leaves her JupyterLab tab open, visible and untouched (it polls the server all the
-  while): noticed, then reclaimed;
+* alice, autosave off, types into a notebook and a text file, leaves both unsaved and her
+  JupyterLab tab open, visible and untouched (it polls the server all the while): noticed,
+  then reclaimed, and both files on disk hold her edits, listed as saved by the pool and on
+  her page;
 * carol types in a notebook every minute: never noticed;
 * the admin runs a long cell and leaves it running: never noticed (the simulated GPU cannot see
   a demo kernel's work, so the busy kernel is what keeps it; on real GPUs both would).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +28,11 @@ import pytest
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("jupyterlab_gpupool", reason="make demo installs ./labextension")
 
+from types import SimpleNamespace
+
 from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, start_demo
 from tests.demoproc import user_token
+from tests.fakes import KernelDriver, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -99,38 +105,72 @@ def state_of(demo: Demo, admin: str, user: str) -> tuple[dict | None, list[str]]
     return lease, [e["kind"] for e in events["items"]]
 
 
-def test_only_real_input_keeps_an_idle_gpu(short_demo: Demo, browser: Any) -> None:
+ALICE_NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+               "outputs": [], "source": ""}],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                "name": "python3"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}  # fmt: skip
+
+
+def alices_files(demo: Demo) -> Path:
+    """Alice's home with a notebook and a text file to edit, and autosave off: whatever she
+    types stays unsaved until something saves it."""
+    home = demo.state / "home" / "alice"
+    settings = home / ".jupyter/lab/user-settings/@jupyterlab/docmanager-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
+    (home / "work.ipynb").write_text(json.dumps(ALICE_NOTEBOOK))
+    (home / "notes.txt").write_text("")
+    return home
+
+
+def edit_unsaved(page: Any) -> None:
+    """Open work.ipynb and notes.txt from the file browser and type into each; leave both
+    unsaved (the tabs show the dirty mark)."""
+    edits = (("work.ipynb", "x = 42  # typed, never saved"), ("notes.txt", "remember this"))
+    for name, text in edits:
+        page.locator(f'.jp-DirListing-itemName:has-text("{name}")').first.dblclick()
+        editor = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .cm-content").first
+        editor.wait_for(timeout=60_000)
+        editor.click()
+        page.keyboard.type(text)
+        page.locator(".lm-TabBar-tab.jp-mod-dirty").nth(0 if name == "work.ipynb" else 1).wait_for()
+
+
+def test_only_real_input_keeps_an_idle_gpu_and_a_reclaim_saves_unsaved_edits(
+    short_demo: Demo, browser: Any
+) -> None:
     demo = short_demo
     admin = user_token(demo.url, "admin")
+    home = alices_files(demo)
+    # the admin: a long cell running in a kernel whose notebook stays connected
+    runner_token = user_token(demo.url, "admin")
+    api(demo, runner_token, "hub/api/users/admin/server", "POST", {"gpupool_offer": OFFER})
+    wait_until(
+        lambda: api(demo, runner_token, "hub/api/users/admin")["servers"].get("", {}).get("ready"),
+        180,
+        "the admin's server",
+    )
+    hub = SimpleNamespace(hub_url=demo.url, token=lambda user: runner_token)
+    kernel = KernelDriver(hub, "admin")  # type: ignore[arg-type]
+    kernel.start()
+    kernel.execute("import time; time.sleep(3600)", stay_connected=True)
     # bob: a server, and no browser at all (as after closing it)
     bob = user_token(demo.url, "bob")
     api(demo, bob, "hub/api/users/bob/server", "POST", {"gpupool_offer": OFFER})
-    # alice: JupyterLab open, visible, never touched again
+    # alice: JupyterLab with two unsaved edits (autosave off), then open, visible, untouched
     alice = lab_page(browser, demo, "alice")
-    # carol: a notebook she types into every minute
+    edit_unsaved(alice)
+    # carol: a notebook she types into every minute, from now on
     carol = lab_page(browser, demo, "carol")
     carol_cell = new_notebook(carol)
     carol_cell.click()
     carol.keyboard.type("# typing")
-    # the admin: a long cell running, then hands off
-    runner = lab_page(browser, demo, "admin")
-    cell = new_notebook(runner)
-    cell.click()
-    runner.keyboard.type("import time; time.sleep(3600)")
-    runner.keyboard.press("Shift+Enter")
-    runner_token = user_token(demo.url, "admin")
 
-    def running() -> bool:
-        kernels = api(demo, runner_token, "user/admin/api/kernels?no_track_activity=1")
-        return any(k["execution_state"] == "busy" for k in kernels)
-
-    deadline = time.monotonic() + 60
-    while not running():
-        assert time.monotonic() < deadline, "the admin's long cell never ran"
-        time.sleep(1)
-
-    started = time.monotonic()
-    last_key = started
+    started = last_key = time.monotonic()
     seen: dict[str, tuple[dict | None, list[str]]] = {}
     while time.monotonic() - started < WATCH:
         if time.monotonic() - last_key >= TYPING_EVERY:
@@ -155,5 +195,18 @@ def test_only_real_input_keeps_an_idle_gpu(short_demo: Demo, browser: Any) -> No
         lease, kinds = seen[user]
         assert lease is not None and lease["state"] == "active", (user, lease, kinds)
         assert "reclaim-notice" not in kinds, (user, kinds)
-    for page in (alice, carol, runner):
-        page.context.close()
+
+    # nothing alice typed is lost: both files hold her edits, and the pool lists them saved
+    notebook = json.loads((home / "work.ipynb").read_text())
+    assert "x = 42  # typed, never saved" in "".join(notebook["cells"][0]["source"])
+    assert (home / "notes.txt").read_text() == "remember this"
+    reclaims = api(demo, admin, "services/gpupool/api/v1/users/alice")["reclaims"]
+    assert set(reclaims[0]["saved"]) >= {"work.ipynb", "notes.txt"}, reclaims
+    page = alice.context.new_page()  # the user page, as alice opens it after the reclaim
+    page.goto(f"{demo.url}/services/gpupool/")
+    recent = page.locator("body").inner_text().split("Recent reclaims")[1]
+    assert "work.ipynb" in recent and "notes.txt" in recent, recent
+
+    kernel.disconnect()
+    for tab in (alice, carol):
+        tab.context.close()
