@@ -50,7 +50,7 @@ class DRAClaims(Configurable):
         "before the lease is left with the pool's own record of the device.",
     ).tag(config=True)
 
-    #: the backend found per cluster (None: KubeSpawner's own API), for this process
+    #: the backend found per API server address, for this process
     _dra_probed: ClassVar[dict[Any, str]] = {}
     #: what this server uses now: the backend, its claims by pod reference, its server claim
     _dra_backend_now: str | None = None
@@ -73,10 +73,11 @@ class DRAClaims(Configurable):
         if self.device_backend != "auto":
             self._dra_backend_now = self.device_backend
             return self.device_backend
-        found = self._dra_probed.get(cluster)
+        host = self.api.api_client.configuration.host  # type: ignore[attr-defined]
+        found = self._dra_probed.get(host)
         if found is None:
             found = await self._probe()
-            self._dra_probed[cluster] = found
+            self._dra_probed[host] = found
             self.log.info(  # type: ignore[attr-defined]
                 "GPU backend of cluster %s: %s", cluster or "(default)", found
             )

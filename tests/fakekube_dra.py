@@ -334,7 +334,11 @@ class FakeDRA:
                     dict(claim), desired_version=self.validate_version, strict=True
                 )
             except kubernetes_validate.ValidationError as e:
-                out.append(f"schema: {e.message}")
+                return [f"schema: {e.message}"]
+        if not isinstance(claim.get("spec"), Mapping) or not isinstance(
+            claim["spec"].get("devices"), Mapping
+        ):
+            return ["spec.devices: Required value"]
         for i, req in enumerate(
             ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
         ):

@@ -147,6 +147,7 @@ def run(scenario):
         try:
             return await scenario()
         finally:
+            GPUPoolKubeSpawner._dra_probed.clear()
             await GPUPoolKubeSpawner._stop_all_reflectors()
             await clusterapi.close_clients()
 
@@ -205,7 +206,10 @@ def test_a_whole_gpu_pod_gets_a_claim_for_exactly_the_granted_gpu(pool, kube):
             )
             for s in (a, b)
         }
-        await asyncio.gather(a.stop(), b.stop())
+        # the hub restarts: a spawner from the saved state deletes the claim with the server
+        again = make_spawner(pool, kube, "ada", "h100")
+        again.load_state(a.get_state())
+        await asyncio.gather(again.stop(), b.stop())
         return seen, {a.pod_name, b.pod_name}
 
     seen, pods = run(scenario)
@@ -443,3 +447,58 @@ def test_the_lease_records_the_allocated_device(pool, kube):
     lease, devices = run(scenario)
     assert lease["slots"][0]["gpu"] == devices[0]["gpu"] == A100
     assert lease["slots"][0]["mig_uuid"] == devices[0]["mig_uuid"]
+
+
+def test_the_fake_api_server_checks_and_protects_claims_as_kubernetes_does(kube):
+    """What the tests above lean on: invalid claims refused with 422 (schema, CEL), names
+    unique (409), unknown ones 404, and a claim a pod uses outlives its deletion until the pod
+    goes (the API server's finalizer)."""
+    base = f"{kube.api.url}/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
+    token = kube.api.token
+
+    def claim(name, expression):
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu.nvidia.com",
+                                "selectors": [{"cel": {"expression": expression}}],
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+
+    uuid_is = f'device.attributes["gpu.nvidia.com"].uuid == "{H100[1]}"'
+    assert kube_call("POST", base, token, claim("bad-cel", "device.attributes[")) == 422
+    assert kube_call("POST", base, token, {**claim("no-spec", uuid_is), "spec": 1}) == 422
+    assert kube_call("POST", base, token, claim("held", uuid_is)) == 201
+    assert kube_call("POST", base, token, claim("held", uuid_is)) == 409
+    assert kube_call("GET", f"{base}/nothing", token) == 404
+    assert kube_call("GET", base, "wrong-token") == 401
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "holder"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
+            "resourceClaims": [{"name": "g", "resourceClaimName": "held"}],
+        },
+    }
+    pods_url = f"{kube.api.url}/api/v1/namespaces/{NS}/pods"
+    assert kube_call("POST", pods_url, token, pod) == 201
+    held = claims(kube.api)[f"{NS}/held"]
+    assert device_of(held) == "gpu-1" and held["status"]["reservedFor"][0]["name"] == "holder"
+    assert kube_call("DELETE", f"{base}/held", token) == 200
+    assert claims(kube.api)[f"{NS}/held"]["metadata"]["deletionTimestamp"]  # still there
+    assert kube_call("DELETE", f"{pods_url}/holder", token) == 200
+    assert f"{NS}/held" not in claims(kube.api)
+    assert kube_call("GET", f"{kube.api.url}/apis/resource.k8s.io/v1", token) == 200
+    assert kube_call("GET", f"{kube.plain.url}/apis/resource.k8s.io/v1", kube.plain.token) == 404
