@@ -237,6 +237,17 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
                     reason="gpupool_dra_claim",
                     status=500,
                 ) from e
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                where = self._gpupool_api_cluster or "of this hub"
+                raise spawn_error(
+                    f"The Kubernetes API of cluster {where} serves no ResourceClaims "
+                    "(resource.k8s.io/v1), but device_backend is 'dra'; ask an administrator "
+                    "(device_backend 'auto' or 'device-plugin').",
+                    reason="gpupool_dra_missing",
+                    status=503,
+                ) from e
             dra.attach_claims(pod, refs)
         return pod
 

@@ -235,6 +235,7 @@ def test_a_whole_gpu_pod_gets_a_claim_for_exactly_the_granted_gpu(pool, kube):
         assert device_of(claim) == f"gpu-{H100.index(gpu)}"
         assert claim["status"]["reservedFor"][0]["name"] == pod["metadata"]["name"]
         validate({k: v for k, v in claim.items() if k != "status"})
+        validate({k: v for k, v in pod.items() if k != "status"})
         # the spawner read back what was allocated, and keeps it across a hub restart
         assert devices == [
             {
@@ -427,6 +428,24 @@ def test_auto_keeps_the_device_plugin_where_dra_is_not_there(pool, kube, context
     }
     assert "gpupool_dra" not in state
     assert claims(server) == {}
+
+
+def test_dra_asked_for_where_there_is_none_fails_the_spawn_saying_so(pool, kube):
+    async def scenario():
+        s = make_spawner(pool, kube, "dora", "h100", context="plain", device_backend="dra")
+        await s.run_pre_spawn_hook()
+        with pytest.raises(Exception) as info:
+            await s.start()
+        await s.stop()
+        return info.value
+
+    error = run(scenario)
+    assert "serves no ResourceClaims (resource.k8s.io/v1), but device_backend is 'dra'" in str(
+        error
+    )
+    assert getattr(error, "status_code", None) == 503
+    assert kube.plain.objects_of("pods") == {}
+    assert live(pool, "dora") == []
 
 
 @pytest.mark.skipif(
