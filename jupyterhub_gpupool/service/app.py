@@ -124,9 +124,10 @@ class PoolService(StrictCommandLine):
     ).tag(config=True)
     on_kubernetes = Bool(
         help="The pool's GPUs are Kubernetes nodes' (default: true when the service runs in a "
-        "pod, KUBERNETES_SERVICE_HOST set). The pool config must then say of every non-MIG GPU "
-        "whether it is shared (sharing: exclusive or shared): 'auto' is refused, since a node's "
-        "device plugin or DRA claim decides it before any request comes.",
+        "pod, KUBERNETES_SERVICE_HOST set, with telemetry_source = agents). The pool config must "
+        "then say of every non-MIG GPU whether it is shared (sharing: exclusive or shared): "
+        "'auto' is refused, since a node's device plugin or DRA claim decides it before any "
+        "request comes.",
     ).tag(config=True)
     telemetry_source = Enum(
         ["agents", "sim", "nvml"],
@@ -328,7 +329,9 @@ class PoolService(StrictCommandLine):
 
     @default("on_kubernetes")
     def _default_on_kubernetes(self) -> bool:
-        return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        # sim and nvml read one machine's GPUs (a demo that happens to run in a pod)
+        in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        return in_pod and self.telemetry_source == "agents"
 
     @default("node_name")
     def _node_name(self) -> str:

@@ -64,6 +64,9 @@ def test_the_service_knows_it_runs_in_a_pod(monkeypatch):
     assert PoolService().on_kubernetes is False
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     assert PoolService().on_kubernetes is True
+    # a demo on one machine's (simulated or real) GPUs that happens to run in a pod
+    assert PoolService(telemetry_source="sim").on_kubernetes is False
+    assert PoolService(telemetry_source="sim", on_kubernetes=True).on_kubernetes is True
 
 
 def test_the_service_in_a_pod_refuses_auto_in_one_line(tmp_path):
