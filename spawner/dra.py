@@ -377,3 +377,23 @@ def lease_devices(
             }
         )
     return out
+
+
+def recorded_devices(lease: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The devices the lease JSON records per slot, in the shape of ``lease_devices``."""
+    return [
+        {"slot": i, "gpu": s.get("gpu"), "mig_uuid": s.get("mig_uuid"), "kind": s.get("kind")}
+        for i, s in enumerate(lease["slots"])
+    ]
+
+
+def device_ids(devices: list[dict[str, Any]]) -> list[str] | None:
+    """Each slot's device id as the pool names devices (a MIG slice by its MIG uuid, else the
+    GPU uuid), in slot order; None when a slot's device is not known."""
+    out = []
+    for d in devices:
+        device = d.get("mig_uuid") or d.get("gpu")
+        if not device:
+            return None
+        out.append(device)
+    return out

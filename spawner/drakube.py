@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from kubernetes_asyncio.client import ApiException, ResourceV1Api
 from traitlets import Enum, Float
@@ -222,31 +223,37 @@ class DRAClaims(Configurable):
                     lease["slots"][d["slot"]]["gpu"],
                     d.get("device") or "nothing",
                 )
-        await self._record_on_lease(lease["id"], devices)
+        await self._record_on_lease(lease, devices)
         return devices
 
-    async def _record_on_lease(self, lease_id: str, devices: list[dict[str, Any]]) -> None:
-        """Rebind the lease to each allocated device, where the pool's client can."""
+    async def _record_on_lease(self, lease: dict[str, Any], devices: list[dict[str, Any]]) -> None:
+        """Where what was allocated is not what the lease records (a MIG instance made again
+        has a new uuid), rebind the lease to it: ``PoolClient.rebind(lease_id, device)`` with
+        the device's id (MIG device uuid, else GPU uuid), one per call; a lease of several
+        devices sends them all at once. Without ``rebind`` in the client: logged only."""
+        ids = dra.device_ids(devices)
+        if ids is None or ids == dra.device_ids(dra.recorded_devices(lease)):
+            return
+        lease_id = lease["id"]
         rebind = getattr(self.pool, "rebind", None)  # type: ignore[attr-defined]
-        for d in devices:
-            if d["gpu"] is None:
-                continue
-            device = {k: d[k] for k in ("slot", "gpu", "mig_uuid", "profile")}
-            if rebind is None:
-                self.log.info(  # type: ignore[attr-defined]
-                    "Lease %s slot %s allocated %s (not recorded in the pool: its client has "
-                    "no rebind)",
-                    lease_id,
-                    d["slot"],
-                    device,
-                )
-                continue
-            try:
-                await rebind(lease_id, device)
-            except Exception as e:  # the server runs on it either way: say so, go on
-                self.log.error(  # type: ignore[attr-defined]
-                    "Lease %s: recording its allocated device %s failed: %s", lease_id, device, e
-                )
+        if rebind is None:
+            self.log.warning(  # type: ignore[attr-defined]
+                "Lease %s runs on %s, not on what the pool records; this pool client cannot "
+                "rebind a lease",
+                lease_id,
+                ", ".join(ids),
+            )
+            return
+        try:
+            if len(ids) == 1:
+                await rebind(lease_id, ids[0])
+            else:
+                path = f"allocations/{quote(lease_id, safe='')}/device"
+                await self.pool.request("POST", path, {"devices": ids})  # type: ignore[attr-defined]
+        except Exception as e:  # the server runs on it either way: say so, go on
+            self.log.error(  # type: ignore[attr-defined]
+                "Lease %s: recording its allocated devices %s failed: %s", lease_id, ids, e
+            )
 
     async def dra_delete(self) -> None:
         """Delete the server claim (a share's GPU claim stays: the pool's, for the next)."""

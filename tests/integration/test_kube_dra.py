@@ -37,6 +37,10 @@ MIGS = {
     0: "MIG-0d7a0000-0000-4000-8000-0000000000a0",
     1: "MIG-0d7a0000-0000-4000-8000-0000000000a1",
 }
+REMADE = {
+    0: "MIG-0d7a0000-0000-4000-8000-0000000000b0",
+    1: "MIG-0d7a0000-0000-4000-8000-0000000000b1",
+}
 
 POOL = f"""
 nodes:
@@ -83,7 +87,7 @@ def pool(tmp_path_factory):
         yield env
 
 
-def slices():
+def slices(migs=MIGS):
     return [
         nvidia_slice("dra-h100", [{"uuid": u} for u in H100]),
         nvidia_slice(
@@ -92,7 +96,7 @@ def slices():
                 {
                     "uuid": A100,
                     "product": "NVIDIA A100-SXM4-80GB",
-                    "mig": [{"profile": "1g.10gb", "start": s, "uuid": u} for s, u in MIGS.items()],
+                    "mig": [{"profile": "1g.10gb", "start": s, "uuid": u} for s, u in migs.items()],
                 }
             ],
         ),
@@ -107,17 +111,20 @@ def kube(tmp_path_factory):
     api = FakeKubeAPI(nodes, token="dra-token", dra=FakeDRA(slices()))
     plain = FakeKubeAPI([kube_node("dra-h100")], token="plain-token")  # no DRA served
     bare = FakeKubeAPI(nodes, token="bare-token", dra=FakeDRA(slices(), classes={}))  # no driver
+    # the node made its MIG instances again: same places, new uuids
+    remade = FakeKubeAPI(nodes, token="remade-token", dra=FakeDRA(slices(REMADE)))
+    servers = {"dra": api, "plain": plain, "bare": bare, "remade": remade}
     config_file = where / "kubeconfig"
-    config_file.write_text(
-        json.dumps(kubeconfig({"dra": api, "plain": plain, "bare": bare}, "dra"))
-    )
-    with api, plain, bare, pytest.MonkeyPatch.context() as mp:
+    config_file.write_text(json.dumps(kubeconfig(servers, "dra")))
+    with api, plain, bare, remade, pytest.MonkeyPatch.context() as mp:
         from kubernetes_asyncio.config import kube_config
 
         mp.setenv("KUBECONFIG", str(config_file))
         mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config_file))
         mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        yield SimpleNamespace(api=api, plain=plain, bare=bare, config_file=str(config_file))
+        yield SimpleNamespace(
+            api=api, plain=plain, bare=bare, remade=remade, config_file=str(config_file)
+        )
 
 
 def make_spawner(pool, kube, user, offer, *, context=None, **traits) -> GPUPoolKubeSpawner:
@@ -448,24 +455,35 @@ def test_dra_asked_for_where_there_is_none_fails_the_spawn_saying_so(pool, kube)
     assert live(pool, "dora") == []
 
 
-@pytest.mark.skipif(
-    not hasattr(PoolClient, "rebind"), reason="the pool client cannot rebind a lease yet"
-)
-def test_the_lease_records_the_allocated_device(pool, kube):
+def test_a_slice_made_again_is_still_claimed_and_its_new_uuid_recorded(pool, kube, caplog):
+    """The node made its MIG instances again (new uuids, same places): the claim, by parent,
+    profile and memory slice, still gets the granted instance; the spawner reads the new uuid
+    and rebinds the lease to it where the pool client can, else says so in the log."""
+
     async def scenario():
-        s = make_spawner(pool, kube, "rita", "a100-1g")
+        s = make_spawner(pool, kube, "remy", "a100-1g", context="remade")
         await s.run_pre_spawn_hook()
         await s.start()
         lease = request(
             "GET", f"{pool.api}/allocations/{s.gpupool_lease['id']}", pool.spawner_token
         )
-        out = lease.json(), s.dra_devices
+        out = s.gpupool_lease, s.dra_devices, lease.json()
         await s.stop()
         return out
 
-    lease, devices = run(scenario)
-    assert lease["slots"][0]["gpu"] == devices[0]["gpu"] == A100
-    assert lease["slots"][0]["mig_uuid"] == devices[0]["mig_uuid"]
+    caplog.set_level("INFO")
+    granted, devices, after = run(scenario)
+    start = granted["slots"][0]["start"]
+    assert granted["slots"][0]["mig_uuid"] == MIGS[start]
+    assert devices[0]["mig_uuid"] == REMADE[start] and devices[0]["matches"]
+    log = caplog.text
+    if not hasattr(PoolClient, "rebind"):
+        assert f"runs on {REMADE[start]}, not on what the pool records" in log
+    else:  # recorded, or the pool's refusal logged: never silently dropped
+        assert after["slots"][0]["mig_uuid"] == REMADE[start] or (
+            f"recording its allocated devices ['{REMADE[start]}'] failed" in log
+        )
+    assert live(pool, "remy") == []
 
 
 def test_the_fake_api_server_checks_and_protects_claims_as_kubernetes_does(kube):
