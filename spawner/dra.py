@@ -322,14 +322,21 @@ def allocated_devices(
     claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """What the claim got, one entry per result of this driver, in request order: the request,
-    pool and device name, and the device's ``uuid`` (and, for MIG, ``parentUUID`` and
-    ``profile``) read from the ResourceSlice that published it (None where no slice has it)."""
+    pool and device name, and the device's ``uuid`` (and, for MIG, ``parentUUID``, ``profile``
+    and ``start``, its first memory slice) read from the ResourceSlice that published it (None
+    where no slice has it)."""
     devices = slice_devices(slices)
     out = []
     for r in results(claim):
         if r.get("driver") != DRIVER:
             continue
-        attrs = (devices.get((r.get("pool", ""), r.get("device", ""))) or {}).get("attributes", {})
+        device = devices.get((r.get("pool", ""), r.get("device", ""))) or {}
+        attrs = device.get("attributes", {})
+        memory_slices = [
+            int(name[len("memorySlice") :])
+            for name in device.get("capacity", {})
+            if name.startswith("memorySlice") and name[len("memorySlice") :].isdigit()
+        ]
         out.append(
             {
                 "request": r.get("request"),
@@ -339,6 +346,7 @@ def allocated_devices(
                 "uuid": attrs.get("uuid"),
                 "parent_uuid": attrs.get("parentUUID"),
                 "profile": attrs.get("profile"),
+                "start": min(memory_slices) if memory_slices else None,
             }
         )
     return out
@@ -348,9 +356,10 @@ def lease_devices(
     lease: Mapping[str, Any], allocated: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The device each slot of ``lease`` actually got, in the lease's terms: ``gpu`` (the GPU's
-    uuid: the parent's for a MIG slice), ``mig_uuid``, ``profile``; plus ``matches``: whether
-    it is the device the pool chose. Shares are given by their GPU's shared claim, whose one
-    result stands for each of its slots."""
+    uuid: the parent's for a MIG slice), ``mig_uuid``, ``profile``, ``start``; plus
+    ``matches``: whether it is the device the pool chose (for MIG: same GPU, profile and
+    placement; the instance's uuid may differ where the node made it again). Shares are given
+    by their GPU's shared claim, whose one result stands for each of its slots."""
     by_request = {a["request"]: a for a in allocated}
     out = []
     for i, slot in enumerate(lease["slots"]):
@@ -359,37 +368,45 @@ def lease_devices(
         )
         if got is None:
             out.append(
-                {"slot": i, "gpu": None, "mig_uuid": None, "profile": None, "matches": False}
+                {
+                    "slot": i,
+                    "gpu": None,
+                    "mig_uuid": None,
+                    "profile": None,
+                    "start": None,
+                    "matches": False,
+                }
             )
             continue
         mig = got.get("type") == "mig"
         gpu = got.get("parent_uuid") if mig else got.get("uuid")
+        start = got.get("start") if mig else None
+        same_place = not mig or (
+            got.get("profile") == slot.get("profile")
+            and (slot.get("start") is None or start == slot.get("start"))
+        )
         out.append(
             {
                 "slot": i,
                 "gpu": gpu,
                 "mig_uuid": got.get("uuid") if mig else None,
                 "profile": got.get("profile") if mig else None,
+                "start": start,
                 "pool": got.get("pool"),
                 "device": got.get("device"),
-                "matches": gpu == slot["gpu"]
-                and (not mig or got.get("profile") == slot.get("profile")),
+                "matches": gpu == slot["gpu"] and same_place,
             }
         )
     return out
 
 
-def recorded_devices(lease: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The devices the lease JSON records per slot, in the shape of ``lease_devices``."""
-    return [
-        {"slot": i, "gpu": s.get("gpu"), "mig_uuid": s.get("mig_uuid"), "kind": s.get("kind")}
-        for i, s in enumerate(lease["slots"])
-    ]
-
-
-def device_ids(devices: list[dict[str, Any]]) -> list[str] | None:
-    """Each slot's device id as the pool names devices (a MIG slice by its MIG uuid, else the
-    GPU uuid), in slot order; None when a slot's device is not known."""
+def rebind_ids(devices: list[dict[str, Any]]) -> list[str] | None:
+    """The device ids to rebind a lease to (a MIG slice by its MIG uuid, else the GPU uuid, in
+    slot order), or None when nothing is to be rebound: every device is the one the pool chose
+    (a MIG instance's new uuid alone is the node's inventory to report, not a move), or a
+    slot's device is not known."""
+    if all(d["matches"] for d in devices):
+        return None
     out = []
     for d in devices:
         device = d.get("mig_uuid") or d.get("gpu")

@@ -227,18 +227,30 @@ class DRAClaims(Configurable):
         return devices
 
     async def _record_on_lease(self, lease: dict[str, Any], devices: list[dict[str, Any]]) -> None:
-        """Where what was allocated is not what the lease records (a MIG instance made again
-        has a new uuid), rebind the lease to it: ``PoolClient.rebind(lease_id, device)`` with
-        the device's id (MIG device uuid, else GPU uuid), one per call; a lease of several
-        devices sends them all at once. Without ``rebind`` in the client: logged only."""
-        ids = dra.device_ids(devices)
-        if ids is None or ids == dra.device_ids(dra.recorded_devices(lease)):
-            return
+        """Where the allocation is not the device the pool chose, rebind the lease to it:
+        ``PoolClient.rebind(lease_id, device)`` with the device's id (a lease of several
+        devices: one ``POST allocations/{id}/device`` with them all); without ``rebind`` in
+        the client, a warning. A MIG instance with another uuid than recorded, at the chosen
+        place, is only logged: the node's inventory reports instances."""
         lease_id = lease["id"]
+        for d in devices:
+            recorded = lease["slots"][d["slot"]].get("mig_uuid")
+            if d["matches"] and d.get("mig_uuid") and recorded and d["mig_uuid"] != recorded:
+                self.log.info(  # type: ignore[attr-defined]
+                    "Lease %s slot %s: MIG instance %s at the chosen place (the pool records "
+                    "%s: made again?)",
+                    lease_id,
+                    d["slot"],
+                    d["mig_uuid"],
+                    recorded,
+                )
+        ids = dra.rebind_ids(devices)
+        if ids is None:
+            return
         rebind = getattr(self.pool, "rebind", None)  # type: ignore[attr-defined]
         if rebind is None:
             self.log.warning(  # type: ignore[attr-defined]
-                "Lease %s runs on %s, not on what the pool records; this pool client cannot "
+                "Lease %s runs on %s, not on what the pool chose; this pool client cannot "
                 "rebind a lease",
                 lease_id,
                 ", ".join(ids),

@@ -25,7 +25,6 @@ pytestmark = pytest.mark.e2e
 kubespawner = pytest.importorskip("kubespawner.spawner")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-from jupyterhub_gpupool.poolclient import PoolClient  # noqa: E402
 from jupyterhub_gpupool.spawner import clusterapi, dra  # noqa: E402
 from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner  # noqa: E402
 
@@ -250,6 +249,7 @@ def test_a_whole_gpu_pod_gets_a_claim_for_exactly_the_granted_gpu(pool, kube):
                 "gpu": gpu,
                 "mig_uuid": None,
                 "profile": None,
+                "start": None,
                 "pool": "dra-h100",
                 "device": f"gpu-{H100.index(gpu)}",
                 "matches": True,
@@ -455,10 +455,10 @@ def test_dra_asked_for_where_there_is_none_fails_the_spawn_saying_so(pool, kube)
     assert live(pool, "dora") == []
 
 
-def test_a_slice_made_again_is_still_claimed_and_its_new_uuid_recorded(pool, kube, caplog):
+def test_a_slice_made_again_is_still_claimed_at_its_place(pool, kube, caplog):
     """The node made its MIG instances again (new uuids, same places): the claim, by parent,
-    profile and memory slice, still gets the granted instance; the spawner reads the new uuid
-    and rebinds the lease to it where the pool client can, else says so in the log."""
+    profile and memory slice, still gets the granted instance; the spawner reads its new uuid,
+    says so, and does not move the lease (the node's inventory reports instances)."""
 
     async def scenario():
         s = make_spawner(pool, kube, "remy", "a100-1g", context="remade")
@@ -475,14 +475,13 @@ def test_a_slice_made_again_is_still_claimed_and_its_new_uuid_recorded(pool, kub
     granted, devices, after = run(scenario)
     start = granted["slots"][0]["start"]
     assert granted["slots"][0]["mig_uuid"] == MIGS[start]
-    assert devices[0]["mig_uuid"] == REMADE[start] and devices[0]["matches"]
-    log = caplog.text
-    if not hasattr(PoolClient, "rebind"):
-        assert f"runs on {REMADE[start]}, not on what the pool records" in log
-    else:  # recorded, or the pool's refusal logged: never silently dropped
-        assert after["slots"][0]["mig_uuid"] == REMADE[start] or (
-            f"recording its allocated devices ['{REMADE[start]}'] failed" in log
-        )
+    assert devices[0]["mig_uuid"] == REMADE[start] and devices[0]["start"] == start
+    assert devices[0]["matches"]
+    assert f"MIG instance {REMADE[start]} at the chosen place (the pool records {MIGS[start]}" in (
+        caplog.text
+    )
+    assert "rebind" not in caplog.text and "recording its allocated" not in caplog.text
+    assert after["slots"] == granted["slots"] and after["state"] == "active"
     assert live(pool, "remy") == []
 
 

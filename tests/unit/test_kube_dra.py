@@ -307,6 +307,7 @@ def test_allocated_devices_read_uuids_from_the_slices():
             "uuid": "MIG-x",
             "parent_uuid": A100,
             "profile": "1g.10gb",
+            "start": 3,
         }
     ]
     assert dra.lease_devices(MIG, got) == [
@@ -315,19 +316,22 @@ def test_allocated_devices_read_uuids_from_the_slices():
             "gpu": A100,
             "mig_uuid": "MIG-x",
             "profile": "1g.10gb",
+            "start": 3,
             "pool": "gpu-node-1",
             "device": "gpu-1-mig-1g10gb-3",
             "matches": True,
         }
     ]
-    # an allocation of another GPU than the pool chose is told apart
+    # an allocation of another GPU, or another place on it, is told apart
     other = [{**got[0], "parent_uuid": H100}]
     assert dra.lease_devices(MIG, other)[0]["matches"] is False
+    assert dra.lease_devices(MIG, [{**got[0], "start": 4}])[0]["matches"] is False
     assert dra.lease_devices(MIG, [])[0] == {
         "slot": 0,
         "gpu": None,
         "mig_uuid": None,
         "profile": None,
+        "start": None,
         "matches": False,
     }
     assert dra.results({}) == []
@@ -346,3 +350,30 @@ def test_the_fake_evaluator_refuses_what_it_does_not_know():
         view,
     )
     assert cel_eval("!(device.driver != 'gpu.nvidia.com') || false", view)
+
+
+def test_a_lease_is_rebound_only_to_a_device_other_than_the_chosen_one():
+    same = dra.lease_devices(
+        TWO,
+        [
+            {"request": "gpu-0", "type": "gpu", "uuid": H100},
+            {"request": "gpu-1", "type": "gpu", "uuid": A100},
+        ],
+    )
+    assert dra.rebind_ids(same) is None
+    swapped = dra.lease_devices(
+        TWO,
+        [
+            {"request": "gpu-0", "type": "gpu", "uuid": A100},
+            {"request": "gpu-1", "type": "gpu", "uuid": H100},
+        ],
+    )
+    assert dra.rebind_ids(swapped) == [A100, H100]
+    # a MIG instance made again at the chosen place: a new uuid, no move
+    remade = {"request": "gpu-0", "type": "mig", "uuid": "MIG-new", "parent_uuid": A100}
+    remade.update(profile="1g.10gb", start=3)
+    assert dra.rebind_ids(dra.lease_devices(MIG, [remade])) is None
+    moved = {**remade, "start": 4}
+    assert dra.rebind_ids(dra.lease_devices(MIG, [moved])) == ["MIG-new"]
+    # a slot whose device is not known is not rebound by halves
+    assert dra.rebind_ids(dra.lease_devices(TWO, [])) is None
