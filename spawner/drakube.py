@@ -53,6 +53,8 @@ class DRAClaims(Configurable):
 
     #: the backend found per API server address, for this process
     _dra_probed: ClassVar[dict[Any, str]] = {}
+    #: API servers found with DRA but without the DeviceClass mig.nvidia.com
+    _dra_no_mig: ClassVar[set[Any]] = set()
     #: what this server uses now: the backend, its claims by pod reference, its server claim
     _dra_backend_now: str | None = None
     _dra_refs: dict[str, str] | None = None
@@ -74,10 +76,10 @@ class DRAClaims(Configurable):
         if self.device_backend != "auto":
             self._dra_backend_now = self.device_backend
             return self.device_backend
-        host = self.api.api_client.configuration.host  # type: ignore[attr-defined]
+        host = self._host()
         found = self._dra_probed.get(host)
         if found is None:
-            found = await self._probe()
+            found = await self._probe(host)
             self._dra_probed[host] = found
             self.log.info(  # type: ignore[attr-defined]
                 "GPU backend of cluster %s: %s", cluster or "(default)", found
@@ -85,11 +87,21 @@ class DRAClaims(Configurable):
         self._dra_backend_now = found
         return found
 
-    async def _probe(self) -> str:
+    def _host(self) -> Any:
+        return self.api.api_client.configuration.host  # type: ignore[attr-defined]
+
+    async def _probe(self, host: Any) -> str:
         api = self._resource_api()
         try:
             await api.get_api_resources()
             await api.read_device_class(dra.GPU_CLASS)
+            try:
+                await api.read_device_class(dra.MIG_CLASS)
+                self._dra_no_mig.discard(host)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                self._dra_no_mig.add(host)
         except ApiException as e:
             if e.status == 404:  # no resource.k8s.io/v1, or no NVIDIA DRA driver
                 return "device-plugin"
@@ -111,6 +123,13 @@ class DRAClaims(Configurable):
         """Create the claims of ``lease`` (the server's own; a share's GPU claim if missing)
         and return the pod's references to them."""
         kind = dra.check_lease(lease)
+        if kind == "mig" and self._host() in self._dra_no_mig:
+            raise spawn_error(
+                f"This cluster's NVIDIA DRA driver has no DeviceClass {dra.MIG_CLASS}, so the "
+                "MIG slice the pool granted cannot be claimed; ask an administrator.",
+                reason="gpupool_dra_no_mig",
+                status=503,
+            )
         name = None if kind == "shared" else dra.claim_name(pod_name)
         if name is not None:
             claim = dra.server_claim(lease, name=name, namespace=namespace)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.fakekube_dra import FakeDRA, nvidia_slice
+from tests.fakekube_dra import NVIDIA_CLASSES, FakeDRA, nvidia_slice
 from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
 
 pytestmark = pytest.mark.e2e
@@ -112,17 +112,25 @@ def kube(tmp_path_factory):
     bare = FakeKubeAPI(nodes, token="bare-token", dra=FakeDRA(slices(), classes={}))  # no driver
     # the node made its MIG instances again: same places, new uuids
     remade = FakeKubeAPI(nodes, token="remade-token", dra=FakeDRA(slices(REMADE)))
-    servers = {"dra": api, "plain": plain, "bare": bare, "remade": remade}
+    # the driver with its MIG devices turned off: no DeviceClass mig.nvidia.com
+    gpu_only = {"gpu.nvidia.com": NVIDIA_CLASSES["gpu.nvidia.com"]}
+    nomig = FakeKubeAPI(nodes, token="nomig-token", dra=FakeDRA(slices(), classes=gpu_only))
+    servers = {"dra": api, "plain": plain, "bare": bare, "remade": remade, "nomig": nomig}
     config_file = where / "kubeconfig"
     config_file.write_text(json.dumps(kubeconfig(servers, "dra")))
-    with api, plain, bare, remade, pytest.MonkeyPatch.context() as mp:
+    with api, plain, bare, remade, nomig, pytest.MonkeyPatch.context() as mp:
         from kubernetes_asyncio.config import kube_config
 
         mp.setenv("KUBECONFIG", str(config_file))
         mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config_file))
         mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         yield SimpleNamespace(
-            api=api, plain=plain, bare=bare, remade=remade, config_file=str(config_file)
+            api=api,
+            plain=plain,
+            bare=bare,
+            remade=remade,
+            nomig=nomig,
+            config_file=str(config_file),
         )
 
 
@@ -453,6 +461,29 @@ def test_dra_asked_for_where_there_is_none_fails_the_spawn_saying_so(pool, kube)
     assert getattr(error, "status_code", None) == 503
     assert kube.plain.objects_of("pods") == {}
     assert live(pool, "dora") == []
+
+
+def test_a_mig_slice_where_the_driver_has_no_mig_class_fails_saying_so(pool, kube):
+    async def scenario():
+        s = make_spawner(pool, kube, "nico", "a100-1g", context="nomig")
+        await s.run_pre_spawn_hook()
+        with pytest.raises(Exception) as info:
+            await s.start()
+        await s.stop()
+        # a whole GPU on the same cluster is served by DRA all the same
+        w = make_spawner(pool, kube, "nico", "h100", context="nomig")
+        await w.run_pre_spawn_hook()
+        await w.start()
+        pod = kube.nomig.objects_of("pods")[f"{NS}/{w.pod_name}"]
+        await w.stop()
+        return info.value, pod
+
+    error, pod = run(scenario)
+    assert "has no DeviceClass mig.nvidia.com" in str(error)
+    assert getattr(error, "status_code", None) == 503
+    assert pod["spec"]["resourceClaims"][0]["name"] == "gpu"
+    assert claims(kube.nomig) == {}
+    assert live(pool, "nico") == []
 
 
 def test_a_slice_made_again_is_still_claimed_at_its_place(pool, kube, caplog):
