@@ -188,8 +188,21 @@ def gpu_uuid(node: str, index: int) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyterhub-gpupool:{node}:{index}"))
 
 
-def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node]:
-    """Validate the ``nodes`` list."""
+#: Why ``sharing: auto`` is refused for a pool on Kubernetes (``kubernetes=True``).
+KUBERNETES_AUTO_SHARING = (
+    "{field}: sharing 'auto' cannot work on Kubernetes: whether a GPU is shared is the node's "
+    "own setting there, made before any request comes (the device plugin's time-slicing "
+    "config, chosen by the node label nvidia.com/device-plugin.config; with DRA, the GPU's "
+    "shared claim); set {field} to 'exclusive' (whole GPUs) or 'shared' (fractions) to match "
+    "the node"
+)
+
+
+def parse_nodes(
+    raw: object, catalog: Catalog, path: str = "nodes", *, kubernetes: bool = False
+) -> list[Node]:
+    """Validate the ``nodes`` list (``kubernetes``: a non-MIG GPU must say whether it is
+    shared, see ``KUBERNETES_AUTO_SHARING``)."""
     if not isinstance(raw, list):
         raise ConfigError("must be a list of nodes", field=path)
     check_count(len(raw), path, MAX_NODES, "nodes")
@@ -230,6 +243,12 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
                 )
             mig = _keys(gpu_raw.get("mig", {}), _MIG, f"{gwhere}.mig")
             enabled = bool(mig.get("enabled", False))
+            if kubernetes and sharing == "auto" and not enabled:
+                raise ConfigError(
+                    KUBERNETES_AUTO_SHARING.format(field=f"{gwhere}.sharing"),
+                    field=f"{gwhere}.sharing",
+                    allowed=["exclusive", "shared"],
+                )
             if enabled and not model.mig_capable:
                 raise ConfigError(f"{model.name} does not support MIG", field=f"{gwhere}.mig")
             instances = []
@@ -282,11 +301,11 @@ def parse_nodes(raw: object, catalog: Catalog, path: str = "nodes") -> list[Node
     return nodes
 
 
-def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
-    """Validate a whole pool config mapping."""
+def parse_pool_config(raw: object, catalog: Catalog, *, kubernetes: bool = False) -> PoolConfig:
+    """Validate a whole pool config mapping (``kubernetes``: as ``parse_nodes``)."""
     raw = _keys(raw if raw is not None else {}, _TOP, "pool config")
     clusters = parse_clusters(raw.get("clusters"))
-    nodes = parse_nodes(raw.get("nodes", []), catalog)
+    nodes = parse_nodes(raw.get("nodes", []), catalog, kubernetes=kubernetes)
     for n, node in enumerate(nodes):
         check_cluster_name(node.cluster, f"nodes[{n}].cluster")
         check_known(node.cluster, clusters, f"nodes[{n}].cluster")
@@ -337,7 +356,7 @@ def parse_pool_config(raw: object, catalog: Catalog) -> PoolConfig:
     )
 
 
-def load_pool_config(path: str | Path, catalog: Catalog) -> PoolConfig:
+def load_pool_config(path: str | Path, catalog: Catalog, *, kubernetes: bool = False) -> PoolConfig:
     """Read and validate a pool config file; errors say which file and which field."""
     try:
         raw = yaml.safe_load(Path(path).read_text())
@@ -346,7 +365,7 @@ def load_pool_config(path: str | Path, catalog: Catalog) -> PoolConfig:
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}", field="pool config") from None
     try:
-        return parse_pool_config(raw, catalog)
+        return parse_pool_config(raw, catalog, kubernetes=kubernetes)
     except ConfigError as e:
         err = ConfigError(f"{path}: {e.message}", code=e.code)
         err.field, err.allowed = e.field, e.allowed

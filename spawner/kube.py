@@ -8,6 +8,10 @@ bug of kubespawner#546). The offer comes from our picker (``user_options["gpupoo
 where ``profile_list`` is configured, from the chosen profile's
 ``kubespawner_override: {gpupool_offer: ...}``; the profile form then shows each GPU profile's
 live availability.
+
+Where the cluster has Dynamic Resource Allocation and NVIDIA's DRA driver (``device_backend``,
+``auto`` by default), the pod gets the exact device through a ResourceClaim (``spawner/dra.py``)
+instead of a device-plugin resource; older clusters keep the device plugin unchanged.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from traitlets import Bool, Dict, Enum, List, TraitError, Unicode, Union, valida
 from jupyterhub_gpupool.poolclient import PoolRefused, PoolUnavailable
 from jupyterhub_gpupool.wording import units_text
 
-from . import clusterapi, objects
+from . import clusterapi, dra, objects
 from .base import OPTION, GPUPoolSpawnerMixin, spawn_error, wait_text
+from .drakube import DRAClaims
 
 
-class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
+class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
     """KubeSpawner with GPUs from the pool (zero-to-jupyterhub: ``hub.config``)."""
 
     gpupool_offer = Unicode(
@@ -159,9 +164,24 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
         return await super().poll()
 
     async def stop(self, now: bool = False) -> None:
-        """Delete the pod in its cluster."""
+        """Delete the pod in its cluster, then its claim (DRA)."""
         await self.use_cluster_api()
-        return await super().stop(now)
+        try:
+            return await super().stop(now)
+        finally:
+            await self.dra_delete()
+
+    def get_state(self) -> dict:
+        """Adds the DRA claim (to delete it with the server after a hub restart)."""
+        state = super().get_state()
+        mine = self.dra_state()
+        if mine:
+            state["gpupool_dra"] = mine
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.dra_load(state.get("gpupool_dra"))
 
     # -- which offer ------------------------------------------------------------------------
 
@@ -218,6 +238,12 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
                 gpu_tolerations=_tolerations(self.gpu_tolerations),
                 shared_resource=self.shared_resource,
             )
+        if self.gpupool_lease and self.gpupool_lease.get("slots") and self.dra_in_use():
+            # the claim gives the device: no device-plugin resource beside it
+            limits, guarantees = objects.strip_gpu_resources(
+                overrides["extra_resource_limits"], overrides["extra_resource_guarantees"]
+            )
+            overrides.update(extra_resource_limits=limits, extra_resource_guarantees=guarantees)
         for name, value in overrides.items():
             setattr(self, name, value)
         gpu = bool(self.gpupool_lease and self.gpupool_lease.get("slots"))
@@ -225,12 +251,44 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
             self.extra_pod_config, self.runtime_class_name, gpu=gpu
         )
 
+    async def get_pod_manifest(self) -> Any:
+        """KubeSpawner's pod; with DRA, the lease's claims made and referenced from it."""
+        pod = await super().get_pod_manifest()
+        lease = self.gpupool_lease
+        if lease and lease.get("slots") and self.dra_in_use():
+            try:
+                refs = await self.dra_prepare(lease, self.namespace, self.pod_name)
+            except ValueError as e:  # a lease the claim cannot express: say which
+                raise spawn_error(
+                    f"GPU lease {lease.get('id')} cannot be requested through DRA: {e}",
+                    reason="gpupool_dra_claim",
+                    status=500,
+                ) from e
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                where = self._gpupool_api_cluster or "of this hub"
+                raise spawn_error(
+                    f"The Kubernetes API of cluster {where} serves no ResourceClaims "
+                    "(resource.k8s.io/v1), but device_backend is 'dra'; ask an administrator "
+                    "(device_backend 'auto' or 'device-plugin').",
+                    reason="gpupool_dra_missing",
+                    status=503,
+                ) from e
+            dra.attach_claims(pod, refs)
+        return pod
+
     async def start(self) -> Any:
         """Create the pod on the granted node (through its cluster's API), then bind."""
         await self.use_cluster_api()
+        lease = self.gpupool_lease
+        self._dra_backend_now = None
         try:
+            if lease and lease.get("slots"):
+                await self.dra_backend(self._gpupool_api_cluster)
             url = await super().start()
         except ApiException as e:
+            await self._forget_claims()
             cluster = self._gpupool_api_cluster
             if cluster is None or e.status not in (401, 403):
                 raise
@@ -241,8 +299,23 @@ class GPUPoolKubeSpawner(GPUPoolSpawnerMixin, KubeSpawner):
                 reason="gpupool_cluster_api",
                 status=503,
             ) from e
+        except BaseException:
+            await self._forget_claims()
+            raise
+        if lease and self.dra_in_use():
+            try:
+                await self.dra_record(lease, self.namespace)
+            except ApiException as e:  # the pod runs on the claim's device either way
+                self.log.error("Reading the DRA allocation of lease %s: %s", lease["id"], e)
         await self.bind_lease(url)
         return url
+
+    async def _forget_claims(self) -> None:
+        """A failed start deletes the server claim (the hub's stop may come later, or not)."""
+        try:
+            await self.dra_delete()
+        except Exception as e:
+            self.log.error("Deleting the DRA claim of %s: %s", self._log_name, e)
 
     # -- the form -----------------------------------------------------------------------------
 

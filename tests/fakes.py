@@ -1183,6 +1183,8 @@ class FakeKubeAPI:
     ``authorizer`` (``tests.fakekube_rbac.RBAC``) replaces the one token: each request is
     authenticated by its token and authorized by RBAC rules (a rendered chart's), answered 401 or
     403 with the API server's Status as a real one does.
+    ``dra=tests.fakekube_dra.FakeDRA(slices)`` adds ``resource.k8s.io/v1`` (DeviceClasses,
+    ResourceSlices, ResourceClaims) and allocates a pod's claims as it is scheduled.
     """
 
     def __init__(
@@ -1194,6 +1196,7 @@ class FakeKubeAPI:
         auto_steps: bool = False,
         tls: tuple[Path | str, Path | str] | None = None,
         authorizer: Any = None,
+        dra: Any = None,
     ) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
         self.authorizer = authorizer
@@ -1219,6 +1222,10 @@ class FakeKubeAPI:
         self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, plural, type, obj
         self._waiters: list[asyncio.Future[None]] = []  # watches waiting for a change
         self._closing = False
+        #: Dynamic Resource Allocation (``tests.fakekube_dra.FakeDRA``; None: not served)
+        self.dra = dra
+        if dra is not None:
+            dra.install(self)
 
     @property
     def url(self) -> str:
@@ -1363,6 +1370,7 @@ class FakeKubeAPI:
                 (r"/api/v1/nodes/([^/]+)", OneNode),
                 (r"/api/v1/events", Events),
                 *_workload_routes(fake, Base),
+                *(fake.dra.routes(fake, Base) if fake.dra is not None else ()),
             ]
         )
         asyncio.set_event_loop(asyncio.new_event_loop())
@@ -1488,18 +1496,24 @@ class FakeKubeAPI:
             for key, value in ((c.get("resources") or {}).get("limits") or {}).items():
                 if key.startswith("nvidia.com/"):
                     needs[key] = needs.get(key, 0) + int(value)
+        claims_why = None
         for node in self.nodes.values():
             labels = node["metadata"]["labels"]
             allocatable = node["status"].get("allocatable", {})
             if all(labels.get(k) == v for k, v in selector.items()) and all(
                 int(allocatable.get(k, "0")) >= n for k, n in needs.items()
             ):
-                break
+                if self.dra is None or not spec.get("resourceClaims"):
+                    break
+                claims_why = self.dra.schedule(self, pod, node["metadata"]["name"])
+                if claims_why is None:
+                    break
         else:
             pod["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
             ]
             why = "node(s) didn't match Pod's node affinity/selector" if selector else "no fit"
+            why = claims_why or why
             self._pod_event(
                 pod,
                 "FailedScheduling",
@@ -1578,6 +1592,8 @@ class FakeKubeAPI:
                 return None
             obj["metadata"]["deletionTimestamp"] = "2026-03-02T10:00:00Z"
             self._record(plural, "DELETED", obj)
+            if plural == "pods" and self.dra is not None:
+                self.dra.pod_gone(self, obj)
             # the garbage collector: what the object owned goes with it
             uid = obj["metadata"]["uid"]
             for key, other in list(self.objects.items()):

@@ -122,6 +122,13 @@ class PoolService(StrictCommandLine):
         help="YAML file declaring nodes, offers and quotas. Changes made through the admin API "
         "win over it until reset. Empty: everything comes from agents and the API.",
     ).tag(config=True)
+    on_kubernetes = Bool(
+        help="The pool's GPUs are Kubernetes nodes' (default: true when the service runs in a "
+        "pod, KUBERNETES_SERVICE_HOST set, with telemetry_source = agents). The pool config must "
+        "then say of every non-MIG GPU whether it is shared (sharing: exclusive or shared): "
+        "'auto' is refused, since a node's device plugin or DRA claim decides it before any "
+        "request comes.",
+    ).tag(config=True)
     telemetry_source = Enum(
         ["agents", "sim", "nvml"],
         default_value="agents",
@@ -320,6 +327,12 @@ class PoolService(StrictCommandLine):
         url = os.environ.get("JUPYTERHUB_SERVICE_URL")
         return (urlparse(url).port or 80) if url else 10101
 
+    @default("on_kubernetes")
+    def _default_on_kubernetes(self) -> bool:
+        # sim and nvml read one machine's GPUs (a demo that happens to run in a pod)
+        in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        return in_pod and self.telemetry_source == "agents"
+
     @default("node_name")
     def _node_name(self) -> str:
         return socket.gethostname()
@@ -370,7 +383,11 @@ class PoolService(StrictCommandLine):
         self.store = self.make_store(engine)
         if self.pool_config_file:
             try:
-                self.store.load_config(load_pool_config(self.pool_config_file, self.catalog))
+                self.store.load_config(
+                    load_pool_config(
+                        self.pool_config_file, self.catalog, kubernetes=self.on_kubernetes
+                    )
+                )
             except PoolError as e:
                 raise SystemExit(f"pool config: {e}") from None
         self.metrics = PoolMetrics()

@@ -8,9 +8,10 @@ from jupyterhub_gpupool.spawner.base import GPUPoolSpawnerMixin
 
 CLASSES = [PoolService, ReclaimerApp, GPUPoolSpawnerMixin]
 try:
+    from jupyterhub_gpupool.spawner.drakube import DRAClaims
     from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
 
-    CLASSES.append(GPUPoolKubeSpawner)
+    CLASSES += [GPUPoolKubeSpawner, DRAClaims]
 except ImportError:  # the kubernetes extra is optional
     pass
 
