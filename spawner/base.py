@@ -34,6 +34,8 @@ from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
 from jupyterhub_gpupool.wording import asked_ago, ordinal, units_text
 
+from .address import internal_url
+
 #: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
 OPTION = "gpupool_offer"
 #: ``user_options`` keys of an ask for approval: why, and for how many hours.
@@ -592,30 +594,13 @@ class GPUPoolSpawnerMixin(Configurable):
             return offer
         return next((o.get("display_name") or offer for o in offers if o["name"] == offer), offer)
 
-    def internal_url(self, started: Any) -> str | None:
-        """The server's own address from what ``start`` returned (``(ip, port)`` or a URL), with
-        its base URL: where the reclaimer reads it without the proxy, which would stamp its
-        reads as the user's activity. None with ``internal_ssl`` (the reclaimer holds no client
-        certificate): it reads through the proxy then."""
-        if self.internal_ssl:
-            return None
-        if isinstance(started, str):
-            base = started.rstrip("/")
-        elif isinstance(started, (tuple, list)) and len(started) == 2:
-            ip, port = started
-            host = f"[{ip}]" if ":" in str(ip) else (ip or "127.0.0.1")
-            base = f"http://{host}:{port}"
-        else:
-            return None
-        return base + (self.server.base_url if self.server else "/")
-
     async def bind_lease(self, started: Any = None) -> None:
         """The server runs: bind the grant (granted → active) so it does not expire, and tell
         the pool where the server listens (``started``: what ``start`` returned)."""
         if not self.gpupool_lease:
             return
         lease_id = self.gpupool_lease["id"]
-        url = self.internal_url(started)
+        url = internal_url(started, self.server.base_url if self.server else "/", self.internal_ssl)
         if url:
             try:
                 await self.pool.set_server_url(lease_id, url)

@@ -148,6 +148,7 @@ def make_spawner(pool, kube, user, offer, *, context=None, **traits) -> GPUPoolK
         pool_api_token=pool.spawner_token,
         queue_poll_interval=0.2,
         k8s_api_host=kube.api.url,
+        flat_network=True,  # the test's "other cluster" is this machine
         cluster_apis=apis,
         **{"start_timeout": 60, "mem_limit": "4G", "cpu_guarantee": 0.5, **traits},
     )

@@ -202,3 +202,20 @@ def test_configure_hub_adds_to_existing_roles_and_services():
     assert c.GPUPoolSpawnerMixin.pool_api_token == "s3cret"
     with pytest.raises(ValueError, match="service_token"):
         configure_hub(Config(), spawner_token="x", command=None)
+
+
+def test_the_address_the_reclaimer_reads_a_server_at():
+    """What ``start`` returned plus the server's base URL; none with internal SSL (the
+    reclaimer holds no client certificate, so it reads through the proxy)."""
+    from jupyterhub_gpupool.spawner.address import internal_url
+
+    assert internal_url(("127.0.0.1", 8888), "/user/alice/", False) == (
+        "http://127.0.0.1:8888/user/alice/"
+    )
+    assert internal_url(("", 8888), "/user/a/", False) == "http://127.0.0.1:8888/user/a/"
+    assert internal_url(("::1", 9000), "/user/a/x/", False) == "http://[::1]:9000/user/a/x/"
+    assert internal_url("http://10.0.0.7:8888/", "/user/bob/", False) == (
+        "http://10.0.0.7:8888/user/bob/"
+    )
+    assert internal_url(("127.0.0.1", 8888), "/user/alice/", True) is None
+    assert internal_url(None, "/user/alice/", False) is None
