@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -42,6 +43,8 @@ quotas:
 
 #: short enough for a test to wait out: a save-all with no lab answering
 SAVE_TIMEOUT = "--GPUPoolLab.save_timeout=3"
+#: the shortest gap between two presence reports, short for the test (60 s by default)
+PRESENCE_INTERVAL = "--GPUPoolLab.presence_interval=3"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
     env = lab_hub(
         tmp_path_factory.mktemp("lab"),
         POOL,
-        lab_args=(SAVE_TIMEOUT,),
+        lab_args=(SAVE_TIMEOUT, PRESENCE_INTERVAL),
         service_args=("--PoolService.telemetry_source=sim",),
     )
     with env.running():
@@ -119,6 +122,26 @@ def test_only_the_owner_and_the_reclaimer_reach_the_routes(hub: HubEnv, alice: s
     # the reclaimer's kind of token (access:servers) may save, as the reclaimer does
     r = request("POST", f"{alice}/gpupool/save-all", hub.token("admin"), {})
     assert r.status == 200 and r.json()["via"] == "checkpoints"
+
+
+def test_input_reaches_the_pool_at_most_once_per_interval(hub: HubEnv, alice: str):
+    """The server announces its lab to the pool when it starts; then however many tabs report
+    input, however often, the pool hears of it once per ``presence_interval`` (3 s here), with
+    the newest input; bad reports are refused and lose nothing."""
+    token = hub.token("alice")
+    wait_until(lambda: pool_requests(hub, "presence") >= 1, 30, "the lab's announcement")
+    before = pool_requests(hub, "presence")
+    for _ in range(10):  # ten reports from "several tabs" within a second
+        r = request("POST", f"{alice}/gpupool/presence", token, {"idle_for": 0})
+        assert r.status == 202 and r.json()["reported"], r.body
+    wait_until(lambda: pool_requests(hub, "presence") == before + 2, 30, "the second report")
+    time.sleep(4)  # another interval: nothing new to report, so nothing is sent
+    assert pool_requests(hub, "presence") == before + 2
+    for bad in ({"idle_for": -1}, {"idle_for": "now"}, {"idle_for": 601}, {}):
+        r = request("POST", f"{alice}/gpupool/presence", token, bad)
+        assert r.status == 400 and r.json()["error"]["code"] == "invalid_field", (bad, r.body)
+    bob = hub.token("bob")
+    assert request("POST", f"{alice}/gpupool/presence", bob, {"idle_for": 0}).status == 403
 
 
 def test_tabs_share_one_ask_per_interval(hub: HubEnv, alice: str):
