@@ -18,7 +18,6 @@ from .service.scopes import ADMIN, AGENT, CUSTOM_SCOPES, RECLAIM, SPAWN, USE
 #: The reclaimer's role, scope by scope (docs/source/reference/reclaimer.md says why each).
 RECLAIMER_SCOPES = (
     "list:users",  # page GET /users?state=active: whose servers run
-    "read:users:activity",  # the users' and servers' last_activity: presence
     "read:servers",  # the users' servers field: each server's url, ready, pending
     "servers",  # stop a server, and start it again without a GPU or on a smaller offer
     "access:servers",  # the server's /api/kernels and /api/status, save-all and checkpoints

@@ -67,8 +67,8 @@ class ReclaimerApp(StrictCommandLine):
         "$GPUPOOL_SERVICE_URL, else the pool service's default address."
     ).tag(config=True)
     api_token = Unicode(
-        help="Token of the reclaimer's hub service (its role: list:users, read:users:activity, "
-        "read:servers, servers, access:servers, custom:gpupool:reclaim). Default: "
+        help="Token of the reclaimer's hub service (its role: list:users, read:servers, "
+        "servers, access:servers, custom:gpupool:reclaim). Default: "
         "$GPUPOOL_RECLAIMER_TOKEN, else $JUPYTERHUB_API_TOKEN (what the hub gives a managed "
         "service). Prefer the environment: a flag shows in `ps`."
     ).tag(config=True)

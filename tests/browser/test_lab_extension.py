@@ -82,7 +82,6 @@ def hub_config(token: str) -> str:
     """The reclaimer's service and role (its documented scopes), JupyterLab by default."""
     scopes = [
         "list:users",
-        "read:users:activity",
         "read:servers",
         "servers",
         "access:servers",

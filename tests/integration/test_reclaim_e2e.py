@@ -92,7 +92,6 @@ def reclaimer_config(token: str) -> str:
     access = [f"access:servers!user={u}" for u in USERS if u not in UNREADABLE]
     scopes = [
         "list:users",
-        "read:users:activity",
         "read:servers",
         "servers",
         "admin:server_state",

@@ -323,7 +323,6 @@ def test_a_refused_token_reads_as_unknown_and_an_unreachable_server_as_nothing(
     env = hub_environment
     scopes = [
         "list:users",
-        "read:users:activity",
         "read:servers",
         "servers",
         "access:servers!server=alice/",
@@ -746,7 +745,6 @@ def test_configure_hub_registers_the_reclaimer_with_its_scopes_only():
         == list(RECLAIMER_SCOPES)
         == [
             "list:users",
-            "read:users:activity",
             "read:servers",
             "servers",
             "access:servers",
