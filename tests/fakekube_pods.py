@@ -14,7 +14,7 @@ server and scheduler behave:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 ENDED = ("Succeeded", "Failed")
@@ -66,9 +66,9 @@ def fits(fake: Any, node: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 def retry_pending(fake: Any) -> None:
     """Schedule again every pod left Pending without a node (lock held)."""
     for (plural, _, _), pod in list(fake.objects.items()):
-        if plural == "pods" and not pod["spec"].get("nodeName"):
-            if pod["status"].get("phase") == "Pending":
-                fake._schedule(pod)
+        unbound = plural == "pods" and not pod["spec"].get("nodeName")
+        if unbound and pod["status"].get("phase") == "Pending":
+            fake._schedule(pod)
 
 
 def _selector(text: str) -> list[tuple[str, str, bool]]:
@@ -104,12 +104,13 @@ def cluster_pods_route(fake: Any, base: type) -> tuple[str, type]:
         def get(self) -> None:
             fields = _selector(self.get_argument("fieldSelector", ""))
             labels = _selector(self.get_argument("labelSelector", ""))
-            match: Callable[[dict[str, Any]], bool] = lambda o: all(  # noqa: E731
-                (_field(o, k) == v) == eq for k, v, eq in fields
-            ) and all(
-                (((o["metadata"].get("labels") or {}).get(k) or "") == v) == eq
-                for k, v, eq in labels
-            )
+
+            def match(o: dict[str, Any]) -> bool:
+                have = o["metadata"].get("labels") or {}
+                return all((_field(o, k) == v) == eq for k, v, eq in fields) and all(
+                    ((have.get(k) or "") == v) == eq for k, v, eq in labels
+                )
+
             with fake._lock:
                 items = [
                     copy.deepcopy(o)

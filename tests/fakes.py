@@ -1496,7 +1496,8 @@ class FakeKubeAPI:
                     all(n["metadata"]["labels"].get(k) == v for k, v in selector.items())
                     for n in self.nodes.values()
                 )
-                else "Insufficient " + ", ".join(sorted(fakekube_pods.gpu_requests(pod)) or ["resources"])
+                else "Insufficient "
+                + ", ".join(sorted(fakekube_pods.gpu_requests(pod)) or ["resources"])
             )
             self._pod_event(
                 pod,

@@ -1,11 +1,11 @@
-"""The pool's interface to a Kubernetes API server: read nodes, patch their labels.
+"""The pool's interface to a Kubernetes API server: read nodes and pods, patch node labels.
 
 Plain HTTP with ``httpx`` (no client library to keep in step with the server): the calls are
 few — ``GET /api/v1/nodes``, ``GET /api/v1/nodes/{name}``, a JSON merge patch of a node's
-labels, the node's events and the pods of every namespace (``GET /api/v1/pods``) — and the bodies are Kubernetes' own JSON. In a pod, the
-service account's token, CA and the ``KUBERNETES_SERVICE_*`` address are used; elsewhere a
-host, CA and token are given (``KubeAPI``). The token file is read on every request, as
-service-account tokens rotate.
+labels, the node's events and the pods of every namespace (``GET /api/v1/pods``) — and the
+bodies are Kubernetes' own JSON. In a pod, the service account's token, CA and the
+``KUBERNETES_SERVICE_*`` address are used; elsewhere a host, CA and token are given
+(``KubeAPI``). The token file is read on every request, as service-account tokens rotate.
 """
 
 from __future__ import annotations

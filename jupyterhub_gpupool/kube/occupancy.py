@@ -93,9 +93,7 @@ class KubeOccupancy(LoggingConfigurable):
             return {}
         client = self.client()
         try:
-            nodes = {
-                (n.get("metadata") or {}).get("name"): n for n in await client.list_nodes()
-            }
+            nodes = {(n.get("metadata") or {}).get("name"): n for n in await client.list_nodes()}
             pods = await client.list_pods()
         except KubeError as e:
             log.warning("Kubernetes API (outside holds): %s", e)

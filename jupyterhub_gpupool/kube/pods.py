@@ -52,8 +52,10 @@ def holding(pod: Mapping[str, Any]) -> bool:
     """Bound to a node and not ended: its devices are taken."""
     meta = pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
-    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ENDED and not (
-        meta.get("deletionTimestamp") and phase is None
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and phase not in ENDED
+        and not (meta.get("deletionTimestamp") and phase is None)
     )
 
 

@@ -222,7 +222,9 @@ def rebind(
                 )
             continue
         if inst is not None and inst.lease == RETIRING:
-            raise Refusal("device_held", f"MIG device {inst.uuid} is being destroyed", field="device")
+            raise Refusal(
+                "device_held", f"MIG device {inst.uuid} is being destroyed", field="device"
+            )
         other = owner.get(new.key)
         if other is not None:  # the other lease's pod got the device this one leaves
             mine = others.setdefault(other, list(held[other]))

@@ -706,7 +706,9 @@ class PoolService(StrictCommandLine):
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
             if self.occupancy.enabled:  # Kubernetes: what pods outside the pool hold
-                for node, holds in (await self.occupancy.step(self.store, self.writer.call)).items():
+                for node, holds in (
+                    await self.occupancy.step(self.store, self.writer.call)
+                ).items():
                     self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
             silent: list[str] = []
             if self.agent_timeout > 0:

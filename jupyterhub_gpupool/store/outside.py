@@ -55,9 +55,7 @@ class OutsideStore(LeaseStore):
                 self._serve_queue(db, alloc)  # a device came back: whoever waits may have it
             return after.to_json()
 
-    def rebind(
-        self, lease_id: str, devices: Sequence[str], *, actor: str = ""
-    ) -> dict[str, Any]:
+    def rebind(self, lease_id: str, devices: Sequence[str], *, actor: str = "") -> dict[str, Any]:
         """The lease's server runs on ``devices`` (GPU uuids, MIG device uuids, replica ids)
         of its node, not on what the pool chose: the lease holds those from now on (and what
         held them takes what it leaves). Saying what the lease has already changes nothing."""

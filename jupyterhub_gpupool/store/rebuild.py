@@ -16,8 +16,8 @@ from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.miglayout import validate_mig_layout
-from ..pool.outside import OutsideHolds
 from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
+from ..pool.outside import OutsideHolds
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
 from ..pool.quota import QuotaBook, QuotaSpec, period_start

@@ -34,7 +34,11 @@ def pod(name: str, gpus: int, lease: str | None = None) -> dict:
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": NODE},
             "containers": [
-                {"name": "main", "image": "train", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+                {
+                    "name": "main",
+                    "image": "train",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                }
             ],
         },
     }

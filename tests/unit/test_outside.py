@@ -102,10 +102,16 @@ def test_rebind_swaps_with_the_lease_or_outside_mark_that_held_the_device():
     # an outside mark on H2: the lease moving there leaves the mark on its old device
     marks = OutsideHolds({"gpu": 1}, ("H2",))
     alloc.set_outside("h", marks)
-    result = rebind("a", alloc.leases["a"].slots, ["H2"], node, {"b": alloc.leases["b"].slots}, marks)
+    result = rebind(
+        "a", alloc.leases["a"].slots, ["H2"], node, {"b": alloc.leases["b"].slots}, marks
+    )
     assert result.outside.gpus == ("H1",)
     alloc.rebind("a", result, "h")
-    assert [(g.whole_lease, g.outside) for g in node.gpus] == [("b", False), (None, True), ("a", False)]
+    assert [(g.whole_lease, g.outside) for g in node.gpus] == [
+        ("b", False),
+        (None, True),
+        ("a", False),
+    ]
 
 
 def test_rebind_refuses_what_is_not_a_device_of_the_lease_kind():

@@ -248,9 +248,7 @@ class DeviceHandler(_LeaseHandler):
                 field="device",
             )
         actor = ident.describe()
-        self.write_json(
-            await self.writer.call(self.store.rebind, lease_id, devices, actor=actor)
-        )
+        self.write_json(await self.writer.call(self.store.rebind, lease_id, devices, actor=actor))
 
 
 default_handlers = [
