@@ -221,6 +221,10 @@ def rebind(
                     field="device",
                 )
             continue
+        if new.kind == "gpu" and gpu.shares:
+            raise Refusal(
+                "device_held", f"GPU {gpu.uuid} is shared by other leases", field="device"
+            )
         if inst is not None and inst.lease == RETIRING:
             raise Refusal(
                 "device_held", f"MIG device {inst.uuid} is being destroyed", field="device"
