@@ -159,3 +159,19 @@ def test_pods_outside_the_pool_are_counted_per_node_and_resource():
     assert "other" not in got
     node = {"status": {"allocatable": {"nvidia.com/gpu": "3"}}}
     assert kp.unadvertised(node, 4) == 1 and kp.unadvertised(node, 3) == 0
+
+
+def test_a_share_moves_to_the_gpu_of_its_replica_while_there_is_room():
+    shared = parse_offer({"name": "quarter", "kind": "shared", "fraction": 0.75}, CATALOG)
+    alloc = Allocator([h100s(2)], [*OFFERS, shared])
+    grant(alloc, "s", "quarter")
+    grant(alloc, "t", "quarter")
+    node = alloc.nodes["h"]
+    assert [sorted(g.shares) for g in node.gpus] == [["s"], ["t"]]
+    with pytest.raises(Refusal) as e:  # GPU 1 has a quarter left: no room for three
+        rebind("s", alloc.leases["s"].slots, ["H1::3"], node, {"t": alloc.leases["t"].slots})
+    assert e.value.code == "device_held"
+    alloc.release("t", 0.0)
+    moved = rebind("s", alloc.leases["s"].slots, ["H1::3"], node, {})
+    alloc.rebind("s", moved, "h")
+    assert [dict(g.shares) for g in node.gpus] == [{}, {"s": 750}]
