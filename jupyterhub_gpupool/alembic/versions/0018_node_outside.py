@@ -1,14 +1,15 @@
 """nodes.outside: the devices pods the pool did not place hold (Kubernetes), never granted
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0016 (0017 once main's 0017_presence is merged: set down_revision to "0017")
 Create Date: 2026-12-05 21:30:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
+revision = "0018"
+# main has 0017_presence (written beside this branch): on merge this revises "0017"
 down_revision = "0016"
 branch_labels = None
 depends_on = None
