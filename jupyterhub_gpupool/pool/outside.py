@@ -81,9 +81,11 @@ def _free_whole(gpu: Gpu) -> bool:
     return not gpu.mig_enabled and gpu.whole_lease is None and not gpu.shares
 
 
-def _free_instance(inst: MigInstance) -> bool:
-    """An instance that exists and no lease holds (``OUTSIDE`` marks may move)."""
-    return inst.uuid is not None and inst.lease in (None, OUTSIDE)
+def _free_instance(gpu: Gpu, inst: MigInstance) -> bool:
+    """An instance that exists (not one planned on a dynamic-MIG GPU) and no lease holds
+    (``OUTSIDE`` marks may move)."""
+    made = inst.uuid is not None or not gpu.dynamic_mig
+    return made and inst.lease in (None, OUTSIDE)
 
 
 def place_outside(
@@ -115,7 +117,7 @@ def place_outside(
             for g in node.gpus
             if g.mig_enabled
             for i in g.instances
-            if i.profile == profile and _free_instance(i)
+            if i.profile == profile and _free_instance(g, i)
         ]
         free.sort(key=lambda gi: ((gi[0].uuid, gi[1].start) not in had, -gi[0].index, -gi[1].start))
         instances += [(g.uuid, i.start) for g, i in free[:n]]

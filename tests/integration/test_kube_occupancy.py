@@ -125,3 +125,63 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
     # the map shows the mark while it stands (none now)
     gpus = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"]
     assert [g["outside"] for g in gpus] == [False, False]
+
+
+MIG_NODE = "kube-mig"
+MIG_POOL = {
+    "nodes": [
+        {
+            "name": MIG_NODE,
+            "gpus": [
+                {
+                    "model": "A100-80GB",
+                    "mig": {
+                        "enabled": True,
+                        "instances": [{"profile": "1g.10gb", "start": s} for s in range(7)],
+                    },
+                }
+            ],
+        }
+    ],
+    "offers": [{"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]}],
+    "quotas": {"default": {"guarantee": 0, "limit": 8}},
+}
+
+
+def test_mig_slices_an_inference_pod_holds_are_never_granted(db_url: str, tmp_path: Path):
+    upgrade(db_url)
+    store = make_store(db_url, StoreClock(), MIG_POOL)
+    token = tmp_path / "token"
+    with FakeKubeAPI([kube_node(MIG_NODE, config="all-1g.10gb")]) as kube:
+        token.write_text(kube.token)
+        occupancy = KubeOccupancy(enabled=True, api_host=kube.url, token_file=str(token))
+        infer = pod("infer-0", 0)
+        infer["metadata"]["name"] = "infer-0"
+        infer["spec"]["nodeSelector"] = {"kubernetes.io/hostname": MIG_NODE}
+        infer["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 5}}
+        assert create(kube, "serve", infer)["status"]["phase"] == "Running"
+
+        async def rounds(call):
+            try:
+                marked = await occupancy.step(store, call)
+                granted = [await call(store.allocate, f"u{i}", "", "a100-1g") for i in range(3)]
+                return marked, granted
+            finally:
+                await occupancy.close()
+
+        async def go():
+            writer = BatchWriter(store)
+            writer.start()
+            try:
+                return await rounds(writer.call)
+            finally:
+                writer.stop()
+
+        marked, granted = asyncio.run(go())
+    assert marked[MIG_NODE]["counts"] == {"1g.10gb": 5}
+    assert len(marked[MIG_NODE]["instances"]) == 5
+    assert [g["state"] for g in granted] == ["granted", "granted", "queued"]
+    gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
+    states = sorted(i["state"] for i in gpu["instances"])
+    assert states == ["outside"] * 5 + ["present"] * 2
+    assert all(i["lease"] is None for i in gpu["instances"] if i["state"] == "outside")
