@@ -101,6 +101,8 @@ class NodeRow(Base):
     last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     #: Its agent went silent: no new grants until it reports again (leases stay).
     unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: What pods the pool did not place hold on it (``pool.outside.OutsideHolds.to_json``).
+    outside: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     gpus: Mapped[list[GpuRow]] = relationship(
         back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"
     )

@@ -187,6 +187,13 @@ class PoolClient:
         path = f"allocations/{quote(lease_id, safe='')}/presence"
         return await self.request("POST", path, {"idle_for": idle_for})
 
+    async def rebind(self, lease_id: str, device: str) -> dict:
+        """The lease's server got ``device`` (a GPU uuid, a MIG device uuid or a replica id),
+        not necessarily what the pool chose: the lease moves there (``POST
+        allocations/{id}/device``). Returns the lease."""
+        path = f"allocations/{quote(lease_id, safe='')}/device"
+        return await self.request("POST", path, {"device": device})
+
     async def user(self, name: str) -> dict:
         """A user's quota, use, leases and notices."""
         return await self.request("GET", f"users/{quote(name, safe='')}")

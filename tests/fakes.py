@@ -47,6 +47,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tests import fakekube_pods
 from tests.integration.hubenv import (
     ROOT,
     SPAWNER_CONFIG,
@@ -1371,6 +1372,7 @@ class FakeKubeAPI:
                 (r"/api/v1/events", Events),
                 *_workload_routes(fake, Base),
                 *(fake.dra.routes(fake, Base) if fake.dra is not None else ()),
+                fakekube_pods.cluster_pods_route(fake, Base),
             ]
         )
         asyncio.set_event_loop(asyncio.new_event_loop())
@@ -1491,17 +1493,12 @@ class FakeKubeAPI:
         it Pending with the scheduler's reason."""
         spec = pod["spec"]
         selector = spec.get("nodeSelector") or {}
-        needs: dict[str, int] = {}
-        for c in spec.get("containers", []):
-            for key, value in ((c.get("resources") or {}).get("limits") or {}).items():
-                if key.startswith("nvidia.com/"):
-                    needs[key] = needs.get(key, 0) + int(value)
         claims_why = None
         for node in self.nodes.values():
             labels = node["metadata"]["labels"]
-            allocatable = node["status"].get("allocatable", {})
-            if all(labels.get(k) == v for k, v in selector.items()) and all(
-                int(allocatable.get(k, "0")) >= n for k, n in needs.items()
+            # what the node's running pods hold is not free (tests/fakekube_pods.py)
+            if all(labels.get(k) == v for k, v in selector.items()) and fakekube_pods.fits(
+                self, node, pod
             ):
                 if self.dra is None or not spec.get("resourceClaims"):
                     break
@@ -1512,7 +1509,16 @@ class FakeKubeAPI:
             pod["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
             ]
-            why = "node(s) didn't match Pod's node affinity/selector" if selector else "no fit"
+            why = (
+                "node(s) didn't match Pod's node affinity/selector"
+                if selector
+                and not any(
+                    all(n["metadata"]["labels"].get(k) == v for k, v in selector.items())
+                    for n in self.nodes.values()
+                )
+                else "Insufficient "
+                + ", ".join(sorted(fakekube_pods.gpu_requests(pod)) or ["resources"])
+            )
             why = claims_why or why
             self._pod_event(
                 pod,
@@ -1592,8 +1598,10 @@ class FakeKubeAPI:
                 return None
             obj["metadata"]["deletionTimestamp"] = "2026-03-02T10:00:00Z"
             self._record(plural, "DELETED", obj)
-            if plural == "pods" and self.dra is not None:
-                self.dra.pod_gone(self, obj)
+            if plural == "pods":
+                if self.dra is not None:
+                    self.dra.pod_gone(self, obj)
+                fakekube_pods.retry_pending(self)  # what it held is free again
             # the garbage collector: what the object owned goes with it
             uid = obj["metadata"]["uid"]
             for key, other in list(self.objects.items()):
@@ -1641,6 +1649,7 @@ class FakeKubeAPI:
                 cs["ready"] = False
                 cs["state"] = {"terminated": {"exitCode": exit_code, "reason": "Completed"}}
             self._record("pods", "MODIFIED", obj)
+            fakekube_pods.retry_pending(self)
 
 
 #: The kinds of the namespaced workload routes, by plural.

@@ -1,11 +1,11 @@
-"""The pool's interface to a Kubernetes API server: read nodes, patch their labels.
+"""The pool's interface to a Kubernetes API server: read nodes and pods, patch node labels.
 
 Plain HTTP with ``httpx`` (no client library to keep in step with the server): the calls are
 few — ``GET /api/v1/nodes``, ``GET /api/v1/nodes/{name}``, a JSON merge patch of a node's
-labels, and the node's events — and the bodies are Kubernetes' own JSON. In a pod, the
-service account's token, CA and the ``KUBERNETES_SERVICE_*`` address are used; elsewhere a
-host, CA and token are given (``KubeAPI``). The token file is read on every request, as
-service-account tokens rotate.
+labels, the node's events and the pods of every namespace (``GET /api/v1/pods``) — and the
+bodies are Kubernetes' own JSON. In a pod, the service account's token, CA and the
+``KUBERNETES_SERVICE_*`` address are used; elsewhere a host, CA and token are given
+(``KubeAPI``). The token file is read on every request, as service-account tokens rotate.
 """
 
 from __future__ import annotations
@@ -102,6 +102,12 @@ class KubeClient:
         """Every node (matching ``label_selector``), as Kubernetes ``Node`` objects."""
         params = {"labelSelector": label_selector} if label_selector else None
         return (await self._call("GET", "/api/v1/nodes", params=params)).get("items") or []
+
+    async def list_pods(self, field_selector: str = "") -> list[dict[str, Any]]:
+        """Pods of every namespace (matching ``field_selector``, e.g.
+        ``spec.nodeName=gpu-1``), as Kubernetes ``Pod`` objects."""
+        params = {"fieldSelector": field_selector} if field_selector else None
+        return (await self._call("GET", "/api/v1/pods", params=params)).get("items") or []
 
     async def get_node(self, name: str) -> dict[str, Any]:
         """One ``Node``."""

@@ -30,6 +30,7 @@ from .model import (
     offer_units,
     validate_node,
 )
+from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
@@ -630,6 +631,36 @@ class Allocator(NodeStates):
     def restore_waiter(self, waiter: Waiter) -> None:
         """Re-establish a queued request read back from storage."""
         self.waiters[waiter.request.id] = waiter
+
+    # -- what the cluster says ---------------------------------------------------------------
+
+    def set_outside(self, name: str, holds: OutsideHolds) -> None:
+        """Mark the devices of node ``name`` that pods the pool did not place hold
+        (``pool.outside.place_outside`` chose them): they take nothing new."""
+        node = self.nodes[name]
+        gpus, instances = set(holds.gpus), set(holds.instances)
+        for g in node.gpus:
+            g.outside = g.uuid in gpus and g.whole_lease is None and not g.shares
+            for i in g.instances:
+                if i.lease == OUTSIDE:
+                    i.lease = None
+                if i.lease is None and (g.uuid, i.start) in instances:
+                    i.lease = OUTSIDE
+        self._reindex(node)
+
+    def rebind(self, lease_id: str, rebinding: Rebinding, node: str) -> None:
+        """Apply ``pool.outside.rebind``'s outcome: the lease (and the leases it swaps with)
+        hold the devices their pods really got; the node's outside marks follow."""
+        moving = {lease_id: rebinding.slots, **rebinding.others}
+        leases = [self.leases[lid] for lid in moving]
+        for lease in leases:
+            lease.slots = tuple(replace(s, create=False) for s in lease.slots)
+            self._vacate(lease)
+        self.set_outside(node, OutsideHolds())
+        for lease in leases:
+            lease.slots = tuple(moving[lease.id])
+            self._occupy(lease)
+        self.set_outside(node, rebinding.outside)
 
     def set_offers(self, offers: Iterable[Offer]) -> None:
         """Replace the offers (admin edit); leases of removed offers keep their capacity."""

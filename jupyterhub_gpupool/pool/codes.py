@@ -144,6 +144,19 @@ _DECLARED = (
     # inventory and configuration
     Code("gpu_elsewhere", "A reported GPU belongs to another node."),
     Code(
+        "unknown_device",
+        "A device a lease is said to run on is not one the pool knows on the lease's node.",
+    ),
+    Code(
+        "device_mismatch",
+        "The devices given do not match the lease: another kind, MIG profile or number.",
+    ),
+    Code(
+        "device_held",
+        "The device cannot take the lease: an instance being destroyed, or a GPU without room "
+        "for the share.",
+    ),
+    Code(
         "unknown_cluster",
         "A cluster the pool config does not list (the answer's `allowed` names the known ones).",
     ),

@@ -76,11 +76,13 @@ class Gpu:
     instances: list[MigInstance] = field(default_factory=list)
     whole_lease: str | None = None
     shares: dict[str, int] = field(default_factory=dict)
+    #: A pod the pool did not place holds it (``pool.outside``): it takes nothing new.
+    outside: bool = False
 
     @property
     def schedulable(self) -> bool:
-        """Healthy and not cordoned: may take new work."""
-        return self.healthy and not self.cordoned
+        """Healthy, not cordoned and not held outside the pool: may take new work."""
+        return self.healthy and not self.cordoned and not self.outside
 
     @property
     def used_milli(self) -> int:

@@ -31,6 +31,7 @@ from ..extras import MissingExtra
 from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
+from ..kube.occupancy import KubeOccupancy
 from ..logredact import redact
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
@@ -67,7 +68,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller, PoolAlerts]
+    classes = [MigLabeller, KubeOccupancy, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -397,6 +398,8 @@ class PoolService(StrictCommandLine):
         self.leader = LeaderLock(engine)
         #: re-partitions of Kubernetes nodes through nvidia.com/mig.config (c.MigLabeller)
         self.mig_labeller = MigLabeller(parent=self)
+        #: GPUs pods the pool did not place hold, read from the Kubernetes API (c.KubeOccupancy)
+        self.occupancy = KubeOccupancy(parent=self)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -719,6 +722,11 @@ class PoolService(StrictCommandLine):
             await self.budget_step()
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
+            if self.occupancy.enabled:  # Kubernetes: what pods outside the pool hold
+                for node, holds in (
+                    await self.occupancy.step(self.store, self.writer.call)
+                ).items():
+                    self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)

@@ -18,7 +18,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
   MIG re-partitions, and the map's reads; ``labelmig`` — the failure of a re-partition
   applied through the Kubernetes ``nvidia.com/mig.config`` label; ``approvals`` — an
   administrator's decision on a request awaiting approval, and the lapse of approved time;
-  ``alerting`` — what the service's alert loop reads, and the audit of its alerts.
+  ``alerting`` — what the service's alert loop reads, and the audit of its alerts;
+  ``outside`` — devices pods the pool did not place hold, and the device a pod really got.
 
 ``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
 calls those only through its writer (``service/writer.py``), off the event loop.
@@ -32,12 +33,13 @@ from .approvals import ApprovalStore
 from .budgets import BudgetStore
 from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
+from .outside import OutsideStore
 from .planning import PlanningStore
 from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(ApprovalStore, BudgetStore, PlanningStore, AlertStore):
+class Store(OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

@@ -99,6 +99,8 @@ WRITES = frozenset(
         "cancel_repartition",
         "advance_repartitions",
         "fail_repartition",
+        "set_outside",
+        "rebind",
     }
 )
 #: Writes that refuse, if at all, before they write anything: they may share one transaction

@@ -20,6 +20,7 @@ from typing import Any
 from ..pool.allocator import Allocator
 from ..pool.catalog import GpuModel
 from ..pool.model import RETIRING, Gpu
+from ..pool.outside import OUTSIDE
 from .rows import epoch, ts
 from .views import instance_state
 
@@ -74,6 +75,7 @@ class MapText:
                     g.dynamic_mig,
                     g.healthy,
                     g.cordoned,
+                    g.outside,
                     g.whole_lease,
                     tuple(g.shares.items()),
                     tuple((i.profile, i.start, i.lease, i.uuid is None) for i in g.instances),
@@ -146,7 +148,7 @@ class MapText:
                     "profile": i.profile,
                     "start": i.start,
                     "slices": size,
-                    "lease": None if i.lease == RETIRING else i.lease,
+                    "lease": None if i.lease in (RETIRING, OUTSIDE) else i.lease,
                     "state": instance_state(g, i),
                 }
             )
@@ -158,6 +160,7 @@ class MapText:
             "dynamic_mig": g.dynamic_mig,
             "healthy": g.healthy,
             "cordoned": g.cordoned,
+            "outside": g.outside,
             "memory_slices": g.model.memory_slices,
             "free_units": left,
             "instances": instances,

@@ -17,6 +17,7 @@ from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.miglayout import validate_mig_layout
 from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
+from ..pool.outside import OutsideHolds
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
 from ..pool.quota import QuotaBook, QuotaSpec, period_start
@@ -180,6 +181,11 @@ def build_allocator(
         allocator.restore(lease_of(row, row.slots))
     for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.state == "queued")):
         allocator.restore_waiter(waiter_of(row))
+    for name, outside in db.execute(
+        select(orm.NodeRow.name, orm.NodeRow.outside).where(orm.NodeRow.outside.is_not(None))
+    ):
+        if name in allocator.nodes:  # after the leases: a mark never covers a lease's device
+            allocator.set_outside(name, OutsideHolds.from_json(outside))
     return allocator
 
 

@@ -18,6 +18,7 @@ from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
 from ..pool.leases import is_ready, mig_device
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
+from ..pool.outside import OUTSIDE
 from ..pool.queue import estimate_wait
 from ..pool.reclaim import notice_words
 from ..pool.reclaimpolicy import PolicySet, parse_policies
@@ -500,6 +501,8 @@ def instance_state(gpu: Gpu, inst: MigInstance) -> str:
     """``present``, ``planned`` (wanted on a dynamic GPU, not made yet) or ``retiring``."""
     if inst.lease == RETIRING:
         return "retiring"
+    if inst.lease == OUTSIDE:
+        return "outside"
     return "planned" if gpu.dynamic_mig and inst.uuid is None else "present"
 
 
@@ -512,13 +515,14 @@ def _gpu_json(g: Gpu, schedulable: bool, holders: list[dict[str, Any]]) -> dict[
         "dynamic_mig": g.dynamic_mig,
         "healthy": g.healthy,
         "cordoned": g.cordoned,
+        "outside": g.outside,
         "free_units": g.free_units() if schedulable else 0.0,
         "instances": [
             {
                 "profile": i.profile,
                 "start": i.start,
                 "uuid": i.uuid,
-                "lease": None if i.lease == RETIRING else i.lease,
+                "lease": None if i.lease in (RETIRING, OUTSIDE) else i.lease,
                 "state": instance_state(g, i),
             }
             for i in g.instances

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 
@@ -182,6 +183,8 @@ class AgentLoop:
         rand: Callable[[], float] = random.random,
         logger: logging.Logger | None = None,
         cluster: str | None = None,
+        devices: Any = None,
+        devices_interval: float = 15.0,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -229,6 +232,10 @@ class AgentLoop:
         self.next_inventory = now
         self.next_send = now
         self.next_stats = now + stats_interval
+        #: the pods' real devices (``podresources.PodDevices``; None: not on Kubernetes)
+        self.devices = devices
+        self.devices_interval = devices_interval
+        self.next_devices = now
 
     # --- timing -----------------------------------------------------------------------------
 
@@ -244,6 +251,8 @@ class AgentLoop:
     def next_wakeup(self) -> float:
         """When something is due next (sample, inventory check, delivery or stats)."""
         due = [self.next_sample, self.next_inventory, self.next_stats]
+        if self.devices is not None:
+            due.append(self.next_devices)
         if self._to_deliver():
             due.append(self.next_send)
         return min(due)
@@ -268,6 +277,9 @@ class AgentLoop:
             self.collect(now)
         if now >= self.next_send and self._to_deliver():
             await self.deliver()
+        if self.devices is not None and now >= self.next_devices:
+            self.next_devices = now + self.devices_interval
+            await self.devices.step(self.post_devices)
         if now >= self.next_stats:
             self.next_stats = now + self.stats_interval
             self.log.info("Agent %s: %s", self.node, self.stats.line(len(self.queue)))
@@ -441,6 +453,15 @@ class AgentLoop:
         self.check_inventory()
         if await self._send_mig_results() and self._inventory is not None:
             await self._send_inventory()
+
+    async def post_devices(self, lease: str, devices: list[str]) -> tuple[int | None, bytes]:
+        """Tell the pool the devices lease ``lease``'s server really got."""
+        url = f"{self.api_url}allocations/{quote(lease, safe='')}/device"
+        body = {"device": devices[0]} if len(devices) == 1 else {"devices": devices}
+        try:
+            return await self.transport("POST", url, self.headers, json.dumps(body).encode())
+        except Exception as e:
+            return None, f"{type(e).__name__}: {e}".encode()
 
     async def _request(self, method: str, what: str, data: Any) -> tuple[int | None, bytes]:
         url = f"{self.api_url}nodes/{self.node}/{what}"
@@ -643,6 +664,19 @@ class NodeAgent(StrictCommandLine):
     ca_file = Unicode("", help="CA bundle to verify the service's TLS certificate with.").tag(
         config=True
     )
+    pod_resources_socket = Unicode(
+        "",
+        help="The kubelet's PodResources socket (/var/lib/kubelet/pod-resources/kubelet.sock, "
+        "mounted read-only): tell the pool the device each of its servers' pods really got "
+        "(the device plugin picks it). Needs grpcio (the kubelet extra) and pods list on the "
+        "API server. Empty: off.",
+    ).tag(config=True)
+    kube_api_host = Unicode(
+        "", help="The Kubernetes API server for the node's pods; empty: the pod's own."
+    ).tag(config=True)
+    devices_interval = Float(
+        15.0, help="Seconds between reads of the pods' devices (pod_resources_socket)."
+    ).tag(config=True)
 
     @default("log_level")
     def _log_level_default(self) -> int:
@@ -711,6 +745,22 @@ class NodeAgent(StrictCommandLine):
             stats_interval=self.stats_interval,
             logger=self.log,
             cluster=self.cluster,
+            devices=self.make_devices(),
+            devices_interval=self.devices_interval,
+        )
+
+    def make_devices(self) -> Any:
+        """The pods' devices reader, when ``pod_resources_socket`` is set."""
+        if not self.pod_resources_socket:
+            return None
+        from ..kube.client import KubeAPI, KubeClient
+        from .podresources import PodDevices, PodResourcesClient
+
+        api = KubeAPI(self.kube_api_host) if self.kube_api_host else KubeAPI.in_cluster()
+        kube = KubeClient(api)
+        return PodDevices(
+            PodResourcesClient(self.pod_resources_socket),
+            lambda: kube.list_pods(f"spec.nodeName={self.node}"),
         )
 
     async def start_async(self) -> None:

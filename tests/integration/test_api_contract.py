@@ -263,6 +263,15 @@ def test_success_responses_match_spec(api: Api):
         )
         lease = call(user, "GET", f"allocations/{lid}", "/allocations/{id}").json()
         assert lease["ready"] is True and lease["slots"][0]["mig_uuid"] == "MIG-contract"
+        # the node's agent says the pod got the device the pool chose: nothing moves
+        same = call(
+            "agent",
+            "POST",
+            f"allocations/{lid}/device",
+            "/allocations/{id}/device",
+            {"device": "MIG-contract"},
+        ).json()
+        assert same["slots"] == lease["slots"]
         active = call(user, "POST", f"allocations/{lid}/keepalive", "/allocations/{id}/keepalive")
         assert active.json()["state"] == "active"
         resized = call(

@@ -160,6 +160,11 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     "duration asked, a smaller offer of the same kind: relations to the request",
     ("POST /allocations/{id}/approve", "unknown_offer", ".*", ".*"): "the pool's config",
     ("POST /allocations/{id}/deny", "missing_field", "reason", ".*"): "a reason of spaces only",
+    ("POST /allocations/{id}/device", "unknown_device", ".*", ".*"): "the devices the pool "
+    "knows on the lease's node",
+    ("POST /allocations/{id}/device", "device_mismatch", ".*", ".*"): "the kind, profile and "
+    "number of the lease's devices",
+    ("POST /allocations/{id}/device", "device_held", ".*", ".*"): "what holds the device now",
     ("GET /capacity", "invalid_range", "to|from", ".*"): "`to` not after `from`, or more than "
     "366 days between them: relations between two arguments",
     ("GET /usage/idle-holders", "invalid_range", "to|from", ".*"): "the same relation",

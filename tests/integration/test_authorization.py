@@ -44,6 +44,8 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("DELETE allocations/{id}?reason=admin",   401,  403,  404,  403,  404,  403,  200,  403,  200),
     ("POST allocations/{id}/resize",           401,  201,  404,  201,  404,  403,  201,  403,  201),
     ("POST allocations/{id}/keepalive",        401,  200,  404,  200,  404,  403,  200,  403,  200),
+    # the device a server really got: agents and spawners; a device not in the pool is 422
+    ("POST allocations/{id}/device",           401,  403,  403,  403,  403,  403,  422,  422,  422),
     # the lab's restart into a reserved lease: allowed, then refused for a server not running
     ("POST allocations/{id}/restart",          401,  422,  404,  422,  404,  403,  422,  403,  422),
     ("GET users/alice",                        401,  200,  403,  200,  403,  403,  200,  403,  200),
@@ -103,6 +105,7 @@ BODIES: dict[str, object] = {
     "POST allocations": {"user": "alice", "offer": "t4-quarter"},
     "POST allocations/{id}/resize": {"offer": "a100-1g"},
     "POST allocations/{id}/keepalive": {},
+    "POST allocations/{id}/device": {"device": "GPU-not-in-the-pool"},
     "POST allocations/{id}/restart": {},
     "PUT quotas/users/alice": {"guarantee": 0, "limit": 2, "budget": None, "period": "month"},
     "PATCH quotas/users/alice": {"limit": 2},

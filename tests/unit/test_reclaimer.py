@@ -287,9 +287,9 @@ def test_only_the_spawner_says_where_a_server_listens(hub_environment, tmp_path,
             )
             assert mine.status == 403, mine.body
             # a wrong type or no server address: 422 with the field named
-            for bad, status in (("ftp://x/", 422), ("http:///nohost", 422), ("http://h/?q", 422), (7, 422)):  # fmt: skip
+            for bad in ("ftp://x/", "http:///nohost", "http://h/?q", 7):
                 r = await asyncio.to_thread(request, "PUT", url, env.spawner_token, {"url": bad})
-                assert r.status == status and r.json()["error"]["field"] == "url", (bad, r.body)
+                assert r.status == 422 and r.json()["error"]["field"] == "url", (bad, r.body)
             good = {"url": "http://10.0.0.7:8888/user/alice/"}
             r = await asyncio.to_thread(request, "PUT", url, env.spawner_token, good)
             assert r.status == 200, r.body

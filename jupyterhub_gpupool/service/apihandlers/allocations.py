@@ -255,6 +255,37 @@ class ServerAddressHandler(_LeaseHandler):
         )
 
 
+class DeviceHandler(_LeaseHandler):
+    """``POST allocations/{id}/device {device}``: the device the lease's server really got
+    (the agent from the kubelet's PodResources, a DRA spawner from its claim's allocation); the
+    lease moves there, so idle judgement, the panel and chargeback follow it."""
+
+    route_name = "device"
+
+    @needs("spawn-or-agent", "rebind leases")
+    async def post(self, lease_id: str) -> None:
+        ident = self.identity
+        if not ident.is_agent:  # a spawner: only the leases of its own hub
+            self._check(lease_id)
+        body = self.json_body({"device": (str, False), "devices": (list, False)})
+        devices = body.get("devices")
+        if "device" in body:
+            devices = [body["device"]] if devices is None else None
+        if (
+            not devices
+            or len(devices) > 64
+            or not all(isinstance(d, str) and 0 < len(d) <= 255 for d in devices)
+        ):
+            raise APIError(
+                "invalid_field",
+                "give the device the server got (device) or, for a lease of several GPUs, "
+                "every one of them (devices: 1 to 64 ids)",
+                field="device",
+            )
+        actor = ident.describe()
+        self.write_json(await self.writer.call(self.store.rebind, lease_id, devices, actor=actor))
+
+
 default_handlers = [
     (r"offers", OffersHandler),
     (r"allocations", AllocationsHandler),
@@ -263,4 +294,5 @@ default_handlers = [
     (r"allocations/([^/]+)/keepalive", KeepaliveHandler),
     (r"allocations/([^/]+)/presence", PresenceHandler),
     (r"allocations/([^/]+)/server", ServerAddressHandler),
+    (r"allocations/([^/]+)/device", DeviceHandler),
 ]

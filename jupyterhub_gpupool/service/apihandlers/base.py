@@ -39,6 +39,7 @@ ABILITIES: dict[str, Callable[[Identity], bool]] = {
     "agent": lambda i: i.is_agent,
     "reclaim": lambda i: i.is_reclaimer,
     "use-or-agent": lambda i: i.may_use or i.is_agent,
+    "spawn-or-agent": lambda i: i.is_spawner or i.is_agent,
     "use-or-reclaim": lambda i: i.may_use or i.is_reclaimer,
     "identified": lambda i: True,
 }

@@ -47,6 +47,7 @@ STATUS: dict[str, int] = {
     "not_awaiting_approval": 409,
     "repartition_applying": 409,
     "gpu_elsewhere": 409,
+    "device_held": 409,
     "repartition_pending": 409,
     "not_on_kubernetes": 409,
     "over_limit": 409,
@@ -64,6 +65,8 @@ STATUS: dict[str, int] = {
     "cluster_not_served": 422,
     "unknown_cluster": 422,
     "exceeds_node_size": 422,
+    "unknown_device": 422,
+    "device_mismatch": 422,
     # every refusal by a quota is 422 (the request is well formed; the quota does not allow it)
     "no_quota": 422,
     "budget_exhausted": 422,

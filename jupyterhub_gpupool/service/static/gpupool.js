@@ -537,6 +537,7 @@
   const BUSY = 5; // % utilization above which a held slice reads busy
 
   function sliceState(gpu, node, lease, inst, util) {
+    if (inst && inst.state === "outside") return "off";
     if (inst && inst.state !== "present" && !lease) return "planned";
     if (!lease) return gpu.cordoned || !gpu.healthy || node.cordoned || node.draining || node.unreachable ? "off" : "free";
     if (lease.notice) return "reclaiming";
@@ -556,7 +557,7 @@
       if (l.borrowed) parts.push("borrowed");
       if (l.notice) parts.push(`${l.notice.kind} notice until ${l.notice.deadline}`);
     } else {
-      parts.push(s.state === "planned" ? "planned" : s.state === "off" ? "cordoned" : "free");
+      parts.push(s.outside ? "held outside the pool" : s.state === "planned" ? "planned" : s.state === "off" ? "cordoned" : "free");
     }
     if (s.util !== null && s.util !== undefined) parts.push(`${Math.round(s.util)} % busy`);
     return parts.join(" · ");
@@ -572,7 +573,7 @@
       for (const inst of [...gpu.instances].sort((a, b) => a.start - b.start)) {
         if (inst.start > at) out.push({ key: `free${at}`, width: (inst.start - at) / total, label: `free memory slices ${at}–${inst.start - 1}`, free: true });
         const lease = holder(inst.lease);
-        out.push({ key: `${inst.profile}@${inst.start}`, width: inst.slices / total, label: `${inst.profile} at slice ${inst.start}`, lease, inst, util: util[`${gpu.uuid}/${inst.start}`] });
+        out.push({ key: `${inst.profile}@${inst.start}`, width: inst.slices / total, label: `${inst.profile} at slice ${inst.start}`, lease, inst, util: util[`${gpu.uuid}/${inst.start}`], outside: inst.state === "outside" });
         at = Math.max(at, inst.start + inst.slices);
       }
       if (at < total) out.push({ key: `free${at}`, width: (total - at) / total, label: `free memory slices ${at}–${total - 1}`, free: true });
@@ -586,11 +587,11 @@
           out.push({ key: `share-${h.lease}`, width: h.milli / 1000, label: `${h.milli / 10} % share`, lease: holder(h.lease), util: gpuUtil });
           used += h.milli;
         }
-        if (used < 1000) out.push({ key: "rest", width: (1000 - used) / 1000, label: shares.length ? "free share" : "whole GPU, free", util: gpuUtil, free: true });
+        if (used < 1000) out.push({ key: "rest", width: (1000 - used) / 1000, label: shares.length ? "free share" : "whole GPU, free", util: gpuUtil, free: true, outside: !!gpu.outside });
       }
     }
     for (const s of out) {
-      s.state = s.free ? (gpu.cordoned || !gpu.healthy || node.cordoned || node.draining || node.unreachable ? "off" : "free") : sliceState(gpu, node, s.lease, s.inst, s.util);
+      s.state = s.free ? (s.outside || gpu.cordoned || !gpu.healthy || node.cordoned || node.draining || node.unreachable ? "off" : "free") : sliceState(gpu, node, s.lease, s.inst, s.util);
     }
     return out;
   }
