@@ -20,9 +20,10 @@ LABEL org.opencontainers.image.title="jupyterhub-gpupool" \
       org.opencontainers.image.source="https://github.com/jupyterhub-gpupool/jupyterhub-gpupool" \
       org.opencontainers.image.licenses="BSD-3-Clause"
 # postgres: psycopg for PostgreSQL; nvml: nvidia-ml-py for the agent (the driver's
-# libnvidia-ml comes from the node through the NVIDIA container runtime)
+# libnvidia-ml comes from the node through the NVIDIA container runtime); kubelet: grpcio for
+# the agent's reads of the kubelet's PodResources API (agent.podResources)
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir "$(ls /wheels/jupyterhub_gpupool-*.whl)[postgres,nvml]" \
+RUN pip install --no-cache-dir "$(ls /wheels/jupyterhub_gpupool-*.whl)[postgres,nvml,kubelet]" \
  && rm -rf /wheels \
  && useradd --uid 1000 --user-group --no-create-home --home-dir /tmp gpupool
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -359,7 +359,7 @@ def test_dockerfile_builds_the_image_the_chart_runs() -> None:
     dockerfile = (CHART.parents[1] / "Dockerfile").read_text()
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert "python -m build --wheel" in dockerfile
-    assert "jupyterhub_gpupool-*.whl)[postgres,nvml]" in dockerfile
+    assert "jupyterhub_gpupool-*.whl)[postgres,nvml,kubelet]" in dockerfile
     uid = values["pool"]["podSecurityContext"]["runAsUser"]
     assert f"USER {uid}:{values['pool']['podSecurityContext']['runAsGroup']}" in dockerfile
     assert f"EXPOSE {values['pool']['port']}" in dockerfile

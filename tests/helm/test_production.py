@@ -54,14 +54,44 @@ def test_repartition_grants_exactly_what_the_labeller_calls(render) -> None:
 
 
 def test_occupancy_reads_pods_and_nodes(render) -> None:
-    assert granted(render(OCCUPANCY)) == {"pods": {"list", "watch"}, "nodes": {"get", "list"}}
+    """kube/occupancy.py lists nodes and pods each round, nothing more; the service is told to."""
+    manifests = render(OCCUPANCY)
+    assert granted(manifests) == {"pods": {"list"}, "nodes": {"list"}}
     both = granted(render({**REPARTITION, **OCCUPANCY}))
-    assert both == {
-        "pods": {"list", "watch"},
-        "nodes": {"get", "list", "patch"},
-        "events": {"list"},
+    assert both == {"pods": {"list"}, "nodes": {"get", "list", "patch"}, "events": {"list"}}
+    assert automount(manifests)["Deployment/gpupool"] is True
+    pool = one(manifests, "Deployment", "gpupool")
+    assert (
+        "--KubeOccupancy.enabled=True" in pool["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert "--KubeOccupancy.enabled=True" not in str(render({}))
+
+
+def test_pod_resources_mounts_the_socket_and_lets_agents_list_pods_only(render) -> None:
+    """agent.podResources: the kubelet's socket folder read-only, the reader pointed at it, and
+    a token allowed to list pods (to find the pool's pods on the node); nothing else changes."""
+    manifests = render({"agent": {"podResources": {"enabled": True}}})
+    (agent,) = by_kind(manifests, "DaemonSet")
+    spec = agent["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    volume = next(v for v in spec["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    container = spec["containers"][0]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
     }
-    assert automount(render(OCCUPANCY))["Deployment/gpupool"] is True
+    sock = "--NodeAgent.pod_resources_socket=/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert sock in container["args"]
+    role = one(manifests, "ClusterRole", f"{NAMESPACE}-gpupool-agent")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = one(manifests, "ClusterRoleBinding", f"{NAMESPACE}-gpupool-agent")
+    assert binding["subjects"][0]["name"] == spec["serviceAccountName"]
+    tokens = automount(manifests)
+    assert tokens.pop("DaemonSet/gpupool-agent") is True
+    assert not any(tokens.values()), tokens  # the pool's pod still gets none
 
 
 def test_without_rbac_create_the_pod_still_gets_its_token_for_a_role_of_your_own(render) -> None:

@@ -258,8 +258,8 @@ imagePullSecrets:
   and its pod gets no token). Each rule is a call in the code:
   - mig.repartition.enabled (kube/labeller.py): GET and PATCH /api/v1/nodes/{name}, and
     GET /api/v1/events?fieldSelector=involvedObject... (the node's events on "failed");
-  - occupancy.enabled: list and watch pods, get and list nodes (the GPUs held by pods the
-    pool did not place).
+  - occupancy.enabled (kube/occupancy.py): GET /api/v1/nodes and GET /api/v1/pods (the GPUs
+    held by pods the pool did not place).
 */}}
 {{- define "gpupool.pool.rbacRules" -}}
   {{- if .Values.pool.enabled }}
@@ -268,7 +268,7 @@ imagePullSecrets:
       {{- $nodes = concat $nodes (list "get" "patch") }}
     {{- end }}
     {{- if .Values.occupancy.enabled }}
-      {{- $nodes = concat $nodes (list "get" "list") }}
+      {{- $nodes = concat $nodes (list "list") }}
     {{- end }}
     {{- with $nodes | uniq }}
 - apiGroups: [""]
@@ -283,7 +283,7 @@ imagePullSecrets:
     {{- if .Values.occupancy.enabled }}
 - apiGroups: [""]
   resources: [pods]
-  verbs: ["list","watch"]
+  verbs: ["list"]
     {{- end }}
   {{- end }}
 {{- end }}
