@@ -90,6 +90,7 @@ ALL_ON: dict[str, Any] = {
     },
     "agent": {
         "interval": 2.5,
+        "podResources": {"enabled": True},
         "networkPolicy": {"egressAllowRules": {"privateIPs": True}},
         "extraArgs": ["--NodeAgent.inventory_interval=60"],
         "extraEnv": [{"name": "EXTRA", "value": "1"}],

@@ -274,6 +274,15 @@ def test_success_responses_match_spec(api: Api):
         assert same["slots"] == lease["slots"]
         active = call(user, "POST", f"allocations/{lid}/keepalive", "/allocations/{id}/keepalive")
         assert active.json()["state"] == "active"
+        # the spawner says where the server listens; the server's lab reports input
+        url = "http://10.0.0.7:8888/user/dave"
+        where = call("spawner", "PUT", f"allocations/{lid}/server", "/allocations/{id}/server",
+                     {"url": url}).json()  # fmt: skip
+        assert where == {"lease": lid, "server_url": url + "/"}
+        # input 10 min ago: the reclaim below still comes
+        told = call(user, "POST", f"allocations/{lid}/presence", "/allocations/{id}/presence",
+                    {"idle_for": 600}).json()  # fmt: skip
+        assert told["source"] == "lab" and told["last_input"].endswith("Z")
         resized = call(
             user, "POST", f"allocations/{lid}/resize", "/allocations/{id}/resize", {"offer": "h100"}
         ).json()
@@ -408,7 +417,7 @@ def test_success_responses_match_spec(api: Api):
         assert side["offers"]["*"]["recorded"]["requests"] >= 1
         events = call("admin", "GET", f"events?lease={lid}&limit=2", "/events").json()
         assert [e["kind"] for e in events["items"]] == ["granted", "mig-created"]
-        assert events["total"] == 3 and events["next_offset"] == 2
+        assert events["total"] == 4 and events["next_offset"] == 2  # + server-address
         assert call("admin", "GET", "events?limit=1", "/events").json()["next_offset"] == 1
         call("admin", "GET", f"events?user={user}", "/events")
         assert call("admin", "GET", "alerts", "/alerts").json()["total"] >= 0
