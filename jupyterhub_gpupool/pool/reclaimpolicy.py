@@ -125,7 +125,7 @@ def shrink_problem(source: Offer, target: Offer, catalog: Catalog | None = None)
 
 
 def parse_policy(
-    raw: Mapping[str, object],
+    raw: object,
     offers: Mapping[str, Offer],
     where: str = "reclaim.default",
     *,
