@@ -378,7 +378,7 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         if "fraction" not in raw:
             raise ConfigError(f"offer {name!r}: a shared offer needs a fraction", field="fraction")
         fraction = _number(raw, "fraction", float)
-        if not 0.001 <= fraction < 1:  # type: ignore[operator]
+        if not 0.001 <= fraction < 1:  # type: ignore[operator]  # _number(float) gave a float
             raise ConfigError(
                 f"offer {name!r}: fraction must be at least 0.001 (one milli-GPU) and below 1",
                 field="fraction",
@@ -397,7 +397,7 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
             raw, "min_memory_gb", float, minimum=0, maximum=MAX_MEMORY_GB
         )
     values.setdefault("display_name", name)
-    return Offer(**values)  # type: ignore[arg-type]
+    return Offer(**values)  # type: ignore[arg-type]  # each value checked by its field above
 
 
 def offer_units(offer: Offer, model: GpuModel) -> Fraction:
