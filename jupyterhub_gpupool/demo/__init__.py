@@ -241,7 +241,7 @@ class _Stop(BaseException):
     """SIGINT, SIGTERM or SIGHUP, raised where the launcher waits."""
 
 
-def _raise_stop(signum: int, frame: object) -> None:
+def _raise_stop(signum: int, _frame: object) -> None:
     raise _Stop(signum)
 
 

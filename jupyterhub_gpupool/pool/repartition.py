@@ -18,10 +18,6 @@ from .catalog import GpuModel
 from .errors import PoolError
 from .miglayout import validate_mig_layout
 
-#: How a node gets to a new layout: its agent (dynamic MIG), or whoever watches the
-#: repartition (the Kubernetes label writer, an operator running mig-parted by hand).
-METHODS = ("agent", "label")
-
 
 @dataclass(frozen=True)
 class Held:
