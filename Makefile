@@ -74,12 +74,15 @@ demo: $(DEMO_STAMP) $(CHP)
 	@$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
 
 # deptry: every import of the installed code is a declared dependency of the install that
-# ships it (missing, unused and transitive-only ones fail), for both distributions
+# ships it (missing, unused and transitive-only ones fail), for both distributions. mypy and
+# vulture read their files and settings from pyproject.toml ([tool.mypy], [tool.vulture]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/deptry .
 	cd labextension && ../$(BIN)/deptry .
+	$(BIN)/mypy
+	$(BIN)/vulture
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html
@@ -114,4 +117,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/packing.py
 
 clean:
-	rm -rf $(VENV) $(JH5) .demo docs/build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(JH5) .demo docs/build .pytest_cache .ruff_cache .mypy_cache

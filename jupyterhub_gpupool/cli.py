@@ -10,7 +10,8 @@ import argparse
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ._version import __version__
 
@@ -18,7 +19,7 @@ from ._version import __version__
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _needs(module: str, command: str):
+def _needs(module: str, command: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand whose optional dependency is missing: one line naming the extra."""
 
     def run(args: argparse.Namespace) -> int:
@@ -130,7 +131,7 @@ def _needs(module: str, command: str):
     return run
 
 
-def _run_app(module: str, cls: str):
+def _run_app(module: str, cls: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand that hands its own argv to a traitlets application."""
 
     def run(args: argparse.Namespace) -> int:

@@ -14,11 +14,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.orm import Session
 
 from .extras import require
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 log = logging.getLogger(__name__)
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
@@ -32,7 +37,7 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_connect(dbapi_conn, _record) -> None:  # noqa: ANN001
+        def _sqlite_connect(dbapi_conn: Any, _record: object) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
             if ":memory:" not in url:
@@ -42,7 +47,7 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn) -> None:  # noqa: ANN001
+        def _sqlite_begin(conn: Connection) -> None:
             # writers take the write lock up front; readers (WAL) never block anybody
             readonly = conn.get_execution_options().get("gpupool_readonly")
             conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
@@ -73,11 +78,11 @@ def ping_idle_connections(engine: Engine, after: float = PING_AFTER_IDLE) -> Non
     """
 
     @event.listens_for(engine, "checkin")
-    def _checked_in(_dbapi_conn, record) -> None:  # noqa: ANN001
+    def _checked_in(_dbapi_conn: object, record: ConnectionPoolEntry) -> None:
         record.info["gpupool_idle_since"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _checked_out(dbapi_conn, record, _proxy) -> None:  # noqa: ANN001
+    def _checked_out(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: object) -> None:
         since = record.info.get("gpupool_idle_since")
         if since is None or time.monotonic() - since < after:
             return
@@ -100,7 +105,7 @@ def restore_transactions(engine: Engine) -> None:
     statement."""
 
     @event.listens_for(engine, "checkin")
-    def _restore(dbapi_conn, record) -> None:  # noqa: ANN001
+    def _restore(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
         if dbapi_conn is None or not getattr(dbapi_conn, "autocommit", False):
             return
         try:
@@ -167,7 +172,7 @@ class LeaderLock:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._conn = None
+        self._conn: Connection | None = None
         self._leading = False
 
     def held(self) -> bool:
@@ -202,7 +207,7 @@ class LeaderLock:
                 self._conn = None
 
 
-def alembic_config(url: str):
+def alembic_config(url: str) -> Config:
     """An Alembic config pointing at our migrations and ``url``."""
     from alembic.config import Config
 
@@ -228,7 +233,7 @@ MIGRATE_LOCK_KEY = 0x6770_756D  # "gpum"
 
 
 def migrate(
-    url: str, log: logging.Logger | logging.LoggerAdapter = log
+    url: str, log: logging.Logger | logging.LoggerAdapter[logging.Logger] = log
 ) -> tuple[str | None, str | None]:
     """Bring the database at ``url`` to the newest revision, one migrator at a time.
 
@@ -301,7 +306,7 @@ def prepare_schema(
     *,
     upgrade: bool,
     wait: float,
-    log: logging.Logger | logging.LoggerAdapter = log,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """At a service's start: create a new database, migrate an old one (``upgrade``) or wait

@@ -33,7 +33,7 @@ class ExpectedRefusals(logging.Filter):
         return True
 
 
-def quiet_expected_refusals(logger: logging.Logger | logging.LoggerAdapter) -> None:
+def quiet_expected_refusals(logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
     """Install ``ExpectedRefusals`` on ``logger`` (once)."""
     target = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
     if not any(isinstance(f, ExpectedRefusals) for f in target.filters):

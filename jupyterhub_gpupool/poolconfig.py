@@ -251,7 +251,7 @@ def parse_nodes(
                 )
             if enabled and not model.mig_capable:
                 raise ConfigError(f"{model.name} does not support MIG", field=f"{gwhere}.mig")
-            instances = []
+            instances: list[MigInstance] = []
             for i, inst in enumerate(mig.get("instances", []) or []):
                 iwhere = f"{gwhere}.mig.instances[{i}]"
                 inst = _keys(inst, {"profile", "start", "uuid"}, iwhere)
@@ -331,7 +331,8 @@ def parse_pool_config(raw: object, catalog: Catalog, *, kubernetes: bool = False
         if quotas.get("default") is not None
         else None
     )
-    users, groups = {}, {}
+    users: dict[str, QuotaSpec] = {}
+    groups: dict[str, QuotaSpec] = {}
     for kind, target in (("users", users), ("groups", groups)):
         section = quotas.get(kind, {}) or {}
         if not isinstance(section, Mapping):

@@ -53,7 +53,9 @@ class StrictCommandLine(Application):
         problem = self.argv_problem(argv)
         if problem is None:
             try:  # traitlets' own, without its catch_config_error (which logs and exits 1)
-                Application.parse_command_line.__wrapped__(self, argv)  # type: ignore[attr-defined]
+                # __wrapped__: set by the decorator (functools.wraps); not in traitlets' types
+                parse = Application.parse_command_line.__wrapped__  # type: ignore[attr-defined]  # see above
+                parse(self, argv)
                 return
             except (TraitError, ValueError) as e:
                 problem = str(e).splitlines()[0]

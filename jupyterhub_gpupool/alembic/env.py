@@ -1,6 +1,7 @@
 """Alembic environment: runs our migrations against the URL the caller configured."""
 
 from alembic import context
+from sqlalchemy import Connection
 
 from jupyterhub_gpupool.dbutil import make_engine
 from jupyterhub_gpupool.orm import Base
@@ -16,14 +17,17 @@ def run_migrations_online() -> None:
     if given is not None:
         _run(given)
         return
-    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("no sqlalchemy.url: migrate through jupyterhub_gpupool.dbutil.migrate")
+    engine = make_engine(url)
     with engine.connect() as connection:
         _run(connection)
         connection.commit()
     engine.dispose()
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

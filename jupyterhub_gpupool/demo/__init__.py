@@ -163,7 +163,7 @@ def _token(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> bool:
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -241,7 +241,7 @@ class _Stop(BaseException):
     """SIGINT, SIGTERM or SIGHUP, raised where the launcher waits."""
 
 
-def _raise_stop(signum: int, frame: object) -> None:
+def _raise_stop(signum: int, _frame: object) -> None:
     raise _Stop(signum)
 
 
@@ -269,7 +269,7 @@ def run_cli(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_stop)
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup means it
         signal.signal(signal.SIGHUP, _raise_stop)
-    hub: subprocess.Popen | None = None
+    hub: subprocess.Popen[bytes] | None = None
     try:
         env, state = prepare(args, ports)
         config = HERE / "jupyterhub_config.py"
@@ -314,7 +314,7 @@ def run_cli(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _shutdown(hub: subprocess.Popen | None) -> None:
+def _shutdown(hub: subprocess.Popen[bytes] | None) -> None:
     """Let the hub stop users' servers, the pool service and the proxy (it does on SIGTERM);
     then end whatever of the demo still runs. A second Ctrl-C skips the wait."""
     if hub is not None and hub.poll() is None:

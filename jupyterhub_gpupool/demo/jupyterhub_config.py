@@ -9,7 +9,7 @@ from pathlib import Path
 from jupyterhub_gpupool.demo import DEMO_ADMIN, DEMO_USERS
 from jupyterhub_gpupool.hubconfig import configure_hub
 
-c = get_config()  # noqa: F821
+c = get_config()  # type: ignore[name-defined]  # noqa: F821  JupyterHub's loader defines it
 env = os.environ
 state = Path(env["GPUPOOL_DEMO_STATE"])
 python = env.get("GPUPOOL_DEMO_PYTHON", "python3")

@@ -28,7 +28,7 @@ from typing import IO
 try:
     import fcntl
 except ImportError:  # not on Windows, where JupyterHub does not run either
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # callers check for None
 
 LOCK_NAME = "demo.lock"
 PR_SET_CHILD_SUBREAPER = 36
@@ -175,7 +175,8 @@ def become_subreaper() -> bool:
     """Make orphaned descendants re-parent to this process (Linux ≥ 3.4); False elsewhere."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        done: bool = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return done
     except (OSError, AttributeError):
         return False
 

@@ -96,7 +96,8 @@ class KubeClient:
             except ValueError:
                 message = r.text
             raise KubeError(f"{method} {path}: {r.status_code} {message}", r.status_code)
-        return r.json()
+        body: dict[str, Any] = r.json()
+        return body
 
     async def list_nodes(self, label_selector: str = "") -> list[dict[str, Any]]:
         """Every node (matching ``label_selector``), as Kubernetes ``Node`` objects."""

@@ -171,7 +171,7 @@ class MigLabeller(LoggingConfigurable):
         they are (copies: the allocator's own values are never touched)."""
         layouts = {r["gpu"]: r["layout"] for r in reps}
         with store.locked() as alloc:
-            found = alloc.nodes.get(node)
+            found: Node | None = alloc.nodes.get(node)
             if found is None:
                 return None
             gpus = []

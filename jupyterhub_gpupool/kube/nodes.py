@@ -14,7 +14,7 @@ Facts used (NVIDIA/k8s-device-plugin and mig-parted, copied into
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..pool.catalog import GpuModel
@@ -96,7 +96,7 @@ def layout_counts(layout: Iterable[tuple[str, int]]) -> dict[str, int]:
     return out
 
 
-def failure_message(node: str, config: str, events: list[Mapping[str, Any]]) -> str:
+def failure_message(node: str, config: str, events: Sequence[Mapping[str, Any]]) -> str:
     """Why a re-partition failed, in the node's words where it gave any (its latest warning
     event), else what the state label says."""
     warnings = [e for e in events if e.get("type") == "Warning" and e.get("message")]

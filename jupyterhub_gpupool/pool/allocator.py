@@ -17,6 +17,7 @@ import gc
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
+from typing import TypedDict
 
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
@@ -54,6 +55,14 @@ GC_FREEZE_EVERY = 256
 collection can hold (everything made since the last freeze): at 1,024 a pass at 10,000 GPUs
 took up to 19 ms of CPU, at 256 about 8 ms (``benchmarks/allocator_scale.py``); a freeze itself
 costs constant time."""
+
+
+class ModelCapacity(TypedDict):
+    """One GPU model's line of :meth:`Allocator.capacity_by_model`."""
+
+    model: str
+    gpus: int
+    free_units: float
 
 
 class Allocator(NodeStates):
@@ -283,7 +292,7 @@ class Allocator(NodeStates):
                 tuple(
                     o.name
                     for o in self.offers.values()
-                    if o.visible_to(request.groups) and o.served_in(request.clusters) != set()
+                    if o.visible_to(request.groups) and o.served_in(request.clusters) != frozenset()
                 ),
             )
         never = self._never_placeable(offer, clusters)
@@ -441,12 +450,17 @@ class Allocator(NodeStates):
         lease = self.leases.pop(lease_id)
         self._unindex(lease)
         self._vacate(lease, retire=True)
-        gspec = self.quotas.groups.get(lease.group) if lease.group else None
-        group_was_over = gspec is not None and self.quotas.group_held(lease.group) > gspec.guarantee
+        group = lease.group or ""  # a group quota (gspec) only where the lease names a group
+        gspec = self.quotas.groups.get(group) if group else None
+        group_was_over = gspec is not None and self.quotas.group_held(group) > gspec.guarantee
         self.quotas.remove(lease.request.user, lease.group, lease.units)
         # the owner's other leases may now be within guarantee; the whole group's only when
         # this release brought the group back within its guarantee
-        crossed = group_was_over and self.quotas.group_held(lease.group) <= gspec.guarantee
+        crossed = (
+            gspec is not None
+            and group_was_over
+            and self.quotas.group_held(group) <= gspec.guarantee
+        )
         self.rederive_borrowed(lease.request.user, lease.group if crossed else None)
         return self.promote(now)
 
@@ -473,7 +487,8 @@ class Allocator(NodeStates):
                     lease.request.exception  # an administrator's decision, not borrowed
                     or total <= guarantee
                     or (
-                        gspec is not None and self.quotas.group_held(lease.group) <= gspec.guarantee
+                        gspec is not None
+                        and self.quotas.group_held(lease.group or "") <= gspec.guarantee
                     )
                 )
                 if lease.borrowed == within:
@@ -662,13 +677,6 @@ class Allocator(NodeStates):
             self._occupy(lease)
         self.set_outside(node, rebinding.outside)
 
-    def set_offers(self, offers: Iterable[Offer]) -> None:
-        """Replace the offers (admin edit); leases of removed offers keep their capacity."""
-        self.offers = {o.name: o for o in offers}
-        self._never.clear()
-        self._demand_weights = {}  # new definitions: rebuild the demand even if weights match
-        self._refresh_demand()
-
     def available(self, offer: Offer, cap: int = 99, clusters: Iterable[str] = ()) -> int:
         """How many grants of ``offer`` fit right now (at most ``cap``), ignoring quotas, for
         a hub launching into ``clusters`` (empty: any).
@@ -706,13 +714,13 @@ class Allocator(NodeStates):
 
     # -- views -----------------------------------------------------------------------------
 
-    def capacity_by_model(self) -> dict[str, dict[str, float]]:
+    def capacity_by_model(self) -> dict[str, ModelCapacity]:
         """Per GPU model: how many GPUs exist and their free units (0 where nothing new may go)."""
-        out: dict[str, dict[str, float]] = {}
+        out: dict[str, ModelCapacity] = {}
         for node in self.nodes.values():
             for g in node.gpus:
                 m = out.setdefault(
-                    g.model.name, {"model": g.model.name, "gpus": 0, "free_units": 0.0}
+                    g.model.name, ModelCapacity(model=g.model.name, gpus=0, free_units=0.0)
                 )
                 m["gpus"] += 1
                 m["free_units"] += g.free_units() if node.schedulable else 0.0

@@ -48,7 +48,7 @@ class Ask:
     message: str
 
 
-def check_ask(reason: str, duration: float | None) -> str:
+def check_ask(reason: str, duration: object) -> str:
     """Validate a request's ``reason`` and ``duration`` (seconds); the reason, stripped."""
     if not isinstance(reason, str):
         raise AskError("invalid_field", "must be a string", field="reason")

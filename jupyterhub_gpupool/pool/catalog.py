@@ -10,11 +10,12 @@ anonymised ``G2``/``G3`` models, say). At run time NVML's own profile and placem
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
 from .errors import UnknownModel, UnknownProfile
 
@@ -136,7 +137,7 @@ def _derived_starts(size: int, memory_slices: int) -> tuple[int, ...]:
 
 
 def _load_mig_models(raw: Mapping[str, object]) -> dict[str, GpuModel]:
-    gpus = raw["gpus"]  # type: ignore[index]
+    gpus = cast("Mapping[str, Any]", raw["gpus"])  # JSON, checked by tests/unit/test_mig_data.py
     # Confirmed placements by (GPU shape, profile shape): GPUs without a table of their own borrow
     # them, like ``placements_inferred`` does in the JSON, and are marked "inferred".
     known: dict[tuple[int, int, int, int, bool], list[int]] = {}
@@ -241,7 +242,7 @@ class Catalog:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.strip().lower() in self._by_product
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[GpuModel]:
         return iter(self._models.values())
 
     @property
@@ -287,8 +288,9 @@ class Catalog:
 
 
 @cache
-def _mig_json(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+def _mig_json(path: str) -> dict[str, Any]:
+    table: dict[str, Any] = json.loads(Path(path).read_text())
+    return table
 
 
 def default_catalog() -> Catalog:

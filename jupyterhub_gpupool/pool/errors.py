@@ -93,13 +93,13 @@ class Refusal(PoolError):
     ) -> None:
         super().__init__(message, field=field, allowed=allowed, code=code)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[object, ...]:
         """``message`` already holds the field and allowed values ``__init__`` would add."""
         return _restore, (type(self), self.code, self.message, self.field, self.allowed)
 
 
 def _restore(
-    cls: type[Refusal], code: str, message: str, field: str | None, allowed: list | None
+    cls: type[Refusal], code: str, message: str, field: str | None, allowed: list[object] | None
 ) -> Refusal:
     error = cls.__new__(cls)
     Exception.__init__(error, message)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .catalog import GpuModel
 from .errors import PoolError
@@ -104,9 +105,11 @@ def plan_gpu(layout: GpuLayout, max_attempts: int = MAX_ATTEMPTS) -> GpuPlan:
     return out
 
 
-def plan_node(layouts: Iterable[GpuLayout], max_attempts: int = MAX_ATTEMPTS) -> list[dict]:
+def plan_node(
+    layouts: Iterable[GpuLayout], max_attempts: int = MAX_ATTEMPTS
+) -> list[dict[str, Any]]:
     """The actions of every dynamic GPU of a node, GPU by GPU (blocked creations left out)."""
-    actions: list[dict] = []
+    actions: list[dict[str, Any]] = []
     for layout in layouts:
         actions += plan_gpu(layout, max_attempts).actions
     return actions

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from .catalog import Catalog, GpuModel
 from .errors import ConfigError, RequestError, UnknownModel
@@ -34,6 +35,14 @@ OFFER_KINDS = ("gpu", "mig", "shared", "cpu")
 SHARING_MODES = ("auto", "exclusive", "shared")
 
 MILLI = 1000  # a whole GPU, in the milli-GPU units shared fractions are counted in
+
+#: A GPU's state as placement sees it (:meth:`Gpu.state_key`), a tagged tuple read by position:
+#: ``("x",)`` unschedulable, ``("n", model, sharing, free_milli)`` a plain GPU,
+#: ``("m", model, dynamic_mig, ((profile, start, held), ...))`` a MIG GPU. Kept a plain tuple
+#: (not a class) because it keys the hot placement caches; hence ``Any`` for its items.
+StateKey = tuple[Any, ...]
+#: A node's GPU states in GPU order (:meth:`Node.signature`).
+Signature = tuple[StateKey, ...]
 
 #: Holder of a MIG instance the pool no longer wants but the node still has (dynamic MIG): it
 #: stays occupied, so nothing is planned over it, until the node reports it destroyed.
@@ -120,7 +129,7 @@ class Gpu:
         )
         return float(max(Fraction(0), 1 - held))
 
-    def state_key(self) -> tuple:
+    def state_key(self) -> StateKey:
         """Everything placement depends on, hashable: equal keys place and score alike."""
         if not self.schedulable:
             return ("x",)
@@ -158,7 +167,7 @@ class Node:
         mem_ok = not self.memory_mib or self.memory_used + memory_mib <= self.memory_mib
         return cpu_ok and mem_ok
 
-    def signature(self) -> tuple:
+    def signature(self) -> Signature:
         """The GPU side of the node's state; nodes with equal signatures score alike."""
         return tuple(g.state_key() for g in self.gpus)
 
@@ -371,7 +380,7 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
         if "fraction" not in raw:
             raise ConfigError(f"offer {name!r}: a shared offer needs a fraction", field="fraction")
         fraction = _number(raw, "fraction", float)
-        if not 0.001 <= fraction < 1:  # type: ignore[operator]
+        if not 0.001 <= fraction < 1:  # type: ignore[operator]  # _number(float) gave a float
             raise ConfigError(
                 f"offer {name!r}: fraction must be at least 0.001 (one milli-GPU) and below 1",
                 field="fraction",
@@ -390,7 +399,7 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
             raw, "min_memory_gb", float, minimum=0, maximum=MAX_MEMORY_GB
         )
     values.setdefault("display_name", name)
-    return Offer(**values)  # type: ignore[arg-type]
+    return Offer(**values)  # type: ignore[arg-type]  # each value checked by its field above
 
 
 def offer_units(offer: Offer, model: GpuModel) -> Fraction:

@@ -238,8 +238,8 @@ def rebind(
             mine[at] = replace(old, milli=mine[at].milli, create=False)
         elif new.kind == "gpu" and new.gpu in marks_gpu:
             marks_gpu[marks_gpu.index(new.gpu)] = old.gpu
-        elif new.kind == "mig" and (new.gpu, new.start) in marks_inst:
-            marks_inst[marks_inst.index((new.gpu, new.start))] = (old.gpu, old.start or 0)
+        elif new.kind == "mig" and (new.gpu, new.start or 0) in marks_inst:
+            marks_inst[marks_inst.index((new.gpu, new.start or 0))] = (old.gpu, old.start or 0)
     after = replace(outside, gpus=tuple(marks_gpu), instances=tuple(sorted(marks_inst)))
     return Rebinding(
         tuple(new_slots), {k: tuple(v) for k, v in others.items()}, after, tuple(moved)

@@ -16,13 +16,13 @@ per distinct state, which keeps decisions cheap on pools of 10,000 GPUs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .catalog import GpuModel
 from .miglayout import memory_mask, mig_new_starts
-from .model import MILLI, Gpu, Node, Offer
+from .model import MILLI, Gpu, Node, Offer, Signature, StateKey
 
 # ---------------------------------------------------------------------------------------------
 # Shapes of demand and per-GPU options
@@ -60,14 +60,15 @@ class Shape:
         object.__setattr__(self, "_hash", hash(astuple_shape(self)))
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined]
+        # set by __post_init__, deliberately not a field (it would join eq, repr and replace)
+        return self._hash  # type: ignore[attr-defined,no-any-return]  # see above
 
     def unweighted(self) -> Shape:
         """The same shape with weight 1 (cache key for options)."""
         return self if self.weight == 1.0 else replace(self, weight=1.0)
 
 
-def astuple_shape(s: Shape) -> tuple:
+def astuple_shape(s: Shape) -> tuple[object, ...]:
     """The fields of a shape as a tuple (its identity)."""
     return (s.kind, s.count, s.milli, s.profile, s.models, s.min_memory_gb, s.cpu_milli, s.weight)
 
@@ -84,7 +85,7 @@ class Demand:
         total = sum(s.weight for s in self.shapes)
         self.weights = tuple(s.weight / total for s in self.shapes) if total else ()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Shape]:
         return iter(self.shapes)
 
     def __len__(self) -> int:
@@ -101,10 +102,11 @@ def _model_ok(model: GpuModel, shape: Shape) -> bool:
     return True
 
 
-def key_free(key: tuple) -> float:
+def key_free(key: StateKey) -> float:
     """Free capacity of a GPU state in GPU units."""
     if key[0] == "n":
-        return key[3] / MILLI
+        free_milli: int = key[3]
+        return free_milli / MILLI
     if key[0] == "m":
         model: GpuModel = key[1]
         held = 0
@@ -116,7 +118,7 @@ def key_free(key: tuple) -> float:
 
 
 @lru_cache(maxsize=65536)
-def key_options(key: tuple, shape: Shape) -> tuple[tuple[tuple, int, bool], ...]:
+def key_options(key: StateKey, shape: Shape) -> tuple[tuple[StateKey, int, bool], ...]:
     """Ways to place one GPU's worth of ``shape`` on a GPU state.
 
     Each option is ``(state after, start, create)``: ``start`` is the MIG start (−1 otherwise),
@@ -134,10 +136,12 @@ def key_options(key: tuple, shape: Shape) -> tuple[tuple[tuple, int, bool], ...]
         return (((kind, model, sharing, free - shape.milli), -1, False),) if ok else ()
     if kind == "m":
         _, model, dynamic, inst = key
+        profile = shape.profile
         if (
             shape.kind != "mig"
             or not _model_ok(model, shape)
-            or shape.profile not in model.profiles
+            or profile is None
+            or profile not in model.profiles
         ):
             return ()
         options = []
@@ -147,15 +151,15 @@ def key_options(key: tuple, shape: Shape) -> tuple[tuple[tuple, int, bool], ...]
                 options.append(((kind, model, dynamic, after), start, False))
         if dynamic:
             layout = [(name, start) for name, start, _ in inst]
-            for start in mig_new_starts(model, layout, shape.profile):
-                after = tuple(sorted((*inst, (shape.profile, start, True))))
+            for start in mig_new_starts(model, layout, profile):
+                after = tuple(sorted((*inst, (profile, start, True))))
                 options.append(((kind, model, dynamic, after), start, True))
         return tuple(options)
     return ()
 
 
 @lru_cache(maxsize=65536)
-def key_unusable(key: tuple, shape: Shape) -> float:
+def key_unusable(key: StateKey, shape: Shape) -> float:
     """Free capacity of a GPU state that ``shape`` can never use (its fragment, GPU units)."""
     free = key_free(key)
     if free == 0.0:
@@ -166,7 +170,8 @@ def key_unusable(key: tuple, shape: Shape) -> float:
     if key[0] == "n":
         return 0.0  # it fits, so all of the free share is usable
     model: GpuModel = key[1]
-    size = model.profiles[shape.profile].memory_slices  # type: ignore[index]
+    assert shape.profile is not None  # a MIG state has options only for a named profile
+    size = model.profiles[shape.profile].memory_slices
     covered = 0
     for _, start, _ in options:
         covered |= memory_mask(start, size)
@@ -179,7 +184,7 @@ def key_unusable(key: tuple, shape: Shape) -> float:
 
 
 def node_fragmentation(
-    keys: Sequence[tuple], shapes: Sequence[Shape], cpu_free: int | None = None
+    keys: Sequence[StateKey], shapes: Sequence[Shape], cpu_free: int | None = None
 ) -> float:
     """Demand-weighted fragment of a node (GPU units): F(node) = Σ p_t · f_t(node).
 
@@ -252,7 +257,7 @@ def fgd_score(delta: float) -> int:
     return int(1.0 / (1.0 + math.exp(delta)) * 100.0)  # the order of FGD's float operations
 
 
-def state_in_use(keys: Iterable[tuple]) -> bool:
+def state_in_use(keys: Iterable[StateKey]) -> bool:
     """Whether a node state has a GPU holding a grant (a share, a whole GPU or a MIG instance).
 
     Between placements of equal :func:`fgd_score` the allocator prefers such a node to one
@@ -268,13 +273,23 @@ def state_in_use(keys: Iterable[tuple]) -> bool:
     return False
 
 
+#: One GPU of a placement: (GPU position on the node, MIG start or -1, create a MIG instance
+#: first, the GPU's state after).
+Pick = tuple[int, int, bool, StateKey]
+#: An option's tie-break (existing MIG instance first, tightest fit, lowest index, lowest
+#: start); empty for whole GPUs, which take the lowest-indexed free GPUs.
+Tail = tuple[bool, float, int, int] | tuple[()]
+#: Per GPU state and demand shapes: free units, whether each shape fits, each one's fragment.
+Profile = tuple[float, tuple[int, ...], tuple[float, ...]]
+
+
 @dataclass(frozen=True)
 class NodeChoice:
     """The best way to place a request on one node state, with its cost."""
 
     delta: float
     free_after: float
-    picks: tuple[tuple[int, int, bool, tuple], ...]  # (gpu position, start, create, key after)
+    picks: tuple[Pick, ...]
 
     @property
     def score(self) -> int:
@@ -283,9 +298,7 @@ class NodeChoice:
 
 
 @lru_cache(maxsize=131072)
-def key_profile(
-    key: tuple, bare: tuple[Shape, ...]
-) -> tuple[float, tuple[int, ...], tuple[float, ...]]:
+def key_profile(key: StateKey, bare: tuple[Shape, ...]) -> Profile:
     """Per GPU state and demand shapes (unweighted: ``Demand.bare``): free units, whether each
     shape has an option, its fragment. Keyed by the shapes, not the weights, so a change of
     weights reuses every entry."""
@@ -328,16 +341,14 @@ class NodeOptions:
     """
 
     before: tuple[float, ...]
-    options: tuple[
-        tuple[tuple[float, ...], float, tuple, tuple[tuple[int, int, bool, tuple], ...]], ...
-    ]
+    options: tuple[tuple[tuple[float, ...], float, Tail, tuple[Pick, ...]], ...]
 
 
 def node_options(
-    keys: tuple[tuple, ...],
+    keys: Signature,
     shape: Shape,
     bare: tuple[Shape, ...],
-    profiles_of: dict[tuple, tuple] | None = None,
+    profiles_of: dict[StateKey, Profile] | None = None,
 ) -> NodeOptions:
     """Every legal placement of ``shape`` on a node whose GPUs are in states ``keys``, with the
     fragment per shape of ``bare`` (the demand's shapes) before and after. Whole GPUs take the
@@ -348,9 +359,9 @@ def node_options(
     ``profiles_of``: a caller's cache of ``key_profile(key, bare)`` by GPU state key, for these
     ``bare`` shapes only (a look-up by the key alone is cheaper than the shared cache's).
     """
-    cache: dict[tuple, tuple] = {} if profiles_of is None else profiles_of
+    cache: dict[StateKey, Profile] = {} if profiles_of is None else profiles_of
 
-    def profile(k: tuple) -> tuple:
+    def profile(k: StateKey) -> Profile:
         p = cache.get(k)
         if p is None:
             p = cache[k] = key_profile(k, bare)
@@ -363,7 +374,7 @@ def node_options(
     before = _terms(free, fits, unusable, bare)
     shape = shape.unweighted()
 
-    def moved(changes: list[tuple[tuple, tuple]]) -> tuple[tuple[float, ...], float]:
+    def moved(changes: list[tuple[StateKey, StateKey]]) -> tuple[tuple[float, ...], float]:
         f, n, u = free, list(fits), list(unusable)
         for old, new in changes:
             po, pn = profile(old), profile(new)
@@ -374,7 +385,7 @@ def node_options(
         return _terms(f, n, u, bare), f
 
     if shape.kind == "gpu":
-        picks = []
+        picks: list[Pick] = []
         for pos, k in enumerate(keys):
             opts = key_options(k, shape)
             if opts:
@@ -385,15 +396,15 @@ def node_options(
             return NodeOptions(before, ())
         after, free_after = moved([(keys[pos], k) for pos, _, _, k in picks])
         return NodeOptions(before, ((after, free_after, (), tuple(picks)),))
-    best: dict[tuple[float, ...], tuple[tuple, float, tuple]] = {}
-    seen: set[tuple] = set()
+    best: dict[tuple[float, ...], tuple[Tail, float, tuple[Pick, ...]]] = {}
+    seen: set[StateKey] = set()
     for pos, k in enumerate(keys):
         if k in seen:  # an identical GPU earlier on the node scores the same and wins the tie
             continue
         seen.add(k)
         for new_key, start, create in key_options(k, shape):
             after, free_after = moved([(k, new_key)])
-            tail = (create, key_free(new_key), pos, start)
+            tail: Tail = (create, key_free(new_key), pos, start)
             if after not in best or tail < best[after][0]:
                 best[after] = (tail, free_after, ((pos, start, create, new_key),))
     return NodeOptions(
@@ -408,7 +419,7 @@ def choose(options: NodeOptions, demand: Demand) -> NodeChoice | None:
         return None
     weights = demand.weights
     before = _weigh(weights, options.before)
-    best: tuple | None = None
+    best: tuple[tuple[int, Tail], float, float, tuple[Pick, ...]] | None = None
     for after, free_after, tail, picks in options.options:
         delta = _weigh(weights, after) - before
         rank = (-fgd_score(delta), tail)
@@ -419,7 +430,7 @@ def choose(options: NodeOptions, demand: Demand) -> NodeChoice | None:
     return NodeChoice(delta, free_after, picks)
 
 
-def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeChoice | None:
+def best_on_node(keys: Signature, shape: Shape, demand: Demand) -> NodeChoice | None:
     """Cheapest legal placement of ``shape`` on a node whose GPUs are in states ``keys``.
 
     Whole GPUs take the lowest-indexed free GPUs (all equal for fragmentation); a share or a
@@ -433,7 +444,7 @@ def best_on_node(keys: tuple[tuple, ...], shape: Shape, demand: Demand) -> NodeC
     return choose(node_options(keys, shape, demand.bare), demand)
 
 
-def _best_without_demand(keys: tuple[tuple, ...], shape: Shape) -> NodeChoice | None:
+def _best_without_demand(keys: Signature, shape: Shape) -> NodeChoice | None:
     """No demand model yet: tightest fit, lowest index."""
     bare = shape.unweighted()
     options = [

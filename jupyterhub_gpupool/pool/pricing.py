@@ -176,7 +176,7 @@ def _price(value: object, field: str) -> Decimal:
         raise ConfigError(f"must be a price (a number ≥ 0), got {value!r}", field=field)
     if price > MAX_PRICE:
         raise ConfigError(f"must be at most {MAX_PRICE:,} per unit-hour", field=field)
-    if price.as_tuple().exponent < -6:  # type: ignore[operator]
+    if price.as_tuple().exponent < -6:  # type: ignore[operator]  # finite: an int exponent
         raise ConfigError("at most six decimals", field=field)
     return price
 

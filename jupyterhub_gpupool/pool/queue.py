@@ -35,7 +35,7 @@ class Waiter:
 
 def order_key(
     waiter: Waiter, now: float, share: Callable[[Waiter], float], aging_interval: float
-) -> tuple:
+) -> tuple[int, bool, float, float, str]:
     """Sort key; smaller is served first."""
     return (
         -waiter.effective_priority(now, aging_interval),

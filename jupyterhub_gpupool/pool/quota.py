@@ -48,7 +48,7 @@ def _units(value: object, field_name: str, maximum: int = MAX_UNITS) -> Fraction
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Fraction)):
         raise ConfigError(f"must be a number of GPU units, got {value!r}", field=field_name)
     try:
-        units = Fraction(value).limit_denominator(10_000)  # type: ignore[arg-type]
+        units = Fraction(value).limit_denominator(10_000)
     except (ValueError, ZeroDivisionError, OverflowError):
         raise ConfigError(
             f"must be a number of GPU units, got {value!r}", field=field_name
@@ -250,7 +250,7 @@ class QuotaBook:
             return Verdict(
                 False,
                 code="budget_exhausted",
-                message=f"{user} has used the {float(spec.budget):g} unit-hour budget "
+                message=f"{user} has used the {float(spec.budget or 0):g} unit-hour budget "
                 f"of this {spec.period}",
             )
         if limit is not None:
@@ -268,7 +268,7 @@ class QuotaBook:
         chosen: str | None = None
         waiting: Verdict | None = None
         for g in candidates:
-            gspec = self.groups.get(g)  # type: ignore[arg-type]
+            gspec = self.groups.get(g)
             if gspec is None:
                 chosen = g
                 break

@@ -638,7 +638,7 @@ def _reclaim_borrowed(
         ask = (w.request.offer, w.units)
         if ask in hopeless:  # an identical ask found no lease this round; none has appeared
             continue
-        best: tuple[tuple, LeaseInfo, ReclaimPolicy] | None = None
+        best: tuple[tuple[Fraction, float, float, str], LeaseInfo, ReclaimPolicy] | None = None
         for le in leases:
             d, case = out[le.id], cases.get(le.id)
             if case is None or not le.borrowed or not isinstance(d, NoAction) or d.state.reclaiming:

@@ -125,7 +125,7 @@ def shrink_problem(source: Offer, target: Offer, catalog: Catalog | None = None)
 
 
 def parse_policy(
-    raw: Mapping[str, object],
+    raw: object,
     offers: Mapping[str, Offer],
     where: str = "reclaim.default",
     *,
@@ -173,7 +173,8 @@ def parse_policy(
             values[key] = frozenset(value)
         elif key == "action":
             values[key] = _parse_action(value, offers, name, offer, catalog)
-    policy = replace(base or ReclaimPolicy(), **values)  # type: ignore[arg-type]
+    # each value was checked against its field's type above
+    policy = replace(base or ReclaimPolicy(), **values)  # type: ignore[arg-type]  # see above
     _check_consistent(policy, where)
     return policy
 

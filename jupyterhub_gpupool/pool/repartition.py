@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .catalog import GpuModel
 from .errors import PoolError
 from .miglayout import validate_mig_layout
-
-#: How a node gets to a new layout: its agent (dynamic MIG), or whoever watches the
-#: repartition (the Kubernetes label writer, an operator running mig-parted by hand).
-METHODS = ("agent", "label")
 
 
 @dataclass(frozen=True)
@@ -92,7 +89,11 @@ def parse_layout(raw: object, where: str = "layout") -> list[tuple[str, int]]:
 
 
 def plan_repartition(
-    gpu: str, model: GpuModel, mig_enabled: bool, now: Sequence[Held], target: Iterable
+    gpu: str,
+    model: GpuModel,
+    mig_enabled: bool,
+    now: Sequence[Held],
+    target: Iterable[Sequence[Any]],
 ) -> Plan:
     """The plan from what the GPU holds ``now`` to ``target`` (validated by NVIDIA's rules:
     ``MigLayoutError`` names the field). Switching a whole GPU to MIG puts every lease on it

@@ -23,17 +23,25 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .model import Node, Offer
+from .model import Node, Offer, Signature, StateKey
 from .placement import (
     Demand,
     NodeChoice,
     NodeOptions,
+    Profile,
     Shape,
     best_on_node,
     choose,
     node_options,
     state_in_use,
 )
+
+#: (state id, shape): what a node state's score for a request shape is cached under.
+ScoreKey = tuple[int, Shape]
+#: Heap order of a node state for a shape (``NodeStates._rank``).
+Rank = tuple[int, int, int, int]
+#: (rank, state id), the entries of the per-shape heaps.
+HeapEntry = tuple[Rank, int]
 
 
 @dataclass
@@ -44,9 +52,9 @@ class _Rescore:
     shapes: list[Shape]
     todo: list[int]
     revived_at: int
-    options: dict[tuple, NodeOptions]
-    memo: dict[tuple, NodeChoice | None] = field(default_factory=dict)
-    heaps: dict[Shape, list[tuple[tuple, int]]] = field(default_factory=dict)
+    options: dict[ScoreKey, NodeOptions]
+    memo: dict[ScoreKey, NodeChoice | None] = field(default_factory=dict)
+    heaps: dict[Shape, list[HeapEntry]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.heaps = {shape: [] for shape in self.shapes}
@@ -64,8 +72,8 @@ class NodeStates:
 
     def _init_states(self, demand_refresh: int, demand_decay: float, rescore_batch: int) -> None:
         self._order: dict[str, int] = {}
-        self._sid: dict[tuple, int] = {}
-        self._sigs: dict[int, tuple] = {}
+        self._sid: dict[Signature, int] = {}
+        self._sigs: dict[int, Signature] = {}
         self._sid_models: dict[int, frozenset[str]] = {}
         self._sid_fresh: dict[int, int] = {}  # 1: every GPU of the state is free (ranks later)
         self._next_sid = 0
@@ -73,14 +81,14 @@ class NodeStates:
         # per state: (node order, name) of its nodes, a heap with lazy deletion (first node fast)
         self._group_heap: dict[int, list[tuple[int, str]]] = {}
         self._node_sid: dict[str, int] = {}
-        self._memo: dict[tuple, NodeChoice | None] = {}
+        self._memo: dict[ScoreKey, NodeChoice | None] = {}
         # per demand shapes (``Demand.bare``): (state id, shape) → its options, which do not
         # depend on the weights, so a change of weights re-scores from these (``choose``); and
         # GPU state key → its profile under those shapes
-        self._options: dict[tuple[Shape, ...], dict[tuple, NodeOptions]] = {}
-        self._profiles: dict[tuple[Shape, ...], dict[tuple, tuple]] = {}
+        self._options: dict[tuple[Shape, ...], dict[ScoreKey, NodeOptions]] = {}
+        self._profiles: dict[tuple[Shape, ...], dict[StateKey, Profile]] = {}
         # per request shape: a heap of (rank, state id) over live node states, kept lazily
-        self._heaps: dict[Shape, list[tuple[tuple, int]]] = {}
+        self._heaps: dict[Shape, list[HeapEntry]] = {}
         self._heap_seen: dict[Shape, int] = {}
         self._revived: list[int] = []
         self._dead: deque[int] = deque()  # states no node is in, oldest first (forgotten later)
@@ -98,9 +106,9 @@ class NodeStates:
     def _reindex(self, node: Node) -> None:
         old = self._node_sid.pop(node.name, None)
         if old is not None:
-            group = self._groups[old]
-            group.pop(node.name, None)
-            if not group:
+            old_group = self._groups[old]
+            old_group.pop(node.name, None)
+            if not old_group:
                 del self._groups[old]  # only live states are scanned per decision
                 del self._group_heap[old]
                 self._dead.append(old)
@@ -133,7 +141,7 @@ class NodeStates:
             heapq.heappop(heap)
         return heap[0]
 
-    def _rank(self, choice: NodeChoice, sid: int) -> tuple:
+    def _rank(self, choice: NodeChoice, sid: int) -> Rank:
         """Heap order of a node state for a shape: best score, then a state with a GPU in use
         before one with every GPU free (``placement.state_in_use``), then first in node order."""
         return (-choice.score, self._sid_fresh[sid], self._group_first(sid)[0], sid)
@@ -195,7 +203,7 @@ class NodeStates:
             shape = self._shapes[offer.name] = Shape.of(offer)
         return shape
 
-    def _options_of(self, demand: Demand) -> dict[tuple, NodeOptions]:
+    def _options_of(self, demand: Demand) -> dict[ScoreKey, NodeOptions]:
         """The options table for ``demand``'s shapes (shared by every weighting of them)."""
         self._profiles.setdefault(demand.bare, {})
         return self._options.setdefault(demand.bare, {})
@@ -208,7 +216,7 @@ class NodeStates:
             self._profiles.pop(bare, None)
 
     def _score(
-        self, sid: int, shape: Shape, demand: Demand, table: dict[tuple, NodeOptions]
+        self, sid: int, shape: Shape, demand: Demand, table: dict[ScoreKey, NodeOptions]
     ) -> NodeChoice | None:
         """``best_on_node`` of a live state under ``demand``, from its cached options."""
         if not demand.shapes:
@@ -299,7 +307,7 @@ class NodeStates:
             self._heaps[shape] = heap
             self._heap_seen[shape] = job.revived_at
 
-    def _heap(self, shape: Shape) -> list[tuple[tuple, int]]:
+    def _heap(self, shape: Shape) -> list[HeapEntry]:
         """The heap of live node states for ``shape``, brought up to date.
 
         A state that came alive since the last look is scored (once per shape, cached) and
@@ -322,8 +330,9 @@ class NodeStates:
             if sid not in self._groups or (models and not models & self._sid_models[sid]):
                 continue
             key = (sid, shape)
-            choice = memo.get(key, False)
-            if choice is False:
+            if key in memo:
+                choice = memo[key]
+            else:
                 choice = memo[key] = self._score(sid, shape, demand, table)
             if choice is not None:
                 heapq.heappush(heap, (self._rank(choice, sid), sid))
@@ -372,7 +381,7 @@ class NodeStates:
                     return node, choice
         return None
 
-    def _ranked_sids(self, heap: list[tuple[tuple, int]]) -> Iterator[int]:
+    def _ranked_sids(self, heap: list[HeapEntry]) -> Iterator[int]:
         """Live states in rank order, walking the heap lazily: O(log n) per state looked at,
         so a request that skips a few full nodes does not sort every state of the pool."""
         groups = self._groups
@@ -387,7 +396,7 @@ class NodeStates:
                 if child < len(heap):
                     heapq.heappush(frontier, (heap[child], child))
 
-    def _compact(self, heap: list[tuple[tuple, int]]) -> list[tuple[tuple, int]]:
+    def _compact(self, heap: list[HeapEntry]) -> list[HeapEntry]:
         """The heap without dead states and duplicates, ranks brought up to date: O(n), instead
         of scoring the states again."""
         groups = self._groups

@@ -47,11 +47,6 @@ def hour_of(t: datetime) -> datetime:
     return t.replace(minute=0, second=0, microsecond=0)
 
 
-def month_start(t: datetime) -> datetime:
-    """The first instant of ``t``'s calendar month."""
-    return datetime(t.year, t.month, 1)
-
-
 def next_month(t: datetime) -> datetime:
     """The first instant of the calendar month after ``t``'s."""
     return datetime(t.year + (t.month == 12), t.month % 12 + 1, 1)

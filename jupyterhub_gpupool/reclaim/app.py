@@ -200,19 +200,22 @@ class ReclaimerApp(StrictCommandLine):
     def _valid_concurrency(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError("concurrency must be at least 1")
-        return proposal["value"]
+        value: int = proposal["value"]
+        return value
 
     @validate("leader_ttl")
     def _valid_ttl(self, proposal: dict[str, Any]) -> float:
         if not 5 <= proposal["value"] <= 600:
             raise TraitError("leader_ttl must be between 5 and 600 seconds")
-        return proposal["value"]
+        value: float = proposal["value"]
+        return value
 
     @validate("interval")
     def _valid_interval(self, proposal: dict[str, Any]) -> float:
         if proposal["value"] <= 0:
             raise TraitError("interval must be > 0")
-        return proposal["value"]
+        value: float = proposal["value"]
+        return value
 
     @property
     def api_url(self) -> str:

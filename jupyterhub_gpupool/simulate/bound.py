@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -66,12 +67,12 @@ class BoundResult:
     columns: int
     converged: bool
     seconds: float
-    log: list[dict] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
 
     def pct(self, milli: float | None) -> float | None:
         return None if milli is None else 100.0 * milli / self.capacity_milli
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "arrived_pct": self.pct(self.arrived_milli),
             "upper_pct": self.pct(self.upper_milli),
@@ -138,7 +139,7 @@ def _classes(trace: PodTable, pods: np.ndarray, grid: float = 0.0) -> _Classes:
     price of some looseness (on openb the exact classes are few already: 126 -> 112 at grid
     0.1, and that run was no faster).
     """
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[int, int, int, int, str], list[int]] = {}
     need: list[tuple[int, int, int, int, str]] = []
     weight: list[int] = []
     for p in pods.tolist():
@@ -336,7 +337,10 @@ def _compact_lp(
     n_cls, n_types = len(cls.count), len(types)
     share = cls.milli < GPU_MILLI
     dff = _dff(cls.milli)
-    ri, ci, vals, hi = [], [], [], []
+    ri: list[int] = []
+    ci: list[int] = []
+    vals: list[float] = []
+    hi: list[float] = []
     n_x = n_cls * n_types
     # no per-variable caps (x <= D_s, S_k <= N_k G_k): they are implied by the rows, and a cap
     # would take dual value away from the class rows, whose duals must carry the whole price
@@ -372,9 +376,9 @@ def _compact_lp(
         for k in range(n_types):
             zs = n_x + n_types + np.arange(len(patterns)) * n_types + k
             row(np.r_[zs, n_x + k], np.r_[np.ones(len(zs)), -1.0], 0)  # patterns on S_k GPUs
-            ok = _eligible(cls, types[k][0]) & share
+            shared_ok = _eligible(cls, types[k][0]) & share
             for i, v in enumerate(sizes):
-                xs = np.flatnonzero(ok & (cls.milli == v)) * n_types + k
+                xs = np.flatnonzero(shared_ok & (cls.milli == v)) * n_types + k
                 if len(xs):
                     row(np.r_[xs, zs], np.r_[np.ones(len(xs)), -mult[:, i]], 0)
     upper = np.r_[upper, np.full(n_z, np.inf)]
@@ -496,7 +500,7 @@ def config_lp_bound(
     first: np.ndarray | None = y_compact
     best_lagrangian = np.inf
     at_lp_duals = False
-    log: list[dict] = []
+    log: list[dict[str, Any]] = []
     while True:
         rounds += 1
         a = np.zeros((n_types + n_cls, len(columns)))

@@ -89,7 +89,8 @@ class TypicalPods:
 
     @property
     def prob(self) -> np.ndarray:
-        return self.count / self.count.sum()
+        prob: np.ndarray = self.count / self.count.sum()
+        return prob
 
     def __len__(self) -> int:
         return len(self.spec)
@@ -213,7 +214,8 @@ def _per_task_fragment(
         & (n_fit >= typical.gpus[None, :])
         & (cpu_free[:, None] >= typical.cpu[None, :])
     )
-    return np.where(q3, too_small, idle[:, None])
+    fragment: np.ndarray = np.where(q3, too_small, idle[:, None])
+    return fragment
 
 
 def node_fragmentation(
@@ -232,7 +234,8 @@ def node_fragmentation(
     for t counts. Memory plays no part, as in the paper.
     """
     frag = _per_task_fragment(gpu_free, cpu_free, access, typical)
-    return frag @ typical.count / float(typical.count.sum())
+    weighted: np.ndarray = frag @ typical.count / float(typical.count.sum())
+    return weighted
 
 
 def ours_node_fragmentation(
@@ -334,7 +337,8 @@ class _FragModel:
         if access is not None:
             q3 &= access
         saved = (idle[:, None] - small_idle[:, self.midx]) * q3
-        return idle * float(self.weight_total) - saved.astype(np.float64) @ self.weight
+        left: np.ndarray = idle * float(self.weight_total) - saved.astype(np.float64) @ self.weight
+        return left
 
     def access_rows(self, rows: np.ndarray) -> np.ndarray | None:
         return None if self.access is None else self.access[rows]
@@ -373,7 +377,8 @@ class _FragModel:
         else:
             n_ge, small = self.profile(change)
         after = self.weighted(n_ge, small, idle_after, cpu_after, self.access_rows(node))
-        return after - self.frag_w[node]
+        delta: np.ndarray = after - self.frag_w[node]
+        return delta
 
 
 class ClusterState:

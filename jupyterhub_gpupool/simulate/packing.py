@@ -34,12 +34,13 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from statistics import fmean as mean
+from typing import Any
 
 import numpy as np
 
@@ -175,7 +176,8 @@ def _gpus_for(state: ClusterState, node: int, pod: Pod, how: str) -> list[int]:
         return []
     if pod.is_sharing and how == "best":
         return [_best_gpu(state.gpu_free[node], pod.milli)]
-    return state.lowest_fitting_gpus(node, pod).tolist()
+    lowest: list[int] = state.lowest_fitting_gpus(node, pod).tolist()
+    return lowest
 
 
 def fgd_int_score(delta_milli: np.ndarray) -> np.ndarray:
@@ -316,7 +318,10 @@ def ours_choose(
     return node, _gpus_for(state, node, pod, "lowest")
 
 
-_CHOOSERS = {
+#: A placement policy: (node, GPU indices) for a pod among the feasible nodes.
+Chooser = Callable[[ClusterState, Pod, np.ndarray], tuple[int, list[int]]]
+
+_CHOOSERS: dict[str, Chooser] = {
     "best-fit": best_fit_choose,
     "fgd": fgd_choose,
     "ours": ours_choose,
@@ -358,7 +363,7 @@ class SimResult:
     failures_before_90: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
             "policy": self.policy,
@@ -700,7 +705,7 @@ def run_experiment_report(
     *,
     tune: float = 1.3,
     workers: int = 1,
-) -> dict:
+) -> dict[str, Any]:
     """Run the experiment and build the JSON report (means, per-seed values, published means)."""
     trace = load_pods(pods_csv)
     nodes = load_nodes(nodes_csv)

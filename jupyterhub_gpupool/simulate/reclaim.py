@@ -27,11 +27,12 @@ import json
 import random
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from statistics import median, quantiles
+from typing import Any
 
 from ..pool.allocator import Allocator, Grant, Queued
 from ..pool.catalog import default_catalog
@@ -102,13 +103,14 @@ def build_pool() -> tuple[list[Node], dict[str, Offer]]:
     catalog = default_catalog()
     h100, a100, l4 = (catalog.model(m) for m in ("H100-80GB", "A100-80GB", "L4"))
     nodes = []
-    for name, make in (
+    kinds: tuple[tuple[str, Callable[[str, int], Gpu]], ...] = (
         ("h100-a", lambda u, i: Gpu(u, i, h100, sharing="exclusive")),
         ("h100-b", lambda u, i: Gpu(u, i, h100, sharing="exclusive")),
         ("a100-mig", lambda u, i: Gpu(u, i, a100, mig_enabled=True, dynamic_mig=True)),
         ("h100-mig", lambda u, i: Gpu(u, i, h100, mig_enabled=True, dynamic_mig=True)),
         ("l4-shared", lambda u, i: Gpu(u, i, l4, sharing="shared")),
-    ):
+    )
+    for name, make in kinds:
         nodes.append(Node(name, gpus=[make(f"{name}-{i}", i) for i in range(8)]))
     return nodes, {o.name: o for o in (parse_offer(raw, catalog) for raw in OFFERS)}
 
@@ -433,7 +435,7 @@ class Replay:
             moving = (
                 act.gpu and zlib.crc32(run.session.id.encode()) % 2 == 0
             )  # half the jobs move memory
-            samples = (
+            samples: tuple[GpuSample, ...] = (
                 GpuSample(ts - WINDOW / 2, None, held, int(run.context)),
                 GpuSample(ts, None, held + (512 if moving else 0), int(run.context)),
             )
@@ -470,7 +472,8 @@ def run_all(
 def targets(figs: Sequence[Figures]) -> list[tuple[str, bool, str]]:
     """The issue's targets for ``ours`` against the culler and the GPU-only rule."""
     by = {f.policy: f for f in figs}
-    ours, out = by.get("ours"), []
+    ours = by.get("ours")
+    out: list[tuple[str, bool, str]] = []
     if ours is None:
         return out
     if "culler" in by:
@@ -537,7 +540,7 @@ def format_table(figs: Sequence[Figures]) -> str:
     return "\n".join(lines)
 
 
-def report(sessions: Sequence[Session], figs: Sequence[Figures], source: str) -> dict:
+def report(sessions: Sequence[Session], figs: Sequence[Figures], source: str) -> dict[str, Any]:
     """The JSON written by ``--json``."""
     return {
         "sessions": len(sessions),
@@ -591,7 +594,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Replay, print the table and the targets, optionally write JSON."""
-    offers = [o["name"] for o in OFFERS]
+    offers = [str(o["name"]) for o in OFFERS]
     if args.sessions:
         sessions, source = load_sessions(args.sessions, offers), str(args.sessions)
     else:

@@ -211,7 +211,7 @@ def _time(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a number of seconds")
     try:
-        t = float(value)  # type: ignore[arg-type]
+        t = float(value)  # type: ignore[arg-type]  # any cell: float() refusing it is the check
     except (TypeError, ValueError):
         raise ValueError(f"must be a number of seconds, got {value!r}") from None
     if not math.isfinite(t) or not 0 <= t <= DAY:
@@ -236,7 +236,7 @@ def _segment(raw: Mapping[str, object], path: Path, row: int, prefix: str) -> Se
                 values[name] = _bool(raw[name])
         except ValueError as e:
             raise SessionFileError(path, row, col, str(e)) from None
-    seg = Segment(**values)  # type: ignore[arg-type]
+    seg = Segment(**values)  # type: ignore[arg-type]  # each value checked by its field above
     if seg.end <= seg.start:
         raise SessionFileError(path, row, f"{prefix}end", "must be after start")
     return seg
@@ -259,7 +259,9 @@ def _session(
     )
 
 
-def _head(raw: Mapping[str, object], path: Path, row: int, offers: Iterable[str]) -> dict:
+def _head(
+    raw: Mapping[str, object], path: Path, row: int, offers: Iterable[str]
+) -> dict[str, object]:
     head: dict[str, object] = {}
     for name in ("user", "offer"):
         value = raw.get(name)
@@ -338,7 +340,7 @@ def _load_csv(f: Iterable[str], path: Path, offers: list[str]) -> list[Session]:
     missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise SessionFileError(path, 1, missing[0], "missing column")
-    heads: dict[str, dict] = {}
+    heads: dict[str, dict[str, object]] = {}
     segs: dict[str, list[tuple[int, str, Segment]]] = {}
     for row, raw in enumerate(reader, 2):
         sid = (raw.get("session") or "").strip()

@@ -101,7 +101,8 @@ class PodTable:
     @property
     def total_milli(self) -> np.ndarray:
         """Total GPU milli per pod: per-GPU milli x GPU count."""
-        return self.gpu_milli * self.num_gpu
+        total: np.ndarray = self.gpu_milli * self.num_gpu
+        return total
 
 
 def clean_spec(spec: str | None) -> str:
@@ -115,7 +116,9 @@ def spec_models(spec: str) -> frozenset[str]:
     return frozenset(part for part in spec.split("|") if part)
 
 
-def _read(path: str | Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:
+def _read(
+    path: str | Path, required: tuple[str, ...], what: str
+) -> list[tuple[int, dict[str, str]]]:
     """(CSV line, row) pairs; a missing column or a short row is a :class:`TraceError`."""
     try:
         f = open(path, newline="")  # noqa: SIM115 (closed by the with block below)
@@ -133,7 +136,7 @@ def _read(path: str | Path, required: tuple[str, ...], what: str) -> list[tuple[
                 f"missing {what} column{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)} (the header has {', '.join(header) or 'nothing'})",
             )
-        rows = []
+        rows: list[tuple[int, dict[str, str]]] = []
         for row in reader:
             line = reader.line_num
             short = [c for c in required if row.get(c) is None]
@@ -145,7 +148,9 @@ def _read(path: str | Path, required: tuple[str, ...], what: str) -> list[tuple[
     return rows
 
 
-def _number(path: str | Path, line: int, row: dict, column: str, *, blank: int | None = 0) -> int:
+def _number(
+    path: str | Path, line: int, row: dict[str, str], column: str, *, blank: int | None = 0
+) -> int:
     """An integer cell (``"12.0"`` allowed); a blank cell is ``blank`` or an error if None."""
     text = (row.get(column) or "").strip()
     if not text:

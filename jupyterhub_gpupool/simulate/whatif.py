@@ -183,7 +183,7 @@ def hold_seconds(rec: Any, end: datetime, old: PolicySet, new: PolicySet | None)
     """How long the replay holds what ``rec`` gets: as recorded, but a lease the old policy
     reclaimed for idleness is released after the new policy's idle timeout instead."""
     assert rec.granted is not None
-    hold = ((rec.released or end) - rec.granted).total_seconds()
+    hold: float = ((rec.released or end) - rec.granted).total_seconds()
     if new is None or rec.release_reason != "reclaimed-idle":
         return hold
     before, after = old.for_offer(rec.offer), new.for_offer(rec.offer)

@@ -151,7 +151,8 @@ def _message(body: bytes) -> str:
             allowed = data.get("allowed")
             if isinstance(allowed, list) and allowed and str(allowed) not in data["message"]:
                 return f"{data['message']} (allowed: {', '.join(map(str, allowed))})"
-            return data["message"]
+            message: str = data["message"]
+            return message
     except ValueError:
         pass
     return body[:200].decode(errors="replace").strip()
@@ -245,7 +246,7 @@ class AgentLoop:
         Jitter spreads the retries of many agents after a service restart; the cap bounds how
         long delivery lags once the service is back.
         """
-        delay = min(self.backoff_max, self.backoff_base * 2 ** min(failures - 1, 62))
+        delay: float = min(self.backoff_max, self.backoff_base * 2 ** min(failures - 1, 62))
         return delay * (1.0 - self.backoff_jitter * self.rand())
 
     def next_wakeup(self) -> float:
@@ -452,7 +453,8 @@ class AgentLoop:
         self._inventory = None  # read before the change: stale
         self.check_inventory()
         if await self._send_mig_results() and self._inventory is not None:
-            await self._send_inventory()
+            # check_inventory() set it again; mypy keeps the `= None` above across that call
+            await self._send_inventory()  # type: ignore[unreachable]  # see above
 
     async def post_devices(self, lease: str, devices: list[str]) -> tuple[int | None, bytes]:
         """Tell the pool the devices lease ``lease``'s server really got."""

@@ -101,7 +101,8 @@ class NvmlReader:
     ) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml  # type: ignore[no-redef]
+                # the real library under the name of the API given (simnvml's, in tests)
+                import pynvml as nvml  # type: ignore[no-redef]  # see above
             except ImportError:
                 raise NvmlUnavailable(
                     "pynvml is not installed: pip install 'jupyterhub-gpupool[nvml]' "

@@ -53,6 +53,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value) of a message: ints for varints and fixed widths,
     bytes for length-delimited fields (strings, messages, packed repeats)."""
     at = 0
+    value: int | bytes
     while at < len(buf):
         key, at = _varint(buf, at)
         number, wire = key >> 3, key & 7
@@ -152,7 +153,8 @@ class PodResourcesClient:
         """Every container's devices; raises on an unreachable kubelet or a failed call."""
         if self._list is None:
             self._connect()
-        return await self._list(None, timeout=self.timeout)
+        devices: list[ContainerDevices] = await self._list(None, timeout=self.timeout)
+        return devices
 
     async def close(self) -> None:
         """Close the channel."""

@@ -174,7 +174,7 @@ def _fail(code: int) -> NVMLError:
 
 class _Printable(ctypes.Structure):
     def __repr__(self) -> str:
-        body = ", ".join(f"{n}={getattr(self, n)!r}" for n, _ in self._fields_)
+        body = ", ".join(f"{n}={getattr(self, n)!r}" for n, *_ in self._fields_)
         return f"{type(self).__name__}({body})"
 
 
@@ -235,7 +235,7 @@ class c_nvmlComputeInstanceProfileInfo_v2_t(_Printable):
 class _HandleArrayType(type):
     """``(c_nvmlGpuInstance_t * n)()`` makes an n-slot array, as with pynvml's pointer types."""
 
-    def __mul__(cls, n: int) -> Callable[[], list]:
+    def __mul__(cls, n: int) -> Callable[[], list[None]]:
         return lambda: [None] * n
 
 
@@ -315,7 +315,8 @@ class c_nvmlGpmSample_t:
         self.freed = False
         self.filled = False
         self.ts = 0.0
-        self.source: tuple = ()  # (GPU, GPU instance or None): what the counters belong to
+        # (GPU, GPU instance or None): what the counters belong to
+        self.source: tuple[Any, ...] = ()
 
 
 def _deref(ref: Any) -> Any:
@@ -323,7 +324,7 @@ def _deref(ref: Any) -> Any:
     return getattr(ref, "_obj", ref)
 
 
-def _api(fn: Callable) -> Callable:
+def _api(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Check init and simulated missing symbols (old drivers) before an NVML call (wraps every
     ``nvml*`` method of the simulated machine)."""
     name = fn.__name__

@@ -106,7 +106,7 @@ def _read_yaml(source: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(source, Mapping):
         return source
     text = source
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+    if isinstance(source, Path) or "\n" not in source:
         path = Path(source)
         if path.exists():
             text = path.read_text()

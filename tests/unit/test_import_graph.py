@@ -283,13 +283,13 @@ def test_pool_is_pure_domain():
 
 
 def _store_or_service(m: str) -> bool:
-    return GRAPH.short(m).startswith(("store", "service")) or GRAPH.short(m) == "migstore"
+    return GRAPH.short(m).split(".")[0] in ("store", "service")
 
 
 def test_telemetry_does_not_reach_the_store_or_the_service():
     bad = GRAPH.layer_violations(f"{PROJECT}.telemetry", _store_or_service, {"sqlalchemy"})
     assert not bad, (
-        "telemetry/ must not import the store (store*, migstore), the service or SQLAlchemy, "
+        "telemetry/ must not import the store (store/), the service or SQLAlchemy, "
         "directly or through other modules:\n" + "\n".join(bad)
     )
 
