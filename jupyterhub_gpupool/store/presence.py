@@ -25,8 +25,6 @@ from .rows import epoch, from_epoch, ts
 
 #: The longest server address kept (the column's size).
 MAX_SERVER_URL = 2048
-#: Where input can come from: only the lab package reports it today.
-PRESENCE_SOURCES = ("lab",)
 
 
 def check_server_url(url: str) -> str:

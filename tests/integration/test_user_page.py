@@ -178,6 +178,8 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub, clock)
         assert reclaim_round(hub, clock, lease) == "notice"
         status, _, html = get(page, alice)  # headed by its kind; no Keep, and why not
         assert "Idle GPU: it will be reclaimed" in html and "Keep my GPU" not in html
+        # what the reclaim cannot save is said with the notice (issue 31)
+        assert "edits in a tab you already closed without saving" in " ".join(html.split())
         assert "It cannot be kept: kept once already, the most allowed" in html
         status, headers = post(f"{page}keep/{lease['id']}", alice)
         assert status == 302 and headers["Location"].endswith("?refused=extension_limit")
