@@ -31,6 +31,7 @@ from ..extras import MissingExtra
 from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
+from ..kube.sharing import KubeSharing
 from ..logredact import redact
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
@@ -67,7 +68,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller, PoolAlerts]
+    classes = [MigLabeller, KubeSharing, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -397,6 +398,7 @@ class PoolService(StrictCommandLine):
         self.leader = LeaderLock(engine)
         #: re-partitions of Kubernetes nodes through nvidia.com/mig.config (c.MigLabeller)
         self.mig_labeller = MigLabeller(parent=self)
+        self.kube_sharing = KubeSharing(parent=self)  # nodes' time-slicing (c.KubeSharing)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -719,6 +721,8 @@ class PoolService(StrictCommandLine):
             await self.budget_step()
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
                 await self.mig_labeller.step(self.store, self.writer.call)
+            if self.kube_sharing.enabled:  # which nodes' device plugin serves shares
+                await self.kube_sharing.step(self.store, self.writer.call)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.errors import ConfigError
-from ..pool.model import Node, validate_node
+from ..pool.model import SHARING_MODES, Node, validate_node
 from ..pool.pricing import reconcile
 from ..pool.quota import QUOTA_FIELDS, QuotaSpec
+from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
@@ -190,7 +191,9 @@ class AdminStore(MigStore, ViewStore):
             g = g or orm.GpuRow(uuid=gpu.uuid)
             g.index, g.model = gpu.index, gpu.model.name
             g.memory_mib = round(gpu.model.memory_gb * 1024)
-            g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
+            g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
+            # an agent's "auto" is "not known here": the config's or the node's mode stays
+            g.sharing = reported_mode(gpu.sharing, g.sharing) if source == "agent" else gpu.sharing
             g.healthy = gpu.healthy
             self._sync_instances(db, g, gpu, source)
             keep.append(g)
@@ -198,6 +201,29 @@ class AdminStore(MigStore, ViewStore):
         for gone in by_uuid.values():
             self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
         return row
+
+    def set_sharing(self, name: str, modes: Mapping[str, str], *, actor: str = "") -> dict:
+        """Set the sharing modes of a node's GPUs (uuid → ``shared`` | ``exclusive``) as its
+        device plugin advertises them (``pool.sharing``). Leases keep what they hold; a change
+        is audited (``sharing-advertised``) and the queue served. Returns what changed."""
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, name)
+            if row is None:
+                raise StoreError("not_found", f"no node {name!r}", field="name")
+            changed = {}
+            for g in row.gpus:
+                mode = modes.get(g.uuid)
+                if mode is None or mode == g.sharing or g.mig_enabled:
+                    continue
+                if mode not in SHARING_MODES:
+                    raise StoreError("invalid_field", f"unknown sharing mode {mode!r}")
+                g.sharing = mode
+                alloc.set_gpu_sharing(g.uuid, mode)
+                changed[g.uuid] = mode
+            if changed:
+                self._event(db, "sharing-advertised", actor, data={"node": name, "gpus": changed})
+                self._serve_queue(db, alloc)
+            return changed
 
     def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
         rows = db.scalars(

@@ -71,6 +71,7 @@ WRITES = frozenset(
         "patch_quota",
         "reset_quota",
         "put_inventory",
+        "set_sharing",
         "add_busy",
         "mark_unreachable",
         "mig_results",
