@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from traitlets import Bool, Dict, TraitError, Unicode, validate
+from traitlets import Bool, Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..pool.model import MigInstance, Node
@@ -69,6 +69,16 @@ class MigLabeller(LoggingConfigurable):
         "profile, e.g. {'all-1g.10gb': {'1g.10gb': 7}, 'half-3g': {'3g.40gb': 1, '1g.10gb': 3}}. "
         "Merged over mig-parted's all-disabled and all-<profile> configs for the catalog's "
         "models.",
+    ).tag(config=True)
+
+    dra_dynamic_mig = List(
+        Unicode(),
+        help="Clusters (every node of the cluster) or nodes where NVIDIA's DRA driver runs with "
+        "its DynamicMIG feature gate: it makes a MIG instance when a claim for the profile on "
+        "the GPU is allocated and destroys it with the claim. Their MIG-mode GPUs are dynamic "
+        "for the pool, a MIG grant there is ready at once (the server's claim makes the "
+        "instance: no agent plan, no nvidia.com/mig.config label), this labeller leaves them "
+        "out of every node's config, and re-partitioning them is refused. E.g. ['default'].",
     ).tag(config=True)
 
     cluster_apis = Dict(
@@ -191,7 +201,13 @@ class MigLabeller(LoggingConfigurable):
         if wanted is None:
             await self._fail(call, reps, f"node {name} left the pool")
             return "failed"
-        per_gpu = [kn.layout_counts((i.profile, i.start) for i in g.instances) for g in wanted.gpus]
+        # the DRA driver's GPUs (DynamicMIG) have no layout to keep: mig-manager must not touch
+        # them, and their instances come and go with claims
+        per_gpu = [
+            kn.layout_counts((i.profile, i.start) for i in g.instances)
+            for g in wanted.gpus
+            if not g.mig_by_claim
+        ]
         configs = self.all_configs(store)
         names = {kn.config_for(c, configs) for c in per_gpu}
         if len(names) != 1 or None in names:

@@ -76,6 +76,9 @@ class Gpu:
     instances: list[MigInstance] = field(default_factory=list)
     whole_lease: str | None = None
     shares: dict[str, int] = field(default_factory=dict)
+    #: Its MIG instances are made per claim by NVIDIA's DRA driver (its DynamicMIG feature):
+    #: a planned instance needs neither the agent nor mig-manager (``pool.dramig``).
+    mig_by_claim: bool = False
 
     @property
     def schedulable(self) -> bool:

@@ -470,6 +470,7 @@ class PoolService(StrictCommandLine):
             "max_requests_per_user": self.request_cap(),
             "reclaim_stale_after": self.reclaim_stale_after,
             "reclaim_claim_timeout": self.reclaim_claim_timeout,
+            "dra_dynamic_mig": tuple(MigLabeller(parent=self).dra_dynamic_mig),
         }
 
     def request_cap(self) -> int:

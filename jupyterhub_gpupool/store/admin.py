@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
 from ..pool.model import SHARING_MODES, Node, validate_node
 from ..pool.pricing import reconcile
@@ -184,6 +186,9 @@ class AdminStore(MigStore, ViewStore):
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:
+            if made_by_claim(node.name, node.cluster, gpu.mig_enabled, self.dra_dynamic_mig):
+                # the DRA driver's MIG is dynamic whatever an agent or the config says
+                gpu = replace(gpu, dynamic_mig=True)
             g = by_uuid.pop(gpu.uuid, None)
             if g is not None and g.mig_enabled != gpu.mig_enabled:
                 # the GPU changed mode under its leases: they hold something that is gone

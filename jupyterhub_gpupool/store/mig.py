@@ -163,7 +163,11 @@ class MigStore(Applier):
         """
         with self.locked() as alloc:  # most nodes have no dynamic MIG: answer without the rows
             gpus = alloc.nodes[node].gpus if node in alloc.nodes else []
-            if not any(g.mig_enabled and g.dynamic_mig for g in gpus):
+            # the DRA driver's GPUs: their claims make and remove instances, not the agent
+            agents = {
+                g.uuid for g in gpus if g.mig_enabled and g.dynamic_mig and not g.mig_by_claim
+            }
+            if not agents:
                 return []
         with self._thread_lock, self.read() as db:
             rows = db.scalars(
@@ -173,7 +177,7 @@ class MigStore(Applier):
                 .options(selectinload(orm.GpuRow.instances))
                 .order_by(orm.GpuRow.index)
             )
-            layouts = [self._layout(g) for g in rows if g.observed is not None]
+            layouts = [self._layout(g) for g in rows if g.observed is not None and g.uuid in agents]
         return plan_node(layouts, self.mig_attempts)
 
     # -- what the node did ---------------------------------------------------------------------

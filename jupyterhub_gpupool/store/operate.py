@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.dramig import NO_REPARTITION
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
 from ..pool.repartition import Held, parse_layout, plan_repartition
@@ -435,6 +436,8 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             )
         with self.transaction() as (db, alloc):
             g = self._gpu_row(db, node, gpu)
+            if gpu in alloc.gpus and alloc.gpus[gpu].mig_by_claim:
+                raise StoreError("conflict", NO_REPARTITION.format(gpu=gpu, node=node), field="gpu")
             plan = self._plan(db, g, target)
             open_ = db.scalar(
                 select(orm.MigRepartitionRow).where(
