@@ -1,0 +1,202 @@
+"""A MIG grant where NVIDIA's DRA driver makes MIG instances per claim (``DynamicMIG``).
+
+A real pool service (``MigLabeller.dra_dynamic_mig`` naming the node, its labeller on and
+pointed at the fake API server) and ``GPUPoolKubeSpawner`` against a Kubernetes API server over
+real HTTP whose driver publishes the A100 as partitionable (a counter set, abstract MIG
+devices consuming memory-slice counters: ``tests.fakekube_dra.nvidia_partitioned_slices``).
+The grant is ready at once, nobody labels the node, no agent is asked to make an instance,
+and the pod's claim is allocated to a partition of the granted profile on the granted GPU.
+Then the same over the store directly: re-partitioning such a GPU is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tests.fakekube_dra import FakeDRA, nvidia_partitioned_slices
+from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
+
+pytestmark = pytest.mark.e2e
+
+kubespawner = pytest.importorskip("kubespawner.spawner")
+
+from jupyterhub_gpupool.spawner import clusterapi, dra  # noqa: E402
+from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner  # noqa: E402
+
+NS = "default"
+NODE = "dyn-a100"
+A100 = "GPU-0d7a0000-0000-4000-8000-00000000d1a0"
+POOL = f"""
+nodes:
+  - name: {NODE}
+    gpus:
+      - {{model: A100-80GB, uuid: {A100}, mig: {{enabled: true}}}}
+offers:
+  - {{name: a100-1g, kind: mig, profile: 1g.10gb, models: [A100-80GB]}}
+  - {{name: a100-3g, kind: mig, profile: 3g.40gb, models: [A100-80GB]}}
+quotas:
+  default: {{guarantee: 0, limit: 8}}
+"""
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    where = tmp_path_factory.mktemp("dynmigapi")
+    slices = nvidia_partitioned_slices(NODE, [{"uuid": A100, "model": "A100-80GB"}])
+    api = FakeKubeAPI([kube_node(NODE)], token="dyn-token", dra=FakeDRA(slices))
+    config_file = where / "kubeconfig"
+    config_file.write_text(json.dumps(kubeconfig({"dra": api}, "dra")))
+    token = where / "token"
+    token.write_text(api.token + "\n")
+    with api, pytest.MonkeyPatch.context() as mp:
+        from kubernetes_asyncio.config import kube_config
+
+        mp.setenv("KUBECONFIG", str(config_file))
+        mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config_file))
+        mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        yield SimpleNamespace(api=api, token_file=str(token))
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory, kube):
+    where = tmp_path_factory.mktemp("dynmig")
+    env = HubEnv(
+        where,
+        f"sqlite:///{where}/pool.sqlite",
+        write_pool(where, POOL),
+        service_args=(
+            "--PoolService.telemetry_source=sim",
+            "--PoolService.reconcile_on_start=False",
+            "--PoolService.reconcile_interval=0",
+            "--PoolService.housekeeping_interval=0.2",
+            "--MigLabeller.enabled=True",
+            f"--MigLabeller.api_host={kube.api.url}",
+            f"--MigLabeller.token_file={kube.token_file}",
+            f"--MigLabeller.dra_dynamic_mig={NODE}",
+        ),
+    )
+    with env.running():
+        yield env
+
+
+def make_spawner(pool, kube, user, offer) -> GPUPoolKubeSpawner:
+    fake_user = SimpleNamespace(
+        name=user, groups=[], settings={}, url=f"/user/{user}/", id=1, escaped_name=user
+    )
+    spawner = GPUPoolKubeSpawner(
+        _mock=True,
+        user=fake_user,
+        pool_api_url=pool.api,
+        pool_api_token=pool.spawner_token,
+        queue_poll_interval=0.2,
+        k8s_api_host=kube.api.url,
+        start_timeout=60,
+        mem_limit="4G",
+    )
+    spawner.user_options = {"gpupool_offer": offer}
+    return spawner
+
+
+def run(scenario):
+    async def wrapped():
+        GPUPoolKubeSpawner._dra_probed.clear()
+        try:
+            return await scenario()
+        finally:
+            GPUPoolKubeSpawner._dra_probed.clear()
+            await GPUPoolKubeSpawner._stop_all_reflectors()
+            await clusterapi.close_clients()
+
+    return asyncio.run(wrapped())
+
+
+def test_a_mig_grant_is_made_by_the_claim_on_the_granted_parent_without_a_label(pool, kube):
+    async def scenario():
+        small = make_spawner(pool, kube, "alice", "a100-1g")
+        big = make_spawner(pool, kube, "bob", "a100-3g")
+        for s in (small, big):
+            await s.run_pre_spawn_hook()
+            await s.start()
+        claims = kube.api.objects_of("resourceclaims")
+        seen = [
+            (s.gpupool_lease, claims[f"{NS}/{s.pod_name}-gpu"], s.dra_devices) for s in (small, big)
+        ]
+        plan = request("GET", f"{pool.api}/nodes/{NODE}/mig-plan", pool.agent_token).json()
+        await asyncio.sleep(1.0)  # several housekeeping rounds, each with a labeller step
+        await asyncio.gather(small.stop(), big.stop())
+        return seen, plan
+
+    seen, plan = run(scenario)
+    slices = kube.api.objects_of("resourceslices").values()
+    used = set()
+    for lease, claim, devices in seen:
+        (slot,) = lease["slots"]
+        # the pool planned a new instance on its dynamic GPU, and the grant was ready at once
+        assert slot["gpu"] == A100 and lease["ready"] and lease["state"] in ("granted", "active")
+        # the claim names parent and profile (placement is in the counters, which CEL cannot
+        # see) and got an abstract partition device of that profile on that GPU
+        (request_,) = claim["spec"]["devices"]["requests"]
+        assert request_["exactly"]["selectors"][0]["cel"]["expression"] == (
+            f'device.attributes["gpu.nvidia.com"].parentUUID == "{A100}" && '
+            f'device.attributes["gpu.nvidia.com"].profile == "{slot["profile"]}"'
+        )
+        (got,) = dra.allocated_devices(claim, slices)
+        assert got["type"] == "mig" and got["parent_uuid"] == A100
+        assert got["profile"] == slot["profile"]
+        assert got["device"].startswith(
+            {"1g.10gb": "gpu-0-mig-1g10gb-19-", "3g.40gb": "gpu-0-mig-3g40gb-9-"}[slot["profile"]]
+        )
+        assert devices[0]["matches"] and devices[0]["gpu"] == A100
+        device = dra.slice_devices(slices)[(NODE, got["device"])]
+        mine = set(dra.memory_slices(device))
+        assert not mine & used  # two partitions of one GPU never share a memory slice
+        used |= mine
+    # no label change, nothing for an agent to make: the claims made the instances
+    assert kube.api.patches == []
+    assert plan["actions"] == []
+    # stopped: the claims are gone, so are the leases
+    assert not kube.api.objects_of("resourceclaims")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = request("GET", f"{pool.api}/allocations?user=alice", pool.spawner_token).json()
+        if all(le["state"] == "released" for le in r["items"]):
+            break
+        time.sleep(0.2)
+    assert all(le["state"] == "released" for le in r["items"])
+
+
+def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
+    from jupyterhub_gpupool.dbutil import upgrade
+    from jupyterhub_gpupool.store.errors import StoreError
+    from tests.fakes import StoreClock, make_store
+
+    upgrade(db_url)
+    pool = {
+        "nodes": [
+            {
+                "name": NODE,
+                "gpus": [{"model": "A100-80GB", "uuid": A100, "mig": {"enabled": True}}],
+            }
+        ],
+        "offers": [
+            {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]}
+        ],
+        "quotas": {"default": {"guarantee": 0, "limit": 8}},
+    }
+    store = make_store(db_url, StoreClock(), pool, dra_dynamic_mig=[NODE])
+    lease = store.allocate("alice", "", "a100-1g")
+    assert lease["state"] == "granted" and lease["ready"]
+    assert store.keepalive(lease["id"])["state"] == "active"  # nothing to wait for
+    assert store.mig_plan(NODE) == []
+    with pytest.raises(StoreError) as info:
+        store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
+    assert info.value.code == "conflict"
+    assert "made per claim by the NVIDIA DRA driver" in info.value.message
+    # the same GPU without the setting is a static MIG GPU with no instance: the ask waits
+    other = make_store(db_url, StoreClock(), pool)
+    assert other.allocate("bob", "", "a100-1g")["state"] == "queued"
