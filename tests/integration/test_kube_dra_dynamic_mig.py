@@ -6,7 +6,9 @@ real HTTP whose driver publishes the A100 as partitionable (a counter set, abstr
 devices consuming memory-slice counters: ``tests.fakekube_dra.nvidia_partitioned_slices``).
 The grant is ready at once, nobody labels the node, no agent is asked to make an instance,
 and the pod's claim is allocated to a partition of the granted profile on the granted GPU.
-Then the same over the store directly: re-partitioning such a GPU is refused.
+Then the same over the store directly: re-partitioning such a GPU is refused. And the hub's
+rights: an API server enforcing RBAC with z2jh's hub Role and ``helm/examples/hub-dra-rbac.yaml``
+serves the DRA spawn, and refuses every DRA call without the example.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from tests.fakekube_dra import FakeDRA, nvidia_partitioned_slices
+from tests.fakekube_rbac import from_render
 from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +34,32 @@ from jupyterhub_gpupool.spawner import clusterapi, dra  # noqa: E402
 from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner  # noqa: E402
 
 NS = "default"
+HUB_NS = "jhub"  # the namespace helm/examples/hub-dra-rbac.yaml is written for
+HUB_TOKEN = "hub-sa-token"
+EXAMPLE = Path(__file__).resolve().parents[2] / "helm" / "examples" / "hub-dra-rbac.yaml"
+#: zero-to-jupyterhub's hub Role and its binding (jupyterhub/templates/hub/rbac.yaml, z2jh 4.4.0)
+Z2JH_HUB_RBAC = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "hub"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+                "verbs": ["get", "watch", "list", "create", "delete"],
+            },
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "hub"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": HUB_NS}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+    },
+]
 NODE = "dyn-a100"
 A100 = "GPU-0d7a0000-0000-4000-8000-00000000d1a0"
 POOL = f"""
@@ -49,17 +80,32 @@ def kube(tmp_path_factory):
     where = tmp_path_factory.mktemp("dynmigapi")
     slices = nvidia_partitioned_slices(NODE, [{"uuid": A100, "model": "A100-80GB"}])
     api = FakeKubeAPI([kube_node(NODE)], token="dyn-token", dra=FakeDRA(slices))
+    example = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    tokens = {HUB_TOKEN: f"{HUB_NS}/hub"}
+    full = from_render([*Z2JH_HUB_RBAC, *example], tokens, namespace=HUB_NS)
+    z2jh_only = from_render(Z2JH_HUB_RBAC, tokens, namespace=HUB_NS)
+    rbac = FakeKubeAPI([kube_node(NODE)], token=HUB_TOKEN, dra=FakeDRA(slices), authorizer=full)
+    bare = FakeKubeAPI(
+        [kube_node(NODE)], token=HUB_TOKEN, dra=FakeDRA(slices), authorizer=z2jh_only
+    )
     config_file = where / "kubeconfig"
-    config_file.write_text(json.dumps(kubeconfig({"dra": api}, "dra")))
+    config_file.write_text(json.dumps(kubeconfig({"dra": api, "rbac": rbac}, "dra")))
     token = where / "token"
     token.write_text(api.token + "\n")
-    with api, pytest.MonkeyPatch.context() as mp:
+    with api, rbac, bare, pytest.MonkeyPatch.context() as mp:
         from kubernetes_asyncio.config import kube_config
 
         mp.setenv("KUBECONFIG", str(config_file))
         mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config_file))
         mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        yield SimpleNamespace(api=api, token_file=str(token))
+        yield SimpleNamespace(
+            api=api,
+            token_file=str(token),
+            rbac=rbac,
+            bare=bare,
+            rules=(full, z2jh_only),
+            config_file=str(config_file),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +130,7 @@ def pool(tmp_path_factory, kube):
         yield env
 
 
-def make_spawner(pool, kube, user, offer) -> GPUPoolKubeSpawner:
+def make_spawner(pool, kube, user, offer, **traits) -> GPUPoolKubeSpawner:
     fake_user = SimpleNamespace(
         name=user, groups=[], settings={}, url=f"/user/{user}/", id=1, escaped_name=user
     )
@@ -97,6 +143,7 @@ def make_spawner(pool, kube, user, offer) -> GPUPoolKubeSpawner:
         k8s_api_host=kube.api.url,
         start_timeout=60,
         mem_limit="4G",
+        **traits,
     )
     spawner.user_options = {"gpupool_offer": offer}
     return spawner
@@ -200,3 +247,78 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     # the same GPU without the setting is a static MIG GPU with no instance: the ask waits
     other = make_store(db_url, StoreClock(), pool)
     assert other.allocate("bob", "", "a100-1g")["state"] == "queued"
+
+
+def test_the_hubs_rights_for_dra_are_z2jhs_role_and_the_example(pool, kube):
+    """The spawn goes to an API server that enforces RBAC: the hub's service account has
+    z2jh's hub Role and the example's rules, and nothing is refused."""
+    full, z2jh_only = kube.rules
+
+    async def scenario():
+        s = make_spawner(
+            pool,
+            kube,
+            "carol",
+            "a100-1g",
+            namespace=HUB_NS,
+            flat_network=True,  # the "other cluster" is this machine
+            cluster_apis={"default": {"context": "rbac", "config_file": kube.config_file}},
+        )
+        await s.run_pre_spawn_hook()
+        await s.start()
+        claim = kube.rbac.objects_of("resourceclaims")[f"{HUB_NS}/{s.pod_name}-gpu"]
+        out = claim, s.dra_devices
+        await s.stop()
+        return out
+
+    claim, devices = run(scenario)
+    assert dra.results(claim)[0]["device"].startswith("gpu-0-mig-1g10gb-19-")
+    assert devices[0]["matches"]
+    assert full.refused == []
+    assert not kube.rbac.objects_of("resourceclaims")  # deleted with the server: allowed
+
+    # z2jh's Role alone: every call of the DRA backend is refused (403), as the example says
+    def call(method: str, path: str) -> int:
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(f"{kube.bare.url}{path}", method=method)
+        req.add_header("Authorization", f"Bearer {HUB_TOKEN}")
+        req.add_header("Content-Type", "application/json")
+        if method == "POST":
+            req.data = json.dumps(claim_body).encode()
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    claim_body = {k: v for k, v in claim.items() if k != "status"}
+    claim_body["metadata"] = {"name": "probe-gpu"}
+    group = "/apis/resource.k8s.io/v1"
+    refused = {
+        ("GET", f"{group}/deviceclasses/gpu.nvidia.com"): call(
+            "GET", f"{group}/deviceclasses/gpu.nvidia.com"
+        ),
+        ("GET", f"{group}/resourceslices"): call("GET", f"{group}/resourceslices"),
+        ("POST", "claims"): call("POST", f"{group}/namespaces/{HUB_NS}/resourceclaims"),
+        ("GET", "claim"): call("GET", f"{group}/namespaces/{HUB_NS}/resourceclaims/x"),
+        ("DELETE", "claim"): call("DELETE", f"{group}/namespaces/{HUB_NS}/resourceclaims/x"),
+    }
+    assert set(refused.values()) == {403}
+    assert {(r.verb, r.resource) for _, r in z2jh_only.refused} == {
+        ("get", "deviceclasses"),
+        ("list", "resourceslices"),
+        ("create", "resourceclaims"),
+        ("get", "resourceclaims"),
+        ("delete", "resourceclaims"),
+    }
+
+
+def test_the_hub_rbac_example_is_valid_kubernetes():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+    for doc in docs:
+        for version in ("1.34", "1.35"):
+            kubernetes_validate.validate(doc, desired_version=version, strict=True)
