@@ -145,3 +145,34 @@ def test_an_api_server_that_refuses_changes_nothing(rig, kube, tmp_path):
 
     assert run(store, sharing, one_round) == {}
     assert modes(store, SLICED) == ["exclusive", "exclusive"]  # as declared, until it can read
+
+
+def test_the_charts_rights_let_it_read_the_nodes(db_url, tmp_path):
+    """Against an API server enforcing the rendered chart's RBAC: with occupancy.enabled (nodes
+    get and list) the round reads the nodes; without, the pool's service account has no role,
+    the read is refused (403) and nothing changes."""
+    pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
+    from tests.integration.test_kube_rbac import SA_TOKEN, chart_rbac
+
+    upgrade(db_url)
+    nodes = [
+        kube_node(PLAIN, product="NVIDIA-L4", gpus=2, memory_mib=23034),
+        time_slicing(kube_node(SLICED, product="NVIDIA-L4", gpus=2, memory_mib=23034)),
+    ]
+    token = tmp_path / "token"
+    token.write_text(SA_TOKEN + "\n")
+    for values, changed in (({}, False), ({"occupancy": {"enabled": True}}, True)):
+        store = make_store(db_url, StoreClock(), POOL)
+        rbac = chart_rbac(values)
+        with FakeKubeAPI(nodes, authorizer=rbac) as api:
+            sharing = KubeSharing(enabled=True, api_host=api.url, token_file=str(token))
+
+            async def one_round(call, sharing=sharing, store=store):
+                return await sharing.step(store, call)
+
+            out = run(store, sharing, one_round)
+        assert bool(out) is changed
+        assert modes(store, SLICED) == (["shared", "shared"] if changed else ["exclusive"] * 2)
+        assert [(r.verb, r.resource) for _, r in rbac.refused] == (
+            [] if changed else [("list", "nodes")]
+        )
