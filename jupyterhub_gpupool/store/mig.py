@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.dramig import made_by_claim
 from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
 from ..pool.model import Gpu, MigInstance
 from .apply import Applier
@@ -300,8 +301,12 @@ class MigStore(Applier):
         return False
 
     def _fail_blocked(self, db: Session, alloc: Allocator | None, g: orm.GpuRow) -> None:
-        """Give up at once on wanted instances a busy unwanted one makes impossible."""
+        """Give up at once on wanted instances a busy unwanted one makes impossible (never on
+        the DRA driver's GPUs: a claim, not the agent, makes the instance, wherever the
+        scheduler finds room)."""
         if not (g.dynamic_mig and g.mig_enabled) or g.observed is None:
+            return
+        if made_by_claim(g.node.name, g.node.cluster, g.mig_enabled, self.dra_dynamic_mig):
             return
         for w in plan_gpu(self._layout(g), self.mig_attempts).blocked:
             row = next(i for i in g.instances if (i.profile, i.start) == (w.profile, w.start))

@@ -219,6 +219,8 @@ def test_a_mig_grant_is_made_by_the_claim_on_the_granted_parent_without_a_label(
 
 def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     from jupyterhub_gpupool.dbutil import upgrade
+    from jupyterhub_gpupool.pool.catalog import default_catalog
+    from jupyterhub_gpupool.service.ingest import node_from_inventory
     from jupyterhub_gpupool.store.errors import StoreError
     from tests.fakes import StoreClock, make_store
 
@@ -240,6 +242,23 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     assert lease["state"] == "granted" and lease["ready"]
     assert store.keepalive(lease["id"])["state"] == "active"  # nothing to wait for
     assert store.mig_plan(NODE) == []
+    # the scheduler put the claim's instance elsewhere than the pool planned, over the planned
+    # place; the node's agent sees it busy: the grant is not given up (a claim makes instances)
+    start = lease["slots"][0]["start"]
+    busy = {"profile": "3g.40gb", "start": 0 if start < 4 else 4, "processes": 1}
+    report = {
+        "gpus": [
+            {
+                "uuid": A100,
+                "model": "NVIDIA A100-SXM4-80GB",
+                "memory_mib": 81920,
+                "mig": {"enabled": True, "instances": [{**busy, "uuid": "MIG-elsewhere"}]},
+            }
+        ]
+    }
+    store.put_inventory(node_from_inventory(NODE, report, default_catalog()), actor="agent")
+    assert store.lease(lease["id"])["state"] == "active"
+    assert store.events(kind="mig-failed")[0] == []
     with pytest.raises(StoreError) as info:
         store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
     assert info.value.code == "conflict"
