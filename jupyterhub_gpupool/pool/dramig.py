@@ -11,8 +11,8 @@ instances it did not make, and NVIDIA says not to run mig-parted (mig-manager) b
 
 * placement creates instances on free memory slices, as for any dynamic GPU;
 * a grant is ready at once: the server's claim makes the instance (no agent plan, no label);
-* the pool never re-partitions it through ``nvidia.com/mig.config``, and the node agent never
-  creates or destroys its instances.
+* the pool never re-partitions it (nor any GPU of its node) through ``nvidia.com/mig.config``,
+  and the node agent never creates or destroys its instances.
 
 Which GPUs: the MIG-mode GPUs of the clusters or nodes named in
 ``MigLabeller.dra_dynamic_mig``.
@@ -24,9 +24,10 @@ from collections.abc import Collection
 
 #: A re-partition refused on such a GPU (``{gpu}``, ``{node}``).
 NO_REPARTITION = (
-    "GPU {gpu} on node {node} has its MIG instances made per claim by the NVIDIA DRA driver "
-    "(DynamicMIG, MigLabeller.dra_dynamic_mig): there is no layout to re-partition; each "
-    "grant's claim makes its instance"
+    "GPU {gpu}: node {node} has its MIG instances made per claim by the NVIDIA DRA driver "
+    "(DynamicMIG, MigLabeller.dra_dynamic_mig): there is no layout to re-partition, each "
+    "grant's claim makes its instance, and mig-manager must not change the node's GPUs "
+    "beside the driver"
 )
 
 

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
-from ..pool.dramig import NO_REPARTITION
+from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
 from ..pool.repartition import Held, parse_layout, plan_repartition
@@ -436,8 +436,11 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             )
         with self.transaction() as (db, alloc):
             g = self._gpu_row(db, node, gpu)
-            if gpu in alloc.gpus and alloc.gpus[gpu].mig_by_claim:
-                raise StoreError("conflict", NO_REPARTITION.format(gpu=gpu, node=node), field="gpu")
+            where = alloc.nodes.get(node)
+            if where is not None and made_by_claim(node, where.cluster, True, self.dra_dynamic_mig):
+                # the driver's node: mig-parted must not run there, on any of its GPUs
+                why = NO_REPARTITION.format(gpu=gpu, node=node)
+                raise StoreError("conflict", why, field="gpu")
             plan = self._plan(db, g, target)
             open_ = db.scalar(
                 select(orm.MigRepartitionRow).where(

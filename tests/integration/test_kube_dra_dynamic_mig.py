@@ -62,6 +62,7 @@ Z2JH_HUB_RBAC = [
 ]
 NODE = "dyn-a100"
 A100 = "GPU-0d7a0000-0000-4000-8000-00000000d1a0"
+A100_OFF = "GPU-0d7a0000-0000-4000-8000-00000000d1a9"
 POOL = f"""
 nodes:
   - name: {NODE}
@@ -229,7 +230,10 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
         "nodes": [
             {
                 "name": NODE,
-                "gpus": [{"model": "A100-80GB", "uuid": A100, "mig": {"enabled": True}}],
+                "gpus": [
+                    {"model": "A100-80GB", "uuid": A100, "mig": {"enabled": True}},
+                    {"model": "A100-80GB", "uuid": A100_OFF},  # MIG off
+                ],
             }
         ],
         "offers": [
@@ -253,7 +257,8 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
                 "model": "NVIDIA A100-SXM4-80GB",
                 "memory_mib": 81920,
                 "mig": {"enabled": True, "instances": [{**busy, "uuid": "MIG-elsewhere"}]},
-            }
+            },
+            {"uuid": A100_OFF, "index": 1, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
         ]
     }
     store.put_inventory(node_from_inventory(NODE, report, default_catalog()), actor="agent")
@@ -263,6 +268,10 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
         store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
     assert info.value.code == "conflict"
     assert "made per claim by the NVIDIA DRA driver" in info.value.message
+    # nor may mig-manager turn MIG on for another GPU of that node
+    with pytest.raises(StoreError) as info:
+        store.request_repartition(NODE, A100_OFF, [{"profile": "7g.80gb", "start": 0}])
+    assert info.value.code == "conflict"
     # the same GPU without the setting is a static MIG GPU with no instance: the ask waits
     other = make_store(db_url, StoreClock(), pool)
     assert other.allocate("bob", "", "a100-1g")["state"] == "queued"
