@@ -37,6 +37,7 @@ from typing import Any
 from traitlets import Bool, Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
@@ -77,8 +78,8 @@ class MigLabeller(LoggingConfigurable):
         "its DynamicMIG feature gate: it makes a MIG instance when a claim for the profile on "
         "the GPU is allocated and destroys it with the claim. Their MIG-mode GPUs are dynamic "
         "for the pool, a MIG grant there is ready at once (the server's claim makes the "
-        "instance: no agent plan, no nvidia.com/mig.config label), this labeller leaves them "
-        "out of every node's config, and re-partitioning them is refused. E.g. ['default'].",
+        "instance: no agent plan, no nvidia.com/mig.config label), and re-partitioning any GPU "
+        "of their nodes is refused (this labeller fails one asked before). E.g. ['default'].",
     ).tag(config=True)
 
     cluster_apis = Dict(
@@ -201,13 +202,12 @@ class MigLabeller(LoggingConfigurable):
         if wanted is None:
             await self._fail(call, reps, f"node {name} left the pool")
             return "failed"
-        # the DRA driver's GPUs (DynamicMIG) have no layout to keep: mig-manager must not touch
-        # them, and their instances come and go with claims
-        per_gpu = [
-            kn.layout_counts((i.profile, i.start) for i in g.instances)
-            for g in wanted.gpus
-            if not g.mig_by_claim
-        ]
+        if made_by_claim(name, wanted.cluster, True, self.dra_dynamic_mig):
+            # the DRA driver makes this node's MIG instances per claim: no label, ever (a
+            # re-partition asked before the node was declared so ends here)
+            await self._fail(call, reps, NO_REPARTITION.format(gpu=reps[0]["gpu"], node=name))
+            return "failed"
+        per_gpu = [kn.layout_counts((i.profile, i.start) for i in g.instances) for g in wanted.gpus]
         configs = self.all_configs(store)
         names = {kn.config_for(c, configs) for c in per_gpu}
         if len(names) != 1 or None in names:

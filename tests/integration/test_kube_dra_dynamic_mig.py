@@ -350,3 +350,44 @@ def test_the_hub_rbac_example_is_valid_kubernetes():
     for doc in docs:
         for version in ("1.34", "1.35"):
             kubernetes_validate.validate(doc, desired_version=version, strict=True)
+
+
+def test_a_re_partition_asked_before_the_node_was_declared_is_failed_not_labelled(db_url, tmp_path):
+    """mig-manager must not run beside the driver: the labeller fails such a re-partition with
+    the reason, and the node's labels are never patched."""
+    from jupyterhub_gpupool.dbutil import upgrade
+    from jupyterhub_gpupool.kube.labeller import MigLabeller
+    from jupyterhub_gpupool.service.writer import BatchWriter
+    from tests.fakes import StoreClock, make_store
+
+    upgrade(db_url)
+    seven = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    gpu = {"model": "A100-80GB", "uuid": A100, "mig": {"enabled": True, "instances": seven}}
+    pool = {
+        "nodes": [{"name": NODE, "gpus": [gpu]}],
+        "quotas": {"default": {"guarantee": 0, "limit": 8}},
+    }
+    store = make_store(db_url, StoreClock(), pool)  # not yet declared: a label re-partition
+    rep = store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
+    assert rep["state"] == "applying" and rep["method"] == "label"
+    token = tmp_path / "token"
+    with FakeKubeAPI([kube_node(NODE, config="all-1g.10gb")], token="t") as api:
+        token.write_text("t\n")
+        labeller = MigLabeller(
+            enabled=True, api_host=api.url, token_file=str(token), dra_dynamic_mig=[NODE]
+        )
+
+        async def one_round():
+            writer = BatchWriter(store)
+            writer.start()
+            try:
+                return await labeller.step(store, writer.call)
+            finally:
+                writer.stop()
+                await labeller.close()
+
+        assert asyncio.run(one_round()) == {NODE: "failed"}
+        assert api.patches == []
+    (done,) = store.repartitions()
+    assert done["state"] == "failed"
+    assert "made per claim by the NVIDIA DRA driver" in done["error"]
