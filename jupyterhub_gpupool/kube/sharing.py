@@ -89,14 +89,15 @@ class KubeSharing(LoggingConfigurable):
         except KubeError as e:
             log.warning("Kubernetes API (shared GPUs): %s", e)
             return {}
-        out = {}
+        out: dict[str, dict[str, str]] = {}
         for node in listed:
-            name = (node.get("metadata") or {}).get("name")
+            name = str((node.get("metadata") or {}).get("name", ""))
             mine = pool_nodes.get(name)
             if mine is None:
                 continue
             modes = changed_modes(mine, advertised_modes(mine, kn.advertises_shares(node)))
             if modes:
-                out[name] = await call(store.set_sharing, name, modes, actor="kube")
+                changed: dict[str, str] = await call(store.set_sharing, name, modes, actor="kube")
+                out[name] = changed
                 log.info("Node %s: GPUs now %s", name, ", ".join(sorted(set(modes.values()))))
         return out
