@@ -17,6 +17,14 @@ kubernetes-sigs/dra-driver-nvidia-gpu, HEAD 2240711 of 2026-05-15), copied here:
   ``profile`` (``mig.go``, ``CommonAttributesMig``), and one capacity ``memorySlice<i>`` for each
   memory slice it occupies (``deviceinfo.go``), so ``parentUUID`` + ``profile`` + the slice at
   the pool's placement ``start`` name exactly one instance;
+- with the driver's ``DynamicMIG`` feature gate a MIG-mode GPU is *partitionable*
+  (``partitions.go``, Kubernetes KEP-4815): one counter set per GPU (``gpu-<minor>-counter-set``:
+  capacity counters and one ``memory-slice-<i>`` counter per memory slice) and, for every
+  profile and placement, an abstract MIG device ``gpu-<minor>-mig-<profile>-<id>-<start>`` with
+  ``parentUUID`` and ``profile`` but no ``uuid`` and no ``memorySlice<i>`` capacity, whose
+  ``consumesCounters`` name its memory slices; the scheduler allocates one whose counters are
+  free and the driver makes the instance when the claim is prepared. CEL sees no counters, so
+  such a claim selects parent and profile, and the placement is the scheduler's;
 - sharing is per claim: ``GpuConfig`` (``resource.nvidia.com/v1beta1``) ``sharing.strategy``
   ``TimeSlicing`` or ``MPS`` with ``mpsConfig.defaultPinnedDeviceMemoryLimit``, a per-client
   memory limit (``api/nvidia.com/resource/v1beta1/sharing.go``, demo ``gpu-test-mps.yaml``).
@@ -26,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -81,12 +89,13 @@ def _attr(name: str) -> str:
     return f'device.attributes["{DRIVER}"].{name}'
 
 
-def device_selector(slot: Mapping[str, Any]) -> tuple[str, str]:
+def device_selector(slot: Mapping[str, Any], placed: bool = True) -> tuple[str, str]:
     """The DeviceClass and the CEL expression that select exactly the device of ``slot``.
 
     A whole GPU or a share: the GPU's ``uuid``. A MIG slice: the parent GPU's uuid, the profile
-    and, where the pool knows the placement, the memory slice at its ``start`` (two slices of one
-    profile on one GPU never share a memory slice).
+    and, where the pool knows the placement (and the driver publishes it as a capacity: not for
+    the abstract devices of dynamic MIG, ``placed`` False), the memory slice at its ``start``
+    (two slices of one profile on one GPU never share a memory slice).
     """
     kind = slot.get("kind")
     gpu = _cel_string(slot.get("gpu"))
@@ -96,7 +105,7 @@ def device_selector(slot: Mapping[str, Any]) -> tuple[str, str]:
         raise ValueError(f"slot kind {kind!r} has no DRA device")
     profile = _cel_string(slot.get("profile"))
     parts = [f"{_attr('parentUUID')} == {gpu}", f"{_attr('profile')} == {profile}"]
-    start = slot.get("start")
+    start = slot.get("start") if placed else None
     if start is not None:
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
             raise ValueError(f"MIG placement start {start!r} is not a memory slice")
@@ -128,15 +137,23 @@ def _metadata(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str,
     return {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **labels}}
 
 
-def server_claim(lease: Mapping[str, Any], *, name: str, namespace: str) -> dict[str, Any] | None:
+def server_claim(
+    lease: Mapping[str, Any],
+    *,
+    name: str,
+    namespace: str,
+    partitioned: Collection[str] = (),
+) -> dict[str, Any] | None:
     """The ResourceClaim of a lease's whole GPUs or MIG slices: one request per slot, each
-    selecting exactly its device (None for shares: they use their GPU's shared claim)."""
+    selecting exactly its device (None for shares: they use their GPU's shared claim). A MIG
+    slice on a GPU of ``partitioned`` (dynamic MIG, :func:`partitioned_gpus`) selects its parent
+    and profile: the claim makes the instance where the scheduler finds free memory slices."""
     kind = check_lease(lease)
     if kind == "shared":
         return None
     requests = []
     for i, slot in enumerate(lease["slots"]):
-        device_class, expression = device_selector(slot)
+        device_class, expression = device_selector(slot, slot["gpu"] not in partitioned)
         requests.append(
             {
                 "name": f"{SERVER_REF}-{i}",
@@ -291,12 +308,18 @@ def slice_devices(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], 
         for device in spec.get("devices") or ():
             attrs = {k: _value(v) for k, v in (device.get("attributes") or {}).items()}
             caps = {k: (v or {}).get("value") for k, v in (device.get("capacity") or {}).items()}
+            counters = {
+                name: (value or {}).get("value")
+                for use in device.get("consumesCounters") or ()
+                for name, value in (use.get("counters") or {}).items()
+            }
             out[(pool, device["name"])] = {
                 "name": device["name"],
                 "pool": pool,
                 "node": spec.get("nodeName"),
                 "attributes": attrs,
                 "capacity": caps,
+                "counters": counters,
             }
     return out
 
@@ -307,6 +330,36 @@ def quantity_bytes(quantity: str) -> int:
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"{quantity!r} is not a quantity this code reads")
     return int(Decimal(m.group(1)) * _SUFFIX[m.group(2)])
+
+
+def memory_slices(device: Mapping[str, Any]) -> list[int]:
+    """The memory slices a published MIG device occupies: its ``memorySlice<i>`` capacities
+    (static MIG), else the ``memory-slice-<i>`` counters it consumes (dynamic MIG)."""
+    for names, prefix in (
+        (device.get("capacity") or {}, "memorySlice"),
+        (device.get("counters") or {}, "memory-slice-"),
+    ):
+        found = [
+            int(name[len(prefix) :])
+            for name in names
+            if name.startswith(prefix) and name[len(prefix) :].isdigit()
+        ]
+        if found:
+            return sorted(found)
+    return []
+
+
+def partitioned_gpus(slices: Iterable[Mapping[str, Any]], gpus: Iterable[str]) -> set[str]:
+    """Those of ``gpus`` the driver publishes as partitionable (dynamic MIG): a MIG device of
+    that parent that consumes counters."""
+    wanted = set(gpus)
+    return {
+        d["attributes"].get("parentUUID")
+        for d in slice_devices(slices).values()
+        if d["attributes"].get("type") == "mig"
+        and d["attributes"].get("parentUUID") in wanted
+        and d.get("counters")
+    }
 
 
 def gpu_device(slices: Iterable[Mapping[str, Any]], gpu_uuid: str) -> dict[str, Any] | None:
@@ -332,11 +385,7 @@ def allocated_devices(
             continue
         device = devices.get((r.get("pool", ""), r.get("device", ""))) or {}
         attrs = device.get("attributes", {})
-        memory_slices = [
-            int(name[len("memorySlice") :])
-            for name in device.get("capacity", {})
-            if name.startswith("memorySlice") and name[len("memorySlice") :].isdigit()
-        ]
+        occupied = memory_slices(device)
         out.append(
             {
                 "request": r.get("request"),
@@ -346,19 +395,22 @@ def allocated_devices(
                 "uuid": attrs.get("uuid"),
                 "parent_uuid": attrs.get("parentUUID"),
                 "profile": attrs.get("profile"),
-                "start": min(memory_slices) if memory_slices else None,
+                "start": min(occupied) if occupied else None,
             }
         )
     return out
 
 
 def lease_devices(
-    lease: Mapping[str, Any], allocated: list[dict[str, Any]]
+    lease: Mapping[str, Any],
+    allocated: list[dict[str, Any]],
+    partitioned: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The device each slot of ``lease`` actually got, in the lease's terms: ``gpu`` (the GPU's
     uuid: the parent's for a MIG slice), ``mig_uuid``, ``profile``, ``start``; plus
     ``matches``: whether it is the device the pool chose (for MIG: same GPU, profile and
-    placement; the instance's uuid may differ where the node made it again). Shares are given
+    placement; the instance's uuid may differ where the node made it again; on a GPU of
+    ``partitioned``, same GPU and profile: the placement is the scheduler's). Shares are given
     by their GPU's shared claim, whose one result stands for each of its slots."""
     by_request = {a["request"]: a for a in allocated}
     out = []
@@ -383,7 +435,7 @@ def lease_devices(
         start = got.get("start") if mig else None
         same_place = not mig or (
             got.get("profile") == slot.get("profile")
-            and (slot.get("start") is None or start == slot.get("start"))
+            and (slot.get("start") is None or slot["gpu"] in partitioned or start == slot["start"])
         )
         out.append(
             {

@@ -61,6 +61,8 @@ class DRAClaims(Configurable):
     _dra_claim: str | None = None
     #: what the claims got (``dra.lease_devices``), saved in the state
     dra_devices: list[dict[str, Any]] | None = None
+    #: the lease's GPUs the driver partitions per claim (dynamic MIG)
+    _dra_partitioned: list[str] | None = None
 
     def _resource_api(self) -> ResourceV1Api:
         return ResourceV1Api(self.api.api_client)  # type: ignore[attr-defined]
@@ -131,8 +133,14 @@ class DRAClaims(Configurable):
                 status=503,
             )
         name = None if kind == "shared" else dra.claim_name(pod_name)
+        self._dra_partitioned = []
+        if kind == "mig":  # dynamic MIG: the claim names parent and profile, the driver makes it
+            gpus = {s["gpu"] for s in lease["slots"]}
+            self._dra_partitioned = sorted(dra.partitioned_gpus(await self._slices(), gpus))
         if name is not None:
-            claim = dra.server_claim(lease, name=name, namespace=namespace)
+            claim = dra.server_claim(
+                lease, name=name, namespace=namespace, partitioned=self._dra_partitioned
+            )
             await self._create_claim(claim, namespace, replace=True)
             self._dra_claim = name
         else:
@@ -231,7 +239,7 @@ class DRAClaims(Configurable):
         slices = await self._slices()
         for claim in found:
             allocated += dra.allocated_devices(claim, slices)
-        devices = dra.lease_devices(lease, allocated)
+        devices = dra.lease_devices(lease, allocated, self._dra_partitioned or ())
         self.dra_devices = devices
         for d in devices:
             if not d["matches"]:

@@ -114,6 +114,84 @@ def nvidia_slice(node: str, gpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]
     }
 
 
+def nvidia_partitioned_slices(node: str, gpus: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """What the NVIDIA driver publishes for ``node``'s MIG-mode GPUs with its ``DynamicMIG``
+    feature gate (``cmd/gpu-kubelet-plugin/partitions.go``, Kubernetes KEP-4815): one counter
+    set per GPU, ``gpu-<minor>-counter-set``, with a ``multiprocessors`` counter and one
+    ``memory-slice-<i>`` counter (value 1) per memory slice; the full GPU ``gpu-<minor>``
+    consuming all of them; and for every profile and legal placement start an abstract MIG
+    device ``gpu-<minor>-mig-<profile>-<id>-<start>`` (``type: mig``, ``parentUUID``,
+    ``profile``; no ``uuid``, no ``memorySlice`` capacity) consuming its multiprocessors and
+    the memory slices of its placement. The counters are a slice of their own (Kubernetes
+    1.35 keeps ``sharedCounters`` and ``devices`` in separate slices of one pool).
+
+    ``gpus``: ``{uuid, model}`` per GPU (minor = position; ``model`` a catalog name, whose MIG
+    profiles and placements are the pool's own table of NVIDIA's). Multiprocessors are
+    illustrative: 14 per compute slice.
+    """
+    from jupyterhub_gpupool.pool.catalog import default_catalog
+
+    catalog = default_catalog()
+    counter_sets, devices = [], []
+    for minor, gpu in enumerate(gpus):
+        model = catalog.model(gpu["model"])
+        counter_set = f"gpu-{minor}-counter-set"
+        every = {"multiprocessors": {"value": str(14 * model.compute_slices)}}
+        every.update({f"memory-slice-{i}": {"value": "1"} for i in range(model.memory_slices)})
+        counter_sets.append({"name": counter_set, "counters": every})
+        common = {"productName": gpu.get("product", model.name), "brand": "Nvidia"}
+        devices.append(
+            {
+                "name": f"gpu-{minor}",
+                "attributes": _attrs({"type": "gpu", "uuid": gpu["uuid"], **common}),
+                "capacity": {"memory": {"value": f"{int(model.memory_gb)}Gi"}},
+                "consumesCounters": [{"counterSet": counter_set, "counters": copy.deepcopy(every)}],
+            }
+        )
+        for name, profile in model.profiles.items():
+            if profile.id is None or not profile.compute_slices:
+                continue
+            sms = {"multiprocessors": {"value": str(14 * profile.compute_slices)}}
+            pname = re.sub(r"[^a-z0-9-]", "", name.replace(".", "").replace("+", "-"))
+            for start in profile.starts:
+                uses = dict(sms)
+                for i in range(start, start + profile.memory_slices):
+                    uses[f"memory-slice-{i}"] = {"value": "1"}
+                devices.append(
+                    {
+                        "name": f"gpu-{minor}-mig-{pname}-{profile.id}-{start}",
+                        "attributes": _attrs(
+                            {"type": "mig", "parentUUID": gpu["uuid"], "profile": name, **common}
+                        ),
+                        "capacity": {
+                            "multiprocessors": {"value": str(14 * profile.compute_slices)},
+                            "memory": {"value": f"{int((profile.memory_gb or 1) * 1024)}Mi"},
+                        },
+                        "consumesCounters": [{"counterSet": counter_set, "counters": uses}],
+                    }
+                )
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRIVER}-counters"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": dict(pool),
+                "sharedCounters": counter_sets,
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRIVER}-devices"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": dict(pool), "devices": devices},
+        },
+    ]
+
+
 # -- a CEL evaluator for the forms in use -------------------------------------------------------
 
 
@@ -383,6 +461,48 @@ class FakeDRA:
                 out.append((spec["driver"], spec["pool"]["name"], d, cel_view(spec["driver"], d)))
         return out
 
+    def _counters(self, fake: Any, node: str) -> dict[tuple[str, str, str], dict[str, int]]:
+        """The node's shared counters: (driver, pool, counter set) → counter → its value."""
+        out = {}
+        for (plural, _, _), s in fake.objects.items():
+            spec = s.get("spec") or {}
+            if plural != "resourceslices" or spec.get("nodeName") != node:
+                continue
+            for counter_set in spec.get("sharedCounters") or ():
+                out[(spec["driver"], spec["pool"]["name"], counter_set["name"])] = {
+                    k: int(v["value"]) for k, v in counter_set["counters"].items()
+                }
+        return out
+
+    def _counters_left(
+        self,
+        sets: dict[tuple[str, str, str], dict[str, int]],
+        by_key: Mapping[tuple[str, str, str], Mapping[str, Any]],
+        taken: Iterable[tuple[str, str, str]],
+        key: tuple[str, str, str],
+    ) -> bool:
+        """Whether the device ``key`` may be allocated beside the ``taken`` ones: every counter
+        it consumes has that much left in its counter set (KEP-4815's rule: a partitionable
+        device is allocatable only while its counters remain)."""
+        used: dict[tuple[str, str, str, str], int] = {}
+        for other in taken:
+            dev = by_key.get(other)
+            for use in (dev or {}).get("consumesCounters") or ():
+                for name, value in use["counters"].items():
+                    k = (other[0], other[1], use["counterSet"], name)
+                    used[k] = used.get(k, 0) + int(value["value"])
+        for use in by_key[key].get("consumesCounters") or ():
+            available = sets.get((key[0], key[1], use["counterSet"]))
+            if available is None:
+                return False  # a counter set nobody published: never allocatable
+            for name, value in use["counters"].items():
+                have = available.get(name, 0) - used.get(
+                    (key[0], key[1], use["counterSet"], name), 0
+                )
+                if int(value["value"]) > have:
+                    return False
+        return True
+
     def _match(self, fake: Any, sub: Mapping[str, Any], view: Mapping[str, Any]) -> bool:
         device_class = fake.objects.get(("deviceclasses", "", sub.get("deviceClassName", "")))
         if device_class is None:
@@ -395,6 +515,8 @@ class FakeDRA:
         when it cannot be."""
         taken = self._taken(fake, claim)
         devices = self._devices(fake, node)
+        sets = self._counters(fake, node)
+        by_key = {(driver, pool, dev["name"]): dev for driver, pool, dev, _ in devices}
         results = []
         for req in claim["spec"]["devices"]["requests"]:
             subs = (
@@ -408,7 +530,11 @@ class FakeDRA:
                 picked = []
                 for driver, pool, dev, view in devices:
                     key = (driver, pool, dev["name"])
-                    if key in taken:
+                    if key in taken or key in picked:
+                        continue
+                    if dev.get("consumesCounters") and not self._counters_left(
+                        sets, by_key, [*taken, *picked], key
+                    ):
                         continue
                     try:
                         ok = self._match(fake, sub, view)

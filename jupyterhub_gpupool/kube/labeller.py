@@ -34,9 +34,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from traitlets import Bool, Dict, TraitError, Unicode, validate
+from traitlets import Bool, Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
@@ -69,6 +70,16 @@ class MigLabeller(LoggingConfigurable):
         "profile, e.g. {'all-1g.10gb': {'1g.10gb': 7}, 'half-3g': {'3g.40gb': 1, '1g.10gb': 3}}. "
         "Merged over mig-parted's all-disabled and all-<profile> configs for the catalog's "
         "models.",
+    ).tag(config=True)
+
+    dra_dynamic_mig = List(
+        Unicode(),
+        help="Clusters (every node of the cluster) or nodes where NVIDIA's DRA driver runs with "
+        "its DynamicMIG feature gate: it makes a MIG instance when a claim for the profile on "
+        "the GPU is allocated and destroys it with the claim. Their MIG-mode GPUs are dynamic "
+        "for the pool, a MIG grant there is ready at once (the server's claim makes the "
+        "instance: no agent plan, no nvidia.com/mig.config label), and re-partitioning any GPU "
+        "of their nodes is refused (this labeller fails one asked before). E.g. ['default'].",
     ).tag(config=True)
 
     cluster_apis = Dict(
@@ -190,6 +201,11 @@ class MigLabeller(LoggingConfigurable):
         wanted = self._wanted(store, name, reps)
         if wanted is None:
             await self._fail(call, reps, f"node {name} left the pool")
+            return "failed"
+        if made_by_claim(name, wanted.cluster, True, self.dra_dynamic_mig):
+            # the DRA driver makes this node's MIG instances per claim: no label, ever (a
+            # re-partition asked before the node was declared so ends here)
+            await self._fail(call, reps, NO_REPARTITION.format(gpu=reps[0]["gpu"], node=name))
             return "failed"
         per_gpu = [kn.layout_counts((i.profile, i.start) for i in g.instances) for g in wanted.gpus]
         configs = self.all_configs(store)

@@ -8,6 +8,10 @@ Facts used (NVIDIA/k8s-device-plugin and mig-parted, copied into
   ``nvidia.com/mig-<profile>.count`` and ``nvidia.com/gpu.product``, ``nvidia.com/gpu.count``;
 * mig-manager applies the named config of ``nvidia.com/mig.config`` and reports in
   ``nvidia.com/mig.config.state``: ``pending``, ``rebooting``, ``success`` or ``failed``;
+* with time-slicing (or the plugin's MPS) configured, gpu-feature-discovery labels
+  ``nvidia.com/gpu.sharing-strategy=time-slicing`` (``mps``; ``none`` otherwise) and
+  ``nvidia.com/gpu.replicas=<n>``; with ``renameByDefault: true`` the replicas are the resource
+  ``nvidia.com/gpu.shared`` and the node advertises no ``nvidia.com/gpu``;
 * mig-parted's default configs are ``all-disabled``, ``all-enabled``, ``all-balanced`` and
   ``all-<profile>`` (every GPU filled with that profile).
 """
@@ -25,6 +29,12 @@ MIG_RESOURCE = "nvidia.com/mig-"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: mig-manager's states that mean "not done yet".
 IN_PROGRESS = ("pending", "rebooting")
+#: The device plugin's time-slicing replicas with ``renameByDefault: true``.
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+#: gpu-feature-discovery's sharing labels: the strategy (``none``, ``time-slicing``, ``mps``)
+#: and the replicas per GPU (``1`` when not shared).
+SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+REPLICAS = "nvidia.com/gpu.replicas"
 
 
 def labels(node: Mapping[str, Any]) -> dict[str, str]:
@@ -102,3 +112,16 @@ def failure_message(node: str, config: str, events: Sequence[Mapping[str, Any]])
     warnings = [e for e in events if e.get("type") == "Warning" and e.get("message")]
     said = f": {warnings[-1]['message']}" if warnings else ""
     return f"mig-manager set {MIG_STATE}=failed applying {config} on node {node}{said}"
+
+
+def advertises_shares(node: Mapping[str, Any]) -> bool:
+    """Whether the node's device plugin serves shared GPUs: replicas in ``allocatable``
+    (``nvidia.com/gpu.shared``), or gpu-feature-discovery's labels saying a sharing strategy
+    other than ``none`` with more than one replica per GPU. A node saying neither is whole-GPU
+    only, whatever a pool config declared."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    if _count(allocatable.get(SHARED_RESOURCE, 0)) > 0:
+        return True
+    have = labels(node)
+    strategy = have.get(SHARING_STRATEGY, "none")
+    return strategy not in ("", "none") and _count(have.get(REPLICAS, "1")) > 1

@@ -36,6 +36,7 @@ from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
 from .scoring import NodeStates
+from .sharing import no_shared_gpus, only_exclusive
 
 __all__ = [
     "GC_FREEZE_EVERY",
@@ -139,6 +140,14 @@ class Allocator(NodeStates):
         self._reindex(node)
         return node
 
+    def set_gpu_sharing(self, uuid: str, sharing: str) -> None:
+        """Set a non-MIG GPU's sharing mode (its node's device plugin decides it on
+        Kubernetes, ``pool.sharing``); leases it holds stay, new grants follow the mode."""
+        gpu = self.gpus[uuid]
+        gpu.sharing = sharing
+        self._never.clear()
+        self._reindex(self.nodes[gpu.node])
+
     def set_gpu_health(self, uuid: str, healthy: bool) -> None:
         """Mark a GPU (un)healthy; an unhealthy GPU takes nothing new."""
         gpu = self.gpus[uuid]
@@ -183,6 +192,7 @@ class Allocator(NodeStates):
         if offer.kind == "cpu":
             return None
         best = 0
+        modes = []  # the sharing modes of the GPUs a share could otherwise go to
         for node in self.nodes.values():
             if clusters is not None and node.cluster not in clusters:
                 continue
@@ -193,6 +203,8 @@ class Allocator(NodeStates):
                 if offer.kind == "mig":
                     n += g.mig_enabled and offer.profile in g.model.profiles
                 elif not g.mig_enabled:
+                    if offer.kind == "shared":
+                        modes.append(g.sharing)
                     if offer.kind == "shared" and g.sharing == "exclusive":
                         continue
                     if offer.kind == "gpu" and g.sharing == "shared":
@@ -208,12 +220,10 @@ class Allocator(NodeStates):
             return None
         if best == 0:
             where = "the pool" if clusters is None else "cluster(s) " + ", ".join(sorted(clusters))
-            return Rejected(
-                Request("-", "-", offer.name),
-                "no_such_hardware",
-                f"no GPU in {where} can serve offer {offer.name!r}",
-                "offer",
-            )
+            message = f"no GPU in {where} can serve offer {offer.name!r}"
+            if offer.kind == "shared" and only_exclusive(modes):
+                message = no_shared_gpus(f"in {where}", offer.name)
+            return Rejected(Request("-", "-", offer.name), "no_such_hardware", message, "offer")
         return Rejected(
             Request("-", "-", offer.name),
             "exceeds_node_size",

@@ -24,12 +24,14 @@ LIVE_STATES = ("granted", "active", "reclaiming")
 
 def mig_device(gpu: Gpu | None, lease_id: str, start: int | None) -> tuple[str | None, bool]:
     """The ``MIG-…`` uuid of the lease's instance at ``start`` on ``gpu``, and whether that
-    instance exists (static GPUs: always, declared layouts may not know their uuids)."""
+    instance exists (static GPUs: always, declared layouts may not know their uuids; GPUs whose
+    instances the DRA driver makes per claim: as good as, the server's claim makes it)."""
     if gpu is None:
         return None, False
     for inst in gpu.instances:
         if inst.start == start and inst.lease == lease_id:
-            return inst.uuid, inst.uuid is not None or not gpu.dynamic_mig
+            made = inst.uuid is not None or not gpu.dynamic_mig or gpu.mig_by_claim
+            return inst.uuid, made
     return None, False
 
 

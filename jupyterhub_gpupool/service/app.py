@@ -32,6 +32,7 @@ from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
 from ..kube.occupancy import KubeOccupancy
+from ..kube.sharing import KubeSharing
 from ..logredact import redact
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
@@ -68,7 +69,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller, KubeOccupancy, PoolAlerts]
+    classes = [MigLabeller, KubeOccupancy, KubeSharing, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -400,6 +401,7 @@ class PoolService(StrictCommandLine):
         self.mig_labeller = MigLabeller(parent=self)
         #: GPUs pods the pool did not place hold, read from the Kubernetes API (c.KubeOccupancy)
         self.occupancy = KubeOccupancy(parent=self)
+        self.kube_sharing = KubeSharing(parent=self)  # nodes' time-slicing (c.KubeSharing)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -471,6 +473,7 @@ class PoolService(StrictCommandLine):
             "max_requests_per_user": self.request_cap(),
             "reclaim_stale_after": self.reclaim_stale_after,
             "reclaim_claim_timeout": self.reclaim_claim_timeout,
+            "dra_dynamic_mig": tuple(MigLabeller(parent=self).dra_dynamic_mig),
         }
 
     def request_cap(self) -> int:
@@ -727,6 +730,8 @@ class PoolService(StrictCommandLine):
                     await self.occupancy.step(self.store, self.writer.call)
                 ).items():
                     self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
+            if self.kube_sharing.enabled:  # which nodes' device plugin serves shares
+                await self.kube_sharing.step(self.store, self.writer.call)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)

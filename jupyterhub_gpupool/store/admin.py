@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -12,10 +13,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
-from ..pool.model import Node, validate_node
+from ..pool.model import SHARING_MODES, Node, validate_node
 from ..pool.pricing import reconcile
 from ..pool.quota import QUOTA_FIELDS, QuotaSpec
+from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
@@ -183,6 +186,9 @@ class AdminStore(MigStore, ViewStore):
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:
+            if made_by_claim(node.name, node.cluster, gpu.mig_enabled, self.dra_dynamic_mig):
+                # the DRA driver's MIG is dynamic whatever an agent or the config says
+                gpu = replace(gpu, dynamic_mig=True)
             g = by_uuid.pop(gpu.uuid, None)
             if g is not None and g.mig_enabled != gpu.mig_enabled:
                 # the GPU changed mode under its leases: they hold something that is gone
@@ -190,7 +196,9 @@ class AdminStore(MigStore, ViewStore):
             g = g or orm.GpuRow(uuid=gpu.uuid)
             g.index, g.model = gpu.index, gpu.model.name
             g.memory_mib = round(gpu.model.memory_gb * 1024)
-            g.mig_enabled, g.dynamic_mig, g.sharing = gpu.mig_enabled, gpu.dynamic_mig, gpu.sharing
+            g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
+            # an agent's "auto" is "not known here": the config's or the node's mode stays
+            g.sharing = reported_mode(gpu.sharing, g.sharing) if source == "agent" else gpu.sharing
             g.healthy = gpu.healthy
             self._sync_instances(db, g, gpu, source)
             keep.append(g)
@@ -198,6 +206,29 @@ class AdminStore(MigStore, ViewStore):
         for gone in by_uuid.values():
             self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
         return row
+
+    def set_sharing(self, name: str, modes: Mapping[str, str], *, actor: str = "") -> dict:
+        """Set the sharing modes of a node's GPUs (uuid → ``shared`` | ``exclusive``) as its
+        device plugin advertises them (``pool.sharing``). Leases keep what they hold; a change
+        is audited (``sharing-advertised``) and the queue served. Returns what changed."""
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, name)
+            if row is None:
+                raise StoreError("not_found", f"no node {name!r}", field="name")
+            changed = {}
+            for g in row.gpus:
+                mode = modes.get(g.uuid)
+                if mode is None or mode == g.sharing or g.mig_enabled:
+                    continue
+                if mode not in SHARING_MODES:
+                    raise StoreError("invalid_field", f"unknown sharing mode {mode!r}")
+                g.sharing = mode
+                alloc.set_gpu_sharing(g.uuid, mode)
+                changed[g.uuid] = mode
+            if changed:
+                self._event(db, "sharing-advertised", actor, data={"node": name, "gpus": changed})
+                self._serve_queue(db, alloc)
+            return changed
 
     def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
         rows = db.scalars(

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -71,6 +71,7 @@ WRITES = frozenset(
         "patch_quota",
         "reset_quota",
         "put_inventory",
+        "set_sharing",
         "add_busy",
         "mark_unreachable",
         "mig_results",
@@ -140,8 +141,12 @@ class StoreCore:
         max_requests_per_user: int = 0,
         reclaim_stale_after: float = 120.0,
         reclaim_claim_timeout: float = 900.0,
+        dra_dynamic_mig: Iterable[str] = (),
     ) -> None:
         self.engine = engine
+        #: Nodes and clusters whose MIG instances NVIDIA's DRA driver makes per claim
+        #: (``pool.dramig``).
+        self.dra_dynamic_mig = frozenset(dra_dynamic_mig)
         self.catalog = catalog
         self.clock = clock
         self.grant_timeout = grant_timeout
@@ -521,6 +526,7 @@ class StoreCore:
             self.clock(),
             aging_interval=self.aging_interval,
             reserve_after=self.reserve_after,
+            dra_dynamic_mig=self.dra_dynamic_mig,
         )
 
     # -- the audit log -----------------------------------------------------------------------

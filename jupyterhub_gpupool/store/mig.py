@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.dramig import made_by_claim
 from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
 from ..pool.model import Gpu, MigInstance
 from .apply import Applier
@@ -163,7 +164,11 @@ class MigStore(Applier):
         """
         with self.locked() as alloc:  # most nodes have no dynamic MIG: answer without the rows
             gpus = alloc.nodes[node].gpus if node in alloc.nodes else []
-            if not any(g.mig_enabled and g.dynamic_mig for g in gpus):
+            # the DRA driver's GPUs: their claims make and remove instances, not the agent
+            agents = {
+                g.uuid for g in gpus if g.mig_enabled and g.dynamic_mig and not g.mig_by_claim
+            }
+            if not agents:
                 return []
         with self._thread_lock, self.read() as db:
             rows = db.scalars(
@@ -173,7 +178,7 @@ class MigStore(Applier):
                 .options(selectinload(orm.GpuRow.instances))
                 .order_by(orm.GpuRow.index)
             )
-            layouts = [self._layout(g) for g in rows if g.observed is not None]
+            layouts = [self._layout(g) for g in rows if g.observed is not None and g.uuid in agents]
         return plan_node(layouts, self.mig_attempts)
 
     # -- what the node did ---------------------------------------------------------------------
@@ -296,8 +301,12 @@ class MigStore(Applier):
         return False
 
     def _fail_blocked(self, db: Session, alloc: Allocator | None, g: orm.GpuRow) -> None:
-        """Give up at once on wanted instances a busy unwanted one makes impossible."""
+        """Give up at once on wanted instances a busy unwanted one makes impossible (never on
+        the DRA driver's GPUs: a claim, not the agent, makes the instance, wherever the
+        scheduler finds room)."""
         if not (g.dynamic_mig and g.mig_enabled) or g.observed is None:
+            return
+        if made_by_claim(g.node.name, g.node.cluster, g.mig_enabled, self.dra_dynamic_mig):
             return
         for w in plan_gpu(self._layout(g), self.mig_attempts).blocked:
             row = next(i for i in g.instances if (i.profile, i.start) == (w.profile, w.start))

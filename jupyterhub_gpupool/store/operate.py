@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
 from ..pool.repartition import Held, parse_layout, plan_repartition
@@ -435,6 +436,11 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             )
         with self.transaction() as (db, alloc):
             g = self._gpu_row(db, node, gpu)
+            where = alloc.nodes.get(node)
+            if where is not None and made_by_claim(node, where.cluster, True, self.dra_dynamic_mig):
+                # the driver's node: mig-parted must not run there, on any of its GPUs
+                why = NO_REPARTITION.format(gpu=gpu, node=node)
+                raise StoreError("conflict", why, field="gpu")
             plan = self._plan(db, g, target)
             open_ = db.scalar(
                 select(orm.MigRepartitionRow).where(

@@ -3,7 +3,7 @@ another replica's commits, and after the inventory or the config changed shape."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
+from ..pool.dramig import made_by_claim
 from ..pool.errors import PoolError
 from ..pool.miglayout import validate_mig_layout
 from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
@@ -161,10 +162,11 @@ def build_allocator(
     *,
     aging_interval: float,
     reserve_after: float,
+    dra_dynamic_mig: Collection[str] = frozenset(),
 ) -> Allocator:
     """An allocator holding exactly what the rows say: inventory, offers, quotas, live
-    leases and the queue."""
-    nodes, offers = inventory_of(db, catalog)
+    leases and the queue (``dra_dynamic_mig``: see ``inventory_of``)."""
+    nodes, offers = inventory_of(db, catalog, dra_dynamic_mig)
     allocator = Allocator(
         nodes,
         offers,
@@ -189,9 +191,13 @@ def build_allocator(
     return allocator
 
 
-def inventory_of(db: Session, catalog: Catalog) -> tuple[list[Node], list[Offer]]:
+def inventory_of(
+    db: Session, catalog: Catalog, dra_dynamic_mig: Collection[str] = frozenset()
+) -> tuple[list[Node], list[Offer]]:
     """The nodes (with their GPUs and MIG instances, none held) and the offers the rows
-    hold: what a fresh allocator starts from (the what-if replay starts from it too).
+    hold: what a fresh allocator starts from (the what-if replay starts from it too). The
+    MIG GPUs of the nodes and clusters in ``dra_dynamic_mig`` are the DRA driver's
+    (``pool.dramig``): dynamic, made per claim.
 
     Read with three Core queries, not ORM objects: another replica's commits make every
     batch rebuild the allocator, and loading the inventory's rows as objects was three
@@ -221,6 +227,7 @@ def inventory_of(db: Session, catalog: Catalog) -> tuple[list[Node], list[Offer]
                 gr.healthy,
                 gr.cordoned,
                 instances_of(catalog, gr, instances.get(gr.id, [])),
+                mig_by_claim=made_by_claim(row.name, row.cluster, gr.mig_enabled, dra_dynamic_mig),
             )
             for gr in gpus_of.get(row.id, [])
         ]
