@@ -12,6 +12,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { GPUPoolModel } from './model';
 import { GPUPoolPanel } from './panel';
 import { makeSaver } from './saver';
+import { cleanAfterMove } from './stale';
 import { GPUPoolStatus } from './statusbar';
 
 const GPU_SVG =
@@ -45,6 +46,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 4
       });
     }
+    model.gone.connect(open); // the server is gone and its lease ended: show what happened
+    cleanAfterMove(app, docs);
     model.connect();
   }
 };

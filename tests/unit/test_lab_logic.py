@@ -202,6 +202,27 @@ def test_the_lab_settings_are_documented_and_work_without_a_hub(monkeypatch):
     assert (GPUPoolLab().api_url, GPUPoolLab().lease_id) == ("http://pool/api/v1/", "L1")
 
 
+@pytest.mark.parametrize(
+    ("api", "page"),
+    [
+        ("http://gpupool.ns.svc:8080/services/gpupool/api/v1/", "/services/gpupool/"),
+        ("http://127.0.0.1:10101/hub-base/services/pool/api/v1", "/hub-base/services/pool/"),
+        ("http://pool/api/v1/", ""),  # no prefix: the page cannot be named
+        ("", ""),
+    ],
+)
+def test_the_lab_names_the_pool_page_a_browser_asks_once_the_server_is_gone(monkeypatch, api, page):
+    """The lab asks the pool's ``ended/<lease>`` page, on the hub's origin, how the lease ended
+    (the state's ``page``): the service prefix of the API URL, or $GPUPOOL_PAGE_URL."""
+    from jupyterlab_gpupool.extension import GPUPoolLab
+
+    monkeypatch.delenv("GPUPOOL_PAGE_URL", raising=False)
+    monkeypatch.setenv("GPUPOOL_API_URL", api)
+    assert GPUPoolLab().page_url == page
+    monkeypatch.setenv("GPUPOOL_PAGE_URL", "/other/")
+    assert GPUPoolLab().page_url == "/other/"
+
+
 def test_a_waiting_move_and_a_past_reclaim_name_the_offer_as_users_read_it():
     offers = {"a100-3g": {"display_name": "A100 · 3g.40gb slice"}}
     pending = {"id": "P1", "offer": "a100-3g", "state": "granted", "ready": True}
