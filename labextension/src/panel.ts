@@ -151,6 +151,7 @@ export class GPUPoolPanel extends Widget {
       // with the way back; no countdown, no Keep
       const p = el('p', 'jp-GPUPool-reclaimed', visible(gone.text));
       p.setAttribute('role', 'alert');
+      p.dataset.source = this.model.ended ? 'pool' : 'notice'; // whose words these are
       const home = el('a', 'jp-GPUPool-home', 'Hub home');
       home.href = URLExt.join(PageConfig.getOption('hubPrefix') || '/hub/', 'home');
       this.body.textContent = '';
