@@ -51,6 +51,7 @@ export class GPUPoolModel {
   private _gone = new Signal<this, void>(this);
   private _lastLease: ILease | null = null;
   private _askedAt = 0;
+  private _follow: number | null = null;
   private _firstAsk = 0;
 
   constructor(
@@ -115,6 +116,40 @@ export class GPUPoolModel {
 
   statusExtra(now: number): IStatusExtra {
     return { lease: this.shownLease, ended: this.goneText(now) };
+  }
+
+  /**
+   * While a move's target is reserved (or asked for), look at the server every MOVE_PROBE_MS:
+   * a proxy may keep the old server's event stream open after the server is gone (its
+   * silence would be noticed only after 25 s), and the page should follow the new server as
+   * soon as it answers. A move waiting in line is followed by the event stream alone.
+   */
+  private follow(): void {
+    if (this._follow !== null) {
+      return;
+    }
+    this._follow = window.setInterval(() => void this.probe(), MOVE_PROBE_MS);
+  }
+
+  private async probe(): Promise<void> {
+    const move = this.moving;
+    const waiting = this._state?.pending && this._state.pending.state !== 'granted';
+    if (!move || this.serverAway || waiting) {
+      if (!move || this.serverAway) {
+        window.clearInterval(this._follow!);
+        this._follow = null; // the reconnect loop (at MOVE_PROBE_MS during a move) goes on
+      }
+      return;
+    }
+    try {
+      this.setState(await this.request<IState>('state', 'GET'));
+    } catch {
+      // gone (the restart stopped it) or a new server that does not know this page's login:
+      // the reconnect loop tells which, every MOVE_PROBE_MS
+      if (this._source && this.moving) {
+        this.lost(this._source);
+      }
+    }
   }
 
   /** Ask the pool (its page, see ended.ts) how the lease ended; at most every 5 s. */
@@ -352,6 +387,7 @@ export class GPUPoolModel {
     this._asking = true;
     try {
       await this.request('resize', 'POST', { offer });
+      this.follow();
       return true;
     } catch (e) {
       const status = (e as { status?: number }).status;
@@ -360,7 +396,8 @@ export class GPUPoolModel {
         this._message.emit({ text: `The move was refused: ${(e as Error).message}`, error: true });
         return false;
       }
-      return true; // no answer: the server is restarting (the event stream tells)
+      this.follow();
+      return true; // no answer: the server is restarting (the probe and the stream tell)
     } finally {
       this._asking = false;
       void this.refresh();

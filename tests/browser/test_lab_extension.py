@@ -367,8 +367,57 @@ def test_the_pool_away_is_said_and_the_panel_recovers_without_a_reload(lab: Lab,
     assert alice.evaluate("window.__sameTab") is True  # no reload
 
 
+#: Notes each text the status bar shows (every 50 ms, across the move's reload) in the tab's
+#: sessionStorage: a "CPU only" there for a moment would be a flash the user sees.
+BAR_LOG = """(() => setInterval(() => {
+    const b = document.querySelector('.jp-GPUPool-status-button');
+    if (!b) { return; }
+    const log = JSON.parse(sessionStorage.getItem('bar-log') || '[]');
+    if (log[log.length - 1] !== b.textContent) {
+        log.push(b.textContent);
+        sessionStorage.setItem('bar-log', JSON.stringify(log));
+    }
+}, 50))()"""
+
+
+def stale_widget_notebook(lab: Lab, name: str) -> None:
+    """A notebook whose output shows a widget of a kernel that is gone (as one saved before a
+    move holds): JupyterLab would say "Error displaying widget: model not found"."""
+    view = {"model_id": "5f0e4b1c2d3a49e8b7c6d5e4f3a2b1c0", "version_major": 2, "version_minor": 0}
+    output = {
+        "output_type": "display_data",
+        "data": {"application/vnd.jupyter.widget-view+json": view, "text/plain": "GPUPoolWidget()"},
+        "metadata": {},
+    }
+    cell = {
+        "cell_type": "code",
+        "execution_count": 1,
+        "id": "w",
+        "metadata": {},
+        "outputs": [output],
+        "source": "GPUPoolWidget()",
+    }
+    kernel = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb = {"cells": [cell], "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    url = f"{lab.env.hub_url}/user/alice/api/contents/{name}"
+    r = request("PUT", url, lab.env.token("alice"), {"type": "notebook", "content": nb})
+    assert r.status in (200, 201), r.body
+
+
 def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page, shoot: Any):
+    """The page follows the new server as soon as it answers (not a reconnect back-off), the
+    status bar stays on the old GPU until then (never "CPU only"), and a widget output of the
+    old kernel says to run the cell again instead of "Error displaying widget"."""
     before = lab.environ("alice")
+    stale_widget_notebook(lab, "stale.ipynb")
+    alice.goto(f"{lab.env.hub_url}/user/alice/lab/tree/stale.ipynb")
+    expect(alice.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
+    alice.context.add_init_script(BAR_LOG)
+    alice.evaluate(f"() => {{ sessionStorage.removeItem('bar-log'); {BAR_LOG}; }}")
+    bar = alice.locator(".jp-GPUPool-status-button")
+    expect(bar).to_contain_text("A100 1g.10gb", timeout=60_000)
+    if not panel(alice).is_visible():
+        bar.click()
     p = panel(alice)
     choice = p.locator("#jp-gpupool-offer-a100-3g")
     choice.focus()
@@ -388,12 +437,20 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
         return env if env["GPUPOOL_LEASE_ID"] != before["GPUPOOL_LEASE_ID"] else None
 
     after = wait_until(moved, 180, "alice's server on the 3g slice", info=lab.env.logs)
+    ready = time.monotonic()
     assert after["GPUPOOL_OFFER"] == "a100-3g"
     assert after["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert after["CUDA_VISIBLE_DEVICES"] != before["CUDA_VISIBLE_DEVICES"]
     # the page reconnects by itself and the status bar shows the new device
-    bar = alice.locator(".jp-GPUPool-status-button")
     expect(bar).to_contain_text("A100 3g.40gb", timeout=LAB_TIMEOUT)
+    print(f"the page showed the new GPU {time.monotonic() - ready:.1f} s after the hub said ready")
+    shown = alice.evaluate("JSON.parse(sessionStorage.getItem('bar-log') || '[]')")
+    assert shown[0] == "GPU: A100 1g.10gb" or shown[0].startswith("GPU: A100 1g.10gb ·"), shown
+    assert not [t for t in shown if "CPU only" in t], shown  # no flash of "CPU only"
+    # the old kernel's widget: a line saying to run the cell again, not an error
+    outputs = alice.locator(".jp-Notebook .jp-OutputArea-output")
+    expect(outputs).to_contain_text("belonged to the kernel before the move", timeout=60_000)
+    expect(outputs).not_to_contain_text("Error displaying widget")
     bar.click()  # the new page: open the panel again
     expect(panel(alice)).to_contain_text(after["CUDA_VISIBLE_DEVICES"], timeout=60_000)
     expect(panel(alice)).to_contain_text("Now on A100 3g.40gb")
