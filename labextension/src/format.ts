@@ -256,6 +256,8 @@ export class Backoff {
 export interface IMove {
   from: string | null;
   offer: string;
+  /** the lease moved from, as the status bar showed it (kept across the reload) */
+  lease?: ILease | null;
 }
 
 /** After a move was asked for: is the server back, on a new lease of the asked offer? */

@@ -97,7 +97,7 @@ export class GPUPoolModel {
    * (the pool has already released it while the server restarts: no "CPU only" flash). */
   get shownLease(): ILease | null {
     const lease = this._state?.lease ?? null;
-    return !lease && this.moving ? this._lastLease : lease;
+    return !lease && this.moving ? (this._lastLease ?? this.moving.lease ?? null) : lease;
   }
 
   /** What the panel and the status bar say once the server is gone after its lease ended:
@@ -383,7 +383,7 @@ export class GPUPoolModel {
 
   async move(offer: string): Promise<boolean> {
     // recorded first: the pool may restart the server before its answer gets here
-    this.moving = { from: this._state?.lease?.id ?? null, offer };
+    this.moving = { from: this._state?.lease?.id ?? null, offer, lease: this._state?.lease ?? null };
     this._asking = true;
     try {
       await this.request('resize', 'POST', { offer });

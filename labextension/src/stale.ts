@@ -60,7 +60,15 @@ export function cleanAfterMove(app: JupyterFrontEnd, docs: IDocumentManager | nu
         continue;
       }
       seen.add(context.path);
-      void context.ready.then(() => clean(context.model));
+      void context.ready.then(() => {
+        // a display fix, not an edit: a notebook just loaded stays unmodified (nothing for
+        // the next save-all to write, no "unsaved changes" the user did not make)
+        const dirty = context.model.dirty;
+        if (clean(context.model) && !dirty) {
+          // the shared model reports the change after this turn: mark it clean after that
+          window.setTimeout(() => (context.model.dirty = false), 0);
+        }
+      });
     }
   };
   void app.restored.then(sweep);

@@ -451,6 +451,7 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     outputs = alice.locator(".jp-Notebook .jp-OutputArea-output")
     expect(outputs).to_contain_text("belonged to the kernel before the move", timeout=60_000)
     expect(outputs).not_to_contain_text("Error displaying widget")
+    expect(alice.locator(".jp-mod-dirty")).to_have_count(0)  # a display fix, not an edit
     bar.click()  # the new page: open the panel again
     expect(panel(alice)).to_contain_text(after["CUDA_VISIBLE_DEVICES"], timeout=60_000)
     expect(panel(alice)).to_contain_text("Now on A100 3g.40gb")
@@ -458,6 +459,11 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     assert lab.lease(after["GPUPOOL_LEASE_ID"])["state"] == "active"
     assert axe(alice) == []
     shot(shoot, alice, "lab-after-move")
+    # the next tests start without the notebook (a reclaim would save what its kernel changed)
+    alice.evaluate("window.jupyterapp.commands.execute('application:close-all')")
+    expect(alice.locator(".jp-Notebook")).to_have_count(0)
+    url = f"{lab.env.hub_url}/user/alice/api/contents/stale.ipynb"
+    assert request("DELETE", url, lab.env.token("alice")).status == 204
 
 
 def test_a_reclaim_saves_what_the_lab_holds_and_the_next_server_says_so(lab: Lab, alice: Page):
