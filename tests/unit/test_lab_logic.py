@@ -143,7 +143,9 @@ def test_the_widget_says_what_the_panel_says():
     unbudgeted = {**state["quota"], "budget": None, "used_unit_hours": 0.0}
     quota = render({**state, "quota": unbudgeted})["quota"]
     assert "0 used, no budget set" in quota and "of no budget" not in quota
-    assert "reclaimed in 5:00" in parts["notice"]
+    # the time too: a widget whose kernel went with the reclaim stays on the page as drawn
+    assert "reclaimed at 12:05 UTC (in 5:00) because idle 30 min" in parts["notice"]
+    assert "then your server will be stopped (open documents are saved first)" in parts["notice"]
     drain = {
         **state["notice"],
         "heading": "Node maintenance: this GPU's node is being drained",
