@@ -192,6 +192,12 @@ class PoolService(StrictCommandLine):
         "follow its commits within a second), or 'auto': 'process' on PostgreSQL, 'thread' on "
         "SQLite (the small single-machine setup, where one process is simpler).",
     ).tag(config=True)
+    restart_poll = Float(
+        1.0,
+        help="Seconds between looks at the target lease a restart waits for (a move, or a GPU "
+        "for a CPU-only server, in line). A release wakes waiting restarts at once: a hand-off "
+        "never waits for this.",
+    ).tag(config=True)
     housekeeping_interval = Float(
         15.0, help="Seconds between expiring unbound grants and serving the queue."
     ).tag(config=True)
@@ -603,7 +609,9 @@ class PoolService(StrictCommandLine):
             minutes=self.minutes,
             writer=self.writer,
             health=self.health,
-            restarts=Restarts(self.store, self.hub, log=self.log, writer=self.writer),
+            restarts=Restarts(
+                self.store, self.hub, poll=self.restart_poll, log=self.log, writer=self.writer
+            ),
             notify=self.notifier
             or Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log),
             busy_threshold=self.busy_threshold,

@@ -37,10 +37,11 @@ class Restarts:
         hub: HubClient,
         *,
         poll: float = 1.0,
-        grace: float = 2.0,
+        grace: float = 0.5,
         stop_timeout: float = 120.0,
         start_timeout: float = 300.0,
         max_wait: float = 86400.0,
+        hub_poll: float = 0.2,
         log: logging.Logger | None = None,
         on_done: Callable[[str, str], None] | None = None,
         writer: Any = None,
@@ -50,12 +51,18 @@ class Restarts:
         self.writer = writer
         self.poll, self.stop_timeout, self.start_timeout = poll, stop_timeout, start_timeout
         #: seconds between the grant and the stop: the server's answer to the move that asked
-        #: for the restart gets back to the user's page first
+        #: for the restart gets back to the user's page first (it is sent right after the
+        #: restart is asked for: half a second is ample, and a move should take seconds)
         self.grace = grace
         self.max_wait = max_wait
+        #: seconds between asks of the hub while the server stops and starts again (a move's
+        #: time is the server's start plus at most about this twice)
+        self.hub_poll = hub_poll
         self.log = log or logging.getLogger(__name__)
         self.on_done = on_done
         self.tasks: dict[str, asyncio.Task] = {}
+        #: set (and replaced) by ``wake``: a release may have granted a waiting target
+        self._wake: asyncio.Event | None = None
         #: how each restart ended: lease id → waiting | restarting | done | gone | failed: …
         self.outcomes: dict[str, str] = {}
 
@@ -68,6 +75,20 @@ class Restarts:
             self.tasks[lid] = asyncio.ensure_future(self._run(lease))
         return self.outcomes[lid]
 
+    def wake(self) -> None:
+        """Something was released (the pool serves its queue then): every waiting restart
+        looks at its lease now, not at its next poll, so a hand-off starts at once."""
+        if self._wake is not None:
+            self._wake.set()
+        self._wake = asyncio.Event()
+
+    async def _nap(self) -> None:
+        """Wait for a ``wake`` or ``poll`` seconds, whichever comes first."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.poll)
+
     async def close(self) -> None:
         for task in self.tasks.values():
             task.cancel()
@@ -78,7 +99,8 @@ class Restarts:
     async def _run(self, lease: dict[str, Any]) -> None:
         lid, user, server = lease["id"], lease["user"], lease["server"]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wait
+        asked = loop.time()
+        deadline = asked + self.max_wait
         try:
             while True:
                 now = self.store.lease(lid)
@@ -93,21 +115,23 @@ class Restarts:
                 if loop.time() > deadline:
                     self._end(lid, "failed: the lease was not granted in time")
                     return
-                await asyncio.sleep(self.poll)
+                await self._nap()
             self.outcomes[lid] = "restarting"
-            await asyncio.sleep(self.grace)
+            # the grace counts from the ask: a target granted later (a hand-off from the
+            # queue) answered its page long ago and goes at once
+            await asyncio.sleep(max(0.0, asked + self.grace - loop.time()))
             self.log.info("Restarting %s/%s into lease %s (%s)", user, server, lid, now["offer"])
             # the stop releases the lease this one replaces; marked, the target stays
             await self._mark_restarting(lid)
             await self.hub.stop_server(user, server)
             if not await self.hub.wait_server(
-                user, server, running=False, timeout=self.stop_timeout
+                user, server, running=False, timeout=self.stop_timeout, poll=self.hub_poll
             ):
                 self._end(lid, f"failed: the server did not stop within {self.stop_timeout:g} s")
                 return
             await self.hub.start_server(user, server, {OFFER_OPTION: now["offer"]})
             if not await self.hub.wait_server(
-                user, server, running=True, timeout=self.start_timeout
+                user, server, running=True, timeout=self.start_timeout, poll=self.hub_poll
             ):
                 self._end(lid, f"failed: the server did not start within {self.start_timeout:g} s")
                 return

@@ -682,6 +682,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                     "offer": row.offer if row else None,
                     "server": row.server if row else None,
                     "at": ts(e.ts),
+                    "kind": data.get("kind"),
                     "action": data.get("action"),
                     "reason": data.get("reason"),
                     "release_reason": data.get("release_reason") if e.kind == "reclaimed" else None,

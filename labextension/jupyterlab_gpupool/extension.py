@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
@@ -27,6 +28,17 @@ class GPUPoolLab(Configurable):
     @default("api_url")
     def _api_url(self) -> str:
         return os.environ.get("GPUPOOL_API_URL", "")
+
+    page_url = Unicode(
+        help="The pool's user page as the user's browser reaches it (a path on the hub's "
+        "origin): once this server is gone, the lab asks its ended/<lease> page how the lease "
+        "ended. Default: $GPUPOOL_PAGE_URL, else the path of api_url without api/v1/ (the hub "
+        "proxies the service's prefix, /services/gpupool/).",
+    ).tag(config=True)
+
+    @default("page_url")
+    def _page_url(self) -> str:
+        return os.environ.get("GPUPOOL_PAGE_URL", "") or page_from_api(self.api_url)
 
     lease_id = Unicode(
         help="The lease this server was started on. Default: $GPUPOOL_LEASE_ID (empty: a "
@@ -106,6 +118,13 @@ class GPUPoolLab(Configurable):
     ).tag(config=True)
 
 
+def page_from_api(api_url: str) -> str:
+    """``http://pool:8080/services/gpupool/api/v1/`` → ``/services/gpupool/`` (empty: none)."""
+    path = urlsplit(api_url).path if api_url else ""
+    head, sep, _ = path.rstrip("/").rpartition("/api/v1")
+    return f"{head}/" if sep and head else ""
+
+
 def load(server_app: Any) -> None:
     """Add the routes and start nothing until a lab or a widget asks."""
     config = GPUPoolLab(parent=server_app)
@@ -129,6 +148,7 @@ def load(server_app: Any) -> None:
         local=LocalGPU(config.nvml_module),
         log=server_app.log,
         why_no_pool=why,
+        page_url=config.page_url,
     )
     saver = SaveAll(
         fanout,

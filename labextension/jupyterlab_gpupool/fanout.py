@@ -44,6 +44,7 @@ class Fanout:
         clock: Callable[[], float] = time.time,
         log: logging.Logger | None = None,
         why_no_pool: str = "",
+        page_url: str = "",
     ) -> None:
         self.client = client
         self.lease_id = lease_id
@@ -57,6 +58,8 @@ class Fanout:
         self.clock = clock
         self.log = log or logging.getLogger(__name__)
         self.why_no_pool = why_no_pool
+        #: the pool's user page as the browser reaches it (the lab asks it once we are gone)
+        self.page_url = page_url
         self.listeners: dict[str, asyncio.Queue] = {}
         self.version = 0
         self.refreshes = 0
@@ -292,4 +295,5 @@ class Fanout:
                 if r.get("server", "") == self.server
             ][:5],
             "last_save": self.last_save,
+            "page": self.page_url or None,
         }

@@ -43,6 +43,23 @@ def _countdown(deadline: str, now: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _clock(iso: str) -> str:
+    """``2026-12-01T14:04:32Z`` → ``14:04 UTC``."""
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%H:%M UTC")
+    except ValueError:
+        return iso
+
+
+def _action_text(action: str) -> str:
+    """What the notice's action means for the user (the panel's words)."""
+    if action == "release-gpu":
+        return "your server will restart without a GPU (open documents are saved first)"
+    if action.startswith("shrink:"):
+        return f"your server will restart on {action[7:]} (open documents are saved first)"
+    return "your server will be stopped (open documents are saved first)"
+
+
 def _when(iso: str | None) -> str:
     """``2026-12-01T14:04:32.70Z`` → ``2026-12-01 14:04 UTC``."""
     if not iso:
@@ -123,9 +140,12 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
     n = state.get("notice")
     if n:
         heading = n.get("heading") or "This GPU will be reclaimed"
+        # the time as well as the countdown: a widget whose kernel went with the reclaim stays
+        # on the page as last drawn, and "at 12:05 UTC" is still true there, "in 0:12" not
         parts["notice"] = (
-            f'<p role="alert"><b>{e(heading)}</b> — reclaimed in '
-            f"{_countdown(n['deadline'], now)}: {e(n['reason'])} (then: {e(n['action'])})</p>"
+            f'<p role="alert"><b>{e(heading)}</b> — reclaimed at {_clock(n["deadline"])} '
+            f"(in {_countdown(n['deadline'], now)}) because {e(n['reason'])}; then "
+            f"{e(_action_text(n.get('action') or 'stop'))}.</p>"
         )
         if n.get("why_not_kept"):
             parts["notice"] += f"<p>{e(n['why_not_kept'])}.</p>"

@@ -2,7 +2,7 @@
  * The UI's logic with no DOM: units, memory, countdowns, what the status bar says, which
  * state the panel is in, and the reconnect backoff. Jest tests every function here.
  */
-import { IChoice, IQuota, IState, ISample } from './types';
+import { IChoice, ILease, ILeaseEnd, IQuota, IState, ISample } from './types';
 
 /** GPU units: `1`, `0.5`, `0.14` (two significant digits below 1). */
 export function formatUnits(units: number | null | undefined): string {
@@ -123,12 +123,24 @@ export interface IStatusText {
   label: string;
 }
 
+/** What the status bar shows besides the state: the lease to show (during a move, the one
+ * the server still runs on until the new one is live) and, once the server is gone, how its
+ * lease ended (`word` in the bar, `text` for the tooltip and screen readers). */
+export interface IStatusExtra {
+  lease?: ILease | null;
+  ended?: { word: string; text: string } | null;
+}
+
 /** The status-bar item: device, utilization %, memory used/total. */
-export function statusText(state: IState | null, now: number): IStatusText {
+export function statusText(state: IState | null, now: number, extra: IStatusExtra = {}): IStatusText {
+  if (extra.ended) {
+    // the server is gone: no stale device, no countdown at 0:00
+    return { device: extra.ended.word, util: '', memory: '', tone: 'down', label: extra.ended.text };
+  }
   if (!state) {
     return { device: 'GPU', util: '', memory: '', tone: 'normal', label: 'GPU pool: loading' };
   }
-  const lease = state.lease;
+  const lease = extra.lease !== undefined ? extra.lease : state.lease;
   const device = lease ? lease.device : 'CPU only';
   const local = latest(state.utilization.local);
   const pool = latest(state.utilization.pool);
@@ -244,6 +256,8 @@ export class Backoff {
 export interface IMove {
   from: string | null;
   offer: string;
+  /** the lease moved from, as the status bar showed it (kept across the reload) */
+  lease?: ILease | null;
 }
 
 /** After a move was asked for: is the server back, on a new lease of the asked offer? */
@@ -286,6 +300,11 @@ export function unitsText(units: number | null | undefined, word = 'unit'): stri
   return `${formatUnits(units)} ${word}${units === 1 ? '' : 's'}`;
 }
 
+/** A time of day as the panel says it: `14:02` (the browser's time zone). */
+export function clock(at: Date): string {
+  return `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+}
+
 /**
  * After the pool acted on this server's notice (the server is gone, the notice was being
  * carried out or its deadline passed): the one message the panel shows instead of a countdown
@@ -299,8 +318,7 @@ export function reclaimedText(state: IState | null, serverAway: boolean, now: nu
   if (!n.acting && secondsUntil(n.deadline, now) > 0) {
     return null;
   }
-  const at = new Date(Math.min(now, Date.parse(n.deadline) || now));
-  const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+  const hhmm = clock(new Date(Math.min(now, Date.parse(n.deadline) || now)));
   // the save-all the reclaimer asked for (a save from before the notice is not it)
   const save = state.last_save;
   const issued = n.issued ? Date.parse(n.issued) : NaN;
@@ -329,3 +347,65 @@ export function budgetWarning(q: IQuota | null | undefined): string | null {
   }[q.budget_action ?? 'refuse'];
   return `Your GPU-hour budget of this ${q.period} is spent: ${next}`;
 }
+
+/** Why a lease ended, for release reasons other than a reclaim (the pool's codes). */
+const ENDINGS: Record<string, string> = {
+  stopped: 'the server was stopped',
+  resized: 'the server moved to another GPU',
+  orphaned: 'the server was gone',
+  admin: 'an administrator released it',
+  lapsed: 'its approved time ended',
+  expired: 'it was never used'
+};
+
+/**
+ * How this server's lease ended, from the pool's own record (its `ended/<lease>` page), once
+ * the server is gone: the reclaim's time, reason, what it did and the files it saved, or the
+ * release reason. `null` while the lease has not ended (a restart, a move under way).
+ */
+export function endedText(end: ILeaseEnd | null): { word: string; text: string } | null {
+  if (!end || !end.ended) {
+    return null;
+  }
+  const at = end.at ? Date.parse(end.at) : NaN;
+  const when = isNaN(at) ? '' : ` at ${clock(new Date(at))}`;
+  if (end.reclaimed) {
+    const saved = end.saved.length ? `saved: ${end.saved.join(', ')}` : 'nothing needed saving';
+    const why = end.reason ? ` because ${end.reason}` : '';
+    return {
+      word: 'reclaimed',
+      text: `Your GPU was reclaimed${when}${why}; ${doneText(end.action || 'stop')}; ${saved}. Start again from Hub home.`
+    };
+  }
+  const reason = end.release_reason || '';
+  return {
+    word: 'ended',
+    text: `Your GPU lease (${end.offer_name || end.offer}) ended${when}: ${ENDINGS[reason] || reason || 'released'}. Start again from Hub home.`
+  };
+}
+
+/** The MIME type of an ipywidgets view in a notebook output. */
+export const WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json';
+
+/**
+ * The outputs (their indices) that show a widget whose model died with the old kernel: a
+ * widget view whose model is not in the notebook's saved widget state. After a move the
+ * kernel is new, so JupyterLab would show "Error displaying widget: model not found" there.
+ */
+export function staleWidgetOutputs(
+  outputs: { data?: Record<string, unknown> | null }[],
+  savedModels: Set<string>
+): number[] {
+  const out: number[] = [];
+  outputs.forEach((o, i) => {
+    const view = o.data?.[WIDGET_VIEW] as { model_id?: string } | undefined;
+    if (view && !(view.model_id && savedModels.has(view.model_id))) {
+      out.push(i);
+    }
+  });
+  return out;
+}
+
+/** What a stale widget output says instead (as plain text, the notebook stays valid). */
+export const STALE_WIDGET_TEXT =
+  'This widget belonged to the kernel before the move to another GPU; run the cell again to show it.';

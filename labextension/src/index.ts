@@ -13,6 +13,7 @@ import { GPUPoolModel } from './model';
 import { GPUPoolPanel } from './panel';
 import { PresenceReporter } from './presence';
 import { makeSaver } from './saver';
+import { cleanAfterMove } from './stale';
 import { GPUPoolStatus } from './statusbar';
 
 const GPU_SVG =
@@ -46,6 +47,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 4
       });
     }
+    model.gone.connect(open); // the server is gone and its lease ended: show what happened
+    cleanAfterMove(app, docs);
     model.connect();
     // the user's own input is the only presence the pool counts where this extension runs
     new PresenceReporter(idleFor =>

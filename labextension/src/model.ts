@@ -7,8 +7,10 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { Backoff, IMove, moveFailed, moveFinished } from './format';
-import { ISaveResult, IState } from './types';
+import { askLeaseEnd } from './ended';
+import { Backoff, IMove, IStatusExtra, endedText, moveFailed, moveFinished, reclaimedText } from './format';
+import { MOVED_KEY } from './stale';
+import { ILease, ILeaseEnd, ISaveResult, IState } from './types';
 
 /** Saves what this tab has open; returns what it saved, left alone, or failed to save. */
 export type Saver = () => Promise<{
@@ -18,6 +20,12 @@ export type Saver = () => Promise<{
 }>;
 
 const MOVE_KEY = 'jupyterlab-gpupool:move-target';
+/** During a move the page looks for the new server this often (not the reconnect back-off:
+ * the page follows the new server within this of its being ready). */
+export const MOVE_PROBE_MS = 500;
+/** How long a gone server's lease end is asked again while the pool has not recorded the
+ * reclaim that its notice announced (the reclaimer reports it after the stop). */
+const END_PATIENCE_MS = 120000;
 
 export class GPUPoolModel {
   readonly clientId = `lab-${Math.random().toString(36).slice(2, 12)}`;
@@ -38,6 +46,13 @@ export class GPUPoolModel {
   serverAway = false;
   /** the server restarted under this page (not by a move of this tab): reload to use it */
   needsReload = false;
+  /** how this server's lease ended, from the pool, once the server is gone */
+  ended: ILeaseEnd | null = null;
+  private _gone = new Signal<this, void>(this);
+  private _lastLease: ILease | null = null;
+  private _askedAt = 0;
+  private _follow: number | null = null;
+  private _firstAsk = 0;
 
   constructor(
     private settings: ServerConnection.ISettings,
@@ -73,6 +88,100 @@ export class GPUPoolModel {
   get changed(): ISignal<this, IState | null> {
     return this._changed;
   }
+  /** once, when the server is gone and the lab knows how its lease ended (open the panel) */
+  get gone(): ISignal<this, void> {
+    return this._gone;
+  }
+
+  /** The lease the status bar shows: during a move the old one until the new one is live
+   * (the pool has already released it while the server restarts: no "CPU only" flash). */
+  get shownLease(): ILease | null {
+    const lease = this._state?.lease ?? null;
+    return !lease && this.moving ? (this._lastLease ?? this.moving.lease ?? null) : lease;
+  }
+
+  /** What the panel and the status bar say once the server is gone after its lease ended:
+   * the pool's record, else (until the pool has it) what this page knew of the notice. */
+  goneText(now: number): { word: string; text: string } | null {
+    if (!this.serverAway || this.moving) {
+      return null;
+    }
+    const ended = endedText(this.ended);
+    if (ended) {
+      return ended;
+    }
+    const text = reclaimedText(this._state, this.serverAway, now);
+    return text ? { word: 'reclaimed', text } : null;
+  }
+
+  statusExtra(now: number): IStatusExtra {
+    return { lease: this.shownLease, ended: this.goneText(now) };
+  }
+
+  /**
+   * While a move's target is reserved (or asked for), look at the server every MOVE_PROBE_MS:
+   * a proxy may keep the old server's event stream open after the server is gone (its
+   * silence would be noticed only after 25 s), and the page should follow the new server as
+   * soon as it answers. A move waiting in line is followed by the event stream alone.
+   */
+  private follow(): void {
+    if (this._follow !== null) {
+      return;
+    }
+    this._follow = window.setInterval(() => void this.probe(), MOVE_PROBE_MS);
+  }
+
+  private async probe(): Promise<void> {
+    const move = this.moving;
+    const waiting = this._state?.pending && this._state.pending.state !== 'granted';
+    if (!move || this.serverAway || waiting) {
+      if (!move || this.serverAway) {
+        window.clearInterval(this._follow!);
+        this._follow = null; // the reconnect loop (at MOVE_PROBE_MS during a move) goes on
+      }
+      return;
+    }
+    try {
+      this.setState(await this.request<IState>('state', 'GET'));
+    } catch {
+      // gone (the restart stopped it) or a new server that does not know this page's login:
+      // the reconnect loop tells which, every MOVE_PROBE_MS
+      if (this._source && this.moving) {
+        this.lost(this._source);
+      }
+    }
+  }
+
+  /** Ask the pool (its page, see ended.ts) how the lease ended; at most every 5 s. */
+  private async askEnd(): Promise<void> {
+    const state = this._state;
+    const lease = state?.lease?.id ?? state?.lease_id ?? null;
+    const now = Date.now();
+    if (!state?.page || !lease || this.moving || now - this._askedAt < 5000) {
+      return;
+    }
+    if (this.ended?.ended && (this.ended.reclaimed || !state.notice)) {
+      return; // the answer is final
+    }
+    this._askedAt = now;
+    this._firstAsk = this._firstAsk || now;
+    const end = await askLeaseEnd(state.page, lease);
+    if (!end || end.lease !== lease || !this.serverAway) {
+      return;
+    }
+    // a notice announced a reclaim: until the pool records it (after the stop), what the
+    // notice said stands, unless the pool has said nothing of it for END_PATIENCE_MS
+    if (state.notice && !end.reclaimed && Date.now() - this._firstAsk < END_PATIENCE_MS) {
+      return;
+    }
+    const first = !this.ended?.ended;
+    this.ended = end;
+    this._changed.emit(this._state);
+    if (first && end.ended) {
+      this._gone.emit();
+    }
+  }
+
   /** one-line messages for the user (move refused, kept, saved) */
   get message(): ISignal<this, { text: string; error: boolean }> {
     return this._message;
@@ -136,12 +245,28 @@ export class GPUPoolModel {
       this.restarting = true;
     }
     this._changed.emit(this._state);
+    void this.askEnd();
     if (this._timer === null) {
       this._timer = window.setTimeout(() => {
         this._timer = null;
         void this.reconnect();
-      }, this._backoff.next());
+      }, this.nextDelay());
     }
+  }
+
+  /** The wait before the next reconnect: short and fixed during a move (the new server is
+   * expected any second), the doubling back-off otherwise. */
+  private nextDelay(): number {
+    return this.moving ? MOVE_PROBE_MS : this._backoff.next();
+  }
+
+  private reloadAfterMove(delay: number): void {
+    try {
+      window.sessionStorage.setItem(MOVED_KEY, String(Date.now()));
+    } catch {
+      // storage refused: stale widget outputs stay as JupyterLab shows them
+    }
+    window.setTimeout(() => window.location.reload(), delay);
   }
 
   disconnect(): void {
@@ -168,7 +293,7 @@ export class GPUPoolModel {
       if (status === 401 || status === 403) {
         // a new server process (restarted): this page's login was for the old one
         if (this.moving) {
-          window.location.reload(); // the page logs in again and loads on the new GPU
+          this.reloadAfterMove(0); // the page logs in again and loads on the new GPU
           return;
         }
         this.needsReload = true;
@@ -176,7 +301,8 @@ export class GPUPoolModel {
       this._timer = window.setTimeout(() => {
         this._timer = null;
         void this.reconnect();
-      }, this._backoff.next());
+      }, this.nextDelay());
+      void this.askEnd();
       this._changed.emit(this._state);
     }
   }
@@ -184,13 +310,20 @@ export class GPUPoolModel {
   setState(state: IState): void {
     const previous = this._state;
     this._state = state;
+    if (state.lease) {
+      this._lastLease = state.lease;
+    }
+    if (!this.serverAway) {
+      this.ended = null;
+      this._firstAsk = 0;
+    }
     const move = this.moving;
     if (move && moveFinished(state, move)) {
       this.moving = null;
       if (this.restarting) {
         // the server restarted onto the new GPU: a fresh page gets its kernels and settings
         this.restarting = false;
-        window.setTimeout(() => window.location.reload(), 500);
+        this.reloadAfterMove(0);
       } else {
         this._message.emit({ text: `Now on ${state.lease?.device}.`, error: false });
       }
@@ -250,10 +383,11 @@ export class GPUPoolModel {
 
   async move(offer: string): Promise<boolean> {
     // recorded first: the pool may restart the server before its answer gets here
-    this.moving = { from: this._state?.lease?.id ?? null, offer };
+    this.moving = { from: this._state?.lease?.id ?? null, offer, lease: this._state?.lease ?? null };
     this._asking = true;
     try {
       await this.request('resize', 'POST', { offer });
+      this.follow();
       return true;
     } catch (e) {
       const status = (e as { status?: number }).status;
@@ -262,7 +396,8 @@ export class GPUPoolModel {
         this._message.emit({ text: `The move was refused: ${(e as Error).message}`, error: true });
         return false;
       }
-      return true; // no answer: the server is restarting (the event stream tells)
+      this.follow();
+      return true; // no answer: the server is restarting (the probe and the stream tell)
     } finally {
       this._asking = false;
       void this.refresh();

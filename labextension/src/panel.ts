@@ -20,7 +20,6 @@ import {
   formatUnits,
   fraction,
   keepState,
-  reclaimedText,
   secondsUntil,
   unitsText,
   viewState,
@@ -146,16 +145,18 @@ export class GPUPoolPanel extends Widget {
         )
       );
     }
-    const reclaimed = reclaimedText(state, this.model.serverAway, Date.now());
-    if (reclaimed) {
-      // the reclaim is done: say so once, plainly, with the way back; no countdown, no Keep
-      const p = el('p', 'jp-GPUPool-reclaimed', visible(reclaimed));
+    const gone = this.model.goneText(Date.now());
+    if (gone) {
+      // the reclaim is done (the pool's record of it once it has one): say so once, plainly,
+      // with the way back; no countdown, no Keep
+      const p = el('p', 'jp-GPUPool-reclaimed', visible(gone.text));
       p.setAttribute('role', 'alert');
+      p.dataset.source = this.model.ended ? 'pool' : 'notice'; // whose words these are
       const home = el('a', 'jp-GPUPool-home', 'Hub home');
       home.href = URLExt.join(PageConfig.getOption('hubPrefix') || '/hub/', 'home');
       this.body.textContent = '';
       this.body.dataset.view = 'reclaimed';
-      this.body.append(this.section('Reclaimed', [p, home]));
+      this.body.append(this.section(gone.word === 'reclaimed' ? 'Reclaimed' : 'Lease ended', [p, home]));
       return;
     }
     this.body.append(this.leaseSection(state));

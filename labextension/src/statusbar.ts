@@ -1,4 +1,5 @@
-/** The status-bar item: device, utilization %, memory used/total; amber under a notice. */
+/** The status-bar item: device, utilization %, memory used/total; amber under a notice; the
+ * old GPU during a move until the new one is live; "reclaimed" once the server is gone. */
 import { Widget } from '@lumino/widgets';
 
 import { statusText, visible } from './format';
@@ -23,7 +24,8 @@ export class GPUPoolStatus extends Widget {
   }
 
   render(): void {
-    const t = statusText(this.model.state, Date.now());
+    const now = Date.now();
+    const t = statusText(this.model.state, now, this.model.statusExtra(now));
     const parts = [t.device, t.util, t.memory].filter(Boolean);
     this.button.textContent = visible(`GPU: ${parts.join(' · ')}`);
     this.button.title = visible(t.label);

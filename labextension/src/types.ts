@@ -92,6 +92,8 @@ export interface IReclaim {
   offer_name?: string;
   server: string;
   at: string;
+  /** The notice's kind (from pools that send it). */
+  kind?: string | null;
   action: string;
   reason: string;
   release_reason?: string;
@@ -149,4 +151,24 @@ export interface IState {
   };
   reclaims: IReclaim[];
   last_save: ISaveResult | null;
+  /** The pool's user page as the browser reaches it (from servers that send it): once this
+   * server is gone the lab asks its `ended/<lease>` page how the lease ended. */
+  page?: string | null;
+}
+
+/** How a lease ended, as the pool's `ended/<lease>` page says (pages/ended.py). */
+export interface ILeaseEnd {
+  lease: string;
+  state: string;
+  ended: boolean;
+  offer: string;
+  offer_name: string;
+  at: string | null;
+  release_reason: string | null;
+  reclaimed: boolean;
+  kind: string | null;
+  reason: string | null;
+  action: string | null;
+  saved: string[];
+  outcome: string | null;
 }

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ LAB_SETTINGS = {
 
 
 def hub_config(token: str) -> str:
-    """The reclaimer's service and role (its documented scopes), JupyterLab by default."""
+    """The reclaimer's service and role (its documented scopes), JupyterLab by default, users
+    allowed on the pool's pages."""
     scopes = [
         "list:users",
         "read:servers",
@@ -93,6 +95,11 @@ def hub_config(token: str) -> str:
     text = (
         f"\nc.JupyterHub.services.append({service})\nc.JupyterHub.load_roles.append({role})\n"
         "c.Spawner.default_url = '/lab'\n"
+        # as the documented hub config (hub-config.md): users may open the pool's pages, which
+        # a lab whose server is gone asks how its lease ended
+        "for role in c.JupyterHub.load_roles:\n"
+        "    if role['name'] == 'user':\n"
+        "        role['scopes'].append('access:services!service=gpupool')\n"
     )
     return text.replace("{", "{{").replace("}", "}}")
 
@@ -359,8 +366,57 @@ def test_the_pool_away_is_said_and_the_panel_recovers_without_a_reload(lab: Lab,
     assert alice.evaluate("window.__sameTab") is True  # no reload
 
 
+#: Notes each text the status bar shows (every 50 ms, across the move's reload) in the tab's
+#: sessionStorage: a "CPU only" there for a moment would be a flash the user sees.
+BAR_LOG = """(() => setInterval(() => {
+    const b = document.querySelector('.jp-GPUPool-status-button');
+    if (!b) { return; }
+    const log = JSON.parse(sessionStorage.getItem('bar-log') || '[]');
+    if (log[log.length - 1] !== b.textContent) {
+        log.push(b.textContent);
+        sessionStorage.setItem('bar-log', JSON.stringify(log));
+    }
+}, 50))()"""
+
+
+def stale_widget_notebook(lab: Lab, name: str) -> None:
+    """A notebook whose output shows a widget of a kernel that is gone (as one saved before a
+    move holds): JupyterLab would say "Error displaying widget: model not found"."""
+    view = {"model_id": "5f0e4b1c2d3a49e8b7c6d5e4f3a2b1c0", "version_major": 2, "version_minor": 0}
+    output = {
+        "output_type": "display_data",
+        "data": {"application/vnd.jupyter.widget-view+json": view, "text/plain": "GPUPoolWidget()"},
+        "metadata": {},
+    }
+    cell = {
+        "cell_type": "code",
+        "execution_count": 1,
+        "id": "w",
+        "metadata": {},
+        "outputs": [output],
+        "source": "GPUPoolWidget()",
+    }
+    kernel = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb = {"cells": [cell], "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    url = f"{lab.env.hub_url}/user/alice/api/contents/{name}"
+    r = request("PUT", url, lab.env.token("alice"), {"type": "notebook", "content": nb})
+    assert r.status in (200, 201), r.body
+
+
 def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page, shoot: Any):
+    """The page follows the new server as soon as it answers (not a reconnect back-off), the
+    status bar stays on the old GPU until then (never "CPU only"), and a widget output of the
+    old kernel says to run the cell again instead of "Error displaying widget"."""
     before = lab.environ("alice")
+    stale_widget_notebook(lab, "stale.ipynb")
+    alice.goto(f"{lab.env.hub_url}/user/alice/lab/tree/stale.ipynb")
+    expect(alice.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
+    alice.context.add_init_script(BAR_LOG)
+    alice.evaluate(f"() => {{ sessionStorage.removeItem('bar-log'); {BAR_LOG}; }}")
+    bar = alice.locator(".jp-GPUPool-status-button")
+    expect(bar).to_contain_text("A100 1g.10gb", timeout=60_000)
+    if not panel(alice).is_visible():
+        bar.click()
     p = panel(alice)
     choice = p.locator("#jp-gpupool-offer-a100-3g")
     choice.focus()
@@ -380,12 +436,21 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
         return env if env["GPUPOOL_LEASE_ID"] != before["GPUPOOL_LEASE_ID"] else None
 
     after = wait_until(moved, 180, "alice's server on the 3g slice", info=lab.env.logs)
+    ready = time.monotonic()
     assert after["GPUPOOL_OFFER"] == "a100-3g"
     assert after["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert after["CUDA_VISIBLE_DEVICES"] != before["CUDA_VISIBLE_DEVICES"]
     # the page reconnects by itself and the status bar shows the new device
-    bar = alice.locator(".jp-GPUPool-status-button")
     expect(bar).to_contain_text("A100 3g.40gb", timeout=LAB_TIMEOUT)
+    print(f"the page showed the new GPU {time.monotonic() - ready:.1f} s after the hub said ready")
+    shown = alice.evaluate("JSON.parse(sessionStorage.getItem('bar-log') || '[]')")
+    assert shown[0] == "GPU: A100 1g.10gb" or shown[0].startswith("GPU: A100 1g.10gb ·"), shown
+    assert not [t for t in shown if "CPU only" in t], shown  # no flash of "CPU only"
+    # the old kernel's widget: a line saying to run the cell again, not an error
+    outputs = alice.locator(".jp-Notebook .jp-OutputArea-output")
+    expect(outputs).to_contain_text("belonged to the kernel before the move", timeout=60_000)
+    expect(outputs).not_to_contain_text("Error displaying widget")
+    expect(alice.locator(".jp-mod-dirty")).to_have_count(0)  # a display fix, not an edit
     bar.click()  # the new page: open the panel again
     expect(panel(alice)).to_contain_text(after["CUDA_VISIBLE_DEVICES"], timeout=60_000)
     expect(panel(alice)).to_contain_text("Now on A100 3g.40gb")
@@ -393,6 +458,11 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     assert lab.lease(after["GPUPOOL_LEASE_ID"])["state"] == "active"
     assert axe(alice) == []
     shot(shoot, alice, "lab-after-move")
+    # the next tests start without the notebook (a reclaim would save what its kernel changed)
+    alice.evaluate("window.jupyterapp.commands.execute('application:close-all')")
+    expect(alice.locator(".jp-Notebook")).to_have_count(0)
+    url = f"{lab.env.hub_url}/user/alice/api/contents/stale.ipynb"
+    assert request("DELETE", url, lab.env.token("alice")).status == 204
 
 
 def test_a_reclaim_saves_what_the_lab_holds_and_the_next_server_says_so(lab: Lab, alice: Page):
@@ -468,3 +538,127 @@ def test_the_widget_shows_the_same_inside_a_notebook(lab: Lab, alice: Page, shoo
     expect(widget).to_contain_text("GPU units in use")
     expect(widget.locator("meter")).not_to_have_count(0)
     shot(shoot, alice, "lab-widget")
+
+
+# -- every notice kind, end to end: the notice in Lab, then what Lab says once it acted ------
+
+#: Each kind the test gives bob's H100 lease: its heading in Lab, and whether it may be kept.
+KINDS = {
+    "idle": ("Idle GPU: it will be reclaimed", True),
+    "max_age": ("Maximum age reached: this GPU will be reclaimed", False),
+    "drain": ("Node maintenance: this GPU's node is being drained", False),
+    "budget": ("Budget spent: this GPU will be reclaimed", False),
+}
+#: The module's reclaim policy (POOL's), with a maximum age for the max_age kind.
+POLICY = {
+    "idle_timeout": "5m",
+    "pressure_idle_timeout": "3m",
+    "warn_before": "2m",
+    "max_extensions": 2,
+    "extension": "5m",
+    "min_runtime": "3m",
+    "busy_grace": "2m",
+    "cpu_busy_timeout": "8m",
+}
+
+
+def open_lab(lab: Lab, browser: Any, user: str, device: str) -> Page:
+    """``user`` logged in, in JupyterLab, the status bar on ``device``, the panel open."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(f"{lab.env.hub_url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", "any password")
+    page.click("#login_submit")
+    page.goto(f"{lab.env.hub_url}/user/{user}/lab")
+    page.locator("#jp-main-dock-panel").wait_for(timeout=LAB_TIMEOUT)
+    status = page.locator(".jp-GPUPool-status-button")
+    expect(status).to_contain_text(device, timeout=60_000)
+    status.click()
+    expect(panel(page)).to_be_visible()
+    return page
+
+
+def give_notice(lab: Lab, kind: str, lease_id: str) -> list[tuple[str, str]]:
+    """Give bob's lease a notice of ``kind`` the way it comes in a pool (the reclaimer's
+    rounds, an admin's drain, a spent budget); the calls that undo the setting afterwards."""
+    admin = lab.env.token("admin")
+    api = lab.env.api
+    undo: list[tuple[str, str]] = []
+    if kind == "max_age":
+        body = {"default": {**POLICY, "max_age": "4m"}}
+        assert request("PUT", f"{api}/reclaim/policies", admin, body).status == 200
+        undo.append(("DELETE", f"{api}/reclaim/policies"))
+    elif kind == "drain":
+        deadline = datetime.fromtimestamp(lab.clock() + 120, timezone.utc)
+        body = {"deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        r = request("POST", f"{api}/nodes/node-h100/drain", admin, body)
+        assert r.status == 200 and r.json()["noticed"] == 1, r.body  # type: ignore[index]
+        undo.append(("POST", f"{api}/nodes/node-h100/uncordon"))
+    elif kind == "budget":
+        quota = {"guarantee": 1, "limit": 2, "budget": 0.01, "period": "week"}
+        body = {**quota, "budget_action": "stop"}
+        assert request("PUT", f"{api}/quotas/users/bob", admin, body).status == 200
+        undo.append(("DELETE", f"{api}/quotas/users/bob"))
+    for _ in range(12):
+        reclaim = lab.lease(lease_id).get("reclaim")
+        if reclaim:
+            break
+        lab.round()  # the clock moves: idle and age count, the budget is spent
+        if kind == "budget":  # the service's housekeeping gives the notice (every second)
+            wait_until(lambda: lab.lease(lease_id).get("reclaim"), 30, "the budget notice")
+    assert reclaim and reclaim["kind"] == kind, reclaim
+    return undo
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_happened(
+    lab: Lab, browser: Any, shoot: Any, kind: str
+):
+    heading, keep = KINDS[kind]
+    lab.spawn("bob", "h100")
+    lease_id = lab.environ("bob")["GPUPOOL_LEASE_ID"]
+    page = open_lab(lab, browser, "bob", "H100")
+    undo: list[tuple[str, str]] = []
+    try:
+        undo = give_notice(lab, kind, lease_id)
+        notice = panel(page).locator(".jp-GPUPool-notice")
+        expect(notice).to_contain_text(heading, timeout=30_000)
+        expect(notice).to_contain_text("This GPU will be reclaimed in")
+        expect(page.locator(".jp-GPUPool-status")).to_have_class(re.compile("jp-GPUPool-amber"))
+        if keep:
+            expect(notice.locator("#jp-gpupool-keep")).to_be_enabled()
+        else:  # no Keep button, the reason why not
+            expect(notice.locator("#jp-gpupool-keep")).to_have_count(0)
+            expect(notice).to_contain_text("It cannot be kept:")
+        shot(shoot, page, f"lab-notice-{kind.replace('_', '-')}")
+        reason = lab.lease(lease_id)["reclaim"]["reason"]
+        for _ in range(12):
+            if lab.round().get(lease_id, {}).get("kind") == "act":
+                break
+        else:
+            raise AssertionError(f"the reclaimer never acted on the {kind} notice")
+        wait_until(lambda: not lab.server("bob"), 120, "bob's server to stop")
+        # the page outlives its server: the panel opens by itself and says, in the pool's
+        # words (its record of the reclaim), what happened and the way back; no countdown
+        said = panel(page).locator(".jp-GPUPool-reclaimed")
+        expect(said).to_have_attribute("data-source", "pool", timeout=60_000)
+        expect(said).to_contain_text(re.compile(r"Your GPU was reclaimed at \d\d:\d\d because"))
+        expect(said).to_contain_text(reason)
+        expect(said).to_contain_text("the server was stopped; nothing needed saving")
+        expect(panel(page).locator(".jp-GPUPool-countdown")).to_have_count(0)
+        expect(panel(page).locator("#jp-gpupool-keep")).to_have_count(0)
+        home = panel(page).get_by_role("link", name="Hub home")
+        expect(home).to_have_attribute("href", "/hub/home")
+        bar = page.locator(".jp-GPUPool-status-button")
+        expect(bar).to_have_text("GPU: reclaimed")
+        expect(page.locator(".jp-GPUPool-status")).to_have_attribute("data-tone", "down")
+        assert "Your GPU was reclaimed" in (bar.get_attribute("title") or "")
+        shot(shoot, page, f"lab-reclaimed-{kind.replace('_', '-')}")
+    finally:
+        for method, url in undo:
+            request(method, url, lab.env.token("admin"))
+        request("DELETE", f"{lab.env.hub_api}/users/bob/server", lab.env.admin_api_token)
+        wait_until(lambda: not lab.server("bob"), 120, "bob's server to stop")
+        page.context.close()

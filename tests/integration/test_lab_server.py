@@ -53,7 +53,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
         tmp_path_factory.mktemp("lab"),
         POOL,
         lab_args=(SAVE_TIMEOUT, PRESENCE_INTERVAL),
-        service_args=("--PoolService.telemetry_source=sim",),
+        # a restart's target is looked at only when a release wakes it (see the hand-off test)
+        service_args=("--PoolService.telemetry_source=sim", "--PoolService.restart_poll=3600"),
     )
     with env.running():
         yield env
@@ -400,3 +401,36 @@ def test_a_cpu_only_server_moves_onto_a_gpu(hub: HubEnv):
 
 def hub_lease(env: HubEnv, lease_id: str) -> dict:
     return request("GET", f"{env.api}/allocations/{lease_id}", env.spawner_token).json()  # type: ignore[return-value]
+
+
+def test_a_hand_off_goes_as_soon_as_the_holder_releases(hub: HubEnv, alice: str):
+    """bob's CPU-only server waits in line for the one H100, which alice holds; alice stops her
+    server: the release wakes bob's waiting restart at once (the fixture's poll is an hour),
+    and bob's server restarts on the H100."""
+    start_server(hub, "bob", "")
+    try:
+        stop_server(hub, "alice")
+        start_server(hub, "alice", "h100")
+        token = hub.token("bob")
+        bob = f"{hub.hub_url}/user/bob"
+        r = request("POST", f"{bob}/gpupool/resize", token, {"offer": "h100"})
+        assert r.status == 202, r.body
+        target = r.json()["target"]
+        assert target["state"] == "queued", target
+        stop_server(hub, "alice")  # the release serves the queue: bob's target is granted
+
+        def on_h100() -> dict | None:
+            if not user_server(hub, "bob").get("ready"):
+                return None
+            try:
+                env = server_environ(hub, "bob")
+            except (FileNotFoundError, KeyError):  # the old process went between the reads
+                return None
+            return env if env.get("GPUPOOL_LEASE_ID") == target["id"] else None
+
+        env = wait_until(on_h100, 120, "bob's server on the H100", info=hub.logs)
+        assert env["GPUPOOL_OFFER"] == "h100"
+        assert hub_lease(hub, target["id"])["state"] == "active"
+    finally:
+        stop_server(hub, "bob")
+        start_server(hub, "alice", "a100-1g")  # as the fixture left it

@@ -8,6 +8,7 @@ never another user's, and prints a hostile server name as text; a reclaim notice
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from email.message import Message
@@ -194,6 +195,31 @@ def test_the_page_shows_a_notice_keeps_the_gpu_and_lists_the_reclaim(hub, clock)
         assert "Stopped your server" in recent and "reclaimed" in recent
         assert "&lt;b&gt;notes&lt;/b&gt;.ipynb" in recent  # escaped, as every value
         assert "idle" in recent
+
+        # a lab page whose server is gone asks the pool how the lease ended (pages/ended.py):
+        # in words, and as JSON whose "<" cannot end its script element
+        status, _, html = get(f"{page}ended/{lease['id']}", alice)
+        assert status == 200, html
+        raw = html.split('id="gpupool-lease-end">')[1].split("</script>")[0]
+        assert "<" not in raw
+        end = json.loads(raw)
+        assert end["ended"] and end["reclaimed"] and end["kind"] == "idle"
+        assert end["saved"] == ["<b>notes</b>.ipynb"] and end["action"] == "stop"
+        assert end["reason"].startswith("the GPU has been idle for")
+        assert end["offer_name"] == "¼ of a T4 (shared)" and end["at"]
+        text = html.split('id="gpupool-lease-end-text"')[1].split("</p>")[0]
+        assert "Your GPU was reclaimed at" in text and "because the GPU has been idle" in text
+        assert "Stopped your server" in text and "&lt;b&gt;notes&lt;/b&gt;.ipynb" in text
+        assert 'href="/hub/home"' in html
+        # only the caller's own leases; a lease still held says so
+        assert get(f"{page}ended/{lease['id']}", hub.token("bob"))[0] == 404
+        assert get(f"{page}ended/no-such-lease", alice)[0] == 404
+        body = {"user": "alice", "server": "held", "offer": "t4-quarter"}
+        held = request("POST", f"{hub.api}/allocations", hub.spawner_token, body).json()
+        status, _, html = get(f"{page}ended/{held['id']}", alice)
+        assert status == 200 and "This lease is still yours" in html
+        gone = request("DELETE", f"{hub.api}/allocations/{held['id']}", hub.spawner_token)
+        assert gone.status < 300, gone.body
     finally:
         request("DELETE", f"{hub.api}/reclaim/policies", admin)
         request("DELETE", f"{hub.api}/reclaim/leader?holder=page", admin)

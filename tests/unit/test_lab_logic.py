@@ -143,7 +143,9 @@ def test_the_widget_says_what_the_panel_says():
     unbudgeted = {**state["quota"], "budget": None, "used_unit_hours": 0.0}
     quota = render({**state, "quota": unbudgeted})["quota"]
     assert "0 used, no budget set" in quota and "of no budget" not in quota
-    assert "reclaimed in 5:00" in parts["notice"]
+    # the time too: a widget whose kernel went with the reclaim stays on the page as drawn
+    assert "reclaimed at 12:05 UTC (in 5:00) because idle 30 min" in parts["notice"]
+    assert "then your server will be stopped (open documents are saved first)" in parts["notice"]
     drain = {
         **state["notice"],
         "heading": "Node maintenance: this GPU's node is being drained",
@@ -200,6 +202,27 @@ def test_the_lab_settings_are_documented_and_work_without_a_hub(monkeypatch):
     monkeypatch.setenv("GPUPOOL_API_URL", "http://pool/api/v1/")
     monkeypatch.setenv("GPUPOOL_LEASE_ID", "L1")
     assert (GPUPoolLab().api_url, GPUPoolLab().lease_id) == ("http://pool/api/v1/", "L1")
+
+
+@pytest.mark.parametrize(
+    ("api", "page"),
+    [
+        ("http://gpupool.ns.svc:8080/services/gpupool/api/v1/", "/services/gpupool/"),
+        ("http://127.0.0.1:10101/hub-base/services/pool/api/v1", "/hub-base/services/pool/"),
+        ("http://pool/api/v1/", ""),  # no prefix: the page cannot be named
+        ("", ""),
+    ],
+)
+def test_the_lab_names_the_pool_page_a_browser_asks_once_the_server_is_gone(monkeypatch, api, page):
+    """The lab asks the pool's ``ended/<lease>`` page, on the hub's origin, how the lease ended
+    (the state's ``page``): the service prefix of the API URL, or $GPUPOOL_PAGE_URL."""
+    from jupyterlab_gpupool.extension import GPUPoolLab
+
+    monkeypatch.delenv("GPUPOOL_PAGE_URL", raising=False)
+    monkeypatch.setenv("GPUPOOL_API_URL", api)
+    assert GPUPoolLab().page_url == page
+    monkeypatch.setenv("GPUPOOL_PAGE_URL", "/other/")
+    assert GPUPoolLab().page_url == "/other/"
 
 
 def test_a_waiting_move_and_a_past_reclaim_name_the_offer_as_users_read_it():

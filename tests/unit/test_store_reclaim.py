@@ -254,6 +254,7 @@ def test_outcome_done_releases_and_the_user_sees_it(store, clock):
         "offer": "h100",
         "server": "",
         "at": "2026-03-02T09:10:00Z",
+        "kind": "idle",
         "action": "stop",
         "reason": past["reason"],
         "release_reason": "reclaimed-idle",

@@ -188,9 +188,10 @@ class AllocationHandler(_LeaseHandler):
         if reason not in ("stopped", "cancelled") and not self.identity.is_spawner:
             self.require(False, f"release with reason {reason!r}")
         actor = self.identity.describe()
-        self.write_json(
-            await self.writer.call(self.store.release, lease_id, reason=reason, actor=actor)
-        )
+        released = await self.writer.call(self.store.release, lease_id, reason=reason, actor=actor)
+        # the release served the queue: a restart waiting on a target it granted goes now
+        self.settings["restarts"].wake()
+        self.write_json(released)
 
 
 class ResizeHandler(_LeaseHandler):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from . import admin, approvals, governance, user
+from . import admin, approvals, ended, governance, user
 from .base import STATIC, StaticHandler
 
 
@@ -16,6 +16,7 @@ def default_handlers(prefix: str) -> list[tuple[str, type[web.RequestHandler], d
     return [
         (root + "/?", user.UserPageHandler),
         (root + "/keep/([^/]+)", user.KeepHandler),
+        (root + "/ended/([^/]+)", ended.LeaseEndPage),
         (root + "/admin/?", admin.MapPage),
         (root + "/admin/leases", admin.LeasesPage),
         (root + "/admin/nodes", admin.NodesPage),

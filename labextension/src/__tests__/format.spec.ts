@@ -1,6 +1,11 @@
 import {
   budgetWarning,
   Backoff,
+  clock,
+  endedText,
+  STALE_WIDGET_TEXT,
+  staleWidgetOutputs,
+  WIDGET_VIEW,
   actionText,
   availabilityText,
   countdown,
@@ -19,7 +24,7 @@ import {
   viewState,
   visible
 } from '../format';
-import { IChoice, IQuota, IState } from '../types';
+import { IChoice, ILeaseEnd, IQuota, IState } from '../types';
 
 function state(over: Partial<IState> = {}): IState {
   return {
@@ -354,3 +359,79 @@ describe('the budget warning', () => {
   });
 });
 
+
+describe('endedText (the pool\'s record once the server is gone)', () => {
+  const end = (over: Partial<ILeaseEnd> = {}): ILeaseEnd => ({
+    lease: 'L1',
+    state: 'released',
+    ended: true,
+    offer: 'a100-1g',
+    offer_name: 'A100 · 1g.10gb slice',
+    at: '2026-03-02T14:02:00Z',
+    release_reason: 'reclaimed-idle',
+    reclaimed: true,
+    kind: 'idle',
+    reason: 'the GPU has been idle for 30 min',
+    action: 'stop',
+    saved: ['a.ipynb', 'b.py'],
+    outcome: 'done',
+    ...over
+  });
+  const hhmm = clock(new Date('2026-03-02T14:02:00Z'));
+
+  it('says when, why, what it did and what was saved, with the way back', () => {
+    expect(endedText(end())).toEqual({
+      word: 'reclaimed',
+      text:
+        `Your GPU was reclaimed at ${hhmm} because the GPU has been idle for 30 min; ` +
+        'the server was stopped; saved: a.ipynb, b.py. Start again from Hub home.'
+    });
+    const drain = endedText(end({ kind: 'drain', reason: "its node is drained", action: 'release-gpu', saved: [] }))!;
+    expect(drain.text).toContain('because its node is drained; the server restarted without a GPU; nothing needed saving');
+  });
+
+  it('names other ends by their reason, and nothing while the lease lives', () => {
+    const stopped = endedText(end({ reclaimed: false, reason: null, release_reason: 'stopped', saved: [] }))!;
+    expect(stopped.word).toBe('ended');
+    expect(stopped.text).toBe(
+      `Your GPU lease (A100 · 1g.10gb slice) ended at ${hhmm}: the server was stopped. Start again from Hub home.`
+    );
+    expect(endedText(end({ ended: false, state: 'active' }))).toBeNull();
+    expect(endedText(null)).toBeNull();
+  });
+});
+
+describe('statusText beyond the state', () => {
+  it('shows the old GPU during a move, not "CPU only"', () => {
+    const old = state().lease!;
+    const t = statusText(state({ lease: null }), 0, { lease: old });
+    expect(t.device).toBe('A100 1g.10gb');
+    expect(statusText(state({ lease: null }), 0).device).toBe('CPU only');
+  });
+
+  it('says reclaimed once the server is gone, not a stale device or 0:00', () => {
+    const t = statusText(state(), 0, { ended: { word: 'reclaimed', text: 'Your GPU was reclaimed at 14:02' } });
+    expect(t).toEqual({
+      device: 'reclaimed',
+      util: '',
+      memory: '',
+      tone: 'down',
+      label: 'Your GPU was reclaimed at 14:02'
+    });
+  });
+});
+
+describe('staleWidgetOutputs', () => {
+  it('finds widget views whose model the notebook did not save', () => {
+    const outputs = [
+      { data: { 'text/plain': 'hello' } },
+      { data: { [WIDGET_VIEW]: { model_id: 'gone', version_major: 2 }, 'text/plain': 'GPUPoolWidget()' } },
+      { data: { [WIDGET_VIEW]: { model_id: 'kept' } } },
+      { data: null },
+      {}
+    ];
+    expect(staleWidgetOutputs(outputs, new Set(['kept']))).toEqual([1]);
+    expect(staleWidgetOutputs(outputs, new Set())).toEqual([1, 2]);
+    expect(STALE_WIDGET_TEXT).toContain('run the cell again');
+  });
+});
