@@ -172,12 +172,17 @@ def test_only_real_input_keeps_an_idle_gpu_and_a_reclaim_saves_unsaved_edits(
 
     started = last_key = time.monotonic()
     seen: dict[str, tuple[dict | None, list[str]]] = {}
+    timeline: dict[tuple[str, str], int] = {}
     while time.monotonic() - started < WATCH:
         if time.monotonic() - last_key >= TYPING_EVERY:
             carol_cell.click()
             carol.keyboard.type("x")
             last_key = time.monotonic()
         seen = {u: state_of(demo, admin, u) for u in ("alice", "bob", "carol", "admin")}
+        for user, (_, kinds) in seen.items():  # when each thing first happened
+            for what in ("reclaim-notice", "reclaimed"):
+                if what in kinds and (user, what) not in timeline:
+                    timeline[(user, what)] = round(time.monotonic() - started)
         for user in ("carol", "admin"):
             assert "reclaim-notice" not in seen[user][1], (user, seen[user])
         done = [seen[u][0] for u in ("alice", "bob")]
@@ -187,6 +192,7 @@ def test_only_real_input_keeps_an_idle_gpu_and_a_reclaim_saves_unsaved_edits(
         ):
             break
         time.sleep(5)
+    print("seconds after the last server started:", timeline)
     for user in ("alice", "bob"):
         lease, kinds = seen[user]
         assert lease is not None and lease["state"] == "released", (user, lease, kinds)
