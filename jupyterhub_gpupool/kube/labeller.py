@@ -37,6 +37,7 @@ from typing import Any
 from traitlets import Bool, Dict, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..pool import commands
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
@@ -159,12 +160,12 @@ class MigLabeller(LoggingConfigurable):
                     log.warning("Kubernetes API for node %s: %s", node, e)
                     out[node] = "unreachable"
         if any(v == "done" for v in out.values()):
-            await call(store.advance_repartitions)
+            await call(commands.AdvanceRepartitions())
         return out
 
     async def _fail(self, call: Call, reps: list[dict[str, Any]], why: str) -> None:
         for rep in reps:
-            await call(self._store.fail_repartition, rep["id"], why, actor="kube")
+            await call(commands.FailRepartition(rep["id"], why, actor="kube"))
 
     def _wanted(self, store: Any, node: str, reps: list[dict[str, Any]]) -> Node | None:
         """The node as it will be: the re-partitioned GPUs in their new layout, the rest as
@@ -241,7 +242,7 @@ class MigLabeller(LoggingConfigurable):
                 expected[key] = expected.get(key, 0) + n
         if kn.slice_counts(node) != expected:
             return "advertising"  # the device plugin restarts after mig-manager: not yet
-        await call(store.put_inventory, wanted, actor="kube")
+        await call(commands.PutInventory(wanted, actor="kube"))
         return "done"
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from traitlets import Bool, Float, Integer
 from traitlets.config import Configurable
 
+from ..pool import commands
 from ..pool.alerts import (
     SEVERITIES,
     Alert,
@@ -222,7 +223,7 @@ class AlertMonitor:
             return
         batch, self.unwritten = self.unwritten, []
         try:
-            await self.write(self.store.record_alerts, batch, actor=self.actor)
+            await self.write(commands.RecordAlerts(batch, actor=self.actor))
         except Exception as e:
             self.unwritten = batch + self.unwritten
             self.log.warning("Alerts: could not audit %d alert events yet: %s", len(batch), e)

@@ -1,9 +1,11 @@
-"""The one write path: every store call that changes state runs here, off the event loop.
+"""The one write path: every command that changes state runs here, off the event loop.
 
-Handlers and background loops ``await writer.call(store.method, ...)``; reads go to the store
-directly. One thread applies the calls in order. Under load, many allocate/release requests
-wait for the pool lock at once: consecutive ``BATCHABLE`` calls (those that refuse before they
-write) run in one transaction (one lock, one version bump, one commit) instead of one each,
+Handlers and background loops ``await writer.run(commands.Release(lease_id, actor=...))``
+(``pool/commands.py``); reads go to the store directly. One thread applies the commands in
+order, each by the store method its type names (``store/dispatch.py``). Under load, many
+allocate/release requests wait for the pool lock at once: consecutive commands whose type is
+``batchable`` (those that refuse before they write) run in one transaction (one lock, one
+version bump, one commit) instead of one each,
 which multiplies throughput; every other write (inventory, quotas, node actions, MIG results,
 minutes) runs in a transaction of its own, in the same queue. Moving the database work off the
 event loop lets tornado parse and authenticate the next requests meanwhile. A change is still
@@ -33,7 +35,8 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from ..store import BATCHABLE, WRITES, Store, StoreError
+from ..pool.commands import Command
+from ..store import Store, StoreError
 
 log = logging.getLogger("jupyterhub_gpupool.writer")
 
@@ -110,32 +113,34 @@ def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
                 future.set_result(result)
 
 
-def _name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__name__", "")
+def _batchable(command: Command) -> bool:
+    return type(command).batchable
 
 
-def apply_calls(
-    store: Store,
-    calls: list[tuple[Callable[..., Any], tuple, dict]],
-    events: list | None = None,
-) -> list[Any]:
-    """Run ``calls`` in order: each run of consecutive ``BATCHABLE`` ones in one transaction,
-    every other write alone. Returns each call's result, refusal, or ``_Failed`` (its
-    transaction rolled back; the events it produced, when collected in ``events``, are
-    dropped). A database that is down answers ``store_unavailable``.
+def _check(command: object) -> Command:
+    """Refuse anything but a pool command (a programming error, raised in the caller)."""
+    if not isinstance(command, Command) or type(command) is Command:
+        raise ValueError(f"not a store write (a pool command): {command!r}")
+    return command
+
+
+def apply_commands(store: Store, batch: list[Command], events: list | None = None) -> list[Any]:
+    """Run the commands of ``batch`` in order: each run of consecutive batchable ones in one
+    transaction, every other command alone. Returns each one's result, refusal, or
+    ``_Failed`` (its transaction rolled back; the events it produced, when collected in
+    ``events``, are dropped). A database that is down answers ``store_unavailable``.
     """
     results: list[Any] = []
     i = 0
-    while i < len(calls):
+    while i < len(batch):
         j = i + 1
-        if _name(calls[i][0]) in BATCHABLE:
-            while j < len(calls) and _name(calls[j][0]) in BATCHABLE:
+        if _batchable(batch[i]):
+            while j < len(batch) and _batchable(batch[j]):
                 j += 1
-        segment, mark = calls[i:j], len(events) if events is not None else 0
+        segment, mark = batch[i:j], len(events) if events is not None else 0
         try:
-            if j - i == 1 and _name(segment[0][0]) not in BATCHABLE:
-                fn, args, kwargs = segment[0]
-                results.append(store.run_solo(fn, args, kwargs))
+            if j - i == 1 and not _batchable(segment[0]):
+                results.append(store.run_solo(segment[0]))
             else:
                 results += store.run_batch(segment)
         except Exception as e:  # nothing of the segment was committed
@@ -175,15 +180,13 @@ class BatchWriter:
         self._queue.put(None)
         self._thread.join(timeout=30)
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
-        here."""
-        if _name(fn) not in WRITES:
-            raise ValueError(f"not a store write: {fn!r}")
+    async def run(self, command: Command) -> Any:
+        """Run ``command`` in the next batch; its refusal is raised here."""
+        _check(command)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self.progress.submitted()
-        self._queue.put((fn, args, kwargs, (loop, future)))
+        self._queue.put((command, (loop, future)))
         result = await future
         if isinstance(result, BaseException):
             raise result
@@ -194,7 +197,7 @@ class BatchWriter:
         per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
         self.progress.answered(len(batch))
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
-        for (*_, (loop, future)), result in zip(batch, results, strict=True):
+        for (_, (loop, future)), result in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((future, result))
         for loop, pairs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
@@ -233,7 +236,7 @@ class BatchWriter:
 
     def _apply(self, batch: list[tuple]) -> list[Any]:
         """Run one batch; returns each call's result, refusal or ``_Failed``."""
-        return apply_calls(self.store, [(fn, a, kw) for fn, a, kw, _ in batch])
+        return apply_commands(self.store, [command for command, _ in batch])
 
 
 class ProcessBatchWriter:
@@ -272,8 +275,8 @@ class ProcessBatchWriter:
         self._child: Any = None
         #: The loop the writer serves (the first caller's; another may take over when idle).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[str, tuple, dict, asyncio.Future]] = []
-        self._inflight: list[tuple[str, tuple, dict, asyncio.Future]] | None = None
+        self._pending: list[tuple[Command, asyncio.Future]] = []
+        self._inflight: list[tuple[Command, asyncio.Future]] | None = None
         self._began = 0.0
         self._scheduled = False
         self._drained: asyncio.Future | None = None
@@ -309,17 +312,15 @@ class ProcessBatchWriter:
         """The child's process id."""
         return self._child.pid if self._child is not None else None
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
-        here."""
-        if _name(fn) not in WRITES:
-            raise ValueError(f"not a store write: {fn!r}")
+    async def run(self, command: Command) -> Any:
+        """Run ``command`` in the next batch; its refusal is raised here."""
+        _check(command)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._adopt(loop)
         future: asyncio.Future = loop.create_future()
         self.progress.submitted()
-        self._pending.append((fn.__name__, args, kwargs, future))
+        self._pending.append((command, future))
         if self._inflight is None and not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._dispatch)  # after the requests read in this pass
@@ -344,7 +345,7 @@ class ProcessBatchWriter:
         del self._pending[: self.max_batch]
         self._inflight, self._began = batch, time.perf_counter()
         try:
-            self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
+            self._conn.send([command for command, _ in batch])
         except (EOFError, OSError) as e:
             self._settle(batch, self._restart(e))
             return False
@@ -413,7 +414,7 @@ class ProcessBatchWriter:
     def _settle(self, batch: list[tuple], results: list[Any]) -> None:
         self._inflight = None
         self.progress.answered(len(batch))
-        _deliver([(future, result) for (*_, future), result in zip(batch, results, strict=True)])
+        _deliver([(future, result) for (_, future), result in zip(batch, results, strict=True)])
 
     def _finish_blocking(self) -> None:
         """Receive the batch in flight and run what is pending, blocking (at stop, or when the
@@ -487,7 +488,7 @@ def store_process(
             _Failed(RuntimeError(f"{type(r.error).__name__}: {r.error}"))  # may not pickle
             if isinstance(r, _Failed)
             else r
-            for r in apply_calls(store, [(getattr(store, n), a, kw) for n, a, kw in batch], events)
+            for r in apply_commands(store, batch, events)
         ]
         try:
             conn.send((outcome, list(events)))
@@ -495,5 +496,5 @@ def store_process(
             return
 
 
-#: Either writer: what handlers and loops hold (``writer.call``).
+#: Either writer: what handlers and loops hold (``writer.run``).
 Writer = BatchWriter | ProcessBatchWriter

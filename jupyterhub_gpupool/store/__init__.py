@@ -20,8 +20,9 @@ Modules by responsibility, imports pointing one way (each only to those above it
   administrator's decision on a request awaiting approval, and the lapse of approved time;
   ``alerting`` — what the service's alert loop reads, and the audit of its alerts.
 
-``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
-calls those only through its writer (``service/writer.py``), off the event loop.
+``Store`` puts them together. Every change of state is a command (``pool/commands.py``) that the
+service runs only through its writer (``service/writer.py``), off the event loop; ``dispatch``
+names the store method that applies each command type.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from ..poolconfig import PoolConfig
 from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .budgets import BudgetStore
-from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .planning import PlanningStore
 from .rows import utcnow
@@ -43,9 +43,7 @@ class Store(ApprovalStore, BudgetStore, PlanningStore, AlertStore):
 
 
 __all__ = [
-    "BATCHABLE",
     "EVERY_HUB",
-    "WRITES",
     "PoolConfig",
     "Store",
     "StoreError",
