@@ -163,7 +163,7 @@ def test_stop_finishes_what_is_pending(store, db_url, where):
         # one yield to the loop (no wall-clock wait): the task makes its call, which is now
         # pending, its dispatch scheduled for the loop's next pass
         await asyncio.sleep(0)
-        assert [name for name, *_ in writer._pending] == ["allocate"] and writer._scheduled
+        assert [type(c) for c, _ in writer._pending] == [commands.Allocate] and writer._scheduled
         if where == "another thread":
             await asyncio.to_thread(writer.stop)
         else:
