@@ -38,13 +38,15 @@ from traitlets import Bool, Dict, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..pool import commands
+from ..pool.commands import Command
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
-Call = Callable[..., Awaitable[Any]]
+#: The service's ``writer.run``: runs a pool command (``pool/commands.py``).
+Call = Callable[[Command], Awaitable[Any]]
 
 
 class MigLabeller(LoggingConfigurable):
@@ -136,7 +138,7 @@ class MigLabeller(LoggingConfigurable):
         return {**kn.default_configs(store.catalog), **dict(self.configs)}
 
     async def step(self, store: Any, call: Call) -> dict[str, str]:
-        """One round over the ``applying`` label re-partitions; ``call`` runs a store write
+        """One round over the ``applying`` label re-partitions; ``call`` runs a command
         through the service's writer. Returns what happened per node (for logs and tests)."""
         self._store = store
         reps = [r for r in store.repartitions(state="applying") if r["method"] == "label"]

@@ -35,6 +35,7 @@ from ..pool.alerts import (
     step,
 )
 from ..pool.alerts import pool_facts as facts_of_pool
+from ..pool.commands import Command
 from ..store import Store
 from .metrics import PoolMetrics, idle_day_hours
 from .notify import Notifier
@@ -110,7 +111,7 @@ class AlertMonitor:
     def __init__(
         self,
         store: Store,
-        write: Callable[..., Awaitable[Any]],
+        write: Callable[[Command], Awaitable[Any]],
         notify: Notifier,
         metrics: PoolMetrics,
         thresholds: Thresholds,

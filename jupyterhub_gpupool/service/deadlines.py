@@ -19,6 +19,7 @@ from typing import Any
 
 from ..hubclient import HubClient
 from ..pool import commands
+from ..pool.commands import Command
 from ..store import Store
 
 
@@ -29,7 +30,7 @@ class NoticeDeadlines:
         self,
         store: Store,
         hub: HubClient,
-        call: Callable[..., Awaitable[Any]],
+        call: Callable[[Command], Awaitable[Any]],
         *,
         after: float,
         actor: str,
