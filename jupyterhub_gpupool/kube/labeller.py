@@ -99,7 +99,6 @@ class MigLabeller(LoggingConfigurable):
 
     _client: KubeClient | None = None
     _cluster_clients: dict[str, KubeClient] | None = None
-    _store: Any = None
 
     def client(self, cluster: str | None = None) -> KubeClient:
         """The API client of ``cluster`` (its ``cluster_apis`` entry, else the default one),
@@ -140,7 +139,6 @@ class MigLabeller(LoggingConfigurable):
     async def step(self, store: Any, call: Call) -> dict[str, str]:
         """One round over the ``applying`` label re-partitions; ``call`` runs a command
         through the service's writer. Returns what happened per node (for logs and tests)."""
-        self._store = store
         reps = [r for r in store.repartitions(state="applying") if r["method"] == "label"]
         by_node: dict[str, list[dict[str, Any]]] = {}
         for rep in reps:

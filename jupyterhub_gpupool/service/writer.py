@@ -100,7 +100,7 @@ class _Failed:
         self.error = error
 
 
-def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+def _deliver(pairs: list[tuple[asyncio.Future[Any], Any]]) -> None:
     """Settle a batch's futures (on their loop): results, refusals, and each call of a batch
     that failed as a whole; a caller that gave up (cancelled) or whose loop closed is gone."""
     for future, result in pairs:
@@ -124,7 +124,9 @@ def _check(command: object) -> Command:
     return command
 
 
-def apply_commands(store: Store, batch: list[Command], events: list | None = None) -> list[Any]:
+def apply_commands(
+    store: Store, batch: list[Command], events: list[tuple[str, dict[str, Any]]] | None = None
+) -> list[Any]:
     """Run the commands of ``batch`` in order: each run of consecutive batchable ones in one
     transaction, every other command alone. Returns each one's result, refusal, or
     ``_Failed`` (its transaction rolled back; the events it produced, when collected in
@@ -157,13 +159,19 @@ def apply_commands(store: Store, batch: list[Command], events: list | None = Non
     return results
 
 
+#: A queued command and where its answer goes (the caller's loop and future).
+_Queued = tuple[Command, tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"]]
+#: A pending command of the process writer and its caller's future.
+_Pending = tuple[Command, "asyncio.Future[Any]"]
+
+
 class BatchWriter:
     """A single writer thread in front of the store's writes."""
 
     def __init__(self, store: Store, max_batch: int = 64) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpupool-writer", daemon=True)
         #: what the health check reads
         self.progress = Progress()
@@ -184,7 +192,7 @@ class BatchWriter:
         """Run ``command`` in the next batch; its refusal is raised here."""
         _check(command)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self.progress.submitted()
         self._queue.put((command, (loop, future)))
         result = await future
@@ -192,18 +200,18 @@ class BatchWriter:
             raise result
         return result
 
-    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+    def _settle(self, batch: list[_Queued], results: list[Any]) -> None:
         """Hand the results to their loops: one thread-safe wake-up per loop and batch, not one
         per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
         self.progress.answered(len(batch))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for (_, (loop, future)), result in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((future, result))
         for loop, pairs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_deliver, pairs)
 
-    def _take(self) -> list[tuple] | None:
+    def _take(self) -> list[_Queued] | None:
         first = self._queue.get()
         if first is None:
             return None
@@ -234,7 +242,7 @@ class BatchWriter:
                 except Exception:
                     log.exception("The writer's batch observer failed")
 
-    def _apply(self, batch: list[tuple]) -> list[Any]:
+    def _apply(self, batch: list[_Queued]) -> list[Any]:
         """Run one batch; returns each call's result, refusal or ``_Failed``."""
         return apply_commands(self.store, [command for command, _ in batch])
 
@@ -275,11 +283,11 @@ class ProcessBatchWriter:
         self._child: Any = None
         #: The loop the writer serves (the first caller's; another may take over when idle).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[Command, asyncio.Future]] = []
-        self._inflight: list[tuple[Command, asyncio.Future]] | None = None
+        self._pending: list[_Pending] = []
+        self._inflight: list[_Pending] | None = None
         self._began = 0.0
         self._scheduled = False
-        self._drained: asyncio.Future | None = None
+        self._drained: asyncio.Future[Any] | None = None
         self._stopped = False
         #: what the health check reads
         self.progress = Progress()
@@ -318,7 +326,7 @@ class ProcessBatchWriter:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._adopt(loop)
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self.progress.submitted()
         self._pending.append((command, future))
         if self._inflight is None and not self._scheduled:
@@ -411,7 +419,7 @@ class ProcessBatchWriter:
         )
         return [failed] * n
 
-    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+    def _settle(self, batch: list[_Pending], results: list[Any]) -> None:
         self._inflight = None
         self.progress.answered(len(batch))
         _deliver([(future, result) for (_, future), result in zip(batch, results, strict=True)])

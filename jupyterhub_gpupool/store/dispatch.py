@@ -89,8 +89,9 @@ def appliers(store: type) -> dict[type[c.Command], Applier]:
 
 def apply(store: Any, command: c.Command) -> Any:
     """Run ``command`` on ``store`` (in the caller's transaction, if any)."""
+    cls: type = type(store)
     try:
-        how = appliers(type(store))[type(command)]
+        how = appliers(cls)[type(command)]
     except KeyError:
         raise ValueError(f"not a pool command: {command!r}") from None
     kwargs = {name: getattr(command, name) for name in how.names}
