@@ -563,9 +563,9 @@ class Rig:
         await self.telemetry.stop()
         self.writer.stop()
 
-    async def write(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A store write, through the writer as the service makes it."""
-        return await self.writer.call(getattr(self.store, method), *args, **kwargs)
+    async def write(self, command: Any) -> Any:
+        """A pool command, through the writer as the service runs it."""
+        return await self.writer.run(command)
 
     def by_hand(self, action: dict[str, Any]) -> dict[str, Any]:
         """Change the node behind the pool's back (as an admin with nvidia-smi would)."""

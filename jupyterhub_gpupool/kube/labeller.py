@@ -37,6 +37,8 @@ from typing import Any
 from traitlets import Bool, Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..pool import commands
+from ..pool.commands import Command
 from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
@@ -44,7 +46,8 @@ from .client import KubeAPI, KubeClient, KubeError
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
-Call = Callable[..., Awaitable[Any]]
+#: The service's ``writer.run``: runs a pool command (``pool/commands.py``).
+Call = Callable[[Command], Awaitable[Any]]
 
 
 class MigLabeller(LoggingConfigurable):
@@ -107,7 +110,6 @@ class MigLabeller(LoggingConfigurable):
 
     _client: KubeClient | None = None
     _cluster_clients: dict[str, KubeClient] | None = None
-    _store: Any = None
 
     def client(self, cluster: str | None = None) -> KubeClient:
         """The API client of ``cluster`` (its ``cluster_apis`` entry, else the default one),
@@ -146,9 +148,8 @@ class MigLabeller(LoggingConfigurable):
         return {**kn.default_configs(store.catalog), **dict(self.configs)}
 
     async def step(self, store: Any, call: Call) -> dict[str, str]:
-        """One round over the ``applying`` label re-partitions; ``call`` runs a store write
+        """One round over the ``applying`` label re-partitions; ``call`` runs a command
         through the service's writer. Returns what happened per node (for logs and tests)."""
-        self._store = store
         reps = [r for r in store.repartitions(state="applying") if r["method"] == "label"]
         by_node: dict[str, list[dict[str, Any]]] = {}
         for rep in reps:
@@ -170,12 +171,12 @@ class MigLabeller(LoggingConfigurable):
                     log.warning("Kubernetes API for node %s: %s", node, e)
                     out[node] = "unreachable"
         if any(v == "done" for v in out.values()):
-            await call(store.advance_repartitions)
+            await call(commands.AdvanceRepartitions())
         return out
 
     async def _fail(self, call: Call, reps: list[dict[str, Any]], why: str) -> None:
         for rep in reps:
-            await call(self._store.fail_repartition, rep["id"], why, actor="kube")
+            await call(commands.FailRepartition(rep["id"], why, actor="kube"))
 
     def _wanted(self, store: Any, node: str, reps: list[dict[str, Any]]) -> Node | None:
         """The node as it will be: the re-partitioned GPUs in their new layout, the rest as
@@ -257,7 +258,7 @@ class MigLabeller(LoggingConfigurable):
                 expected[key] = expected.get(key, 0) + n
         if kn.slice_counts(node) != expected:
             return "advertising"  # the device plugin restarts after mig-manager: not yet
-        await call(store.put_inventory, wanted, actor="kube")
+        await call(commands.PutInventory(wanted, actor="kube"))
         return "done"
 
 

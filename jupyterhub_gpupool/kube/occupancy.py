@@ -17,13 +17,14 @@ from typing import Any
 from traitlets import Bool, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..pool import commands
 from ..pool.outside import WHOLE
 from . import pods as kp
 from .client import KubeAPI, KubeClient, KubeError
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
-Call = Callable[..., Awaitable[Any]]
+Call = Callable[[commands.Command], Awaitable[Any]]
 
 
 class KubeOccupancy(LoggingConfigurable):
@@ -110,7 +111,7 @@ class KubeOccupancy(LoggingConfigurable):
                 holders.append(f"(not advertised by the device plugin: {missing})")
             if self._sent.get(name) == (counts, holders) and name not in self._short:
                 continue
-            holds = await call(store.set_outside, name, counts, holders)
+            holds = await call(commands.SetOutside(name, counts, holders))
             self._sent[name] = (counts, holders)
             if holds.get("short"):
                 self._short.add(name)

@@ -18,13 +18,14 @@ from typing import Any
 from traitlets import Bool, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..pool import commands
 from ..pool.sharing import advertised_modes, changed_modes
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
-Call = Callable[..., Awaitable[Any]]
+Call = Callable[[commands.Command], Awaitable[Any]]
 
 
 class KubeSharing(LoggingConfigurable):
@@ -97,7 +98,7 @@ class KubeSharing(LoggingConfigurable):
                 continue
             modes = changed_modes(mine, advertised_modes(mine, kn.advertises_shares(node)))
             if modes:
-                changed: dict[str, str] = await call(store.set_sharing, name, modes, actor="kube")
+                changed: dict[str, str] = await call(commands.SetSharing(name, modes, actor="kube"))
                 out[name] = changed
                 log.info("Node %s: GPUs now %s", name, ", ".join(sorted(set(modes.values()))))
         return out

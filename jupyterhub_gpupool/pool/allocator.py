@@ -19,6 +19,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import TypedDict
 
+from .borrowing import borrowed_flags, owner_surplus, reclaim_order
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .model import (
@@ -475,36 +476,62 @@ class Allocator(NodeStates):
         return self.promote(now)
 
     def rederive_borrowed(self, user: str | None = None, group: str | None = None) -> list[Lease]:
-        """Recompute which leases are borrowed after a release or a quota change.
-
-        A user's leases, oldest first, are within guarantee while their running total fits the
-        user's guarantee, or while their whole group is within the group's guarantee; the rest
-        are borrowed. Returns the leases whose flag changed. Costs O(the user's leases), or
-        O(the group's leases) for a group quota change.
+        """Recompute which leases are borrowed after a release or a quota change
+        (``borrowing.borrowed_flags``). Returns the leases whose flag changed. Costs O(the
+        user's leases), or O(the group's leases) for a group quota change.
         """
+        changed = []
+        for lease, borrowed in self._borrowed_now(self._owners(user, group)):
+            if lease.borrowed != borrowed:
+                lease.borrowed = borrowed
+                changed.append(lease)
+        return changed
+
+    def preview_borrowed(
+        self, kind: str, name: str, guarantee: Fraction
+    ) -> tuple[list[str], list[str]]:
+        """What giving user or group (``kind``) ``name`` the guarantee ``guarantee`` would do to
+        the borrowed flags, changing nothing: (ids that become borrowed, ids that become
+        within guarantee). The same rule as ``rederive_borrowed``, with the edited guarantee."""
+        users = {name} if kind == "user" else set()
+        flags = self._borrowed_now(
+            self._owners(None, name if kind == "group" else None) | users,
+            user_guarantee={name: guarantee} if kind == "user" else {},
+            group_guarantee={name: guarantee} if kind == "group" else {},
+        )
+        become_borrowed = [le.id for le, b in flags if b and not le.borrowed]
+        become_within = [le.id for le, b in flags if not b and le.borrowed]
+        return become_borrowed, become_within
+
+    def _owners(self, user: str | None, group: str | None) -> set[str]:
         users = {user} if user is not None else set()
         if group is not None:
             users |= {le.request.user for le in self._by_group.get(group, {}).values()}
-        changed = []
-        for name in users:
-            guarantee = self.quotas.user_spec(name).guarantee
-            total = Fraction(0)
-            mine = self._by_user.get(name, {}).values()
-            for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
-                total += lease.units
-                gspec = self.quotas.groups.get(lease.group) if lease.group else None
-                within = (
-                    lease.request.exception  # an administrator's decision, not borrowed
-                    or total <= guarantee
-                    or (
-                        gspec is not None
-                        and self.quotas.group_held(lease.group or "") <= gspec.guarantee
-                    )
-                )
-                if lease.borrowed == within:
-                    lease.borrowed = not within
-                    changed.append(lease)
-        return changed
+        return users
+
+    def _borrowed_now(
+        self,
+        users: Iterable[str],
+        user_guarantee: Mapping[str, Fraction] | None = None,
+        group_guarantee: Mapping[str, Fraction] | None = None,
+    ) -> list[tuple[Lease, bool]]:
+        """Each lease of ``users`` (sorted by name) with its borrowed flag by the rule; the
+        guarantees given override the quota book's (a preview)."""
+        users_over, groups_over = user_guarantee or {}, group_guarantee or {}
+
+        def group_g(group: str) -> Fraction | None:
+            if group in groups_over:
+                return groups_over[group]
+            spec = self.quotas.groups.get(group)
+            return spec.guarantee if spec is not None else None
+
+        out: list[tuple[Lease, bool]] = []
+        for name in sorted(users):
+            mine = self._by_user.get(name, {})
+            guarantee = users_over.get(name, self.quotas.user_spec(name).guarantee)
+            flags = borrowed_flags(mine.values(), guarantee, group_g, self.quotas.group_held)
+            out += [(mine[lid], borrowed) for lid, borrowed in flags.items()]
+        return out
 
     def lease_for_server(self, user: str, server: str) -> tuple[str, str] | None:
         """(id, "granted"|"queued") of a lease or queued request for that server, if any."""
@@ -585,8 +612,9 @@ class Allocator(NodeStates):
     def reclaimable_for(self, request: Request, now: float) -> list[str]:
         """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
 
-        Lowest priority and most recently granted go first; the list is as short as the
-        placement allows. Empty when the request borrows itself or nothing would help.
+        They are tried in ``borrowing.reclaim_order``, the reclaim rules' order (the owner
+        most over guarantee first, then the youngest); the list is as short as the placement
+        allows. Empty when the request borrows itself or nothing would help.
         """
         offer = self.offers.get(request.offer)
         if offer is None or offer.kind == "cpu":
@@ -609,7 +637,16 @@ class Allocator(NodeStates):
                 or any(self.gpus[s.gpu].model.name in offer.models for s in lease.slots)
             )
         ]
-        candidates.sort(key=lambda lease: (lease.request.priority, -lease.request.arrival))
+        q = self.quotas  # the allocator knows no idleness, and arrival for the grant's time
+        candidates.sort(
+            key=lambda le: reclaim_order(
+                owner_surplus(le.request.user, le.group, q.held_user, q.held_group, q),
+                None,
+                le.request.arrival,
+                le.id,
+                now,
+            )
+        )
         freed: list[Lease] = []
         try:
             for lease in candidates:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+from .borrowing import owner_surplus, reclaim_order
 from .idlesignal import (
     CASES,
     GPU_STATES,
@@ -610,7 +611,8 @@ def _reclaim_borrowed(
     serves: ServesFn,
 ) -> None:
     """For each waiter within guarantee (in queue order), give notice to one borrowed lease
-    that makes room: the owner most over guarantee first, then the idlest, then the youngest;
+    that makes room, in ``borrowing.reclaim_order`` (the owner most over guarantee first, then
+    the idlest, then the youngest);
     never one that would take anybody below guarantee, younger than ``min_runtime`` or busy on
     the GPU, and none when a lease already leaving makes the room."""
     by_id = {le.id: le for le in leases}
@@ -655,8 +657,7 @@ def _reclaim_borrowed(
             surplus = _surplus(le, held_user, held_group, quotas)
             if surplus < le.units:  # taking it would go below someone's guarantee
                 continue
-            idle = d.state.gpu_idle_since
-            key = (-surplus, idle if idle is not None else now, -le.granted_at, le.id)
+            key = reclaim_order(surplus, d.state.gpu_idle_since, le.granted_at, le.id, now)
             if best is None or key < best[0]:
                 best = (key, le, policy)
         if best is None:
@@ -696,13 +697,8 @@ def _surplus(
     held_group: Mapping[str, Fraction],
     quotas: QuotaBook,
 ) -> Fraction:
-    """Units the owner holds beyond guarantee: the least of the user's and the group's surplus
-    (both shrink when the lease goes)."""
-    surplus = held_user.get(lease.user, Fraction(0)) - quotas.user_spec(lease.user).guarantee
-    if lease.group is not None and lease.group in quotas.groups:
-        group = held_group.get(lease.group, Fraction(0)) - quotas.groups[lease.group].guarantee
-        surplus = min(surplus, group)
-    return surplus
+    """Units the owner holds beyond guarantee (``borrowing.owner_surplus``)."""
+    return owner_surplus(lease.user, lease.group, held_user, held_group, quotas)
 
 
 __all__ = [

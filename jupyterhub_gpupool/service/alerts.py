@@ -23,6 +23,7 @@ from typing import Any
 from traitlets import Bool, Float, Integer
 from traitlets.config import Configurable
 
+from ..pool import commands
 from ..pool.alerts import (
     SEVERITIES,
     Alert,
@@ -34,6 +35,7 @@ from ..pool.alerts import (
     step,
 )
 from ..pool.alerts import pool_facts as facts_of_pool
+from ..pool.commands import Command
 from ..store import Store
 from .metrics import PoolMetrics, idle_day_hours
 from .notify import Notifier
@@ -109,7 +111,7 @@ class AlertMonitor:
     def __init__(
         self,
         store: Store,
-        write: Callable[..., Awaitable[Any]],
+        write: Callable[[Command], Awaitable[Any]],
         notify: Notifier,
         metrics: PoolMetrics,
         thresholds: Thresholds,
@@ -222,7 +224,7 @@ class AlertMonitor:
             return
         batch, self.unwritten = self.unwritten, []
         try:
-            await self.write(self.store.record_alerts, batch, actor=self.actor)
+            await self.write(commands.RecordAlerts(batch, actor=self.actor))
         except Exception as e:
             self.unwritten = batch + self.unwritten
             self.log.warning("Alerts: could not audit %d alert events yet: %s", len(batch), e)

@@ -34,6 +34,7 @@ from ..kube.labeller import MigLabeller
 from ..kube.occupancy import KubeOccupancy
 from ..kube.sharing import KubeSharing
 from ..logredact import redact
+from ..pool import commands
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
 from ..poolconfig import load_pool_config
@@ -428,7 +429,7 @@ class PoolService(StrictCommandLine):
         self.deadlines = NoticeDeadlines(
             self.store,
             self.hub,
-            self.writer.call,
+            self.writer.run,
             after=self.notice_enforce_after,
             stop_timeout=self.notice_stop_timeout,
             actor=f"service:{name}",
@@ -440,7 +441,7 @@ class PoolService(StrictCommandLine):
             raise SystemExit(f"jupyterhub-gpupool service: error: {e}") from None
         self.alerts = AlertMonitor(
             self.store,
-            self.writer.call,
+            self.writer.run,
             self.notifier,
             self.metrics,
             self.alert_config.thresholds(),
@@ -540,7 +541,7 @@ class PoolService(StrictCommandLine):
         """
         taken = self.minutes.take()
         try:
-            return await self.writer.call(self.store.write_minutes, taken)
+            return await self.writer.run(commands.WriteMinutes(taken))
         except Exception:
             self.minutes.restore(taken)
             raise
@@ -550,7 +551,7 @@ class PoolService(StrictCommandLine):
         if self.utilization_retention_days <= 0:
             return 0
         cutoff = self.store.clock() - timedelta(days=self.utilization_retention_days)
-        return await self.writer.call(self.store.prune_minutes, cutoff)
+        return await self.writer.run(commands.PruneMinutes(cutoff))
 
     async def utilization_housekeeping(self, stop: asyncio.Event) -> None:
         """Flush minute aggregates every ``utilization_flush_interval``; prune hourly."""
@@ -665,16 +666,17 @@ class PoolService(StrictCommandLine):
             deleted = await self.deleted_servers()
             if periodic:
                 older = self.store.clock() - timedelta(seconds=self.orphan_after)
-                released = await self.writer.call(
-                    self.store.reconcile,
-                    running,
-                    reason="orphaned",
-                    older_than=older,
-                    deleted=deleted,
+                released = await self.writer.run(
+                    commands.Reconcile(
+                        running,
+                        reason="orphaned",
+                        older_than=older,
+                        deleted=deleted,
+                    )
                 )
             else:  # leases made since the service started were made while it watched
-                released = await self.writer.call(
-                    self.store.reconcile, running, older_than=self._started_at, deleted=deleted
+                released = await self.writer.run(
+                    commands.Reconcile(running, older_than=self._started_at, deleted=deleted)
                 )
         except Exception as e:  # the hub may be starting; never stop the service over it
             self.log.warning("Could not reconcile leases with the hub yet: %s", e)
@@ -705,7 +707,7 @@ class PoolService(StrictCommandLine):
     async def budget_step(self) -> list[dict[str, Any]]:
         """Budgets: warnings at 80 % and 100 % (to the notify_hook, once per level and period);
         a spent ``stop`` budget's running leases get a notice. Returns the new warnings."""
-        warnings = await self.writer.call(self.store.budget_round, self.budget_warn_before)
+        warnings = await self.writer.run(commands.BudgetRound(self.budget_warn_before))
         if warnings and self.notifier is None:
             self.notifier = Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log)
         for w in warnings:
@@ -724,26 +726,24 @@ class PoolService(StrictCommandLine):
             return
         try:
             expired, promoted = await asyncio.gather(  # queued in order: one batch
-                self.writer.call(self.store.expire_grants), self.writer.call(self.store.promote)
+                self.writer.run(commands.ExpireGrants()), self.writer.run(commands.Promote())
             )
             # re-partitions nothing is in the way of any more run; finished ones close
-            await self.writer.call(self.store.advance_repartitions)
+            await self.writer.run(commands.AdvanceRepartitions())
             # approved time running out: a notice first, then the lease ends (lapsed)
-            await self.writer.call(self.store.lapse_approvals)
+            await self.writer.run(commands.LapseApprovals())
             await self.budget_step()
             if self.mig_labeller.enabled:  # Kubernetes nodes: through mig-manager's label
-                await self.mig_labeller.step(self.store, self.writer.call)
+                await self.mig_labeller.step(self.store, self.writer.run)
             if self.occupancy.enabled:  # Kubernetes: what pods outside the pool hold
-                for node, holds in (
-                    await self.occupancy.step(self.store, self.writer.call)
-                ).items():
+                for node, holds in (await self.occupancy.step(self.store, self.writer.run)).items():
                     self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
             if self.kube_sharing.enabled:  # which nodes' device plugin serves shares
-                await self.kube_sharing.step(self.store, self.writer.call)
+                await self.kube_sharing.step(self.store, self.writer.run)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)
-                silent = await self.writer.call(self.store.mark_unreachable, since)
+                silent = await self.writer.run(commands.MarkUnreachable(since))
             await self.deadlines.step()  # overdue admin and drain notices no reclaimer took
         except Exception:
             self.log.exception("Housekeeping failed")

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..hubclient import HubClient
+from ..pool import commands
+from ..pool.commands import Command
 from ..store import Store
 
 
@@ -28,7 +30,7 @@ class NoticeDeadlines:
         self,
         store: Store,
         hub: HubClient,
-        call: Callable[..., Awaitable[Any]],
+        call: Callable[[Command], Awaitable[Any]],
         *,
         after: float,
         actor: str,
@@ -48,7 +50,7 @@ class NoticeDeadlines:
         stop must not hold up the rest of housekeeping); how many were claimed."""
         if self.after < 0:
             return 0
-        claimed = await self.call(self.store.enforce_notices, self.after, actor=self.actor)
+        claimed = await self.call(commands.EnforceNotices(self.after, actor=self.actor))
         for lease in claimed:
             task = asyncio.ensure_future(self._carry_out(lease))
             self.tasks.add(task)
@@ -79,7 +81,7 @@ class NoticeDeadlines:
         if not stopped:
             self.log.error("Lease %s: %s", lid, detail)
         try:
-            await self.call(self.store.notice_enforced, lid, stopped, detail, actor=self.actor)
+            await self.call(commands.NoticeEnforced(lid, stopped, detail, actor=self.actor))
         except Exception:
             self.log.exception("Recording the end of lease %s's notice failed", lid)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hubclient import HubClient, HubUnavailable
+from ..pool import commands
 from ..store import Store
 
 #: The ``user_options`` key the pool's spawners read (``spawner/base.py``'s ``OPTION``).
@@ -144,7 +145,7 @@ class Restarts:
 
     async def _mark_restarting(self, lid: str) -> None:
         if self.writer is not None:
-            await self.writer.call(self.store.mark_restarting, lid, actor="service:gpupool")
+            await self.writer.run(commands.MarkRestarting(lid, actor="service:gpupool"))
         else:
             self.store.mark_restarting(lid, actor="service:gpupool")
 

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..pool import commands
 from ..pool.errors import PoolError
 from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
@@ -181,7 +182,7 @@ class LocalTelemetry:
             return False
         try:
             node = node_from_inventory(name, body, self.store.catalog)
-            await self.writer.call(self.store.put_inventory, node, actor="telemetry")
+            await self.writer.run(commands.PutInventory(node, actor="telemetry"))
         except PoolError as e:
             self._once(name, "inventory", e)
             return False
@@ -199,7 +200,7 @@ class LocalTelemetry:
             return 0
         samples = to_samples(raw)
         busy = ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
-        await self.writer.call(self.store.add_busy, busy, node=name)
+        await self.writer.run(commands.AddBusy(busy, node=name))
         self.samples += len(samples)
         return len(samples)
 
@@ -230,7 +231,7 @@ class LocalTelemetry:
                 name,
                 "done" if r.get("ok") else r.get("error"),
             )
-        await self.writer.call(self.store.mig_results, name, report, actor="telemetry")
+        await self.writer.run(commands.MigResults(name, report, actor="telemetry"))
         self.mig_actions += len(report)
         await self.check_inventory(name)  # the layout changed: report it now
         return len(report)

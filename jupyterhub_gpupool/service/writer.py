@@ -1,9 +1,11 @@
-"""The one write path: every store call that changes state runs here, off the event loop.
+"""The one write path: every command that changes state runs here, off the event loop.
 
-Handlers and background loops ``await writer.call(store.method, ...)``; reads go to the store
-directly. One thread applies the calls in order. Under load, many allocate/release requests
-wait for the pool lock at once: consecutive ``BATCHABLE`` calls (those that refuse before they
-write) run in one transaction (one lock, one version bump, one commit) instead of one each,
+Handlers and background loops ``await writer.run(commands.Release(lease_id, actor=...))``
+(``pool/commands.py``); reads go to the store directly. One thread applies the commands in
+order, each by the store method its type names (``store/dispatch.py``). Under load, many
+allocate/release requests wait for the pool lock at once: consecutive commands whose type is
+``batchable`` (those that refuse before they write) run in one transaction (one lock, one
+version bump, one commit) instead of one each,
 which multiplies throughput; every other write (inventory, quotas, node actions, MIG results,
 minutes) runs in a transaction of its own, in the same queue. Moving the database work off the
 event loop lets tornado parse and authenticate the next requests meanwhile. A change is still
@@ -33,7 +35,8 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from ..store import BATCHABLE, WRITES, Store, StoreError
+from ..pool.commands import Command
+from ..store import Store, StoreError
 
 log = logging.getLogger("jupyterhub_gpupool.writer")
 
@@ -97,7 +100,7 @@ class _Failed:
         self.error = error
 
 
-def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+def _deliver(pairs: list[tuple[asyncio.Future[Any], Any]]) -> None:
     """Settle a batch's futures (on their loop): results, refusals, and each call of a batch
     that failed as a whole; a caller that gave up (cancelled) or whose loop closed is gone."""
     for future, result in pairs:
@@ -110,32 +113,36 @@ def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
                 future.set_result(result)
 
 
-def _name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__name__", "")
+def _batchable(command: Command) -> bool:
+    return type(command).batchable
 
 
-def apply_calls(
-    store: Store,
-    calls: list[tuple[Callable[..., Any], tuple, dict]],
-    events: list | None = None,
+def _check(command: object) -> Command:
+    """Refuse anything but a pool command (a programming error, raised in the caller)."""
+    if not isinstance(command, Command) or type(command) is Command:
+        raise ValueError(f"not a store write (a pool command): {command!r}")
+    return command
+
+
+def apply_commands(
+    store: Store, batch: list[Command], events: list[tuple[str, dict[str, Any]]] | None = None
 ) -> list[Any]:
-    """Run ``calls`` in order: each run of consecutive ``BATCHABLE`` ones in one transaction,
-    every other write alone. Returns each call's result, refusal, or ``_Failed`` (its
-    transaction rolled back; the events it produced, when collected in ``events``, are
-    dropped). A database that is down answers ``store_unavailable``.
+    """Run the commands of ``batch`` in order: each run of consecutive batchable ones in one
+    transaction, every other command alone. Returns each one's result, refusal, or
+    ``_Failed`` (its transaction rolled back; the events it produced, when collected in
+    ``events``, are dropped). A database that is down answers ``store_unavailable``.
     """
     results: list[Any] = []
     i = 0
-    while i < len(calls):
+    while i < len(batch):
         j = i + 1
-        if _name(calls[i][0]) in BATCHABLE:
-            while j < len(calls) and _name(calls[j][0]) in BATCHABLE:
+        if _batchable(batch[i]):
+            while j < len(batch) and _batchable(batch[j]):
                 j += 1
-        segment, mark = calls[i:j], len(events) if events is not None else 0
+        segment, mark = batch[i:j], len(events) if events is not None else 0
         try:
-            if j - i == 1 and _name(segment[0][0]) not in BATCHABLE:
-                fn, args, kwargs = segment[0]
-                results.append(store.run_solo(fn, args, kwargs))
+            if j - i == 1 and not _batchable(segment[0]):
+                results.append(store.run_solo(segment[0]))
             else:
                 results += store.run_batch(segment)
         except Exception as e:  # nothing of the segment was committed
@@ -152,13 +159,19 @@ def apply_calls(
     return results
 
 
+#: A queued command and where its answer goes (the caller's loop and future).
+_Queued = tuple[Command, tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"]]
+#: A pending command of the process writer and its caller's future.
+_Pending = tuple[Command, "asyncio.Future[Any]"]
+
+
 class BatchWriter:
     """A single writer thread in front of the store's writes."""
 
     def __init__(self, store: Store, max_batch: int = 64) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpupool-writer", daemon=True)
         #: what the health check reads
         self.progress = Progress()
@@ -175,32 +188,30 @@ class BatchWriter:
         self._queue.put(None)
         self._thread.join(timeout=30)
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
-        here."""
-        if _name(fn) not in WRITES:
-            raise ValueError(f"not a store write: {fn!r}")
+    async def run(self, command: Command) -> Any:
+        """Run ``command`` in the next batch; its refusal is raised here."""
+        _check(command)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self.progress.submitted()
-        self._queue.put((fn, args, kwargs, (loop, future)))
+        self._queue.put((command, (loop, future)))
         result = await future
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+    def _settle(self, batch: list[_Queued], results: list[Any]) -> None:
         """Hand the results to their loops: one thread-safe wake-up per loop and batch, not one
         per request (each wake-up is a pipe write and a hand-over of the interpreter lock)."""
         self.progress.answered(len(batch))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
-        for (*_, (loop, future)), result in zip(batch, results, strict=True):
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+        for (_, (loop, future)), result in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((future, result))
         for loop, pairs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_deliver, pairs)
 
-    def _take(self) -> list[tuple] | None:
+    def _take(self) -> list[_Queued] | None:
         first = self._queue.get()
         if first is None:
             return None
@@ -231,9 +242,9 @@ class BatchWriter:
                 except Exception:
                     log.exception("The writer's batch observer failed")
 
-    def _apply(self, batch: list[tuple]) -> list[Any]:
+    def _apply(self, batch: list[_Queued]) -> list[Any]:
         """Run one batch; returns each call's result, refusal or ``_Failed``."""
-        return apply_calls(self.store, [(fn, a, kw) for fn, a, kw, _ in batch])
+        return apply_commands(self.store, [command for command, _ in batch])
 
 
 class ProcessBatchWriter:
@@ -272,11 +283,11 @@ class ProcessBatchWriter:
         self._child: Any = None
         #: The loop the writer serves (the first caller's; another may take over when idle).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[str, tuple, dict, asyncio.Future]] = []
-        self._inflight: list[tuple[str, tuple, dict, asyncio.Future]] | None = None
+        self._pending: list[_Pending] = []
+        self._inflight: list[_Pending] | None = None
         self._began = 0.0
         self._scheduled = False
-        self._drained: asyncio.Future | None = None
+        self._drained: asyncio.Future[Any] | None = None
         self._stopped = False
         #: what the health check reads
         self.progress = Progress()
@@ -309,17 +320,15 @@ class ProcessBatchWriter:
         """The child's process id."""
         return self._child.pid if self._child is not None else None
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run the store write ``fn(*args, **kwargs)`` in the next batch; its refusal is raised
-        here."""
-        if _name(fn) not in WRITES:
-            raise ValueError(f"not a store write: {fn!r}")
+    async def run(self, command: Command) -> Any:
+        """Run ``command`` in the next batch; its refusal is raised here."""
+        _check(command)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._adopt(loop)
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self.progress.submitted()
-        self._pending.append((fn.__name__, args, kwargs, future))
+        self._pending.append((command, future))
         if self._inflight is None and not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._dispatch)  # after the requests read in this pass
@@ -344,7 +353,7 @@ class ProcessBatchWriter:
         del self._pending[: self.max_batch]
         self._inflight, self._began = batch, time.perf_counter()
         try:
-            self._conn.send([(name, a, kw) for name, a, kw, _ in batch])
+            self._conn.send([command for command, _ in batch])
         except (EOFError, OSError) as e:
             self._settle(batch, self._restart(e))
             return False
@@ -410,10 +419,10 @@ class ProcessBatchWriter:
         )
         return [failed] * n
 
-    def _settle(self, batch: list[tuple], results: list[Any]) -> None:
+    def _settle(self, batch: list[_Pending], results: list[Any]) -> None:
         self._inflight = None
         self.progress.answered(len(batch))
-        _deliver([(future, result) for (*_, future), result in zip(batch, results, strict=True)])
+        _deliver([(future, result) for (_, future), result in zip(batch, results, strict=True)])
 
     def _finish_blocking(self) -> None:
         """Receive the batch in flight and run what is pending, blocking (at stop, or when the
@@ -487,7 +496,7 @@ def store_process(
             _Failed(RuntimeError(f"{type(r.error).__name__}: {r.error}"))  # may not pickle
             if isinstance(r, _Failed)
             else r
-            for r in apply_calls(store, [(getattr(store, n), a, kw) for n, a, kw in batch], events)
+            for r in apply_commands(store, batch, events)
         ]
         try:
             conn.send((outcome, list(events)))
@@ -495,5 +504,5 @@ def store_process(
             return
 
 
-#: Either writer: what handlers and loops hold (``writer.call``).
+#: Either writer: what handlers and loops hold (``writer.run``).
 Writer = BatchWriter | ProcessBatchWriter

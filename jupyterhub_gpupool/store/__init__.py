@@ -21,8 +21,9 @@ Modules by responsibility, imports pointing one way (each only to those above it
   ``alerting`` — what the service's alert loop reads, and the audit of its alerts;
   ``outside`` — devices pods the pool did not place hold, and the device a pod really got.
 
-``Store`` puts them together. Every method named in ``WRITES`` changes state: the service
-calls those only through its writer (``service/writer.py``), off the event loop.
+``Store`` puts them together. Every change of state is a command (``pool/commands.py``) that the
+service runs only through its writer (``service/writer.py``), off the event loop; ``dispatch``
+names the store method that applies each command type.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from ..poolconfig import PoolConfig
 from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .budgets import BudgetStore
-from .core import BATCHABLE, WRITES
 from .errors import StoreError, lease_not_found
 from .outside import OutsideStore
 from .planning import PlanningStore
@@ -45,9 +45,7 @@ class Store(OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore)
 
 
 __all__ = [
-    "BATCHABLE",
     "EVERY_HUB",
-    "WRITES",
     "PoolConfig",
     "Store",
     "StoreError",

@@ -27,12 +27,13 @@ from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from .. import orm
 from ..dbutil import analyse_if_never, lock_pool
+from ..pool import commands
 from ..pool.allocator import Allocator
 from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
-from . import changes, snapshots
+from . import changes, dispatch, snapshots
 from .bulk import (
     collect_writes,
     commit_in_pipeline,
@@ -52,65 +53,8 @@ from .rows import utcnow
 
 log = logging.getLogger(__name__)
 
-#: Store methods that change state. The service calls them only through its writer, off the
-#: event loop; with ``strict_writes`` a write on a thread running an event loop is an error.
-WRITES = frozenset(
-    {
-        "allocate",
-        "release",
-        "keepalive",
-        "set_server_url",
-        "report_presence",
-        "resize",
-        "mark_restarting",
-        "expire_grants",
-        "promote",
-        "reconcile",
-        "set_node",
-        "put_quota",
-        "patch_quota",
-        "reset_quota",
-        "put_inventory",
-        "set_sharing",
-        "add_busy",
-        "mark_unreachable",
-        "mig_results",
-        "load_config",
-        "write_minutes",
-        "prune_minutes",
-        "take_leader",
-        "give_up_leader",
-        "reclaim_round",
-        "reclaim_outcome",
-        "put_reclaim_policy",
-        "reset_reclaim_policy",
-        "admin_reclaim",
-        "extend_notice",
-        "cancel_notice",
-        "enforce_notices",
-        "notice_enforced",
-        "drain_node",
-        "record_alerts",
-        "approve",
-        "deny",
-        "lapse_approvals",
-        "budget_round",
-        "record_refusal",
-        "request_repartition",
-        "cancel_repartition",
-        "advance_repartitions",
-        "fail_repartition",
-        "set_outside",
-        "rebind",
-    }
-)
-#: Writes that refuse, if at all, before they write anything: they may share one transaction
-#: with other calls (group commit). The others run in a transaction of their own.
-#: ``resize`` is not one: it reads the lease's pending target from the database, which must see
-#: every target committed before it (one live target per lease, even under concurrent resizes).
-BATCHABLE = frozenset({"allocate", "release", "keepalive", "expire_grants", "promote"})
-#: Batched calls whose first argument is a lease id: a batch loads those leases at once.
-_BY_LEASE_ID = frozenset({"release", "keepalive"})
+#: Batched commands that address a lease by id: a batch loads those leases at once.
+_BY_LEASE_ID = (commands.Release, commands.Keepalive)
 
 #: ``Session.info`` key of the leases a batch loaded up front, id → row (``_prefetch``).
 _LOADED = "gpupool_loaded"
@@ -239,17 +183,17 @@ class StoreCore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def run_batch(self, calls: list[tuple[Callable[..., Any], tuple, dict]]) -> list[Any]:
-        """Run several ``BATCHABLE`` calls in ONE transaction (one lock, one commit).
+    def run_batch(self, batch: list[commands.Command]) -> list[Any]:
+        """Run several batchable commands in ONE transaction (one lock, one commit).
 
-        Each call's result, or its ``StoreError`` (a refusal, raised before it wrote anything),
-        comes back in order. Any other error rolls the whole batch back and is raised: the
-        caller fails every call of the batch, and nothing of it was committed.
+        Each command's result, or its ``StoreError`` (a refusal, raised before it wrote
+        anything), comes back in order. Any other error rolls the whole batch back and is
+        raised: the caller fails every command of the batch, and nothing of it was committed.
         """
         results: list[Any] = []
         # no autoflush: the batch's rows go out together at commit (multi-row INSERTs)
         with (
-            self.transaction(batch=True, snapshot=snapshots.released_once(calls)) as (db, _),
+            self.transaction(batch=True, snapshot=snapshots.released_once(batch)) as (db, _),
             db.no_autoflush,
         ):
             # on PostgreSQL the leases only a release reads came as snapshots, the rest as rows
@@ -259,27 +203,31 @@ class StoreCore:
                 for row in self._prefetch(
                     db,
                     [
-                        a[0]
-                        for fn, a, _ in calls
-                        if _name(fn) in _BY_LEASE_ID and a and a[0] not in loaded
+                        cmd.lease_id
+                        for cmd in batch
+                        if isinstance(cmd, _BY_LEASE_ID) and cmd.lease_id not in loaded
                     ],
                 )
             }
             db.info[_LOADED] = loaded
-            allocating = {_user_of(a, kw) for fn, a, kw in calls if _name(fn) == "allocate"}
+            allocating = {
+                cmd.user
+                for cmd in batch
+                if isinstance(cmd, commands.Allocate) and isinstance(cmd.user, str)
+            }
             self._local.awaiting = self._prefetch_awaiting(
                 db, set() if self._none_awaiting else allocating
             )
             try:
-                for fn, args, kwargs in calls:
+                for cmd in batch:
                     try:
-                        results.append(fn(*args, **kwargs))
+                        results.append(dispatch.apply(self, cmd))
                     except StoreError as e:
                         results.append(e)
             finally:
                 self._local.awaiting = None
         if self.analyse_after is not None:
-            self._count_grants(sum(1 for fn, _, _ in calls if _name(fn) == "allocate"))
+            self._count_grants(sum(isinstance(cmd, commands.Allocate) for cmd in batch))
         return results
 
     def _count_grants(self, asked: int) -> None:
@@ -294,11 +242,11 @@ class StoreCore:
         if analysed:
             log.info("Analysed the pool's new tables %s", ", ".join(analysed))
 
-    def run_solo(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """Run one write in a transaction of its own; a refusal (any ``PoolError``, which may
-        come after it wrote) rolls it back and is returned instead of raised."""
+    def run_solo(self, command: commands.Command) -> Any:
+        """Run one command in a transaction of its own; a refusal (any ``PoolError``, which
+        may come after it wrote) rolls it back and is returned instead of raised."""
         try:
-            return fn(*args, **kwargs)
+            return dispatch.apply(self, command)
         except PoolError as e:
             return e
 
@@ -621,10 +569,6 @@ def begin_batch(db: Session, snapshot: list[str]) -> int | None:
     return None if row is None else row[0]
 
 
-def _name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__name__", "")
-
-
 def none_awaiting(db: Session) -> bool:
     """Whether no request of the pool awaits approval (one indexed lookup)."""
     lease = orm.LeaseRow.__table__
@@ -632,10 +576,3 @@ def none_awaiting(db: Session) -> bool:
         select(lease.c.id).where(lease.c.state == "awaiting_approval").limit(1)
     )
     return found.first() is None
-
-
-def _user_of(args: tuple, kwargs: dict) -> str | None:
-    """The user of an ``allocate`` call (its first argument); None unless a string (a malformed
-    call fails alone, in its own turn, not in the batch's prefetch)."""
-    user = args[0] if args else kwargs.get("user")
-    return user if isinstance(user, str) else None

@@ -293,9 +293,9 @@ class LeaseStore(Applier, ViewStore):
 
         A lease has at most one live target (queued, awaiting approval or granted): a second
         resize is ``resize_pending``; a target cannot itself be resized before it is bound
-        (``resize_target``), so targets never chain. Not a ``BATCHABLE`` call: it runs in a
-        transaction of its own, after every earlier resize committed, so the query below sees
-        every target there is. The target counts toward the per-user cap (``check_cap``).
+        (``resize_target``), so targets never chain. ``commands.Resize`` is not batchable: it
+        runs in a transaction of its own, after every earlier resize committed, so the query
+        below sees every target there is. The target counts toward the per-user cap (``check_cap``).
         """
         with self.transaction() as (db, _):
             row = self.lease_row(db, lease_id)

@@ -9,7 +9,6 @@ import itertools
 import threading
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import String, cast, func, select
@@ -182,37 +181,14 @@ class PanelViews(BusyTimeStore):
     def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
         """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
         changing nothing: which live leases would become borrowed or within guarantee (the
-        allocator's rule: a user's leases, oldest first, are within while their total fits the
-        guarantee, or while their group is within its own), and how far over the limit."""
+        allocator's own rule, ``Allocator.preview_borrowed``), and how far over the limit."""
         current = self.get_quota(kind, name)
         merged = {k: current[k] for k in QUOTA_FIELDS}
         spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
         k = check_quota_kind(kind)
         with self.locked() as alloc:
+            become_borrowed, become_within = alloc.preview_borrowed(k, name, spec.guarantee)
             book = alloc.quotas
-            users = {le.request.user for le in alloc.leases.values()}
-            if k == "user":
-                users = {name} & users
-            else:
-                users = {le.request.user for le in alloc.leases.values() if le.group == name}
-            become_borrowed, become_within = [], []
-            for user in sorted(users):
-                guarantee = spec.guarantee if k == "user" else book.user_spec(user).guarantee
-                total = Fraction(0)
-                mine = [le for le in alloc.leases.values() if le.request.user == user]
-                for lease in sorted(mine, key=lambda le: (le.request.arrival, le.id)):
-                    total += lease.units
-                    gspec = book.groups.get(lease.group) if lease.group else None
-                    g_guarantee = gspec.guarantee if gspec is not None else None
-                    if k == "group" and lease.group == name:
-                        g_guarantee = spec.guarantee
-                    within = total <= guarantee or (
-                        g_guarantee is not None and book.group_held(lease.group) <= g_guarantee
-                    )
-                    if lease.borrowed and within:
-                        become_within.append(lease.id)
-                    elif not lease.borrowed and not within:
-                        become_borrowed.append(lease.id)
             held = book.held(name) if k == "user" else book.group_held(name)
             over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0
         return {

@@ -19,16 +19,17 @@ lease of the batch is loaded through the ORM as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Column
 from sqlalchemy.dialects import postgresql
 
 from .. import orm
+from ..pool import commands
 
 #: The calls a batch may hold for its releases to read snapshots.
-_SIMPLE = frozenset({"allocate", "release"})
+_SIMPLE = (commands.Allocate, commands.Release)
 
 _LEASES = orm.LeaseRow.__table__
 _SLOTS = orm.LeaseSlotRow.__table__
@@ -71,16 +72,15 @@ class LeaseSnapshot:
         )
 
 
-def released_once(calls: Iterable[tuple[Callable[..., Any], tuple, dict]]) -> list[str]:
-    """The lease ids a batch may release from snapshots: none unless every call is an
-    ``allocate`` or a ``release``; then those released exactly once."""
+def released_once(batch: Iterable[commands.Command]) -> list[str]:
+    """The lease ids a batch may release from snapshots: none unless every command is an
+    ``Allocate`` or a ``Release``; then those released exactly once."""
     seen: dict[str, int] = {}
-    for fn, args, _ in calls:
-        name = getattr(fn, "__name__", "")
-        if name not in _SIMPLE:
+    for cmd in batch:
+        if not isinstance(cmd, _SIMPLE):
             return []
-        if name == "release" and args and isinstance(args[0], str):
-            seen[args[0]] = seen.get(args[0], 0) + 1
+        if isinstance(cmd, commands.Release) and isinstance(cmd.lease_id, str):
+            seen[cmd.lease_id] = seen.get(cmd.lease_id, 0) + 1
     return [lease_id for lease_id, n in seen.items() if n == 1]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.store import Store
 from tests.fakes import HubEnv, Rig, request, wait_until
 
@@ -196,7 +197,7 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
                 "the loop's first round",
             )
             sampled = rig.telemetry.samples
-            lease = await rig.write("allocate", "alice", "", "a100-1g")
+            lease = await rig.write(commands.Allocate("alice", "", "a100-1g"))
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             # no round of samples ran meanwhile: the grant woke the loop, it did not wait for
             # the next sample tick (an hour away)
@@ -217,13 +218,13 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
     async def main() -> None:
         rig.start()
         try:
-            lease = await rig.write("allocate", "alice", "", "a100-3g")
+            lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             where = (slot["gpu"], slot["start"])
             await rig.rounds(1)  # the creating step is over: its inventory shows no process
             pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
-            await rig.write("release", lease["id"])
+            await rig.write(commands.Release(lease["id"]))
             # the pool's last inventory showed no process: it asks, the node re-checks and
             # refuses (InUse); then it waits for the node to say the process is gone
             await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
@@ -255,7 +256,7 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
             for gpu in gpus:  # after the pool's last look at the node
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
-            lease = await rig.write("allocate", "alice", "", "a100-3g")
+            lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
             await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
             (slot,) = rig.store.lease(lease["id"])["slots"]
             assert rig.on_node() == {
@@ -280,7 +281,7 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
             for gpu in gpus:
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
-            lease = await rig.write("allocate", "alice", "", "a100-1g")
+            lease = await rig.write(commands.Allocate("alice", "", "a100-1g"))
             gone = await rig.until(
                 lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le,
                 "the grant released",

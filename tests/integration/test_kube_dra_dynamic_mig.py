@@ -381,7 +381,7 @@ def test_a_re_partition_asked_before_the_node_was_declared_is_failed_not_labelle
             writer = BatchWriter(store)
             writer.start()
             try:
-                return await labeller.step(store, writer.call)
+                return await labeller.step(store, writer.run)
             finally:
                 writer.stop()
                 await labeller.close()

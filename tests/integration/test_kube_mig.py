@@ -14,6 +14,7 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.kube import nodes as kn
 from jupyterhub_gpupool.kube.client import KubeAPI, KubeClient, KubeError
 from jupyterhub_gpupool.kube.labeller import MigLabeller
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.service.writer import BatchWriter
@@ -66,7 +67,7 @@ def run(store, labeller, coro_fn):
         writer = BatchWriter(store)
         writer.start()
         try:
-            return await coro_fn(writer.call)
+            return await coro_fn(writer.run)
         finally:
             writer.stop()
             await labeller.client().close()
@@ -95,8 +96,8 @@ def test_a_repartition_waits_for_leases_then_labels_waits_for_success_and_uncord
     async def rounds(call):
         seen = [await labeller.step(store, call)]  # waiting for alice: not the labeller's yet
         assert kube.patches == []
-        await call(store.release, held["id"])
-        await call(store.advance_repartitions)
+        await call(commands.Release(held["id"]))
+        await call(commands.AdvanceRepartitions())
         seen.append(await labeller.step(store, call))  # label it
         seen.append(await labeller.step(store, call))  # mig-manager did not start
         kube.mig_manager_step(NODE)

@@ -100,7 +100,7 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
         writer = BatchWriter(store)
         writer.start()
         try:
-            return await rounds(writer.call)
+            return await rounds(writer.run)
         finally:
             writer.stop()
 
@@ -173,7 +173,7 @@ def test_mig_slices_an_inference_pod_holds_are_never_granted(db_url: str, tmp_pa
             writer = BatchWriter(store)
             writer.start()
             try:
-                return await rounds(writer.call)
+                return await rounds(writer.run)
             finally:
                 writer.stop()
 

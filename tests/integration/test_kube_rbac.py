@@ -92,7 +92,7 @@ def run(store, labeller: MigLabeller, coro_fn):
         writer = BatchWriter(store)
         writer.start()
         try:
-            return await coro_fn(writer.call)
+            return await coro_fn(writer.run)
         finally:
             writer.stop()
             await labeller.close()

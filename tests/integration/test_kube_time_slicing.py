@@ -69,7 +69,7 @@ def run(store, sharing: KubeSharing, coro_fn):
         writer = BatchWriter(store)
         writer.start()
         try:
-            return await coro_fn(writer.call)
+            return await coro_fn(writer.run)
         finally:
             writer.stop()
             await sharing.close()

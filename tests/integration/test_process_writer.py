@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.service.writer import ProcessBatchWriter
 from jupyterhub_gpupool.store import Store, StoreError, utcnow
@@ -37,10 +38,10 @@ def test_results_refusals_and_events_cross_over(store, db_url):
 
         async def scenario():
             a, b, missing, bad = await asyncio.gather(
-                writer.call(store.allocate, "alice", "", "a100-1g", actor="t"),
-                writer.call(store.allocate, "bob", "", "h100", actor="t"),
-                writer.call(store.release, "no-such-lease", actor="t"),
-                writer.call(store.allocate, "carol", "", "no-such-offer", actor="t"),
+                writer.run(commands.Allocate("alice", "", "a100-1g", actor="t")),
+                writer.run(commands.Allocate("bob", "", "h100", actor="t")),
+                writer.run(commands.Release("no-such-lease", actor="t")),
+                writer.run(commands.Allocate("carol", "", "no-such-offer", actor="t")),
                 return_exceptions=True,
             )
             return a, b, missing, bad
@@ -61,7 +62,7 @@ def test_results_refusals_and_events_cross_over(store, db_url):
         store.view_lag = 3600.0  # no help from the timer
         with store.locked() as alloc:
             assert a["id"] in alloc.leases and b["id"] in alloc.leases
-        released = asyncio.run(writer.call(store.release, a["id"], actor="t"))
+        released = asyncio.run(writer.run(commands.Release(a["id"], actor="t")))
         assert released["state"] == "released"
         with store.locked() as alloc:
             assert a["id"] not in alloc.leases
@@ -76,14 +77,14 @@ def test_every_store_write_crosses_over_and_nothing_else(store, db_url):
     writer = started(store, db_url)
     try:
         with pytest.raises(ValueError, match="not a store write"):
-            asyncio.run(writer.call(store.lease, "nope"))
+            asyncio.run(writer.run(commands.Command(actor="t")))  # abstract
         with pytest.raises(ValueError, match="not a store write"):
-            asyncio.run(writer.call(print, "hello"))
+            asyncio.run(writer.run(print))
         node = next(iter(store.file_config.nodes)).name
-        done = asyncio.run(writer.call(store.set_node, node, "cordon", actor="t"))
+        done = asyncio.run(writer.run(commands.SetNode(node, "cordon", actor="t")))
         assert done["name"] == node and done["cordoned"] is True
         with pytest.raises(StoreError) as err:
-            asyncio.run(writer.call(store.set_node, "no-such-node", "cordon"))
+            asyncio.run(writer.run(commands.SetNode("no-such-node", "cordon")))
         assert status_of(err.value) == 404 and err.value.field == "name"
         # the service's views follow the child's commit
         assert any(n["name"] == node and n["cordoned"] for n in _nodes(store))
@@ -98,18 +99,18 @@ def _nodes(store: Store) -> list[dict]:
 def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
     writer = started(store, db_url)
     try:
-        first = asyncio.run(writer.call(store.allocate, "alice", "", "a100-1g", actor="t"))
+        first = asyncio.run(writer.run(commands.Allocate("alice", "", "a100-1g", actor="t")))
         os.kill(writer.pid, signal.SIGKILL)
         writer._child.join(10)
         with pytest.raises(StoreError) as err:
-            asyncio.run(writer.call(store.allocate, "bob", "", "a100-1g", actor="t"))
+            asyncio.run(writer.run(commands.Allocate("bob", "", "a100-1g", actor="t")))
         assert status_of(err.value) == 503 and err.value.code == "store_restarting"
         assert writer.restarts == 1 and writer._child.is_alive()
         # the new child starts from the database: it knows alice's lease, and serves bob
         with pytest.raises(StoreError) as err:
-            asyncio.run(writer.call(store.allocate, "alice", "", "a100-1g", actor="t"))
+            asyncio.run(writer.run(commands.Allocate("alice", "", "a100-1g", actor="t")))
         assert err.value.code == "already_allocated" and first["id"] in str(err.value)
-        bob = asyncio.run(writer.call(store.allocate, "bob", "", "a100-1g", actor="t"))
+        bob = asyncio.run(writer.run(commands.Allocate("bob", "", "a100-1g", actor="t")))
         assert bob["state"] == "granted"
     finally:
         writer.stop()
@@ -134,10 +135,10 @@ def test_the_loop_sends_what_it_read_together_and_what_piled_up_at_once(store, d
 
         async def scenario() -> list:
             def ask(user: str):
-                return writer.call(store.allocate, user, "", "a100-1g", actor="t")
+                return writer.run(commands.Allocate(user, "", "a100-1g", actor="t"))
 
             first = await asyncio.gather(*(ask(f"u{i}") for i in range(5)))
-            releases = (writer.call(store.release, r["id"], actor="t") for r in first)
+            releases = (writer.run(commands.Release(r["id"], actor="t")) for r in first)
             return await asyncio.gather(
                 *releases, *(ask(f"v{i}") for i in range(6)), return_exceptions=True
             )
@@ -158,11 +159,11 @@ def test_stop_finishes_what_is_pending(store, db_url, where):
     writer = started(store, db_url)
 
     async def scenario() -> dict:
-        task = asyncio.ensure_future(writer.call(store.allocate, "alice", "", "a100-1g"))
+        task = asyncio.ensure_future(writer.run(commands.Allocate("alice", "", "a100-1g")))
         # one yield to the loop (no wall-clock wait): the task makes its call, which is now
         # pending, its dispatch scheduled for the loop's next pass
         await asyncio.sleep(0)
-        assert [name for name, *_ in writer._pending] == ["allocate"] and writer._scheduled
+        assert [type(c) for c, _ in writer._pending] == [commands.Allocate] and writer._scheduled
         if where == "another thread":
             await asyncio.to_thread(writer.stop)
         else:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.alerts import (
     RULES,
     Condition,
@@ -184,7 +185,7 @@ def monitor_for(store, hook: Recorder) -> tuple[AlertMonitor, BatchWriter, Notif
     notifier = Notifier(hook, 5.0, logging.getLogger("test"))
     monitor = AlertMonitor(
         store,
-        writer.call,
+        writer.run,
         notifier,
         PoolMetrics(),
         PoolAlerts().thresholds(),
@@ -204,8 +205,8 @@ def test_an_unhealthy_gpu_is_raised_once_resolved_once_notified_and_audited(stor
 
     async def scenario() -> None:
         assert (await monitor.round()).raised == []
-        await writer.call(
-            store.put_inventory, node_from_inventory("h100", _inv(False), store.catalog)
+        await writer.run(
+            commands.PutInventory(node_from_inventory("h100", _inv(False), store.catalog))
         )
         clock.advance(seconds=30)
         raised = (await monitor.round()).raised
@@ -216,8 +217,8 @@ def test_an_unhealthy_gpu_is_raised_once_resolved_once_notified_and_audited(stor
         active = monitor.active()
         assert [a["kind"] for a in active] == ["gpu_unhealthy"]
         assert active[0]["since"] == "2026-03-02T09:00:30Z" and active[0]["page"] == "nodes"
-        await writer.call(
-            store.put_inventory, node_from_inventory("h100", _inv(True), store.catalog)
+        await writer.run(
+            commands.PutInventory(node_from_inventory("h100", _inv(True), store.catalog))
         )
         clock.advance(seconds=30)
         assert [a.kind for a in (await monitor.round()).resolved] == ["gpu_unhealthy"]
@@ -258,8 +259,8 @@ def test_the_database_away_raises_its_alert_and_audits_it_once_back(tmp_path: Pa
     monitor, writer, notifier = monitor_for(store, hook)
 
     async def scenario() -> None:
-        await writer.call(
-            store.put_inventory, node_from_inventory("h100", _inv(False), store.catalog)
+        await writer.run(
+            commands.PutInventory(node_from_inventory("h100", _inv(False), store.catalog))
         )
         assert [a.kind for a in (await monitor.round()).raised] == ["gpu_unhealthy"]
         hook.calls.clear()

@@ -414,7 +414,7 @@ def test_reclaimable_for_returns_the_borrowed_lease_that_makes_room():
     ask = req("v", "h100", "vip")
     assert queued(alloc.decide(ask, 3)).within_guarantee
     found = alloc.reclaimable_for(ask, 3)
-    # lowest priority first, then the most recently granted: b2
+    # b's leases are both borrowed: the younger goes (``borrowing.reclaim_order``)
     assert found == ["b2"]
     # the query changed nothing
     assert alloc.gpus[alloc.leases["b2"].slots[0].gpu].whole_lease == "b2"
@@ -423,13 +423,16 @@ def test_reclaimable_for_returns_the_borrowed_lease_that_makes_room():
     granted(alloc.submit(ask, 5))
 
 
-def test_reclaimable_for_prefers_lower_priority():
+def test_reclaimable_for_takes_the_most_over_guarantee_first():
+    """The reclaim rules' one order (``borrowing.reclaim_order``): the owner most over
+    guarantee first, then the youngest; not the lowest priority or the newest overall."""
     quotas = QuotaBook(users={"vip": QuotaSpec(guarantee=Fraction(1))})
     alloc = pool(quotas)
-    granted(alloc.submit(req("hi", "h100", "b", priority=3, arrival=9), 0))
-    granted(alloc.submit(req("lo", "h100", "b", priority=0, arrival=0), 0))
-    fill_h100(alloc, n=2)
-    assert alloc.reclaimable_for(req("v", "h100", "vip"), 1) == ["lo"]
+    granted(alloc.submit(req("b0", "h100", "b", arrival=0), 0))
+    granted(alloc.submit(req("b1", "h100", "b", arrival=1), 0))
+    granted(alloc.submit(req("a0", "h100", "a", priority=-5, arrival=5), 0))  # newest, lowest
+    fill_h100(alloc, n=1)
+    assert alloc.reclaimable_for(req("v", "h100", "vip"), 1) == ["b1"]
 
 
 def test_reclaimable_for_never_offers_leases_within_guarantee():

@@ -12,6 +12,7 @@ from alembic.migration import MigrationContext
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import make_engine, upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.store import Store, StoreError
 from tests.fakes import STORE_POOL as POOL
@@ -334,9 +335,7 @@ def test_a_request_queued_and_granted_in_one_batch_is_granted_in_the_rows(db_url
     upgrade(db_url)
     store = make_store(db_url, clock)
     first = store.allocate("alice", "", "h100")  # the pool's one H100
-    out = store.run_batch(
-        [(store.allocate, ("bob", "", "h100"), {}), (store.release, (first["id"],), {})]
-    )
+    out = store.run_batch([commands.Allocate("bob", "", "h100"), commands.Release(first["id"])])
     assert [r["state"] for r in out] == ["queued", "released"]
     lease = store.lease(out[0]["id"])
     assert lease["state"] == "granted" and [s["kind"] for s in lease["slots"]] == ["gpu"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.store import Store, StoreError
 from tests.fakes import lease_events as events
@@ -32,11 +33,11 @@ def test_batch_releases_load_their_leases_at_once(db_url, clock):
     sent = counting(store)
     out = store.run_batch(
         [
-            (store.release, (a["id"],), {"actor": "t"}),
-            (store.keepalive, (b["id"],), {"actor": "t"}),
-            (store.release, ("no-such-lease",), {}),
-            (store.release, (h["id"],), {"actor": "t"}),  # promotes erin
-            (store.release, (b["id"],), {"actor": "t"}),  # kept alive above, same batch
+            commands.Release(a["id"], actor="t"),
+            commands.Keepalive(b["id"], actor="t"),
+            commands.Release("no-such-lease"),
+            commands.Release(h["id"], actor="t"),  # promotes erin
+            commands.Release(b["id"], actor="t"),  # kept alive above, same batch
         ]
     )
     assert out[0]["state"] == "released" and out[0]["slots"]
@@ -71,12 +72,11 @@ def test_failed_batch_writes_nothing(db_url, clock):
     store = make_store(db_url, clock)
     a = store.allocate("alice", "", "h100")
 
-    def boom() -> None:
-        raise RuntimeError("boom")
-
+    # a malformed command that fails with an error, not a refusal, after the release wrote
+    broken = commands.Allocate("bob", "", "h100", groups=5)  # type: ignore[arg-type]
     try:
-        store.run_batch([(store.release, (a["id"],), {}), (boom, (), {})])
-    except RuntimeError:
+        store.run_batch([commands.Release(a["id"]), broken])
+    except TypeError:
         pass
     else:
         raise AssertionError("the batch should have failed")
@@ -89,10 +89,10 @@ def test_a_malformed_request_fails_alone_in_its_batch(db_url, clock):
     store = make_store(db_url, clock)
     out = store.run_batch(
         [
-            (store.allocate, ("alice", "", "a100-1g"), {}),
-            (store.allocate, ("bob", "", ""), {}),  # no offer: refused before it writes
-            (store.allocate, ("", "", "a100-1g"), {}),  # no user
-            (store.allocate, ("carol", "", "a100-1g"), {}),
+            commands.Allocate("alice", "", "a100-1g"),
+            commands.Allocate("bob", "", ""),  # no offer: refused before it writes
+            commands.Allocate("", "", "a100-1g"),  # no user
+            commands.Allocate("carol", "", "a100-1g"),
         ]
     )
     assert out[0]["state"] == "granted" and out[3]["state"] == "granted"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.store import Store, StoreError
 from tests.fakes import APPROVAL_POOL, make_instances, make_store
 
@@ -33,10 +34,10 @@ def test_a_batch_looks_up_requests_awaiting_approval_once(db_url, clock):
     sent = state_selects(store)
     out = store.run_batch(
         [
-            (store.allocate, ("admin", "", "h100"), {}),  # the server's request still waits
-            (store.allocate, ("admin", "other", "h100"), {}),
-            (store.allocate, ("dana", "a", "h100"), {}),
-            (store.allocate, ("dana", "b", "h100"), {}),
+            commands.Allocate("admin", "", "h100"),  # the server's request still waits
+            commands.Allocate("admin", "other", "h100"),
+            commands.Allocate("dana", "a", "h100"),
+            commands.Allocate("dana", "b", "h100"),
         ]
     )
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
@@ -58,8 +59,8 @@ def test_a_request_withdrawn_earlier_in_the_batch_no_longer_blocks_its_server(db
     ask = store.allocate("admin", "", "big", reason="the paper deadline")
     out = store.run_batch(
         [
-            (store.release, (ask["id"],), {}),
-            (store.allocate, ("admin", "", "h100"), {}),
+            commands.Release(ask["id"]),
+            commands.Allocate("admin", "", "h100"),
         ]
     )
     assert out[0]["state"] == "released" and out[0]["release_reason"] == "withdrawn"
@@ -84,16 +85,20 @@ def test_a_request_asked_earlier_in_the_batch_blocks_its_server_after_a_flush(db
     upgrade(db_url)
     store = make_store(db_url, clock, APPROVAL_POOL)
 
-    def flush() -> None:  # what releasing a planned MIG instance does in the middle of a batch
-        store._local.active[0].flush()
+    def flush(kind: str, _data: dict) -> None:
+        # what releasing a planned MIG instance does in the middle of a batch: a flush, here
+        # right after the first request was asked (the store's listeners run in its transaction)
+        if kind == "approval-requested":
+            store._local.active[0].flush()
 
+    store.listeners.append(flush)
     out = store.run_batch(
         [
-            (store.allocate, ("admin", "", "big"), {"reason": "the paper deadline"}),
-            (flush, (), {}),
-            (store.allocate, ("admin", "", "big"), {"reason": "asked twice"}),
+            commands.Allocate("admin", "", "big", reason="the paper deadline"),
+            commands.Allocate("admin", "", "big", reason="asked twice"),
         ]
     )
+    out.insert(1, None)  # where the flush was
     assert out[0]["state"] == "awaiting_approval"
     assert isinstance(out[2], StoreError) and out[2].code == "already_allocated"
     assert out[0]["id"] in out[2].message
@@ -137,12 +142,12 @@ def test_a_batch_counts_requests_against_the_cap_without_a_query_per_allocate(db
     sent = state_selects(store)
     out = store.run_batch(
         [
-            (store.allocate, ("admin", "a", "h100"), {}),  # 1 awaiting + 0 held: granted
-            (store.allocate, ("admin", "b", "big"), {"reason": "a second paper"}),  # 2 of 3
-            (store.allocate, ("admin", "c", "h100"), {}),  # 2 awaiting + 1 held: at the cap
-            (store.release, (ask["id"],), {}),  # withdrawn: one fewer
-            (store.allocate, ("admin", "d", "h100"), {}),
-            (store.allocate, ("admin", "e", "h100"), {}),  # at the cap again
+            commands.Allocate("admin", "a", "h100"),  # 1 awaiting + 0 held: granted
+            commands.Allocate("admin", "b", "big", reason="a second paper"),  # 2 of 3
+            commands.Allocate("admin", "c", "h100"),  # 2 awaiting + 1 held: at the cap
+            commands.Release(ask["id"]),  # withdrawn: one fewer
+            commands.Allocate("admin", "d", "h100"),
+            commands.Allocate("admin", "e", "h100"),  # at the cap again
         ]
     )
     assert out[0]["state"] == "granted"
@@ -170,12 +175,12 @@ def test_a_pool_with_no_request_awaiting_approval_skips_the_lookup(db_url, clock
     replica = make_store(db_url, clock, APPROVAL_POOL, max_requests_per_user=5)
     store.pool(detail=False)  # caught up with the replica's config load: rebuilt, and looked once
     sent = state_selects(store)
-    out = store.run_batch([(store.allocate, ("dana", f"s{i}", "h100"), {}) for i in range(3)])
+    out = store.run_batch([commands.Allocate("dana", f"s{i}", "h100") for i in range(3)])
     assert [r["state"] for r in out] == ["granted"] * 3
     assert sent == []  # no lookup of requests awaiting approval, no count per allocate
     ask = replica.allocate("admin", "", "big", reason="the paper deadline")
     assert ask["state"] == "awaiting_approval"
-    out = store.run_batch([(store.allocate, ("admin", "", "h100"), {})])
+    out = store.run_batch([commands.Allocate("admin", "", "h100")])
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
     assert ask["id"] in out[0].message
     # the rebuild (its live leases, then the check), then the batch's lookup
@@ -183,11 +188,11 @@ def test_a_pool_with_no_request_awaiting_approval_skips_the_lookup(db_url, clock
     # its own ask: the next batch looks them up again (in the same batch, the ask's note)
     out = store.run_batch(
         [
-            (store.allocate, ("dana", "big", "big"), {"reason": "a second paper"}),
-            (store.allocate, ("dana", "big", "h100"), {}),
+            commands.Allocate("dana", "big", "big", reason="a second paper"),
+            commands.Allocate("dana", "big", "h100"),
         ]
     )
     assert out[0]["state"] == "awaiting_approval"
     assert isinstance(out[1], StoreError) and out[1].code == "already_allocated"
-    out = store.run_batch([(store.allocate, ("dana", "big", "h100"), {})])
+    out = store.run_batch([commands.Allocate("dana", "big", "h100")])
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"

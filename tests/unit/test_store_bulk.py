@@ -19,6 +19,7 @@ from psycopg import _queries, pq
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import analyse_if_never, make_engine, upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.store import Store, bulk
 from jupyterhub_gpupool.store.rows import new_row
 from tests.fakes import APPROVAL_POOL, StoreClock, make_instances, make_store
@@ -38,7 +39,7 @@ def story(store: Store, clock: StoreClock) -> dict[str, str]:
 
     out = store.run_batch(
         [
-            (store.allocate, (u, "", o), {"actor": AWKWARD})
+            commands.Allocate(u, "", o, actor=AWKWARD)
             for u, o in (
                 ("alice", "a100-1g"),
                 ("bob", "a100-3g"),
@@ -50,16 +51,16 @@ def story(store: Store, clock: StoreClock) -> dict[str, str]:
     ids.update({r["user"]: r["id"] for r in out})
     assert [r["state"] for r in out] == ["granted", "granted", "granted", "queued"]
     make_instances(store)  # the MIG instances exist: their leases can be bound
-    store.run_batch([(store.keepalive, (ids[u],), {"actor": u}) for u in ("alice", "bob")])
+    store.run_batch([commands.Keepalive(ids[u], actor=u) for u in ("alice", "bob")])
     clock.advance(seconds=30)
     out = store.run_batch(
         [
             # made before the flush that retires alice's instance: on PostgreSQL the session
             # takes the staged lease over for that flush
-            (store.allocate, ("erin", "", "a100-1g"), {"actor": "erin"}),
-            (store.release, (ids["carol"],), {"actor": "carol"}),  # dave gets the H100
-            (store.release, (ids["alice"],), {"actor": "alice"}),  # its instance goes too
-            (store.allocate, ("ivy", "", "a100-7g"), {"actor": "ivy", "groups": ["ml"]}),
+            commands.Allocate("erin", "", "a100-1g", actor="erin"),
+            commands.Release(ids["carol"], actor="carol"),  # dave gets the H100
+            commands.Release(ids["alice"], actor="alice"),  # its instance goes too
+            commands.Allocate("ivy", "", "a100-7g", actor="ivy", groups=["ml"]),
         ]
     )
     ids["erin"], ids["ivy"] = out[0]["id"], out[3]["id"]
@@ -178,14 +179,14 @@ def test_a_batch_takes_two_round_trips_whatever_its_size(pg_url, clock, tmp_path
     none of them once per row, and the releases before the grants of the slots they free."""
     upgrade(pg_url)
     store = make_store(pg_url, clock, APPROVAL_POOL)  # four H100s
-    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(4)])
+    out = store.run_batch([commands.Allocate(f"u{i}", "", "h100") for i in range(4)])
     trace = tmp_path / "trace"
     returned: list[bool] = []  # each connection's autocommit as it went back to the pool
     sa.event.listen(store.engine, "checkin", lambda c, _r: returned.append(c.autocommit))
     with protocol_trace(store, trace):
         out = store.run_batch(
-            [(store.release, (r["id"],), {}) for r in out]
-            + [(store.allocate, (f"v{i}", "", "h100"), {}) for i in range(4)]  # the freed GPUs
+            [commands.Release(r["id"]) for r in out]
+            + [commands.Allocate(f"v{i}", "", "h100") for i in range(4)]  # the freed GPUs
         )
     assert [r["state"] for r in out] == ["released"] * 4 + ["granted"] * 4
     trips = round_trips(trace)
@@ -242,8 +243,8 @@ def test_a_batch_whose_pipelined_commit_fails_is_rolled_back_whole(pg_url, clock
     try:
         store.run_batch(
             [
-                (store.release, (kept["id"],), {}),
-                (store.allocate, ("bob", "", "h100"), {}),  # the slot mallory holds
+                commands.Release(kept["id"]),
+                commands.Allocate("bob", "", "h100"),  # the slot mallory holds
             ]
         )
     except sa.exc.IntegrityError as e:
@@ -267,7 +268,7 @@ def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_
     store_unavailable to it) and is not handed out again; nothing of the batch was written."""
     upgrade(pg_url)
     store = make_store(pg_url, clock, APPROVAL_POOL)
-    a, b = store.run_batch([(store.allocate, (u, "", "h100"), {}) for u in ("a", "b")])
+    a, b = store.run_batch([commands.Allocate(u, "", "h100") for u in ("a", "b")])
     database = store.engine.url.database
     with sa.create_engine(store.engine.url).connect() as admin:  # the store's own go away
         ended = admin.execute(
@@ -279,13 +280,13 @@ def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_
         ).scalar()
     assert ended >= 1
     try:
-        store.run_batch([(store.release, (a["id"],), {}), (store.release, (b["id"],), {})])
+        store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
     except sa.exc.OperationalError:
         pass
     else:
         raise AssertionError("a batch on a lost connection did not fail")
     assert store.lease(a["id"])["state"] == "granted"  # nothing of it was written
-    out = store.run_batch([(store.release, (a["id"],), {}), (store.release, (b["id"],), {})])
+    out = store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
     assert [r["state"] for r in out] == ["released", "released"]
 
 
@@ -363,9 +364,9 @@ def test_a_new_pools_tables_are_analysed_once_after_its_first_grants(db_url, clo
     addressed = {"leases", "lease_slots", "pool_changes"}
     expected = addressed if store.engine.dialect.name == "postgresql" else set()
     assert never_analysed() >= expected
-    out = store.run_batch([(store.allocate, (f"u{i}", "", "h100"), {}) for i in range(2)])
+    out = store.run_batch([commands.Allocate(f"u{i}", "", "h100") for i in range(2)])
     assert never_analysed() >= expected and store.analyse_after == 3  # 2 grants of 3
-    out += store.run_batch([(store.allocate, ("u2", "", "h100"), {})])
+    out += store.run_batch([commands.Allocate("u2", "", "h100")])
     assert store.analyse_after is None  # once per process
     assert not never_analysed() & addressed
     assert [r["state"] for r in out] == ["granted"] * 3

@@ -12,6 +12,7 @@ import pytest
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.allocator import Allocator
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.store.rebuild import build_allocator
@@ -94,7 +95,7 @@ def pair(db_url: str, clock: StoreClock) -> tuple[Store, Store]:
 
 def batch(store: Store, rng: random.Random, live: dict[str, str], n: int) -> None:
     """``n`` random asks and releases of whole or shared GPUs, in one batch."""
-    calls: list[tuple[Any, tuple, dict]] = []
+    calls: list[commands.Command] = []
     chosen: set[str] = set()
     for _ in range(n):
         if live and rng.random() < 0.45:
@@ -102,16 +103,16 @@ def batch(store: Store, rng: random.Random, live: dict[str, str], n: int) -> Non
             if lease_id in chosen:
                 continue
             chosen.add(lease_id)
-            calls.append((store.release, (lease_id,), {}))
+            calls.append(commands.Release(lease_id))
         else:
             user = rng.choice(USERS)
             server, offer = f"s{rng.randrange(10**6)}", rng.choice(WHOLE_OR_SHARED)
-            calls.append((store.allocate, (user, server, offer), {}))
-    for (fn, args, _), out in zip(calls, store.run_batch(calls), strict=True):
+            calls.append(commands.Allocate(user, server, offer))
+    for cmd, out in zip(calls, store.run_batch(calls), strict=True):
         if isinstance(out, Exception):
             continue
-        if fn.__name__ == "release":
-            live.pop(args[0], None)
+        if isinstance(cmd, commands.Release):
+            live.pop(cmd.lease_id, None)
         elif out["state"] in ("granted", "queued"):
             live[out["id"]] = out["state"]
 
@@ -150,12 +151,12 @@ def test_other_changes_and_mig_leases_rebuild(pair):
     assert caught_up(b) == rebuilt(b)
     assert b.rebuilds == before + 1
 
-    a.run_batch([(a.allocate, ("u2", "s2", "a100-1g"), {})])  # a MIG slice: instances too
+    a.run_batch([commands.Allocate("u2", "s2", "a100-1g")])  # a MIG slice: instances too
     assert caught_up(b) == rebuilt(b)
     assert b.rebuilds == before + 2
 
     catch_ups = b.catch_ups
-    a.run_batch([(a.release, (lease["id"],), {})])
+    a.run_batch([commands.Release(lease["id"])])
     assert caught_up(b) == rebuilt(b)
     assert (b.rebuilds, b.catch_ups) == (before + 2, catch_ups + 1)
 
@@ -164,8 +165,8 @@ def test_a_gap_in_the_history_rebuilds(pair):
     """Change rows pruned (or never written by older code): the other process rebuilds."""
     a, b = pair
     caught_up(b)
-    a.run_batch([(a.allocate, ("u1", "s1", "h100"), {})])
-    a.run_batch([(a.allocate, ("u2", "s2", "h100"), {})])
+    a.run_batch([commands.Allocate("u1", "s1", "h100")])
+    a.run_batch([commands.Allocate("u2", "s2", "h100")])
     with a.writing() as db:
         db.query(orm.PoolChangeRow).delete()
     before = b.rebuilds

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.store import Store, snapshots
 from tests.fakes import APPROVAL_POOL, StoreClock, make_store
 
@@ -44,16 +45,16 @@ def _story(store: Store, clock: StoreClock) -> tuple[list[Any], list[str], dict[
     """Three grants (one bound), then one batch releasing two and granting another: its
     answers, the leases the ORM loaded in that batch, and lease id → user."""
     made = store.run_batch(
-        [(store.allocate, (u, "", "h100"), {"actor": u}) for u in ("alice", "bob", "carol")]
+        [commands.Allocate(u, "", "h100", actor=u) for u in ("alice", "bob", "carol")]
     )
     store.keepalive(made[0]["id"], actor="alice")  # active; bob's and carol's only granted
     clock.advance(seconds=30)
     with orm_loads() as loaded:
         out = store.run_batch(
             [
-                (store.release, (made[0]["id"],), {"actor": "alice"}),
-                (store.allocate, ("dave", "", "h100"), {"actor": "dave"}),
-                (store.release, (made[1]["id"],), {"reason": "cancelled", "actor": "bob"}),
+                commands.Release(made[0]["id"], actor="alice"),
+                commands.Allocate("dave", "", "h100", actor="dave"),
+                commands.Release(made[1]["id"], reason="cancelled", actor="bob"),
             ]
         )
     names = {r["id"]: r["user"] for r in (*made, *out)}
@@ -102,24 +103,22 @@ def test_leases_something_else_could_read_are_loaded_as_rows(pg_url):
     clock = StoreClock()
     store = make_store(pg_url, clock, APPROVAL_POOL)
     a, b, c, d = store.run_batch(
-        [(store.allocate, (u, "", "h100"), {"actor": u}) for u in ("a", "b", "c", "d")]
+        [commands.Allocate(u, "", "h100", actor=u) for u in ("a", "b", "c", "d")]
     )
     with orm_loads() as loaded:
         twice = store.run_batch(
-            [(store.release, (a["id"],), {}), (store.release, (a["id"],), {"reason": "cancelled"})]
+            [commands.Release(a["id"]), commands.Release(a["id"], reason="cancelled")]
         )
     assert loaded == [a["id"]]
     assert [r["state"] for r in twice] == ["released", "released"]
     assert twice[1]["release_reason"] == "stopped"  # the second found it released already
     with orm_loads() as loaded:
-        bound, released = store.run_batch(
-            [(store.keepalive, (b["id"],), {}), (store.release, (c["id"],), {})]
-        )
+        bound, released = store.run_batch([commands.Keepalive(b["id"]), commands.Release(c["id"])])
     assert sorted(loaded) == sorted([b["id"], c["id"]])
     assert (bound["state"], released["state"]) == ("active", "released")
     store.admin_reclaim(d["id"], grace=600, actor="root")  # a notice with a deadline
     with orm_loads() as loaded:
-        (out,) = store.run_batch([(store.release, (d["id"],), {})])
+        (out,) = store.run_batch([commands.Release(d["id"])])
     assert loaded == [d["id"]] and out["state"] == "released"
     with store.read() as db:
         kinds = db.scalars(

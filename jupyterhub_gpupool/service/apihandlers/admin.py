@@ -7,6 +7,7 @@ import csv
 import io
 from datetime import timedelta
 
+from ...pool import commands
 from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
@@ -40,7 +41,7 @@ class QuotaHandler(APIHandler):
             }
         )
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.put_quota, kind, name, body, actor=actor))
+        self.write_json(await self.writer.run(commands.PutQuota(kind, name, body, actor=actor)))
 
     @needs("admin", "change quotas")
     async def patch(self, kind: str, name: str) -> None:
@@ -59,9 +60,7 @@ class QuotaHandler(APIHandler):
             }
         )
         actor = self.identity.describe()
-        self.write_json(
-            await self.writer.call(self.store.patch_quota, kind, name, body, actor=actor)
-        )
+        self.write_json(await self.writer.run(commands.PatchQuota(kind, name, body, actor=actor)))
 
     @staticmethod
     def _check_name(name: str) -> None:
@@ -76,7 +75,7 @@ class QuotaHandler(APIHandler):
     async def delete(self, kind: str, name: str) -> None:
         """Reset: drop the API override so the pool config file's quota applies again."""
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.reset_quota, kind, name, actor=actor))
+        self.write_json(await self.writer.run(commands.ResetQuota(kind, name, actor=actor)))
 
 
 class NodeActionHandler(APIHandler):
@@ -94,7 +93,7 @@ class NodeActionHandler(APIHandler):
             if body:
                 field = sorted(body)[0]
                 raise APIError("invalid_field", f"only a drain takes {field}", field=field)
-            out = await self.writer.call(self.store.set_node, name, action, actor=actor)
+            out = await self.writer.run(commands.SetNode(name, action, actor=actor))
             for lease_id in out.get("withdrawn", ()):  # an uncordon's withdrawn drain notices
                 lease = self.store.lease(lease_id)
                 why = f"the node {name} is back in service"
@@ -107,12 +106,13 @@ class NodeActionHandler(APIHandler):
         if body.get("deadline") is not None:
             deadline = parse_time(body["deadline"], "deadline")
         self.write_json(
-            await self.writer.call(
-                self.store.drain_node,
-                name,
-                deadline,
-                action=body.get("action", "stop"),
-                actor=actor,
+            await self.writer.run(
+                commands.DrainNode(
+                    name,
+                    deadline,
+                    action=body.get("action", "stop"),
+                    actor=actor,
+                )
             )
         )
 

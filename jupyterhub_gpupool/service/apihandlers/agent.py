@@ -11,6 +11,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+from ...pool import commands
 from ..ingest import InventoryError, ingest, node_from_inventory
 from ..utilization import Sample, lease_util_pairs
 from .base import MAX_STR, APIError, APIHandler, needs
@@ -76,7 +77,7 @@ class InventoryHandler(APIHandler):
         except InventoryError as e:
             raise APIError("invalid_field", e.detail, field=e.field, allowed=e.allowed) from None
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.put_inventory, node, actor=actor))
+        self.write_json(await self.writer.run(commands.PutInventory(node, actor=actor)))
 
 
 class SamplesHandler(APIHandler):
@@ -157,7 +158,7 @@ class SamplesHandler(APIHandler):
             self.settings["busy_threshold"],
             self.settings["minutes"],
         )
-        await self.writer.call(self.store.add_busy, busy, node=name)
+        await self.writer.run(commands.AddBusy(busy, node=name))
         self.write_json(
             {
                 "accepted": len(samples),
@@ -209,7 +210,7 @@ class MigResultsHandler(APIHandler):
                     raise _bad(f"{where}.{key}", "must be a string (at most 64 characters) or null")
             results.append(r)
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.mig_results, name, results, actor=actor))
+        self.write_json(await self.writer.run(commands.MigResults(name, results, actor=actor)))
 
 
 default_handlers = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...hubclient import HubUnavailable
+from ...pool import commands
 from ...pool.errors import PoolError
 from ...poolconfig import DNS_LABEL
 from ...store import lease_not_found
@@ -83,7 +84,7 @@ class AllocationsHandler(APIHandler):
         try:
             lease = await self._allocate(user, server, body, member_of, priority, clusters)
         except PoolError as e:  # counted for capacity planning (no lease row is written)
-            await self.writer.call(self.store.record_refusal, body["offer"], e.code)
+            await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
         self.store.note_holder(lease["id"], lease["user"], lease.get("hub"))
         if lease["state"] == "awaiting_approval":
@@ -101,19 +102,20 @@ class AllocationsHandler(APIHandler):
         clusters: list[str],
     ) -> dict[str, Any]:
         ident = self.identity
-        return await self.writer.call(
-            self.store.allocate,
-            user,
-            server,
-            body["offer"],
-            group=body.get("group"),
-            groups=member_of,
-            priority=priority,
-            actor=ident.describe(),
-            clusters=clusters,
-            reason=body.get("reason", ""),
-            duration=body.get("duration"),
-            hub=self.asking_hub,
+        return await self.writer.run(
+            commands.Allocate(
+                user,
+                server,
+                body["offer"],
+                group=body.get("group"),
+                groups=member_of,
+                priority=priority,
+                actor=ident.describe(),
+                clusters=clusters,
+                reason=body.get("reason", ""),
+                duration=body.get("duration"),
+                hub=self.asking_hub,
+            )
         )
 
     async def _check_server(self, user: str, server: str) -> None:
@@ -188,7 +190,7 @@ class AllocationHandler(_LeaseHandler):
         if reason not in ("stopped", "cancelled") and not self.identity.is_spawner:
             self.require(False, f"release with reason {reason!r}")
         actor = self.identity.describe()
-        released = await self.writer.call(self.store.release, lease_id, reason=reason, actor=actor)
+        released = await self.writer.run(commands.Release(lease_id, reason=reason, actor=actor))
         # the release served the queue: a restart waiting on a target it granted goes now
         self.settings["restarts"].wake()
         self.write_json(released)
@@ -204,7 +206,7 @@ class ResizeHandler(_LeaseHandler):
         self._check(lease_id)
         body = self.json_body({"offer": (str, True)})
         actor = self.identity.describe()
-        lease = await self.writer.call(self.store.resize, lease_id, body["offer"], actor=actor)
+        lease = await self.writer.run(commands.Resize(lease_id, body["offer"], actor=actor))
         self.write_json(lease, 201)
 
 
@@ -218,7 +220,7 @@ class KeepaliveHandler(_LeaseHandler):
         self._check(lease_id)
         self.json_body({})
         actor = self.identity.describe()
-        self.write_json(await self.writer.call(self.store.keepalive, lease_id, actor=actor))
+        self.write_json(await self.writer.run(commands.Keepalive(lease_id, actor=actor)))
 
 
 class PresenceHandler(_LeaseHandler):
@@ -233,9 +235,7 @@ class PresenceHandler(_LeaseHandler):
         body = self.json_body({"idle_for": ((int, float, type(None)), True)})
         actor = self.identity.describe()
         self.write_json(
-            await self.writer.call(
-                self.store.report_presence, lease_id, body["idle_for"], actor=actor
-            )
+            await self.writer.run(commands.ReportPresence(lease_id, body["idle_for"], actor=actor))
         )
 
 
@@ -252,7 +252,7 @@ class ServerAddressHandler(_LeaseHandler):
         body = self.json_body({"url": (str, True)})
         actor = self.identity.describe()
         self.write_json(
-            await self.writer.call(self.store.set_server_url, lease_id, body["url"], actor=actor)
+            await self.writer.run(commands.SetServerUrl(lease_id, body["url"], actor=actor))
         )
 
 
@@ -284,7 +284,7 @@ class DeviceHandler(_LeaseHandler):
                 field="device",
             )
         actor = ident.describe()
-        self.write_json(await self.writer.call(self.store.rebind, lease_id, devices, actor=actor))
+        self.write_json(await self.writer.run(commands.Rebind(lease_id, devices, actor=actor)))
 
 
 default_handlers = [

@@ -4,6 +4,7 @@ waiting requests is ``GET allocations?state=awaiting_approval``."""
 
 from __future__ import annotations
 
+from ...pool import commands
 from .base import APIHandler, needs
 
 
@@ -21,13 +22,14 @@ class ApproveHandler(APIHandler):
                 "note": (str, False),
             }
         )
-        lease = await self.writer.call(
-            self.store.approve,
-            lease_id,
-            duration=body.get("duration"),
-            offer=body.get("offer"),
-            note=body.get("note", ""),
-            actor=self.identity.describe(),
+        lease = await self.writer.run(
+            commands.Approve(
+                lease_id,
+                duration=body.get("duration"),
+                offer=body.get("offer"),
+                note=body.get("note", ""),
+                actor=self.identity.describe(),
+            )
         )
         self.settings["notify"]("approved", lease, by=self.identity.name)
         self.write_json(lease)
@@ -41,8 +43,8 @@ class DenyHandler(APIHandler):
     @needs("admin", "deny requests")
     async def post(self, lease_id: str) -> None:
         body = self.json_body({"reason": (str, True)})
-        lease = await self.writer.call(
-            self.store.deny, lease_id, body["reason"], actor=self.identity.describe()
+        lease = await self.writer.run(
+            commands.Deny(lease_id, body["reason"], actor=self.identity.describe())
         )
         self.settings["notify"]("denied", lease, by=self.identity.name)
         self.write_json(lease)

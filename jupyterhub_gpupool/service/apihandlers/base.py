@@ -165,7 +165,8 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def writer(self) -> Writer:
-        """The one write path: every change goes through ``writer.call(store.method, ...)``."""
+        """The one write path: every change is a command (``pool/commands.py``) that
+        ``writer.run(command)`` applies."""
         return self.settings["writer"]
 
     @property

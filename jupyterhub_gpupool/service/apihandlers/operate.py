@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 
+from ...pool import commands
 from ...store import utcnow
 from ...store.rows import epoch
 from .base import APIError, APIHandler, needs
@@ -30,14 +31,15 @@ class ReclaimNowHandler(APIHandler):
             }
         )
         self.write_json(
-            await self.writer.call(
-                self.store.admin_reclaim,
-                lease_id,
-                immediately=body.get("immediately", False),
-                grace=body.get("grace"),
-                action=body.get("action", "stop"),
-                reason=body.get("reason", ""),
-                actor=self.identity.describe(),
+            await self.writer.run(
+                commands.AdminReclaim(
+                    lease_id,
+                    immediately=body.get("immediately", False),
+                    grace=body.get("grace"),
+                    action=body.get("action", "stop"),
+                    reason=body.get("reason", ""),
+                    actor=self.identity.describe(),
+                )
             )
         )
 
@@ -51,11 +53,12 @@ class ExtendNoticeHandler(APIHandler):
     async def post(self, lease_id: str) -> None:
         body = self.json_body({"seconds": ((int, float), True)})
         self.write_json(
-            await self.writer.call(
-                self.store.extend_notice,
-                lease_id,
-                float(body["seconds"]),
-                actor=self.identity.describe(),
+            await self.writer.run(
+                commands.ExtendNotice(
+                    lease_id,
+                    float(body["seconds"]),
+                    actor=self.identity.describe(),
+                )
             )
         )
 
@@ -70,11 +73,12 @@ class CancelNoticeHandler(APIHandler):
     @needs("admin", "cancel reclaim notices")
     async def post(self, lease_id: str) -> None:
         body = self.json_body({"reason": (str, False)})
-        lease = await self.writer.call(
-            self.store.cancel_notice,
-            lease_id,
-            body.get("reason", ""),
-            actor=self.identity.describe(),
+        lease = await self.writer.run(
+            commands.CancelNotice(
+                lease_id,
+                body.get("reason", ""),
+                actor=self.identity.describe(),
+            )
         )
         reason = body.get("reason", "").strip() or "no reason given"
         self.settings["notify"]("notice-cancelled", lease, by=self.identity.name, reason=reason)
@@ -99,13 +103,14 @@ class NodeRepartitionHandler(APIHandler):
         if body.get("dry_run"):
             self.write_json(self.store.repartition_plan(node, body["gpu"], body["layout"]))
             return
-        rep = await self.writer.call(
-            self.store.request_repartition,
-            node,
-            body["gpu"],
-            body["layout"],
-            notice_seconds=body.get("notice_seconds"),
-            actor=self.identity.describe(),
+        rep = await self.writer.run(
+            commands.RequestRepartition(
+                node,
+                body["gpu"],
+                body["layout"],
+                notice_seconds=body.get("notice_seconds"),
+                actor=self.identity.describe(),
+            )
         )
         self.write_json(rep, 201)
 
@@ -138,8 +143,8 @@ class RepartitionHandler(APIHandler):
         if not rep_id.isdigit() or len(rep_id) > 9:
             raise APIError("not_found", f"no re-partition {rep_id!r}", field="id")
         self.write_json(
-            await self.writer.call(
-                self.store.cancel_repartition, int(rep_id), actor=self.identity.describe()
+            await self.writer.run(
+                commands.CancelRepartition(int(rep_id), actor=self.identity.describe())
             )
         )
 

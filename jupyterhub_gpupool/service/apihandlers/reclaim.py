@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...pool import commands
 from ...pool.reclaim import KERNEL_STATES, GpuSample, KernelView, PresenceView
 from ...store.reclaim import Device, Observation
 from .base import APIError, APIHandler, needs
@@ -114,8 +115,8 @@ class LeaderHandler(APIHandler):
         body = self.json_body({"holder": (str, True), "ttl": ((int, float), False)})
         ttl = float(body.get("ttl", 60))
         self.write_json(
-            await self.writer.call(
-                self.store.take_leader, body["holder"], ttl, actor=self.identity.describe()
+            await self.writer.run(
+                commands.TakeLeader(body["holder"], ttl, actor=self.identity.describe())
             )
         )
 
@@ -125,9 +126,7 @@ class LeaderHandler(APIHandler):
         if not holder:
             raise APIError("invalid_argument", "holder is required", field="holder")
         self.write_json(
-            await self.writer.call(
-                self.store.give_up_leader, holder, actor=self.identity.describe()
-            )
+            await self.writer.run(commands.GiveUpLeader(holder, actor=self.identity.describe()))
         )
 
 
@@ -157,13 +156,14 @@ class RoundHandler(APIHandler):
         observed = parse_observed(body.get("observed") or {})
         samples = self._samples(window)
         self.write_json(
-            await self.writer.call(
-                self.store.reclaim_round,
-                body["holder"],
-                window,
-                observed,
-                samples,
-                actor=self.identity.describe(),
+            await self.writer.run(
+                commands.ReclaimRound(
+                    body["holder"],
+                    window,
+                    observed,
+                    samples,
+                    actor=self.identity.describe(),
+                )
             )
         )
 
@@ -208,14 +208,15 @@ class OutcomeHandler(APIHandler):
                     field=f"saved[{i}]",
                 )
         self.write_json(
-            await self.writer.call(
-                self.store.reclaim_outcome,
-                lease_id,
-                body["holder"],
-                body["result"],
-                saved,
-                body.get("detail", ""),
-                actor=self.identity.describe(),
+            await self.writer.run(
+                commands.ReclaimOutcome(
+                    lease_id,
+                    body["holder"],
+                    body["result"],
+                    saved,
+                    body.get("detail", ""),
+                    actor=self.identity.describe(),
+                )
             )
         )
 
@@ -235,15 +236,13 @@ class PoliciesHandler(APIHandler):
             {"default": (dict, False), "priority_classes": (dict, False), "offers": (dict, False)}
         )
         self.write_json(
-            await self.writer.call(
-                self.store.put_reclaim_policy, body, actor=self.identity.describe()
-            )
+            await self.writer.run(commands.PutReclaimPolicy(body, actor=self.identity.describe()))
         )
 
     @needs("admin", "change reclaim policies")
     async def delete(self) -> None:
         self.write_json(
-            await self.writer.call(self.store.reset_reclaim_policy, actor=self.identity.describe())
+            await self.writer.run(commands.ResetReclaimPolicy(actor=self.identity.describe()))
         )
 
 

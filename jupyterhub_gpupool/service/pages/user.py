@@ -13,6 +13,7 @@ from typing import Any
 
 from tornado import web
 
+from ...pool import commands
 from ...pool.codes import describe
 from ...pool.errors import PoolError
 from ...store import StoreError
@@ -137,7 +138,7 @@ class KeepHandler(UserPageHandler):
         if holder != (name, None):
             raise web.HTTPError(404, "no such lease")
         try:
-            await self.settings["writer"].call(self.store.keepalive, lease_id, actor=f"user:{name}")
+            await self.settings["writer"].run(commands.Keepalive(lease_id, actor=f"user:{name}"))
         except PoolError as e:
             self.redirect(f"{self.prefix}?refused={e.code}")
             return
