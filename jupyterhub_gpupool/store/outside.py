@@ -1,8 +1,8 @@
 """What the cluster says about devices: held outside the pool, and the device a pod really got.
 
 Both are commands like the others (``pool.commands``, through the service's writer, one
-transaction under the pool lock); the rules are ``pool.outside``'s. ``set_outside`` records the marks on a
-node (``nodes.outside``) and, when marks go away, serves the queue with what they free;
+transaction under the pool lock); the rules are ``pool.outside``'s. ``set_outside`` records the
+marks on a node (``nodes.outside``) and, when marks go away, serves the queue with what they free;
 ``rebind`` moves a lease's slots to the devices its pod runs on (audit ``rebound``).
 """
 
