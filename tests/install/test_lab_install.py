@@ -6,6 +6,7 @@ none of the pool's database stack."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,15 @@ def test_the_lab_package_brings_the_client_and_nothing_of_the_extras(user_image)
     assert {"jupyterhub-gpupool", "jupyterlab-gpupool", "jupyterhub", "jupyter-server"} <= have
     for extra in ("psycopg", "numpy", "scipy", "pytest", "jupyterhub-kubespawner"):
         assert extra not in have, f"{extra} came with the lab package"
+    code = "from importlib.metadata import requires; print(requires('jupyterlab-gpupool'))"
+    needs = run([str(user_image / "python"), "-c", code], user_image).stdout
+    assert "jupyterhub-gpupool" in needs, needs  # declared, not there by luck of the line
 
 
 def test_the_server_extension_is_enabled_and_imports_light(user_image):
     listed = run([str(user_image / "jupyter"), "server", "extension", "list"], user_image)
-    assert "jupyterlab_gpupool enabled" in listed.stdout + listed.stderr
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)  # its colours
+    assert "jupyterlab_gpupool enabled" in plain and "jupyterlab_gpupool 0.1.0 OK" in plain
     code = (
         "import json, sys\n"
         "import jupyterlab_gpupool.extension, jupyterlab_gpupool.pool, jupyterlab_gpupool.fanout\n"
