@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -25,20 +24,6 @@ class HubUnavailable(Exception):
 
 class ServerUnavailable(Exception):
     """A user's server did not answer through the proxy (stopped, starting, refused, 5xx)."""
-
-
-def parse_time(value: str | None) -> float | None:
-    """Epoch seconds of a hub or Jupyter Server timestamp (ISO 8601, ``Z`` or an offset; naive
-    ones are UTC), or None."""
-    if not value:
-        return None
-    try:
-        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return stamp.timestamp()
 
 
 class HubClient:

@@ -1,23 +1,29 @@
-"""Async client of the pool service's REST API v1, shared by the spawners and other services.
+"""The one client of the pool service's REST API v1: the spawners, the reclaimer, the node agent
+and the lab server extension (``jupyterlab_gpupool.pool``) all call the pool through it.
 
-It speaks HTTP only (through tornado's ``AsyncHTTPClient``, which the hub already runs on) and
-turns answers into plain dicts or into one small exception tree, so callers can tell a refusal
-they should show to the user (:class:`PoolRefused`) from a pool that is not there right now
-(:class:`PoolUnavailable`)::
+It speaks HTTP only, through a *transport* (tornado's ``AsyncHTTPClient`` by default, which
+the hub, the lab and the agent already run on; tests pass an in-memory one), and turns answers
+into plain values or into one small exception tree, so callers can tell a refusal they should
+show (:class:`PoolRefused`) from a pool that is not there right now (:class:`PoolUnavailable`)::
 
     PoolClientError
-    ├── PoolUnavailable   connection refused, timeout, 502/503/504: try again later
-    └── PoolRefused       any other 4xx/5xx, with the service's ``code``, ``message``, ``field``
+    ├── PoolUnavailable   no answer (refused, reset, DNS, timeout), 502/503/504, or an answer
+    │                     that is not the pool's JSON: try again later
+    └── PoolRefused       any other 3xx/4xx/5xx, with the service's ``code``, ``message``,
+                          ``field`` and ``allowed``
+
+It imports nothing heavy (no SQLAlchemy, no store): the lab package depends on this
+distribution for it, in every user image (``tests/unit/test_poolclient.py`` checks). Every
+method's (HTTP method, path) and request body is checked against the OpenAPI spec
+(``tests/unit/test_poolclient_spec.py``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
-
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .logredact import redact
 
@@ -54,82 +60,162 @@ class PoolRefused(PoolClientError):
         self.allowed = allowed
 
 
-class PoolClient:
-    """Calls ``{api_url}/…`` with a hub API token (``Authorization: token …``)."""
+class Transport(Protocol):
+    """One HTTP request: ``(status, body)`` for any answer; raises when there is none."""
 
-    def __init__(self, api_url: str, token: str, *, timeout: float = 10.0) -> None:
+    def __call__(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> Awaitable[tuple[int, bytes]]: ...
+
+
+class TornadoTransport:
+    """The default transport: tornado's ``AsyncHTTPClient``. It never follows a redirect: the
+    request carries a token, which must not go wherever a ``Location`` points."""
+
+    def __init__(
+        self, timeout: float = 10.0, validate_cert: bool = True, ca_file: str | None = None
+    ) -> None:
+        self.timeout = timeout
+        self.validate_cert = validate_cert
+        self.ca_file = ca_file or None
+
+    async def __call__(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, bytes]:
+        """Send the request; connection errors and timeouts raise."""
+        from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+        req = HTTPRequest(
+            url,
+            method=method,
+            headers=headers,
+            body=body,
+            allow_nonstandard_methods=body is None and method in ("POST", "PUT", "PATCH"),
+            connect_timeout=self.timeout,
+            request_timeout=self.timeout,
+            follow_redirects=False,
+            validate_cert=self.validate_cert,
+            ca_certs=self.ca_file,
+        )
+        resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+        if resp.code == 599:  # tornado's code for "no HTTP answer at all"
+            raise ConnectionError(str(resp.error))
+        return resp.code, resp.body or b""
+
+
+def _error_of(data: Any) -> dict[str, Any] | None:
+    """The error object of an answer: the pool's ``{"error": {...}}``, or JupyterHub's own
+    ``{"status", "message"}`` (its token checks answer so before the pool sees the request)."""
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return data["error"]
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return data
+    return None
+
+
+def _path(*parts: str) -> str:
+    """A path of quoted segments (a lease id or user name never splits the path)."""
+    return "/".join(quote(p, safe="") for p in parts)
+
+
+class PoolClient:
+    """Calls ``{api_url}/…`` with an API token (``Authorization: token …``) and counts its
+    requests (``requests``: what the lab's fan-out test and the benchmark read)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        transport: Transport | None = None,
+    ) -> None:
         self.api_url = api_url.rstrip("/") + "/"
         self.token = token
         self.timeout = timeout
+        self.transport: Transport = transport or TornadoTransport(timeout)
+        self.requests = 0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What every request carries: the token, and JSON both ways."""
+        return {
+            "Authorization": f"token {self.token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
 
     async def request(
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Any = None,
         params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
     ) -> Any:
-        """One call; returns the decoded JSON (or text for non-JSON answers)."""
+        """One call; the decoded JSON answer (None for an empty one)."""
         url = self.api_url + path
         if params:
             items = params.items() if isinstance(params, Mapping) else params
-            url += "?" + urlencode([(k, v) for k, v in items if v is not None])
-        req = HTTPRequest(
-            url,
-            method=method,
-            headers={
-                "Authorization": f"token {self.token}",
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-            },
-            body=None if body is None else json.dumps(body),
-            allow_nonstandard_methods=body is None and method in ("POST", "PUT"),
-            connect_timeout=self.timeout,
-            request_timeout=self.timeout,
-        )
+            query = [(k, v) for k, v in items if v is not None]
+            if query:
+                url += "?" + urlencode(query)
+        self.requests += 1
         try:
-            resp = await AsyncHTTPClient().fetch(req, raise_error=False)
-        except (OSError, HTTPClientError) as e:  # refused, reset, DNS, timeout (599)
-            raise PoolUnavailable(f"GPU pool service unreachable at {self.api_url}: {e}") from e
-        if resp.code == 599:
+            status, raw = await self.transport(
+                method, url, self.headers, None if body is None else json.dumps(body).encode()
+            )
+        except Exception as e:  # refused, reset, DNS, timeout: all mean "not there now"
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
             raise PoolUnavailable(
-                f"GPU pool service unreachable at {self.api_url}: {resp.error}"
-            ) from resp.error
-        text = resp.body.decode("utf-8", "replace") if resp.body else ""
+                f"the GPU pool could not be reached at {self.api_url} ({why})"
+            ) from e
+        text = raw.decode("utf-8", "replace") if raw else ""
         try:
             data = json.loads(text) if text else None
+            parsed = True
         except ValueError:
-            data = text
-        if resp.code < 400:
+            data, parsed = None, False
+        if status < 300:
+            if not parsed:  # a proxy's or a login page: not the pool
+                raise PoolUnavailable(
+                    f"the GPU pool answered something that is not JSON (HTTP {status})",
+                    status=status,
+                )
             return data
-        err = data.get("error") if isinstance(data, dict) else None
-        if not isinstance(err, dict):
-            err = {"code": "http_error", "message": f"HTTP {resp.code}: {text[:200]}"}
-        message = str(err.get("message") or f"HTTP {resp.code}")
-        if resp.code in (502, 503, 504):
-            raise PoolUnavailable(message, status=resp.code, code=str(err.get("code", "")))
+        err = _error_of(data) or {}
+        code = str(err.get("code") or "")
+        if status in (502, 503, 504):
+            message = str(err.get("message") or f"the GPU pool is not answering (HTTP {status})")
+            raise PoolUnavailable(message, status=status, code=code)
+        if status < 400:
+            message = f"the GPU pool answered a redirect (HTTP {status}): check its API URL"
+        else:
+            message = str(
+                err.get("message") or f"the GPU pool answered HTTP {status}: {text[:200]}"
+            )
         raise PoolRefused(
             message,
-            status=resp.code,
-            code=str(err.get("code", "")),
+            status=status,
+            code=code,
             field=err.get("field"),
             allowed=err.get("allowed"),
         )
 
-    # -- the calls the spawners make -------------------------------------------------------
+    # -- offers, leases and users: the spawners, the lab, the reclaimer ---------------------------
 
     async def offers(
         self, user: str | None = None, groups: Iterable[str] = (), clusters: Iterable[str] = ()
     ) -> list[dict]:
-        """Offers ``user`` may use, with availability, queue length, units and quota fit (for
-        a hub launching into ``clusters``: only the offers it can serve, counted there)."""
+        """Offers ``user`` may use (the token's own user without one), with availability, queue
+        length, units and quota fit (for a hub launching into ``clusters``: only the offers it
+        can serve, counted there)."""
         params: list[tuple[str, Any]] = [("user", user)] + [("group", g) for g in groups]
         params += [("cluster", c) for c in clusters]
-        return (await self.request("GET", "offers", params=params))["items"]
+        return list((await self.request("GET", "offers", params=params) or {}).get("items") or [])
 
     async def allocate(
         self,
-        user: str,
+        user: str | None,
         server: str,
         offer: str,
         *,
@@ -139,10 +225,12 @@ class PoolClient:
         reason: str = "",
         duration: float | None = None,
     ) -> dict:
-        """Ask for ``offer`` for ``user``'s ``server``: a lease, granted or queued (only in
-        ``clusters``, when given), or awaiting approval (``reason``, ``duration``: an ask an
-        administrator decides on)."""
-        body: dict[str, Any] = {"user": user, "server": server, "offer": offer}
+        """Ask for ``offer`` for ``user``'s ``server`` (``user`` None: the token's own): a
+        lease, granted or queued (only in ``clusters``, when given), or awaiting approval
+        (``reason``, ``duration``: an ask an administrator decides on)."""
+        body: dict[str, Any] = {"server": server, "offer": offer}
+        if user is not None:
+            body = {"user": user, **body}
         if reason:
             body["reason"] = reason
         if duration is not None:
@@ -158,7 +246,7 @@ class PoolClient:
 
     async def lease(self, lease_id: str) -> dict:
         """One lease."""
-        return await self.request("GET", f"allocations/{quote(lease_id, safe='')}")
+        return await self.request("GET", _path("allocations", lease_id))
 
     async def leases(
         self, user: str | None = None, state: str | None = None, limit: int = 200
@@ -170,33 +258,55 @@ class PoolClient:
     async def release(self, lease_id: str, reason: str = "stopped") -> dict:
         """Give a lease back (or leave the queue with ``reason="cancelled"``)."""
         return await self.request(
-            "DELETE", f"allocations/{quote(lease_id, safe='')}", params={"reason": reason}
+            "DELETE", _path("allocations", lease_id), params={"reason": reason}
         )
 
     async def keepalive(self, lease_id: str) -> dict:
-        """The server runs on its lease: binds a grant (granted → active)."""
-        return await self.request("POST", f"allocations/{quote(lease_id, safe='')}/keepalive", {})
+        """The server runs on its lease: binds a grant (granted → active); on a reclaim notice,
+        Keep my GPU."""
+        return await self.request("POST", _path("allocations", lease_id, "keepalive"), {})
 
     async def set_server_url(self, lease_id: str, url: str) -> dict:
         """Where the lease's server listens (the spawner): the reclaimer reads it there."""
-        path = f"allocations/{quote(lease_id, safe='')}/server"
-        return await self.request("PUT", path, {"url": url})
+        return await self.request("PUT", _path("allocations", lease_id, "server"), {"url": url})
 
     async def report_presence(self, lease_id: str, idle_for: float | None) -> dict:
-        """The user's last input was ``idle_for`` seconds ago (the lab's report)."""
-        path = f"allocations/{quote(lease_id, safe='')}/presence"
+        """The user's last input was ``idle_for`` seconds ago (the lab's report; None: the lab
+        runs, no input yet)."""
+        path = _path("allocations", lease_id, "presence")
         return await self.request("POST", path, {"idle_for": idle_for})
 
-    async def rebind(self, lease_id: str, device: str) -> dict:
-        """The lease's server got ``device`` (a GPU uuid, a MIG device uuid or a replica id),
-        not necessarily what the pool chose: the lease moves there (``POST
-        allocations/{id}/device``). Returns the lease."""
-        path = f"allocations/{quote(lease_id, safe='')}/device"
-        return await self.request("POST", path, {"device": device})
+    async def rebind(self, lease_id: str, device: str | Sequence[str]) -> dict:
+        """The lease's server got ``device`` (a GPU uuid, a MIG device uuid or a replica id;
+        a lease of several GPUs: all of them), not necessarily what the pool chose: the lease
+        moves there (``POST allocations/{id}/device``). Returns the lease."""
+        if isinstance(device, str):
+            body: dict[str, Any] = {"device": device}
+        else:
+            ids = list(device)
+            body = {"device": ids[0]} if len(ids) == 1 else {"devices": ids}
+        return await self.request("POST", _path("allocations", lease_id, "device"), body)
+
+    async def resize(self, lease_id: str, offer: str) -> dict:
+        """Reserve ``offer`` as the lease's target (the lab's move to another GPU)."""
+        return await self.request(
+            "POST", _path("allocations", lease_id, "resize"), {"offer": offer}
+        )
+
+    async def restart(self, lease_id: str) -> dict:
+        """Have the pool restart the lease's server into its reserved target."""
+        return await self.request("POST", _path("allocations", lease_id, "restart"), {})
 
     async def user(self, name: str) -> dict:
-        """A user's quota, use, leases and notices."""
-        return await self.request("GET", f"users/{quote(name, safe='')}")
+        """A user's quota, use, leases and notices (``me``: the token's own user)."""
+        return await self.request("GET", _path("users", name))
+
+    async def utilization(
+        self, lease_id: str, since: str | None = None, resolution: str | None = "sample"
+    ) -> dict:
+        """A lease's recent samples (``since``: ISO 8601 or epoch seconds)."""
+        params = {"lease": lease_id, "since": since, "resolution": resolution}
+        return await self.request("GET", "utilization", params=params) or {}
 
     # -- the calls the reclaimer makes -------------------------------------------------------
 
@@ -239,6 +349,20 @@ class PoolClient:
         """Report a claimed action done or failed (``saved``: the files saved first)."""
         return await self.request(
             "POST",
-            f"reclaim/leases/{quote(lease_id, safe='')}/outcome",
+            _path("reclaim", "leases", lease_id, "outcome"),
             {"holder": holder, "result": result, "saved": list(saved), "detail": detail},
         )
+
+    # -- the calls the node agent makes ------------------------------------------------------
+
+    async def put_inventory(self, node: str, inventory: Mapping[str, Any]) -> dict:
+        """The node's GPUs as NVML found them."""
+        return await self.request("PUT", _path("nodes", node, "inventory"), dict(inventory))
+
+    async def post_samples(self, node: str, samples: list[dict[str, Any]]) -> dict:
+        """A batch of utilization samples; the answer carries the node's MIG plan."""
+        return await self.request("POST", _path("nodes", node, "samples"), {"samples": samples})
+
+    async def post_mig_results(self, node: str, results: list[dict[str, Any]]) -> dict:
+        """What became of the MIG actions the node applied."""
+        return await self.request("POST", _path("nodes", node, "mig-results"), {"results": results})

@@ -4,8 +4,9 @@ own pages: "1/7 GPU", "1 1/2 GPUs", "2nd in line"."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import Any
+
+from .timeparse import parse_time
 
 
 def ordinal(n: int) -> str:
@@ -32,11 +33,11 @@ def asked_ago(lease: dict[str, Any], now: float | None = None) -> str:
     """ "asked 14 min ago" for a lease awaiting approval (from its ``approval.asked``)."""
     asked = (lease.get("approval") or {}).get("asked")
     try:
-        at = datetime.fromisoformat(str(asked).replace("Z", "+00:00"))
+        at = parse_time(asked)
     except ValueError:
         return "asked just now"
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
+    if at is None:
+        return "asked just now"
     seconds = max(0.0, (now if now is not None else time.time()) - at.timestamp())
     if seconds < 60:
         return "asked just now"

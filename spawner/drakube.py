@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, ClassVar
-from urllib.parse import quote
 
 from kubernetes_asyncio.client import ApiException, ResourceV1Api
 from traitlets import Enum, Float
@@ -274,21 +273,8 @@ class DRAClaims(Configurable):
         ids = dra.rebind_ids(devices)
         if ids is None:
             return
-        rebind = getattr(self.pool, "rebind", None)  # type: ignore[attr-defined]
-        if rebind is None:
-            self.log.warning(  # type: ignore[attr-defined]
-                "Lease %s runs on %s, not on what the pool chose; this pool client cannot "
-                "rebind a lease",
-                lease_id,
-                ", ".join(ids),
-            )
-            return
         try:
-            if len(ids) == 1:
-                await rebind(lease_id, ids[0])
-            else:
-                path = f"allocations/{quote(lease_id, safe='')}/device"
-                await self.pool.request("POST", path, {"devices": ids})  # type: ignore[attr-defined]
+            await self.pool.rebind(lease_id, ids)  # type: ignore[attr-defined]
         except Exception as e:  # the server runs on it either way: say so, go on
             self.log.error(  # type: ignore[attr-defined]
                 "Lease %s: recording its allocated devices %s failed: %s", lease_id, ids, e

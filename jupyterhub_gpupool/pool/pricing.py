@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from ..timeparse import parse_time
 from .errors import ConfigError, UnknownModel
 from .limits import MAX_PRICE
 
@@ -269,11 +270,14 @@ def effective_start(value: object, field: str) -> datetime:
         t = datetime(value.year, value.month, value.day)
     elif isinstance(value, str):
         try:
-            t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            moment = parse_time(value)
         except ValueError:
+            moment = None
+        if moment is None:
             raise ConfigError(
                 f"must be an ISO 8601 time such as 2026-11-15T00:00:00Z, got {value!r}", field=field
-            ) from None
+            )
+        t = moment
     else:
         raise ConfigError(f"must be an ISO 8601 time, got {value!r}", field=field)
     if t.tzinfo is not None:

@@ -34,8 +34,9 @@ from typing import Any
 
 from tornado.httpclient import HTTPClientError
 
-from ..hubclient import HubClient, HubUnavailable, ServerUnavailable, parse_time
+from ..hubclient import HubClient, HubUnavailable, ServerUnavailable
 from ..poolclient import PoolClient, PoolClientError, PoolRefused
+from ..timeparse import parse_time
 from . import actions
 from .metrics import ReclaimerMetrics
 
@@ -63,7 +64,11 @@ def kernel_state(kernels: object) -> tuple[str, float | None]:
     if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
         return "unknown", None
     states = {k.get("execution_state") for k in kernels}
-    stamps = [t for k in kernels if (t := parse_time(k.get("last_activity"))) is not None]
+    stamps = [
+        t.timestamp()
+        for k in kernels
+        if (t := parse_time(k.get("last_activity"), lenient=True)) is not None
+    ]
     last = max(stamps, default=None)
     if states & _WORKING:
         return "busy", last

@@ -34,6 +34,7 @@ from ..pool.errors import PoolError
 from ..pool.miglayout import mig_new_starts
 from ..pool.model import Gpu, MigInstance, Node, Offer, Request
 from ..pool.reclaimpolicy import PolicySet
+from ..timeparse import parse_time
 
 DAY = timedelta(days=1)
 HOUR = timedelta(hours=1)
@@ -565,11 +566,10 @@ def run_cli(args: argparse.Namespace) -> int:
         until = None
         if args.until:
             try:
-                until = datetime.fromisoformat(args.until.removesuffix("Z"))
+                moment = parse_time(args.until)
             except ValueError:
                 raise WhatIfError(f"--until must be an ISO 8601 time, got {args.until!r}") from None
-            if until.tzinfo is not None:
-                until = until.replace(tzinfo=None) - (until.utcoffset() or timedelta())
+            until = None if moment is None else moment.replace(tzinfo=None)
         store = open_store(args.db_url, None)
         add = parse_add(args.add, store.catalog.names)
         policy = None

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
-from ..hubclient import parse_time
+from ..timeparse import parse_time
 from .chargeback import ChargebackStore, lease_figures
 from .errors import StoreError
 from .rows import from_epoch
@@ -81,8 +81,10 @@ def queued_at(row: orm.LeaseRow) -> datetime | None:
     ask = row.approval or {}
     if not ask:
         return row.created
-    decided = parse_time(ask.get("decided")) if ask.get("decision") == "approved" else None
-    return None if decided is None else from_epoch(decided)
+    decided = (
+        parse_time(ask.get("decided"), lenient=True) if ask.get("decision") == "approved" else None
+    )
+    return None if decided is None else from_epoch(decided.timestamp())
 
 
 def wait_figures(waits: Iterable[float]) -> dict[str, float | None]:

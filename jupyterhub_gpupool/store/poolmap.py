@@ -21,6 +21,7 @@ from ..pool.allocator import Allocator
 from ..pool.catalog import GpuModel
 from ..pool.model import RETIRING, Gpu
 from ..pool.outside import OUTSIDE
+from ..timeparse import parse_time
 from .rows import epoch, ts
 from .views import instance_state
 
@@ -225,7 +226,8 @@ def _lease_text(row: tuple) -> str:
 
 def _dt_text(text: str | None) -> datetime | None:
     """A timestamp read as text (SQLite's own, PostgreSQL's ``timestamp::text``), naive UTC."""
-    return None if text is None else datetime.fromisoformat(text)
+    moment = parse_time(text)
+    return None if moment is None else moment.replace(tzinfo=None)
 
 
 def _epoch_text(text: str | None) -> float | None:

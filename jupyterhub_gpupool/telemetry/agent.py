@@ -15,7 +15,8 @@ exponential backoff and jitter, so a fleet of agents does not hammer a service t
 back. A token that is not allowed is logged once, then retried slowly.
 
 The loop (:class:`AgentLoop`) takes its clock, sleep, randomness and HTTP transport as arguments,
-so tests drive it without real time or sockets.
+so tests drive it without real time or sockets. It calls the service through the pool's one API
+client (:class:`~jupyterhub_gpupool.poolclient.PoolClient`), over that transport.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 
 from .._version import __version__
+from ..poolclient import PoolClient, PoolClientError, PoolRefused, TornadoTransport, Transport
 from ..strictcli import StrictCommandLine
 
 MAX_BATCH = 10_000  # the service's own limit per POST (service/apihandlers/agent.py)
@@ -58,49 +59,6 @@ class Reader(Protocol):
         """Current samples: ``{gpu, start, ts, util, memory_used_mib}`` each (plus ``processes`` on
         MIG instances and ``lease_util`` on GPUs not in MIG mode)."""
         ...
-
-
-class Transport(Protocol):
-    """One HTTP request; raises on a network failure, returns ``(status, body)`` otherwise."""
-
-    def __call__(
-        self, method: str, url: str, headers: dict[str, str], body: bytes
-    ) -> Awaitable[tuple[int, bytes]]: ...
-
-
-class TornadoTransport:
-    """The production transport: tornado's ``AsyncHTTPClient`` (never raises for a status)."""
-
-    def __init__(
-        self, timeout: float = 30.0, validate_cert: bool = True, ca_file: str | None = None
-    ) -> None:
-        from tornado.httpclient import AsyncHTTPClient
-
-        self.client = AsyncHTTPClient()
-        self.timeout = timeout
-        self.validate_cert = validate_cert
-        self.ca_file = ca_file or None
-
-    async def __call__(
-        self, method: str, url: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, bytes]:
-        """Send the request; connection errors and timeouts raise."""
-        from tornado.httpclient import HTTPRequest
-
-        req = HTTPRequest(
-            url,
-            method=method,
-            headers=headers,
-            body=body,
-            connect_timeout=self.timeout,
-            request_timeout=self.timeout,
-            validate_cert=self.validate_cert,
-            ca_certs=self.ca_file,
-        )
-        resp = await self.client.fetch(req, raise_error=False)
-        if resp.code == 599:  # tornado's code for "no HTTP answer at all"
-            raise ConnectionError(str(resp.error))
-        return resp.code, resp.body or b""
 
 
 @dataclass
@@ -130,32 +88,20 @@ def inventory_hash(inventory: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(inventory, sort_keys=True).encode()).hexdigest()
 
 
-def _mig_plan(body: bytes) -> list[dict[str, Any]]:
+def _mig_plan(answer: Any) -> list[dict[str, Any]]:
     """The ``mig_plan`` of a samples answer (empty when absent or malformed)."""
-    try:
-        plan = json.loads(body).get("mig_plan")
-    except (ValueError, AttributeError):
-        return []
+    plan = answer.get("mig_plan") if isinstance(answer, dict) else None
     if not isinstance(plan, list):
         return []
     return [a for a in plan if isinstance(a, dict)]
 
 
-def _message(body: bytes) -> str:
-    """The service's error message from a JSON error body (or the raw text, shortened)."""
-    try:
-        data = json.loads(body)
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            data = data["error"]  # the service's {"error": {"code", "message", "allowed"}}
-        if isinstance(data, dict) and isinstance(data.get("message"), str):
-            allowed = data.get("allowed")
-            if isinstance(allowed, list) and allowed and str(allowed) not in data["message"]:
-                return f"{data['message']} (allowed: {', '.join(map(str, allowed))})"
-            message: str = data["message"]
-            return message
-    except ValueError:
-        pass
-    return body[:200].decode(errors="replace").strip()
+def _message(e: PoolClientError) -> str:
+    """The service's error message, with the accepted values where it lists them."""
+    allowed = getattr(e, "allowed", None)
+    if isinstance(allowed, list) and allowed and str(allowed) not in e.message:
+        return f"{e.message} (allowed: {', '.join(map(str, allowed))})"
+    return e.message
 
 
 class AgentLoop:
@@ -194,12 +140,11 @@ class AgentLoop:
         if max_queue < 1:
             raise ValueError("max_queue must be ≥ 1")
         self.reader = reader
-        self.transport = transport
-        self.api_url = api_url.rstrip("/") + "/"
+        self.client = PoolClient(api_url, token, transport=transport)
+        self.api_url = self.client.api_url
         self.node = node
         #: the cluster the inventory names (None: whatever the reader says, else ``default``)
         self.cluster = cluster
-        self.headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
         self.interval = interval
         self.flush_interval = interval if flush_interval is None else flush_interval
         self.inventory_interval = inventory_interval
@@ -342,9 +287,11 @@ class AgentLoop:
         while self.queue or ask:
             ask = False
             batch = list(islice(self.queue, self.batch_size))
-            status, body = await self._request("POST", "samples", {"samples": batch})
+            status, answer, message = await self._request(
+                self.client.post_samples(self.node, batch)
+            )
             if status is None or status >= 500 or status in (401, 403, 429):
-                return self._failed(status, body)
+                return self._failed(status, message)
             for _ in batch:
                 self.queue.popleft()
             if status >= 400:
@@ -355,13 +302,13 @@ class AgentLoop:
                     "The pool service refused %d samples (dropped): %d %s",
                     len(batch),
                     status,
-                    _message(body),
+                    message,
                 )
                 self._reject_logged = True
             else:
                 self.stats.sent += len(batch)
                 self._reject_logged = False
-                plan = _mig_plan(body)
+                plan = _mig_plan(answer)
             self._succeeded()
         self._drop_logged = False
         self.next_send = self.clock() + self.flush_interval
@@ -372,9 +319,9 @@ class AgentLoop:
         """PUT the pending inventory; False when the service is away (retry later)."""
         inventory = self._inventory
         assert inventory is not None
-        status, body = await self._request("PUT", "inventory", inventory)
+        status, _, message = await self._request(self.client.put_inventory(self.node, inventory))
         if status is None or status >= 500 or status in (401, 403, 429):
-            self._failed(status, body)
+            self._failed(status, message)
             return False
         digest = inventory_hash(inventory)
         if status >= 400:
@@ -383,7 +330,7 @@ class AgentLoop:
                 "The pool service refused this node's inventory: %d %s (not re-sent until "
                 "it changes)",
                 status,
-                _message(body),
+                message,
             )
         else:
             self._inventory_sent = digest
@@ -398,16 +345,16 @@ class AgentLoop:
     async def _send_mig_results(self) -> bool:
         """POST what became of applied MIG actions; False when the service is away."""
         results = self._mig_results
-        status, body = await self._request("POST", "mig-results", {"results": results})
+        status, _, message = await self._request(self.client.post_mig_results(self.node, results))
         if status is None or status >= 500 or status in (401, 403, 429):
-            self._failed(status, body)
+            self._failed(status, message)
             return False
         if status >= 400:
             self.log.error(
                 "The pool service refused %d MIG results (dropped): %d %s",
                 len(results),
                 status,
-                _message(body),
+                message,
             )
         self._mig_results = []
         self._succeeded()
@@ -457,22 +404,36 @@ class AgentLoop:
             await self._send_inventory()  # type: ignore[unreachable]  # see above
 
     async def post_devices(self, lease: str, devices: list[str]) -> tuple[int | None, bytes]:
-        """Tell the pool the devices lease ``lease``'s server really got."""
-        url = f"{self.api_url}allocations/{quote(lease, safe='')}/device"
-        body = {"device": devices[0]} if len(devices) == 1 else {"devices": devices}
-        try:
-            return await self.transport("POST", url, self.headers, json.dumps(body).encode())
-        except Exception as e:
-            return None, f"{type(e).__name__}: {e}".encode()
+        """Tell the pool the devices lease ``lease``'s server really got (``PoolClient.rebind``):
+        ``(status, message)``, status None when the pool did not answer."""
+        status, _, message = await self._request(self.client.rebind(lease, devices))
+        return status, message.encode()
 
-    async def _request(self, method: str, what: str, data: Any) -> tuple[int | None, bytes]:
-        url = f"{self.api_url}nodes/{self.node}/{what}"
-        try:
-            return await self.transport(method, url, self.headers, json.dumps(data).encode())
-        except Exception as e:  # network down, refused, timed out: all mean "away"
-            return None, f"{type(e).__name__}: {e}".encode()
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers of every request (the token's among them)."""
+        return self.client.headers
 
-    def _failed(self, status: int | None, body: bytes) -> None:
+    @property
+    def transport(self) -> Transport:
+        """The client's transport (tests swap it on a running loop)."""
+        return self.client.transport
+
+    @transport.setter
+    def transport(self, transport: Transport) -> None:
+        self.client.transport = transport
+
+    async def _request(self, call: Awaitable[Any]) -> tuple[int | None, Any, str]:
+        """``(status, answer, message)`` of one call: status None when the service did not
+        answer (network down, refused, timed out); 200 for any success."""
+        try:
+            return 200, await call, ""
+        except PoolRefused as e:  # a redirect is a wrong URL: retried like no answer
+            return (e.status if e.status >= 400 else None), None, _message(e)
+        except PoolClientError as e:  # unavailable: no answer, or 502/503/504
+            return (e.status if e.status >= 500 else None), None, _message(e)
+
+    def _failed(self, status: int | None, message: str) -> None:
         self.stats.errors += 1
         self.failures += 1
         if status in (401, 403):
@@ -483,7 +444,7 @@ class AgentLoop:
                     "The agent token is not allowed: %d %s — give it the custom:gpupool:agent "
                     "scope; retrying every %gs",
                     status,
-                    _message(body),
+                    message,
                     delay,
                 )
         else:
@@ -495,7 +456,7 @@ class AgentLoop:
                     "Pool service %s (%s): retrying with backoff up to %gs, keeping up to %d "
                     "samples",
                     what,
-                    _message(body),
+                    message,
                     self.backoff_max,
                     self.max_queue,
                 )

@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import html
 import time
-from datetime import datetime
 from typing import Any
 
 import ipywidgets as widgets
+
+from jupyterhub_gpupool.timeparse import parse_time
 
 from .client import call, status
 
@@ -34,9 +35,12 @@ def _mib(x: float | None) -> str:
 
 def _countdown(deadline: str, now: float) -> str:
     try:
-        end = datetime.fromisoformat(deadline.replace("Z", "+00:00")).timestamp()
+        moment = parse_time(deadline)
     except ValueError:
         return "?"
+    if moment is None:
+        return "?"
+    end = moment.timestamp()
     left = max(0, int(end - now))
     h, rest = divmod(left, 3600)
     m, s = divmod(rest, 60)
@@ -45,10 +49,8 @@ def _countdown(deadline: str, now: float) -> str:
 
 def _clock(iso: str) -> str:
     """``2026-12-01T14:04:32Z`` → ``14:04 UTC``."""
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%H:%M UTC")
-    except ValueError:
-        return iso
+    when = parse_time(iso, lenient=True)
+    return when.strftime("%H:%M UTC") if when is not None else iso
 
 
 def _action_text(action: str) -> str:
@@ -65,9 +67,10 @@ def _when(iso: str | None) -> str:
     if not iso:
         return "?"
     try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+        moment = parse_time(iso)
     except ValueError:
         return iso
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "?"
 
 
 def _meter(label: str, value: float, total: float | None, text: str) -> str:

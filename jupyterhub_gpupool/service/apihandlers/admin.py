@@ -11,7 +11,7 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
-from .base import MAX_STR, APIError, APIHandler, needs, parse_time
+from .base import MAX_STR, APIError, APIHandler, needs, time_field
 
 
 class QuotaHandler(APIHandler):
@@ -104,7 +104,7 @@ class NodeActionHandler(APIHandler):
             return
         deadline = None
         if body.get("deadline") is not None:
-            deadline = parse_time(body["deadline"], "deadline")
+            deadline = time_field(body["deadline"], "deadline")
         self.write_json(
             await self.writer.run(
                 commands.DrainNode(

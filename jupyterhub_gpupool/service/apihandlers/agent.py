@@ -8,10 +8,10 @@ tools and admins. The agent reports what it did with ``POST nodes/{name}/mig-res
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any
 
 from ...pool import commands
+from ...timeparse import parse_time
 from ..ingest import InventoryError, ingest, node_from_inventory
 from ..utilization import Sample, lease_util_pairs
 from .base import MAX_STR, APIError, APIHandler, needs
@@ -112,9 +112,12 @@ class SamplesHandler(APIHandler):
                 ts = s.get("ts")
                 if isinstance(ts, str):
                     try:
-                        ts = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+                        moment = parse_time(ts)
                     except ValueError:
-                        raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601") from None
+                        moment = None
+                    if moment is None:
+                        raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
+                    ts = moment.timestamp()
                 if (
                     isinstance(ts, bool)
                     or not isinstance(ts, (int, float))

@@ -27,6 +27,7 @@ from tornado.log import app_log
 from ...logredact import redact
 from ...pool.errors import PoolError
 from ...store import Store
+from ...timeparse import parse_time
 from ..scopes import Identity
 from ..writer import Writer
 from .errors import GENERIC, APIError, status_of
@@ -129,7 +130,7 @@ def _nul_at(value: Any) -> str | None:
     return None
 
 
-def parse_time(raw: str | int, name: str, code: str = "invalid_field") -> datetime:
+def time_field(raw: str | int, name: str, code: str = "invalid_field") -> datetime:
     """An ISO 8601 time or epoch seconds (a query argument or a body field) as naive UTC,
     clamped within ``EARLIEST`` and ``LATEST``; ``code`` names the field when it is neither."""
     try:
@@ -138,13 +139,11 @@ def parse_time(raw: str | int, name: str, code: str = "invalid_field") -> dateti
             if not 0 <= seconds <= MAX_EPOCH:
                 raise ValueError(name)
             dt = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
-        else:
-            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-            if dt.tzinfo is not None:
-                try:
-                    dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
-                except OverflowError:  # the offset takes it below year 1 or past 9999
-                    dt = EARLIEST if dt.year == 1 else LATEST
+        else:  # an offset past year 1 or 9999 reads as the end it passes
+            moment = parse_time(raw)
+            if moment is None:
+                raise ValueError(name)
+            dt = moment.replace(tzinfo=None)
     except (ValueError, OverflowError, OSError):
         raise APIError(
             code, f"{name} must be an ISO 8601 time or epoch seconds (0 to {MAX_EPOCH})", field=name
@@ -357,7 +356,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         raw = self.get_argument(name, None)
         if raw is None:
             return default
-        return parse_time(raw, name, "invalid_argument")
+        return time_field(raw, name, "invalid_argument")
 
     def page_args(self) -> tuple[int, int]:
         """``offset`` and ``limit`` (1–1000, default 200)."""

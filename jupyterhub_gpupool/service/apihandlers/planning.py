@@ -14,7 +14,7 @@ from ...pool.reclaimpolicy import parse_policies
 from ...simulate.whatif import Change, WhatIfError, parse_add, what_if
 from ...store import utcnow
 from ...store.rebuild import inventory_of
-from .base import APIError, APIHandler, needs, parse_time
+from .base import APIError, APIHandler, needs, time_field
 
 #: The longest what-if window (days): a year of 400 requests a day replays in about 20 s of
 #: one core (benchmarks/whatif_replay.py), in a thread beside the event loop.
@@ -69,7 +69,7 @@ class WhatIfHandler(APIHandler):
             raise APIError(
                 "invalid_argument", f"hours must be from 1 to {MAX_DAYS * 24}", field="hours"
             )
-        until = parse_time(body["until"], "until") if body.get("until") is not None else None
+        until = time_field(body["until"], "until") if body.get("until") is not None else None
         add_raw = body.get("add") or {}
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in add_raw.values()):
             raise APIError("invalid_argument", "add maps a GPU model to a count", field="add")

@@ -6,6 +6,7 @@ import time
 from datetime import datetime, timezone
 
 from ...store import StoreError, lease_not_found
+from ...timeparse import parse_time
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
 
@@ -100,7 +101,8 @@ def _minute_or_none(iso: str | None) -> datetime | None:
     """The naive UTC minute of an ISO timestamp from the store (None stays None)."""
     if iso is None:
         return None
-    return minute_of(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    moment = parse_time(iso)
+    return None if moment is None else minute_of(moment.timestamp())
 
 
 default_handlers = [

@@ -16,8 +16,9 @@ from urllib.parse import urlencode
 from tornado import web
 
 from ...pool.errors import PoolError
+from ...timeparse import parse_time
 from ...wording import estimate_text, wait_text
-from ..apihandlers.base import parse_time
+from ..apihandlers.base import time_field
 from .base import PageHandler
 
 #: Audit events per page.
@@ -125,9 +126,9 @@ class AuditPage(AdminPage):
         since = until = None
         try:
             if filters["from"]:
-                since = parse_time(filters["from"], "from")
+                since = time_field(filters["from"], "from")
             if filters["to"]:
-                until = parse_time(filters["to"], "to")
+                until = time_field(filters["to"], "to")
         except PoolError as e:  # a time that is none: said above the table, filter dropped
             error = e.message
         page = self.int_arg("page", 1, low=1, high=MAX_AUDIT_PAGE)
@@ -156,7 +157,10 @@ class AuditPage(AdminPage):
 
 def naive_utc(iso: str) -> datetime:
     """A store timestamp (``...Z``) as the naive UTC datetime of the store's clock."""
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).replace(tzinfo=None)
+    moment = parse_time(iso)
+    if moment is None:
+        raise ValueError("no time")
+    return moment.replace(tzinfo=None)
 
 
 def simulated_nodes(telemetry: Any) -> set[str]:

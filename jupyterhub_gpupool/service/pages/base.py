@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -22,6 +21,7 @@ from markupsafe import Markup
 from tornado import web
 
 from ...store import Store
+from ...timeparse import parse_time
 from ...wording import ordinal, units_text
 from ..scopes import Identity
 
@@ -46,10 +46,10 @@ def when(iso: str | None) -> str:
     if not iso:
         return ""
     try:
-        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        moment = parse_time(iso)
     except ValueError:
         return iso
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
 
 
 def duration(seconds: float | None) -> str:

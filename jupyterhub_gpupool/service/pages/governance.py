@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from tornado import web
 
 from ...pool.errors import PoolError
-from ..apihandlers.base import parse_time
+from ..apihandlers.base import time_field
 from .admin import AdminPage
 
 #: How the usage page may group its rows (the API's ``by``).
@@ -53,9 +53,9 @@ class RangePage(AdminPage):
         raw = {k: self.get_argument(k, "").strip() for k in ("from", "to")}
         try:
             if raw["from"]:
-                start = parse_time(raw["from"], "from")
+                start = time_field(raw["from"], "from")
             if raw["to"]:
-                end = parse_time(raw["to"], "to")
+                end = time_field(raw["to"], "to")
         except PoolError as e:
             error = f"{e.field}: {e.message}"
         return start, end, error
