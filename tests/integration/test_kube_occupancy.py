@@ -13,6 +13,7 @@ import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.kube.occupancy import KubeOccupancy
+from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.service.writer import BatchWriter
 from tests.fakes import FakeKubeAPI, StoreClock, kube_node, make_store
@@ -86,8 +87,8 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
 
     async def rounds(call):
         first = await occupancy.step(store, call)
-        alice = await call(store.allocate, "alice", "", "a100")
-        bob = await call(store.allocate, "bob", "", "a100")
+        alice = await call(commands.Allocate("alice", "", "a100"))
+        bob = await call(commands.Allocate("bob", "", "a100"))
         # alice's server runs on the GPU the pool gave her; her pod is the pool's own
         create(kube, "jhub", pod("jupyter-alice", 1, lease=alice["id"]))
         quiet = await occupancy.step(store, call)
@@ -164,7 +165,7 @@ def test_mig_slices_an_inference_pod_holds_are_never_granted(db_url: str, tmp_pa
         async def rounds(call):
             try:
                 marked = await occupancy.step(store, call)
-                granted = [await call(store.allocate, f"u{i}", "", "a100-1g") for i in range(3)]
+                granted = [await call(commands.Allocate(f"u{i}", "", "a100-1g")) for i in range(3)]
                 return marked, granted
             finally:
                 await occupancy.close()
