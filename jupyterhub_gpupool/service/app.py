@@ -8,7 +8,6 @@ line. The hub's environment (``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_URL`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -57,6 +56,7 @@ from .apihandlers import (
 from .apihandlers.base import MAX_BODY
 from .deadlines import NoticeDeadlines
 from .metrics import PoolMetrics
+from .minutes import MinuteFlusher
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
 from .routes import MetricsHandler, NotFoundHandler
@@ -532,46 +532,16 @@ class PoolService(StrictCommandLine):
             defaults=lambda name: defaults.get(name, {}),
         )
 
-    async def flush_minutes(self) -> int:
-        """Write the accumulated minute aggregates (through the writer, in a short transaction
-        of their own, never under the pool lock).
-
-        ``take()`` runs here on the event loop, where samples are added. What a failed write
-        took is put back for the next flush, so nothing is lost to a database hiccup.
-        """
-        taken = self.minutes.take()
-        try:
-            return await self.writer.run(commands.WriteMinutes(taken))
-        except Exception:
-            self.minutes.restore(taken)
-            raise
-
-    async def prune_minutes(self) -> int:
-        """Delete minute aggregates past ``utilization_retention_days``."""
-        if self.utilization_retention_days <= 0:
-            return 0
-        cutoff = self.store.clock() - timedelta(days=self.utilization_retention_days)
-        return await self.writer.run(commands.PruneMinutes(cutoff))
-
-    async def utilization_housekeeping(self, stop: asyncio.Event) -> None:
-        """Flush minute aggregates every ``utilization_flush_interval``; prune hourly."""
-        loop = asyncio.get_running_loop()
-        next_prune = 0.0
-        while not stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.utilization_flush_interval)
-            try:
-                await self.flush_minutes()
-            except Exception:
-                self.log.exception("Flushing utilization minutes failed (kept for next time)")
-            if loop.time() >= next_prune:
-                next_prune = loop.time() + 3600
-                try:
-                    pruned = await self.prune_minutes()
-                    if pruned:
-                        self.log.info("Deleted %d utilization minutes past retention", pruned)
-                except Exception:
-                    self.log.exception("Pruning utilization minutes failed")
+    def make_flusher(self) -> MinuteFlusher:
+        """The minute aggregates' way into the database (``service/minutes.py``)."""
+        return MinuteFlusher(
+            self.minutes,
+            self.writer.run,
+            self.store.clock,
+            interval=self.utilization_flush_interval,
+            retention_days=self.utilization_retention_days,
+            log=self.log,
+        )
 
     def make_app(self) -> web.Application:
         """The tornado application with every route of the API."""
@@ -782,7 +752,8 @@ class PoolService(StrictCommandLine):
             loop.add_signal_handler(sig, stop.set)
         if self.telemetry is not None:
             self.telemetry.start()
-        flusher = asyncio.ensure_future(self.utilization_housekeeping(stop))
+        minutes = self.make_flusher()
+        flusher = asyncio.ensure_future(minutes.loop(stop))
         if self.alert_config.enabled:
             watcher = asyncio.ensure_future(self.alerts.run(stop, self.alert_config.interval))
         while not stop.is_set():
@@ -803,7 +774,7 @@ class PoolService(StrictCommandLine):
         if self.alert_config.enabled:
             await watcher
         try:  # what accumulated since the flusher's last round
-            await self.flush_minutes()
+            await minutes.flush()
         except Exception:
             self.log.exception("Flushing utilization minutes on stop failed")
         self.writer.stop()
