@@ -43,6 +43,7 @@ from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.model import MigInstance, Node
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
+from .settings import api_traits, make_client
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
@@ -59,15 +60,7 @@ class MigLabeller(LoggingConfigurable):
         "(the nvidia.com/mig.config label). Needs the right to patch nodes (the Helm chart's "
         "mig.repartition.enabled grants it and sets this).",
     ).tag(config=True)
-    api_host = Unicode(
-        "",
-        help="The Kubernetes API server, e.g. https://10.0.0.1:6443. Empty: the API of the pod "
-        "the service runs in (its service account).",
-    ).tag(config=True)
-    token_file = Unicode(
-        "", help="File with the bearer token for api_host (read at every request)."
-    ).tag(config=True)
-    ca_file = Unicode("", help="CA bundle of api_host's certificate.").tag(config=True)
+    api_host, token_file, ca_file = api_traits()
     configs = Dict(
         help="mig-parted configs the nodes' mig-manager knows, as name → instances per GPU by "
         "profile, e.g. {'all-1g.10gb': {'1g.10gb': 7}, 'half-3g': {'3g.40gb': 1, '1g.10gb': 3}}. "
@@ -127,12 +120,7 @@ class MigLabeller(LoggingConfigurable):
                 self._cluster_clients[cluster] = KubeClient(api)
             return self._cluster_clients[cluster]
         if self._client is None:
-            api = (
-                KubeAPI(self.api_host, token_file=self.token_file, ca_file=self.ca_file)
-                if self.api_host
-                else KubeAPI.in_cluster()
-            )
-            self._client = KubeClient(api)
+            self._client = make_client(self.api_host, self.token_file, self.ca_file)
         return self._client
 
     async def close(self) -> None:

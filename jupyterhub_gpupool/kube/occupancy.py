@@ -20,7 +20,8 @@ from traitlets.config import LoggingConfigurable
 from ..pool import commands
 from ..pool.outside import WHOLE
 from . import pods as kp
-from .client import KubeAPI, KubeClient, KubeError
+from .client import KubeClient, KubeError
+from .settings import api_traits, make_client
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
@@ -42,15 +43,7 @@ class KubeOccupancy(LoggingConfigurable):
         help="The pool cluster whose nodes this API server runs (nodes of other clusters are "
         "left alone).",
     ).tag(config=True)
-    api_host = Unicode(
-        "",
-        help="The Kubernetes API server, e.g. https://10.0.0.1:6443. Empty: the API of the pod "
-        "the service runs in (its service account).",
-    ).tag(config=True)
-    token_file = Unicode(
-        "", help="File with the bearer token for api_host (read at every request)."
-    ).tag(config=True)
-    ca_file = Unicode("", help="CA bundle of api_host's certificate.").tag(config=True)
+    api_host, token_file, ca_file = api_traits()
 
     _client: KubeClient | None = None
 
@@ -63,12 +56,7 @@ class KubeOccupancy(LoggingConfigurable):
     def client(self) -> KubeClient:
         """The API client (built on first use: no I/O in the constructor)."""
         if self._client is None:
-            api = (
-                KubeAPI(self.api_host, token_file=self.token_file, ca_file=self.ca_file)
-                if self.api_host
-                else KubeAPI.in_cluster()
-            )
-            self._client = KubeClient(api)
+            self._client = make_client(self.api_host, self.token_file, self.ca_file)
         return self._client
 
     async def close(self) -> None:
