@@ -9,7 +9,7 @@ from .client import KubeAPI, KubeClient
 
 
 def api_traits() -> tuple[
-    "Unicode[str, str | bytes]", "Unicode[str, str | bytes]", "Unicode[str, str | bytes]"
+    Unicode[str, str | bytes], Unicode[str, str | bytes], Unicode[str, str | bytes]
 ]:
     """``api_host``, ``token_file``, ``ca_file``: assign them in the class body (each class
     keeps its own traits, so its configuration reference lists them)."""
