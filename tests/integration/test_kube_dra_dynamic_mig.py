@@ -25,12 +25,13 @@ import yaml
 from tests.fakekube_dra import FakeDRA, nvidia_partitioned_slices
 from tests.fakekube_rbac import from_render
 from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
+from tests.integration.test_kube_dra import run  # the DRA tests' loop (probe cache, reflectors)
 
 pytestmark = pytest.mark.e2e
 
 kubespawner = pytest.importorskip("kubespawner.spawner")
 
-from jupyterhub_gpupool.spawner import clusterapi, dra  # noqa: E402
+from jupyterhub_gpupool.spawner import dra  # noqa: E402
 from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner  # noqa: E402
 
 NS = "default"
@@ -148,19 +149,6 @@ def make_spawner(pool, kube, user, offer, **traits) -> GPUPoolKubeSpawner:
     )
     spawner.user_options = {"gpupool_offer": offer}
     return spawner
-
-
-def run(scenario):
-    async def wrapped():
-        GPUPoolKubeSpawner._dra_probed.clear()
-        try:
-            return await scenario()
-        finally:
-            GPUPoolKubeSpawner._dra_probed.clear()
-            await GPUPoolKubeSpawner._stop_all_reflectors()
-            await clusterapi.close_clients()
-
-    return asyncio.run(wrapped())
 
 
 def test_a_mig_grant_is_made_by_the_claim_on_the_granted_parent_without_a_label(pool, kube):
