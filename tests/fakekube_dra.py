@@ -23,6 +23,7 @@ deallocated (the resourceclaim controller's job).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -810,3 +811,22 @@ class FakeDRA:
             (rf"{GROUP}/namespaces/([^/]+)/resourceclaims", Claims),
             (rf"{GROUP}/namespaces/([^/]+)/resourceclaims/([^/]+)", Claim),
         ]
+
+
+def run_spawners(scenario: Any) -> Any:
+    """Run ``scenario()`` (a coroutine function driving KubeSpawners) on a new loop, with the
+    spawner's DRA probe cache fresh and its reflectors and API clients gone afterwards, so no
+    test sees another's."""
+    from jupyterhub_gpupool.spawner import clusterapi
+    from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
+
+    async def wrapped() -> Any:
+        GPUPoolKubeSpawner._dra_probed.clear()
+        try:
+            return await scenario()
+        finally:
+            GPUPoolKubeSpawner._dra_probed.clear()
+            await GPUPoolKubeSpawner._stop_all_reflectors()
+            await clusterapi.close_clients()
+
+    return asyncio.run(wrapped())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 RBAC_KINDS = frozenset({"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"})
@@ -203,3 +204,41 @@ def from_render(
             m["metadata"] = {**m["metadata"], "namespace": namespace}
         picked.append(m)
     return RBAC(picked, tokens, admin_token=admin_token)
+
+
+# -- the Helm chart's own RBAC ------------------------------------------------------------------
+
+#: The pool's service account's token in its own cluster, in the tests of the chart's RBAC.
+SA_TOKEN = "sa-gpupool-token"
+CHART = Path(__file__).resolve().parents[1] / "helm" / "jupyterhub-gpupool"
+CHART_NAMESPACE = "jhub"
+
+
+def render_chart(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart's manifests for ``values`` (Helm's engine, helm-python-sdk of the test
+    extra), released as ``gpupool`` in ``CHART_NAMESPACE``."""
+    import helm_python as helm
+    import yaml
+
+    with helm.Chart.load(CHART) as chart:
+        files = chart.render(values=values, name="gpupool", namespace=CHART_NAMESPACE)
+    return [
+        doc
+        for name, text in sorted(files.items())
+        if not name.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def chart_rbac(values: dict[str, Any], rules: list[dict] | None = None) -> RBAC:
+    """The rendered chart's RBAC, the pool's service account holding SA_TOKEN (``rules``
+    replace its ClusterRole's, for a chart as it once was)."""
+    manifests = render_chart(values)
+    if rules is not None:
+        for m in manifests:
+            if m["kind"] == "ClusterRole":
+                m["rules"] = rules
+    return from_render(
+        manifests, {SA_TOKEN: f"{CHART_NAMESPACE}/gpupool"}, namespace=CHART_NAMESPACE
+    )

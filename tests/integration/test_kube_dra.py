@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.fakekube_dra import NVIDIA_CLASSES, FakeDRA, nvidia_slice
+from tests.fakekube_dra import run_spawners as run
 from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.e2e
 kubespawner = pytest.importorskip("kubespawner.spawner")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-from jupyterhub_gpupool.spawner import clusterapi, dra  # noqa: E402
+from jupyterhub_gpupool.spawner import dra  # noqa: E402
 from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner  # noqa: E402
 
 NS = "default"
@@ -154,19 +155,6 @@ def make_spawner(pool, kube, user, offer, *, context=None, **traits) -> GPUPoolK
     )
     spawner.user_options = {"gpupool_offer": offer}
     return spawner
-
-
-def run(scenario):
-    async def wrapped():
-        GPUPoolKubeSpawner._dra_probed.clear()
-        try:
-            return await scenario()
-        finally:
-            GPUPoolKubeSpawner._dra_probed.clear()
-            await GPUPoolKubeSpawner._stop_all_reflectors()
-            await clusterapi.close_clients()
-
-    return asyncio.run(wrapped())
 
 
 def claims(api) -> dict[str, dict]:

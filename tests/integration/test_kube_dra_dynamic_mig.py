@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from tests.fakekube_dra import FakeDRA, nvidia_partitioned_slices
+from tests.fakekube_dra import run_spawners as run
 from tests.fakekube_rbac import from_render
 from tests.fakes import FakeKubeAPI, HubEnv, kube_node, kubeconfig, request, write_pool
-from tests.integration.test_kube_dra import run  # the DRA tests' loop (probe cache, reflectors)
 
 pytestmark = pytest.mark.e2e
 

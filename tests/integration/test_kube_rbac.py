@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from jupyterhub_gpupool.kube import nodes as kn
 from jupyterhub_gpupool.kube.labeller import MigLabeller
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.service.writer import BatchWriter
-from tests.fakekube_rbac import RBAC, from_render
+from tests.fakekube_rbac import RBAC, SA_TOKEN, chart_rbac, from_render
 from tests.fakes import FakeKubeAPI, StoreClock, kube_node, make_store
 
 helm = pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
@@ -31,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "jupyterhub-gpupool"
 CROSS_CLUSTER = ROOT / "helm" / "examples" / "cross-cluster-rbac.yaml"
 NAMESPACE = "jhub"
-SA_TOKEN = "sa-gpupool-token"  # the pool's service account's token in its own cluster
 NODE = "kube-a100"
 GPU = gpu_uuid(NODE, 0)
 SEVEN = [{"profile": "1g.10gb", "start": s} for s in range(7)]
@@ -53,30 +51,6 @@ OLD_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
 ]
-
-
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """The chart's manifests for ``values`` (Helm's engine)."""
-    with helm.Chart.load(CHART) as chart:
-        files = chart.render(values=values, name="gpupool", namespace=NAMESPACE)
-    return [
-        doc
-        for name, text in sorted(files.items())
-        if not name.endswith("NOTES.txt")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
-
-
-def chart_rbac(values: dict[str, Any], rules: list[dict] | None = None) -> RBAC:
-    """The rendered chart's RBAC, the pool's service account holding SA_TOKEN (``rules``
-    replace its ClusterRole's, for a chart as it once was)."""
-    manifests = render(values)
-    if rules is not None:
-        for m in manifests:
-            if m["kind"] == "ClusterRole":
-                m["rules"] = rules
-    return from_render(manifests, {SA_TOKEN: f"{NAMESPACE}/gpupool"}, namespace=NAMESPACE)
 
 
 def labeller_for(kube: FakeKubeAPI, tmp_path: Path, token: str = SA_TOKEN) -> MigLabeller:

@@ -152,7 +152,7 @@ def test_the_charts_rights_let_it_read_the_nodes(db_url, tmp_path):
     get and list) the round reads the nodes; without, the pool's service account has no role,
     the read is refused (403) and nothing changes."""
     pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
-    from tests.integration.test_kube_rbac import SA_TOKEN, chart_rbac
+    from tests.fakekube_rbac import SA_TOKEN, chart_rbac
 
     upgrade(db_url)
     nodes = [

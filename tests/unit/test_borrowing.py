@@ -10,7 +10,7 @@ from jupyterhub_gpupool.pool.borrowing import borrowed_flags, owner_surplus, rec
 from jupyterhub_gpupool.pool.decisions import Lease
 from jupyterhub_gpupool.pool.model import Request
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
-from tests.unit.test_allocator import granted, pool, req
+from tests.allocrig import granted, pool, req
 
 F = Fraction
 
