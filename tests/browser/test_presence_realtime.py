@@ -30,6 +30,8 @@ pytest.importorskip("jupyterlab_gpupool", reason="make demo installs ./labextens
 
 from types import SimpleNamespace
 
+from playwright.sync_api import expect
+
 from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, start_demo
 from tests.demoproc import user_token
 from tests.fakes import KernelDriver, wait_until
@@ -208,6 +210,11 @@ def test_only_real_input_keeps_an_idle_gpu_and_a_reclaim_saves_unsaved_edits(
     assert (home / "notes.txt").read_text() == "remember this"
     reclaims = api(demo, admin, "services/gpupool/api/v1/users/alice")["reclaims"]
     assert set(reclaims[0]["saved"]) >= {"work.ipynb", "notes.txt"}, reclaims
+    # alice's lab tab, still open, says so from the pool's record, the saved files named
+    said = alice.locator("#jp-gpupool-panel .jp-GPUPool-reclaimed")
+    expect(said).to_have_attribute("data-source", "pool", timeout=90_000)
+    expect(said).to_contain_text("work.ipynb")
+    expect(said).to_contain_text("notes.txt")
     page = alice.context.new_page()  # the user page, as alice opens it after the reclaim
     page.goto(f"{demo.url}/services/gpupool/")
     recent = page.locator("body").inner_text().split("Recent reclaims")[1]
