@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .errors import Refusal
 from .model import RETIRING, Gpu, MigInstance, Node
@@ -62,12 +63,13 @@ class OutsideHolds:
         """Back from ``to_json`` (None or empty: nothing held outside)."""
         if not data:
             return cls()
+        raw: Mapping[str, Any] = data  # JSON we wrote (to_json): its shapes are known
         return cls(
-            counts=dict(data.get("counts") or {}),  # type: ignore[call-overload]
-            gpus=tuple(data.get("gpus") or ()),  # type: ignore[arg-type]
-            instances=tuple((str(g), int(s)) for g, s in data.get("instances") or ()),  # type: ignore[attr-defined]
-            short=dict(data.get("short") or {}),  # type: ignore[call-overload]
-            pods=tuple(data.get("pods") or ()),  # type: ignore[arg-type]
+            counts={str(k): int(v) for k, v in (raw.get("counts") or {}).items()},
+            gpus=tuple(str(g) for g in raw.get("gpus") or ()),
+            instances=tuple((str(g), int(s)) for g, s in raw.get("instances") or ()),
+            short={str(k): int(v) for k, v in (raw.get("short") or {}).items()},
+            pods=tuple(str(p) for p in raw.get("pods") or ()),
         )
 
     @property
