@@ -3,7 +3,7 @@
 Everything is real: JupyterHub with configurable-http-proxy, the pool service on simulated GPUs,
 a JupyterLab single-user server with ``jupyterlab-gpupool`` at its default settings, started by
 the pool's spawner on a MIG slice. Each tab is played as the frontend behaves over HTTP (the
-server extension's event stream held open, ``tests/fakes.py`` ``LabTab``). For each number of
+server extension's event stream held open, ``tests/fakes/lab.py`` ``LabTab``). For each number of
 tabs the pool's own request counters (``/metrics``, by route) are read before and after
 ``--seconds`` of steady state; the figure is pool requests per second for that one lab. Also
 measured: the same lab with no tab open (after the extension's ``idle_after``), which should

@@ -8,7 +8,7 @@ Roles and their bindings), so a test of code against the fake fails exactly wher
 does not grant what the code calls (https://kubernetes.io/docs/reference/access-authn-authz/rbac/,
 "Determine the request verb" in https://kubernetes.io/docs/reference/access-authn-authz/authorization/).
 
-Kept apart from ``tests/fakes.py``: the fake only asks :meth:`RBAC.check` before each request.
+Kept apart from ``tests/fakes/kube.py``: the fake only asks :meth:`RBAC.check` before each request.
 """
 
 from __future__ import annotations

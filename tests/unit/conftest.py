@@ -1,4 +1,4 @@
-"""Fixtures of the unit tests (the helpers themselves live in tests/fakes.py)."""
+"""Fixtures of the unit tests (the helpers themselves live in the tests/fakes/ package)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The test suite's own layout: shared fakes have one home (``tests/fakes.py``).
+"""The test suite's own layout: shared fakes have one home (the ``tests/fakes/`` package).
 
 A test module that imports helpers from another test module makes the second one a library
 nobody owns (and pytest collects the helper's module twice over); the hub environment is reached
@@ -13,9 +13,14 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
-#: The only modules under tests/ that may import the hub harness directly.
+#: The only modules under tests/ that may import the hub harness directly: the package
+#: ``tests.fakes`` and its modules.
 HUBENV = "tests.integration.hubenv"
-HUBENV_IMPORTERS = {"tests.fakes"}
+HUBENV_IMPORTER = "tests.fakes"
+
+
+def may_import_hubenv(module: str) -> bool:
+    return module in (HUBENV, HUBENV_IMPORTER) or module.startswith(HUBENV_IMPORTER + ".")
 
 
 def module_name(path: Path) -> str:
@@ -65,14 +70,14 @@ def test_no_test_module_imports_another():
         for name in sorted(imported_modules(path))
         if is_test_module(name)
     ]
-    assert not offenders, "move shared helpers into tests/fakes.py:\n" + "\n".join(offenders)
+    assert not offenders, "move shared helpers into tests/fakes/:\n" + "\n".join(offenders)
 
 
 def test_the_hub_environment_is_reached_through_fakes():
     offenders = [
         str(path.relative_to(ROOT))
         for path in python_files()
-        if module_name(path) not in HUBENV_IMPORTERS | {HUBENV}
+        if not may_import_hubenv(module_name(path))
         and any(n == HUBENV or n.startswith(HUBENV + ".") for n in imported_modules(path))
     ]
     assert not offenders, f"import HubEnv and friends from tests.fakes: {offenders}"
@@ -95,3 +100,11 @@ def test_the_scan_sees_every_spelling():
         assert target in found, (source, found)
     assert is_test_module("tests.unit.test_store") and not is_test_module("tests.fakes")
     assert not is_test_module("jupyterhub_gpupool.test_helpers")
+
+
+def test_only_fakes_may_import_the_hub_environment():
+    """The package and its modules may; a module that merely starts with its name may not."""
+    assert may_import_hubenv("tests.fakes") and may_import_hubenv("tests.fakes.hub")
+    assert not may_import_hubenv("tests.fakes_extra")
+    assert not may_import_hubenv("tests.integration.test_service")
+    assert module_name(TESTS / "fakes" / "__init__.py") == "tests.fakes"
