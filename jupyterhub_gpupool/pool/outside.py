@@ -63,11 +63,11 @@ class OutsideHolds:
         if not data:
             return cls()
         return cls(
-            counts=dict(data.get("counts") or {}),  # type: ignore[call-overload]
-            gpus=tuple(data.get("gpus") or ()),  # type: ignore[arg-type]
-            instances=tuple((str(g), int(s)) for g, s in data.get("instances") or ()),  # type: ignore[attr-defined]
-            short=dict(data.get("short") or {}),  # type: ignore[call-overload]
-            pods=tuple(data.get("pods") or ()),  # type: ignore[arg-type]
+            counts=dict(data.get("counts") or {}),  # type: ignore[call-overload]  # to_json wrote it
+            gpus=tuple(data.get("gpus") or ()),  # type: ignore[arg-type]  # to_json wrote it
+            instances=tuple((str(g), int(s)) for g, s in data.get("instances") or ()),  # type: ignore[attr-defined]  # to_json wrote it
+            short=dict(data.get("short") or {}),  # type: ignore[call-overload]  # to_json wrote it
+            pods=tuple(data.get("pods") or ()),  # type: ignore[arg-type]  # to_json wrote it
         )
 
     @property

@@ -79,8 +79,9 @@ def test_the_checker_tells_a_reasoned_ignore_from_a_bare_one():
 
 
 def test_the_skipped_packages_are_the_ones_being_rewritten():
-    # what issue 34 rewrites around typed commands; anything else added here needs a reason
-    assert set(skipped_patterns()) == {
+    # what issue 34 rewrites around typed commands, less those that have joined the strict
+    # check since (the list only shrinks); anything else added here needs a reason
+    assert set(skipped_patterns()) <= {
         "jupyterhub_gpupool.store.*",
         "jupyterhub_gpupool.service.*",
         "jupyterhub_gpupool.poolclient",
