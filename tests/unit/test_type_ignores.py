@@ -2,7 +2,7 @@
 
 mypy (``make lint``) already refuses an ignore without a code (``ignore-without-code``) and one
 that silences nothing (``warn_unused_ignores``); the reason is this test's part. The packages
-that ``[tool.mypy]`` still skips (``ignore_errors``, until issue 34's commands land) are left
+that ``[tool.mypy]`` skips (``ignore_errors``; none since issue 34's commands landed) are left
 out here too, read from the same table so the two cannot drift apart.
 """
 
