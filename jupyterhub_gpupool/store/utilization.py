@@ -105,7 +105,7 @@ class UtilizationStore(StoreCore):
         with self.writing() as db:
             # a DELETE's result is a cursor's (Session.execute types it as any Result)
             result = cast(
-                "CursorResult[Any]",
+                CursorResult[Any],
                 db.execute(
                     delete(orm.UtilizationMinuteRow).where(orm.UtilizationMinuteRow.minute < before)
                 ),
