@@ -54,7 +54,7 @@ class PoolRefused(PoolClientError):
         status: int,
         code: str,
         field: str | None = None,
-        allowed: list | None = None,
+        allowed: list[Any] | None = None,
     ):
         super().__init__(message, status=status, code=code, field=field)
         self.allowed = allowed
@@ -107,7 +107,8 @@ def _error_of(data: Any) -> dict[str, Any] | None:
     """The error object of an answer: the pool's ``{"error": {...}}``, or JupyterHub's own
     ``{"status", "message"}`` (its token checks answer so before the pool sees the request)."""
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return data["error"]
+        error: dict[str, Any] = data["error"]
+        return error
     if isinstance(data, dict) and isinstance(data.get("message"), str):
         return data
     return None
@@ -201,11 +202,22 @@ class PoolClient:
             allowed=err.get("allowed"),
         )
 
+    async def _object(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """``request`` for the calls whose answer is a JSON object (the API's contract)."""
+        answer: dict[str, Any] = await self.request(method, path, body, params)
+        return answer
+
     # -- offers, leases and users: the spawners, the lab, the reclaimer ---------------------------
 
     async def offers(
         self, user: str | None = None, groups: Iterable[str] = (), clusters: Iterable[str] = ()
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Offers ``user`` may use (the token's own user without one), with availability, queue
         length, units and quota fit (for a hub launching into ``clusters``: only the offers it
         can serve, counted there)."""
@@ -224,7 +236,7 @@ class PoolClient:
         clusters: Iterable[str] = (),
         reason: str = "",
         duration: float | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Ask for ``offer`` for ``user``'s ``server`` (``user`` None: the token's own): a
         lease, granted or queued (only in ``clusters``, when given), or awaiting approval
         (``reason``, ``duration``: an ask an administrator decides on)."""
@@ -242,41 +254,43 @@ class PoolClient:
             body["clusters"] = clusters
         if group is not None:
             body["group"] = group
-        return await self.request("POST", "allocations", body)
+        return await self._object("POST", "allocations", body)
 
-    async def lease(self, lease_id: str) -> dict:
+    async def lease(self, lease_id: str) -> dict[str, Any]:
         """One lease."""
-        return await self.request("GET", _path("allocations", lease_id))
+        return await self._object("GET", _path("allocations", lease_id))
 
     async def leases(
         self, user: str | None = None, state: str | None = None, limit: int = 200
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Leases, newest first (one page is plenty for one user's servers)."""
         params = {"user": user, "state": state, "limit": limit}
-        return (await self.request("GET", "allocations", params=params))["items"]
+        page = await self._object("GET", "allocations", params=params)
+        items: list[dict[str, Any]] = page["items"]
+        return items
 
-    async def release(self, lease_id: str, reason: str = "stopped") -> dict:
+    async def release(self, lease_id: str, reason: str = "stopped") -> dict[str, Any]:
         """Give a lease back (or leave the queue with ``reason="cancelled"``)."""
-        return await self.request(
+        return await self._object(
             "DELETE", _path("allocations", lease_id), params={"reason": reason}
         )
 
-    async def keepalive(self, lease_id: str) -> dict:
+    async def keepalive(self, lease_id: str) -> dict[str, Any]:
         """The server runs on its lease: binds a grant (granted → active); on a reclaim notice,
         Keep my GPU."""
-        return await self.request("POST", _path("allocations", lease_id, "keepalive"), {})
+        return await self._object("POST", _path("allocations", lease_id, "keepalive"), {})
 
-    async def set_server_url(self, lease_id: str, url: str) -> dict:
+    async def set_server_url(self, lease_id: str, url: str) -> dict[str, Any]:
         """Where the lease's server listens (the spawner): the reclaimer reads it there."""
-        return await self.request("PUT", _path("allocations", lease_id, "server"), {"url": url})
+        return await self._object("PUT", _path("allocations", lease_id, "server"), {"url": url})
 
-    async def report_presence(self, lease_id: str, idle_for: float | None) -> dict:
+    async def report_presence(self, lease_id: str, idle_for: float | None) -> dict[str, Any]:
         """The user's last input was ``idle_for`` seconds ago (the lab's report; None: the lab
         runs, no input yet)."""
         path = _path("allocations", lease_id, "presence")
-        return await self.request("POST", path, {"idle_for": idle_for})
+        return await self._object("POST", path, {"idle_for": idle_for})
 
-    async def rebind(self, lease_id: str, device: str | Sequence[str]) -> dict:
+    async def rebind(self, lease_id: str, device: str | Sequence[str]) -> dict[str, Any]:
         """The lease's server got ``device`` (a GPU uuid, a MIG device uuid or a replica id;
         a lease of several GPUs: all of them), not necessarily what the pool chose: the lease
         moves there (``POST allocations/{id}/device``). Returns the lease."""
@@ -285,43 +299,44 @@ class PoolClient:
         else:
             ids = list(device)
             body = {"device": ids[0]} if len(ids) == 1 else {"devices": ids}
-        return await self.request("POST", _path("allocations", lease_id, "device"), body)
+        return await self._object("POST", _path("allocations", lease_id, "device"), body)
 
-    async def resize(self, lease_id: str, offer: str) -> dict:
+    async def resize(self, lease_id: str, offer: str) -> dict[str, Any]:
         """Reserve ``offer`` as the lease's target (the lab's move to another GPU)."""
-        return await self.request(
+        return await self._object(
             "POST", _path("allocations", lease_id, "resize"), {"offer": offer}
         )
 
-    async def restart(self, lease_id: str) -> dict:
+    async def restart(self, lease_id: str) -> dict[str, Any]:
         """Have the pool restart the lease's server into its reserved target."""
-        return await self.request("POST", _path("allocations", lease_id, "restart"), {})
+        return await self._object("POST", _path("allocations", lease_id, "restart"), {})
 
-    async def user(self, name: str) -> dict:
+    async def user(self, name: str) -> dict[str, Any]:
         """A user's quota, use, leases and notices (``me``: the token's own user)."""
-        return await self.request("GET", _path("users", name))
+        return await self._object("GET", _path("users", name))
 
     async def utilization(
         self, lease_id: str, since: str | None = None, resolution: str | None = "sample"
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A lease's recent samples (``since``: ISO 8601 or epoch seconds)."""
         params = {"lease": lease_id, "since": since, "resolution": resolution}
-        return await self.request("GET", "utilization", params=params) or {}
+        answer: dict[str, Any] = await self.request("GET", "utilization", params=params) or {}
+        return answer
 
     # -- the calls the reclaimer makes -------------------------------------------------------
 
-    async def take_reclaim_lead(self, holder: str, ttl: float = 60.0) -> dict:
+    async def take_reclaim_lead(self, holder: str, ttl: float = 60.0) -> dict[str, Any]:
         """Take or renew the reclaimer's leader lock; another holder's raises ``PoolRefused``
         with code ``not_leader``."""
-        return await self.request("POST", "reclaim/leader", {"holder": holder, "ttl": ttl})
+        return await self._object("POST", "reclaim/leader", {"holder": holder, "ttl": ttl})
 
-    async def give_up_reclaim_lead(self, holder: str) -> dict:
+    async def give_up_reclaim_lead(self, holder: str) -> dict[str, Any]:
         """Give the leader lock up (a replica that stops lets the next one lead at once)."""
-        return await self.request("DELETE", "reclaim/leader", params={"holder": holder})
+        return await self._object("DELETE", "reclaim/leader", params={"holder": holder})
 
-    async def reclaim_leases(self, page_size: int = 200) -> list[dict]:
+    async def reclaim_leases(self, page_size: int = 200) -> list[dict[str, Any]]:
         """Every lease the reclaimer watches (``active`` or ``reclaiming``), all pages."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         offset = 0
         while True:
             page = await self.request(
@@ -334,20 +349,20 @@ class PoolClient:
 
     async def reclaim_round(
         self, holder: str, window: tuple[float, float], observed: Mapping[str, Any]
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Post one window's observations; the pool answers its decisions."""
         body = {
             "holder": holder,
             "window": {"start": window[0], "end": window[1]},
             "observed": dict(observed),
         }
-        return await self.request("POST", "reclaim/rounds", body)
+        return await self._object("POST", "reclaim/rounds", body)
 
     async def reclaim_outcome(
         self, lease_id: str, holder: str, result: str, saved: Iterable[str] = (), detail: str = ""
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Report a claimed action done or failed (``saved``: the files saved first)."""
-        return await self.request(
+        return await self._object(
             "POST",
             _path("reclaim", "leases", lease_id, "outcome"),
             {"holder": holder, "result": result, "saved": list(saved), "detail": detail},
@@ -355,14 +370,14 @@ class PoolClient:
 
     # -- the calls the node agent makes ------------------------------------------------------
 
-    async def put_inventory(self, node: str, inventory: Mapping[str, Any]) -> dict:
+    async def put_inventory(self, node: str, inventory: Mapping[str, Any]) -> dict[str, Any]:
         """The node's GPUs as NVML found them."""
-        return await self.request("PUT", _path("nodes", node, "inventory"), dict(inventory))
+        return await self._object("PUT", _path("nodes", node, "inventory"), dict(inventory))
 
-    async def post_samples(self, node: str, samples: list[dict[str, Any]]) -> dict:
+    async def post_samples(self, node: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
         """A batch of utilization samples; the answer carries the node's MIG plan."""
-        return await self.request("POST", _path("nodes", node, "samples"), {"samples": samples})
+        return await self._object("POST", _path("nodes", node, "samples"), {"samples": samples})
 
-    async def post_mig_results(self, node: str, results: list[dict[str, Any]]) -> dict:
+    async def post_mig_results(self, node: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         """What became of the MIG actions the node applied."""
-        return await self.request("POST", _path("nodes", node, "mig-results"), {"results": results})
+        return await self._object("POST", _path("nodes", node, "mig-results"), {"results": results})

@@ -4,6 +4,7 @@ own pages: "1/7 GPU", "1 1/2 GPUs", "2nd in line"."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .timeparse import parse_time
@@ -75,7 +76,7 @@ def estimate_text(eta_seconds: float | None, offer: str) -> str:
     return f"about {round(minutes / 60)} h"
 
 
-def last_hour_text(minutes: list[dict[str, Any]]) -> str:
+def last_hour_text(minutes: Sequence[Mapping[str, Any]]) -> str:
     """A lease's last hour as a figure: the mean and peak GPU use of its minutes, or, where the
     device reports no utilization (MIG without GPM), the most memory used; or "no readings
     yet"."""

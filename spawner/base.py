@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.spawner import Spawner
@@ -60,16 +61,16 @@ def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "")
     try:
         from jupyterhub.spawner import SpawnException
     except ImportError:  # JupyterHub 5
-        err = web.HTTPError(status, "%s", message)
-        err.jupyterhub_message = message  # type: ignore[attr-defined]
+        err: Exception = web.HTTPError(status, "%s", message)
+        err.jupyterhub_message = message  # type: ignore[attr-defined]  # the spawn page reads it
         if html:
-            err.jupyterhub_html_message = html  # type: ignore[attr-defined]
+            err.jupyterhub_html_message = html  # type: ignore[attr-defined]  # the spawn page reads it
         return err
     err = SpawnException(message, reason=reason, status_code=status, message_html=html)
     # the spawn page shows jupyterhub_message when set, else str(err) with status and reason
-    err.jupyterhub_message = message  # type: ignore[attr-defined]
+    err.jupyterhub_message = message  # type: ignore[attr-defined]  # the spawn page reads it
     if html:
-        err.jupyterhub_html_message = html  # type: ignore[attr-defined]
+        err.jupyterhub_html_message = html  # type: ignore[attr-defined]  # the spawn page reads it
     return err
 
 
@@ -187,6 +188,18 @@ class GPUPoolSpawnerMixin(Configurable):
         "After that the pool's own reconcile and grant expiry clean up.",
     ).tag(config=True)
 
+    # -- what the Spawner this mixes into provides (JupyterHub ships no type information:
+    # annotations only, no values, so the Spawner's own attributes and traits stay in force)
+
+    log: logging.Logger
+    user: Any
+    name: str
+    server: Any
+    internal_ssl: bool
+    user_options: dict[str, Any]
+    _log_name: str
+    _spawn_pending: bool
+
     # -- state ------------------------------------------------------------------------------
 
     gpupool_lease: dict[str, Any] | None = None
@@ -197,9 +210,9 @@ class GPUPoolSpawnerMixin(Configurable):
     _gpupool_changed: asyncio.Event | None = None
     _gpupool_client: PoolClient | None = None
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, Any]:
         """Adds the lease id (versioned) to the concrete spawner's state."""
-        state = super().get_state()  # type: ignore[misc]
+        state: dict[str, Any] = super().get_state()  # type: ignore[misc]  # the Spawner this mixes into has it
         if self.gpupool_lease:
             state[STATE_KEY] = {
                 "version": STATE_VERSION,
@@ -211,9 +224,9 @@ class GPUPoolSpawnerMixin(Configurable):
             }
         return state
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         """Restores the lease of a running server after a hub restart."""
-        super().load_state(state)  # type: ignore[misc]
+        super().load_state(state)  # type: ignore[misc]  # the Spawner this mixes into has it
         mine = state.get(STATE_KEY)
         if not mine:
             return
@@ -255,19 +268,20 @@ class GPUPoolSpawnerMixin(Configurable):
                 reason="gpupool_config",
                 status=500,
             )
-        return service.url.rstrip("/") + service.prefix.rstrip("/") + "/api/v1/"
+        url: str = service.url.rstrip("/") + service.prefix.rstrip("/") + "/api/v1/"
+        return url
 
     @property
     def user_groups(self) -> list[str]:
         """The user's JupyterHub groups (the pool charges requests to them)."""
         return [g.name for g in getattr(self.user, "groups", [])]
 
-    async def _run_apply_user_options(self, user_options: dict) -> None:
+    async def _run_apply_user_options(self, user_options: dict[str, Any]) -> None:
         """JupyterHub ≥ 5.3 warns about options nobody applies; the offer is ours to apply."""
         run = getattr(super(), "_run_apply_user_options", None)
         if run is None:
             return
-        if self.apply_user_options:  # type: ignore[attr-defined]
+        if self.apply_user_options:  # type: ignore[attr-defined]  # a Spawner trait
             await run(user_options)
         else:
             await run({k: v for k, v in (user_options or {}).items() if k != OPTION})
@@ -325,7 +339,7 @@ class GPUPoolSpawnerMixin(Configurable):
         """The offer to ask for; subclasses may look further (KubeSpawner's profiles)."""
         return self.chosen_offer()
 
-    async def options_from_query(self, query_data: dict) -> dict:
+    async def options_from_query(self, query_data: dict[str, Any]) -> dict[str, Any]:
         """Refuse a GPU asked for by a link, unless ``allow_offer_from_query``.
 
         JupyterHub 5 and 6 turn the arguments of ``GET /hub/spawn[/<user>/<server>]?...``
@@ -333,7 +347,7 @@ class GPUPoolSpawnerMixin(Configurable):
         no XSRF check: any web page can send a logged-in user's browser there. Raising here
         comes before any lease or server exists; the hub shows the form again with the message.
         """
-        options = await maybe_future(super().options_from_query(query_data))  # type: ignore[misc]
+        options: dict[str, Any] = await maybe_future(super().options_from_query(query_data))  # type: ignore[misc]  # the Spawner this mixes into has it
         if self.allow_offer_from_query:
             return options
         named = {OPTION, f"opt-{OPTION}"} & (set(query_data) | set(options or {}))
@@ -352,7 +366,7 @@ class GPUPoolSpawnerMixin(Configurable):
         quiet_expected_refusals(self.log)
         raise refusal
 
-    async def _query_needs_gpu(self, options: dict) -> bool:
+    async def _query_needs_gpu(self, options: dict[str, Any]) -> bool:
         """Whether a spawn with ``options`` would ask the pool for a GPU (a default offer, a
         KubeSpawner profile naming one, or a hub that has no CPU-only servers)."""
         saved = self.user_options
@@ -413,7 +427,7 @@ class GPUPoolSpawnerMixin(Configurable):
         finally:
             self._gpupool_waiting = False
             self._gpupool_changed.set()
-        return await maybe_future(super().run_pre_spawn_hook())  # type: ignore[misc]
+        return await maybe_future(super().run_pre_spawn_hook())  # type: ignore[misc]  # the Spawner this mixes into has it
 
     async def _acquire(self, offer: str) -> dict[str, Any]:
         """POST allocations, adopting a lease this server already has; then wait for the grant.
@@ -441,7 +455,8 @@ class GPUPoolSpawnerMixin(Configurable):
             # not on CancelledError: a hub shutting down mid-queue keeps the request, and the
             # next spawn of this server adopts it (and its place in line); nor for a request
             # still before the administrators, which the next spawn picks up the same way
-            if self.gpupool_lease is not None and self.gpupool_lease.get("keep"):
+            kept = cast("dict[str, Any] | None", self.gpupool_lease)  # _wait may have changed it
+            if kept is not None and kept.get("keep"):
                 self.gpupool_lease = None
             else:
                 self._release_soon("cancelled")
@@ -661,7 +676,7 @@ class GPUPoolSpawnerMixin(Configurable):
                 await asyncio.wait_for(self._gpupool_changed.wait(), self.queue_poll_interval * 5)
         if sent and self._placeholder_progress():
             return
-        async for event in super().progress():  # type: ignore[misc]
+        async for event in super().progress():  # type: ignore[misc]  # the Spawner this mixes into has it
             yield event
 
     def _placeholder_progress(self) -> bool:
@@ -718,13 +733,13 @@ class GPUPoolSpawnerMixin(Configurable):
     async def stop(self, now: bool = False) -> None:
         """Stop the server, then give its GPU back."""
         try:
-            await super().stop(now=now)  # type: ignore[misc]
+            await super().stop(now=now)  # type: ignore[misc]  # the Spawner this mixes into has it
         finally:
             await self.release_lease("stopped")
 
     async def poll(self) -> int | None:
         """A server found gone gives its GPU back at once (not at the next stop)."""
-        status = await super().poll()  # type: ignore[misc]
+        status: int | None = await super().poll()  # type: ignore[misc]  # the Spawner this mixes into has it
         if status is not None and self.gpupool_lease and not self._gpupool_waiting:
             await self.release_lease("stopped")
         return status
@@ -733,7 +748,7 @@ class GPUPoolSpawnerMixin(Configurable):
         """Always runs when the hub stops a server (also after a failed spawn): release."""
         self._gpupool_started = False  # the next spawn streams its own events
         await self.release_lease("stopped")
-        return await maybe_future(super().run_post_stop_hook())  # type: ignore[misc]
+        return await maybe_future(super().run_post_stop_hook())  # type: ignore[misc]  # the Spawner this mixes into has it
 
     # -- environment ------------------------------------------------------------------------
 
@@ -801,6 +816,7 @@ class GPUPoolSpawnerMixin(Configurable):
 
     async def get_options_form(self) -> str:
         """Our picker, unless the admin configured an ``options_form`` of their own."""
-        if self.options_form:  # type: ignore[attr-defined]
-            return await super().get_options_form()  # type: ignore[misc]
+        if self.options_form:  # type: ignore[attr-defined]  # a Spawner trait
+            form: str = await super().get_options_form()  # type: ignore[misc]  # the Spawner this mixes into has it
+            return form
         return await self.render_picker()

@@ -22,7 +22,7 @@ re-read on every connection, so rotated tokens keep working)::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ class _TokenFileConfiguration(k8s.Configuration):
 
     token_file: str = ""
 
-    def auth_settings(self) -> dict[str, Any]:
+    def auth_settings(self) -> Coroutine[Any, Any, dict[Any, Any]]:
         """The bearer token, read now (service-account tokens rotate)."""
         token = Path(self.token_file).read_text().strip()
         self.api_key = {"BearerToken": token}
@@ -123,7 +123,7 @@ def bound_reflector(reflector_class: type, api: Any) -> type:
     """``reflector_class`` listing and watching through ``api`` (a CoreV1Api of one cluster)
     instead of KubeSpawner's shared client."""
 
-    class ClusterReflector(reflector_class):  # type: ignore[misc, valid-type]
+    class ClusterReflector(reflector_class):  # type: ignore[misc]  # a class chosen at run time (KubeSpawner is untyped)
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.api = api

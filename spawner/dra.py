@@ -38,7 +38,8 @@ from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from .objects import LEASE_KEY, OFFER_KEY, PREFIX, check_lease, label_value
+from .objects import LEASE_KEY, OFFER_KEY, PREFIX, label_value
+from .objects import check_lease as check_lease  # DRAClaims calls it as dra.check_lease
 
 API_VERSION = "resource.k8s.io/v1"
 #: The driver's name: the domain of its attributes and capacities, and its config's driver.
@@ -77,7 +78,7 @@ _SUFFIX = {
 }
 
 
-def _cel_string(value: str) -> str:
+def _cel_string(value: object) -> str:
     """``value`` as a CEL string literal; quotes, backslashes and control characters are
     refused rather than escaped (no uuid or profile has them: a value that does is not one)."""
     if not isinstance(value, str) or not value or _UNSAFE_CEL.search(value):

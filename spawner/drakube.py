@@ -64,10 +64,11 @@ class DRAClaims(Configurable):
     _dra_partitioned: list[str] | None = None
 
     def _resource_api(self) -> ResourceV1Api:
-        return ResourceV1Api(self.api.api_client)  # type: ignore[attr-defined]
+        return ResourceV1Api(self.api.api_client)  # type: ignore[attr-defined]  # the spawner this mixes into has it
 
     def _as_dict(self, obj: Any) -> dict[str, Any]:
-        return self.api.api_client.sanitize_for_serialization(obj)  # type: ignore[attr-defined]
+        out: dict[str, Any] = self.api.api_client.sanitize_for_serialization(obj)  # type: ignore[attr-defined]  # the spawner this mixes into has it
+        return out
 
     # -- which backend ---------------------------------------------------------------------
 
@@ -82,14 +83,14 @@ class DRAClaims(Configurable):
         if found is None:
             found = await self._probe(host)
             self._dra_probed[host] = found
-            self.log.info(  # type: ignore[attr-defined]
+            self.log.info(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                 "GPU backend of cluster %s: %s", cluster or "(default)", found
             )
         self._dra_backend_now = found
         return found
 
     def _host(self) -> Any:
-        return self.api.api_client.configuration.host  # type: ignore[attr-defined]
+        return self.api.api_client.configuration.host  # type: ignore[attr-defined]  # the spawner this mixes into has it
 
     async def _probe(self, host: Any) -> str:
         api = self._resource_api()
@@ -107,7 +108,7 @@ class DRAClaims(Configurable):
             if e.status == 404:  # no resource.k8s.io/v1, or no NVIDIA DRA driver
                 return "device-plugin"
             if e.status == 403:
-                self.log.warning(  # type: ignore[attr-defined]
+                self.log.warning(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                     "The hub may not read DeviceClasses (403): using the device plugin; set "
                     "device_backend = 'dra' or grant get on deviceclasses to use DRA"
                 )
@@ -120,7 +121,9 @@ class DRAClaims(Configurable):
 
     # -- the claims -------------------------------------------------------------------------
 
-    async def dra_prepare(self, lease: dict[str, Any], namespace: str, pod_name: str) -> dict:
+    async def dra_prepare(
+        self, lease: dict[str, Any], namespace: str, pod_name: str
+    ) -> dict[str, Any]:
         """Create the claims of ``lease`` (the server's own; a share's GPU claim if missing)
         and return the pod's references to them."""
         kind = dra.check_lease(lease)
@@ -140,6 +143,7 @@ class DRAClaims(Configurable):
             claim = dra.server_claim(
                 lease, name=name, namespace=namespace, partitioned=self._dra_partitioned
             )
+            assert claim is not None  # the server's own claim (a share's is None)
             await self._create_claim(claim, namespace, replace=True)
             self._dra_claim = name
         else:
@@ -150,16 +154,18 @@ class DRAClaims(Configurable):
         self._dra_namespace = namespace
         return self._dra_refs
 
-    async def _create_claim(self, claim: dict, namespace: str, *, replace: bool) -> dict:
+    async def _create_claim(
+        self, claim: dict[str, Any], namespace: str, *, replace: bool
+    ) -> dict[str, Any]:
         api = self._resource_api()
         try:
-            return self._as_dict(await api.create_namespaced_resource_claim(namespace, claim))
+            return self._as_dict(await api.create_namespaced_resource_claim(namespace, claim))  # type: ignore[arg-type]  # the client sends a dict body as it is
         except ApiException as e:
             if e.status != 409 or not replace:
                 raise
         # a claim of this name left by an earlier try of this server: replace it
         await self._delete_claim(claim["metadata"]["name"], namespace)
-        return self._as_dict(await api.create_namespaced_resource_claim(namespace, claim))
+        return self._as_dict(await api.create_namespaced_resource_claim(namespace, claim))  # type: ignore[arg-type]  # the client sends a dict body as it is
 
     async def _delete_claim(self, name: str, namespace: str) -> bool:
         try:
@@ -198,7 +204,7 @@ class DRAClaims(Configurable):
         name = claim["metadata"]["name"]
         api = self._resource_api()
         try:
-            await api.create_namespaced_resource_claim(namespace, claim)
+            await api.create_namespaced_resource_claim(namespace, claim)  # type: ignore[arg-type]  # the client sends a dict body as it is
             return
         except ApiException as e:
             if e.status != 409:
@@ -216,7 +222,7 @@ class DRAClaims(Configurable):
                 status=409,
             )
         await self._delete_claim(name, namespace)
-        await api.create_namespaced_resource_claim(namespace, claim)
+        await api.create_namespaced_resource_claim(namespace, claim)  # type: ignore[arg-type]  # the client sends a dict body as it is
 
     async def dra_record(self, lease: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
         """Read what the claims got (waiting up to ``dra_allocation_timeout`` for the
@@ -242,7 +248,7 @@ class DRAClaims(Configurable):
         self.dra_devices = devices
         for d in devices:
             if not d["matches"]:
-                self.log.error(  # type: ignore[attr-defined]
+                self.log.error(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                     "Lease %s slot %s: the pool chose GPU %s, the cluster allocated %s",
                     lease["id"],
                     d["slot"],
@@ -262,7 +268,7 @@ class DRAClaims(Configurable):
         for d in devices:
             recorded = lease["slots"][d["slot"]].get("mig_uuid")
             if d["matches"] and d.get("mig_uuid") and recorded and d["mig_uuid"] != recorded:
-                self.log.info(  # type: ignore[attr-defined]
+                self.log.info(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                     "Lease %s slot %s: MIG instance %s at the chosen place (the pool records "
                     "%s: made again?)",
                     lease_id,
@@ -274,9 +280,9 @@ class DRAClaims(Configurable):
         if ids is None:
             return
         try:
-            await self.pool.rebind(lease_id, ids)  # type: ignore[attr-defined]
+            await self.pool.rebind(lease_id, ids)  # type: ignore[attr-defined]  # the spawner this mixes into has it
         except Exception as e:  # the server runs on it either way: say so, go on
-            self.log.error(  # type: ignore[attr-defined]
+            self.log.error(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                 "Lease %s: recording its allocated devices %s failed: %s", lease_id, ids, e
             )
 

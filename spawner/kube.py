@@ -32,8 +32,10 @@ from .base import OPTION, GPUPoolSpawnerMixin, spawn_error, wait_text
 from .drakube import DRAClaims
 
 
-class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
+class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):  # type: ignore[misc]  # kubespawner ships no type information
     """KubeSpawner with GPUs from the pool (zero-to-jupyterhub: ``hub.config``)."""
+
+    extra_pod_config: dict[str, Any]  # KubeSpawner's trait (annotation only)
 
     gpupool_offer = Unicode(
         None,
@@ -146,13 +148,15 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
             self.api = CoreV1Api(client)
         self._gpupool_api_cluster = cluster
 
-    def _get_reflector_key(self, kind: str) -> tuple:
+    def _get_reflector_key(self, kind: str) -> tuple[Any, ...]:
         """KubeSpawner's key, plus the cluster when it is not the default API."""
-        key = super()._get_reflector_key(kind)
+        key: tuple[Any, ...] = super()._get_reflector_key(kind)
         cluster = self._gpupool_api_cluster
         return key if cluster is None else (*key, cluster)
 
-    async def _start_reflector(self, kind: str, reflector_class: type, *args: Any, **kw: Any):
+    async def _start_reflector(
+        self, kind: str, reflector_class: type, *args: Any, **kw: Any
+    ) -> Any:
         """Reflectors of another cluster list and watch through that cluster's API."""
         if self._gpupool_api_cluster is not None:
             reflector_class = clusterapi.bound_reflector(reflector_class, self.api)
@@ -171,15 +175,15 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
         finally:
             await self.dra_delete()
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, Any]:
         """Adds the DRA claim (to delete it with the server after a hub restart)."""
-        state = super().get_state()
+        state: dict[str, Any] = super().get_state()
         mine = self.dra_state()
         if mine:
             state["gpupool_dra"] = mine
         return state
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.dra_load(state.get("gpupool_dra"))
 
@@ -319,9 +323,9 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
 
     # -- the form -----------------------------------------------------------------------------
 
-    def _options_from_form(self, formdata: dict) -> dict:
+    def _options_from_form(self, formdata: dict[str, Any]) -> dict[str, Any]:
         """KubeSpawner keeps only profile fields; keep the picker's choice too."""
-        options = super()._options_from_form(formdata)
+        options: dict[str, Any] = super()._options_from_form(formdata)
         if OPTION in formdata:
             value = formdata[OPTION]
             options[OPTION] = value[0] if isinstance(value, list) and value else value
@@ -360,7 +364,8 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):
                     )
                 profile["description"] = f"{profile.get('description', '')} — {note}".lstrip(" —")
             annotated.append(profile)
-        return self._render_options_form(annotated)
+        form: str = self._render_options_form(annotated)
+        return form
 
     async def _offers_elsewhere(self) -> dict[str, list[str]]:
         """Offers the user may have in clusters other than this hub's ``pool_clusters``, with

@@ -46,7 +46,7 @@ def foreign_node(lease: dict[str, Any], local_nodes: list[str]) -> str | None:
     return str(node)
 
 
-class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
+class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):  # type: ignore[misc]  # jupyterhub ships no type information
     """A LocalProcessSpawner that takes its GPU from the pool (for one-machine hubs)."""
 
     local_nodes = List(
@@ -75,7 +75,7 @@ class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
 
     def get_env(self) -> dict[str, str]:
         """JupyterHub's environment plus the lease's devices and ``GPUPOOL_*``."""
-        env = super().get_env()
+        env: dict[str, str] = super().get_env()
         env.update(device_env(self.gpupool_lease))
         env.update(self.gpupool_env())
         return env
@@ -87,7 +87,7 @@ class GPUPoolLocalProcessSpawner(GPUPoolSpawnerMixin, LocalProcessSpawner):
         return url
 
 
-class GPUPoolSimpleLocalProcessSpawner(GPUPoolLocalProcessSpawner, SimpleLocalProcessSpawner):
+class GPUPoolSimpleLocalProcessSpawner(GPUPoolLocalProcessSpawner, SimpleLocalProcessSpawner):  # type: ignore[misc]  # jupyterhub ships no type information
     """Every user's server runs as the hub's own system user (demos and tests only).
 
     JupyterHub's ``SimpleLocalProcessSpawner`` with the pool: no system accounts needed, home

@@ -116,7 +116,7 @@ def check_lease(lease: Mapping[str, Any]) -> str:
     slots = lease.get("slots")
     if not isinstance(slots, list) or not slots:
         raise ValueError(f"lease {lease_id} has no slots")
-    kinds = set()
+    kinds: set[str] = set()
     for i, slot in enumerate(slots):
         if not isinstance(slot, Mapping):
             raise ValueError(f"lease {lease_id}: slot {i} is not an object")

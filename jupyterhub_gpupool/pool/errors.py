@@ -34,7 +34,7 @@ class PoolError(Exception):
         super().__init__(text)
         self.message = text
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, dict[str, object]]:
         """The JSON error body ``{"error": {"code", "message"}}`` (plus ``field``/``allowed``
         when known)."""
         body: dict[str, object] = {"code": self.code, "message": self.message}

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -128,7 +128,7 @@ class AlertMonitor:
         #: (kind, subject) → the alert followed (pending or firing)
         self.alerts: dict[tuple[str, str], Alert] = {}
         #: audit events not written yet (the database was away)
-        self.unwritten: list[dict[str, Any]] = []
+        self.unwritten: list[Mapping[str, Any]] = []
         #: (time, requests, 5xx) seen, for the 5xx share over ``ERROR_WINDOW``
         self._counts: deque[tuple[float, int, int]] = deque()
         self.rounds = 0

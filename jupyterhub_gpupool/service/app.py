@@ -355,8 +355,8 @@ class PoolService(StrictCommandLine):
         return os.environ.get("GPUPOOL_COOKIE_SECRET", "")
 
     @validate("cookie_secret")
-    def _check_cookie_secret(self, proposal: dict) -> str:
-        value = proposal["value"].strip()
+    def _check_cookie_secret(self, proposal: dict[str, Any]) -> str:
+        value: str = proposal["value"].strip()
         try:
             key = bytes.fromhex(value)
         except ValueError:
@@ -499,7 +499,7 @@ class PoolService(StrictCommandLine):
         """The in-process telemetry of ``telemetry_source`` (None: agents post instead)."""
         if self.telemetry_source == "agents":
             return None
-        defaults: dict[str, dict] = {}
+        defaults: dict[str, dict[str, Any]] = {}
         if self.telemetry_source == "sim":
             if not self.pool_config_file:
                 raise SystemExit("telemetry_source = sim needs pool_config_file (the pool YAML)")
@@ -546,7 +546,7 @@ class PoolService(StrictCommandLine):
     def make_app(self) -> web.Application:
         """The tornado application with every route of the API."""
         api = url_path_join(self.base_url, "api/v1/")
-        handlers = []
+        handlers: list[pages.Route] = []
         for module in (
             allocations,
             approvals,
@@ -677,11 +677,15 @@ class PoolService(StrictCommandLine):
     async def budget_step(self) -> list[dict[str, Any]]:
         """Budgets: warnings at 80 % and 100 % (to the notify_hook, once per level and period);
         a spent ``stop`` budget's running leases get a notice. Returns the new warnings."""
-        warnings = await self.writer.run(commands.BudgetRound(self.budget_warn_before))
-        if warnings and self.notifier is None:
+        warnings: list[dict[str, Any]] = await self.writer.run(
+            commands.BudgetRound(self.budget_warn_before)
+        )
+        if not warnings:
+            return warnings
+        if self.notifier is None:
             self.notifier = Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log)
         for w in warnings:
-            self.notifier("budget-warning", {"id": "", w["subject"]: w["name"]}, **w)  # type: ignore[misc]
+            self.notifier("budget-warning", {"id": "", w["subject"]: w["name"]}, **w)
         return warnings
 
     async def housekeeping(self) -> None:

@@ -43,7 +43,7 @@ class NoticeDeadlines:
         self.actor = actor
         self.stop_timeout = stop_timeout
         self.log = log or logging.getLogger(__name__)
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def step(self) -> int:
         """Claim what is overdue and start stopping those servers (in the background: a slow

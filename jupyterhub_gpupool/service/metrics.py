@@ -244,8 +244,8 @@ class PoolMetrics:
                 waiting[w.request.offer] = waiting.get(w.request.offer, 0) + 1
             for offer, n in waiting.items():
                 self.queue_length.labels(offer=offer).set(n)
-            for offer in alloc.offers.values():
-                self.offer_available.labels(offer=offer.name).set(alloc.available(offer, cap=50))
+            for spec in alloc.offers.values():
+                self.offer_available.labels(offer=spec.name).set(alloc.available(spec, cap=50))
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
             self._render_alert_facts(alloc, store)

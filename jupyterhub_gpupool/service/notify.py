@@ -34,11 +34,13 @@ EVENTS = {
 }
 
 
-def resolve_hook(hook: Any) -> Callable[..., Any] | None:
+def resolve_hook(hook: object) -> Callable[..., Any] | None:
     """``hook`` as a callable: an import name is imported; empty means none."""
     if isinstance(hook, str):
         hook = import_item(hook) if hook else None
-    if hook is not None and not callable(hook):
+    if hook is None:
+        return None
+    if not callable(hook):
         raise ValueError(f"notify_hook is not callable: {hook!r}")
     return hook
 
@@ -50,7 +52,7 @@ class Notifier:
         self, hook: Callable[..., Any] | None, timeout: float, log: logging.Logger
     ) -> None:
         self.hook, self.timeout, self.log = hook, timeout, log
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.failures = 0
 
     def __call__(self, event: str, lease: dict[str, Any], **details: Any) -> None:
@@ -63,8 +65,11 @@ class Notifier:
         task.add_done_callback(self._tasks.discard)
 
     async def _call(self, event: str, lease: dict[str, Any], info: dict[str, Any]) -> None:
+        hook = self.hook
+        if hook is None:  # never: __call__ schedules no call without a hook
+            return
         try:
-            result = self.hook(event, lease, info)  # type: ignore[misc]
+            result = hook(event, lease, info)
             if inspect.isawaitable(result):
                 await asyncio.wait_for(result, self.timeout)
         except Exception as e:  # a hook never breaks the pool

@@ -61,7 +61,7 @@ class Restarts:
         self.hub_poll = hub_poll
         self.log = log or logging.getLogger(__name__)
         self.on_done = on_done
-        self.tasks: dict[str, asyncio.Task] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
         #: set (and replaced) by ``wake``: a release may have granted a waiting target
         self._wake: asyncio.Event | None = None
         #: how each restart ended: lease id → waiting | restarting | done | gone | failed: …

@@ -9,6 +9,7 @@ and quota; ``spawn`` is for the hub-side spawner, acting for any user; ``admin``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 USE = "custom:gpupool:use"
 SPAWN = "custom:gpupool:spawn"
@@ -44,7 +45,7 @@ class Identity:
     groups: tuple[str, ...] = ()
 
     @classmethod
-    def from_hub_model(cls, model: dict) -> Identity:
+    def from_hub_model(cls, model: dict[str, Any]) -> Identity:
         """Build from the model ``HubAuth`` returns (``kind``, ``name``, ``scopes``, ``groups``)."""
         return cls(
             kind=model.get("kind", "user"),

@@ -108,7 +108,7 @@ class LocalTelemetry:
         self.samples = 0
         self.mig_actions = 0
         self._logged: set[tuple[str, str]] = set()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[str, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -154,7 +154,7 @@ class LocalTelemetry:
     def set_lost(self, name: str, gpu: str, lost: bool) -> bool:
         """Make simulated GPU ``gpu`` (uuid) of node ``name`` fall off the bus, or come back
         (False: no such GPU). The node's next inventory reports it unhealthy."""
-        machine = self.readers[name].nvml  # type: ignore[attr-defined]
+        machine = self.readers[name].nvml  # type: ignore[attr-defined]  # the demo reader has it (simulates)
         try:
             machine.set_lost(gpu, lost)
         except (KeyError, AssertionError):

@@ -385,6 +385,7 @@ class ProcessBatchWriter:
         """The in-flight batch's results: the child's answer, or every call's failure."""
         batch = self._inflight or []
         try:
+            outcome: list[Any]
             outcome, events = self._conn.recv()
         except (EOFError, OSError) as e:
             return self._restart(e)
@@ -433,7 +434,10 @@ class ProcessBatchWriter:
                     continue
             elif self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(self._conn.fileno())
-            self._settle(self._inflight, self._receive())
+            inflight = self._inflight
+            if inflight is None:  # never: sent just now, or already in flight
+                continue
+            self._settle(inflight, self._receive())
 
     async def drain(self) -> None:
         """Wait until nothing is pending or in flight."""

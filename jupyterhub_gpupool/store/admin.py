@@ -23,7 +23,7 @@ from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts
+from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts, upsert_insert
 from .views import ViewStore
 
 log = logging.getLogger(__name__)
@@ -66,13 +66,13 @@ class AdminStore(MigStore, ViewStore):
             # requests waiting for an offer that no longer exists would wait forever: end them
             # (leases already held keep their slices until released)
             kept = set(db.scalars(select(orm.OfferRow.name)))
-            for row in db.scalars(
+            for lease in db.scalars(
                 select(orm.LeaseRow).where(
                     orm.LeaseRow.state == "queued", orm.LeaseRow.offer.not_in(kept)
                 )
             ).all():
-                row.message = f"the offer {row.offer!r} was removed from the pool"
-                self._finish(db, None, row, "cancelled", "system")
+                lease.message = f"the offer {lease.offer!r} was removed from the pool"
+                self._finish(db, None, lease, "cancelled", "system")
             self._load_quotas(db, config)
             self._record_prices(db, config)
             for node in config.nodes:
@@ -207,7 +207,9 @@ class AdminStore(MigStore, ViewStore):
             self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
         return row
 
-    def set_sharing(self, name: str, modes: Mapping[str, str], *, actor: str = "") -> dict:
+    def set_sharing(
+        self, name: str, modes: Mapping[str, str], *, actor: str = ""
+    ) -> dict[str, Any]:
         """Set the sharing modes of a node's GPUs (uuid → ``shared`` | ``exclusive``) as its
         device plugin advertises them (``pool.sharing``). Leases keep what they hold; a change
         is audited (``sharing-advertised``) and the queue served. Returns what changed."""
@@ -264,7 +266,7 @@ class AdminStore(MigStore, ViewStore):
 
     def put_quota(
         self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Set a user's or group's quota by API (wins over the file). Lowering it below current
         use is allowed: the leases beyond the new guarantee become borrowed."""
         k = check_quota_kind(kind)
@@ -285,7 +287,7 @@ class AdminStore(MigStore, ViewStore):
 
     def patch_quota(
         self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Change only the fields ``raw`` names of the quota now in effect for a user or group
         (their own, the file's, or for a user the default) and store it by API."""
         with self.transaction():  # holds the pool lock: nobody changes it in between
@@ -363,10 +365,6 @@ class AdminStore(MigStore, ViewStore):
         keys = sorted(k for k in facts if k[0] in known)
         if not keys:
             return
-        if db.get_bind().dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
         t = orm.LeaseUsageRow.__table__.c
         rows = [
             {"lease_id": k[0], "hour": k[1], "busy_seconds": facts[k][0],
@@ -374,7 +372,7 @@ class AdminStore(MigStore, ViewStore):
             for k in keys
         ]  # fmt: skip
         for i in range(0, len(rows), 200):  # well under SQLite's bound-parameter limit
-            stmt = insert(orm.LeaseUsageRow).values(rows[i : i + 200])
+            stmt = upsert_insert(db, orm.LeaseUsageRow).values(rows[i : i + 200])
             stmt = stmt.on_conflict_do_update(
                 index_elements=[t.lease_id, t.hour],
                 set_={

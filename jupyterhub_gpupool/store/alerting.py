@@ -28,11 +28,12 @@ class AlertStore(ViewStore):
     def count_events(self, kinds: Iterable[str], since: datetime) -> int:
         """Audit events of ``kinds`` at or after ``since``."""
         with self.read() as db:
-            return db.scalar(
+            count = db.scalar(
                 select(func.count())
                 .select_from(orm.EventRow)
                 .where(orm.EventRow.kind.in_(list(kinds)), orm.EventRow.ts >= since)
             )
+            return count or 0  # COUNT always answers one row
 
     def record_alerts(self, changes: list[Mapping[str, Any]], *, actor: str = "") -> int:
         """Audit alert transitions: each ``{"event": "alert-raised"|"alert-resolved", "at":

@@ -132,7 +132,7 @@ class ApprovalStore(LabelMigStore):
                 allowed=smaller,
             )
 
-    def deny(self, lease_id: str, reason: str, *, actor: str = "") -> dict[str, Any]:
+    def deny(self, lease_id: str, reason: object, *, actor: str = "") -> dict[str, Any]:
         """Deny a waiting request with a reason the user sees: it ends (``denied``)."""
         reason = reason.strip() if isinstance(reason, str) else ""
         if not reason:

@@ -45,6 +45,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
 from .. import orm
+from .rows import driver_connection, table_of
 from .snapshots import LeaseSnapshot
 
 
@@ -256,7 +257,7 @@ class _Rows:
     present: in practice a handful, each prepared once per connection."""
 
     def __init__(self, table: Table, alias: str) -> None:
-        dialect = postgresql.dialect()
+        dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
         quote = dialect.identifier_preparer.quote
         self.table = quote(table.name)
         self.alias = alias
@@ -275,7 +276,7 @@ class _Rows:
                     col.key,
                     param,
                     is_json,
-                    None if default is None else default.arg,  # type: ignore[attr-defined]
+                    None if default is None else default.arg,  # type: ignore[attr-defined]  # each ColumnDefault kind has .arg; the base type does not say so
                     default is not None and default.is_callable,
                     col.server_default is None,
                 )
@@ -330,8 +331,8 @@ class _Rows:
         return self.sql(tuple(present)), out
 
 
-_LEASES = _Rows(orm.LeaseRow.__table__, "l")
-_SLOTS = _Rows(orm.LeaseSlotRow.__table__, "s")
+_LEASES = _Rows(table_of(orm.LeaseRow), "l")
+_SLOTS = _Rows(table_of(orm.LeaseSlotRow), "s")
 
 
 def take_staged(db: Session) -> list[Statement]:
@@ -368,7 +369,7 @@ def pipelined(db: Session) -> Iterator[bool]:
         yield False
         return
     conn = db.connection()
-    raw = conn.connection.driver_connection
+    raw = driver_connection(conn)
     try:
         with driver_errors(conn, "COMMIT"), raw.pipeline():
             yield True
@@ -391,7 +392,7 @@ def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as e:
-        raw = conn.connection.driver_connection
+        raw = driver_connection(conn)
         lost = raw is None or raw.closed or raw.broken
         if lost:
             conn.invalidate(e)
@@ -425,7 +426,7 @@ def _before_orm_statement(state: ORMExecuteState) -> None:
         flush_released(state.session)
 
 
-def watch_sessions(factory: sessionmaker) -> None:
+def watch_sessions(factory: sessionmaker[Session]) -> None:
     """Write a session's queued releases before each of its flushes and autoflushing queries,
     and hand it the staged leases before a flush."""
     event.listen(factory, "before_flush", _before_flush)

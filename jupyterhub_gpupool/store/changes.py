@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import delete, event, insert, select
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
@@ -39,6 +39,7 @@ from .. import orm
 from ..pool.allocator import Allocator
 from .bulk import Statement, queued_release_ids, staged_ids
 from .rebuild import lease_of, waiter_of
+from .rows import table_of
 
 #: Versions of history kept; a process further behind rebuilds.
 KEEP = 2000
@@ -58,7 +59,9 @@ def _note_objects(db: Session, objects: Iterable[Any]) -> None:
         if isinstance(obj, orm.LeaseRow):
             touched.add(obj.id)
         elif isinstance(obj, orm.LeaseSlotRow):
-            lease_id = obj.lease_id or (obj.lease.id if obj.lease is not None else None)
+            # a slot not yet flushed may have neither (the ORM types both as always set)
+            lease = cast("orm.LeaseRow | None", obj.lease)
+            lease_id = cast("str | None", obj.lease_id) or (lease.id if lease is not None else None)
             if lease_id is None:
                 db.info[_OTHER] = True
             else:
@@ -76,7 +79,7 @@ def _before_statement(state: ORMExecuteState) -> None:
         state.session.info[_OTHER] = True
 
 
-def watch_sessions(factory: sessionmaker) -> None:
+def watch_sessions(factory: sessionmaker[Session]) -> None:
     """Note what each session of ``factory`` writes."""
     event.listen(factory, "before_flush", _before_flush)
     event.listen(factory, "do_orm_execute", _before_statement)
@@ -88,7 +91,8 @@ def touched_leases(db: Session) -> set[str] | None:
     _note_objects(db, chain(db.new, db.dirty, db.deleted))  # what the commit will flush
     if db.info.get(_OTHER):
         return None
-    return db.info.get(_TOUCHED, set()) | queued_release_ids(db) | staged_ids(db)
+    touched: set[str] = db.info.get(_TOUCHED, set())
+    return touched | queued_release_ids(db) | staged_ids(db)
 
 
 _RECORD = (
@@ -104,7 +108,7 @@ def record_statement(version: int, leases: set[str]) -> Statement:
 
 def record(db: Session, version: int, leases: set[str]) -> None:
     """Write the change row of ``version`` (and now and then drop old ones)."""
-    table = orm.PoolChangeRow.__table__
+    table = table_of(orm.PoolChangeRow)
     conn = db.connection()
     conn.execute(insert(table).values(version=version, leases=sorted(leases)))
     prune(db, version)
@@ -113,7 +117,7 @@ def record(db: Session, version: int, leases: set[str]) -> None:
 def prune(db: Session, version: int) -> None:
     """Now and then (every ``PRUNE_EVERY`` versions) drop the rows older than ``KEEP``."""
     if version % PRUNE_EVERY == 0:
-        table = orm.PoolChangeRow.__table__
+        table = table_of(orm.PoolChangeRow)
         db.connection().execute(delete(table).where(table.c.version <= version - KEEP))
 
 
@@ -121,7 +125,7 @@ def catch_up(db: Session, allocator: Allocator, seen: int, now: int) -> bool | N
     """Bring ``allocator`` (in step with version ``seen``) to version ``now`` by reloading the
     leases written in between. Returns None (nothing changed) when it cannot, and the caller
     rebuilds; else whether a reloaded lease awaits approval."""
-    table = orm.PoolChangeRow.__table__
+    table = table_of(orm.PoolChangeRow)
     conn = db.connection()
     changes = conn.execute(
         select(table.c.leases).where(table.c.version > seen, table.c.version <= now)

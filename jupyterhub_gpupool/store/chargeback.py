@@ -94,7 +94,7 @@ def totals(items: list[dict[str, Any]]) -> dict[str, Any]:
     return _figures(acc)
 
 
-def prices_used(items: Iterable[LineItem]) -> list[dict[str, str]]:
+def prices_used(items: Iterable[LineItem]) -> list[dict[str, str | None]]:
     """Each price the line items were priced at: model, when it took effect (None: since
     always), held and busy prices (strings: exact), by model then start."""
     seen = {(m, t): p for item in items for m, t, p in item.prices}

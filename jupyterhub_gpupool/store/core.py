@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, Executable, insert, select, update
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from .. import orm
@@ -49,7 +49,7 @@ from .bulk import (
 )
 from .errors import StoreError
 from .rebuild import build_allocator, used_hours
-from .rows import utcnow
+from .rows import driver_connection, table_of, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class StoreCore:
                 )
             }
             db.info[_LOADED] = loaded
-            allocating = {
+            allocating: set[str | None] = {
                 cmd.user
                 for cmd in batch
                 if isinstance(cmd, commands.Allocate) and isinstance(cmd.user, str)
@@ -365,19 +365,19 @@ class StoreCore:
                         version = begin_batch(db, snapshot or [])
                     if version is None:
                         version = self._lock_version(db, write)
-                    if self._allocator is None or self._version != version - write:
-                        self._catch_up(db, version - write)
+                    allocator = self._allocator
+                    if allocator is None or self._version != version - write:
+                        allocator = self._catch_up(db, version - write)
                     elif write and self._now_s() - self._budgets_at >= self.budget_refresh:
                         self._budgets_at = self._now_s()
-                        self._allocator.quotas.used_hours = used_hours(
-                            db, self._allocator.quotas, self.clock()
-                        )
-                    self._local.active = (db, self._allocator)
-                    self._local.events = events = []
+                        allocator.quotas.used_hours = used_hours(db, allocator.quotas, self.clock())
+                    self._local.active = (db, allocator)
+                    events: list[dict[str, Any]] = []
+                    self._local.events = events
                     if write:
                         collect_writes(db, batch=batch)
                     try:
-                        yield db, self._allocator
+                        yield db, allocator
                         if write:
                             self._write_out(db, version if batch else None, events)
                     finally:
@@ -404,15 +404,15 @@ class StoreCore:
                 # as one statement: new leases and slots, the audit log, the change record
                 run_as_one(conn, take_released(db))
                 later = take_staged(db) + event_statements(events)
-                if leases is not None:  # else other processes rebuild
+                if leases is not None and version is not None:  # else other processes rebuild
                     later.append(changes.record_statement(version, leases))
                     changes.prune(db, version)
                 run_as_one(conn, later)
             else:
-                if leases is not None:
+                if leases is not None and version is not None:
                     changes.record(db, version, leases)
                 if events:  # the audit log, in order
-                    conn.execute(insert(orm.EventRow.__table__), events)
+                    conn.execute(insert(table_of(orm.EventRow)), events)
             if piped:
                 commit_in_pipeline(db)
         if piped:
@@ -427,7 +427,8 @@ class StoreCore:
         it, so it never sees half of a writer's changes. (SQLite's ``BEGIN IMMEDIATE`` already
         serialised the transaction.)
         """
-        table = orm.PoolState.__table__
+        table = table_of(orm.PoolState)
+        stmt: Executable
         if write:
             stmt = (
                 update(table)
@@ -436,31 +437,33 @@ class StoreCore:
                 .returning(table.c.version)
             )
         else:
-            stmt = select(table.c.version).where(table.c.id == 1)
+            read = select(table.c.version).where(table.c.id == 1)
             if db.get_bind().dialect.name == "postgresql":
-                stmt = stmt.with_for_update(read=True)
+                read = read.with_for_update(read=True)
+            stmt = read
         conn = db.connection()  # Core statements: no need for the ORM's execution path
         version = conn.execute(stmt).scalar()
         if version is None:  # a new database: make the row once, then lock it as above
             lock_pool(db)
             if conn.execute(select(table.c.version).where(table.c.id == 1)).scalar() is None:
                 conn.execute(insert(table).values(id=1, version=0))
-            version = conn.execute(stmt).scalar()
-        return version
+            version = conn.execute(stmt).scalar_one()
+        return int(version)
 
-    def _catch_up(self, db: Session, version: int) -> None:
+    def _catch_up(self, db: Session, version: int) -> Allocator:
         """Bring the allocator to ``version``, which another process committed: reload the
-        leases it wrote when it said which, else rebuild from every row."""
+        leases it wrote when it said which, else rebuild from every row. Returns it."""
         if self._allocator is not None and self._version is not None:
             awaiting = changes.catch_up(db, self._allocator, self._version, version)
             if awaiting is not None:
                 self.catch_ups += 1
                 if awaiting:
                     self._none_awaiting = False
-                return
+                return self._allocator
         self.rebuilds += 1
-        self._allocator = self._rebuild(db)
+        self._allocator = allocator = self._rebuild(db)
         self._none_awaiting = none_awaiting(db)
+        return allocator
 
     def _now_s(self) -> float:
         return self.clock().replace(tzinfo=timezone.utc).timestamp()
@@ -554,7 +557,7 @@ def begin_batch(db: Session, snapshot: list[str]) -> int | None:
     conn = db.connection()
     if conn.dialect.name != "postgresql":
         return None
-    raw = conn.connection.driver_connection
+    raw = driver_connection(conn)
     if raw.info.transaction_status != psycopg_idle():
         return None
     raw.autocommit = True

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
@@ -59,7 +59,8 @@ class MigStore(Applier):
             g.observed = _observed(g.observed, gpu.instances) if gpu.mig_enabled else None
         rows = {(r.profile, r.start): r for r in g.instances}
         held: dict[tuple[str, int], orm.LeaseSlotRow] = {}
-        if g.id is not None:
+        # a GPU row added in this transaction has no id until the flush (the ORM types it set)
+        if cast("int | None", g.id) is not None:
             for slot in db.scalars(
                 select(orm.LeaseSlotRow).where(
                     orm.LeaseSlotRow.gpu_uuid == g.uuid,
@@ -72,33 +73,38 @@ class MigStore(Applier):
         lost: list[orm.LeaseRow] = []
         if source == "agent" and gpu.mig_enabled and gpu.dynamic_mig:
             for key, row in rows.items():
-                inst, slot = reported.get(key), held.get(key)
+                inst, held_slot = reported.get(key), held.get(key)
                 if inst is not None:
                     if inst.uuid is not None and row.uuid != inst.uuid:
-                        if slot is not None and row.uuid is None:  # a grant's instance is made
-                            self._made(db, g, row, inst.uuid, slot)
+                        if held_slot is not None and row.uuid is None:  # a grant's instance is made
+                            self._made(db, g, row, inst.uuid, held_slot)
                         else:
                             row.uuid, row.attempts, row.error = inst.uuid, 0, None
                 elif row.uuid is not None:  # it existed and is gone
                     row.uuid = None
-                    if slot is not None and not (slot.create and slot.lease.state == "granted"):
-                        lost.append(slot.lease)
+                    if held_slot is not None and not (
+                        held_slot.create and held_slot.lease.state == "granted"
+                    ):
+                        lost.append(held_slot.lease)
                         continue
                 keep.append(row)
         else:
             for key, inst in reported.items():
-                row = rows.pop(key, None) or orm.MigInstanceRow(profile=key[0], start=key[1])
+                found = rows.pop(key, None)
+                row = (
+                    found if found is not None else orm.MigInstanceRow(profile=key[0], start=key[1])
+                )
                 row.uuid = inst.uuid or row.uuid
                 keep.append(row)
             for key, row in rows.items():
-                slot = held.get(key)
-                if slot is None:
+                held_slot = held.get(key)
+                if held_slot is None:
                     continue
-                if source == "config" or (slot.create and row.uuid is None):
+                if source == "config" or (held_slot.create and row.uuid is None):
                     keep.append(row)  # the config knows nothing of it, or not made yet
                 else:  # a held instance vanished
-                    lost.append(slot.lease)
-        if g.id is not None and any(r not in keep for r in g.instances):
+                    lost.append(held_slot.lease)
+        if cast("int | None", g.id) is not None and any(r not in keep for r in g.instances):
             # delete before inserting: a new instance may take a dropped one's start (unique)
             g.instances = [r for r in g.instances if r in keep]
             db.flush()

@@ -88,16 +88,16 @@ class OutsideStore(LeaseStore):
                     r.slots.remove(slot)  # delete-orphan: gone at the flush
             db.flush()  # the old slots leave the unique index before the new ones enter it
             for lid, r in rows.items():
-                for slot in moving[lid]:
+                for moved in moving[lid]:
                     r.slots.append(
                         new_row(
                             orm.LeaseSlotRow,
-                            slot_key=slot.key,
-                            gpu_uuid=slot.gpu,
-                            kind=slot.kind,
-                            profile=slot.profile,
-                            start=slot.start,
-                            milli=slot.milli,
+                            slot_key=moved.key,
+                            gpu_uuid=moved.gpu,
+                            kind=moved.kind,
+                            profile=moved.profile,
+                            start=moved.start,
+                            milli=moved.milli,
                             create=False,
                             live=True,
                         )

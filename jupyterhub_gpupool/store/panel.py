@@ -116,8 +116,8 @@ class PanelViews(BusyTimeStore):
             gone = epoch(released) if released else t1 + step
             if granted is not None:
                 add(used, epoch(granted), gone, units)
-            wait_from = queued_since or created
-            if wait_from is not None and (granted is None or granted > wait_from):
+            wait_from = queued_since or created  # created is NOT NULL
+            if granted is None or granted > wait_from:
                 add(queued, epoch(wait_from), epoch(granted) if granted else gone, units)
         return [round(u, 4) for u in used], [round(q, 4) for q in queued]
 
@@ -126,7 +126,7 @@ class PanelViews(BusyTimeStore):
         share of a lease's busy hours that falls in the day)."""
         now = self.clock()
         first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-        out = [
+        out: list[dict[str, Any]] = [
             {"day": (first + timedelta(days=i)).date().isoformat(), "held": 0.0, "busy": 0.0}
             for i in range(days)
         ]
@@ -212,7 +212,7 @@ class PanelViews(BusyTimeStore):
         with _MAP_LOCK:  # one build at a time: the builds share the encoded parts
             with self.locked() as alloc:
                 version = self._version
-                cached = getattr(self, "_map_cache", None)
+                cached: tuple[int | None, str] | None = getattr(self, "_map_cache", None)
                 if cached is not None and version is not None and cached[0] == version:
                     return cached
                 text = getattr(self, "_map_text", None)

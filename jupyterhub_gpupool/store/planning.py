@@ -24,7 +24,7 @@ from .. import orm
 from ..timeparse import parse_time
 from .chargeback import ChargebackStore, lease_figures
 from .errors import StoreError
-from .rows import from_epoch
+from .rows import from_epoch, upsert_insert
 
 DAY = timedelta(days=1)
 #: Refusals capacity planning counts: the quota's (more quota would have served them) and the
@@ -157,12 +157,8 @@ class PlanningStore(ChargebackStore):
         now = self.clock()
         row = {"day": datetime(now.year, now.month, now.day), "offer": offer[:64], "code": code}
         with self.writing() as db:
-            if db.get_bind().dialect.name == "postgresql":
-                from sqlalchemy.dialects.postgresql import insert
-            else:
-                from sqlalchemy.dialects.sqlite import insert
             t = orm.RefusalRow.__table__.c
-            stmt = insert(orm.RefusalRow).values(**row, count=1)
+            stmt = upsert_insert(db, orm.RefusalRow).values(**row, count=1)
             db.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[t.day, t.offer, t.code], set_={"count": t.count + 1}

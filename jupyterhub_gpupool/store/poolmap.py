@@ -36,9 +36,9 @@ class MapText:
     def __init__(self) -> None:
         # key → (the same key, its text[, free units]): a build keeps the key object of the
         # last one, so what an unchanged part allocates dies at once (no garbage to collect)
-        self._gpus: dict[tuple, tuple[tuple, str, float]] = {}
-        self._leases: dict[tuple, tuple[tuple, str]] = {}
-        self._nodes: dict[tuple, str] = {}  # a node's fields → the text before its GPUs
+        self._gpus: dict[tuple[Any, ...], tuple[tuple[Any, ...], str, float]] = {}
+        self._leases: dict[tuple[Any, ...], tuple[tuple[Any, ...], str]] = {}
+        self._nodes: dict[tuple[Any, ...], str] = {}  # a node's fields → the text before its GPUs
         self._weights: dict[GpuModel, dict[str, float]] = {}  # per model: a profile's units
         #: Parts encoded afresh in the last build (GPUs, leases): what a change cost.
         self.encoded = (0, 0)
@@ -204,7 +204,7 @@ class MapText:
         return ",".join(parts), encoded
 
 
-def _lease_text(row: tuple) -> str:
+def _lease_text(row: tuple[Any, ...]) -> str:
     """One member of ``leases`` (the row as ``MapText.document`` takes it)."""
     lid, user, server, offer, state, units, borrowed, since, counts, kind, dl, acting = row
     counts = json.loads(counts) if counts else {}

@@ -49,8 +49,8 @@ from ..pool.reclaim import (
 from ..pool.reclaimpolicy import DURATION_FIELDS
 from .errors import StoreError
 from .presence import PresenceStore
-from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts
-from .utilization import UtilizationStore
+from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts, upsert_insert
+from .utilization import Minute, UtilizationStore
 from .views import EVERY_HUB, EveryHub
 
 #: A device as the service's utilization buffer keys it: (GPU uuid, MIG start or None).
@@ -86,7 +86,8 @@ def _check_bounds(section: Mapping[str, Any]) -> None:
         for name, body in (section.get(group) or {}).items():
             levels.append((f"reclaim.{group}.{name}", body))
     for where, body in levels:
-        for key, value in (body or {}).items():  # type: ignore[union-attr]
+        # parse_policies has checked the shape: each level is a mapping or absent
+        for key, value in body.items() if isinstance(body, Mapping) else ():
             name = f"{where}.{key}"
             too_long = key in DURATION_FIELDS and value is not None
             if too_long and parse_duration(value, name) > MAX_DURATION:
@@ -105,11 +106,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     def _leader_row(self, db: Session) -> orm.ReclaimLeaderRow:
         """The one leader row, made if missing, locked to the end of the transaction."""
-        if db.get_bind().dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        db.execute(insert(orm.ReclaimLeaderRow).values(id=1).on_conflict_do_nothing())
+        db.execute(upsert_insert(db, orm.ReclaimLeaderRow).values(id=1).on_conflict_do_nothing())
         stmt = select(orm.ReclaimLeaderRow).where(orm.ReclaimLeaderRow.id == 1)
         if db.get_bind().dialect.name == "postgresql":
             stmt = stmt.with_for_update()
@@ -169,7 +166,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     # -- reads for the reclaimer -------------------------------------------------------------
 
-    def reclaim_leases(self, offset: int = 0, limit: int = 200) -> tuple[list[dict], int]:
+    def reclaim_leases(self, offset: int = 0, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
         """Live leases the reclaimer watches (``active``, ``reclaiming``), oldest grant first."""
         with self.locked() as alloc, self.read() as db:
             q = select(orm.LeaseRow).where(orm.LeaseRow.state.in_(WATCHED))
@@ -573,7 +570,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 },
             }
 
-    def put_reclaim_policy(self, section: Mapping[str, Any], *, actor: str = "") -> dict:
+    def put_reclaim_policy(self, section: Mapping[str, Any], *, actor: str = "") -> dict[str, Any]:
         """Replace the ``reclaim`` section (validated against today's offers; an error names
         ``reclaim.<level>.<field>``); it wins over the pool config file until deleted."""
         with self.transaction() as (db, alloc):
@@ -615,7 +612,9 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         out["withdrawn"] = self.withdrawn_notices(name)
         return out
 
-    def withdrawn_notices(self, user: str, hours: float = 24.0, limit: int = 5) -> list[dict]:
+    def withdrawn_notices(
+        self, user: str, hours: float = 24.0, limit: int = 5
+    ) -> list[dict[str, Any]]:
         """The user's notices an administrator withdrew (a cancel, an uncordon) in the last
         ``hours``, newest first: which lease, what kind of notice, when and why."""
         since = self.clock() - timedelta(hours=hours)
@@ -648,7 +647,9 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 )
         return out[:limit]
 
-    def recent_reclaims(self, user: str, days: float = 7.0, limit: int = 20) -> list[dict]:
+    def recent_reclaims(
+        self, user: str, days: float = 7.0, limit: int = 20
+    ) -> list[dict[str, Any]]:
         """The user's reclaims of the last ``days``, newest first: what, when, why, the files
         saved, and each lease's minute utilization over its last hour."""
         since = self.clock() - timedelta(days=days)
@@ -704,17 +705,17 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         devices = [(s.gpu_uuid, s.start if s.kind == "mig" else None) for s in row.slots]
         if not devices:
             return []
-        merged: dict[float, list[dict[str, Any]]] = {}
+        merged: dict[float, list[Minute]] = {}
         for m in self.minutes(devices, start, end):
-            merged.setdefault(float(m["ts"]), []).append(m)  # type: ignore[arg-type]
+            merged.setdefault(float(m["ts"]), []).append(m)
         out = []
         for minute, ms in sorted(merged.items()):
             utils = [m["util_mean"] for m in ms if m["util_mean"] is not None]
             out.append(
                 {
                     "minute": ts(from_epoch(minute)),
-                    "util_mean": sum(utils) / len(utils) if utils else None,  # type: ignore[arg-type]
-                    "memory_used_mib_max": max(int(m["memory_used_mib_max"]) for m in ms),  # type: ignore[call-overload]
+                    "util_mean": sum(utils) / len(utils) if utils else None,
+                    "memory_used_mib_max": max(int(m["memory_used_mib_max"]) for m in ms),
                 }
             )
         return out

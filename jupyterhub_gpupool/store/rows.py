@@ -6,7 +6,12 @@ import functools
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Connection, Table
+from sqlalchemy import inspect as inspect_mapped
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.model import Offer
@@ -15,7 +20,7 @@ from ..pool.quota import QuotaSpec
 from ..pool.reclaim import Reclaiming, ReclaimState
 from .errors import StoreError
 
-_Row = TypeVar("_Row")
+_Row = TypeVar("_Row", bound=orm.Base)
 
 
 def new_row(cls: type[_Row], **values: Any) -> _Row:
@@ -29,14 +34,32 @@ def new_row(cls: type[_Row], **values: Any) -> _Row:
     unknown = values.keys() - _attribute_names(cls)
     if unknown:
         raise TypeError(f"{sorted(unknown)[0]!r} is an invalid keyword argument for {cls.__name__}")
-    row = cls.__mapper__.class_manager.new_instance()  # type: ignore[attr-defined]
+    row = cast(_Row, inspect_mapped(cls).class_manager.new_instance())
     row.__dict__.update(values)
     return row
 
 
 @functools.cache
-def _attribute_names(cls: type) -> frozenset[str]:
-    return frozenset(cls.__mapper__.attrs.keys())  # type: ignore[attr-defined]
+def _attribute_names(cls: type[object]) -> frozenset[str]:
+    return frozenset(inspect_mapped(cls).attrs.keys())
+
+
+def table_of(mapped: type[orm.Base]) -> Table:
+    """The table of a mapped class: SQLAlchemy types ``__table__`` as any ``FromClause``, and
+    every class in ``orm`` maps one plain table."""
+    table = mapped.__table__
+    if not isinstance(table, Table):
+        raise TypeError(f"{mapped.__name__} is not mapped to a table")
+    return table
+
+
+def driver_connection(conn: Connection) -> Any:
+    """The psycopg (or sqlite3) connection under ``conn``; SQLAlchemy types it optional
+    (None once the pool has detached it, never while ``conn`` is open)."""
+    raw = conn.connection.driver_connection
+    if raw is None:
+        raise RuntimeError("the database connection is closed")
+    return raw
 
 
 def utcnow() -> datetime:
@@ -177,3 +200,11 @@ def schedules(rows: Iterable[orm.PriceRow]) -> dict[str, Schedule]:
         price = None if r.held is None else ModelPrice(Decimal(r.held), Decimal(r.busy or r.held))
         out.setdefault(r.model, []).append((r.start, price))
     return {m: tuple(s) for m, s in out.items()}
+
+
+def upsert_insert(db: Session, mapped: type[orm.Base]) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT into ``mapped``'s table in the session's dialect, whose ``ON CONFLICT``
+    clauses (``excluded``, ``on_conflict_do_update``/``_nothing``) both dialects share."""
+    if db.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(mapped)
+    return sqlite.insert(mapped)

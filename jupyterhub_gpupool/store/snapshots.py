@@ -20,24 +20,27 @@ lease of the batch is loaded through the ORM as before.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column
+from sqlalchemy import inspect as inspect_mapped
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.elements import NamedColumn
 
 from .. import orm
 from ..pool import commands
+from .rows import table_of
 
 #: The calls a batch may hold for its releases to read snapshots.
 _SIMPLE = (commands.Allocate, commands.Release)
 
-_LEASES = orm.LeaseRow.__table__
-_SLOTS = orm.LeaseSlotRow.__table__
+_LEASES = table_of(orm.LeaseRow)
+_SLOTS = table_of(orm.LeaseSlotRow)
 
 
-def _attributes(mapped: type) -> list[tuple[Column, str]]:
+def _attributes(mapped: type[orm.Base]) -> list[tuple[NamedColumn[Any], str]]:
     """(column, ORM attribute name) of each column of a mapped class."""
-    mapper = mapped.__mapper__  # type: ignore[attr-defined]
+    mapper = inspect_mapped(mapped)
     return [(prop.columns[0], prop.key) for prop in mapper.column_attrs]
 
 
@@ -48,6 +51,11 @@ _SLOT_ATTRS = _attributes(orm.LeaseSlotRow)
 class SlotSnapshot:
     """A ``lease_slots`` row's values under the ORM's attribute names."""
 
+    # the columns the store reads from a snapshot (the others are set as attributes too)
+    id: int
+    live: bool
+    create: bool
+
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
 
@@ -56,6 +64,11 @@ class LeaseSnapshot:
     """A ``leases`` row's values under the ORM's attribute names, and its slots in id order."""
 
     slots: list[SlotSnapshot]
+    # the columns the store reads from a snapshot (the others are set as attributes too)
+    id: str
+    state: str
+    reclaim_acting: datetime | None
+    reclaim_deadline: datetime | None
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
@@ -86,7 +99,7 @@ def released_once(batch: Iterable[commands.Command]) -> list[str]:
 
 def _select() -> str:
     """The query: every column of the leases and of their slots (in that order), by id."""
-    quote = postgresql.dialect().identifier_preparer.quote
+    quote = postgresql.dialect().identifier_preparer.quote  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
     lease = ", ".join(f"l.{quote(c.name)}" for c, _ in _LEASE_ATTRS)
     slot = ", ".join(f"s.{quote(c.name)}" for c, _ in _SLOT_ATTRS)
     # The slots as a lateral subquery that the planner may not merge into a join (OFFSET 0):
@@ -110,7 +123,7 @@ def query(raw: Any, lease_ids: list[str]) -> Any:
     return raw.execute(SELECT, {"ids": lease_ids})
 
 
-def from_rows(rows: Iterable[tuple]) -> dict[str, LeaseSnapshot]:
+def from_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, LeaseSnapshot]:
     """The eligible leases among the query's rows, with their slots."""
     n = len(_LEASE_ATTRS)
     lease_keys = [a for _, a in _LEASE_ATTRS]

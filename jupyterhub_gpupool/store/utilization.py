@@ -5,16 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol, TypedDict, cast
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import CursorResult, case, delete, func, select
 
 from .. import orm
 from .core import StoreCore
-from .rows import epoch
+from .rows import epoch, upsert_insert
 
 #: A device's minute: (GPU uuid, MIG start or -1 for the whole GPU, naive UTC minute).
 MinuteKey = tuple[str, int, datetime]
+
+
+class Minute(TypedDict):
+    """One stored utilization minute of a device, JSON-ready (``minutes``)."""
+
+    ts: float
+    gpu: str
+    start: int | None
+    samples: int
+    util_mean: float | None
+    util_max: float | None
+    memory_used_mib_max: int
 
 
 class MinuteTotals(Protocol):
@@ -55,13 +67,9 @@ class UtilizationStore(StoreCore):
             for (gpu, start, minute), s in sorted(minutes.items())
         ]
         with self.writing() as db:
-            if db.get_bind().dialect.name == "postgresql":
-                from sqlalchemy.dialects.postgresql import insert
-            else:
-                from sqlalchemy.dialects.sqlite import insert
             t = orm.UtilizationMinuteRow.__table__.c
             for i in range(0, len(rows), 100):  # well under SQLite's bound-parameter limit
-                stmt = insert(orm.UtilizationMinuteRow).values(rows[i : i + 100])
+                stmt = upsert_insert(db, orm.UtilizationMinuteRow).values(rows[i : i + 100])
                 new = stmt.excluded
                 n = t.util_samples + new.util_samples
                 weighted = (
@@ -95,8 +103,12 @@ class UtilizationStore(StoreCore):
     def prune_minutes(self, before: datetime) -> int:
         """Delete minutes older than ``before`` (the retention limit); returns how many."""
         with self.writing() as db:
-            result = db.execute(
-                delete(orm.UtilizationMinuteRow).where(orm.UtilizationMinuteRow.minute < before)
+            # a DELETE's result is a cursor's (Session.execute types it as any Result)
+            result = cast(
+                CursorResult[Any],
+                db.execute(
+                    delete(orm.UtilizationMinuteRow).where(orm.UtilizationMinuteRow.minute < before)
+                ),
             )
             return result.rowcount or 0
 
@@ -105,7 +117,7 @@ class UtilizationStore(StoreCore):
         devices: Iterable[tuple[str, int | None]] | None,
         since: datetime,
         until: datetime | None = None,
-    ) -> list[dict[str, object]]:
+    ) -> list[Minute]:
         """Stored minutes from ``since`` (to ``until``) of ``devices`` (None: all), JSON-ready."""
         T = orm.UtilizationMinuteRow
         query = select(T).where(T.minute >= since).order_by(T.minute, T.gpu_uuid, T.start)

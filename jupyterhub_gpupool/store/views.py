@@ -115,7 +115,8 @@ class ViewStore(StoreCore):
                 )
             )
             # queue positions and release rates once per page, not once per queued lease
-            positions = rates = None
+            positions: dict[str, int] | None = None
+            rates: dict[str, float] | None = None
             if any(r.state == "queued" for r in rows):
                 now = self._now_s()
                 positions = {w.request.id: i for i, w in enumerate(alloc.queue(now), 1)}
@@ -129,7 +130,7 @@ class ViewStore(StoreCore):
         row: orm.LeaseRow,
         positions: Mapping[str, int] | None = None,
         rates: dict[str, float] | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": row.id,
             "user": row.user,
@@ -195,7 +196,9 @@ class ViewStore(StoreCore):
         out["cluster"] = node.cluster if node is not None else None
         return out
 
-    def _reclaim_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
+    def _reclaim_json(
+        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
+    ) -> dict[str, Any]:
         """The notice of a ``reclaiming`` lease as the user and the reclaimer see it."""
         offers = alloc.offers if alloc is not None else {}
         policy = self.reclaim_policies(db, offers).for_offer(offers.get(row.offer) or row.offer)
@@ -235,7 +238,7 @@ class ViewStore(StoreCore):
         """
         section, _ = self.reclaim_section(db)
         key = (section, dict(offers))
-        cached = getattr(self, "_policy_cache", None)
+        cached: tuple[object, PolicySet] | None = getattr(self, "_policy_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
         candidates = [section, self.file_config.reclaim_section, None]
@@ -314,7 +317,8 @@ class ViewStore(StoreCore):
                 verdict = alloc.quotas.check(user, groups, units) if user else None
                 # beyond the limit, but an exception (with a reason and a duration) may be asked
                 exception_ok = (
-                    verdict is not None
+                    user is not None
+                    and verdict is not None
                     and verdict.code in LIMIT_CODES
                     and alloc.quotas.check(user, groups, units, exception=True).can_wait
                 )

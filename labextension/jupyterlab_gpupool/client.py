@@ -46,7 +46,8 @@ def call(method: str, path: str, body: Any = None, timeout: float = 15.0) -> dic
     req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read() or b"{}")
+            answer: dict[str, Any] = json.loads(r.read() or b"{}")
+            return answer
     except urllib.error.HTTPError as e:
         try:
             err = json.loads(e.read() or b"{}").get("error") or {}

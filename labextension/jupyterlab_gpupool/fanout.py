@@ -60,7 +60,7 @@ class Fanout:
         self.why_no_pool = why_no_pool
         #: the pool's user page as the browser reaches it (the lab asks it once we are gone)
         self.page_url = page_url
-        self.listeners: dict[str, asyncio.Queue] = {}
+        self.listeners: dict[str, asyncio.Queue[tuple[str, Any]]] = {}
         self.version = 0
         self.refreshes = 0
         self.state: dict[str, Any] = {}
@@ -77,15 +77,15 @@ class Fanout:
         self._demand_at = -1e18
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.last_save: dict[str, Any] | None = None
         self.state = self._build()
 
     # -- listeners ------------------------------------------------------------------------------
 
-    def subscribe(self, client_id: str) -> asyncio.Queue:
+    def subscribe(self, client_id: str) -> asyncio.Queue[tuple[str, Any]]:
         """A lab's event stream: it gets the current state at once, then every new one."""
-        queue: asyncio.Queue = asyncio.Queue(maxsize=32)
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=32)
         self.listeners[client_id] = queue
         queue.put_nowait(("state", self.state))
         self._wake.set()
@@ -206,7 +206,7 @@ class Fanout:
             )
         self._trim(self._samples)
 
-    def _trim(self, series: deque) -> None:
+    def _trim(self, series: deque[dict[str, Any]]) -> None:
         horizon = self.clock() - self.window
         while series and series[0]["ts"] < horizon:
             series.popleft()

@@ -52,11 +52,13 @@ class _Base(APIHandler):
 
     @property
     def fanout(self) -> Fanout:
-        return self.settings["gpupool_fanout"]
+        fanout: Fanout = self.settings["gpupool_fanout"]
+        return fanout
 
     @property
     def saver(self) -> SaveAll:
-        return self.settings["gpupool_saver"]
+        saver: SaveAll = self.settings["gpupool_saver"]
+        return saver
 
     def fail(self, status: int, code: str, message: str) -> None:
         self.set_status(status)

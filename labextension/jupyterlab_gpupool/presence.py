@@ -49,8 +49,8 @@ class PresenceRelay:
         self._last_sent = -1e18
         self._input_at: float | None = None  # the newest input not yet sent
         self._flush: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task | None = None
-        self._sending: set[asyncio.Task] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
 
     @property
     def enabled(self) -> bool:

@@ -29,7 +29,7 @@ class SaveAll:
         self.contents = contents_manager
         self.sessions = session_manager
         self.timeout = timeout
-        self._waiting: dict[str, dict[str, asyncio.Future]] = {}
+        self._waiting: dict[str, dict[str, asyncio.Future[dict[str, Any]]]] = {}
 
     def answer(self, request_id: str, client_id: str, body: dict[str, Any]) -> bool:
         """A lab's answer to save request ``request_id``; False when nobody waits for it."""
@@ -49,7 +49,9 @@ class SaveAll:
         if labs:
             request_id = uuid.uuid4().hex
             loop = asyncio.get_running_loop()
-            futures = {cid: loop.create_future() for cid in labs}
+            futures: dict[str, asyncio.Future[dict[str, Any]]] = {
+                cid: loop.create_future() for cid in labs
+            }
             self._waiting[request_id] = futures
             try:
                 for cid in labs:

@@ -155,7 +155,7 @@ def render(state: dict[str, Any], now: float | None = None) -> dict[str, str]:
     return parts
 
 
-class GPUPoolWidget(widgets.VBox):
+class GPUPoolWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no type information
     """The GPU panel inside a notebook: ``GPUPoolWidget()`` as a cell's last line."""
 
     def __init__(self, interval: float = 5.0, **kwargs: Any) -> None:
@@ -177,7 +177,7 @@ class GPUPoolWidget(widgets.VBox):
             **kwargs,
         )
         self.state: dict[str, Any] = {}
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.refresh()
         with contextlib.suppress(RuntimeError):  # no running loop: a one-off picture
             self._task = asyncio.get_running_loop().create_task(self._poll())

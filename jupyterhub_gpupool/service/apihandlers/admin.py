@@ -126,7 +126,6 @@ class UsageHandler(APIHandler):
     def get(self) -> None:
         end = self.time_arg("to", utcnow())
         start = self.time_arg("from", end - timedelta(days=30))
-        assert start is not None and end is not None
         by = self.get_argument("by", "user")
         fmt = self.get_argument("format", "json")
         if fmt not in ("json", "csv"):
@@ -160,7 +159,6 @@ class IdleHoldersHandler(APIHandler):
     def get(self) -> None:
         end = self.time_arg("to", utcnow())
         start = self.time_arg("from", end - timedelta(days=30))
-        assert start is not None and end is not None
         limit = self.int_arg("limit", 10, low=1, high=1000)
         items = self.store.idle_holders(start, end, limit)
         self.write_json(

@@ -102,7 +102,7 @@ class AllocationsHandler(APIHandler):
         clusters: list[str],
     ) -> dict[str, Any]:
         ident = self.identity
-        return await self.writer.run(
+        answer: dict[str, Any] = await self.writer.run(
             commands.Allocate(
                 user,
                 server,
@@ -117,6 +117,7 @@ class AllocationsHandler(APIHandler):
                 hub=self.asking_hub,
             )
         )
+        return answer
 
     async def _check_server(self, user: str, server: str) -> None:
         """A user asks for their own server only, one the hub knows: made-up server names

@@ -14,10 +14,11 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from http.client import responses
-from typing import Any
+from types import TracebackType
+from typing import Any, overload
 
 from jupyterhub.services.auth import HubOAuthenticated
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -30,7 +31,8 @@ from ...store import Store
 from ...timeparse import parse_time
 from ..scopes import Identity
 from ..writer import Writer
-from .errors import GENERIC, APIError, status_of
+from .errors import GENERIC, status_of
+from .errors import APIError as APIError  # the handlers import it from here
 
 #: What each ``@needs`` ability asks of the caller's identity.
 ABILITIES: dict[str, Callable[[Identity], bool]] = {
@@ -67,7 +69,7 @@ def needs(ability: str, what: str) -> Callable[[Callable[..., Any]], Callable[..
                 raise APIError("forbidden", f"{self.identity.describe()} may not {text}")
             return method(self, *args, **kwargs)
 
-        checked.needs = (ability, what)  # type: ignore[attr-defined]
+        checked.needs = (ability, what)  # type: ignore[attr-defined]  # a mark on the function, read back by name
         return checked
 
     return decorator
@@ -99,6 +101,7 @@ def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):
@@ -151,25 +154,27 @@ def time_field(raw: str | int, name: str, code: str = "invalid_field") -> dateti
     return min(max(dt, EARLIEST), LATEST)
 
 
-class APIHandler(HubOAuthenticated, web.RequestHandler):
+class APIHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]  # jupyterhub ships no type information: its classes are Any here
     """Base of every ``/api/v1`` handler."""
 
     #: The caller (set by ``prepare`` before any method runs).
-    identity: Identity = None  # type: ignore[assignment]
+    identity: Identity = None  # type: ignore[assignment]  # prepare sets it first
 
     @property
     def store(self) -> Store:
         """The pool's store (one per service): reads."""
-        return self.settings["store"]
+        store: Store = self.settings["store"]
+        return store
 
     @property
     def writer(self) -> Writer:
         """The one write path: every change is a command (``pool/commands.py``) that
         ``writer.run(command)`` applies."""
-        return self.settings["writer"]
+        writer: Writer = self.settings["writer"]
+        return writer
 
     @property
-    def hub_auth(self):
+    def hub_auth(self) -> Any:
         """The service's ``HubOAuth`` instance."""
         return self.settings["hub_auth"]
 
@@ -216,7 +221,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         refusals that name the one at fault."""
         method = getattr(self, self.request.method.lower(), None)
         try:
-            params = list(inspect.signature(method).parameters)  # type: ignore[arg-type]
+            params = list(inspect.signature(method).parameters)  # type: ignore[arg-type]  # None: TypeError, below
         except (TypeError, ValueError):
             params = []
         names = [p for p in params if p != "self"]
@@ -271,7 +276,9 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
 
     # -- input -------------------------------------------------------------------------------
 
-    def json_body(self, fields: Mapping[str, tuple[type | tuple[type, ...], bool]]) -> dict:
+    def json_body(
+        self, fields: Mapping[str, tuple[type | tuple[type, ...], bool]]
+    ) -> dict[str, Any]:
         """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)}).
 
         At most ``MAX_BODY`` bytes (413 ``body_too_large``) nested at most ``MAX_DEPTH`` deep
@@ -345,6 +352,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
                 "invalid_argument", f"{name} must be between {low} and {high}", field=name
             )
         return value
+
+    @overload
+    def time_arg(self, name: str, default: datetime) -> datetime: ...
+
+    @overload
+    def time_arg(self, name: str, default: None = None) -> datetime | None: ...
 
     def time_arg(self, name: str, default: datetime | None = None) -> datetime | None:
         """An ISO 8601 (or epoch seconds) query argument, as naive UTC.
@@ -430,7 +443,12 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             return
         super()._handle_request_exception(e)
 
-    def log_exception(self, typ, value, tb) -> None:  # noqa: ANN001
+    def log_exception(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         """Expected API errors are one warning line, not a traceback."""
         if isinstance(value, PoolError):
             message = getattr(value, "message", str(value))

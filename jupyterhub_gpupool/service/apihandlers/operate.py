@@ -193,9 +193,9 @@ class PoolHistoryHandler(APIHandler):
             util = m["util_mean"]
             if util is None:
                 continue
-            i = int((float(m["ts"]) - t0) // step)  # type: ignore[arg-type]
+            i = int((float(m["ts"]) - t0) // step)
             acc = sums[(str(m["gpu"]), i)]
-            acc[0] += float(util)  # type: ignore[arg-type]
+            acc[0] += float(util)
             acc[1] += 1
         for (gpu, i), (total, n) in sums.items():
             row = heat.setdefault(gpu, [None] * buckets)

@@ -30,7 +30,6 @@ class CapacityHandler(APIHandler):
     def get(self) -> None:
         end = self.time_arg("to", utcnow())
         start = self.time_arg("from", end - timedelta(days=30))
-        assert start is not None and end is not None
         offer = self.get_argument("offer", None)
         items = self.store.capacity(start, end, offer)
         self.write_json(

@@ -10,7 +10,7 @@ transaction.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from ...pool import commands
 from ...pool.reclaim import KERNEL_STATES, GpuSample, KernelView, PresenceView
@@ -20,6 +20,14 @@ from .base import APIError, APIHandler, needs
 #: At most this many files in one outcome's ``saved``, each at most this long.
 MAX_SAVED = 10_000
 MAX_PATH = 4096
+
+
+@overload
+def _number(value: object, where: str, *, nullable: Literal[False] = False) -> float: ...
+
+
+@overload
+def _number(value: object, where: str, *, nullable: Literal[True]) -> float | None: ...
 
 
 def _number(value: object, where: str, *, nullable: bool = False) -> float | None:
@@ -48,20 +56,19 @@ def _fields(raw: object, where: str, allowed: tuple[str, ...]) -> Mapping[str, A
     return raw
 
 
-def parse_window(raw: dict) -> tuple[float, float]:
+def parse_window(raw: dict[str, Any]) -> tuple[float, float]:
     """``{"start", "end"}`` in epoch seconds, ``end`` after ``start``."""
     window = _fields(raw, "window", ("start", "end"))
     for key in ("start", "end"):
         if key not in window:
             raise APIError("invalid_field", f"window.{key} is required", field=f"window.{key}")
     start, end = _number(window["start"], "window.start"), _number(window["end"], "window.end")
-    assert start is not None and end is not None
     if end <= start:
         raise APIError("invalid_field", "window.end must be after window.start", field="window")
     return start, end
 
 
-def parse_observed(raw: dict) -> dict[str, Observation]:
+def parse_observed(raw: dict[str, Any]) -> dict[str, Observation]:
     """What the reclaimer saw, lease by lease: the server's kernels and the user's presence
     (``null`` or left out: not seen, which the rules read as stale)."""
     out: dict[str, Observation] = {}
@@ -81,7 +88,7 @@ def parse_observed(raw: dict) -> dict[str, Observation]:
                     allowed=KERNEL_STATES,
                 )
             kernel = KernelView(
-                _number(k.get("observed_at"), f"{where}.kernel.observed_at"),  # type: ignore[arg-type]
+                _number(k.get("observed_at"), f"{where}.kernel.observed_at"),
                 k["state"],
                 _number(k.get("last_activity"), f"{where}.kernel.last_activity", nullable=True),
             )
@@ -97,7 +104,7 @@ def parse_observed(raw: dict) -> dict[str, Observation]:
                     field=f"{where}.presence.connections",
                 )
             presence = PresenceView(
-                _number(p.get("observed_at"), f"{where}.presence.observed_at"),  # type: ignore[arg-type]
+                _number(p.get("observed_at"), f"{where}.presence.observed_at"),
                 _number(p.get("last_input"), f"{where}.presence.last_input", nullable=True),
                 min(connections, 1_000_000),
             )

@@ -3,13 +3,18 @@ admin panel under ``admin/``; their script, styles and chart library under ``sta
 
 from __future__ import annotations
 
+from typing import Any
+
 from tornado import web
 
 from . import admin, approvals, ended, governance, user
 from .base import STATIC, StaticHandler
 
+#: A route: its pattern, its handler and (optionally) the handler's keyword arguments.
+Route = tuple[str, type[web.RequestHandler]] | tuple[str, type[web.RequestHandler], dict[str, Any]]
 
-def default_handlers(prefix: str) -> list[tuple[str, type[web.RequestHandler], dict] | tuple]:
+
+def default_handlers(prefix: str) -> list[Route]:
     """The pages under the service ``prefix`` (``/services/gpupool/``), with or without its
     trailing slash: the hub's Services menu links to the prefix itself."""
     root = prefix.rstrip("/")

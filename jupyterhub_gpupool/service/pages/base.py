@@ -110,7 +110,7 @@ jinja.filters["ordinal"] = ordinal
 jinja.filters["duration"] = duration
 
 
-class PageHandler(HubOAuthenticated, web.RequestHandler):
+class PageHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]  # jupyterhub ships no type information: its classes are Any here
     """Base of the pool service's HTML pages."""
 
     #: Only for ``custom:gpupool:admin`` (every admin page).
@@ -125,12 +125,14 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def store(self) -> Store:
         """The pool's store: pages only read; changes go through the API (or the writer)."""
-        return self.settings["store"]
+        store: Store = self.settings["store"]
+        return store
 
     @property
     def prefix(self) -> str:
         """The service prefix (``/services/gpupool/``, under the hub's base URL)."""
-        return self.settings["pages_prefix"]
+        prefix: str = self.settings["pages_prefix"]
+        return prefix
 
     async def prepare(self) -> None:
         """Identify the caller without blocking the event loop (``get_user(sync=False)``);
@@ -140,8 +142,8 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
         except UserNotAllowed:
             raise web.HTTPError(403, "not allowed to use the GPU pool's pages") from None
-        self.identity = Identity.from_hub_model(model) if model else None
-        if self.admin_only and model is not None and not self.identity.is_admin:
+        self.identity = identity = Identity.from_hub_model(model) if model else None
+        if self.admin_only and model is not None and (identity is None or not identity.is_admin):
             raise web.HTTPError(403, "the GPU pool's admin pages need custom:gpupool:admin")
 
     def set_default_headers(self) -> None:
