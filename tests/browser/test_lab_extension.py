@@ -715,6 +715,8 @@ def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_hap
         reason = lab.lease(lease_id)["reclaim"]["reason"]
         if kind == "borrowed":  # the offer's name as users read it, not its id
             assert reason.endswith("alice (within guarantee) waits for 1× H100 80GB"), reason
+        if kind == "exception":  # to the second, as people read it
+            assert re.fullmatch(r"the approved time .* ends at \S+T\d\d:\d\d:\d\dZ", reason), reason
         for _ in range(12):
             if lab.round().get(lease_id, {}).get("kind") == "act":
                 break
