@@ -666,8 +666,8 @@ def _reclaim_borrowed(
         _, le, policy = best
         _take(le, held_user, held_group)
         promised.add(w.request.id)
-        who = w.request.user
-        why = f"borrowed beyond guarantee; {who} (within guarantee) waits for {wanted.name}"
+        who, what = w.request.user, wanted.display_name or wanted.name  # users read names
+        why = f"borrowed beyond guarantee; {who} (within guarantee) waits for {what}"
         observed = replace(le, state=out[le.id].state)
         ev = out[le.id].evidence
         out[le.id] = _notice(

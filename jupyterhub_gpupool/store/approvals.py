@@ -189,7 +189,8 @@ class ApprovalStore(LabelMigStore):
                 earlier = row.reclaim_deadline
                 if row.state == "reclaiming" and earlier is not None and earlier <= deadline:
                     continue  # an earlier notice stands; this one comes if it is kept
-                why = f"the approved time for this GPU ends at {ts(row.lapses)}"
+                ends = ts(row.lapses.replace(microsecond=0))  # to the second: people read it
+                why = f"the approved time for this GPU ends at {ends}"
                 self._admin_notice(db, alloc, row, "exception", deadline, "stop", why, "system")
                 noticed += 1
             return noticed, lapsed

@@ -17,7 +17,7 @@ import asyncio
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -548,7 +548,11 @@ KINDS = {
     "max_age": ("Maximum age reached: this GPU will be reclaimed", False),
     "drain": ("Node maintenance: this GPU's node is being drained", False),
     "budget": ("Budget spent: this GPU will be reclaimed", False),
+    "borrowed": ("Borrowed GPU: someone within their guarantee needs it", False),
+    "exception": ("Your approved extra time ends", False),
 }
+#: What a test changed in the module's pool, to put back: an admin's call, or a function.
+Undo = list[tuple[str, str] | Callable[[], object]]
 #: The module's reclaim policy (POOL's), with a maximum age for the max_age kind.
 POLICY = {
     "idle_timeout": "5m",
@@ -580,12 +584,41 @@ def open_lab(lab: Lab, browser: Any, user: str, device: str) -> Page:
     return page
 
 
-def give_notice(lab: Lab, kind: str, lease_id: str) -> list[tuple[str, str]]:
+def spawn_on_an_exception(lab: Lab) -> Undo:
+    """bob asks for the H100 beyond his quota's limit on the spawn form (a reason, 0.1 h), an
+    administrator approves it through the pool's API, and the same spawn goes on."""
+    admin, api = lab.env.token("admin"), lab.env.api
+    quota = {"guarantee": 0.5, "limit": 0.5, "exception": 1, "budget": 40, "period": "week"}
+    assert request("PUT", f"{api}/quotas/users/bob", admin, quota).status == 200
+    undo: Undo = [("DELETE", f"{api}/quotas/users/bob")]
+    form = {
+        "gpupool_offer": "h100",
+        "gpupool_reason": "a paper deadline",
+        "gpupool_duration_hours": "0.1",
+    }
+    r = request("POST", f"{lab.env.hub_api}/users/bob/server", lab.env.admin_api_token, form)
+    assert r.status == 202, r.body
+
+    def asked() -> list[dict]:
+        r = request("GET", f"{api}/allocations?state=awaiting_approval", admin)
+        return [a for a in r.json()["items"] if a["user"] == "bob"]  # type: ignore[index]
+
+    (ask,) = wait_until(asked, 60, "bob's ask for an exception", info=lab.env.logs)
+    r = request("POST", f"{api}/allocations/{ask['id']}/approve", admin, {})
+    assert r.status == 200, r.body
+    wait_until(lambda: lab.server("bob").get("ready"), 120, "bob's server", info=lab.env.logs)
+    lease = lab.lease(ask["id"])
+    assert lease["exception"] is True and lease["lapses"], lease
+    return undo
+
+
+def give_notice(lab: Lab, kind: str, lease_id: str) -> Undo:
     """Give bob's lease a notice of ``kind`` the way it comes in a pool (the reclaimer's
-    rounds, an admin's drain, a spent budget); the calls that undo the setting afterwards."""
+    rounds, an admin's drain, a spent budget, a waiter within guarantee, the approved time
+    running out); what undoes the setting afterwards."""
     admin = lab.env.token("admin")
     api = lab.env.api
-    undo: list[tuple[str, str]] = []
+    undo: Undo = []
     if kind == "max_age":
         body = {"default": {**POLICY, "max_age": "4m"}}
         assert request("PUT", f"{api}/reclaim/policies", admin, body).status == 200
@@ -601,14 +634,56 @@ def give_notice(lab: Lab, kind: str, lease_id: str) -> list[tuple[str, str]]:
         body = {**quota, "budget_action": "stop"}
         assert request("PUT", f"{api}/quotas/users/bob", admin, body).status == 200
         undo.append(("DELETE", f"{api}/quotas/users/bob"))
+    elif kind == "borrowed":
+        undo += borrow_bobs_gpu_for_alice(lab)
+    elif kind == "exception":  # at work: the idle notice (3 min idle) would come first
+        undo.append(bobs_gpu_at_work(lab))
+    due = None  # when the service's housekeeping (every second) gives the notice
+    if kind == "exception":  # warn_before (POLICY's 2 min) ahead of the approved time's end
+        lapses = lab.lease(lease_id)["lapses"].replace("Z", "+00:00")
+        due = datetime.fromisoformat(lapses).timestamp() - 120
     for _ in range(12):
         reclaim = lab.lease(lease_id).get("reclaim")
         if reclaim:
             break
         lab.round()  # the clock moves: idle and age count, the budget is spent
-        if kind == "budget":  # the service's housekeeping gives the notice (every second)
-            wait_until(lambda: lab.lease(lease_id).get("reclaim"), 30, "the budget notice")
+        if kind == "budget" or (due is not None and lab.clock() >= due):
+            wait_until(lambda: lab.lease(lease_id).get("reclaim"), 30, f"the {kind} notice")
     assert reclaim and reclaim["kind"] == kind, reclaim
+    return undo
+
+
+def bobs_gpu_at_work(lab: Lab) -> Callable[[], object]:
+    """bob's simulated H100 busy (80 %) from now on; the function that makes it idle again."""
+    machine = lab.agent.machines["node-h100"]
+    gpu = lab.environ("bob")["CUDA_VISIBLE_DEVICES"]
+    machine.set_load(gpu, {"pattern": "steady", "level": 80})
+    return lambda: machine.set_load(gpu, "idle")
+
+
+def borrow_bobs_gpu_for_alice(lab: Lab) -> Undo:
+    """bob's H100 beyond his guarantee (0: the quota change makes the running lease borrowed),
+    alice waiting for an H100 within hers. A borrowed GPU at work is taken back only where the
+    admin allows it (``reclaim_busy_borrowed``), and this module's 3-minute pressure timeout
+    would give an idle GPU the idle notice first (tests/unit/test_store_reclaim.py shows both):
+    so the policy allows it and bob's GPU works, and the notice comes once the lease ran
+    ``min_runtime``."""
+    admin, api = lab.env.token("admin"), lab.env.api
+    undo: Undo = []
+    body = {"default": {**POLICY, "reclaim_busy_borrowed": True}}
+    assert request("PUT", f"{api}/reclaim/policies", admin, body).status == 200
+    undo.append(("DELETE", f"{api}/reclaim/policies"))
+    quotas = {"bob": 0, "alice": 2}  # alice within guarantee, whatever else she holds
+    for user, guarantee in quotas.items():
+        quota = {"guarantee": guarantee, "limit": 3, "budget": 40, "period": "week"}
+        assert request("PUT", f"{api}/quotas/users/{user}", admin, quota).status == 200
+        undo.append(("DELETE", f"{api}/quotas/users/{user}"))
+    undo.append(bobs_gpu_at_work(lab))
+    ask = {"user": "alice", "server": "train", "offer": "h100"}
+    r = request("POST", f"{api}/allocations", lab.env.spawner_token, ask)
+    assert r.status == 201 and r.json()["state"] == "queued", r.body  # type: ignore[index]
+    url = f"{api}/allocations/{r.json()['id']}"  # type: ignore[index]
+    undo.append(lambda: request("DELETE", url, lab.env.spawner_token))
     return undo
 
 
@@ -617,12 +692,16 @@ def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_hap
     lab: Lab, browser: Any, shoot: Any, kind: str
 ):
     heading, keep = KINDS[kind]
-    lab.spawn("bob", "h100")
-    lease_id = lab.environ("bob")["GPUPOOL_LEASE_ID"]
-    page = open_lab(lab, browser, "bob", "H100")
-    undo: list[tuple[str, str]] = []
+    undo: Undo = []
+    page: Page | None = None
     try:
-        undo = give_notice(lab, kind, lease_id)
+        if kind == "exception":
+            undo += spawn_on_an_exception(lab)
+        else:
+            lab.spawn("bob", "h100")
+        lease_id = lab.environ("bob")["GPUPOOL_LEASE_ID"]
+        page = open_lab(lab, browser, "bob", "H100")
+        undo += give_notice(lab, kind, lease_id)
         notice = panel(page).locator(".jp-GPUPool-notice")
         expect(notice).to_contain_text(heading, timeout=30_000)
         expect(notice).to_contain_text("This GPU will be reclaimed in")
@@ -634,6 +713,10 @@ def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_hap
             expect(notice).to_contain_text("It cannot be kept:")
         shot(shoot, page, f"lab-notice-{kind.replace('_', '-')}")
         reason = lab.lease(lease_id)["reclaim"]["reason"]
+        if kind == "borrowed":  # the offer's name as users read it, not its id
+            assert reason.endswith("alice (within guarantee) waits for 1× H100 80GB"), reason
+        if kind == "exception":  # to the second, as people read it
+            assert re.fullmatch(r"the approved time .* ends at \S+T\d\d:\d\d:\d\dZ", reason), reason
         for _ in range(12):
             if lab.round().get(lease_id, {}).get("kind") == "act":
                 break
@@ -657,8 +740,12 @@ def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_hap
         assert "Your GPU was reclaimed" in (bar.get_attribute("title") or "")
         shot(shoot, page, f"lab-reclaimed-{kind.replace('_', '-')}")
     finally:
-        for method, url in undo:
-            request(method, url, lab.env.token("admin"))
+        for step in undo:
+            if callable(step):
+                step()
+            else:
+                request(*step, lab.env.token("admin"))
         request("DELETE", f"{lab.env.hub_api}/users/bob/server", lab.env.admin_api_token)
         wait_until(lambda: not lab.server("bob"), 120, "bob's server to stop")
-        page.context.close()
+        if page is not None:
+            page.context.close()

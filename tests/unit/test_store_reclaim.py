@@ -434,6 +434,56 @@ def test_borrowed_capacity_goes_to_a_waiter_within_guarantee(store, clock):
     assert d["kind"] == "cancel" and "withdrawn" in d["reason"]
 
 
+#: The browser tests' policy: the pressure timeout ends with the first idle window (3 min, the
+#: notice 2 min ahead) and a lease is never borrowed back before it ran 3 minutes.
+SHORT = {**POLICY["default"], "pressure_idle_timeout": "3m", "min_runtime": "3m"}
+
+
+def test_a_quota_change_makes_a_running_lease_borrowed_and_the_short_pressure_timeout_wins(
+    store, clock
+):
+    """What a borrowed notice needs, and why none came while the GPU worked: a lease granted
+    within guarantee is borrowed as soon as its owner's guarantee drops below it; a waiter
+    within guarantee is in the round's queue; but a borrowed lease busy on the GPU is never
+    taken back (``reclaim_busy_borrowed`` off, the default), and once it is idle the idle
+    notice under pressure comes in the same round when the pressure timeout is that short."""
+    store.put_reclaim_policy({"default": SHORT})
+    lease = bound(store, user="bob")
+    assert lease["borrowed"] is False  # within the default guarantee of 1
+    store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
+    assert store.lease(lease["id"])["borrowed"] is True  # re-derived by the quota change
+    waiter = store.allocate("alice", "", "h100")
+    assert waiter["state"] == "queued"
+    for _ in range(6):  # well past min_runtime, the GPU at work: no notice of any kind
+        d = step(store, clock, lease, util=80.0)[lease["id"]]
+        assert d["kind"] == "none", d
+    d = step(store, clock, lease)[lease["id"]]
+    assert d["kind"] == "notice" and d["evidence"]["pressure"] is True, d
+    assert store.lease(lease["id"])["reclaim"]["kind"] == "idle"
+
+
+def test_an_admin_may_let_borrowed_reclaim_take_a_busy_gpu(store, clock):
+    """With ``reclaim_busy_borrowed`` a borrowed lease busy on the GPU gets the borrowed notice
+    once it ran ``min_runtime`` (never the idle one: it works), cannot be kept, and is taken at
+    the deadline though it still works; the waiter within guarantee gets the GPU."""
+    store.put_reclaim_policy({"default": {**SHORT, "reclaim_busy_borrowed": True}})
+    store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
+    lease = bound(store, user="bob")
+    assert lease["borrowed"] is True
+    waiter = store.allocate("alice", "", "h100")
+    kinds = [step(store, clock, lease, util=80.0)[lease["id"]]["kind"] for _ in range(3)]
+    assert kinds == ["none", "none", "notice"], kinds  # min_runtime: 3 minutes
+    rec = store.lease(lease["id"])["reclaim"]
+    assert rec["kind"] == "borrowed" and rec["extendable"] is False
+    assert "alice (within guarantee) waits for" in rec["reason"]
+    assert refused(store.keepalive, lease["id"]).code == "not_extendable"
+    act = until(store, clock, lease, "act", util=80.0)
+    assert act["release_reason"] == "reclaimed-borrowed"
+    store.reclaim_outcome(lease["id"], HOLDER, "done")
+    assert store.lease(lease["id"])["state"] == "released"
+    assert store.lease(waiter["id"])["state"] == "granted"
+
+
 def test_someone_waiting_shortens_the_idle_timeout(store, clock):
     lease = bound(store)
     store.allocate("bob", "", "h100")  # waits for what alice's idle lease holds
