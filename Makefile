@@ -73,26 +73,31 @@ venv: $(STAMP)
 demo: $(DEMO_STAMP) $(CHP)
 	@$(BIN)/jupyterhub-gpupool demo --state-dir .demo $(DEMO_ARGS)
 
+# the lab extension's node packages (Jest, eslint, prettier); jlpm comes with JupyterLab, the
+# lock file pins the rest. Defined before lint and jest, whose prerequisites name it.
+LAB_MODULES := labextension/node_modules/.yarn-state.yml
+
+$(LAB_MODULES): labextension/package.json labextension/yarn.lock | $(STAMP)
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm install --immutable
+
 # deptry: every import of the installed code is a declared dependency of the install that
 # ships it (missing, unused and transitive-only ones fail), for both distributions. mypy and
 # vulture read their files and settings from pyproject.toml ([tool.mypy], [tool.vulture]).
-lint: $(STAMP)
+# The front end: prettier and eslint over the lab extension's TypeScript and the service's
+# browser scripts (labextension/eslint.config.mjs, from the lab's node_modules).
+lint: $(STAMP) $(LAB_MODULES)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/deptry .
 	cd labextension && ../$(BIN)/deptry .
 	$(BIN)/mypy
 	$(BIN)/vulture
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm lint:check
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs/source docs/build/html
 
-# the lab extension's UI logic (Jest); jlpm comes with JupyterLab, the lock file pins the rest
-LAB_MODULES := labextension/node_modules/.yarn-state.yml
-
-$(LAB_MODULES): labextension/package.json labextension/yarn.lock
-	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm install --immutable
-
+# the lab extension's UI logic (Jest)
 jest: $(STAMP) $(LAB_MODULES)
 	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm test
 

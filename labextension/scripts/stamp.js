@@ -16,7 +16,13 @@ function files(dir) {
   });
 }
 
-const inputs = [...files('src'), ...files('style'), 'package.json', 'tsconfig.json', 'yarn.lock'].sort();
+const inputs = [
+  ...files('src'),
+  ...files('style'),
+  'package.json',
+  'tsconfig.json',
+  'yarn.lock'
+].sort();
 const hash = crypto.createHash('sha256');
 for (const f of inputs) {
   hash.update(f.split(path.sep).join('/') + '\0');

@@ -40,7 +40,12 @@ export function summary(s: ISeries): string {
   );
 }
 
-export function renderChart(host: HTMLElement, s: ISeries, windowSeconds: number, now: number): void {
+export function renderChart(
+  host: HTMLElement,
+  s: ISeries,
+  windowSeconds: number,
+  now: number
+): void {
   host.textContent = '';
   const svgNS = 'http://www.w3.org/2000/svg';
   const svg = document.createElementNS(svgNS, 'svg');

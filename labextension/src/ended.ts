@@ -12,7 +12,11 @@ import { URLExt } from '@jupyterlab/coreutils';
 
 import { ILeaseEnd } from './types';
 
-export function askLeaseEnd(page: string, lease: string, timeoutMs = 20000): Promise<ILeaseEnd | null> {
+export function askLeaseEnd(
+  page: string,
+  lease: string,
+  timeoutMs = 20000
+): Promise<ILeaseEnd | null> {
   return new Promise(resolve => {
     const frame = document.createElement('iframe');
     frame.className = 'jp-GPUPool-ask';

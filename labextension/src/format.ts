@@ -81,14 +81,7 @@ export function latest(samples: ISample[]): ISample | null {
 
 /** The panel's states, in the order they take precedence. */
 export type ViewState =
-  | 'loading'
-  | 'no-pool'
-  | 'pool-down'
-  | 'moving'
-  | 'restarting'
-  | 'notice'
-  | 'gpu'
-  | 'cpu';
+  'loading' | 'no-pool' | 'pool-down' | 'moving' | 'restarting' | 'notice' | 'gpu' | 'cpu';
 
 /** Which state the panel is in (`restarting`: the tab saw the server go away mid-move). */
 export function viewState(state: IState | null, restarting = false): ViewState {
@@ -132,10 +125,20 @@ export interface IStatusExtra {
 }
 
 /** The status-bar item: device, utilization %, memory used/total. */
-export function statusText(state: IState | null, now: number, extra: IStatusExtra = {}): IStatusText {
+export function statusText(
+  state: IState | null,
+  now: number,
+  extra: IStatusExtra = {}
+): IStatusText {
   if (extra.ended) {
     // the server is gone: no stale device, no countdown at 0:00
-    return { device: extra.ended.word, util: '', memory: '', tone: 'down', label: extra.ended.text };
+    return {
+      device: extra.ended.word,
+      util: '',
+      memory: '',
+      tone: 'down',
+      label: extra.ended.text
+    };
   }
   if (!state) {
     return { device: 'GPU', util: '', memory: '', tone: 'normal', label: 'GPU pool: loading' };
@@ -206,7 +209,10 @@ export function keepState(state: IState): { enabled: boolean; why: string } {
   }
   if (n.keep !== undefined) {
     // the pool's own words for this kind of notice
-    return { enabled: n.keep && !n.acting, why: n.keep ? '' : n.why_not_kept || 'It cannot be kept.' };
+    return {
+      enabled: n.keep && !n.acting,
+      why: n.keep ? '' : n.why_not_kept || 'It cannot be kept.'
+    };
   }
   if (n.acting) {
     return { enabled: false, why: 'the reclaim has started' };
@@ -310,7 +316,11 @@ export function clock(at: Date): string {
  * carried out or its deadline passed): the one message the panel shows instead of a countdown
  * at 0:00 and a Keep button. `null` while nothing says the reclaim happened.
  */
-export function reclaimedText(state: IState | null, serverAway: boolean, now: number): string | null {
+export function reclaimedText(
+  state: IState | null,
+  serverAway: boolean,
+  now: number
+): string | null {
   const n = state?.notice;
   if (!state || !n || !serverAway) {
     return null;
@@ -323,7 +333,8 @@ export function reclaimedText(state: IState | null, serverAway: boolean, now: nu
   const save = state.last_save;
   const issued = n.issued ? Date.parse(n.issued) : NaN;
   const ours = save && (isNaN(issued) || save.at * 1000 >= issued);
-  const saved = ours && save.saved.length ? `saved: ${save.saved.join(', ')}` : 'nothing needed saving';
+  const saved =
+    ours && save.saved.length ? `saved: ${save.saved.join(', ')}` : 'nothing needed saving';
   return `Your GPU was reclaimed at ${hhmm} because ${n.reason}; ${doneText(n.action)}; ${saved}. Start again from Hub home.`;
 }
 

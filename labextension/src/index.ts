@@ -1,8 +1,4 @@
-import {
-  ILabShell,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ServerConnection } from '@jupyterlab/services';
@@ -38,7 +34,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.icon = gpuIcon;
     shell.add(panel, 'right', { rank: 600 });
     const open = () => shell.activateById(panel.id);
-    app.commands.addCommand('gpupool:open', { label: 'Show my GPU (GPU pool)', execute: open });
+    app.commands.addCommand('gpupool:open', {
+      label: 'Show my GPU (GPU pool)',
+      describedBy: { args: { type: 'object', properties: {} } }, // it takes no arguments
+      execute: open
+    });
     palette?.addItem({ command: 'gpupool:open', category: 'GPU pool' });
     if (statusBar) {
       statusBar.registerStatusItem('jupyterlab-gpupool:status', {

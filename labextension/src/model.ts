@@ -8,7 +8,15 @@ import { ServerConnection } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { askLeaseEnd } from './ended';
-import { Backoff, IMove, IStatusExtra, endedText, moveFailed, moveFinished, reclaimedText } from './format';
+import {
+  Backoff,
+  IMove,
+  IStatusExtra,
+  endedText,
+  moveFailed,
+  moveFinished,
+  reclaimedText
+} from './format';
 import { MOVED_KEY } from './stale';
 import { ILease, ILeaseEnd, ISaveResult, IState } from './types';
 
@@ -196,8 +204,7 @@ export class GPUPoolModel {
     // under JupyterHub a cookie-authenticated API request needs the XSRF token even for GET,
     // and EventSource cannot send headers: it goes in the query, as the hub accepts
     const xsrf = document.cookie.match(/(?:^|;\s*)_xsrf=([^;]*)/);
-    const query =
-      `client=${this.clientId}` + (xsrf ? `&_xsrf=${encodeURIComponent(xsrf[1])}` : '');
+    const query = `client=${this.clientId}` + (xsrf ? `&_xsrf=${encodeURIComponent(xsrf[1])}` : '');
     const source = new EventSource(this.url(`events?${query}`), {
       withCredentials: true
     });
@@ -383,7 +390,11 @@ export class GPUPoolModel {
 
   async move(offer: string): Promise<boolean> {
     // recorded first: the pool may restart the server before its answer gets here
-    this.moving = { from: this._state?.lease?.id ?? null, offer, lease: this._state?.lease ?? null };
+    this.moving = {
+      from: this._state?.lease?.id ?? null,
+      offer,
+      lease: this._state?.lease ?? null
+    };
     this._asking = true;
     try {
       await this.request('resize', 'POST', { offer });

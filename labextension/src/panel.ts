@@ -66,11 +66,13 @@ export class GPUPoolPanel extends Widget {
     this.live.setAttribute('aria-live', 'polite');
     const heading = el('h2', 'jp-GPUPool-heading', 'Your GPU');
     this.node.append(heading, this.live, this.body);
-    model.changed.connect(() => this.render());
+    // `this` as the receiver: Widget.dispose's Signal.clearData(this) disconnects both, so a
+    // disposed panel stops rendering the model (which outlives it)
+    model.changed.connect(() => this.render(), this);
     model.message.connect((_, m) => {
       this.live.textContent = visible(m.text);
       this.live.classList.toggle('jp-GPUPool-error', m.error);
-    });
+    }, this);
     this.ticker = window.setInterval(() => this.tick(), 1000);
     this.render();
   }
@@ -125,7 +127,9 @@ export class GPUPoolPanel extends Widget {
     if (!state.pool.ok) {
       const p = el('p', 'jp-GPUPool-down');
       p.setAttribute('role', 'alert');
-      const retry = state.pool.retry_in ? ` Trying again in ${Math.round(state.pool.retry_in)} s.` : '';
+      const retry = state.pool.retry_in
+        ? ` Trying again in ${Math.round(state.pool.retry_in)} s.`
+        : '';
       p.textContent = visible(
         `The GPU pool is not answering: ${state.pool.error}.${retry}` +
           (state.user ? ' Showing what it last said.' : '')
@@ -156,7 +160,9 @@ export class GPUPoolPanel extends Widget {
       home.href = URLExt.join(PageConfig.getOption('hubPrefix') || '/hub/', 'home');
       this.body.textContent = '';
       this.body.dataset.view = 'reclaimed';
-      this.body.append(this.section(gone.word === 'reclaimed' ? 'Reclaimed' : 'Lease ended', [p, home]));
+      this.body.append(
+        this.section(gone.word === 'reclaimed' ? 'Reclaimed' : 'Lease ended', [p, home])
+      );
       return;
     }
     this.body.append(this.leaseSection(state));
@@ -228,7 +234,11 @@ export class GPUPoolPanel extends Widget {
     head.append('This GPU will be reclaimed in ', left);
     const reason = el('p', '', n.reason);
     const action = el('p', '', `Then ${actionText(n.action)}.`);
-    const keep = el('button', 'jp-Button jp-mod-styled jp-mod-accept jp-GPUPool-keep', 'Keep my GPU');
+    const keep = el(
+      'button',
+      'jp-Button jp-mod-styled jp-mod-accept jp-GPUPool-keep',
+      'Keep my GPU'
+    );
     keep.id = 'jp-gpupool-keep';
     keep.type = 'button';
     const k = keepState(state);
@@ -257,14 +267,29 @@ export class GPUPoolPanel extends Widget {
     const hasUtil = samples.some(s => s.util !== null);
     // the window ends at the newest reading (the pool's clock may differ from this server's)
     const now = Math.max(state.at, ...samples.map(s => s.ts));
-    const total = state.lease?.memory_total_mib || Math.max(1, ...samples.map(s => s.memory_used_mib));
+    const total =
+      state.lease?.memory_total_mib || Math.max(1, ...samples.map(s => s.memory_used_mib));
     const charts: HTMLElement[] = [];
     if (hasUtil) {
       const host = el('div', 'jp-GPUPool-chart-host');
-      renderChart(host, series(samples, s => s.util, 'GPU activity', '%', 100, v => `${Math.round(v)}%`), state.utilization.window, now);
+      renderChart(
+        host,
+        series(
+          samples,
+          s => s.util,
+          'GPU activity',
+          '%',
+          100,
+          v => `${Math.round(v)}%`
+        ),
+        state.utilization.window,
+        now
+      );
       charts.push(el('h4', 'jp-GPUPool-chart-title', 'Activity (SM / GPM)'), host);
     } else {
-      const procs = state.utilization.local.length ? state.utilization.local[state.utilization.local.length - 1].processes : null;
+      const procs = state.utilization.local.length
+        ? state.utilization.local[state.utilization.local.length - 1].processes
+        : null;
       charts.push(
         el(
           'p',
@@ -275,7 +300,19 @@ export class GPUPoolPanel extends Widget {
       );
     }
     const mem = el('div', 'jp-GPUPool-chart-host');
-    renderChart(mem, series(samples, s => s.memory_used_mib, 'GPU memory used', 'MiB', total, v => formatMiB(v)), state.utilization.window, now);
+    renderChart(
+      mem,
+      series(
+        samples,
+        s => s.memory_used_mib,
+        'GPU memory used',
+        'MiB',
+        total,
+        v => formatMiB(v)
+      ),
+      state.utilization.window,
+      now
+    );
     charts.push(el('h4', 'jp-GPUPool-chart-title', `Memory (of ${formatMiB(total)})`), mem);
     const source = useLocal
       ? 'Read on this server through NVML, with the pool’s samples.'
@@ -339,22 +376,34 @@ export class GPUPoolPanel extends Widget {
       const wait = el('p', 'jp-GPUPool-wait');
       wait.setAttribute('aria-live', 'polite');
       if (p.state === 'queued') {
-        wait.textContent = visible(`Waiting for ${p.offer_name || p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`);
+        wait.textContent = visible(
+          `Waiting for ${p.offer_name || p.offer}: ${p.position ? `position ${p.position}` : 'in line'}, ${durationText(p.eta_seconds)}. You keep your current GPU meanwhile.`
+        );
       } else if (p.state === 'awaiting_approval') {
         wait.textContent = visible(`Waiting for an admin to approve ${p.offer_name || p.offer}.`);
       } else {
-        wait.textContent = visible(`${p.offer_name || p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`);
+        wait.textContent = visible(
+          `${p.offer_name || p.offer} is reserved${p.ready ? '' : ' (being prepared)'}; the server restarts on it now.`
+        );
       }
       const cancel = el('button', 'jp-Button jp-mod-styled jp-mod-reject', 'Cancel the move');
       cancel.id = 'jp-gpupool-cancel';
       cancel.type = 'button';
       cancel.onclick = () => void this.model.cancelMove();
       children.push(wait, cancel);
-      return this.section(state.lease ? 'Move to another GPU' : 'Request a GPU', children, 'jp-gpupool-move');
+      return this.section(
+        state.lease ? 'Move to another GPU' : 'Request a GPU',
+        children,
+        'jp-gpupool-move'
+      );
     }
     if (!state.offers.length) {
       children.push(el('p', 'jp-GPUPool-note', 'No other offer is open to you.'));
-      return this.section(state.lease ? 'Move to another GPU' : 'Request a GPU', children, 'jp-gpupool-move');
+      return this.section(
+        state.lease ? 'Move to another GPU' : 'Request a GPU',
+        children,
+        'jp-gpupool-move'
+      );
     }
     const fieldset = el('fieldset', 'jp-GPUPool-choices');
     const legend = el('legend', '', state.lease ? 'Move to' : 'Request');
@@ -380,12 +429,20 @@ export class GPUPoolPanel extends Widget {
       row.append(input, label);
       fieldset.append(row);
     }
-    const go = el('button', 'jp-Button jp-mod-styled jp-mod-accept', state.lease ? 'Move…' : 'Request…');
+    const go = el(
+      'button',
+      'jp-Button jp-mod-styled jp-mod-accept',
+      state.lease ? 'Move…' : 'Request…'
+    );
     go.id = 'jp-gpupool-move-go';
     go.type = 'button';
     go.onclick = () => void this.confirmMove(state);
     children.push(fieldset, go);
-    return this.section(state.lease ? 'Move to another GPU' : 'Request a GPU', children, 'jp-gpupool-move');
+    return this.section(
+      state.lease ? 'Move to another GPU' : 'Request a GPU',
+      children,
+      'jp-gpupool-move'
+    );
   }
 
   private async confirmMove(state: IState): Promise<void> {
@@ -397,11 +454,23 @@ export class GPUPoolPanel extends Widget {
     const text = el('div');
     text.append(
       el('p', '', `Your server restarts on ${choice.display_name}.`),
-      el('p', '', 'Every open document is saved first; running kernels restart and lose their variables.'),
-      el('p', '', choice.available > 0 ? 'It is free now.' : `It is not free now: you wait in line (${availabilityText(choice)}) and keep your current GPU meanwhile; you can cancel.`)
+      el(
+        'p',
+        '',
+        'Every open document is saved first; running kernels restart and lose their variables.'
+      ),
+      el(
+        'p',
+        '',
+        choice.available > 0
+          ? 'It is free now.'
+          : `It is not free now: you wait in line (${availabilityText(choice)}) and keep your current GPU meanwhile; you can cancel.`
+      )
     );
     const result = await showDialog({
-      title: visible(state.lease ? `Move to ${choice.display_name}?` : `Request ${choice.display_name}?`),
+      title: visible(
+        state.lease ? `Move to ${choice.display_name}?` : `Request ${choice.display_name}?`
+      ),
       body: new Widget({ node: text }),
       buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Save and restart' })]
     });

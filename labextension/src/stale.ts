@@ -42,7 +42,7 @@ function clean(model: any): number {
 
 /** If this page was loaded by a move: clean the notebooks it restores (for a minute). */
 export function cleanAfterMove(app: JupyterFrontEnd, docs: IDocumentManager | null): void {
-  let moved = false;
+  let moved: boolean;
   try {
     moved = window.sessionStorage.getItem(MOVED_KEY) !== null;
     window.sessionStorage.removeItem(MOVED_KEY);

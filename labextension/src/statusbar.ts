@@ -7,6 +7,7 @@ import { GPUPoolModel } from './model';
 
 export class GPUPoolStatus extends Widget {
   private button: HTMLButtonElement;
+  private ticker: number;
   constructor(
     private model: GPUPoolModel,
     open: () => void
@@ -18,9 +19,15 @@ export class GPUPoolStatus extends Widget {
     this.button.className = 'jp-GPUPool-status-button';
     this.button.onclick = open;
     this.node.appendChild(this.button);
-    model.changed.connect(() => this.render());
-    window.setInterval(() => this.render(), 1000);
+    // `this` as the receiver: Widget.dispose's Signal.clearData(this) disconnects it
+    model.changed.connect(() => this.render(), this);
+    this.ticker = window.setInterval(() => this.render(), 1000);
     this.render();
+  }
+
+  dispose(): void {
+    window.clearInterval(this.ticker);
+    super.dispose();
   }
 
   render(): void {

@@ -7,16 +7,37 @@ describe('charts have a text alternative', () => {
     { ts: 1120, util: 80, memory_used_mib: 300 }
   ];
   it('summarises the figures', () => {
-    const s = series(samples, p => p.util, 'GPU activity', '%', 100, v => `${v}%`);
+    const s = series(
+      samples,
+      p => p.util,
+      'GPU activity',
+      '%',
+      100,
+      v => `${v}%`
+    );
     expect(summary(s)).toBe(
       'GPU activity over the last 15 minutes: now 80%, lowest 20%, highest 80%'
     );
-    const none = series([], p => p.util, 'GPU activity', '%', 100, v => `${v}%`);
+    const none = series(
+      [],
+      p => p.util,
+      'GPU activity',
+      '%',
+      100,
+      v => `${v}%`
+    );
     expect(summary(none)).toContain('no readings');
   });
   it('draws an SVG with role img and a table of the figures', () => {
     const host = document.createElement('div');
-    const s = series(samples, p => p.memory_used_mib, 'Memory', 'MiB', 400, v => `${v} MiB`);
+    const s = series(
+      samples,
+      p => p.memory_used_mib,
+      'Memory',
+      'MiB',
+      400,
+      v => `${v} MiB`
+    );
     renderChart(host, s, 900, 1200);
     const svg = host.querySelector('svg')!;
     expect(svg.getAttribute('role')).toBe('img');

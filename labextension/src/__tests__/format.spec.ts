@@ -329,7 +329,11 @@ describe('visible', () => {
 });
 
 describe('the budget warning', () => {
-  const quota = (used: number, budget: number | null, action?: IQuota['budget_action']): IQuota => ({
+  const quota = (
+    used: number,
+    budget: number | null,
+    action?: IQuota['budget_action']
+  ): IQuota => ({
     held_units: 0,
     guarantee: 1,
     limit: 2,
@@ -347,11 +351,15 @@ describe('the budget warning', () => {
   });
 
   it('warns from 80 %, with the share used', () => {
-    expect(budgetWarning(quota(8, 10))).toBe('You have used 80 % of your GPU-hour budget of this month.');
+    expect(budgetWarning(quota(8, 10))).toBe(
+      'You have used 80 % of your GPU-hour budget of this month.'
+    );
   });
 
-  it('at 100 % says what happens next for the quota\'s action', () => {
-    expect(budgetWarning(quota(10, 10, 'stop'))).toContain('stopped at its end (your work is saved first)');
+  it("at 100 % says what happens next for the quota's action", () => {
+    expect(budgetWarning(quota(10, 10, 'stop'))).toContain(
+      'stopped at its end (your work is saved first)'
+    );
     expect(budgetWarning(quota(12, 10, 'notify'))).toContain('you may go on');
     expect(budgetWarning(quota(10, 10))).toBe(
       'Your GPU-hour budget of this month is spent: no new GPU is granted until the next month; what runs goes on.'
@@ -359,8 +367,7 @@ describe('the budget warning', () => {
   });
 });
 
-
-describe('endedText (the pool\'s record once the server is gone)', () => {
+describe("endedText (the pool's record once the server is gone)", () => {
   const end = (over: Partial<ILeaseEnd> = {}): ILeaseEnd => ({
     lease: 'L1',
     state: 'released',
@@ -386,12 +393,18 @@ describe('endedText (the pool\'s record once the server is gone)', () => {
         `Your GPU was reclaimed at ${hhmm} because the GPU has been idle for 30 min; ` +
         'the server was stopped; saved: a.ipynb, b.py. Start again from Hub home.'
     });
-    const drain = endedText(end({ kind: 'drain', reason: "its node is drained", action: 'release-gpu', saved: [] }))!;
-    expect(drain.text).toContain('because its node is drained; the server restarted without a GPU; nothing needed saving');
+    const drain = endedText(
+      end({ kind: 'drain', reason: 'its node is drained', action: 'release-gpu', saved: [] })
+    )!;
+    expect(drain.text).toContain(
+      'because its node is drained; the server restarted without a GPU; nothing needed saving'
+    );
   });
 
   it('names other ends by their reason, and nothing while the lease lives', () => {
-    const stopped = endedText(end({ reclaimed: false, reason: null, release_reason: 'stopped', saved: [] }))!;
+    const stopped = endedText(
+      end({ reclaimed: false, reason: null, release_reason: 'stopped', saved: [] })
+    )!;
     expect(stopped.word).toBe('ended');
     expect(stopped.text).toBe(
       `Your GPU lease (A100 · 1g.10gb slice) ended at ${hhmm}: the server was stopped. Start again from Hub home.`
@@ -410,7 +423,9 @@ describe('statusText beyond the state', () => {
   });
 
   it('says reclaimed once the server is gone, not a stale device or 0:00', () => {
-    const t = statusText(state(), 0, { ended: { word: 'reclaimed', text: 'Your GPU was reclaimed at 14:02' } });
+    const t = statusText(state(), 0, {
+      ended: { word: 'reclaimed', text: 'Your GPU was reclaimed at 14:02' }
+    });
     expect(t).toEqual({
       device: 'reclaimed',
       util: '',
@@ -425,7 +440,12 @@ describe('staleWidgetOutputs', () => {
   it('finds widget views whose model the notebook did not save', () => {
     const outputs = [
       { data: { 'text/plain': 'hello' } },
-      { data: { [WIDGET_VIEW]: { model_id: 'gone', version_major: 2 }, 'text/plain': 'GPUPoolWidget()' } },
+      {
+        data: {
+          [WIDGET_VIEW]: { model_id: 'gone', version_major: 2 },
+          'text/plain': 'GPUPoolWidget()'
+        }
+      },
       { data: { [WIDGET_VIEW]: { model_id: 'kept' } } },
       { data: null },
       {}
