@@ -51,6 +51,11 @@ function when(iso: string | null): string {
   return isNaN(d.getTime()) ? iso : d.toLocaleString();
 }
 
+/** What a reclaim cannot save: edits that live only in a browser tab already closed. */
+export const UNSAVEABLE =
+  'Open documents in every open JupyterLab tab are saved first; edits in a tab you already ' +
+  'closed without saving lived only in that browser and cannot be saved.';
+
 export class GPUPoolPanel extends Widget {
   private body = el('div', 'jp-GPUPool-body');
   private live = el('p', 'jp-GPUPool-message');
@@ -254,8 +259,12 @@ export class GPUPoolPanel extends Widget {
       'jp-GPUPool-note',
       `Kept ${n.extensions} of ${n.max_extensions} times allowed.`
     );
+    // what no save can reach, said before it matters (issue 31)
+    const unsaveable = el('p', 'jp-GPUPool-note jp-GPUPool-unsaveable', UNSAVEABLE);
     // where keeping is not allowed there is no Keep button, only the reason why not
-    const parts = k.enabled ? [head, reason, action, keep, kept] : [head, reason, action, why];
+    const parts = k.enabled
+      ? [head, reason, action, unsaveable, keep, kept]
+      : [head, reason, action, unsaveable, why];
     const s = this.section(n.heading || 'Reclaim notice', parts);
     s.classList.add('jp-GPUPool-notice');
     return s;

@@ -1,6 +1,6 @@
 """The lab package in real Chromium: JupyterLab in a real single-user server, a real JupyterHub
 and proxy, the pool service on a moved clock with simulated GPUs, and the reclaimer's core driven
-round by round (the reclaim rig of ``tests/fakes.py``).
+round by round (the reclaim rig of ``tests/fakes/reclaim.py``).
 
 The panel shows the right lease and numbers; an idle notice appears (status bar amber, the
 countdown, the reason) and Keep my GPU clears it; the pool service stopped → the panel says so
@@ -705,6 +705,7 @@ def test_each_notice_kind_is_said_in_lab_and_after_the_reclaim_lab_says_what_hap
         notice = panel(page).locator(".jp-GPUPool-notice")
         expect(notice).to_contain_text(heading, timeout=30_000)
         expect(notice).to_contain_text("This GPU will be reclaimed in")
+        expect(notice).to_contain_text("closed without saving lived only in that browser")
         expect(page.locator(".jp-GPUPool-status")).to_have_class(re.compile("jp-GPUPool-amber"))
         if keep:
             expect(notice.locator("#jp-gpupool-keep")).to_be_enabled()
