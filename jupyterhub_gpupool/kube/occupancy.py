@@ -20,15 +20,15 @@ from traitlets.config import LoggingConfigurable
 from ..pool import commands
 from ..pool.outside import WHOLE
 from . import pods as kp
-from .client import KubeClient, KubeError
-from .settings import api_traits, make_client
+from .client import KubeError
+from .settings import OneAPIServer, api_traits
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
 Call = Callable[[commands.Command], Awaitable[Any]]
 
 
-class KubeOccupancy(LoggingConfigurable):
+class KubeOccupancy(OneAPIServer, LoggingConfigurable):
     """The reader of outside holds (``c.KubeOccupancy`` in the service's config)."""
 
     enabled = Bool(
@@ -45,25 +45,11 @@ class KubeOccupancy(LoggingConfigurable):
     ).tag(config=True)
     api_host, token_file, ca_file = api_traits()
 
-    _client: KubeClient | None = None
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         #: what was last written per node (counts, holders), and nodes left short
         self._sent: dict[str, tuple[dict[str, int], list[str]]] = {}
         self._short: set[str] = set()
-
-    def client(self) -> KubeClient:
-        """The API client (built on first use: no I/O in the constructor)."""
-        if self._client is None:
-            self._client = make_client(self.api_host, self.token_file, self.ca_file)
-        return self._client
-
-    async def close(self) -> None:
-        """Close the API client's connections."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
 
     async def step(self, store: Any, call: Call) -> dict[str, dict[str, Any]]:
         """One round; returns what each changed node's holds became (for logs and tests).

@@ -34,3 +34,25 @@ def make_client(api_host: str, token_file: str, ca_file: str) -> KubeClient:
         else KubeAPI.in_cluster()
     )
     return KubeClient(api)
+
+
+class OneAPIServer:
+    """The client of the class's ``api_host``, built on first use (no I/O in a constructor),
+    and its closing: for a configurable that assigns ``api_traits()``."""
+
+    api_host: str
+    token_file: str
+    ca_file: str
+    _client: KubeClient | None = None
+
+    def client(self) -> KubeClient:
+        """The API client."""
+        if self._client is None:
+            self._client = make_client(self.api_host, self.token_file, self.ca_file)
+        return self._client
+
+    async def close(self) -> None:
+        """Close the API client's connections."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

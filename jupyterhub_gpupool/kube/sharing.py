@@ -21,15 +21,15 @@ from traitlets.config import LoggingConfigurable
 from ..pool import commands
 from ..pool.sharing import advertised_modes, changed_modes
 from . import nodes as kn
-from .client import KubeClient, KubeError
-from .settings import api_traits, make_client
+from .client import KubeError
+from .settings import OneAPIServer, api_traits
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
 
 Call = Callable[[commands.Command], Awaitable[Any]]
 
 
-class KubeSharing(LoggingConfigurable):
+class KubeSharing(OneAPIServer, LoggingConfigurable):
     """The reader of nodes' time-slicing (``c.KubeSharing`` in the service's config)."""
 
     enabled = Bool(
@@ -47,20 +47,6 @@ class KubeSharing(LoggingConfigurable):
         "left alone).",
     ).tag(config=True)
     api_host, token_file, ca_file = api_traits()
-
-    _client: KubeClient | None = None
-
-    def client(self) -> KubeClient:
-        """The API client (built on first use: no I/O in the constructor)."""
-        if self._client is None:
-            self._client = make_client(self.api_host, self.token_file, self.ca_file)
-        return self._client
-
-    async def close(self) -> None:
-        """Close the API client's connections."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
 
     async def step(self, store: Any, call: Call) -> dict[str, dict[str, str]]:
         """One round; returns the modes that changed per node (for logs and tests). An
