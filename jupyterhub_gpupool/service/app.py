@@ -781,9 +781,17 @@ class PoolService(StrictCommandLine):
             await minutes.flush()
         except Exception:
             self.log.exception("Flushing utilization minutes on stop failed")
+        await self.close_kube_clients()
         self.writer.stop()
         self.leader.release()
         self.log.info("GPU pool service stopped")
+
+    async def close_kube_clients(self) -> None:
+        """Close the Kubernetes API clients the labeller and the cluster readers opened, so a
+        stopping service ends its keep-alive connections rather than leaving them to the
+        garbage collector (which warns, and cannot await the close)."""
+        for part in (self.mig_labeller, self.occupancy, self.kube_sharing):
+            await part.close()
 
     def start(self) -> None:
         """Run the service."""

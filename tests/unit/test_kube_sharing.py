@@ -8,12 +8,16 @@ a pod) and refuses such a pool config when it starts, in one line, exit status 1
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 
 import pytest
 
+from jupyterhub_gpupool.kube.labeller import MigLabeller
+from jupyterhub_gpupool.kube.occupancy import KubeOccupancy
+from jupyterhub_gpupool.kube.sharing import KubeSharing
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.poolconfig import parse_pool_config
@@ -94,3 +98,22 @@ def test_the_service_in_a_pod_refuses_auto_in_one_line(tmp_path):
     assert lines[-1].startswith(
         "pool config: pool.yaml: nodes[0].gpus[0].sharing: sharing 'auto' cannot work on Kubernetes"
     ), done.stderr
+
+
+def test_a_stopping_service_closes_its_kubernetes_clients():
+    """The labeller's and both cluster readers' clients are closed on stop (each opened lazily
+    on first use; closing one never opened is a no-op)."""
+    svc = PoolService()
+    svc.mig_labeller = MigLabeller(parent=svc, api_host="http://127.0.0.1:1")
+    svc.occupancy = KubeOccupancy(parent=svc, api_host="http://127.0.0.1:1")
+    svc.kube_sharing = KubeSharing(parent=svc, api_host="http://127.0.0.1:1")
+
+    async def scenario():
+        opened = [svc.mig_labeller.client(), svc.occupancy.client()]  # sharing never used
+        assert not any(c._http.is_closed for c in opened)
+        await svc.close_kube_clients()
+        assert all(c._http.is_closed for c in opened)
+        assert svc.occupancy.client() is not opened[1]  # a later use opens a new one
+        await svc.close_kube_clients()
+
+    asyncio.run(scenario())
