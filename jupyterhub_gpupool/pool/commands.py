@@ -431,11 +431,13 @@ class Rebind(Command):
 
 @dataclass(frozen=True)
 class SetOutside(Command):
-    """Mark as many devices of a node as pods the pool did not place hold (never granted)."""
+    """Mark as many devices of a node as pods the pool did not place hold (never granted);
+    with ``devices`` (DRA: the cluster names them, ``pool.outside.Held``), exactly those."""
 
     node: str
     counts: Mapping[str, int]
     pods: Sequence[str] = ()
+    devices: Sequence[tuple[str, int | None, str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,9 @@ class Gpu:
     shares: dict[str, int] = field(default_factory=dict)
     #: A pod the pool did not place holds it (``pool.outside``): it takes nothing new.
     outside: bool = False
+    #: Who holds it or its MIG instances outside the pool, where the cluster names the device
+    #: (a DRA claim, ``pool.outside.mark_exact``); shown on the pool map.
+    outside_by: tuple[str, ...] = ()
     #: Its MIG instances are made per claim by NVIDIA's DRA driver (its DynamicMIG feature):
     #: a planned instance needs neither the agent nor mig-manager (``pool.dramig``).
     mig_by_claim: bool = False

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import orm
 from ..pool.leases import LIVE_STATES
-from ..pool.outside import OutsideHolds, place_outside, rebind
+from ..pool.outside import Held, OutsideHolds, mark_exact, place_outside, rebind
 from .errors import StoreError
 from .leases import LeaseStore
 from .rows import new_row
@@ -23,17 +23,25 @@ class OutsideStore(LeaseStore):
     """Outside holds per node, and rebinding leases to their real devices."""
 
     def set_outside(
-        self, node: str, counts: Mapping[str, int], pods: Sequence[str] = ()
+        self,
+        node: str,
+        counts: Mapping[str, int],
+        pods: Sequence[str] = (),
+        devices: Sequence[Held] | None = None,
     ) -> dict[str, Any]:
         """Pods the pool did not place hold ``counts`` devices of ``node`` (``gpu``: whole
-        GPUs; a MIG profile: instances of it): mark that many, never grant them. Returns the
-        marks (``OutsideHolds.to_json``); an unknown node is the ``not_found`` refusal."""
+        GPUs; a MIG profile: instances of it): mark that many, never grant them; or, with
+        ``devices`` (DRA), exactly those. Returns the marks (``OutsideHolds.to_json``); an
+        unknown node is the ``not_found`` refusal."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, node)
             if row is None or node not in alloc.nodes:
                 raise StoreError("not_found", f"no node {node!r}", field="node")
             before = OutsideHolds.from_json(row.outside)
-            after = place_outside(alloc.nodes[node], counts, before, pods)
+            if devices is None:
+                after = place_outside(alloc.nodes[node], counts, before, pods)
+            else:
+                after = mark_exact(alloc.nodes[node], devices)
             if after == before:
                 return after.to_json()
             row.outside = None if after.empty else after.to_json()
@@ -49,6 +57,7 @@ class OutsideStore(LeaseStore):
                     "instances": [list(i) for i in after.instances],
                     "short": dict(after.short),
                     "pods": list(after.pods),
+                    **({"conflicts": list(after.conflicts)} if after.conflicts else {}),
                 },
             )
             if len(after.gpus) + len(after.instances) < len(before.gpus) + len(before.instances):

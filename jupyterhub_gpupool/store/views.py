@@ -520,6 +520,7 @@ def _gpu_json(g: Gpu, schedulable: bool, holders: list[dict[str, Any]]) -> dict[
         "healthy": g.healthy,
         "cordoned": g.cordoned,
         "outside": g.outside,
+        "outside_by": list(g.outside_by),
         "free_units": g.free_units() if schedulable else 0.0,
         "instances": [
             {
