@@ -427,6 +427,8 @@ class Rebind(Command):
 
     lease_id: str
     devices: Sequence[str]
+    #: DRA: a device another lease holds is refused, not swapped
+    exclusive: bool = False
 
 
 @dataclass(frozen=True)

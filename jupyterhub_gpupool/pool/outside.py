@@ -279,12 +279,15 @@ def rebind(
     node: Node,
     held: Mapping[str, Sequence[Slot]],
     outside: OutsideHolds | None = None,
+    exclusive: bool = False,
 ) -> Rebinding:
     """Move lease ``lease_id``'s ``slots`` onto ``devices`` of ``node`` (one device per slot,
     in any order). ``held``: the other live leases' slots on the node, by lease id. A device it
     moves to that another lease holds gives that lease the device this one leaves (the plugin
     put each where the other was); an outside mark moves the same way. A retiring instance, or a
-    GPU without room for a moved share, refuses."""
+    GPU without room for a moved share, refuses; so does, when ``exclusive`` (DRA: a device
+    is allocated to one claim, so the other lease's server cannot be on the one this leaves),
+    a device another lease holds."""
     outside = outside or OutsideHolds()
     devices = list(dict.fromkeys(devices))
     if len(devices) != len(slots):
@@ -327,6 +330,12 @@ def rebind(
                 "device_held", f"MIG device {inst.uuid} is being destroyed", field="device"
             )
         other = owner.get(new.key)
+        if other is not None and exclusive:
+            raise Refusal(
+                "device_held",
+                f"device {new.gpu if new.kind == 'gpu' else new.key} is granted to lease {other}",
+                field="device",
+            )
         if other is not None:  # the other lease's pod got the device this one leaves
             mine = others.setdefault(other, list(held[other]))
             at = next(k for k, s in enumerate(mine) if s.key == new.key)

@@ -64,10 +64,18 @@ class OutsideStore(LeaseStore):
                 self._serve_queue(db, alloc)  # a device came back: whoever waits may have it
             return after.to_json()
 
-    def rebind(self, lease_id: str, devices: Sequence[str], *, actor: str = "") -> dict[str, Any]:
+    def rebind(
+        self,
+        lease_id: str,
+        devices: Sequence[str],
+        exclusive: bool = False,
+        *,
+        actor: str = "",
+    ) -> dict[str, Any]:
         """The lease's server runs on ``devices`` (GPU uuids, MIG device uuids, replica ids)
         of its node, not on what the pool chose: the lease holds those from now on (and what
-        held them takes what it leaves). Saying what the lease has already changes nothing."""
+        held them takes what it leaves; ``exclusive``: a device another lease holds is
+        refused). Saying what the lease has already changes nothing."""
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
             lease = alloc.leases.get(lease_id)
@@ -85,7 +93,7 @@ class OutsideStore(LeaseStore):
                 for other in alloc.leases.values()
                 if other.node == node.name and other.id != lease_id
             }
-            result = rebind(lease_id, lease.slots, devices, node, held, outside)
+            result = rebind(lease_id, lease.slots, devices, node, held, outside, exclusive)
             if not result.changed:
                 return self._lease_json(db, alloc, row)
             before = {lid: [s.key for s in alloc.leases[lid].slots] for lid in held}
