@@ -290,15 +290,20 @@ class PoolClient:
         path = _path("allocations", lease_id, "presence")
         return await self._object("POST", path, {"idle_for": idle_for})
 
-    async def rebind(self, lease_id: str, device: str | Sequence[str]) -> dict[str, Any]:
+    async def rebind(
+        self, lease_id: str, device: str | Sequence[str], *, exclusive: bool = False
+    ) -> dict[str, Any]:
         """The lease's server got ``device`` (a GPU uuid, a MIG device uuid or a replica id;
         a lease of several GPUs: all of them), not necessarily what the pool chose: the lease
-        moves there (``POST allocations/{id}/device``). Returns the lease."""
+        moves there (``POST allocations/{id}/device``). ``exclusive`` (DRA): a device another
+        lease holds is refused (409 ``device_held``), not swapped. Returns the lease."""
         if isinstance(device, str):
             body: dict[str, Any] = {"device": device}
         else:
             ids = list(device)
             body = {"device": ids[0]} if len(ids) == 1 else {"devices": ids}
+        if exclusive:
+            body["exclusive"] = True
         return await self._object("POST", _path("allocations", lease_id, "device"), body)
 
     async def resize(self, lease_id: str, offer: str) -> dict[str, Any]:

@@ -52,6 +52,10 @@ BACKENDS = ("auto", "dra", "device-plugin")
 SHARE_STRATEGIES = ("MPS", "TimeSlicing")
 CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
 
+#: ``firstAvailable`` subrequests: the granted device, then the fallbacks (Kubernetes allows 8).
+GRANTED_SUB = "granted"
+FALLBACK_SUB = "fallback"
+MAX_SUBREQUESTS = 8
 #: The pod's names for its claims (``spec.resourceClaims[].name``).
 SERVER_REF = "gpu"
 SHARED_REF = "gpu-shared"
@@ -138,6 +142,29 @@ def _metadata(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str,
     return {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **labels}}
 
 
+def _one_device(slot: Mapping[str, Any], placed: bool) -> dict[str, Any]:
+    device_class, expression = device_selector(slot, placed)
+    return {
+        "deviceClassName": device_class,
+        "selectors": [{"cel": {"expression": expression}}],
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
+
+
+def fallback_slots(lease: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The devices the pool says the lease may fall back to (its ``fallback``: free devices of
+    the same offer on the same node when the lease was read), checked to be of the lease's
+    kind; empty where the offer does not allow it."""
+    kind = lease["slots"][0]["kind"] if lease.get("slots") else None
+    out = []
+    for alt in lease.get("fallback") or ():
+        if not isinstance(alt, Mapping) or alt.get("kind") != kind or kind not in ("gpu", "mig"):
+            raise ValueError(f"fallback device {alt!r} is not a {kind} device")
+        out.append(dict(alt))
+    return out[: MAX_SUBREQUESTS - 1]
+
+
 def server_claim(
     lease: Mapping[str, Any],
     *,
@@ -148,24 +175,27 @@ def server_claim(
     """The ResourceClaim of a lease's whole GPUs or MIG slices: one request per slot, each
     selecting exactly its device (None for shares: they use their GPU's shared claim). A MIG
     slice on a GPU of ``partitioned`` (dynamic MIG, :func:`partitioned_gpus`) selects its parent
-    and profile: the claim makes the instance where the scheduler finds free memory slices."""
+    and profile: the claim makes the instance where the scheduler finds free memory slices.
+
+    A lease with ``fallback`` devices (an offer with ``fallback: true``) asks with
+    ``firstAvailable``: the granted device first (subrequest ``granted``), then each
+    alternative (``fallback-<n>``), so a pod whose device was taken first gets another;
+    the result's request is then ``<request>/<subrequest>``."""
     kind = check_lease(lease)
     if kind == "shared":
         return None
-    requests = []
+    alternatives = fallback_slots(lease)
+    requests: list[dict[str, Any]] = []
     for i, slot in enumerate(lease["slots"]):
-        device_class, expression = device_selector(slot, slot["gpu"] not in partitioned)
-        requests.append(
-            {
-                "name": f"{SERVER_REF}-{i}",
-                "exactly": {
-                    "deviceClassName": device_class,
-                    "selectors": [{"cel": {"expression": expression}}],
-                    "allocationMode": "ExactCount",
-                    "count": 1,
-                },
-            }
-        )
+        own = _one_device(slot, slot["gpu"] not in partitioned)
+        if not alternatives:
+            requests.append({"name": f"{SERVER_REF}-{i}", "exactly": own})
+            continue
+        subs = [{"name": GRANTED_SUB, **own}] + [
+            {"name": f"{FALLBACK_SUB}-{n}", **_one_device(alt, alt["gpu"] not in partitioned)}
+            for n, alt in enumerate(alternatives)
+        ]
+        requests.append({"name": f"{SERVER_REF}-{i}", "firstAvailable": subs})
     labels = {LEASE_KEY: label_value(lease["id"]), OFFER_KEY: label_value(lease["offer"])}
     return {
         "apiVersion": API_VERSION,
@@ -413,7 +443,7 @@ def lease_devices(
     placement; the instance's uuid may differ where the node made it again; on a GPU of
     ``partitioned``, same GPU and profile: the placement is the scheduler's). Shares are given
     by their GPU's shared claim, whose one result stands for each of its slots."""
-    by_request = {a["request"]: a for a in allocated}
+    by_request = {str(a["request"]).split("/", 1)[0]: a for a in allocated}
     out = []
     for i, slot in enumerate(lease["slots"]):
         got = by_request.get(f"{SERVER_REF}-{i}") or (

@@ -17,8 +17,15 @@ from kubernetes_asyncio.client import ApiException, ResourceV1Api
 from traitlets import Enum, Float
 from traitlets.config import Configurable
 
+from jupyterhub_gpupool.poolclient import PoolRefused
+
 from . import dra
 from .base import spawn_error
+
+
+class DeviceTaken(Exception):
+    """The claim fell back to a device the pool has granted to another lease meanwhile: the
+    server cannot keep it (``message`` says so to the user)."""
 
 
 class DRAClaims(Configurable):
@@ -246,8 +253,16 @@ class DRAClaims(Configurable):
             allocated += dra.allocated_devices(claim, slices)
         devices = dra.lease_devices(lease, allocated, self._dra_partitioned or ())
         self.dra_devices = devices
+        fallbacks = {(f["gpu"], f.get("start")) for f in dra.fallback_slots(lease)}
         for d in devices:
-            if not d["matches"]:
+            if not d["matches"] and (d["gpu"], d["start"]) in fallbacks:
+                self.log.info(  # type: ignore[attr-defined]  # the spawner this mixes into has it
+                    "Lease %s slot %s: the granted device was taken; the claim fell back to %s",
+                    lease["id"],
+                    d["slot"],
+                    d.get("device"),
+                )
+            elif not d["matches"]:
                 self.log.error(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                     "Lease %s slot %s: the pool chose GPU %s, the cluster allocated %s",
                     lease["id"],
@@ -280,7 +295,21 @@ class DRAClaims(Configurable):
         if ids is None:
             return
         try:
-            await self.pool.rebind(lease_id, ids)  # type: ignore[attr-defined]  # the spawner this mixes into has it
+            # exclusive: one device is one claim's, so another lease's is never swapped
+            await self.pool.rebind(lease_id, ids, exclusive=True)  # type: ignore[attr-defined]  # the spawner this mixes into has it
+        except PoolRefused as e:
+            if e.code != "device_held":
+                self.log.error(  # type: ignore[attr-defined]  # the spawner this mixes into has it
+                    "Lease %s: recording its allocated devices %s failed: %s", lease_id, ids, e
+                )
+                return
+            chosen = ", ".join(s["gpu"] for s in lease["slots"])
+            raise DeviceTaken(
+                f"The GPU the pool granted ({chosen}) was taken by another workload before "
+                f"this server started, and the device the cluster gave instead "
+                f"({', '.join(ids)}) has meanwhile been granted to another server ({e.message}). "
+                "The server was stopped; start it again."
+            ) from e
         except Exception as e:  # the server runs on it either way: say so, go on
             self.log.error(  # type: ignore[attr-defined]  # the spawner this mixes into has it
                 "Lease %s: recording its allocated devices %s failed: %s", lease_id, ids, e

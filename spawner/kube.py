@@ -29,7 +29,7 @@ from jupyterhub_gpupool.wording import units_text
 
 from . import clusterapi, dra, objects
 from .base import OPTION, GPUPoolSpawnerMixin, spawn_error, wait_text
-from .drakube import DRAClaims
+from .drakube import DeviceTaken, DRAClaims
 
 
 class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):  # type: ignore[misc]  # kubespawner ships no type information
@@ -311,6 +311,10 @@ class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):  # type: 
                 await self.dra_record(lease, self.namespace)
             except ApiException as e:  # the pod runs on the claim's device either way
                 self.log.error("Reading the DRA allocation of lease %s: %s", lease["id"], e)
+            except DeviceTaken as e:  # pod and claim go, the lease is given back
+                self.log.error("Lease %s: %s", lease["id"], e)
+                await self.stop(now=True)
+                raise spawn_error(str(e), reason="gpupool_dra_device_held", status=409) from e
         await self.bind_lease(url)
         return url
 

@@ -781,6 +781,10 @@ class FakeDRA:
                     created = copy.deepcopy(body)
                 self.reply(created, 201)
 
+        class AllClaims(Handler):
+            def get(self) -> None:  # every namespace's (the pool's occupancy reader)
+                self.items("resourceclaims", None, "ResourceClaim")
+
         class Claim(Handler):
             def get(self, namespace: str, name: str) -> None:
                 self.one("resourceclaims", namespace, name)
@@ -808,6 +812,7 @@ class FakeDRA:
             (rf"{GROUP}/?", Discovery),
             (rf"{GROUP}/(deviceclasses|resourceslices)", ClusterScoped),
             (rf"{GROUP}/(deviceclasses|resourceslices)/([^/]+)", ClusterScoped),
+            (rf"{GROUP}/resourceclaims", AllClaims),
             (rf"{GROUP}/namespaces/([^/]+)/resourceclaims", Claims),
             (rf"{GROUP}/namespaces/([^/]+)/resourceclaims/([^/]+)", Claim),
         ]

@@ -1,11 +1,14 @@
-"""The pool's interface to a Kubernetes API server: read nodes and pods, patch node labels.
+"""The pool's interface to a Kubernetes API server: read nodes, pods and DRA objects, patch
+node labels.
 
 Plain HTTP with ``httpx`` (no client library to keep in step with the server): the calls are
 few — ``GET /api/v1/nodes``, ``GET /api/v1/nodes/{name}``, a JSON merge patch of a node's
-labels, the node's events and the pods of every namespace (``GET /api/v1/pods``) — and the
-bodies are Kubernetes' own JSON. In a pod, the service account's token, CA and the
-``KUBERNETES_SERVICE_*`` address are used; elsewhere a host, CA and token are given
-(``KubeAPI``). The token file is read on every request, as service-account tokens rotate.
+labels, the node's events, the pods of every namespace (``GET /api/v1/pods``) and, with
+Dynamic Resource Allocation, the ResourceSlices and every namespace's ResourceClaims
+(``resource.k8s.io/v1``) — and the bodies are Kubernetes' own JSON. In a pod, the service
+account's token, CA and the ``KUBERNETES_SERVICE_*`` address are used; elsewhere a host, CA
+and token are given (``KubeAPI``). The token file is read on every request, as
+service-account tokens rotate.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 import httpx
 
+#: Dynamic Resource Allocation's API (GA in Kubernetes 1.34).
+RESOURCE_API = "/apis/resource.k8s.io/v1"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -109,6 +114,17 @@ class KubeClient:
         ``spec.nodeName=gpu-1``), as Kubernetes ``Pod`` objects."""
         params = {"fieldSelector": field_selector} if field_selector else None
         return (await self._call("GET", "/api/v1/pods", params=params)).get("items") or []
+
+    async def list_resource_slices(self, driver: str = "") -> list[dict[str, Any]]:
+        """The ResourceSlices (of the DRA ``driver``, e.g. ``gpu.nvidia.com``): the devices
+        each node's driver publishes."""
+        params = {"fieldSelector": f"spec.driver={driver}"} if driver else None
+        path = f"{RESOURCE_API}/resourceslices"
+        return (await self._call("GET", path, params=params)).get("items") or []
+
+    async def list_resource_claims(self) -> list[dict[str, Any]]:
+        """The ResourceClaims of every namespace, with their allocations (``status``)."""
+        return (await self._call("GET", f"{RESOURCE_API}/resourceclaims")).get("items") or []
 
     async def get_node(self, name: str) -> dict[str, Any]:
         """One ``Node``."""

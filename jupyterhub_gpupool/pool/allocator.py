@@ -698,11 +698,12 @@ class Allocator(NodeStates):
 
     def set_outside(self, name: str, holds: OutsideHolds) -> None:
         """Mark the devices of node ``name`` that pods the pool did not place hold
-        (``pool.outside.place_outside`` chose them): they take nothing new."""
+        (``pool.outside.place_outside`` or ``mark_exact`` chose them): they take nothing new."""
         node = self.nodes[name]
         gpus, instances = set(holds.gpus), set(holds.instances)
         for g in node.gpus:
             g.outside = g.uuid in gpus and g.whole_lease is None and not g.shares
+            g.outside_by = holds.holders_of(g.uuid)
             for i in g.instances:
                 if i.lease == OUTSIDE:
                     i.lease = None

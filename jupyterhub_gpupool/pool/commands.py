@@ -427,15 +427,19 @@ class Rebind(Command):
 
     lease_id: str
     devices: Sequence[str]
+    #: DRA: a device another lease holds is refused, not swapped
+    exclusive: bool = False
 
 
 @dataclass(frozen=True)
 class SetOutside(Command):
-    """Mark as many devices of a node as pods the pool did not place hold (never granted)."""
+    """Mark as many devices of a node as pods the pool did not place hold (never granted);
+    with ``devices`` (DRA: the cluster names them, ``pool.outside.Held``), exactly those."""
 
     node: str
     counts: Mapping[str, int]
     pods: Sequence[str] = ()
+    devices: Sequence[tuple[str, int | None, str]] | None = None
 
 
 @dataclass(frozen=True)

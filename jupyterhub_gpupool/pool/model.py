@@ -87,6 +87,9 @@ class Gpu:
     shares: dict[str, int] = field(default_factory=dict)
     #: A pod the pool did not place holds it (``pool.outside``): it takes nothing new.
     outside: bool = False
+    #: Who holds it or its MIG instances outside the pool, where the cluster names the device
+    #: (a DRA claim, ``pool.outside.mark_exact``); shown on the pool map.
+    outside_by: tuple[str, ...] = ()
     #: Its MIG instances are made per claim by NVIDIA's DRA driver (its DynamicMIG feature):
     #: a planned instance needs neither the agent nor mig-manager (``pool.dramig``).
     mig_by_claim: bool = False
@@ -214,6 +217,9 @@ class Offer:
     clusters: tuple[str, ...] = ()
     #: ``required``: every request waits for an administrator's approval first.
     approval: str = "none"
+    #: With DRA, a server's claim may fall back to another free device of the offer on the
+    #: granted node when the granted one is taken first (``firstAvailable``; ``pool.fallback``).
+    fallback: bool = False
 
     @property
     def milli(self) -> int:
@@ -397,6 +403,15 @@ def parse_offer(raw: Mapping[str, object], catalog: Catalog) -> Offer:
             )
     elif "fraction" in raw:
         raise ConfigError(f"offer {name!r}: only shared offers take a fraction", field="fraction")
+    if "fallback" in raw:
+        if not isinstance(raw["fallback"], bool):
+            raise ConfigError(f"offer {name!r}: fallback must be true or false", field="fallback")
+        if raw["fallback"] and kind not in ("gpu", "mig"):
+            raise ConfigError(
+                f"offer {name!r}: only gpu and mig offers fall back (a share uses its GPU's "
+                "shared claim)",
+                field="fallback",
+            )
     if "min_memory_gb" in raw:
         values["min_memory_gb"] = _number(
             raw, "min_memory_gb", float, minimum=0, maximum=MAX_MEMORY_GB

@@ -9,6 +9,10 @@ Two rules follow, both values in, values out:
   outside, so nothing is granted on them. The marks stay where they were while they still fit
   (a grant never moves under a running outside pod in the pool's books), and when no free
   device is left to mark (the pool granted it first) the shortfall is returned, not hidden.
+* :func:`mark_exact`: with Dynamic Resource Allocation the cluster names the very devices
+  (claims' allocations, devices no ResourceSlice publishes); exactly those are marked, each
+  with its holder, and one a pool lease holds in the pool's books is a conflict, said, never
+  hidden (nothing moves: the lease keeps it until its own claim says otherwise).
 * :func:`rebind`: the node says a lease's server runs on other devices than the pool chose;
   the lease moves there, and what held the devices it moves to in the pool's books (another
   lease whose pod, by the same token, runs elsewhere, or an outside mark) takes the devices it
@@ -47,16 +51,24 @@ class OutsideHolds:
     instances: tuple[tuple[str, int], ...] = ()
     short: Mapping[str, int] = field(default_factory=dict)
     pods: tuple[str, ...] = ()
+    #: exact marks only (:func:`mark_exact`): who holds each device (:func:`device_key`), and
+    #: the devices held outside that a pool lease holds in the pool's books
+    by: Mapping[str, str] = field(default_factory=dict)
+    conflicts: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The row's JSON (``nodes.outside``)."""
-        return {
+        out: dict[str, object] = {
             "counts": dict(self.counts),
             "gpus": list(self.gpus),
             "instances": [list(i) for i in self.instances],
             "short": dict(self.short),
             "pods": list(self.pods),
         }
+        if self.by or self.conflicts:
+            out["by"] = dict(self.by)
+            out["conflicts"] = list(self.conflicts)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, object] | None) -> OutsideHolds:
@@ -70,12 +82,18 @@ class OutsideHolds:
             instances=tuple((str(g), int(s)) for g, s in raw.get("instances") or ()),
             short={str(k): int(v) for k, v in (raw.get("short") or {}).items()},
             pods=tuple(str(p) for p in raw.get("pods") or ()),
+            by={str(k): str(v) for k, v in (raw.get("by") or {}).items()},
+            conflicts=tuple(str(c) for c in raw.get("conflicts") or ()),
         )
 
     @property
     def empty(self) -> bool:
         """Nothing held outside (and nothing said to be)."""
-        return not (self.gpus or self.instances or any(self.counts.values()))
+        return not (self.gpus or self.instances or any(self.counts.values()) or self.conflicts)
+
+    def holders_of(self, gpu: str) -> tuple[str, ...]:
+        """Who holds GPU ``gpu`` or any of its MIG instances (exact marks only)."""
+        return tuple(sorted({h for k, h in self.by.items() if k == gpu or k.startswith(gpu + "@")}))
 
 
 def _free_whole(gpu: Gpu) -> bool:
@@ -126,6 +144,81 @@ def place_outside(
         if n > len(free):
             short[profile] = n - len(free)
     return OutsideHolds(counts, gpus, tuple(sorted(instances)), short, tuple(sorted(pods)))
+
+
+# --- exact marks (Dynamic Resource Allocation) --------------------------------------------------
+
+#: One device the cluster says is held outside the pool: (GPU uuid, the MIG instance's placement
+#: start or None for the whole GPU, who holds it).
+Held = tuple[str, int | None, str]
+
+
+def device_key(gpu: str, start: int | None = None) -> str:
+    """The name of a device in :attr:`OutsideHolds.by`: the GPU's uuid, ``uuid@start`` for a
+    MIG instance."""
+    return gpu if start is None else f"{gpu}@{start}"
+
+
+def mark_exact(node: Node, held: Sequence[Held]) -> OutsideHolds:
+    """Mark exactly the devices of ``held`` on ``node``. A whole GPU the pool runs in MIG mode
+    takes all its instances; a MIG instance of a GPU the pool holds whole takes the GPU. A device
+    a pool lease holds is not marked but named in ``conflicts`` and counted ``short``; a GPU or
+    placement the pool does not know on the node is not the pool's to mark (left alone)."""
+    gpus = {g.uuid: g for g in node.gpus}
+    counts: dict[str, int] = {}
+    short: dict[str, int] = {}
+    marked_gpus: set[str] = set()
+    marked: set[tuple[str, int]] = set()
+    by: dict[str, str] = {}
+    conflicts: list[str] = []
+    holders: set[str] = set()
+
+    def conflict(key: str, what: str, lease: str, holder: str) -> None:
+        short[key] = short.get(key, 0) + 1
+        conflicts.append(f"{what} is held by {holder} and by lease {lease}")
+
+    for uuid, start, holder in sorted(held, key=lambda h: (h[0], h[1] is not None, h[1] or 0)):
+        gpu = gpus.get(uuid)
+        if gpu is None:
+            continue
+        inst = None
+        if start is not None and gpu.mig_enabled:
+            inst = next((i for i in gpu.instances if i.start == start), None)
+            if inst is None:
+                continue
+        key = inst.profile if inst is not None else WHOLE
+        counts[key] = counts.get(key, 0) + 1
+        holders.add(holder)
+        if inst is not None:
+            if inst.lease == RETIRING:
+                continue
+            if inst.lease not in (None, OUTSIDE):
+                conflict(key, f"MIG device {device_key(uuid, start)}", inst.lease, holder)
+                continue
+            marked.add((uuid, inst.start))
+            by.setdefault(device_key(uuid, start), holder)
+        elif gpu.mig_enabled:  # the whole GPU (in whatever mode the node has it) is taken
+            for i in gpu.instances:
+                if i.lease in (None, OUTSIDE):
+                    marked.add((uuid, i.start))
+                elif i.lease != RETIRING:
+                    conflict(i.profile, f"MIG device {device_key(uuid, i.start)}", i.lease, holder)
+            by.setdefault(uuid, holder)
+        elif gpu.whole_lease is not None or gpu.shares:
+            lease = gpu.whole_lease or ", ".join(sorted(gpu.shares))
+            conflict(WHOLE, f"GPU {uuid}", lease, holder)
+        else:
+            marked_gpus.add(uuid)
+            by.setdefault(uuid, holder)
+    return OutsideHolds(
+        counts,
+        tuple(sorted(marked_gpus)),
+        tuple(sorted(marked)),
+        short,
+        tuple(sorted(holders)),
+        by,
+        tuple(conflicts),
+    )
 
 
 # --- the device a pod really got --------------------------------------------------------------
@@ -186,12 +279,15 @@ def rebind(
     node: Node,
     held: Mapping[str, Sequence[Slot]],
     outside: OutsideHolds | None = None,
+    exclusive: bool = False,
 ) -> Rebinding:
     """Move lease ``lease_id``'s ``slots`` onto ``devices`` of ``node`` (one device per slot,
     in any order). ``held``: the other live leases' slots on the node, by lease id. A device it
     moves to that another lease holds gives that lease the device this one leaves (the plugin
     put each where the other was); an outside mark moves the same way. A retiring instance, or a
-    GPU without room for a moved share, refuses."""
+    GPU without room for a moved share, refuses; so does, when ``exclusive`` (DRA: a device
+    is allocated to one claim, so the other lease's server cannot be on the one this leaves),
+    a device another lease holds."""
     outside = outside or OutsideHolds()
     devices = list(dict.fromkeys(devices))
     if len(devices) != len(slots):
@@ -234,6 +330,12 @@ def rebind(
                 "device_held", f"MIG device {inst.uuid} is being destroyed", field="device"
             )
         other = owner.get(new.key)
+        if other is not None and exclusive:
+            raise Refusal(
+                "device_held",
+                f"device {new.gpu if new.kind == 'gpu' else new.key} is granted to lease {other}",
+                field="device",
+            )
         if other is not None:  # the other lease's pod got the device this one leaves
             mine = others.setdefault(other, list(held[other]))
             at = next(k for k, s in enumerate(mine) if s.key == new.key)

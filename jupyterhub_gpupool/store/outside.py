@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import orm
 from ..pool.leases import LIVE_STATES
-from ..pool.outside import OutsideHolds, place_outside, rebind
+from ..pool.outside import Held, OutsideHolds, mark_exact, place_outside, rebind
 from .errors import StoreError
 from .leases import LeaseStore
 from .rows import new_row
@@ -23,17 +23,25 @@ class OutsideStore(LeaseStore):
     """Outside holds per node, and rebinding leases to their real devices."""
 
     def set_outside(
-        self, node: str, counts: Mapping[str, int], pods: Sequence[str] = ()
+        self,
+        node: str,
+        counts: Mapping[str, int],
+        pods: Sequence[str] = (),
+        devices: Sequence[Held] | None = None,
     ) -> dict[str, Any]:
         """Pods the pool did not place hold ``counts`` devices of ``node`` (``gpu``: whole
-        GPUs; a MIG profile: instances of it): mark that many, never grant them. Returns the
-        marks (``OutsideHolds.to_json``); an unknown node is the ``not_found`` refusal."""
+        GPUs; a MIG profile: instances of it): mark that many, never grant them; or, with
+        ``devices`` (DRA), exactly those. Returns the marks (``OutsideHolds.to_json``); an
+        unknown node is the ``not_found`` refusal."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, node)
             if row is None or node not in alloc.nodes:
                 raise StoreError("not_found", f"no node {node!r}", field="node")
             before = OutsideHolds.from_json(row.outside)
-            after = place_outside(alloc.nodes[node], counts, before, pods)
+            if devices is None:
+                after = place_outside(alloc.nodes[node], counts, before, pods)
+            else:
+                after = mark_exact(alloc.nodes[node], devices)
             if after == before:
                 return after.to_json()
             row.outside = None if after.empty else after.to_json()
@@ -49,16 +57,25 @@ class OutsideStore(LeaseStore):
                     "instances": [list(i) for i in after.instances],
                     "short": dict(after.short),
                     "pods": list(after.pods),
+                    **({"conflicts": list(after.conflicts)} if after.conflicts else {}),
                 },
             )
             if len(after.gpus) + len(after.instances) < len(before.gpus) + len(before.instances):
                 self._serve_queue(db, alloc)  # a device came back: whoever waits may have it
             return after.to_json()
 
-    def rebind(self, lease_id: str, devices: Sequence[str], *, actor: str = "") -> dict[str, Any]:
+    def rebind(
+        self,
+        lease_id: str,
+        devices: Sequence[str],
+        exclusive: bool = False,
+        *,
+        actor: str = "",
+    ) -> dict[str, Any]:
         """The lease's server runs on ``devices`` (GPU uuids, MIG device uuids, replica ids)
         of its node, not on what the pool chose: the lease holds those from now on (and what
-        held them takes what it leaves). Saying what the lease has already changes nothing."""
+        held them takes what it leaves; ``exclusive``: a device another lease holds is
+        refused). Saying what the lease has already changes nothing."""
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
             lease = alloc.leases.get(lease_id)
@@ -76,7 +93,7 @@ class OutsideStore(LeaseStore):
                 for other in alloc.leases.values()
                 if other.node == node.name and other.id != lease_id
             }
-            result = rebind(lease_id, lease.slots, devices, node, held, outside)
+            result = rebind(lease_id, lease.slots, devices, node, held, outside, exclusive)
             if not result.changed:
                 return self._lease_json(db, alloc, row)
             before = {lid: [s.key for s in alloc.leases[lid].slots] for lid in held}

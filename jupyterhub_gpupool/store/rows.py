@@ -176,6 +176,7 @@ def offer_spec(offer: Offer) -> dict[str, Any]:
         "clusters": list(offer.clusters),
         "priority_class": offer.priority_class,
         "approval": offer.approval,
+        "fallback": offer.fallback or None,  # said only where allowed
     }
     return {k: v for k, v in spec.items() if v is not None}
 

@@ -16,6 +16,7 @@ from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
+from ..pool.fallback import fallback_devices
 from ..pool.leases import is_ready, mig_device
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
 from ..pool.outside import OUTSIDE
@@ -194,6 +195,15 @@ class ViewStore(StoreCore):
         out["ready"] = is_ready(row.state, (made for _, made in devices.values()))
         node = alloc.nodes.get(row.node) if alloc is not None and row.node else None
         out["cluster"] = node.cluster if node is not None else None
+        lease = alloc.leases.get(row.id) if alloc is not None else None
+        offer = alloc.offers.get(row.offer) if alloc is not None else None
+        if row.state == "granted" and node is not None and lease is not None and offer:
+            alternatives = fallback_devices(node, offer, lease.slots)
+            if alternatives:  # for the server's claim (DRA firstAvailable): free right now
+                out["fallback"] = [
+                    {"gpu": s.gpu, "kind": s.kind, "profile": s.profile, "start": s.start}
+                    for s in alternatives
+                ]
         return out
 
     def _reclaim_json(
@@ -520,6 +530,7 @@ def _gpu_json(g: Gpu, schedulable: bool, holders: list[dict[str, Any]]) -> dict[
         "healthy": g.healthy,
         "cordoned": g.cordoned,
         "outside": g.outside,
+        "outside_by": list(g.outside_by),
         "free_units": g.free_units() if schedulable else 0.0,
         "instances": [
             {

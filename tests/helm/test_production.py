@@ -19,9 +19,10 @@ def granted(manifests: list[dict[str, Any]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for role in by_kind(manifests, "ClusterRole"):
         for rule in role["rules"]:
-            assert rule["apiGroups"] == [""]
+            (group,) = rule["apiGroups"]
             for resource in rule["resources"]:
-                out.setdefault(resource, set()).update(rule["verbs"])
+                name = f"{resource}.{group}" if group else resource
+                out.setdefault(name, set()).update(rule["verbs"])
     return out
 
 
@@ -53,12 +54,27 @@ def test_repartition_grants_exactly_what_the_labeller_calls(render) -> None:
     assert binding["roleRef"]["name"] == f"{NAMESPACE}-gpupool"
 
 
+DRA_LISTS = {"resourceslices.resource.k8s.io": {"list"}, "resourceclaims.resource.k8s.io": {"list"}}
+
+
 def test_occupancy_reads_pods_and_nodes(render) -> None:
-    """kube/occupancy.py lists nodes and pods each round, nothing more; the service is told to."""
+    """kube/occupancy.py lists nodes and, per backend, pods (device plugin) or ResourceSlices and
+    ResourceClaims (DRA) each round, nothing more; the service is told to, and which backend."""
     manifests = render(OCCUPANCY)
-    assert granted(manifests) == {"pods": {"list"}, "nodes": {"list"}}
+    assert granted(manifests) == {"pods": {"list"}, "nodes": {"list"}, **DRA_LISTS}
     both = granted(render({**REPARTITION, **OCCUPANCY}))
-    assert both == {"pods": {"list"}, "nodes": {"get", "list", "patch"}, "events": {"list"}}
+    assert both == {
+        "pods": {"list"},
+        "nodes": {"get", "list", "patch"},
+        "events": {"list"},
+        **DRA_LISTS,
+    }
+    plugin = render({"occupancy": {"enabled": True, "backend": "device-plugin"}})
+    assert granted(plugin) == {"pods": {"list"}, "nodes": {"list"}}
+    dra = render({"occupancy": {"enabled": True, "backend": "dra"}})
+    assert granted(dra) == {"nodes": {"list"}, **DRA_LISTS}
+    args = one(dra, "Deployment", "gpupool")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--KubeOccupancy.backend=dra" in args
     assert automount(manifests)["Deployment/gpupool"] is True
     pool = one(manifests, "Deployment", "gpupool")
     assert (

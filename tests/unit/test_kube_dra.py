@@ -377,3 +377,42 @@ def test_a_lease_is_rebound_only_to_a_device_other_than_the_chosen_one():
     assert dra.rebind_ids(dra.lease_devices(MIG, [moved])) == ["MIG-new"]
     # a slot whose device is not known is not rebound by halves
     assert dra.rebind_ids(dra.lease_devices(TWO, [])) is None
+
+
+def test_a_lease_with_fallback_devices_asks_first_available_granted_first(validate):
+    other = "GPU-1f0e3c2a-0000-4000-8000-000000000009"
+    alt_mig = {"gpu": A100, "kind": "mig", "profile": "1g.10gb", "start": 5}
+    whole = {**TWO, "fallback": [{"gpu": other, "kind": "gpu", "profile": None, "start": None}]}
+    claim = dra.server_claim(whole, name="c", namespace="jhub")
+    requests = claim["spec"]["devices"]["requests"]
+    assert [r["name"] for r in requests] == ["gpu-0", "gpu-1"]
+    for r, granted in zip(requests, (H100, A100), strict=True):
+        subs = r["firstAvailable"]
+        assert [s["name"] for s in subs] == ["granted", "fallback-0"]
+        uuids = [s["selectors"][0]["cel"]["expression"].split('"')[-2] for s in subs]
+        assert uuids == [granted, other]
+        assert all(s["deviceClassName"] == "gpu.nvidia.com" and s["count"] == 1 for s in subs)
+    validate(claim)
+    mig = dra.server_claim({**MIG, "fallback": [alt_mig]}, name="c", namespace="jhub")
+    subs = mig["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert subs[1]["selectors"][0]["cel"]["expression"].endswith(
+        '"memorySlice5" in device.capacity["gpu.nvidia.com"]'
+    )
+    validate(mig)
+    # the result names the subrequest; the slot is still the request's
+    got = [
+        {
+            "request": "gpu-0/fallback-0",
+            "type": "mig",
+            "parent_uuid": A100,
+            "profile": "1g.10gb",
+            "start": 5,
+            "uuid": "MIG-5",
+        }
+    ]
+    (device,) = dra.lease_devices(MIG, got)
+    assert device["gpu"] == A100 and device["start"] == 5 and device["matches"] is False
+    assert dra.rebind_ids([device]) == ["MIG-5"]
+    with pytest.raises(ValueError, match="not a mig device"):
+        dra.server_claim({**MIG, "fallback": [whole["fallback"][0]]}, name="c", namespace="j")
+    assert "firstAvailable" not in str(dra.server_claim(WHOLE, name="c", namespace="jhub"))

@@ -10,7 +10,13 @@ from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.model import Gpu, MigInstance, Node, Request, parse_offer
-from jupyterhub_gpupool.pool.outside import OUTSIDE, OutsideHolds, place_outside, rebind
+from jupyterhub_gpupool.pool.outside import (
+    OUTSIDE,
+    OutsideHolds,
+    mark_exact,
+    place_outside,
+    rebind,
+)
 from jupyterhub_gpupool.spawner.objects import LEASE_KEY
 
 CATALOG = default_catalog()
@@ -175,3 +181,44 @@ def test_a_share_moves_to_the_gpu_of_its_replica_while_there_is_room():
     moved = rebind("s", alloc.leases["s"].slots, ["H1::3"], node, {})
     alloc.rebind("s", moved, "h")
     assert [dict(g.shares) for g in node.gpus] == [{}, {"s": 750}]
+
+
+# -- exact marks (DRA) ---------------------------------------------------------------------------
+
+
+def test_exact_marks_take_the_named_devices_and_say_who_holds_them():
+    alloc = Allocator([h100s(3), a100_sevens()], OFFERS)
+    holds = mark_exact(alloc.nodes["h"], [("H0", None, "ml/train-gpu"), ("elsewhere", None, "x")])
+    assert holds.gpus == ("H0",) and holds.counts == {"gpu": 1} and not holds.short
+    assert holds.by == {"H0": "ml/train-gpu"} and holds.pods == ("ml/train-gpu",)
+    alloc.set_outside("h", holds)
+    assert alloc.nodes["h"].gpus[0].outside_by == ("ml/train-gpu",)
+    assert grant(alloc, "a").slots[0].gpu == "H1"  # not the lowest: that one is taken
+    mig = mark_exact(alloc.nodes["m"], [("A0", 2, "serve/infer"), ("A0", 9, "no such place")])
+    assert mig.instances == (("A0", 2),) and mig.counts == {"1g.10gb": 1}
+    assert mig.by == {"A0@2": "serve/infer"}
+    alloc.set_outside("m", mig)
+    starts = sorted(grant(alloc, f"m{i}", "a100-1g").slots[0].start or 0 for i in range(6))
+    assert starts == [0, 1, 3, 4, 5, 6]
+    # the claim is gone: its device comes back
+    alloc.set_outside("m", mark_exact(alloc.nodes["m"], []))
+    assert grant(alloc, "last", "a100-1g").slots[0].start == 2
+
+
+def test_a_whole_gpu_held_outside_takes_every_free_instance_of_a_mig_gpu():
+    alloc = Allocator([a100_sevens()], OFFERS)
+    mine = grant(alloc, "a", "a100-1g")
+    holds = mark_exact(alloc.nodes["m"], [("A0", None, "ml/whole")])
+    assert len(holds.instances) == 6 and (("A0", mine.slots[0].start)) not in holds.instances
+    assert holds.short == {"1g.10gb": 1} and len(holds.conflicts) == 1
+
+
+def test_a_device_a_lease_holds_is_a_conflict_not_a_mark():
+    alloc = Allocator([h100s(2)], OFFERS)
+    mine = grant(alloc, "a")
+    holds = mark_exact(alloc.nodes["h"], [(mine.slots[0].gpu, None, "ml/train-gpu")])
+    assert holds.gpus == () and holds.short == {"gpu": 1}
+    assert holds.conflicts == (f"GPU {mine.slots[0].gpu} is held by ml/train-gpu and by lease a",)
+    again = OutsideHolds.from_json(holds.to_json())
+    assert again == holds and not again.empty  # a conflict alone is still worth a row
+    assert OutsideHolds.from_json(OutsideHolds().to_json()).to_json() == OutsideHolds().to_json()

@@ -81,6 +81,7 @@ CASES: list[tuple[str, type[PoolClient], str, Call]] = [
     (SPAWNER, PoolClient, "release", lambda c: c.release("L1", "cancelled")),
     (SPAWNER, PoolClient, "keepalive", lambda c: c.keepalive("L1")),
     (SPAWNER, PoolClient, "rebind", lambda c: c.rebind("L1", ["GPU-0", "GPU-1"])),  # DRA
+    (SPAWNER, PoolClient, "rebind", lambda c: c.rebind("L1", "GPU-1", exclusive=True)),
     (AGENT, PoolClient, "rebind", lambda c: c.rebind("L1", "MIG-6")),  # PodResources
     (
         SPAWNER,

@@ -258,8 +258,10 @@ imagePullSecrets:
   and its pod gets no token). Each rule is a call in the code:
   - mig.repartition.enabled (kube/labeller.py): GET and PATCH /api/v1/nodes/{name}, and
     GET /api/v1/events?fieldSelector=involvedObject... (the node's events on "failed");
-  - occupancy.enabled (kube/occupancy.py): GET /api/v1/nodes and GET /api/v1/pods (the GPUs
-    held by pods the pool did not place).
+  - occupancy.enabled (kube/occupancy.py): GET /api/v1/nodes; with the device plugin
+    (occupancy.backend auto or device-plugin) GET /api/v1/pods; with DRA (auto or dra)
+    GET /apis/resource.k8s.io/v1/resourceslices and .../resourceclaims (the GPUs held by pods
+    and claims the pool did not place).
 */}}
 {{- define "gpupool.pool.rbacRules" -}}
   {{- if .Values.pool.enabled }}
@@ -280,9 +282,14 @@ imagePullSecrets:
   resources: [events]
   verbs: ["list"]
     {{- end }}
-    {{- if .Values.occupancy.enabled }}
+    {{- if and .Values.occupancy.enabled (ne .Values.occupancy.backend "dra") }}
 - apiGroups: [""]
   resources: [pods]
+  verbs: ["list"]
+    {{- end }}
+    {{- if and .Values.occupancy.enabled (ne .Values.occupancy.backend "device-plugin") }}
+- apiGroups: [resource.k8s.io]
+  resources: [resourceslices, resourceclaims]
   verbs: ["list"]
     {{- end }}
   {{- end }}

@@ -269,7 +269,9 @@ class DeviceHandler(_LeaseHandler):
         ident = self.identity
         if not ident.is_agent:  # a spawner: only the leases of its own hub
             self._check(lease_id)
-        body = self.json_body({"device": (str, False), "devices": (list, False)})
+        body = self.json_body(
+            {"device": (str, False), "devices": (list, False), "exclusive": (bool, False)}
+        )
         devices = body.get("devices")
         if "device" in body:
             devices = [body["device"]] if devices is None else None
@@ -285,7 +287,10 @@ class DeviceHandler(_LeaseHandler):
                 field="device",
             )
         actor = ident.describe()
-        self.write_json(await self.writer.run(commands.Rebind(lease_id, devices, actor=actor)))
+        exclusive = bool(body.get("exclusive", False))
+        self.write_json(
+            await self.writer.run(commands.Rebind(lease_id, devices, exclusive, actor=actor))
+        )
 
 
 default_handlers = [

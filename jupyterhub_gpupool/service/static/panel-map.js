@@ -41,7 +41,7 @@
     } else {
       parts.push(
         s.outside
-          ? 'held outside the pool'
+          ? `held outside the pool${s.by && s.by.length ? ` by ${s.by.join(', ')}` : ''}`
           : s.state === 'planned'
             ? 'planned'
             : s.state === 'off'
@@ -76,7 +76,8 @@
           lease,
           inst,
           util: util[`${gpu.uuid}/${inst.start}`],
-          outside: inst.state === 'outside'
+          outside: inst.state === 'outside',
+          by: gpu.outside_by
         });
         at = Math.max(at, inst.start + inst.slices);
       }
@@ -117,7 +118,8 @@
             label: shares.length ? 'free share' : 'whole GPU, free',
             util: gpuUtil,
             free: true,
-            outside: !!gpu.outside
+            outside: !!gpu.outside,
+            by: gpu.outside_by
           });
       }
     }
