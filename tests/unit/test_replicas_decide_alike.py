@@ -6,7 +6,9 @@ fed every sample (on PostgreSQL and on SQLite, the single-process default).
 The samples are chosen so that a replica deciding on only the samples posted to it would decide
 otherwise: a GPU busy only in the samples the other replica took, a share whose own processes
 are busy only there, a MIG instance (no utilization) whose memory moves only between the two
-replicas' samples. Time is the stores' clock, moved by the test; nothing sleeps.
+replicas' samples. No flush runs between the posts and the round: a sample counts in every
+replica's round once its POST has been answered. Time is the stores' clock, moved by the test;
+nothing sleeps.
 """
 
 from __future__ import annotations
