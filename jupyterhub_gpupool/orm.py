@@ -344,6 +344,26 @@ class UtilizationMinuteRow(Base):
     __table_args__ = (UniqueConstraint("gpu_uuid", "start", "minute"),)
 
 
+class UtilizationSampleRow(Base):
+    """One raw telemetry sample of one device, kept for ``PoolService.utilization_window``
+    seconds: what the reclaim round reads, so every replica decides on the same samples,
+    whichever replica an agent posted them to.
+
+    The key is (GPU, MIG start or -1, time): a sample posted twice (a retry, to the same or
+    another replica) is stored once. ``lease_util`` holds the per-process utilization by lease
+    (``[[lease, %], ...]``, or null where the GPU gave none).
+    """
+
+    __tablename__ = "utilization_samples"
+    gpu_uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ts: Mapped[float] = mapped_column(Float, primary_key=True, index=True)
+    util: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_used_mib: Mapped[int] = mapped_column(Integer, default=0)
+    processes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lease_util: Mapped[list[list[Any]] | None] = mapped_column(JSON, nullable=True)
+
+
 class LeaseUsageRow(Base):
     """Busy time of one lease in one UTC hour, recorded as it happens (``pool.usage``): seconds
     busy (each device of a multi-device lease counted once: the seconds are divided by the

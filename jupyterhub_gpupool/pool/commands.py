@@ -243,10 +243,11 @@ class PutInventory(Command):
 
 @dataclass(frozen=True)
 class AddBusy(Command):
-    """Add held and busy time per lease and minute (usage accounting)."""
+    """Add busy time per lease and minute (usage), and keep the raw samples for reclaim rounds."""
 
     usage: Mapping[Any, Any]  # (lease id, minute) -> store.usagefacts.BusyTime
     node: str | None = None
+    samples: Sequence[Any] = ()  # store.utilization.SampleFields (service.utilization.Sample)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,13 @@ class PruneMinutes(Command):
     before: datetime
 
 
+@dataclass(frozen=True)
+class PruneSamples(Command):
+    """Delete raw utilization samples older than a time (epoch seconds)."""
+
+    before: float
+
+
 # -- idle reclaim -----------------------------------------------------------------------------
 
 
@@ -303,7 +311,8 @@ class ReclaimRound(Command):
     holder: str
     window: tuple[float, float]
     observed: Mapping[str, Any]  # lease id -> pool.reclaim.Observation
-    samples: Mapping[Any, Sequence[Any]]  # device -> pool.idlesignal.GpuSample
+    # device -> pool.idlesignal.GpuSample; None (the service): the window's stored samples
+    samples: Mapping[Any, Sequence[Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,11 @@ class PoolService(StrictCommandLine):
         5.0, help="GPU utilization (percent) at or above which a sample counts as busy time."
     ).tag(config=True)
     utilization_window = Float(
-        900.0, help="Seconds of full-rate utilization samples kept in memory per device."
+        900.0,
+        help="Seconds of full-rate utilization samples kept per device: in memory for live "
+        "views, and in the database (utilization_samples) for the reclaim rounds, which read "
+        "every replica's samples of their window there. Keep it above the reclaimer's longest "
+        "window (4 rounds).",
     ).tag(config=True)
     utilization_flush_interval = Float(
         60.0,
@@ -541,6 +545,7 @@ class PoolService(StrictCommandLine):
             interval=self.utilization_flush_interval,
             retention_days=self.utilization_retention_days,
             log=self.log,
+            sample_window=self.utilization_window,
         )
 
     def make_app(self) -> web.Application:

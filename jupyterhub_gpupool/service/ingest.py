@@ -155,10 +155,13 @@ def ingest(
     samples: Iterable[Sample],
     busy_threshold: float,
     minutes: MinuteAggregator | None = None,
+    taken: list[Sample] | None = None,
 ) -> UsageFacts:
     """Feed trusted samples to the live buffer, the minute aggregates and busy time.
 
-    A sample counts once (the buffer drops duplicates and out-of-order retries); a busy sample
+    A sample counts once (the buffer drops duplicates and out-of-order retries); those it took
+    are appended to ``taken``, for the caller to store for the reclaim rounds (``AddBusy``'s
+    ``samples``, in the same write as the busy time). A busy sample
     (``pool.usage.busy_evidence``: utilization at or above ``busy_threshold``, or on MIG without
     utilization a process or memory held, *estimated*) adds the time since the device's
     previous sample (at most a minute) to the hours it falls in, for the leases holding the
@@ -173,6 +176,8 @@ def ingest(
             prev = buffer.previous(sample.gpu, sample.start)
             if not buffer.add([sample]):
                 continue
+            if taken is not None:
+                taken.append(sample)
             if minutes is not None:
                 minutes.add(sample)
             gpu = alloc.gpus.get(sample.gpu)

@@ -1,5 +1,6 @@
 """The service's minute aggregates on their way to the database: flushed every few seconds,
-pruned past retention, and flushed once more when the service stops."""
+pruned past retention, and flushed once more when the service stops; and the raw samples the
+reclaim rounds read, pruned once they are older than the window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..pool import commands
+from ..store.rows import epoch
 from .utilization import MinuteAggregator
 
 
@@ -26,9 +28,11 @@ class MinuteFlusher:
         interval: float,
         retention_days: float,
         log: logging.Logger,
+        sample_window: float = 900.0,
     ) -> None:
         self.minutes, self.run, self.clock = minutes, run, clock
         self.interval, self.retention_days, self.log = interval, retention_days, log
+        self.sample_window = sample_window
 
     async def flush(self) -> int:
         """Write the accumulated minute aggregates (through the writer, in a short transaction
@@ -54,8 +58,15 @@ class MinuteFlusher:
         )
         return pruned
 
+    async def prune_samples(self) -> int:
+        """Delete the raw samples older than ``sample_window`` seconds (no round reads them)."""
+        before = epoch(self.clock()) - self.sample_window
+        pruned: int = await self.run(commands.PruneSamples(before))
+        return pruned
+
     async def loop(self, stop: asyncio.Event) -> None:
-        """Flush every ``interval`` seconds, prune hourly, until ``stop``."""
+        """Flush every ``interval`` seconds (and prune the raw samples), prune the minutes
+        hourly, until ``stop``."""
         loop = asyncio.get_running_loop()
         next_prune = 0.0
         while not stop.is_set():
@@ -65,6 +76,10 @@ class MinuteFlusher:
                 await self.flush()
             except Exception:
                 self.log.exception("Flushing utilization minutes failed (kept for next time)")
+            try:
+                await self.prune_samples()
+            except Exception:
+                self.log.exception("Pruning raw utilization samples failed")
             if loop.time() >= next_prune:
                 next_prune = loop.time() + 3600
                 try:

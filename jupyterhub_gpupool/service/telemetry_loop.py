@@ -199,8 +199,9 @@ class LocalTelemetry:
             self._once(name, "samples", e)
             return 0
         samples = to_samples(raw)
-        busy = ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes)
-        await self.writer.run(commands.AddBusy(busy, node=name))
+        taken: list[Sample] = []
+        busy = ingest(self.store, self.buffer, samples, self.busy_threshold, self.minutes, taken)
+        await self.writer.run(commands.AddBusy(busy, node=name, samples=tuple(taken)))
         self.samples += len(samples)
         return len(samples)
 

@@ -3,9 +3,10 @@
 Node agents (or the in-process telemetry loop) feed samples; the buffer keeps the last
 ``window`` seconds per device. Each new sample is also folded into its device's minute, and the
 minutes are flushed (``Store.write_minutes``, through the writer) to ``utilization_minutes``
-for history, reports and idle decisions, kept
-for a configurable number of days. A lease's busy time grows by each sample interval in which
-its device was at or above ``busy_threshold`` percent.
+for history and reports, kept for a configurable number of days. Idle decisions read neither:
+the samples are also stored raw (``AddBusy``'s ``samples``, ``utilization_samples``) for the
+reclaim rounds, so every replica decides on every replica's samples. A lease's busy time grows
+by each sample interval in which its device was at or above ``busy_threshold`` percent.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and the busy hours the samples add to leases."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -24,6 +24,7 @@ from ..poolconfig import PoolConfig
 from .errors import StoreError
 from .mig import MigStore
 from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts, upsert_insert
+from .utilization import SampleFields, put_samples
 from .views import ViewStore
 
 log = logging.getLogger(__name__)
@@ -328,23 +329,30 @@ class AdminStore(MigStore, ViewStore):
     # -- busy hours ----------------------------------------------------------------------------
 
     def add_busy(
-        self, usage: Mapping[tuple[str, datetime], BusyTime], *, node: str | None = None
+        self,
+        usage: Mapping[tuple[str, datetime], BusyTime],
+        *,
+        node: str | None = None,
+        samples: Sequence[SampleFields] = (),
     ) -> int:
-        """Record busy time per lease and hour (``pool.usage``: from utilization samples) and
-        note that ``node``'s agent is alive; no pool lock needed, unless the node was
-        unreachable.
+        """Record busy time per lease and hour (``pool.usage``: from utilization samples), keep
+        the batch's raw ``samples`` for the reclaim rounds (``utilization_samples``) and note
+        that ``node``'s agent is alive; no pool lock needed, unless the node was unreachable.
 
-        An hour of a closed month (``pool.usage.period_closed``) is not recorded: a finished
-        month never changes. The lease's running total (``busy_hours``, lease-hours) grows by
-        the same seconds. Returns how many (lease, hour) facts were dropped as closed.
+        The samples are committed before the agent's POST is answered, so every replica's next
+        round sees them. An hour of a closed month (``pool.usage.period_closed``) is not
+        recorded: a finished month never changes. The lease's running total (``busy_hours``,
+        lease-hours) grows by the same seconds. Returns how many (lease, hour) facts were
+        dropped as closed.
         """
-        if not usage and node is None:
+        if not usage and node is None and not samples:
             return 0
         now = self.clock()
         facts = {k: v for k, v in usage.items() if not period_closed(k[1], now)}
         dropped = len(usage) - len(facts)
         back = False
         with self.writing() as db:
+            put_samples(db, samples)
             if facts:
                 self._record_usage(db, facts)
             if node is not None:

@@ -60,6 +60,7 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.MigResults: s.mig_results,
         c.WriteMinutes: s.write_minutes,
         c.PruneMinutes: s.prune_minutes,
+        c.PruneSamples: s.prune_samples,
         c.TakeLeader: s.take_leader,
         c.GiveUpLeader: s.give_up_leader,
         c.ReclaimRound: s.reclaim_round,

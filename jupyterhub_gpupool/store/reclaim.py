@@ -3,7 +3,8 @@
 "keep my GPU", the admin's policy override and the user's recent reclaims.
 
 The pool decides, the reclaimer sees and acts: a round gets what the reclaimer saw of each
-lease's server and user, adds the GPU samples the service holds, plans with every lease's
+lease's server and user, adds the window's GPU samples stored in the database (every
+replica's: ``utilization_samples``, so any replica decides alike), plans with every lease's
 persisted ``ReclaimState`` and writes each decision back. An ``Act`` is *claimed* in the same
 transaction (``reclaim_acting``), and keepalive runs through the same writer, so one of them
 wins and the audit log says which.
@@ -50,11 +51,9 @@ from ..pool.reclaimpolicy import DURATION_FIELDS
 from .errors import StoreError
 from .presence import PresenceStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts, upsert_insert
-from .utilization import Minute, UtilizationStore
+from .utilization import Device, Minute, UtilizationStore, window_samples
 from .views import EVERY_HUB, EveryHub
 
-#: A device as the service's utilization buffer keys it: (GPU uuid, MIG start or None).
-Device = tuple[str, int | None]
 #: What the reclaimer saw of one lease: its server's kernels and its user (either may be None).
 Observation = tuple[KernelView | None, PresenceView | None]
 #: States the reclaimer looks at: bound leases (a grant not bound yet is not idle, it starts).
@@ -266,14 +265,16 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         holder: str,
         window: tuple[float, float],
         observed: Mapping[str, Observation],
-        samples: Mapping[Device, Sequence[GpuSample]],
+        samples: Mapping[Device, Sequence[GpuSample]] | None = None,
         *,
         actor: str = "",
     ) -> dict[str, Any]:
         """One window of every watched lease, decided and applied in one transaction.
 
         ``observed``: lease id → (kernels, presence) as the reclaimer saw them; ``samples``:
-        the service's GPU samples by device. Returns the pool's clock and one decision each.
+        the GPU samples by device, or None (the service): the window's samples stored in
+        ``utilization_samples``, read in this transaction, whichever replica took them.
+        Returns the pool's clock and one decision each.
         """
         start, end = window
         if end <= start:
@@ -292,6 +293,8 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             free = [r for r in rows if r.reclaim_acting is None]
             claimed = [r for r in rows if r.reclaim_acting is not None]
             policies = self.reclaim_policies(db, alloc.offers)
+            if samples is None:
+                samples = window_samples(db, {d for r in free for d in _devices(r)}, start, end)
             decisions = plan_reclaims(
                 [self._lease_info(r) for r in free],
                 {r.id: self._signals(alloc, r, window, observed.get(r.id), samples) for r in free},

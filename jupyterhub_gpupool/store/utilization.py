@@ -1,20 +1,33 @@
-"""Utilization history in the database: one-minute aggregates per device, written in short
-transactions of their own (no pool lock: no decision reads them), pruned past retention."""
+"""Utilization in the database: one-minute aggregates per device (history, in short
+transactions of their own, no pool lock: no decision reads them), pruned past retention; and
+the raw samples of the last window, which the reclaim round reads (so every replica decides on
+every replica's samples).
+
+Why raw samples and not wider minutes: the idle rules read each sample of the window (its
+time against the window's bounds and the staleness bound, utilization, memory in use and its
+change, processes, per-lease utilization on shares), and a reclaimer's window starts and ends
+anywhere in a minute; only the samples themselves decide as the in-memory window did.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, cast
 
-from sqlalchemy import CursorResult, case, delete, func, select
+from sqlalchemy import CursorResult, Table, case, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.idlesignal import GpuSample
 from .core import StoreCore
 from .rows import epoch, upsert_insert
 
 #: A device's minute: (GPU uuid, MIG start or -1 for the whole GPU, naive UTC minute).
 MinuteKey = tuple[str, int, datetime]
+#: A device as samples and leases name it: (GPU uuid, MIG start or None for the whole GPU).
+Device = tuple[str, int | None]
 
 
 class Minute(TypedDict):
@@ -39,6 +52,72 @@ class MinuteTotals(Protocol):
 
     @property
     def util_mean(self) -> float | None: ...
+
+
+class SampleFields(Protocol):
+    """One raw sample of one device, as stored (``service.utilization.Sample``)."""
+
+    @property
+    def ts(self) -> float: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def start(self) -> int | None: ...
+    @property
+    def util(self) -> float | None: ...
+    @property
+    def memory_used_mib(self) -> int: ...
+    @property
+    def processes(self) -> int | None: ...
+    @property
+    def lease_util(self) -> tuple[tuple[str, float], ...] | None: ...
+
+
+def put_samples(db: Session, samples: Sequence[SampleFields]) -> None:
+    """Insert raw samples in the caller's transaction; one already stored (the same device and
+    time, posted again to this or another replica) is kept as it was."""
+    if not samples:
+        return
+    rows = [
+        {
+            "gpu_uuid": s.gpu,
+            "start": -1 if s.start is None else s.start,
+            "ts": s.ts,
+            "util": s.util,
+            "memory_used_mib": s.memory_used_mib,
+            "processes": s.processes,
+            "lease_util": None if s.lease_util is None else [list(p) for p in s.lease_util],
+        }
+        for s in samples
+    ]
+    table = cast(Table, orm.UtilizationSampleRow.__table__)  # a mapped class's is a Table
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    # the table's INSERT, run as one executemany on the session's connection (the ORM's bulk
+    # path costs twice as much per row, a multi-row VALUES more still to compile)
+    db.connection().execute(dialect.insert(table).on_conflict_do_nothing(), rows)
+
+
+def window_samples(
+    db: Session, devices: Iterable[Device], start: float, end: float
+) -> dict[Device, list[GpuSample]]:
+    """The stored samples of ``devices`` from ``start`` to ``end`` (both included), by time:
+    every replica's, so a decision does not depend on which replica took a sample."""
+    wanted = {(g, -1 if s is None else s) for g, s in devices}
+    out: dict[Device, list[GpuSample]] = {(g, None if s == -1 else s): [] for g, s in wanted}
+    if not wanted:
+        return out
+    T = orm.UtilizationSampleRow
+    query = (
+        select(T.gpu_uuid, T.start, T.ts, T.util, T.memory_used_mib, T.processes, T.lease_util)
+        .where(T.gpu_uuid.in_(sorted({g for g, _ in wanted})), T.ts >= start, T.ts <= end)
+        .order_by(T.ts, T.gpu_uuid, T.start)
+    )
+    for gpu, mig, ts, util, memory, processes, lease_util in db.execute(query):
+        if (gpu, mig) not in wanted:
+            continue
+        pairs = None if lease_util is None else tuple((str(k), float(v)) for k, v in lease_util)
+        out[(gpu, None if mig == -1 else mig)].append(GpuSample(ts, util, memory, processes, pairs))
+    return out
 
 
 class UtilizationStore(StoreCore):
@@ -110,6 +189,14 @@ class UtilizationStore(StoreCore):
                     delete(orm.UtilizationMinuteRow).where(orm.UtilizationMinuteRow.minute < before)
                 ),
             )
+            return result.rowcount or 0
+
+    def prune_samples(self, before: float) -> int:
+        """Delete raw samples older than ``before`` (epoch seconds: the decisions' window is
+        past them); returns how many."""
+        with self.writing() as db:
+            T = orm.UtilizationSampleRow
+            result = cast(CursorResult[Any], db.execute(delete(T).where(T.ts < before)))
             return result.rowcount or 0
 
     def minutes(

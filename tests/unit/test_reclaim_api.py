@@ -1,7 +1,8 @@
 """The reclaim endpoints over HTTP, through the service's real tornado app (``make_app``) and
 its writer, with the hub's token check played by a fake: who may call what, the statuses and
-error bodies, a whole notice → keep → act → outcome flow with samples from the service's
-utilization buffer, the user's reclaims in ``GET users/me``, the policy override, the metrics.
+error bodies, a whole notice → keep → act → outcome flow with samples posted by the agent (the
+round reads them from the database), the user's reclaims in ``GET users/me``, the policy
+override, the metrics.
 
 The service runs on its own event loop in a thread; the store's clock is the test's.
 """
@@ -15,7 +16,6 @@ import pytest
 
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, RECLAIM, SPAWN, USE
-from jupyterhub_gpupool.service.utilization import Sample
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import STORE_POOL, InProcessService, Response, StoreClock, make_store, request
@@ -57,9 +57,11 @@ class Service(InProcessService):
         return r.json()
 
     def samples(self, lease: dict, t0: float, t1: float, util: float = 0.0) -> None:
-        """Telemetry of the lease's GPU over [t0, t1] into the service's buffer."""
+        """Telemetry of the lease's GPU over [t0, t1], posted by its node's agent (the round
+        reads it from the database)."""
         gpu = lease["slots"][0]["gpu"]
-        self.svc.utilization.add(Sample(t, gpu, None, util, 100) for t in (t0 + 1, t1))
+        batch = [{"gpu": gpu, "ts": t, "util": util, "memory_used_mib": 100} for t in (t0 + 1, t1)]
+        self.ok("agent", "POST", f"nodes/{lease['node']}/samples", {"samples": batch})
 
 
 @pytest.fixture

@@ -154,14 +154,17 @@ class SamplesHandler(APIHandler):
                         lease_util,
                     )
                 )
+        taken: list[Sample] = []
         busy = ingest(
             self.store,
             self.settings["utilization"],
             samples,
             self.settings["busy_threshold"],
             self.settings["minutes"],
+            taken,
         )
-        await self.writer.run(commands.AddBusy(busy, node=name))
+        # committed before the answer: every replica's next reclaim round sees these samples
+        await self.writer.run(commands.AddBusy(busy, node=name, samples=tuple(taken)))
         self.write_json(
             {
                 "accepted": len(samples),

@@ -2,8 +2,8 @@
 reclaim policies.
 
 The pool decides and the reclaimer acts: a round carries what the reclaimer saw of each lease's
-server and user; the handler adds the GPU samples of the window from the service's utilization
-buffer and sends it all through the writer, where the store plans and applies it in one
+server and user; the handler sends it through the writer, where the store reads the window's GPU
+samples from the database (those every replica stored), plans and applies it in one
 transaction.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 from ...pool import commands
-from ...pool.reclaim import KERNEL_STATES, GpuSample, KernelView, PresenceView
-from ...store.reclaim import Device, Observation
+from ...pool.reclaim import KERNEL_STATES, KernelView, PresenceView
+from ...store.reclaim import Observation
 from .base import APIError, APIHandler, needs
 
 #: At most this many files in one outcome's ``saved``, each at most this long.
@@ -161,32 +161,14 @@ class RoundHandler(APIHandler):
         )
         window = parse_window(body["window"])
         observed = parse_observed(body.get("observed") or {})
-        samples = self._samples(window)
+        # no samples here: the round reads the window's from the database, every replica's
         self.write_json(
             await self.writer.run(
                 commands.ReclaimRound(
-                    body["holder"],
-                    window,
-                    observed,
-                    samples,
-                    actor=self.identity.describe(),
+                    body["holder"], window, observed, actor=self.identity.describe()
                 )
             )
         )
-
-    def _samples(self, window: tuple[float, float]) -> dict[Device, list[GpuSample]]:
-        """The window's samples of every watched lease's devices, from the in-memory buffer."""
-        buffer = self.settings["utilization"]
-        start, end = window
-        devices = {d for ds in self.store.reclaim_devices().values() for d in ds}
-        out: dict[Device, list[GpuSample]] = {}
-        for device in devices:
-            out[device] = [
-                GpuSample(s.ts, s.util, s.memory_used_mib, s.processes, s.lease_util)
-                for s in buffer.series([device], start - 1e-6)
-                if s.ts <= end
-            ]
-        return out
 
 
 class OutcomeHandler(APIHandler):
