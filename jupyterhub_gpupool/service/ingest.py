@@ -171,17 +171,30 @@ def ingest(
     per (lease, hour), for the caller to record through the writer (``Store.add_busy``).
     """
     facts: UsageFacts = {}
+    ordered = sorted(samples, key=lambda x: x.ts)
+    # where each device's stored samples end, whichever replica took them: the interval is
+    # counted from there, and a sample another replica already took is not counted again
+    stored = store.latest_sample_times({(s.gpu, s.start) for s in ordered})
     with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
-        for sample in sorted(samples, key=lambda x: x.ts):
-            prev = buffer.previous(sample.gpu, sample.start)
+        for sample in ordered:
+            device = (sample.gpu, sample.start)
+            before = buffer.previous(sample.gpu, sample.start)
+            elsewhere = stored.get(device)
             if not buffer.add([sample]):
                 continue
+            if elsewhere is not None and elsewhere >= sample.ts:
+                continue  # stored already (posted to another replica too): counted there
+            stored[device] = sample.ts
+            prev_ts = max(
+                (t for t in (before.ts if before else None, elsewhere) if t is not None),
+                default=None,
+            )
             if taken is not None:
                 taken.append(sample)
             if minutes is not None:
                 minutes.add(sample)
             gpu = alloc.gpus.get(sample.gpu)
-            if gpu is None or prev is None:
+            if gpu is None or prev_ts is None:
                 continue
             evidence = busy_evidence(
                 GpuSample(sample.ts, sample.util, sample.memory_used_mib, sample.processes),
@@ -189,7 +202,7 @@ def ingest(
             )
             if evidence is None:
                 continue
-            seconds = min(sample.ts - prev.ts, MAX_INTERVAL)
+            seconds = min(sample.ts - prev_ts, MAX_INTERVAL)
             if sample.start is not None:
                 holders = [
                     i.lease

@@ -199,6 +199,28 @@ class UtilizationStore(StoreCore):
             result = cast(CursorResult[Any], db.execute(delete(T).where(T.ts < before)))
             return result.rowcount or 0
 
+    def latest_sample_times(
+        self, devices: Iterable[tuple[str, int | None]]
+    ) -> dict[tuple[str, int | None], float]:
+        """The newest stored raw sample's time of each of ``devices`` that has one: where
+        another replica's samples of a device end, so busy time is counted from there (and a
+        sample already stored through another replica is not counted twice)."""
+        wanted = {(g, -1 if s is None else s) for g, s in devices}
+        if not wanted:
+            return {}
+        T = orm.UtilizationSampleRow
+        query = (
+            select(T.gpu_uuid, T.start, func.max(T.ts))
+            .where(T.gpu_uuid.in_(sorted({g for g, _ in wanted})))
+            .group_by(T.gpu_uuid, T.start)
+        )
+        with self.read() as db:
+            return {
+                (gpu, None if start == -1 else start): float(ts)
+                for gpu, start, ts in db.execute(query)
+                if (gpu, start) in wanted and ts is not None
+            }
+
     def minutes(
         self,
         devices: Iterable[tuple[str, int | None]] | None,

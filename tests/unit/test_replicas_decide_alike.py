@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -108,10 +109,16 @@ def batches(leases: dict[str, dict], k: int, ts: float) -> dict[str, list[dict[s
     return by_node
 
 
-def run(url: str, replicas: int, decider: Callable[[int], int]) -> list[dict[str, tuple]]:
+def run(
+    url: str,
+    replicas: int,
+    decider: Callable[[int], int],
+    busy: dict[str, float] | None = None,
+) -> list[dict[str, tuple]]:
     """``ROUNDS`` one-minute rounds on a fresh database at ``url``: each window's samples posted
     to the replicas in turn (all to the one with ``replicas=1``), the round posted to replica
-    ``decider(round)``. Returns each round's decisions by lease label."""
+    ``decider(round)``. Returns each round's decisions by lease label; fills ``busy`` with
+    each lease's recorded busy seconds."""
     upgrade(url)
     clock = StoreClock()
     stores: list[Store] = [make_store(url, clock, pool=POOL) for _ in range(replicas)]
@@ -159,6 +166,11 @@ def run(url: str, replicas: int, decider: Callable[[int], int]) -> list[dict[str
                     for d in answer["decisions"]
                 }
             )
+        if busy is not None:
+            start = clock() - timedelta(hours=1)
+            recorded = store.busy_time([le["id"] for le in leases.values()], start, clock())
+            for label, lease in leases.items():
+                busy[label] = sum(b for b, _ in recorded.get(lease["id"], {}).values())
         return out
     finally:
         for service in services:
@@ -208,3 +220,54 @@ def test_two_replicas_decide_alike_and_as_one_fed_every_sample(new_pg_url, sqlit
     assert run(new_pg_url(), 2, lambda n: 0) == one, "replica A decides as one replica"
     assert run(new_pg_url(), 2, lambda n: 1) == one, "replica B decides as one replica"
     assert run(new_pg_url(), 2, lambda n: n % 2) == one, "A and B in turn decide as one"
+
+
+def test_busy_time_is_counted_once_across_replicas(new_pg_url):
+    """What a bill's busy hours rest on: with the samples split between two replicas, each
+    busy sample adds the time since the device's previous sample, whichever replica took that
+    one; a sample posted to both counts once. The reference follows the definition in
+    docs/source/howto/chargeback.md (a busy sample adds the interval since the device's
+    previous sample, at most a minute), counted here from the test's own schedule."""
+    busy_one: dict[str, float] = {}
+    busy_two: dict[str, float] = {}
+    run(new_pg_url(), 1, lambda n: 0, busy_one)
+    run(new_pg_url(), 2, lambda n: n % 2, busy_two)
+    # the schedule: samples every 10 s (OFFSETS), the odd ones busy for busy-on-odd, the even
+    # ones for busy-on-even; the very first sample of a device has no previous one
+    per_window_odd = sum(10 for k in range(len(OFFSETS)) if k % 2 == 1)
+    per_window_even = sum(10 for k in range(len(OFFSETS)) if k % 2 == 0)
+    expected = {
+        "busy-on-odd": ROUNDS * per_window_odd,
+        "busy-on-even": ROUNDS * per_window_even - 10,
+        "idle": 0,
+    }
+    for label, seconds in expected.items():
+        assert busy_one[label] == pytest.approx(seconds), (label, busy_one)
+        assert busy_two[label] == pytest.approx(seconds), (label, busy_two)
+    assert busy_two == pytest.approx(busy_one)
+
+
+def test_a_sample_posted_to_both_replicas_counts_once(new_pg_url):
+    url = new_pg_url()
+    upgrade(url)
+    clock = StoreClock()
+    stores = [make_store(url, clock, pool=POOL) for _ in range(2)]
+    services = [InProcessService(s, MODELS) for s in stores]
+    for service in services:
+        service.__enter__()
+    try:
+        lease = stores[0].keepalive(stores[0].allocate("u1", "", "h100")["id"])
+        gpu = lease["slots"][0]["gpu"]
+        clock.advance(minutes=1)
+        now = epoch(clock())
+        for ts in (now - 20, now - 10, now):
+            sample = {"gpu": gpu, "ts": ts, "util": 90.0}
+            for service in services:  # an agent's retry that reached the other replica too
+                ok(service, "agent", "POST", "nodes/h100/samples", {"samples": [sample]})
+        recorded = stores[1].busy_time([lease["id"]], clock() - timedelta(hours=1), clock())
+        assert sum(b for b, _ in recorded[lease["id"]].values()) == pytest.approx(20.0)
+    finally:
+        for service in services:
+            service.__exit__(None, None, None)
+        for s in stores:
+            s.engine.dispose()
