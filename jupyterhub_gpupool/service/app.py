@@ -47,6 +47,7 @@ from .apihandlers import (
     alerts,
     allocations,
     approvals,
+    jobs,
     operate,
     planning,
     reclaim,
@@ -162,6 +163,12 @@ class PoolService(StrictCommandLine):
     base_url = Unicode(
         help="URL prefix of the service (default: JUPYTERHUB_SERVICE_PREFIX, else "
         "/services/gpupool/)."
+    ).tag(config=True)
+    job_runner_timeout = Float(
+        120.0,
+        help="Seconds a job's runner may go without reporting it (its heartbeat comes every "
+        "runner round) before the reconcile marks the job failed (runner_lost) and releases its "
+        "lease; a preempted job gets this long past its notice's deadline.",
     ).tag(config=True)
     grant_timeout = Float(
         600.0,
@@ -481,6 +488,7 @@ class PoolService(StrictCommandLine):
             "reclaim_stale_after": self.reclaim_stale_after,
             "reclaim_claim_timeout": self.reclaim_claim_timeout,
             "dra_dynamic_mig": tuple(MigLabeller(parent=self).dra_dynamic_mig),
+            "job_runner_timeout": self.job_runner_timeout,
         }
 
     def request_cap(self) -> int:
@@ -558,6 +566,7 @@ class PoolService(StrictCommandLine):
             operate,
             planning,
             alerts,
+            jobs,
         ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
@@ -702,6 +711,8 @@ class PoolService(StrictCommandLine):
             expired, promoted = await asyncio.gather(  # queued in order: one batch
                 self.writer.run(commands.ExpireGrants()), self.writer.run(commands.Promote())
             )
+            # training jobs whose leases a waiting request within guarantee needs: notices
+            await self.writer.run(commands.PreemptJobs())
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.run(commands.AdvanceRepartitions())
             # approved time running out: a notice first, then the lease ends (lapsed)

@@ -47,6 +47,7 @@ from ..pool.reclaim import (
     plan_reclaims,
 )
 from ..pool.reclaimpolicy import DURATION_FIELDS
+from ..pool.workloads import idle_reclaimable
 from .errors import StoreError
 from .presence import PresenceStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts, upsert_insert
@@ -289,6 +290,10 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 .options(selectinload(orm.LeaseRow.slots))
                 .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
             ).all()
+            # a class never idle-reclaimed (training, inference: job leases) is not watched;
+            # a training job is preempted through its job's notice (``store/jobs.py``)
+            classes = self.file_config.classes
+            rows = [r for r in rows if idle_reclaimable(classes, r.workload)]
             free = [r for r in rows if r.reclaim_acting is None]
             claimed = [r for r in rows if r.reclaim_acting is not None]
             policies = self.reclaim_policies(db, alloc.offers)
