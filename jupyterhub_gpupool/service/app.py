@@ -166,9 +166,8 @@ class PoolService(StrictCommandLine):
     ).tag(config=True)
     job_runner_timeout = Float(
         120.0,
-        help="Seconds a job's runner may go without reporting it (its heartbeat comes every "
-        "runner round) before the reconcile marks the job failed (runner_lost) and releases its "
-        "lease; a preempted job gets this long past its notice's deadline.",
+        help="Seconds a job's runner may go without reporting it before the reconcile fails the "
+        "job (runner_lost) and releases its lease (for a preempted job: past its deadline).",
     ).tag(config=True)
     grant_timeout = Float(
         600.0,
@@ -711,8 +710,7 @@ class PoolService(StrictCommandLine):
             expired, promoted = await asyncio.gather(  # queued in order: one batch
                 self.writer.run(commands.ExpireGrants()), self.writer.run(commands.Promote())
             )
-            # training jobs whose leases a waiting request within guarantee needs: notices
-            await self.writer.run(commands.PreemptJobs())
+            await self.writer.run(commands.PreemptJobs())  # training jobs in someone's way
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.run(commands.AdvanceRepartitions())
             # approved time running out: a notice first, then the lease ends (lapsed)

@@ -71,6 +71,9 @@ class JobStore(LeaseStore):
         #: Seconds a job's runner may go without a report before its lease is released
         #: (``runner_lost``): ``PoolService.job_runner_timeout``.
         self.job_runner_timeout = job_runner_timeout
+        #: Silence is counted from here at the earliest: runners cannot report to a pool that
+        #: is down, so a restarted pool gives them the whole timeout again.
+        self._runners_watched_from = self.clock()
 
     @property
     def classes(self) -> Mapping[str, WorkloadClass]:
@@ -402,6 +405,7 @@ class JobStore(LeaseStore):
         for job in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES))):
             lease = self._lease_of(db, job)
             last = job.runner_seen or (lease.granted if lease is not None else None) or job.created
+            last = max(last, self._runners_watched_from)
             if job.state == "preempting" and job.notice_deadline is not None:
                 last = max(last, job.notice_deadline)  # the deadline passed by the timeout
             if last >= since:

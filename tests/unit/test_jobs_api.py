@@ -293,3 +293,18 @@ def test_an_admins_release_of_a_job_lease_ends_the_job(svc):
     ended = ok(svc.call("trainer", "GET", f"jobs/{job['id']}"))
     assert ended["state"] == "cancelled" and ended["reason"] == "lease ended: admin"
     assert ok(svc.call("runner", "GET", "nodes/h100/jobs"))["jobs"] == []
+
+
+def test_a_restarted_pool_gives_runners_the_whole_timeout_again(db_url, clock):
+    """Runners cannot report to a pool that is down: silence counts from its start."""
+    upgrade(db_url)
+    store = make_store(db_url, clock, POOL)
+    job = store.submit_job("trainer", "h100", ["python", "train.py"])
+    store.job_status(job["id"], "running")
+    clock.advance(minutes=10)  # the pool is down for ten minutes
+    restarted = make_store(db_url, clock, POOL)
+    assert restarted.reconcile(set()) == 0
+    assert restarted.job(job["id"])["state"] == "running"
+    clock.advance(seconds=121)
+    assert restarted.reconcile(set()) == 1
+    assert restarted.job(job["id"])["reason"] == "runner_lost"
