@@ -596,3 +596,12 @@ def test_a_training_job_is_never_idle_reclaimed(store, clock):
         assert job["lease_id"] not in decisions
     assert store.lease(job["lease_id"])["state"] == "active"
     assert store.job(job["id"])["state"] == "running"
+
+
+def test_the_reclaimer_is_not_given_job_leases_it_may_not_reclaim(store):
+    job = store.submit_job("bob", "h100", ["python", "serve.py"], "inference")
+    store.job_status(job["id"], "running")
+    server = bound(store, "a100-1g")
+    leases, total = store.reclaim_leases()
+    assert [le["id"] for le in leases] == [server["id"]] and total == 1
+    assert job["lease_id"] not in store.reclaim_devices()
