@@ -289,6 +289,8 @@ class JobStore(LeaseStore):
         rounds' notices. Returns the jobs noticed now."""
         now = self.clock()
         noticed: list[str] = []
+        if not self._may_preempt():
+            return noticed  # no write (no version bump other processes would catch up with)
         with self.transaction() as (db, alloc):
             jobs = {
                 j.lease_id: j
@@ -314,7 +316,11 @@ class JobStore(LeaseStore):
                     continue
                 rank = self._ranker(alloc, jobs, workloads, promised, requester)
                 victims = alloc.reclaimable_for(waiter.request, self._now_s(), rank)
-                fresh = [jobs[v] for v in victims if v in jobs and jobs[v].state != "preempting"]
+                fresh = [
+                    jobs[v]
+                    for v in victims
+                    if v in jobs and jobs[v].state in ("granted", "running")
+                ]
                 promised |= set(victims)
                 for job in fresh:
                     cls = lease_class(self.classes, job.workload)
@@ -337,6 +343,26 @@ class JobStore(LeaseStore):
                     )
                     noticed.append(job.id)
         return noticed
+
+    def _may_preempt(self) -> bool:
+        """Whether a round could do anything: a request waits, and a job of a preemptible
+        class runs (most rounds of most pools: no)."""
+        preemptible = [c.name for c in self.classes.values() if c.preemptible]
+        with self.locked() as alloc:
+            if not any(w.reason != "quota" for w in alloc.waiters.values()):
+                return False
+        with self.read() as db:
+            return (
+                db.scalar(
+                    select(orm.JobRow.id)
+                    .where(
+                        orm.JobRow.state.in_(ALIVE_STATES),
+                        orm.JobRow.workload.in_(preemptible),
+                    )
+                    .limit(1)
+                )
+                is not None
+            )
 
     def _ranker(
         self,

@@ -12,7 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
+from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, USE
@@ -308,3 +310,30 @@ def test_a_restarted_pool_gives_runners_the_whole_timeout_again(db_url, clock):
     clock.advance(seconds=121)
     assert restarted.reconcile(set()) == 1
     assert restarted.job(job["id"])["reason"] == "runner_lost"
+
+
+def test_a_preemption_round_with_nothing_to_do_writes_nothing(db_url, clock):
+    """Most rounds of most pools: no version bump, so no other process catches up."""
+    upgrade(db_url)
+    store = make_store(db_url, clock, POOL)
+    for _ in range(2):
+        store.submit_job("server", "h100", ["serve"], "inference", groups=["serving"])
+    store.allocate("alice", "", "h100")  # waits; only inference runs
+    with store.read() as db:
+        before = db.scalar(select(orm.PoolState.version))
+    assert store.preempt_jobs() == []
+    with store.read() as db:
+        assert db.scalar(select(orm.PoolState.version)) == before
+
+
+def test_a_job_being_cancelled_makes_the_room_and_stays_cancelling(svc, clock):
+    old = submit(svc)
+    clock.advance(seconds=1)
+    young = submit(svc)
+    for job in (old, young):
+        report(svc, job, "running")
+    ok(svc.call("trainer", "DELETE", f"jobs/{old['id']}"))  # leaving anyway
+    ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
+    assert run(svc, commands.PreemptJobs()) == []  # the leaving one is the room: no notice
+    states = {j["id"]: j["state"] for j in ok(svc.call("trainer", "GET", "jobs"))["jobs"]}
+    assert states == {old["id"]: "cancelling", young["id"]: "running"}
