@@ -442,6 +442,32 @@ class JobStore(LeaseStore):
             lost += 1
         return lost
 
+    # -- what a job's lease refuses ----------------------------------------------------------
+
+    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+        """``LeaseStore.keepalive``, refused for a job's lease (its runner's reports bind it)."""
+        self._not_a_job_lease(lease_id, "keep it alive")
+        return super().keepalive(lease_id, actor=actor)
+
+    def resize(
+        self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
+    ) -> dict[str, Any]:
+        """``LeaseStore.resize``, refused for a job's lease: a target would be a lease of no
+        server and no job, which nothing would ever release."""
+        self._not_a_job_lease(lease_id, "resize it")
+        return super().resize(lease_id, offer, actor=actor, check_cap=check_cap)
+
+    def _not_a_job_lease(self, lease_id: str, what: str) -> None:
+        with self.transaction() as (db, _):
+            row = self.lease_row(db, lease_id)
+            if row.holder == JOB_HOLDER:
+                raise StoreError(
+                    "job_lease",
+                    f"lease {lease_id} is held by {row.server}: its runner and the jobs "
+                    f"endpoints act on it; cancel the job instead of trying to {what}",
+                    field="id",
+                )
+
     # -- the lease's changes, seen from the job ----------------------------------------------
 
     def _record(

@@ -337,3 +337,11 @@ def test_a_job_being_cancelled_makes_the_room_and_stays_cancelling(svc, clock):
     assert run(svc, commands.PreemptJobs()) == []  # the leaving one is the room: no notice
     states = {j["id"]: j["state"] for j in ok(svc.call("trainer", "GET", "jobs"))["jobs"]}
     assert states == {old["id"]: "cancelling", young["id"]: "running"}
+
+
+def test_a_job_lease_cannot_be_resized_or_kept_alive_as_a_server(svc):
+    job = submit(svc)
+    for path, body in (("resize", {"offer": "h100"}), ("keepalive", {})):
+        r = svc.call("trainer", "POST", f"allocations/{job['lease_id']}/{path}", body)
+        assert r.status == 409 and r.json()["error"]["code"] == "job_lease", r.body
+    assert lease(svc, job["lease_id"])["state"] == "granted"
