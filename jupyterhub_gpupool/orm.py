@@ -49,6 +49,7 @@ RELEASE_REASONS = (
     "withdrawn",
     "lapsed",
     "budget",
+    "preempted",
 )
 
 NAMING = {

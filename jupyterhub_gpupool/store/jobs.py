@@ -118,7 +118,8 @@ class JobStore(LeaseStore):
                 id=job_id,
                 user=user,
                 group=row.group,
-                name=name or (command[0].rsplit("/", 1)[-1] + f"-{job_id[:6]}"),
+                # the program's name by default (as long as the column holds)
+                name=(name or f"{command[0].rsplit('/', 1)[-1][:200]}-{job_id[:6]}")[:255],
                 offer=offer,
                 workload=cls.name,
                 command=command,
@@ -248,15 +249,16 @@ class JobStore(LeaseStore):
                 return self._job_json(db, alloc, job)
             job.exit_code = exit_code
             job.ended = now
+            why = "stopped"
             if job.state == "cancelling":
                 job.state = "cancelled"
             elif job.state == "preempting":
-                job.state = "preempted"
+                job.state, why = "preempted", "preempted"
             else:
                 job.state = "succeeded" if exit_code == 0 else "failed"
                 if exit_code != 0:
                     job.reason = f"exit code {exit_code}"
-            self._end_lease(db, alloc, job, "stopped")
+            self._end_lease(db, alloc, job, why)
             self._job_event(db, "job-ended", actor, job, exit_code=exit_code)
             return self._job_json(db, alloc, job)
 
@@ -309,8 +311,8 @@ class JobStore(LeaseStore):
             )
             promised: set[str] = set()
             for waiter in alloc.queue(self._now_s()):
-                if waiter.reason == "quota":
-                    continue
+                if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
+                    continue  # no preemption ends a wait for quota; or served meanwhile
                 requester = lease_class(self.classes, workloads.get(waiter.request.id))
                 if requester.preemptible:
                     continue
@@ -327,7 +329,7 @@ class JobStore(LeaseStore):
                     job.reason = preempting_reason(waiter.request.user, waiter.request.offer)
                     if job.state == "granted":  # never started: nothing to stop
                         job.state, job.ended = "preempted", now
-                        self._end_lease(db, alloc, job, "reclaimed-borrowed")
+                        self._end_lease(db, alloc, job, "preempted")
                         self._job_event(db, "job-ended", actor, job, for_request=waiter.request.id)
                         noticed.append(job.id)
                         continue

@@ -219,6 +219,7 @@ def test_an_interactive_request_within_guarantee_preempts_the_youngest_training_
     # the runner stops it and reports the exit: the lease goes to alice
     report(svc, young, "running")  # heartbeats keep it preempting
     assert report(svc, young, "exited", exit_code=143)["state"] == "preempted"
+    assert lease(svc, young["lease_id"])["release_reason"] == "preempted"
     assert lease(svc, nb["id"])["state"] == "granted"
 
 
@@ -345,3 +346,9 @@ def test_a_job_lease_cannot_be_resized_or_kept_alive_as_a_server(svc):
         r = svc.call("trainer", "POST", f"allocations/{job['lease_id']}/{path}", body)
         assert r.status == 409 and r.json()["error"]["code"] == "job_lease", r.body
     assert lease(svc, job["lease_id"])["state"] == "granted"
+
+
+def test_a_job_without_a_name_is_named_after_its_program(svc):
+    job = submit(svc, command=["/opt/venv/bin/" + "x" * 300, "--fast"])
+    assert job["name"].startswith("x" * 200 + "-") and len(job["name"]) == 207
+    assert ok(svc.call("trainer", "GET", f"jobs/{job['id']}"))["name"] == job["name"]
