@@ -176,7 +176,9 @@ def test_others_see_no_job_of_someone_else(svc):
     [
         ({"command": []}, 400, "invalid_command"),
         ({"command": None}, 400, "invalid_command"),
-        ({"command": "python train.py"}, 422, "invalid_field"),
+        ({"command": "python train.py"}, 400, "invalid_command"),
+        ({"env": ["SEED=1"]}, 400, "invalid_env"),
+        ({"name": 5}, 422, "invalid_field"),
         ({"command": ["python", 1]}, 400, "invalid_command"),
         ({"env": {"CUDA_VISIBLE_DEVICES": "3"}}, 400, "invalid_env"),
         ({"class": "batch"}, 400, "unknown_class"),
@@ -352,3 +354,14 @@ def test_a_job_without_a_name_is_named_after_its_program(svc):
     job = submit(svc, command=["/opt/venv/bin/" + "x" * 300, "--fast"])
     assert job["name"].startswith("x" * 200 + "-") and len(job["name"]) == 207
     assert ok(svc.call("trainer", "GET", f"jobs/{job['id']}"))["name"] == job["name"]
+
+
+def test_the_pool_keeps_the_last_mebibyte_of_a_jobs_output(svc):
+    job = submit(svc)
+    path = f"jobs/{job['id']}/logs"
+    big = "a" * (1024 * 1024)
+    assert ok(svc.call("runner", "POST", path, {"offset": 0, "data": big})) == {"next": len(big)}
+    assert ok(svc.call("runner", "POST", path, {"offset": len(big), "data": "tail"}))
+    logs = ok(svc.call("trainer", "GET", f"{path}?offset=0"))  # before what is kept
+    assert logs["offset"] == 4 and logs["next"] == len(big) + 4
+    assert len(logs["data"]) == 1024 * 1024 and logs["data"].endswith("atail")

@@ -34,18 +34,25 @@ class JobsHandler(APIHandler):
     @needs("use", "submit jobs")
     async def post(self) -> None:
         ident = self.identity
-        body = self.json_body(
-            {
-                "user": (str, False),
-                "offer": (str, True),
-                "class": (str, False),
-                "command": (list, False),
-                "name": (str, False),
-                "group": ((str, type(None)), False),
-                "groups": (list, False),
-                "env": ((dict, type(None)), False),
-            }
-        )
+        try:
+            body = self.json_body(
+                {
+                    "user": (str, False),
+                    "offer": (str, True),
+                    "class": (str, False),
+                    "command": (list, False),
+                    "name": (str, False),
+                    "group": ((str, type(None)), False),
+                    "groups": (list, False),
+                    "env": ((dict, type(None)), False),
+                }
+            )
+        except APIError as e:  # a command or environment of the wrong type: the contract's 400
+            if e.code == "invalid_field" and e.field == "command":
+                raise APIError("invalid_command", e.message, field="command") from None
+            if e.code == "invalid_field" and e.field == "env":
+                raise APIError("invalid_env", e.message, field="env") from None
+            raise
         user = body.get("user") or (ident.name if ident.kind == "user" else None)
         if not user:
             raise APIError("missing_field", "user is required for services", field="user")
