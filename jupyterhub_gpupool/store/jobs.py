@@ -294,6 +294,7 @@ class JobStore(LeaseStore):
         if not self._may_preempt():
             return noticed  # no write (no version bump other processes would catch up with)
         with self.transaction() as (db, alloc):
+            noticed += self._follow_lease_notices(db, alloc, actor)
             jobs = {
                 j.lease_id: j
                 for j in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES)))
@@ -346,10 +347,42 @@ class JobStore(LeaseStore):
                     noticed.append(job.id)
         return noticed
 
+    def _follow_lease_notices(self, db: Session, alloc: Allocator, actor: str) -> list[str]:
+        """A job whose lease got an enforced notice (``reclaiming``: an administrator's, a
+        drain's, a spent budget's; of any class, the admin decided) is stopped by its runner
+        like a preempted one, by the notice's deadline; one that never started ends at once.
+        The hub has no server of it to stop (``OperateStore.enforce_notices`` leaves it)."""
+        rows = db.execute(
+            select(orm.JobRow, orm.LeaseRow)
+            .join(orm.LeaseRow, orm.LeaseRow.id == orm.JobRow.lease_id)
+            .where(orm.JobRow.state.in_(("granted", "running")), orm.LeaseRow.state == "reclaiming")
+        ).all()
+        now, out = self.clock(), []
+        for job, lease in rows:
+            job.reason = lease.reclaim_reason or f"{lease.reclaim_kind} notice"
+            if job.state == "granted":
+                job.state, job.ended = "preempted", now
+                self._end_lease(db, alloc, job, "admin")
+                self._job_event(db, "job-ended", actor, job)
+            else:
+                job.state, job.notice_deadline = "preempting", lease.reclaim_deadline or now
+                self._job_event(db, "job-preempting", actor, job, notice=lease.reclaim_kind)
+            out.append(job.id)
+        return out
+
     def _may_preempt(self) -> bool:
-        """Whether a round could do anything: a request waits, and a job of a preemptible
-        class runs (most rounds of most pools: no)."""
+        """Whether a round could do anything: a job's lease under an administrator's notice,
+        or a request waiting while a job of a preemptible class runs (most rounds of most
+        pools: neither)."""
         preemptible = [c.name for c in self.classes.values() if c.preemptible]
+        with self.read() as db:
+            noticed = db.scalar(
+                select(orm.LeaseRow.id)
+                .where(orm.LeaseRow.holder == JOB_HOLDER, orm.LeaseRow.state == "reclaiming")
+                .limit(1)
+            )
+            if noticed is not None:
+                return True
         with self.locked() as alloc:
             if not any(w.reason != "quota" for w in alloc.waiters.values()):
                 return False

@@ -365,3 +365,17 @@ def test_the_pool_keeps_the_last_mebibyte_of_a_jobs_output(svc):
     logs = ok(svc.call("trainer", "GET", f"{path}?offset=0"))  # before what is kept
     assert logs["offset"] == 4 and logs["next"] == len(big) + 4
     assert len(logs["data"]) == 1024 * 1024 and logs["data"].endswith("atail")
+
+
+def test_a_drain_by_a_deadline_stops_jobs_through_their_runner(svc, clock):
+    job = submit(svc, "server", **{"class": "inference"})  # never preempted, but drained
+    report(svc, job, "running")
+    deadline = (clock.now + timedelta(minutes=10)).isoformat() + "Z"
+    ok(svc.call("root", "POST", "nodes/h100/drain", {"deadline": deadline}))
+    assert run(svc, commands.PreemptJobs()) == [job["id"]]
+    noticed = ok(svc.call("server", "GET", f"jobs/{job['id']}"))
+    assert noticed["state"] == "preempting" and noticed["notice_deadline"].startswith(deadline[:19])
+    clock.advance(minutes=30)  # long past the deadline: the service never asks the hub
+    assert run(svc, commands.EnforceNotices(0)) == []
+    assert report(svc, job, "exited", exit_code=143)["state"] == "preempted"
+    assert lease(svc, job["lease_id"])["state"] == "released"
