@@ -49,6 +49,7 @@ RELEASE_REASONS = (
     "withdrawn",
     "lapsed",
     "budget",
+    "preempted",
 )
 
 NAMING = {
@@ -253,6 +254,10 @@ class LeaseRow(Base):
     #: it reports (``last_input``), never what the hub or the reclaimer see.
     presence_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     last_input: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: Who holds it when not a hub server: ``job`` (``server`` is then ``job:<id>``, the
+    #: ``jobs`` row says the rest); None: a server. ``workload``: its class (None: interactive).
+    holder: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    workload: Mapped[str | None] = mapped_column(String(64), nullable=True)
     slots: Mapped[list[LeaseSlotRow]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"
     )
@@ -433,3 +438,50 @@ class MigRepartitionRow(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     #: the GPU's cordon before the re-partition (a waiting re-partition cordons it)
     was_cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+#: States of a job (contract): ``cancelling`` and ``preempting`` are transient (its runner is
+#: stopping it); the last four are final.
+JOB_STATES = (
+    "queued",
+    "granted",
+    "running",
+    "cancelling",
+    "preempting",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "preempted",
+)
+JOB_FINAL = ("succeeded", "failed", "cancelled", "preempted")
+
+
+class JobRow(Base):
+    """A job: a command run on a lease the job holds (``LeaseRow.holder`` = ``job``), started
+    and stopped by the job runner on the lease's node, not by a hub server."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    offer: Mapped[str] = mapped_column(String(64))
+    workload: Mapped[str] = mapped_column(String(64))
+    command: Mapped[list[str]] = mapped_column(JSON)
+    env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    devices: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    started: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    ended: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    notice_deadline: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    runner_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: The job's output: at most the last ``jobs.LOG_KEEP`` characters, and where they start
+    #: in the whole output (offsets are the runner's, over everything it uploaded).
+    log: Mapped[str] = mapped_column(Text, default="")
+    log_start: Mapped[int] = mapped_column(Integer, default=0)

@@ -386,3 +386,65 @@ class PoolClient:
     async def post_mig_results(self, node: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         """What became of the MIG actions the node applied."""
         return await self._object("POST", _path("nodes", node, "mig-results"), {"results": results})
+
+    # -- jobs: the user's side (CLI, notebook API) and the job runner's ------------------------
+
+    async def submit_job(
+        self,
+        offer: str,
+        command: Sequence[str],
+        *,
+        workload: str = "training",
+        name: str | None = None,
+        group: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+    ) -> dict[str, Any]:
+        """Submit ``command`` (program, then arguments) for ``offer`` as a job of class
+        ``workload`` (``user``: a spawner's or admin's, for another user): the job, granted
+        or queued."""
+        body: dict[str, Any] = {"offer": offer, "class": workload, "command": list(command)}
+        for key, value in (("name", name), ("group", group), ("user", user)):
+            if value is not None:
+                body[key] = value
+        if env is not None:
+            body["env"] = dict(env)
+        return await self._object("POST", "jobs", body)
+
+    async def jobs(self, state: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
+        """Jobs, newest first: the token's own user's (an admin's: everybody's, or ``user``'s)."""
+        answer = await self.request("GET", "jobs", params={"state": state, "user": user})
+        return list((answer or {}).get("jobs") or [])
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        """One job."""
+        return await self._object("GET", _path("jobs", job_id))
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job: at once if it has not started, else its runner stops it."""
+        return await self._object("DELETE", _path("jobs", job_id))
+
+    async def job_logs(self, job_id: str, offset: int = 0) -> dict[str, Any]:
+        """The job's output from ``offset``: ``{offset, data, next, complete}``."""
+        return await self._object("GET", _path("jobs", job_id, "logs"), params={"offset": offset})
+
+    async def node_jobs(self, node: str) -> list[dict[str, Any]]:
+        """The jobs the runner on ``node`` should start, cancel or preempt."""
+        answer = await self.request("GET", _path("nodes", node, "jobs"))
+        return list((answer or {}).get("jobs") or [])
+
+    async def job_status(
+        self, job_id: str, state: str, exit_code: int | None = None, pid: int | None = None
+    ) -> dict[str, Any]:
+        """The runner's report: ``running`` (every round: its heartbeat) or ``exited``."""
+        body: dict[str, Any] = {"state": state}
+        if exit_code is not None:
+            body["exit_code"] = exit_code
+        if pid is not None:
+            body["pid"] = pid
+        return await self._object("POST", _path("jobs", job_id, "status"), body)
+
+    async def job_log_append(self, job_id: str, offset: int, data: str) -> dict[str, Any]:
+        """Upload the job's output from ``offset``; answers ``{next}``."""
+        body = {"offset": offset, "data": data}
+        return await self._object("POST", _path("jobs", job_id, "logs"), body)

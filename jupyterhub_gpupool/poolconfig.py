@@ -19,6 +19,8 @@ Example::
     prices:
       currency: EUR
       models: {A100-80GB: {held: 2.40, busy: 1.90}, H100-80GB: 3.10}
+    classes:
+      training: {grace: 600, allowed_groups: [ml]}
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from .pool.model import SHARING_MODES, Gpu, MigInstance, Node, Offer, parse_offe
 from .pool.pricing import Prices, parse_prices
 from .pool.quota import QuotaSpec
 from .pool.reclaimpolicy import PolicySet, parse_policies
+from .pool.workloads import DEFAULT_CLASSES, WorkloadClass, parse_classes
 
 #: The cluster of a node nobody placed in one (one machine, or a single cluster).
 DEFAULT_CLUSTER = "default"
@@ -112,9 +115,12 @@ class PoolConfig:
     clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
     #: Chargeback prices per GPU model (``prices:``; absent: nothing is priced).
     prices: Prices = field(default_factory=Prices)
+    #: Workload classes (``classes:``; absent: interactive, training and inference with their
+    #: defaults, ``pool.workloads.DEFAULT_CLASSES``).
+    classes: Mapping[str, WorkloadClass] = field(default_factory=lambda: dict(DEFAULT_CLASSES))
 
 
-_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters", "prices"}
+_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters", "prices", "classes"}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
 _GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
 _MIG = {"enabled", "dynamic", "instances"}
@@ -354,6 +360,7 @@ def parse_pool_config(raw: object, catalog: Catalog, *, kubernetes: bool = False
         dict(section) if section else None,
         clusters,
         parse_prices(raw.get("prices"), catalog.names),
+        parse_classes(raw.get("classes")),
     )
 
 

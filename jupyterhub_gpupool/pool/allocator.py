@@ -14,10 +14,10 @@ re-scores the live states a few per decision from options cached per state.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
 from .decisions import Decision, Grant, Lease, Queued, Rejected
@@ -609,12 +609,19 @@ class Allocator(NodeStates):
             return grant
         return None
 
-    def reclaimable_for(self, request: Request, now: float) -> list[str]:
+    def reclaimable_for(
+        self,
+        request: Request,
+        now: float,
+        rank: Callable[[Lease], Any] | None = None,
+    ) -> list[str]:
         """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
 
         They are tried in ``borrowing.reclaim_order``, the reclaim rules' order (the owner
         most over guarantee first, then the youngest); the list is as short as the placement
-        allows. Empty when the request borrows itself or nothing would help.
+        allows. Empty when the request borrows itself or nothing would help. ``rank``: the
+        leases that may go and their order instead (smallest first; None: never), as
+        ``workloads.preemption_rank`` has it for workload classes.
         """
         offer = self.offers.get(request.offer)
         if offer is None or offer.kind == "cpu":
@@ -631,22 +638,21 @@ class Allocator(NodeStates):
         candidates = [
             lease
             for lease in self.leases.values()
-            if lease.borrowed
+            if (lease.borrowed if rank is None else rank(lease) is not None)
             and (
                 not offer.models
                 or any(self.gpus[s.gpu].model.name in offer.models for s in lease.slots)
             )
         ]
         q = self.quotas  # the allocator knows no idleness, and arrival for the grant's time
-        candidates.sort(
-            key=lambda le: reclaim_order(
-                owner_surplus(le.request.user, le.group, q.held_user, q.held_group, q),
-                None,
-                le.request.arrival,
-                le.id,
-                now,
-            )
-        )
+
+        def order(le: Lease) -> Any:
+            if rank is not None:
+                return rank(le)
+            surplus = owner_surplus(le.request.user, le.group, q.held_user, q.held_group, q)
+            return reclaim_order(surplus, None, le.request.arrival, le.id, now)
+
+        candidates.sort(key=order)
         freed: list[Lease] = []
         try:
             for lease in candidates:

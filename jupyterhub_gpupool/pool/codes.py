@@ -99,6 +99,15 @@ _DECLARED = (
         "An exception request beyond the quota's exception ceiling (`allowed` names it).",
         spawn="{offer} is beyond what an exception to your quota may allow: {message}.",
     ),
+    # jobs
+    Code(
+        "invalid_command", "A job's command is missing, empty, not a list of strings, or too long."
+    ),
+    Code("invalid_env", "A job's environment is not names → strings, or sets the runner's own."),
+    Code("unknown_class", "No workload class of that name (`allowed` lists them)."),
+    Code("class_not_allowed", "The workload class is for other groups than the user's."),
+    Code("job_lease", "The lease is a job's: only the runner and the jobs endpoints act on it."),
+    Code("job_not_running", "A runner's report on a job that is queued or has ended."),
     # the lease's state
     Code("already_allocated", "The server already has a lease (live or queued)."),
     Code("duplicate_request", "A request with that id exists already."),

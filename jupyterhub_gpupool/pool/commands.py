@@ -421,6 +421,56 @@ class FailRepartition(Command):
     error: str
 
 
+# -- jobs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmitJob(Command):
+    """Ask for an offer for a job of a workload class: its lease granted or queued."""
+
+    user: str
+    offer: str
+    command: Sequence[str]
+    workload: str = "training"
+    name: str = ""
+    group: str | None = None
+    groups: Iterable[str] = ()
+    env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class CancelJob(Command):
+    """End a queued or granted job at once; a running one goes ``cancelling``."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class JobStatus(Command):
+    """The job runner's report: ``running`` (its heartbeat) or ``exited`` (releases the
+    lease)."""
+
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class AppendJobLog(Command):
+    """Add the runner's upload of a job's output at ``offset``."""
+
+    job_id: str
+    offset: int
+    data: str
+
+
+@dataclass(frozen=True)
+class PreemptJobs(Command):
+    """Give preemptible jobs whose leases a waiting request within guarantee needs their
+    notice (``preempting``, with a deadline)."""
+
+
 def every_command() -> list[type[Command]]:
     """Every concrete command type (the store's dispatch table has one line for each)."""
     return list(Command.__subclasses__())

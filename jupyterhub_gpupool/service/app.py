@@ -47,6 +47,7 @@ from .apihandlers import (
     alerts,
     allocations,
     approvals,
+    jobs,
     operate,
     planning,
     reclaim,
@@ -162,6 +163,11 @@ class PoolService(StrictCommandLine):
     base_url = Unicode(
         help="URL prefix of the service (default: JUPYTERHUB_SERVICE_PREFIX, else "
         "/services/gpupool/)."
+    ).tag(config=True)
+    job_runner_timeout = Float(
+        120.0,
+        help="Seconds a job's runner may go without reporting it before the reconcile fails the "
+        "job (runner_lost) and releases its lease (for a preempted job: past its deadline).",
     ).tag(config=True)
     grant_timeout = Float(
         600.0,
@@ -485,6 +491,7 @@ class PoolService(StrictCommandLine):
             "reclaim_stale_after": self.reclaim_stale_after,
             "reclaim_claim_timeout": self.reclaim_claim_timeout,
             "dra_dynamic_mig": tuple(MigLabeller(parent=self).dra_dynamic_mig),
+            "job_runner_timeout": self.job_runner_timeout,
         }
 
     def request_cap(self) -> int:
@@ -563,6 +570,7 @@ class PoolService(StrictCommandLine):
             operate,
             planning,
             alerts,
+            jobs,
         ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
@@ -707,6 +715,7 @@ class PoolService(StrictCommandLine):
             expired, promoted = await asyncio.gather(  # queued in order: one batch
                 self.writer.run(commands.ExpireGrants()), self.writer.run(commands.Promote())
             )
+            await self.writer.run(commands.PreemptJobs())  # training jobs in someone's way
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.run(commands.AdvanceRepartitions())
             # approved time running out: a notice first, then the lease ends (lapsed)

@@ -19,7 +19,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
   applied through the Kubernetes ``nvidia.com/mig.config`` label; ``approvals`` — an
   administrator's decision on a request awaiting approval, and the lapse of approved time;
   ``alerting`` — what the service's alert loop reads, and the audit of its alerts;
-  ``outside`` — devices pods the pool did not place hold, and the device a pod really got.
+  ``outside`` — devices pods the pool did not place hold, and the device a pod really got;
+  ``jobs`` — job leases: a command run on a lease by the job runner, not a hub server.
 
 ``Store`` puts them together. Every change of state is a command (``pool/commands.py``) that the
 service runs only through its writer (``service/writer.py``), off the event loop; ``dispatch``
@@ -33,13 +34,14 @@ from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .budgets import BudgetStore
 from .errors import StoreError, lease_not_found
+from .jobs import JobStore
 from .outside import OutsideStore
 from .planning import PlanningStore
 from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
+class Store(JobStore, OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

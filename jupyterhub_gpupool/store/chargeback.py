@@ -18,13 +18,16 @@ from sqlalchemy import or_, select
 from .. import orm
 from ..pool.pricing import ALWAYS, USAGE_COLUMNS, Prices, cents
 from ..pool.usage import BusyTime, LineItem, line_item
+from ..pool.workloads import JOB_HOLDER
 from .errors import StoreError
 from .rows import schedules
 from .usagefacts import BusyTimeStore, span_of
 
-BY = ("user", "group", "offer")
+BY = ("user", "group", "offer", "job")
 #: The row of leases charged to no group (named in every format, never an empty key).
 NO_GROUP = "(no group)"
+#: Grouped by job: the row of every lease no job holds (the servers'), kind ``no-job``.
+NO_JOB = "(servers)"
 #: The columns of a usage row, in the CSV's order after the key column.
 COLUMNS = USAGE_COLUMNS
 
@@ -57,7 +60,7 @@ def aggregate(lines: Iterable[tuple[orm.LeaseRow, LineItem]], by: str) -> list[d
         a["unpriced"] += item.unpriced
         a["cost"] += item.cost
     return [
-        {by: name, "kind": "no-group" if none else by, **_figures(acc[(none, name)])}
+        {by: name, "kind": f"no-{by}" if none else by, **_figures(acc[(none, name)])}
         for none, name in sorted(acc)
     ]
 
@@ -67,7 +70,10 @@ _SUMS = ("held", "busy", "estimated", "unpriced", "cost")
 
 def key_of(row: orm.LeaseRow, by: str) -> tuple[bool, str]:
     """The row a lease falls in for grouping ``by``: (no group?, name); no group is named
-    :data:`NO_GROUP` (a group of that very name stays apart: its kind is ``group``)."""
+    :data:`NO_GROUP` (a group of that very name stays apart: its kind is ``group``). By job:
+    each job lease its own row (``job:<id>``, its ``server``), every other lease :data:`NO_JOB`."""
+    if by == "job":
+        return (False, row.server) if row.holder == JOB_HOLDER else (True, NO_JOB)
     value = getattr(row, by)
     return (False, value) if value else (True, NO_GROUP)
 
@@ -169,12 +175,27 @@ class ChargebackStore(BusyTimeStore):
             )
         lines = self.line_items(start, end)
         items = aggregate(lines, by)
+        if by == "job":  # people read the job's name beside its id
+            names = self._job_names(item["job"] for item in items if item["kind"] == "job")
+            for item in items:
+                item["name"] = names.get(item["job"], "")
         return {
             "currency": self.prices.currency,
             "items": items,
             "total": totals(items),
             "prices": prices_used(item for _, item in lines),
         }
+
+    def _job_names(self, servers: Iterable[str]) -> dict[str, str]:
+        """``job:<id>`` → the job's name."""
+        ids = {server.removeprefix("job:"): server for server in servers}
+        if not ids:
+            return {}
+        with self.read() as db:
+            rows = db.execute(
+                select(orm.JobRow.id, orm.JobRow.name).where(orm.JobRow.id.in_(list(ids)))
+            )
+            return {ids[i]: name for i, name in rows}
 
     def idle_holders(self, start: datetime, end: datetime, limit: int = 10) -> list[dict[str, Any]]:
         """The users who held the most unit-hours idle within [start, end), most first: held,

@@ -77,6 +77,11 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.CancelRepartition: s.cancel_repartition,
         c.AdvanceRepartitions: s.advance_repartitions,
         c.FailRepartition: s.fail_repartition,
+        c.SubmitJob: s.submit_job,
+        c.CancelJob: s.cancel_job,
+        c.JobStatus: s.job_status,
+        c.AppendJobLog: s.append_job_log,
+        c.PreemptJobs: s.preempt_jobs,
     }
 
 

@@ -236,12 +236,14 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
     def _overdue(self, db: Session, overdue: float) -> list[orm.LeaseRow]:
         """Live leases under an admin or drain notice whose deadline passed more than
         ``overdue`` seconds ago, and that no one is carrying out (a claim older than
-        ``reclaim_claim_timeout`` is a claimer that died mid-action, as a round counts it)."""
+        ``reclaim_claim_timeout`` is a claimer that died mid-action, as a round counts it).
+        Not a job's lease: no hub server to stop; its runner stops the job (``store/jobs.py``)."""
         now = self.clock()
         rows = db.scalars(
             select(orm.LeaseRow)
             .where(
                 orm.LeaseRow.state.in_(LIVE_STATES),
+                orm.LeaseRow.holder.is_(None),
                 orm.LeaseRow.reclaim_kind.in_(ENFORCED_KINDS),
                 orm.LeaseRow.reclaim_deadline <= now - timedelta(seconds=overdue),
             )

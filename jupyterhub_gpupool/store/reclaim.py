@@ -18,7 +18,7 @@ from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
@@ -48,6 +48,7 @@ from ..pool.reclaim import (
     plan_reclaims,
 )
 from ..pool.reclaimpolicy import DURATION_FIELDS
+from ..pool.workloads import idle_reclaimable
 from .errors import StoreError
 from .presence import PresenceStore
 from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts, upsert_insert
@@ -165,10 +166,20 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     # -- reads for the reclaimer -------------------------------------------------------------
 
+    def _watched(self) -> ColumnElement[bool]:
+        """The leases the reclaimer watches: bound, of a class it may reclaim when idle (a
+        training job is preempted through its job's notice instead, ``store/jobs.py``)."""
+        classes = self.file_config.classes
+        never = [name for name in classes if not idle_reclaimable(classes, name)]
+        return and_(
+            orm.LeaseRow.state.in_(WATCHED),
+            or_(orm.LeaseRow.workload.is_(None), orm.LeaseRow.workload.not_in(never)),
+        )
+
     def reclaim_leases(self, offset: int = 0, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
         """Live leases the reclaimer watches (``active``, ``reclaiming``), oldest grant first."""
         with self.locked() as alloc, self.read() as db:
-            q = select(orm.LeaseRow).where(orm.LeaseRow.state.in_(WATCHED))
+            q = select(orm.LeaseRow).where(self._watched())
             total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
             rows = db.scalars(
                 q.order_by(orm.LeaseRow.granted, orm.LeaseRow.id).offset(offset).limit(limit)
@@ -194,7 +205,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         with self.read() as db:
             rows = db.scalars(
                 select(orm.LeaseRow)
-                .where(orm.LeaseRow.state.in_(WATCHED))
+                .where(self._watched())
                 .options(selectinload(orm.LeaseRow.slots))
             )
             return {r.id: _devices(r) for r in rows}
@@ -286,7 +297,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             now = self._now_s()
             rows = db.scalars(
                 select(orm.LeaseRow)
-                .where(orm.LeaseRow.state.in_(WATCHED))
+                .where(self._watched())
                 .options(selectinload(orm.LeaseRow.slots))
                 .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
             ).all()

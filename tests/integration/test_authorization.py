@@ -88,6 +88,16 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("GET reclaim/policies",                   401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("PUT reclaim/policies",                   401,  403,  403,  403,  403,  403,  403,  403,  200),
     ("DELETE reclaim/policies",                401,  403,  403,  403,  403,  403,  403,  403,  200),
+    # jobs: "{job}" is a fresh granted job of alice's; the runner's side is the agent's
+    ("POST jobs",                              401,  201,  403,  201,  403,  403,  201,  403,  201),
+    ("GET jobs",                               401,  200,  200,  200,  200,  403,  200,  403,  200),
+    ("GET jobs?user=alice",                    401,  200,  403,  200,  403,  403,  200,  403,  200),
+    ("GET jobs/{job}",                         401,  200,  404,  200,  404,  403,  200,  403,  200),
+    ("DELETE jobs/{job}",                      401,  200,  404,  200,  404,  403,  200,  403,  200),
+    ("GET jobs/{job}/logs",                    401,  200,  404,  200,  404,  403,  200,  200,  200),
+    ("POST jobs/{job}/logs",                   401,  403,  403,  403,  403,  403,  403,  200,  200),
+    ("POST jobs/{job}/status",                 401,  403,  403,  403,  403,  403,  403,  200,  200),
+    ("GET nodes/sim-a100/jobs",                401,  403,  403,  403,  403,  403,  403,  200,  200),
 ]
 # fmt: on
 
@@ -128,6 +138,9 @@ BODIES: dict[str, object] = {
     "POST reclaim/rounds": {"holder": "authz", "window": {"start": 1, "end": 2}},
     "POST reclaim/leases/{id}/outcome": {"holder": "authz", "result": "done"},
     "PUT reclaim/policies": {"default": {"idle_timeout": "2h"}},
+    "POST jobs": {"user": "alice", "offer": "t4-quarter", "command": ["python", "train.py"]},
+    "POST jobs/{job}/logs": {"offset": 0, "data": "epoch 1\n"},
+    "POST jobs/{job}/status": {"state": "running", "pid": 4242},
 }
 
 
@@ -183,6 +196,14 @@ def _new_lease(hub: HubEnv) -> str:
     return r.json()["id"]
 
 
+def _new_job(hub: HubEnv) -> str:
+    """A fresh granted job of alice's (on a quarter of the T4)."""
+    body = {"user": "alice", "offer": "t4-quarter", "command": ["sleep", "1"]}
+    r = _call(hub, "POST", "jobs", hub.spawner_token, body)
+    assert r.status == 201 and r.json()["state"] == "granted", r.body
+    return r.json()["id"]
+
+
 def _release_all(hub: HubEnv) -> None:
     """Release every lease the module made, so each cell starts from the same pool."""
     for user in hub.users:
@@ -232,6 +253,7 @@ def matrix_results(hub: HubEnv, tokens: dict[str, str | None]) -> dict[tuple[str
         body = BODIES.get(f"{method} {path}")
         for col in COLUMNS:
             lease = _new_lease(hub) if "{id}" in path else None
+            job = _new_job(hub) if "{job}" in path else None
             call_body = body
             if method == "POST" and path == "allocations":
                 call_body = {**body, "server": _server()}  # type: ignore[dict-item]
@@ -239,9 +261,9 @@ def matrix_results(hub: HubEnv, tokens: dict[str, str | None]) -> dict[tuple[str
                     call_body["priority"] = 5
             if variant == "deadline":
                 call_body = {"deadline": "2099-01-01T00:00:00Z"}
-            r = _call(hub, method, path.format(id=lease), tokens[col], call_body)
+            r = _call(hub, method, path.format(id=lease, job=job), tokens[col], call_body)
             results[label, col] = _outcome(r.status, r.body)
-            if lease is not None or path == "allocations":
+            if lease is not None or job is not None or path in ("allocations", "jobs"):
                 _release_all(hub)
             if path.startswith("nodes/sim-h100/"):
                 _call(hub, "POST", "nodes/sim-h100/uncordon", _admin(hub), {})

@@ -130,6 +130,30 @@ CASES: list[tuple[str, type[PoolClient], str, Call]] = [
     ),
     (AGENT, PoolClient, "post_samples", lambda c: c.post_samples("node-1", [])),
     (AGENT, PoolClient, "post_mig_results", lambda c: c.post_mig_results("node-1", [_MIG_RESULT])),
+    (
+        LAB,
+        PoolClient,
+        "submit_job",
+        lambda c: c.submit_job(
+            "a100-1g",
+            ["python", "train.py", "--epochs", "3"],
+            workload="training",
+            name="resnet",
+            group="physics",
+            env={"SEED": "1"},
+        ),
+    ),
+    (LAB, PoolClient, "submit_job", lambda c: c.submit_job("a100-1g", ["python", "serve.py"])),
+    (SPAWNER, PoolClient, "submit_job", lambda c: c.submit_job("h100", ["x"], user="alice")),
+    (LAB, PoolClient, "jobs", lambda c: c.jobs()),
+    (LAB, PoolClient, "jobs", lambda c: c.jobs(state="running", user="alice")),
+    (LAB, PoolClient, "job", lambda c: c.job("j1")),
+    (LAB, PoolClient, "cancel_job", lambda c: c.cancel_job("j1")),
+    (LAB, PoolClient, "job_logs", lambda c: c.job_logs("j1", 1024)),
+    (AGENT, PoolClient, "node_jobs", lambda c: c.node_jobs("node-1")),
+    (AGENT, PoolClient, "job_status", lambda c: c.job_status("j1", "running", pid=4242)),
+    (AGENT, PoolClient, "job_status", lambda c: c.job_status("j1", "exited", exit_code=1)),
+    (AGENT, PoolClient, "job_log_append", lambda c: c.job_log_append("j1", 0, "epoch 1\n")),
 ]
 
 

@@ -118,7 +118,7 @@ class NodeActionHandler(APIHandler):
 
 
 class UsageHandler(APIHandler):
-    """``GET usage?from=&to=&by=user|group|offer&format=json|csv`` (unit-hours)."""
+    """``GET usage?from=&to=&by=user|group|offer|job&format=json|csv`` (unit-hours)."""
 
     route_name = "usage"
 
@@ -142,7 +142,8 @@ class UsageHandler(APIHandler):
             )
             return
         out = io.StringIO()
-        writer = csv.DictWriter(out, [by, "kind", *USAGE_COLUMNS], lineterminator="\n")
+        named = [by, "name"] if by == "job" else [by]  # a job's row: its id and its name
+        writer = csv.DictWriter(out, [*named, "kind", *USAGE_COLUMNS], lineterminator="\n")
         writer.writeheader()
         writer.writerows(report["items"])
         self.set_header("Content-Type", "text/csv; charset=utf-8")

@@ -277,9 +277,13 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]  
     # -- input -------------------------------------------------------------------------------
 
     def json_body(
-        self, fields: Mapping[str, tuple[type | tuple[type, ...], bool]]
+        self,
+        fields: Mapping[str, tuple[type | tuple[type, ...], bool]],
+        *,
+        long: tuple[str, ...] = (),
     ) -> dict[str, Any]:
-        """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)}).
+        """Parse the body as a JSON object with exactly ``fields`` ({name: (types, required)});
+        strings are at most ``MAX_STR`` characters, but those named in ``long`` (a job's log).
 
         At most ``MAX_BODY`` bytes (413 ``body_too_large``) nested at most ``MAX_DEPTH`` deep
         (400 ``too_deep``): JSON nested a thousand levels would otherwise exhaust the parser's
@@ -331,7 +335,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]  
                 and not MIN_INT <= value <= MAX_INT
             ):
                 raise APIError("invalid_field", f"{name} is out of range", field=name)
-            if isinstance(value, str) and len(value) > MAX_STR:
+            if isinstance(value, str) and len(value) > MAX_STR and name not in long:
                 raise APIError(
                     "invalid_field", f"{name} is longer than {MAX_STR} characters", field=name
                 )

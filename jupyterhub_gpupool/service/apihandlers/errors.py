@@ -23,10 +23,14 @@ STATUS: dict[str, int] = {
     "invalid_by": 400,
     "invalid_range": 400,
     "bad_request": 400,
+    "invalid_command": 400,
+    "invalid_env": 400,
+    "unknown_class": 400,
     # 401/403: who is asking
     "unauthorized": 401,
     "forbidden": 403,
     "not_in_group": 403,
+    "class_not_allowed": 403,
     # 404/405
     "not_found": 404,
     "method_not_allowed": 405,
@@ -52,6 +56,8 @@ STATUS: dict[str, int] = {
     "not_on_kubernetes": 409,
     "over_limit": 409,
     "conflict": 409,
+    "job_not_running": 409,
+    "job_lease": 409,
     # 429: too much at once
     "too_many_requests": 429,
     # 422: well-formed, but the pool cannot act on it

@@ -1,0 +1,620 @@
+"""Job leases: a command run on a lease the job holds, not a hub server (issue 35).
+
+A job's lease is an ordinary lease row (``server`` = ``job:<id>``, ``holder`` = ``job``,
+``workload`` = its class), so the queue, usage and chargeback see it as they see servers. The
+job row follows its lease: granted when the lease is (``_record``), ended when the lease ends
+some other way (``_finish``: an admin's release, a lost node). The job runner on the lease's
+node starts it, reports it alive (``running``, every round) and reports its exit, which
+releases the lease. Preemption of a training job is a notice on the job (``preempting`` with
+a deadline) that the runner carries out; the lease goes when the exit is reported, or, if the
+runner falls silent past ``job_runner_timeout``, at the next reconcile (``runner_lost``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .. import orm
+from ..pool.allocator import Allocator, Grant, Queued
+from ..pool.borrowing import owner_surplus
+from ..pool.decisions import Lease
+from ..pool.errors import PoolError
+from ..pool.model import offer_priority
+from ..pool.workloads import (
+    JOB_HOLDER,
+    Holder,
+    WorkloadClass,
+    check_job,
+    class_for,
+    lease_class,
+    preempting_reason,
+    preemption_rank,
+    request_priority,
+)
+from .errors import StoreError
+from .leases import LeaseStore
+from .rows import ts
+
+#: The most of a job's output the pool keeps (the last characters).
+LOG_KEEP = 1024 * 1024
+#: States the runner acts on (its node's list).
+RUNNER_STATES = ("granted", "cancelling", "preempting")
+#: States in which the runner has (or may have) a process: its reports count.
+ALIVE_STATES = ("granted", "running", "cancelling", "preempting")
+#: Lease release reasons that mean someone called the job off (not that it failed).
+_CALLED_OFF = ("cancelled", "withdrawn", "denied", "stopped", "admin")
+_PREFIX = "job:"
+
+
+def job_server(job_id: str) -> str:
+    """The ``server`` of a job's lease."""
+    return _PREFIX + job_id
+
+
+def job_not_found(job_id: str) -> StoreError:
+    """The refusal for a job that does not exist (or is not the caller's)."""
+    return StoreError("not_found", f"no job {job_id!r}", field="id")
+
+
+class JobStore(LeaseStore):
+    """Jobs: submit, cancel, the runner's reports, preemption and the runner timeout."""
+
+    def __init__(self, *args: Any, job_runner_timeout: float = 120.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Seconds a job's runner may go without a report before its lease is released
+        #: (``runner_lost``): ``PoolService.job_runner_timeout``.
+        self.job_runner_timeout = job_runner_timeout
+        #: Silence is counted from here at the earliest: runners cannot report to a pool that
+        #: is down, so a restarted pool gives them the whole timeout again.
+        self._runners_watched_from = self.clock()
+
+    @property
+    def classes(self) -> Mapping[str, WorkloadClass]:
+        """The workload classes of the pool config (the defaults without one)."""
+        return self.file_config.classes
+
+    # -- the user's side ---------------------------------------------------------------------
+
+    def submit_job(
+        self,
+        user: str,
+        offer: str,
+        command: list[str],
+        workload: str = "training",
+        name: str = "",
+        group: str | None = None,
+        groups: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        *,
+        actor: str = "",
+    ) -> dict[str, Any]:
+        """Ask for ``offer`` for a job of class ``workload``: its lease is granted or queued
+        like a server's; refusals are the allocation's, plus ``unknown_class``,
+        ``class_not_allowed``, ``invalid_command`` and ``invalid_env``."""
+        groups = tuple(groups)
+        try:
+            cls = class_for(self.classes, workload, groups)
+            command, env_ = check_job(command, env)
+        except PoolError as e:
+            raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+        job_id = uuid.uuid4().hex
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            prio = request_priority(self.classes, cls, offer_priority(alloc.offers.get(offer)))
+            lease = self.allocate(
+                user, job_server(job_id), offer, group=group, groups=groups, priority=prio,
+                actor=actor,
+            )  # fmt: skip
+            row = self.lease_row(db, lease["id"])
+            row.holder, row.workload, row.expires = JOB_HOLDER, cls.name, None
+            job = orm.JobRow(
+                id=job_id,
+                user=user,
+                group=row.group,
+                # the program's name by default (as long as the column holds)
+                name=(name or f"{command[0].rsplit('/', 1)[-1][:200]}-{job_id[:6]}")[:255],
+                offer=offer,
+                workload=cls.name,
+                command=command,
+                env=env_,
+                state="granted" if row.state == "granted" else "queued",
+                lease_id=row.id,
+                node=row.node,
+                devices=self._job_devices(alloc, row),
+                created=now,
+                log="",
+                log_start=0,
+            )
+            db.add(job)
+            self._event(
+                db,
+                "job-submitted",
+                actor or user,
+                row,
+                {"job": job_id, "name": job.name, "class": cls.name, "state": job.state},
+            )
+            return self._job_json(db, alloc, job, row)
+
+    def list_jobs(self, user: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        """Jobs, newest first (``user`` None: everybody's)."""
+        with self.locked() as alloc, self.read() as db:
+            q = select(orm.JobRow)
+            if user is not None:
+                q = q.where(orm.JobRow.user == user)
+            if state is not None:
+                q = q.where(orm.JobRow.state == state)
+            rows = db.scalars(q.order_by(orm.JobRow.created.desc(), orm.JobRow.id).limit(1000))
+            return [self._job_json(db, alloc, j) for j in rows]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job's JSON, or ``not_found``."""
+        with self.locked() as alloc, self.read() as db:
+            return self._job_json(db, alloc, self._job_row(db, job_id))
+
+    def job_owner(self, job_id: str) -> str:
+        """Whose job it is (``not_found`` if none)."""
+        with self.read() as db:
+            owner = db.scalar(select(orm.JobRow.user).where(orm.JobRow.id == job_id))
+        if owner is None:
+            raise job_not_found(job_id)
+        return owner
+
+    def cancel_job(self, job_id: str, *, actor: str = "") -> dict[str, Any]:
+        """A queued or granted job ends at once (its lease released); a running one goes
+        ``cancelling`` (its runner stops it and reports the exit); an ended one stays."""
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            job = self._job_row(db, job_id)
+            if job.state in ("queued", "granted"):
+                why = "cancelled" if job.state == "queued" else "stopped"
+                job.state, job.ended = "cancelled", now
+                job.reason = f"cancelled by {actor or job.user}"
+                self._end_lease(db, alloc, job, why)
+                self._job_event(db, "job-cancelled", actor, job)
+            elif job.state in ("running", "preempting"):
+                job.state = "cancelling"
+                self._job_event(db, "job-cancelling", actor, job)
+            return self._job_json(db, alloc, job)
+
+    def job_log(self, job_id: str, offset: int = 0) -> dict[str, Any]:
+        """The job's output from ``offset`` (an offset before what is kept starts at the
+        oldest kept character)."""
+        with self.read() as db:
+            job = self._job_row(db, job_id)
+            end = job.log_start + len(job.log)
+            start = min(max(offset, job.log_start), end)
+            return {
+                "offset": start,
+                "data": job.log[start - job.log_start :],
+                "next": end,
+                "complete": job.state in orm.JOB_FINAL,
+            }
+
+    # -- the runner's side -------------------------------------------------------------------
+
+    def node_jobs(self, node: str) -> list[dict[str, Any]]:
+        """The jobs on ``node`` its runner acts on: to start, cancel or preempt."""
+        with self.locked() as alloc, self.read() as db:
+            rows = db.scalars(
+                select(orm.JobRow)
+                .where(orm.JobRow.node == node, orm.JobRow.state.in_(RUNNER_STATES))
+                .order_by(orm.JobRow.created, orm.JobRow.id)
+            )
+            return [self._job_json(db, alloc, j, with_env=True) for j in rows]
+
+    def job_status(
+        self,
+        job_id: str,
+        state: str,
+        exit_code: int | None = None,
+        pid: int | None = None,
+        *,
+        actor: str = "",
+    ) -> dict[str, Any]:
+        """The runner's report: ``running`` (also its heartbeat) or ``exited`` (the job ends:
+        succeeded or failed by its exit code, cancelled or preempted if it was being stopped;
+        the lease is released)."""
+        if state not in ("running", "exited"):
+            raise StoreError(
+                "invalid_field",
+                f"state must be running or exited, got {state!r}",
+                field="state",
+                allowed=("running", "exited"),
+            )
+        now = self.clock()
+        with self.transaction() as (db, alloc):
+            job = self._job_row(db, job_id)
+            if job.state in orm.JOB_FINAL or job.state == "queued":
+                raise StoreError(
+                    "job_not_running", f"job {job_id} is {job.state}", field="id"
+                )  # the runner stops what it still runs of it
+            job.runner_seen = now
+            if pid is not None:
+                job.pid = pid
+            if state == "running":
+                if job.state == "granted":
+                    job.state, job.started = "running", now
+                    lease = self._lease_of(db, job)
+                    if lease is not None and lease.state == "granted":
+                        lease.state, lease.activated, lease.keepalive = "active", now, now
+                        self._event(db, "activated", actor, lease)
+                    self._job_event(db, "job-running", actor, job, pid=pid)
+                return self._job_json(db, alloc, job)
+            job.exit_code = exit_code
+            job.ended = now
+            why = "stopped"
+            if job.state == "cancelling":
+                job.state = "cancelled"
+            elif job.state == "preempting":
+                job.state, why = "preempted", "preempted"
+            else:
+                job.state = "succeeded" if exit_code == 0 else "failed"
+                if exit_code != 0:
+                    job.reason = f"exit code {exit_code}"
+            self._end_lease(db, alloc, job, why)
+            self._job_event(db, "job-ended", actor, job, exit_code=exit_code)
+            return self._job_json(db, alloc, job)
+
+    def append_job_log(self, job_id: str, offset: int, data: str) -> dict[str, Any]:
+        """Add the runner's output at ``offset`` (what is there already is not written
+        twice); keeps the last ``LOG_KEEP`` characters. Answers where the next part starts."""
+        with self.transaction() as (db, _):
+            job = self._job_row(db, job_id)
+            end = job.log_start + len(job.log)
+            if offset > end:
+                raise StoreError(
+                    "invalid_field",
+                    f"offset {offset} is past the end of the log ({end})",
+                    field="offset",
+                )
+            fresh = data[end - offset :] if offset < end else data
+            text = job.log + fresh
+            if len(text) > LOG_KEEP:
+                job.log_start += len(text) - LOG_KEEP
+                text = text[-LOG_KEEP:]
+            job.log = text
+            return {"next": job.log_start + len(job.log)}
+
+    # -- preemption and the runner timeout ---------------------------------------------------
+
+    def preempt_jobs(self, *, actor: str = "") -> list[str]:
+        """Give preemptible jobs whose leases a waiting request within guarantee needs their
+        notice (``preempting``, deadline = now + the class's grace; audited). Waiters are
+        served in queue order; leases already leaving count first, so no waiter takes two
+        rounds' notices. Returns the jobs noticed now."""
+        now = self.clock()
+        noticed: list[str] = []
+        if not self._may_preempt():
+            return noticed  # no write (no version bump other processes would catch up with)
+        with self.transaction() as (db, alloc):
+            noticed += self._follow_lease_notices(db, alloc, actor)
+            jobs = {
+                j.lease_id: j
+                for j in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES)))
+                if j.lease_id
+            }
+            if not jobs:
+                return noticed
+            workloads = dict(
+                db.execute(
+                    select(orm.LeaseRow.id, orm.LeaseRow.workload).where(
+                        orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)),
+                        orm.LeaseRow.workload.is_not(None),
+                    )
+                ).all()
+            )
+            promised: set[str] = set()
+            for waiter in alloc.queue(self._now_s()):
+                if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
+                    continue  # no preemption ends a wait for quota; or served meanwhile
+                requester = lease_class(self.classes, workloads.get(waiter.request.id))
+                if requester.preemptible:
+                    continue
+                rank = self._ranker(alloc, jobs, workloads, promised, requester)
+                victims = alloc.reclaimable_for(waiter.request, self._now_s(), rank)
+                fresh = [
+                    jobs[v]
+                    for v in victims
+                    if v in jobs and jobs[v].state in ("granted", "running")
+                ]
+                promised |= set(victims)
+                for job in fresh:
+                    cls = lease_class(self.classes, job.workload)
+                    job.reason = preempting_reason(waiter.request.user, waiter.request.offer)
+                    if job.state == "granted":  # never started: nothing to stop
+                        job.state, job.ended = "preempted", now
+                        self._end_lease(db, alloc, job, "preempted")
+                        self._job_event(db, "job-ended", actor, job, for_request=waiter.request.id)
+                        noticed.append(job.id)
+                        continue
+                    job.state = "preempting"
+                    job.notice_deadline = now + timedelta(seconds=cls.grace)
+                    self._job_event(
+                        db,
+                        "job-preempting",
+                        actor,
+                        job,
+                        deadline=ts(job.notice_deadline),
+                        for_request=waiter.request.id,
+                    )
+                    noticed.append(job.id)
+        return noticed
+
+    def _follow_lease_notices(self, db: Session, alloc: Allocator, actor: str) -> list[str]:
+        """A job whose lease got an enforced notice (``reclaiming``: an administrator's, a
+        drain's, a spent budget's; of any class, the admin decided) is stopped by its runner
+        like a preempted one, by the notice's deadline; one that never started ends at once.
+        The hub has no server of it to stop (``OperateStore.enforce_notices`` leaves it)."""
+        rows = db.execute(
+            select(orm.JobRow, orm.LeaseRow)
+            .join(orm.LeaseRow, orm.LeaseRow.id == orm.JobRow.lease_id)
+            .where(orm.JobRow.state.in_(("granted", "running")), orm.LeaseRow.state == "reclaiming")
+        ).all()
+        now, out = self.clock(), []
+        for job, lease in rows:
+            job.reason = lease.reclaim_reason or f"{lease.reclaim_kind} notice"
+            if job.state == "granted":
+                job.state, job.ended = "preempted", now
+                self._end_lease(db, alloc, job, "admin")
+                self._job_event(db, "job-ended", actor, job)
+            else:
+                job.state, job.notice_deadline = "preempting", lease.reclaim_deadline or now
+                self._job_event(db, "job-preempting", actor, job, notice=lease.reclaim_kind)
+            out.append(job.id)
+        return out
+
+    def _may_preempt(self) -> bool:
+        """Whether a round could do anything: a job's lease under an administrator's notice,
+        or a request waiting while a job of a preemptible class runs (most rounds of most
+        pools: neither)."""
+        preemptible = [c.name for c in self.classes.values() if c.preemptible]
+        with self.read() as db:
+            noticed = db.scalar(
+                select(orm.LeaseRow.id)
+                .where(orm.LeaseRow.holder == JOB_HOLDER, orm.LeaseRow.state == "reclaiming")
+                .limit(1)
+            )
+            if noticed is not None:
+                return True
+        with self.locked() as alloc:
+            if not any(w.reason != "quota" for w in alloc.waiters.values()):
+                return False
+        with self.read() as db:
+            return (
+                db.scalar(
+                    select(orm.JobRow.id)
+                    .where(
+                        orm.JobRow.state.in_(ALIVE_STATES),
+                        orm.JobRow.workload.in_(preemptible),
+                    )
+                    .limit(1)
+                )
+                is not None
+            )
+
+    def _ranker(
+        self,
+        alloc: Allocator,
+        jobs: Mapping[str, orm.JobRow],
+        workloads: Mapping[str, str | None],
+        promised: set[str],
+        requester: WorkloadClass,
+    ) -> Any:
+        q = alloc.quotas
+        now = self._now_s()
+
+        def rank(lease: Lease) -> Any:
+            if lease.id in promised:  # already promised to a waiter ahead in the queue
+                return None
+            job = jobs.get(lease.id)
+            holder = Holder(
+                lease.id,
+                lease_class(self.classes, workloads.get(lease.id)),
+                lease.borrowed,
+                lease.request.arrival,
+                owner_surplus(lease.request.user, lease.group, q.held_user, q.held_group, q)
+                if lease.borrowed
+                else Fraction(0),
+                leaving=job is not None and job.state in ("preempting", "cancelling"),
+            )
+            return preemption_rank(holder, requester, now)
+
+        return rank
+
+    def reconcile(
+        self,
+        running: set[tuple[str, str]],
+        *,
+        actor: str = "system",
+        reason: str = "stopped",
+        older_than: datetime | None = None,
+        deleted: Iterable[tuple[str, str]] = (),
+    ) -> int:
+        """The hub's reconcile (``LeaseStore.reconcile``) with job leases left alone (they have
+        no hub server), then the runner timeout: a job whose runner has not reported for
+        ``job_runner_timeout`` (since its grant, if it never did) fails (``runner_lost``) and
+        its lease is released. Returns how many leases were released."""
+        with self.transaction() as (db, alloc):
+            live = {
+                (u, job_server(i))
+                for u, i in db.execute(
+                    select(orm.JobRow.user, orm.JobRow.id).where(
+                        orm.JobRow.state.in_(("queued", *ALIVE_STATES))
+                    )
+                ).all()
+            }
+            released = super().reconcile(
+                set(running) | live,
+                actor=actor,
+                reason=reason,
+                older_than=older_than,
+                deleted=deleted,
+            )
+            return released + self._runners_lost(db, alloc, actor)
+
+    def _runners_lost(self, db: Session, alloc: Allocator, actor: str) -> int:
+        now = self.clock()
+        since = now - timedelta(seconds=self.job_runner_timeout)
+        lost = 0
+        for job in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES))):
+            lease = self._lease_of(db, job)
+            last = job.runner_seen or (lease.granted if lease is not None else None) or job.created
+            last = max(last, self._runners_watched_from)
+            if job.state == "preempting" and job.notice_deadline is not None:
+                last = max(last, job.notice_deadline)  # the deadline passed by the timeout
+            if last >= since:
+                continue
+            job.state, job.ended, job.reason = "failed", now, "runner_lost"
+            self._end_lease(db, alloc, job, "orphaned")
+            self._job_event(db, "job-runner-lost", actor, job)
+            lost += 1
+        return lost
+
+    # -- what a job's lease refuses ----------------------------------------------------------
+
+    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+        """``LeaseStore.keepalive``, refused for a job's lease (its runner's reports bind it)."""
+        self._not_a_job_lease(lease_id, "keep it alive")
+        return super().keepalive(lease_id, actor=actor)
+
+    def resize(
+        self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
+    ) -> dict[str, Any]:
+        """``LeaseStore.resize``, refused for a job's lease: a target would be a lease of no
+        server and no job, which nothing would ever release."""
+        self._not_a_job_lease(lease_id, "resize it")
+        return super().resize(lease_id, offer, actor=actor, check_cap=check_cap)
+
+    def _not_a_job_lease(self, lease_id: str, what: str) -> None:
+        with self.transaction() as (db, _):
+            row = self.lease_row(db, lease_id)
+            if row.holder == JOB_HOLDER:
+                raise StoreError(
+                    "job_lease",
+                    f"lease {lease_id} is held by {row.server}: its runner and the jobs "
+                    f"endpoints act on it; cancel the job instead of trying to {what}",
+                    field="id",
+                )
+
+    # -- the lease's changes, seen from the job ----------------------------------------------
+
+    def _record(
+        self, db: Session, row: orm.LeaseRow, decision: Grant | Queued, actor: str = ""
+    ) -> None:
+        super()._record(db, row, decision, actor)
+        if row.holder != JOB_HOLDER or not isinstance(decision, Grant):
+            return
+        row.expires = None  # no server binds it: the runner reports, or the timeout ends it
+        job = db.get(orm.JobRow, row.server[len(_PREFIX) :])
+        if job is not None and job.state == "queued":
+            job.state, job.node = "granted", row.node
+            job.devices = self._job_devices(self._allocator, row)
+            self._job_event(db, "job-granted", "system", job)
+
+    def _finish(
+        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
+    ) -> None:
+        super()._finish(db, alloc, row, reason, actor)
+        if row.holder != JOB_HOLDER:
+            return
+        job = db.get(orm.JobRow, row.server[len(_PREFIX) :])
+        if job is not None and job.state not in orm.JOB_FINAL:
+            # the lease ended another way than the runner's report (an admin, a lost node)
+            job.state = "cancelled" if reason in _CALLED_OFF else "failed"
+            job.ended, job.reason = self.clock(), f"lease ended: {reason}"
+            self._job_event(db, "job-ended", actor or "system", job)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _job_row(self, db: Session, job_id: str) -> orm.JobRow:
+        job = db.get(orm.JobRow, job_id)
+        if job is None:
+            raise job_not_found(job_id)
+        return job
+
+    @staticmethod
+    def _lease_of(db: Session, job: orm.JobRow) -> orm.LeaseRow | None:
+        return db.get(orm.LeaseRow, job.lease_id) if job.lease_id else None
+
+    def _end_lease(self, db: Session, alloc: Allocator, job: orm.JobRow, reason: str) -> None:
+        lease = self._lease_of(db, job)
+        if lease is not None and lease.state != "released":
+            self._finish(db, alloc, lease, reason, "system")
+
+    def _job_event(self, db: Session, kind: str, actor: str, job: orm.JobRow, **data: Any) -> None:
+        lease = self._lease_of(db, job)
+        body = {"job": job.id, "name": job.name, "state": job.state, **data}
+        if job.reason:
+            body["reason"] = job.reason
+        self._event(db, kind, actor or "system", lease, body)
+
+    def _job_devices(self, alloc: Allocator | None, row: orm.LeaseRow) -> list[dict[str, Any]]:
+        """What the job runs on: each GPU's uuid and index on its node, and its MIG instance
+        (profile, start, uuid once made) or null."""
+        if row.state not in orm.LIVE_STATES:
+            return []
+        mig = self._mig_devices(alloc, row)
+        out = []
+        for s in row.slots:
+            gpu = alloc.gpus.get(s.gpu_uuid) if alloc is not None else None
+            out.append(
+                {
+                    "gpu": s.gpu_uuid,
+                    "index": gpu.index if gpu is not None else None,
+                    "mig": None
+                    if s.kind != "mig"
+                    else {
+                        "profile": s.profile,
+                        "start": s.start,
+                        "uuid": mig.get((s.gpu_uuid, s.start), (None, False))[0],
+                    },
+                }
+            )
+        return out
+
+    def _job_json(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        job: orm.JobRow,
+        lease: orm.LeaseRow | None = None,
+        *,
+        with_env: bool = False,
+    ) -> dict[str, Any]:
+        lease = lease or self._lease_of(db, job)
+        position = None
+        if lease is not None and lease.state == "queued" and alloc is not None:
+            position = alloc.position(lease.id, self._now_s())
+        devices = job.devices
+        if lease is not None and lease.state in orm.LIVE_STATES:
+            devices = self._job_devices(alloc, lease)
+        out: dict[str, Any] = {
+            "id": job.id,
+            "user": job.user,
+            "group": job.group,
+            "name": job.name,
+            "offer": job.offer,
+            "class": job.workload,
+            "command": list(job.command),
+            "state": job.state,
+            "position": position,
+            "lease_id": job.lease_id,
+            "node": job.node,
+            "devices": devices,
+            "created": ts(job.created),
+            "started": ts(job.started),
+            "ended": ts(job.ended),
+            "exit_code": job.exit_code,
+            "notice_deadline": ts(job.notice_deadline),
+            "reason": job.reason,
+        }
+        if with_env:
+            out["env"] = dict(job.env or {})
+        return out
