@@ -1,7 +1,7 @@
 """jobs, leases.holder and leases.workload: job leases not bound to a hub server (issue 35)
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-06 00:30:00
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 
 revision = "0020"
 # written beside 0019 (another branch): on merge this revises "0019"
-down_revision = "0018"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
