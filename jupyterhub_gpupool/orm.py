@@ -469,6 +469,9 @@ class JobRow(Base):
     workload: Mapped[str] = mapped_column(String(64))
     command: Mapped[list[str]] = mapped_column(JSON)
     env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    #: Where it was submitted from (the runner starts it there when that folder exists on its
+    #: machine); null: the runner's choice (the user's home, else the job's own folder).
+    cwd: Mapped[str | None] = mapped_column(Text, nullable=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)

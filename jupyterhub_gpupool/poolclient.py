@@ -399,12 +399,13 @@ class PoolClient:
         group: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
+        cwd: str | None = None,
     ) -> dict[str, Any]:
         """Submit ``command`` (program, then arguments) for ``offer`` as a job of class
-        ``workload`` (``user``: a spawner's or admin's, for another user): the job, granted
-        or queued."""
+        ``workload`` (``user``: a spawner's or admin's, for another user; ``cwd``: the folder
+        to run it in where the runner's machine has it): the job, granted or queued."""
         body: dict[str, Any] = {"offer": offer, "class": workload, "command": list(command)}
-        for key, value in (("name", name), ("group", group), ("user", user)):
+        for key, value in (("name", name), ("group", group), ("user", user), ("cwd", cwd)):
             if value is not None:
                 body[key] = value
         if env is not None:

@@ -436,6 +436,7 @@ class SubmitJob(Command):
     group: str | None = None
     groups: Iterable[str] = ()
     env: Mapping[str, str] | None = None
+    cwd: str | None = None
 
 
 @dataclass(frozen=True)

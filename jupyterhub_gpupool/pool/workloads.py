@@ -226,6 +226,28 @@ def check_job(command: object, env: object) -> tuple[list[str], dict[str, str] |
     return list(command), dict(env)
 
 
+#: The longest working directory a job may name (Linux's PATH_MAX).
+MAX_CWD_CHARS = 4096
+
+
+def check_cwd(cwd: object) -> str | None:
+    """A job's working directory: an absolute path (where it was submitted from), or None."""
+    if cwd is None:
+        return None
+    if (
+        not isinstance(cwd, str)
+        or not cwd.startswith("/")
+        or "\0" in cwd
+        or len(cwd) > MAX_CWD_CHARS
+    ):
+        raise PoolError(
+            f"cwd must be an absolute path of at most {MAX_CWD_CHARS} characters",
+            field="cwd",
+            code="invalid_field",
+        )
+    return cwd
+
+
 @dataclass(frozen=True)
 class Holder:
     """A live lease as preemption sees it."""

@@ -31,6 +31,7 @@ from ..pool.workloads import (
     JOB_HOLDER,
     Holder,
     WorkloadClass,
+    check_cwd,
     check_job,
     class_for,
     lease_class,
@@ -92,6 +93,7 @@ class JobStore(LeaseStore):
         group: str | None = None,
         groups: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
         *,
         actor: str = "",
     ) -> dict[str, Any]:
@@ -102,6 +104,7 @@ class JobStore(LeaseStore):
         try:
             cls = class_for(self.classes, workload, groups)
             command, env_ = check_job(command, env)
+            cwd = check_cwd(cwd)
         except PoolError as e:
             raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
         job_id = uuid.uuid4().hex
@@ -124,6 +127,7 @@ class JobStore(LeaseStore):
                 workload=cls.name,
                 command=command,
                 env=env_,
+                cwd=cwd,
                 state="granted" if row.state == "granted" else "queued",
                 lease_id=row.id,
                 node=row.node,
@@ -603,6 +607,7 @@ class JobStore(LeaseStore):
             "offer": job.offer,
             "class": job.workload,
             "command": list(job.command),
+            "cwd": job.cwd,
             "state": job.state,
             "position": position,
             "lease_id": job.lease_id,

@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("workload", sa.String(length=64), nullable=False),
         sa.Column("command", sa.JSON(), nullable=False),
         sa.Column("env", sa.JSON(), nullable=True),
+        sa.Column("cwd", sa.Text(), nullable=True),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("lease_id", sa.String(length=64), nullable=True),

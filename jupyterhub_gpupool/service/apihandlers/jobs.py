@@ -45,6 +45,7 @@ class JobsHandler(APIHandler):
                     "group": ((str, type(None)), False),
                     "groups": (list, False),
                     "env": ((dict, type(None)), False),
+                    "cwd": ((str, type(None)), False),
                 }
             )
         except APIError as e:  # a command or environment of the wrong type: the contract's 400
@@ -73,6 +74,7 @@ class JobsHandler(APIHandler):
                     group=body.get("group"),
                     groups=member_of,
                     env=body.get("env"),
+                    cwd=body.get("cwd"),
                     actor=ident.describe(),
                 )
             )
