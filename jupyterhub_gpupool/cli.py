@@ -60,6 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     rc.set_defaults(func=_run_app("jupyterhub_gpupool.reclaim.app", "ReclaimerApp"))
+    from .jobs import cli as job_cli
+
+    jb = sub.add_parser(
+        "job",
+        help="submit, list, follow and cancel training and inference jobs",
+        description=job_cli.__doc__.splitlines()[0] if job_cli.__doc__ else None,
+    )
+    job_cli.add_arguments(jb)
+    jr = sub.add_parser(
+        "job-runner",
+        help="run the pool's granted jobs on this machine (beside the node agent)",
+        add_help=False,
+    )
+    jr.set_defaults(func=_run_app("jupyterhub_gpupool.jobs.app", "JobRunner"))
     up = sub.add_parser("upgrade-db", help="create or migrate the pool database")
     up.add_argument(
         "--db-url",
@@ -163,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jupyterhub-gpupool`` console script."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    apps = {"service", "agent", "reclaimer"}
+    apps = {"service", "agent", "reclaimer", "job-runner"}
     if argv and argv[0] in apps:  # traitlets apps parse their own flags
         args = argparse.Namespace(func=parser.parse_args([argv[0]]).func, rest=argv[1:])
     else:

@@ -229,3 +229,34 @@ def configure_reclaimer(
     roles = list(c.JupyterHub.get("load_roles", []))
     _merge_role(roles, {"name": name, "services": [name], "scopes": list(RECLAIMER_SCOPES)})
     c.JupyterHub.load_roles = roles
+
+
+def configure_job_runner(
+    c: Any,
+    nodes: Sequence[str],
+    *,
+    service_name: str = "gpupool",
+    service_url: str = "http://127.0.0.1:10101",
+    args: Sequence[str] = (),
+) -> None:
+    """Let the hub run the job runner (``jupyterhub-gpupool job-runner``, this Python) for
+    ``nodes`` as service ``<service_name>-job-runner``, with a role of exactly the agent scope
+    (it reads its nodes' jobs and reports them, as an agent reports its GPUs). For a pool on
+    one machine, where nothing else would run the jobs."""
+    name = f"{service_name}-job-runner"
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterhub_gpupool.cli",
+        "job-runner",
+        f"--service-url={service_url.rstrip('/')}/services/{service_name}/",
+        *(f"--JobRunner.nodes={n}" for n in nodes),
+        *args,
+    ]
+    c.JupyterHub.services = [
+        *(s for s in c.JupyterHub.get("services", []) if s.get("name") != name),
+        {"name": name, "command": argv},
+    ]
+    roles = list(c.JupyterHub.get("load_roles", []))
+    _merge_role(roles, {"name": name, "services": [name], "scopes": [AGENT]})
+    c.JupyterHub.load_roles = roles

@@ -6,8 +6,10 @@ Run by ``jupyterhub-gpupool demo``, which sets the ``GPUPOOL_DEMO_*`` variables 
 import os
 from pathlib import Path
 
+import yaml
+
 from jupyterhub_gpupool.demo import DEMO_ADMIN, DEMO_USERS
-from jupyterhub_gpupool.hubconfig import configure_hub
+from jupyterhub_gpupool.hubconfig import configure_hub, configure_job_runner
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821  JupyterHub's loader defines it
 env = os.environ
@@ -62,3 +64,17 @@ c.Spawner.environment = {
     "GPUPOOL_API_URL": f"http://127.0.0.1:{service_port}/services/gpupool/api/v1/",
 }
 c.Spawner.args = [*c.Spawner.args, "--GPUPoolLab.nvml_module="]
+
+# jobs (`jupyterhub-gpupool job submit`, `jobs.submit` in a notebook): on one machine the hub runs
+# the job runner for every node of the demo pool, starting jobs in their user's home folder
+with open(env["GPUPOOL_DEMO_POOL"]) as pool_file:
+    demo_nodes = [n["name"] for n in (yaml.safe_load(pool_file) or {}).get("nodes") or []]
+configure_job_runner(
+    c,
+    demo_nodes,
+    service_url=f"http://127.0.0.1:{service_port}",
+    args=[
+        f"--JobRunner.workdir={state / 'jobs'}",
+        f"--JobRunner.home_template={state / 'home' / '{username}'}",
+    ],
+)

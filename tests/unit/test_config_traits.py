@@ -2,11 +2,12 @@
 
 import pytest
 
+from jupyterhub_gpupool.jobs.app import JobRunner
 from jupyterhub_gpupool.reclaim.app import ReclaimerApp
 from jupyterhub_gpupool.service.app import PoolService
 from jupyterhub_gpupool.spawner.base import GPUPoolSpawnerMixin
 
-CLASSES = [PoolService, ReclaimerApp, GPUPoolSpawnerMixin]
+CLASSES = [PoolService, ReclaimerApp, GPUPoolSpawnerMixin, JobRunner]
 try:
     from jupyterhub_gpupool.spawner.drakube import DRAClaims
     from jupyterhub_gpupool.spawner.kube import GPUPoolKubeSpawner
