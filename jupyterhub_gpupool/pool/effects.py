@@ -35,10 +35,10 @@ class LeaseGranted:
 
 @dataclass(frozen=True)
 class LeaseQueued:
-    """A new request waits in the queue."""
+    """A request waits in the queue: a new one (``new``) or an approved one (its row exists)."""
 
     queued: Queued
-    new: NewLease
+    new: NewLease | None = None
 
 
 @dataclass(frozen=True)

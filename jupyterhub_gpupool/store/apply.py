@@ -141,7 +141,7 @@ class Applier(StoreCore):
                 else:
                     waiter = self.pending_or_stored(db, decision.request.id)
                     if waiter is not None:
-                        self._record(db, waiter, decision)
+                        self._record(db, waiter, decision, actor)
             elif isinstance(effect, AwaitingApproval):
                 made[effect.request.id] = self._awaiting_row(db, effect, actor)
             elif isinstance(effect, LeaseReleased):
