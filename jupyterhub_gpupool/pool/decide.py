@@ -16,7 +16,7 @@ store's other callers that end a lease or serve the queue. The quota-edit previe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -193,8 +193,7 @@ def _expire(state: PoolState, cmd: Any, now: float) -> Outcome:
 
 def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Serve the queue (aging changes its order over time); answers how many were granted."""
-    outcome = serve_queue(state.alloc, now)
-    return Outcome(sum(isinstance(e, LeaseGranted) for e in outcome.effects), outcome.effects)
+    return serve_queue(state.alloc, now)
 
 
 def finish(state: PoolState, lease_id: str, reason: str, now: float) -> Outcome:
@@ -237,7 +236,8 @@ def _finish_one(
     trial: Trial, facts: LeaseFacts, reason: str, now: float, effects: list[Effect]
 ) -> None:
     was = facts.state
-    cascade = reason != "resized"  # a lease that ends by its target's bind keeps the target
+    # a lease that ends by its target's bind keeps the target (and an ended one has none)
+    cascade = reason != "resized" and was != "released"
     reason = ended_reason(facts, reason)
     effects.append(LeaseReleased(facts.id, reason, was))
     if facts.id in trial.alloc.leases or facts.id in trial.alloc.waiters:
@@ -252,12 +252,13 @@ def _finish_one(
     for target in facts.targets:  # a lease that ends takes its pending resize target along
         if target.id in trial.ended:
             continue
-        just_granted = target.id in trial.granted
-        state = "granted" if just_granted else target.state
-        restarting = not just_granted and target.reason == RESTARTING
-        if state == "granted" and (restarting or target.id == facts.reclaim_target):
+        if target.id in trial.granted:  # the queue pass just granted it: a fresh grant now
+            target = replace(target, state="granted", reason=None)
+        if target.state == "granted" and (
+            target.reason == RESTARTING or target.id == facts.reclaim_target
+        ):
             continue  # the server stops to restart into it: it binds it next
-        why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(state, reason)
+        why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(target.state, reason)
         _finish_one(trial, target, why, now, effects)
 
 

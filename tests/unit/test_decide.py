@@ -318,3 +318,26 @@ def test_the_architecture_page_lists_the_commands_decide_decides():
     ).read_text()
     line = page.split("Decided by `pool.decide` now:", 1)[1].split(".", 1)[0]
     assert set(re.findall(r"`(\w+)`", line)) == {kind.__name__ for kind in DECIDED}
+
+
+def test_a_pending_target_the_release_itself_granted_goes_along_as_granted():
+    """The target was queued for the capacity its own lease frees: the queue pass grants it,
+    and the lease's end then takes it along as the grant it now is (``stopped``, not
+    ``cancelled``)."""
+    alloc, twin = pool(), pool()
+    for a in (alloc, twin):
+        full_h100s(a)
+        queued(a.submit(req("new", "h100", "u", server="s0"), 1.0))
+    target = facts("new", "queued", server="s0", resize_of="h0")
+    ending = {"h0": facts("h0", server="s0", targets=(target,))}
+    effects = decided(alloc, c.Release("h0"), leases=ending)
+    assert [(type(e).__name__, getattr(e, "lease_id", None)) for e in effects] == [
+        ("LeaseReleased", "h0"),
+        ("LeaseGranted", None),
+        ("LeaseReleased", "new"),
+    ]
+    assert effects[2] == LeaseReleased("new", "stopped", "granted")
+    apply_all(alloc, effects)
+    assert [g.request.id for g in twin.release("h0", 10.0)] == ["new"]
+    twin.release("new", 10.0)
+    assert fingerprint(alloc) == fingerprint(twin)
