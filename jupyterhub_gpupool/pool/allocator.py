@@ -505,7 +505,7 @@ class Allocator(NodeStates):
         self,
         users: Iterable[str],
         user_guarantee: Mapping[str, Fraction] | None = None,
-        group_guarantee: Mapping[str, Fraction] | None = None,
+        group_guarantee: Mapping[str, Fraction | None] | None = None,
     ) -> list[tuple[Lease, bool]]:
         """Each lease of ``users`` (sorted by name) with its borrowed flag by the rule; the
         guarantees given override the quota book's (a preview)."""

@@ -8,9 +8,9 @@ one transaction (``store/apply.py``); the service serializes the answer. A refus
 as a ``Refusal`` (its code, message, field and allowed values are the API's error body).
 
 The commands decided here: ``Allocate``, ``Release``, ``Promote``, ``ExpireGrants``,
-``PutQuota`` and ``PatchQuota``. ``finish`` and ``serve_queue`` are the same rules for the
-store's other callers that end a lease or serve the queue. The quota-edit preview is
-``decide`` of ``PatchQuota`` with its effects read and discarded (``quota_preview``).
+``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
+rules for the store's other callers that end a lease or serve the queue. The quota-edit preview
+is ``decide`` of ``PatchQuota`` with its effects read and discarded (``quota_preview``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    QuotaReset,
     QuotaSet,
     WaitReason,
 )
@@ -87,6 +88,9 @@ class PoolState:
     new_id: str = ""
     #: PatchQuota: the quota in effect now (its fields by name).
     quota: Mapping[str, Any] | None = None
+    #: ResetQuota: whether an API override is in effect, and the config file's quota.
+    quota_override: bool = False
+    file_quota: QuotaSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -281,16 +285,33 @@ def _put_quota(state: PoolState, cmd: Any, now: float) -> Outcome:
     return Outcome(answer, tuple(effects))
 
 
+def _reset_quota(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Drop a user's or group's API override (``state.quota_override``): the config file's
+    quota (``state.file_quota``) applies, or none (a user gets the default). Answers None (the
+    store answers the quota in effect after)."""
+    if not state.quota_override:
+        return Outcome(None)
+    kind, spec, book = cmd.kind[:-1], state.file_quota, state.alloc.quotas
+    guarantee = spec.guarantee if spec is not None else None
+    if kind == "user" and guarantee is None:
+        guarantee = book.default_user.guarantee
+    flags = borrowed_if(state.alloc, kind, cmd.name, guarantee)
+    effects: list[Effect] = [BorrowedChanged(lid, b) for lid, b in flags]
+    effects.append(QuotaReset(kind, cmd.name, spec))
+    return Outcome(None, tuple(effects))
+
+
 def borrowed_if(
-    alloc: Allocator, kind: str, name: str, guarantee: Fraction
+    alloc: Allocator, kind: str, name: str, guarantee: Fraction | None
 ) -> list[tuple[str, bool]]:
     """(lease id, borrowed) of each live lease whose flag giving user or group (``kind``)
-    ``name`` the guarantee ``guarantee`` would change: ``borrowing.borrowed_flags`` over the
-    leases of the user, or of the group's members, with the edited guarantee."""
+    ``name`` the guarantee ``guarantee`` (None: a group with no quota) would change:
+    ``borrowing.borrowed_flags`` over the leases of the user, or of the group's members, with
+    the edited guarantee."""
     users = alloc._owners(name if kind == "user" else None, name if kind == "group" else None)
     flags = alloc._borrowed_now(
         users,
-        user_guarantee={name: guarantee} if kind == "user" else {},
+        user_guarantee={name: guarantee} if kind == "user" and guarantee is not None else {},
         group_guarantee={name: guarantee} if kind == "group" else {},
     )
     return [(lease.id, borrowed) for lease, borrowed in flags if borrowed != lease.borrowed]
@@ -317,6 +338,7 @@ _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Promote: _promote,
     c.PutQuota: _put_quota,
     c.PatchQuota: _put_quota,
+    c.ResetQuota: _reset_quota,
 }
 
 #: Commands ``decide`` decides (the others still decide inside their store method).

@@ -88,6 +88,16 @@ class QuotaSet:
     spec: QuotaSpec
 
 
+@dataclass(frozen=True)
+class QuotaReset:
+    """A user's or group's API override is dropped: the file's quota (``spec``) applies, or
+    none (``None``: a user gets the default)."""
+
+    kind: str
+    name: str
+    spec: QuotaSpec | None
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -96,6 +106,7 @@ Effect = (
     | BorrowedChanged
     | WaitReason
     | QuotaSet
+    | QuotaReset
 )
 
 
@@ -114,6 +125,9 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         waiter = alloc.waiters.get(effect.lease_id)
         if waiter is not None:
             waiter.reason = effect.reason
-    elif isinstance(effect, QuotaSet):
+    elif isinstance(effect, (QuotaSet, QuotaReset)):
         book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
-        book[effect.name] = effect.spec
+        if effect.spec is None:
+            book.pop(effect.name, None)
+        else:
+            book[effect.name] = effect.spec

@@ -301,27 +301,14 @@ class AdminStore(MigStore, ViewStore):
             row = db.scalar(
                 select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
             )
-            book = alloc.quotas.users if k == "user" else alloc.quotas.groups
-            if row is not None and row.source == "api":
-                if name in from_file:
-                    set_quota(row, from_file[name])
-                    row.source = "file"
-                    book[name] = from_file[name]
-                else:
-                    db.delete(row)
-                    book.pop(name, None)
-                self._rederive_borrowed(db, alloc, k, name)
-                self._event(db, "quota-reset", actor, data={"kind": k, "name": name})
+            state = PoolState(
+                alloc,
+                quota_override=row is not None and row.source == "api",
+                file_quota=from_file.get(name),
+            )
+            outcome = decided(state, c.ResetQuota(kind, name), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
         return self.get_quota(kind, name)
-
-    def _rederive_borrowed(self, db: Session, alloc: Any, kind: str, name: str) -> None:
-        """A quota changed: persist the ``borrowed`` flags the allocator re-derives for it."""
-        self._record_borrowed(
-            db,
-            alloc.rederive_borrowed(
-                user=name if kind == "user" else None, group=name if kind == "group" else None
-            ),
-        )
 
     # -- busy hours ----------------------------------------------------------------------------
 

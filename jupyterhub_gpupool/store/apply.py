@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.allocator import Allocator, Grant, Lease, Queued
+from ..pool.allocator import Allocator, Grant, Queued
 from ..pool.decide import (
     RESTARTING,
     LeaseFacts,
@@ -40,6 +40,7 @@ from ..pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    QuotaReset,
     QuotaSet,
     apply_effect,
 )
@@ -155,6 +156,8 @@ class Applier(StoreCore):
                     self._event(db, kind, "system", flagged)
             elif isinstance(effect, QuotaSet):
                 self._quota_set(db, effect, actor)
+            elif isinstance(effect, QuotaReset):
+                self._quota_reset(db, effect, actor)
         return made
 
     def _new_lease(
@@ -263,16 +266,25 @@ class Applier(StoreCore):
         data = {"kind": effect.kind, "name": effect.name, **effect.spec.to_dict()}
         self._event(db, "quota-set", actor, data=data)
 
+    def _quota_reset(self, db: Session, effect: QuotaReset, actor: str) -> None:
+        row = db.scalar(
+            select(orm.QuotaRow).where(
+                orm.QuotaRow.kind == effect.kind, orm.QuotaRow.name == effect.name
+            )
+        )
+        if row is not None:
+            if effect.spec is not None:
+                set_quota(row, effect.spec)
+                row.source = "file"
+            else:
+                db.delete(row)
+        self._event(db, "quota-reset", actor, data={"kind": effect.kind, "name": effect.name})
+
     def _serve_queue(self, db: Session, alloc: Allocator) -> int:
         """Grant what the queue can have now (``pool.decide.serve_queue``); returns how many."""
         outcome = serve_queue(alloc, self._now_s())
         self._apply_effects(db, alloc, outcome.effects)
         return int(outcome.answer)
-
-    def _record_borrowed(self, db: Session, leases: Iterable[Lease]) -> None:
-        """Persist ``borrowed`` flags the allocator re-derived (audited as borrowed /
-        within-guarantee)."""
-        self._apply_effects(db, None, (BorrowedChanged(le.id, le.borrowed) for le in leases))
 
     def _finish(
         self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str

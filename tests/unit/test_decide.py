@@ -32,6 +32,7 @@ from jupyterhub_gpupool.pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    QuotaReset,
     QuotaSet,
     WaitReason,
     apply_effect,
@@ -341,3 +342,23 @@ def test_a_pending_target_the_release_itself_granted_goes_along_as_granted():
     assert [g.request.id for g in twin.release("h0", 10.0)] == ["new"]
     twin.release("new", 10.0)
     assert fingerprint(alloc) == fingerprint(twin)
+
+
+def test_a_quota_reset_goes_back_to_the_files_quota_or_none():
+    book = QuotaBook(groups={"ml": QuotaSpec(guarantee=F(2))})
+    alloc = pool(book)
+    for i, user in enumerate(("a", "b")):
+        granted(alloc.submit(req(f"{user}0", "h100", user, group="ml", groups=("ml",)), i))
+    reset = c.ResetQuota("groups", "ml")
+    assert decided(alloc, reset) == ()  # no API override: nothing to drop
+    (effect,) = decided(alloc, reset, quota_override=True, file_quota=QuotaSpec(guarantee=F(2)))
+    assert effect == QuotaReset("group", "ml", QuotaSpec(guarantee=F(2)))
+    effects = decided(alloc, reset, quota_override=True)  # the file has none for ml
+    assert effects == (
+        BorrowedChanged("a0", True),
+        BorrowedChanged("b0", True),
+        QuotaReset("group", "ml", None),
+    )
+    apply_all(alloc, effects)
+    assert "ml" not in alloc.quotas.groups
+    assert alloc.rederive_borrowed(group="ml") == []  # the flags are what the rule says
