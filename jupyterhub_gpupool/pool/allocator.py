@@ -456,24 +456,32 @@ class Allocator(NodeStates):
 
     def release(self, lease_id: str, now: float) -> list[Grant]:
         """Free a lease (or drop a waiter), then serve the queue; returns the grants made."""
+        owners = self.drop(lease_id)
+        if owners is not None:  # the owner's other leases may now be within guarantee
+            self.rederive_borrowed(*owners)
+        return self.promote(now)
+
+    def drop(self, lease_id: str, *, free: bool = True) -> tuple[str, str | None] | None:
+        """Free a lease or drop a waiter, serving nobody. For a lease, whose borrowed flags
+        may change: (its user, its group when the release brought the group back within its
+        guarantee, else None). ``free=False`` leaves its devices held (``pool.trial``: with
+        nobody waiting, nothing is placed on them before they are put back)."""
         if self.waiters.pop(lease_id, None) is not None:
-            return self.promote(now)
+            return None
         lease = self.leases.pop(lease_id)
         self._unindex(lease)
-        self._vacate(lease, retire=True)
+        if free:
+            self._vacate(lease, retire=True)
         group = lease.group or ""  # a group quota (gspec) only where the lease names a group
         gspec = self.quotas.groups.get(group) if group else None
         group_was_over = gspec is not None and self.quotas.group_held(group) > gspec.guarantee
         self.quotas.remove(lease.request.user, lease.group, lease.units)
-        # the owner's other leases may now be within guarantee; the whole group's only when
-        # this release brought the group back within its guarantee
         crossed = (
             gspec is not None
             and group_was_over
             and self.quotas.group_held(group) <= gspec.guarantee
         )
-        self.rederive_borrowed(lease.request.user, lease.group if crossed else None)
-        return self.promote(now)
+        return lease.request.user, lease.group if crossed else None
 
     def rederive_borrowed(self, user: str | None = None, group: str | None = None) -> list[Lease]:
         """Recompute which leases are borrowed after a release or a quota change
@@ -487,22 +495,6 @@ class Allocator(NodeStates):
                 changed.append(lease)
         return changed
 
-    def preview_borrowed(
-        self, kind: str, name: str, guarantee: Fraction
-    ) -> tuple[list[str], list[str]]:
-        """What giving user or group (``kind``) ``name`` the guarantee ``guarantee`` would do to
-        the borrowed flags, changing nothing: (ids that become borrowed, ids that become
-        within guarantee). The same rule as ``rederive_borrowed``, with the edited guarantee."""
-        users = {name} if kind == "user" else set()
-        flags = self._borrowed_now(
-            self._owners(None, name if kind == "group" else None) | users,
-            user_guarantee={name: guarantee} if kind == "user" else {},
-            group_guarantee={name: guarantee} if kind == "group" else {},
-        )
-        become_borrowed = [le.id for le, b in flags if b and not le.borrowed]
-        become_within = [le.id for le, b in flags if not b and le.borrowed]
-        return become_borrowed, become_within
-
     def _owners(self, user: str | None, group: str | None) -> set[str]:
         users = {user} if user is not None else set()
         if group is not None:
@@ -513,7 +505,7 @@ class Allocator(NodeStates):
         self,
         users: Iterable[str],
         user_guarantee: Mapping[str, Fraction] | None = None,
-        group_guarantee: Mapping[str, Fraction] | None = None,
+        group_guarantee: Mapping[str, Fraction | None] | None = None,
     ) -> list[tuple[Lease, bool]]:
         """Each lease of ``users`` (sorted by name) with its borrowed flag by the rule; the
         guarantees given override the quota book's (a preview)."""
@@ -568,14 +560,14 @@ class Allocator(NodeStates):
         whole pass grants nothing, so no grantable waiter is ever left first in line.
         """
         grants: list[Grant] = []
-        while True:
-            grant = self._promote_one(now)
-            if grant is None:
-                return grants
+        while (grant := self.next_grant(now)) is not None:
+            self.apply(grant, now)
             grants.append(grant)
+        return grants
 
-    def _promote_one(self, now: float) -> Grant | None:
-        """Grant the first waiter, in current queue order, that fits now."""
+    def next_grant(self, now: float) -> Grant | None:
+        """The grant the first waiter, in current queue order, that fits now would get; changes
+        only the waiters' reasons (why each one before it still waits)."""
         reserved: set[str] = set()
         for waiter in self.queue(now):
             offer = self.offers.get(waiter.request.offer)
@@ -604,8 +596,6 @@ class Allocator(NodeStates):
                 verdict.group,
                 verdict.borrowed,
             )
-            self.waiters.pop(waiter.request.id)
-            self.apply(grant, now)
             return grant
         return None
 

@@ -13,14 +13,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool import commands as c
+from ..pool.decide import PoolState
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
 from ..pool.model import SHARING_MODES, Node, validate_node
 from ..pool.pricing import reconcile
-from ..pool.quota import QUOTA_FIELDS, QuotaSpec
+from ..pool.quota import QuotaSpec
 from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
+from .apply import decided
 from .errors import StoreError
 from .mig import MigStore
 from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts, upsert_insert
@@ -270,31 +273,26 @@ class AdminStore(MigStore, ViewStore):
     ) -> dict[str, Any]:
         """Set a user's or group's quota by API (wins over the file). Lowering it below current
         use is allowed: the leases beyond the new guarantee become borrowed."""
-        k = check_quota_kind(kind)
-        spec = QuotaSpec.parse(raw, f"quotas.{kind}.{name}")
-        with self.transaction() as (db, alloc):
-            row = db.scalar(
-                select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
-            )
-            if row is None:
-                row = orm.QuotaRow(kind=k, name=name)
-                db.add(row)
-            set_quota(row, spec)
-            row.source = "api"
-            (alloc.quotas.users if k == "user" else alloc.quotas.groups)[name] = spec
-            self._rederive_borrowed(db, alloc, k, name)
-            self._event(db, "quota-set", actor, data={"kind": k, "name": name, **spec.to_dict()})
-            return {"name": name, "kind": k, "source": "api", **spec.to_dict()}
+        return self._set_quota(c.PutQuota(kind, name, raw), actor)
 
     def patch_quota(
         self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
     ) -> dict[str, Any]:
         """Change only the fields ``raw`` names of the quota now in effect for a user or group
         (their own, the file's, or for a user the default) and store it by API."""
-        with self.transaction():  # holds the pool lock: nobody changes it in between
-            current = self.get_quota(kind, name)
-            merged = {k: current[k] for k in QUOTA_FIELDS}
-            return self.put_quota(kind, name, {**merged, **raw}, actor=actor)
+        return self._set_quota(c.PatchQuota(kind, name, raw), actor)
+
+    def _set_quota(self, command: c.PutQuota | c.PatchQuota, actor: str) -> dict[str, Any]:
+        """Decide a quota edit (``pool.decide``) and apply it."""
+        check_quota_kind(command.kind)
+        with self.transaction() as (db, alloc):  # holds the pool lock: nobody changes it between
+            current = None
+            if isinstance(command, c.PatchQuota):
+                current = self.get_quota(command.kind, command.name)
+            outcome = decided(PoolState(alloc, quota=current), command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
+            answer: dict[str, Any] = outcome.answer
+            return answer
 
     def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
         """Drop an admin's API override: the pool config file's quota (or the default) applies."""
@@ -304,27 +302,14 @@ class AdminStore(MigStore, ViewStore):
             row = db.scalar(
                 select(orm.QuotaRow).where(orm.QuotaRow.kind == k, orm.QuotaRow.name == name)
             )
-            book = alloc.quotas.users if k == "user" else alloc.quotas.groups
-            if row is not None and row.source == "api":
-                if name in from_file:
-                    set_quota(row, from_file[name])
-                    row.source = "file"
-                    book[name] = from_file[name]
-                else:
-                    db.delete(row)
-                    book.pop(name, None)
-                self._rederive_borrowed(db, alloc, k, name)
-                self._event(db, "quota-reset", actor, data={"kind": k, "name": name})
+            state = PoolState(
+                alloc,
+                quota_override=row is not None and row.source == "api",
+                file_quota=from_file.get(name),
+            )
+            outcome = decided(state, c.ResetQuota(kind, name), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
         return self.get_quota(kind, name)
-
-    def _rederive_borrowed(self, db: Session, alloc: Any, kind: str, name: str) -> None:
-        """A quota changed: persist the ``borrowed`` flags the allocator re-derives for it."""
-        self._record_borrowed(
-            db,
-            alloc.rederive_borrowed(
-                user=name if kind == "user" else None, group=name if kind == "group" else None
-            ),
-        )
 
     # -- busy hours ----------------------------------------------------------------------------
 

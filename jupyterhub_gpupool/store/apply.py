@@ -1,30 +1,59 @@
-"""The one applier: the allocator's decisions become rows and audit events here, and only here.
+"""The one applier: the pool's decisions become rows and audit events here, and only here.
 
-A decision is made in memory (``pool.allocator``); what it means for the rows is written by
-``_record`` (a grant: state, slots, the MIG instances the pool plans for it; a queued request:
-its reason and place) and by ``_finish`` (a release, the grants it lets the queue have, and the
-owner's leases whose ``borrowed`` flag the release changed). Every caller that decides (allocate,
-release, promote, uncordon, quota edits, MIG results, inventory) goes through them.
+``pool.decide`` says what is to happen as effects (``pool.effects``); ``_apply_effects``
+makes each one true, in order, in the caller's transaction: in the allocator
+(``pool.effects.apply_effect``, the pool's own state) and in the rows. ``_record`` writes a
+grant or a queued request into its row; ``_finish`` ends a lease by the pool's rule
+(``pool.decide.finish``: the queue served with what it frees, the owner's borrowed flags, its
+pending resize targets) and applies what it decided; ``_serve_queue`` does the same for a queue
+pass. Every caller that ends a lease or serves the queue (release, expiry, reconcile,
+approvals, reclaims, node actions, quota edits, MIG results, inventory) goes through them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
-from ..pool.allocator import Allocator, Grant, Lease, Queued
-from .bulk import queue_release
+from ..pool import commands as c
+from ..pool.allocator import Allocator, Grant, Queued
+from ..pool.decide import (
+    RESTARTING,
+    LeaseFacts,
+    Outcome,
+    PoolState,
+    decide,
+    ended_reason,
+    finish,
+    serve_queue,
+)
+from ..pool.effects import (
+    AwaitingApproval,
+    BorrowedChanged,
+    Effect,
+    LeaseGranted,
+    LeaseQueued,
+    LeaseReleased,
+    NewLease,
+    QuotaReset,
+    QuotaSet,
+    apply_effect,
+)
+from ..pool.errors import Refusal
+from ..pool.model import Request
+from .bulk import queue_release, stage_lease
 from .core import StoreCore
-from .rows import new_row
+from .errors import StoreError
+from .rows import new_row, set_quota, ts
 
 #: States of a resize target that still stands (``LeaseRow.resize_of`` names its lease).
 TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming")
-#: ``LeaseRow.reason`` of a granted target the service is restarting the server into.
-RESTARTING = "restarting"
+__all__ = ["RESTARTING", "TARGET_STATES", "Applier", "decided", "lease_facts"]
 
 
 class Applier(StoreCore):
@@ -86,44 +115,131 @@ class Applier(StoreCore):
             },
         )
 
-    def _record_grants(self, db: Session, grants: Iterable[Grant]) -> int:
-        """Write grants the allocator made to waiters (their rows exist); returns how many."""
-        n = 0
-        for grant in grants:
-            waiter = self.pending_or_stored(db, grant.request.id)
-            if waiter is not None:
-                self._record(db, waiter, grant)
-                n += 1
-        return n
+    def _apply_effects(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        effects: Iterable[Effect],
+        actor: str = "",
+        rows: Mapping[str, orm.LeaseRow] | None = None,
+    ) -> dict[str, orm.LeaseRow]:
+        """Make ``effects`` true, in order: in ``alloc`` (None: it is rebuilt from the rows
+        afterwards) and in the rows. ``rows``: lease rows the caller holds already. Returns
+        the rows of the new requests, by id."""
+        now_s, made = self._now_s(), {}
+        known = dict(rows or {})
+        for effect in effects:
+            if alloc is not None:
+                apply_effect(alloc, effect, now_s)
+            if isinstance(effect, (LeaseGranted, LeaseQueued)):
+                decision = effect.grant if isinstance(effect, LeaseGranted) else effect.queued
+                if effect.new is not None:
+                    row = made[decision.request.id] = self._new_lease(
+                        decision.request, effect.new, decision.group, decision.units
+                    )
+                    stage_lease(db, row)
+                    self._record(db, row, decision, actor)
+                else:
+                    waiter = self.pending_or_stored(db, decision.request.id)
+                    if waiter is not None:
+                        self._record(db, waiter, decision, actor)
+            elif isinstance(effect, AwaitingApproval):
+                made[effect.request.id] = self._awaiting_row(db, effect, actor)
+            elif isinstance(effect, LeaseReleased):
+                row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+                self._released(db, row, effect, actor)
+            elif isinstance(effect, BorrowedChanged):
+                flagged = self.pending_or_stored(db, effect.lease_id)
+                if flagged is not None and flagged.borrowed != effect.borrowed:
+                    flagged.borrowed = effect.borrowed
+                    kind = "borrowed" if flagged.borrowed else "within-guarantee"
+                    self._event(db, kind, "system", flagged)
+            elif isinstance(effect, QuotaSet):
+                self._quota_set(db, effect, actor)
+            elif isinstance(effect, QuotaReset):
+                self._quota_reset(db, effect, actor)
+        return made
 
-    def _serve_queue(self, db: Session, alloc: Allocator) -> int:
-        """Grant what the queue can have now; returns how many were granted."""
-        return self._record_grants(db, alloc.promote(self._now_s()))
+    def _new_lease(
+        self, request: Request, new: NewLease, group: str | None, units: Fraction
+    ) -> orm.LeaseRow:
+        """The row of a request asked now (granted or queued: ``_record`` says which)."""
+        return new_row(
+            orm.LeaseRow,
+            id=request.id,
+            user=request.user,
+            server=request.server,
+            offer=request.offer,
+            group=group,
+            groups=list(request.groups),
+            clusters=list(request.clusters) or None,
+            hub=new.hub,
+            priority=request.priority,
+            created=self.clock(),
+            units=str(units),
+            units_f=float(units),
+            resize_of=new.resize_of,
+            borrowed=False,  # set here, not by column defaults: the JSON is built pre-flush
+            within_guarantee=True,
+            busy_hours=0.0,
+        )
 
-    def _record_borrowed(self, db: Session, leases: Iterable[Lease]) -> None:
-        """Persist re-derived ``borrowed`` flags (audited as borrowed / within-guarantee)."""
-        for lease in leases:
-            row = self.pending_or_stored(db, lease.id)
-            if row is not None and row.borrowed != lease.borrowed:
-                row.borrowed = lease.borrowed
-                self._event(db, "borrowed" if row.borrowed else "within-guarantee", "system", row)
+    def _awaiting_row(self, db: Session, effect: AwaitingApproval, actor: str) -> orm.LeaseRow:
+        """Write a request that waits for an administrator: it holds nothing meanwhile."""
+        now, request, ask = self.clock(), effect.request, effect.ask
+        row = orm.LeaseRow(
+            id=request.id,
+            user=request.user,
+            server=request.server,
+            offer=request.offer,
+            group=request.group,
+            groups=list(request.groups),
+            clusters=list(request.clusters) or None,
+            hub=effect.new.hub,
+            priority=request.priority,
+            created=now,
+            state="awaiting_approval",
+            message=ask.message,
+            units=str(ask.units),
+            units_f=float(ask.units),
+            borrowed=False,
+            within_guarantee=True,
+            busy_hours=0.0,
+            exception=ask.exception,
+            resize_of=effect.new.resize_of,
+            approval={
+                "required_by": list(ask.required_by),
+                "reason": effect.reason,
+                "duration": effect.duration,
+                "asked": ts(now),
+                "ceiling": None if ask.ceiling is None else float(ask.ceiling),
+                "decision": None,
+                "decided": None,
+                "decided_by": None,
+                "note": None,
+            },
+        )
+        db.add(row)
+        self.note_awaiting(request.user, request.server, request.id)
+        self._event(
+            db,
+            "approval-requested",
+            actor or request.user,
+            row,
+            {
+                "required_by": list(ask.required_by),
+                "reason": effect.reason,
+                "duration": effect.duration,
+                "units": float(ask.units),
+            },
+        )
+        return row
 
-    def _finish(
-        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
-    ) -> None:
-        """Release ``row`` for ``reason``. With ``alloc`` (a deciding transaction), the
-        allocator releases it too and what it frees goes to the queue; without (the allocator
-        is rebuilt from the rows afterwards), only the rows change."""
-        was = row.state
-        # a lease that ends (not by its target's bind) takes its pending target with it
-        cascade = reason != "resized" and alloc is not None and was != "released"
-        if row.reclaim_acting is not None and reason in ("stopped", "resized", "orphaned"):
-            # the reclaim's own stop (or its shrink's bind) ends the lease: say why it ended,
-            # whoever releases it first
-            reason = row.reclaim_release or "reclaimed-idle"
+    def _released(self, db: Session, row: orm.LeaseRow, effect: LeaseReleased, actor: str) -> None:
+        """The rows of a lease that ends: its state, slots and the MIG instances made for it."""
         now = self.clock()
-        if not queue_release(db, row, now, reason):  # else written with the batch's others
-            row.state, row.released, row.release_reason = "released", now, reason
+        if not queue_release(db, row, now, effect.reason):  # else written with the batch's
+            row.state, row.released, row.release_reason = "released", now, effect.reason
             row.reclaim_deadline = None
             for s in row.slots:
                 s.live = False
@@ -134,34 +250,68 @@ class Applier(StoreCore):
                     gpu.instances = [i for i in gpu.instances if i.start != s.start]
                     # delete now: a grant later in the same batch may plan an instance here
                     db.flush()
-        self._event(db, "released", actor, row, {"reason": reason, "from": was})
-        if alloc is None:
-            return
-        related = alloc.leases_of(row.user, row.group)
-        borrowed_before = {lid: lease.borrowed for lid, lease in related.items()}
-        if row.id in alloc.leases or row.id in alloc.waiters:
-            self._record_grants(db, alloc.release(row.id, self._now_s()))
-        else:
-            self._serve_queue(db, alloc)
-        # what the owner still holds may now be within guarantee (the allocator re-derived it)
-        self._record_borrowed(
-            db,
-            (
-                lease
-                for lid, was_borrowed in borrowed_before.items()
-                if (lease := alloc.leases.get(lid)) is not None and lease.borrowed != was_borrowed
-            ),
+        self._event(db, "released", actor, row, {"reason": effect.reason, "from": effect.was})
+
+    def _quota_set(self, db: Session, effect: QuotaSet, actor: str) -> None:
+        row = db.scalar(
+            select(orm.QuotaRow).where(
+                orm.QuotaRow.kind == effect.kind, orm.QuotaRow.name == effect.name
+            )
         )
-        if cascade:
-            for target in self._pending_targets(db, alloc, row):
-                if target.state == "granted" and (
-                    target.reason == RESTARTING or target.id == row.reclaim_target
-                ):
-                    continue  # the server stops to restart into it: it binds it next
-                why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(
-                    target.state, reason
-                )
-                self._finish(db, alloc, target, why, actor)
+        if row is None:
+            row = orm.QuotaRow(kind=effect.kind, name=effect.name)
+            db.add(row)
+        set_quota(row, effect.spec)
+        row.source = "api"
+        data = {"kind": effect.kind, "name": effect.name, **effect.spec.to_dict()}
+        self._event(db, "quota-set", actor, data=data)
+
+    def _quota_reset(self, db: Session, effect: QuotaReset, actor: str) -> None:
+        row = db.scalar(
+            select(orm.QuotaRow).where(
+                orm.QuotaRow.kind == effect.kind, orm.QuotaRow.name == effect.name
+            )
+        )
+        if row is not None:
+            if effect.spec is not None:
+                set_quota(row, effect.spec)
+                row.source = "file"
+            else:
+                db.delete(row)
+        self._event(db, "quota-reset", actor, data={"kind": effect.kind, "name": effect.name})
+
+    def _serve_queue(self, db: Session, alloc: Allocator) -> int:
+        """Grant what the queue can have now (``pool.decide.serve_queue``); returns how many."""
+        outcome = serve_queue(alloc, self._now_s())
+        self._apply_effects(db, alloc, outcome.effects)
+        return int(outcome.answer)
+
+    def _finish(
+        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
+    ) -> None:
+        """End ``row`` for ``reason`` by the pool's rule (``pool.decide.finish``) and apply
+        what it decides. Without ``alloc`` (the allocator is rebuilt from the rows
+        afterwards), only the row changes."""
+        if alloc is None:
+            ended = LeaseReleased(row.id, ended_reason(lease_facts(row), reason), row.state)
+            self._apply_effects(db, None, [ended], actor, {row.id: row})
+            return
+        facts, rows = self._lease_facts(db, alloc, [row])
+        outcome = finish(PoolState(alloc, facts), row.id, reason, self._now_s())
+        self._apply_effects(db, alloc, outcome.effects, actor, rows)
+
+    def _lease_facts(
+        self, db: Session, alloc: Allocator, rows: Iterable[orm.LeaseRow]
+    ) -> tuple[dict[str, LeaseFacts], dict[str, orm.LeaseRow]]:
+        """What the pool's rules read of ``rows`` (each with its pending resize targets), and
+        every row read, by id (for the applier)."""
+        facts: dict[str, LeaseFacts] = {}
+        held: dict[str, orm.LeaseRow] = {}
+        for row in rows:
+            targets = self._pending_targets(db, alloc, row)
+            held |= {row.id: row, **{t.id: t for t in targets}}
+            facts[row.id] = lease_facts(row, tuple(lease_facts(t) for t in targets))
+        return facts, held
 
     def _pending_targets(
         self, db: Session, alloc: Allocator, row: orm.LeaseRow
@@ -195,6 +345,30 @@ class Applier(StoreCore):
             ):
                 found.append(target)
         return found
+
+
+def decided(state: PoolState, command: c.Command, now: float) -> Outcome:
+    """``pool.decide.decide``, its refusals as the store's (answered alone in a batch)."""
+    try:
+        return decide(state, command, now)
+    except Refusal as e:
+        raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+
+
+def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> LeaseFacts:
+    """The facts of a lease's row the pool's rules read (``pool.decide.LeaseFacts``)."""
+    return LeaseFacts(
+        row.id,
+        row.user,
+        row.server,
+        row.state,
+        resize_of=row.resize_of,
+        reason=row.reason,
+        reclaiming=row.reclaim_acting is not None,
+        reclaim_release=row.reclaim_release,
+        reclaim_target=row.reclaim_target,
+        targets=targets,
+    )
 
 
 def _waited(row: orm.LeaseRow, now: datetime) -> float | None:

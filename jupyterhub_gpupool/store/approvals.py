@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.approval import MAX_REASON, AskError, check_ask
-from ..pool.decisions import Rejected
+from ..pool.decisions import Grant, Rejected
+from ..pool.effects import LeaseGranted, LeaseQueued
 from ..pool.leases import LIVE_STATES
 from .errors import StoreError
 from .labelmig import LabelMigStore
@@ -102,8 +103,8 @@ class ApprovalStore(LabelMigStore):
                 row,
                 {"duration": duration, "offer": row.offer, "note": note or None},
             )
-            alloc.apply(decision, self._now_s())
-            self._record(db, row, decision, actor)
+            joins = LeaseGranted(decision) if isinstance(decision, Grant) else LeaseQueued(decision)
+            self._apply_effects(db, alloc, [joins], actor)
             return self._lease_json(db, alloc, row)
 
     def _check_smaller(self, alloc: Any, asked: str, offer: str) -> None:

@@ -12,15 +12,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
-from ..pool.allocator import Allocator, Rejected
-from ..pool.approval import Ask, AskError, approval_needed, check_ask
-from ..pool.errors import PoolError
+from ..pool import commands as c
+from ..pool.allocator import Allocator
+from ..pool.decide import Holder, PoolState
 from ..pool.leases import LIVE_STATES, is_ready
-from ..pool.model import Request, offer_priority
-from .apply import RESTARTING, TARGET_STATES, Applier
-from .bulk import stage_lease, staged_lease
+from .apply import RESTARTING, TARGET_STATES, Applier, decided
+from .bulk import staged_lease
 from .errors import StoreError
-from .rows import epoch, new_row, ts
 from .views import ViewStore
 
 
@@ -56,88 +54,46 @@ class LeaseStore(Applier, ViewStore):
         counts toward ``max_requests_per_user`` like any request, unless ``check_cap`` is off:
         the reclaimer's own shrink).
         """
-        now = self.clock()
         clusters = tuple(dict.fromkeys(clusters))
         self.check_clusters(clusters, "clusters")
-        try:
-            reason = check_ask(reason, duration)
-        except AskError as e:
-            raise StoreError(e.code, e.message, field=e.field) from None
+        command = c.Allocate(
+            user,
+            server,
+            offer,
+            group=group,
+            groups=groups,
+            priority=priority,
+            resize_of=resize_of,
+            clusters=clusters,
+            reason=reason,
+            duration=duration,
+            hub=hub,
+            check_cap=check_cap,
+        )
         with self.transaction() as (db, alloc):
-            if resize_of is None:
-                # one lease (live, queued or awaiting approval) per server; the allocator knows
-                # the live and queued ones, made earlier in the same batch too
-                existing = alloc.lease_for_server(user, server) or self._awaiting_of(
-                    db, user, server
-                )
-                if existing is not None:
-                    lease_id, state = existing
-                    if self._hub_of(db, lease_id) != hub:  # user names are the pool's keys
-                        raise StoreError(
-                            "already_allocated",
-                            f"server {user}/{server} already has a lease through another hub "
-                            "this pool serves (a user of the same name there): user names are "
-                            "the pool's keys, so keep them unique across its hubs",
-                            field="server",
-                        )
-                    raise StoreError(
-                        "already_allocated",
-                        f"server {user}/{server} already has lease {lease_id} ({state})",
-                        field="server",
-                    )
-            if check_cap:
-                self._check_request_cap(alloc, user, db)
-            prio = priority if priority is not None else offer_priority(alloc.offers.get(offer))
-            try:
-                request = Request(
-                    uuid.uuid4().hex,
-                    user,
-                    offer,
-                    server,
-                    group,
-                    tuple(groups),
-                    prio,
-                    epoch(now),
-                    clusters,
-                )
-            except PoolError as e:  # a refusal of this call alone, even inside a batch
-                raise StoreError(e.code, e.message, field=e.field) from None
-            decision = alloc.decide(request, self._now_s())
-            try:
-                ask = approval_needed(alloc, request, decision, reason, duration, self._now_s())
-            except AskError as e:  # a refusal of this call alone, even inside a batch
-                raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
-            if ask is not None:
-                return self._ask_approval(
-                    db, alloc, request, ask, reason, duration, actor, hub=hub, resize_of=resize_of
-                )
-            if isinstance(decision, Rejected):
-                raise StoreError(
-                    decision.code, decision.message, field=decision.field, allowed=decision.allowed
-                )
-            row = new_row(
-                orm.LeaseRow,
-                id=request.id,
-                user=user,
-                server=server,
-                offer=offer,
-                group=decision.group,
-                groups=list(groups),
-                clusters=list(clusters) or None,
-                hub=hub,
-                priority=prio,
-                created=now,
-                units=str(decision.units),
-                units_f=float(decision.units),
-                resize_of=resize_of,
-                borrowed=False,  # set here, not by column defaults: the JSON is built pre-flush
-                within_guarantee=True,
-                busy_hours=0.0,
+            awaiting = self.awaiting_requests(db, user)
+            state = PoolState(
+                alloc,
+                holder=self._server_holder(db, alloc, user, server, awaiting),
+                awaiting=len(awaiting),
+                request_cap=self.max_requests_per_user,
+                new_id=uuid.uuid4().hex,
             )
-            stage_lease(db, row)
-            alloc.apply(decision, self._now_s())
-            self._record(db, row, decision, actor)
-            return self._lease_json(db, alloc, row)
+            outcome = decided(state, command, self._now_s())
+            made = self._apply_effects(db, alloc, outcome.effects, actor)
+            return self._lease_json(db, alloc, made[outcome.answer])
+
+    def _server_holder(
+        self, db: Session, alloc: Allocator, user: str, server: str, awaiting: dict[str, str]
+    ) -> Holder | None:
+        """The lease or request ``user``'s ``server`` already has (live or queued, from the
+        allocator, made earlier in the same batch too; or awaiting approval), with its hub."""
+        found = alloc.lease_for_server(user, server) or next(
+            ((lid, "awaiting_approval") for lid, its in awaiting.items() if its == server), None
+        )
+        if found is None:
+            return None
+        return Holder(found[0], found[1], self._hub_of(db, found[0]))
 
     @staticmethod
     def _hub_of(db: Session, lease_id: str) -> str | None:
@@ -150,94 +106,6 @@ class LeaseStore(Applier, ViewStore):
                 return obj.hub
         return db.scalar(select(orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id))
 
-    def _awaiting_of(self, db: Session, user: str, server: str) -> tuple[str, str] | None:
-        """The server's request awaiting approval (made earlier in this batch too), if any."""
-        for lease_id, its_server in self.awaiting_requests(db, user).items():
-            if its_server == server:
-                return lease_id, "awaiting_approval"
-        return None
-
-    def _ask_approval(
-        self,
-        db: Session,
-        alloc: Allocator,
-        request: Request,
-        ask: Ask,
-        reason: str,
-        duration: float | None,
-        actor: str,
-        *,
-        hub: str | None = None,
-        resize_of: str | None = None,
-    ) -> dict[str, Any]:
-        """Write a request that waits for an administrator: it holds nothing meanwhile."""
-        now = self.clock()
-        row = orm.LeaseRow(
-            id=request.id,
-            user=request.user,
-            server=request.server,
-            offer=request.offer,
-            group=request.group,
-            groups=list(request.groups),
-            clusters=list(request.clusters) or None,
-            hub=hub,
-            priority=request.priority,
-            created=now,
-            state="awaiting_approval",
-            message=ask.message,
-            units=str(ask.units),
-            units_f=float(ask.units),
-            borrowed=False,
-            within_guarantee=True,
-            busy_hours=0.0,
-            exception=ask.exception,
-            resize_of=resize_of,
-            approval={
-                "required_by": list(ask.required_by),
-                "reason": reason,
-                "duration": duration,
-                "asked": ts(now),
-                "ceiling": None if ask.ceiling is None else float(ask.ceiling),
-                "decision": None,
-                "decided": None,
-                "decided_by": None,
-                "note": None,
-            },
-        )
-        db.add(row)
-        self.note_awaiting(request.user, request.server, request.id)
-        self._event(
-            db,
-            "approval-requested",
-            actor or request.user,
-            row,
-            {
-                "required_by": list(ask.required_by),
-                "reason": reason,
-                "duration": duration,
-                "units": float(ask.units),
-            },
-        )
-        return self._lease_json(db, alloc, row)
-
-    def _check_request_cap(self, alloc: Allocator, user: str, db: Session) -> None:
-        """One user cannot flood the queue: at most ``max_requests_per_user`` live requests
-        (queued, granted, held or awaiting approval; a resize target is one too)."""
-        cap = self.max_requests_per_user
-        if not cap:
-            return
-        live = len(alloc.leases_of(user)) + sum(
-            1 for w in alloc.waiters.values() if w.request.user == user
-        )
-        live += len(self.awaiting_requests(db, user))
-        if live >= cap:
-            raise StoreError(
-                "too_many_requests",
-                f"{user} already has {live} GPU requests (queued, granted or held); "
-                f"at most {cap} at once",
-                field="user",
-            )
-
     def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
         """End a lease (or leave the queue) and serve the queue with what it frees."""
         if reason not in orm.RELEASE_REASONS:
@@ -249,12 +117,10 @@ class LeaseStore(Applier, ViewStore):
             )
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            if row.state != "released":
-                if row.state == "queued" and reason == "stopped":
-                    reason = "cancelled"
-                elif row.state == "awaiting_approval" and reason == "stopped":
-                    reason = "withdrawn"
-                self._finish(db, alloc, row, reason, actor)
+            facts, rows = self._lease_facts(db, alloc, [row])
+            command = c.Release(lease_id, reason)
+            outcome = decided(PoolState(alloc, facts), command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, rows)
             return self._lease_json(db, alloc, row)
 
     def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
@@ -359,14 +225,15 @@ class LeaseStore(Applier, ViewStore):
         """Release grants no server bound in time; returns how many."""
         now = self.clock()
         with self.transaction() as (db, alloc):
-            rows = db.scalars(
+            expired = db.scalars(
                 select(orm.LeaseRow).where(
                     orm.LeaseRow.state == "granted", orm.LeaseRow.expires < now
                 )
             ).all()
-            for row in rows:
-                self._finish(db, alloc, row, "expired", "system")
-            return len(rows)
+            facts, rows = self._lease_facts(db, alloc, expired)
+            outcome = decided(PoolState(alloc, facts), c.ExpireGrants(), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, "system", rows)
+            return int(outcome.answer)
 
     def reconcile(
         self,
@@ -415,4 +282,6 @@ class LeaseStore(Applier, ViewStore):
     def promote(self) -> int:
         """Serve the queue (after aging, say); returns how many were granted."""
         with self.transaction() as (db, alloc):
-            return self._serve_queue(db, alloc)
+            outcome = decided(PoolState(alloc), c.Promote(), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects)
+            return int(outcome.answer)

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import String, cast, func, select
 
 from .. import orm
+from ..pool.decide import PoolState, quota_preview
 from ..pool.leases import LIVE_STATES
-from ..pool.quota import QUOTA_FIELDS, QuotaSpec
 from ..pool.usage import line_item, unpriced
 from .poolmap import MapText
 from .rows import check_quota_kind, epoch, held_hours, ts
@@ -180,14 +180,14 @@ class PanelViews(BusyTimeStore):
 
     def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
         """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
-        changing nothing: which live leases would become borrowed or within guarantee (the
-        allocator's own rule, ``Allocator.preview_borrowed``), and how far over the limit."""
+        changing nothing: ``decide`` of the edit (``pool.decide.quota_preview``) with its
+        effects read and discarded: which live leases would become borrowed or within
+        guarantee, and how far over the limit."""
         current = self.get_quota(kind, name)
-        merged = {k: current[k] for k in QUOTA_FIELDS}
-        spec = QuotaSpec.parse({**merged, **raw}, f"quotas.{kind}.{name}")
         k = check_quota_kind(kind)
         with self.locked() as alloc:
-            become_borrowed, become_within = alloc.preview_borrowed(k, name, spec.guarantee)
+            state = PoolState(alloc, quota=current)
+            spec, become_borrowed, become_within = quota_preview(state, kind, name, raw)
             book = alloc.quotas
             held = book.held(name) if k == "user" else book.group_held(name)
             over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0

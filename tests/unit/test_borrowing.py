@@ -7,6 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from jupyterhub_gpupool.pool.borrowing import borrowed_flags, owner_surplus, reclaim_order
+from jupyterhub_gpupool.pool.decide import borrowed_if
 from jupyterhub_gpupool.pool.decisions import Lease
 from jupyterhub_gpupool.pool.model import Request
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
@@ -74,6 +75,13 @@ def test_owner_surplus_is_the_least_of_the_users_and_the_groups():
     assert owner_surplus("u", "other", held_user, held_group, book) == F(3)  # no such quota
 
 
+def preview(alloc, kind: str, name: str, guarantee: F) -> tuple[list[str], list[str]]:
+    """The quota preview's flags (``pool.decide.borrowed_if``, what ``decide`` of a quota edit
+    says): (ids that become borrowed, ids that become within guarantee)."""
+    flags = borrowed_if(alloc, kind, name, guarantee)
+    return [lid for lid, b in flags if b], [lid for lid, b in flags if not b]
+
+
 def _three_leases():
     alloc = pool(QuotaBook(users={"u": QuotaSpec(guarantee=F(3))}))
     for i in range(3):
@@ -84,13 +92,13 @@ def _three_leases():
 def test_the_preview_is_what_the_change_then_does_and_changes_nothing():
     alloc = _three_leases()
     assert not any(le.borrowed for le in alloc.leases.values())
-    assert alloc.preview_borrowed("user", "u", F(1)) == (["u1", "u2"], [])
+    assert preview(alloc, "user", "u", F(1)) == (["u1", "u2"], [])
     assert not any(le.borrowed for le in alloc.leases.values())  # a preview changes nothing
     alloc.quotas.users["u"] = QuotaSpec(guarantee=F(1))
     changed = alloc.rederive_borrowed("u")
     assert sorted(le.id for le in changed) == ["u1", "u2"]
-    assert alloc.preview_borrowed("user", "u", F(2)) == ([], ["u1"])
-    assert alloc.preview_borrowed("user", "nobody", F(0)) == ([], [])
+    assert preview(alloc, "user", "u", F(2)) == ([], ["u1"])
+    assert preview(alloc, "user", "nobody", F(0)) == ([], [])
 
 
 def test_a_group_preview_covers_the_groups_members():
@@ -99,7 +107,7 @@ def test_a_group_preview_covers_the_groups_members():
     for i, user in enumerate(("a", "b")):
         granted(alloc.submit(req(f"{user}0", "h100", user, group="ml", groups=("ml",)), i))
     assert not any(le.borrowed for le in alloc.leases.values())
-    assert alloc.preview_borrowed("group", "ml", F(1)) == (["a0", "b0"], [])
+    assert preview(alloc, "group", "ml", F(1)) == (["a0", "b0"], [])
     alloc.quotas.groups["ml"] = QuotaSpec(guarantee=F(1), limit=F(4))
     assert sorted(le.id for le in alloc.rederive_borrowed(group="ml")) == ["a0", "b0"]
 
@@ -110,4 +118,4 @@ def test_the_preview_leaves_an_approved_exception_within_guarantee():
     alloc = pool(QuotaBook(users={"u": QuotaSpec(guarantee=F(2), exception=F(4))}))
     granted(alloc.submit(req("x", "h100", "u", exception=True), 0))
     granted(alloc.submit(req("y", "h100", "u", arrival=1.0), 0))
-    assert alloc.preview_borrowed("user", "u", F(0)) == (["y"], [])
+    assert preview(alloc, "user", "u", F(0)) == (["y"], [])

@@ -1,0 +1,359 @@
+"""The pool decides: ``decide(state, command, now) -> Outcome(answer, effects)``.
+
+In the spirit of dask's ``handle_stimulus``, which returns instructions rather than doing
+them: ``decide`` reads the pool state (``PoolState``: the allocator, plus the few facts of the
+rows the rules need, which the store gathers first), changes nothing and does no I/O, and says
+what is to happen as effects (``pool.effects``). The store's one applier makes them true in
+one transaction (``store/apply.py``); the service serializes the answer. A refusal is raised
+as a ``Refusal`` (its code, message, field and allowed values are the API's error body).
+
+The commands decided here: ``Allocate``, ``Release``, ``Promote``, ``ExpireGrants``,
+``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
+rules for the store's other callers that end a lease or serve the queue. The quota-edit preview
+is ``decide`` of ``PatchQuota`` with its effects read and discarded (``quota_preview``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
+
+from . import commands as c
+from .allocator import Allocator
+from .approval import AskError, approval_needed, check_ask
+from .decisions import Grant, Rejected
+from .effects import (
+    AwaitingApproval,
+    BorrowedChanged,
+    Effect,
+    LeaseGranted,
+    LeaseQueued,
+    LeaseReleased,
+    NewLease,
+    QuotaReset,
+    QuotaSet,
+    WaitReason,
+)
+from .errors import PoolError, Refusal
+from .model import Request, offer_priority
+from .quota import QUOTA_FIELDS, QuotaSpec
+from .trial import Trial
+
+#: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
+RESTARTING = "restarting"
+#: Release reasons of a stop that a reclaim in progress caused (its own reason is kept).
+_RECLAIM_STOPS = ("stopped", "resized", "orphaned")
+
+
+@dataclass(frozen=True)
+class LeaseFacts:
+    """What the rules read of a lease's row beyond the allocator."""
+
+    id: str
+    user: str
+    server: str
+    state: str
+    resize_of: str | None = None
+    reason: str | None = None  # ``RESTARTING`` for a target the server restarts into
+    reclaiming: bool = False  # a reclaim is acting on it (its stop is the reclaim's)
+    reclaim_release: str | None = None  # the reason that reclaim's release is recorded with
+    reclaim_target: str | None = None  # the shrink target a reclaim restarts it into
+    targets: tuple[LeaseFacts, ...] = ()  # its resize targets not yet bound
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The lease or request a server already has."""
+
+    id: str
+    state: str
+    hub: str | None
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A read-only view of the pool for one decision."""
+
+    alloc: Allocator
+    #: The leases a release or an expiry addresses (with their pending targets).
+    leases: Mapping[str, LeaseFacts] = field(default_factory=dict)
+    #: Allocate: the lease or request the server already has, if any.
+    holder: Holder | None = None
+    #: Allocate: the user's requests awaiting approval, and the cap on live requests (0: none).
+    awaiting: int = 0
+    request_cap: int = 0
+    #: Allocate: the id of the new request (drawn by the store: decide draws nothing).
+    new_id: str = ""
+    #: PatchQuota: the quota in effect now (its fields by name).
+    quota: Mapping[str, Any] | None = None
+    #: ResetQuota: whether an API override is in effect, and the config file's quota.
+    quota_override: bool = False
+    file_quota: QuotaSpec | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a command answers (before serialization) and the effects that make it true."""
+
+    answer: Any
+    effects: tuple[Effect, ...] = ()
+
+
+def decide(state: PoolState, command: c.Command, now: float) -> Outcome:
+    """Decide ``command`` on ``state`` at ``now`` (epoch seconds); changes nothing."""
+    rule = _RULES.get(type(command))
+    if rule is None:
+        raise ValueError(f"{type(command).__name__} is not decided by pool.decide yet")
+    return rule(state, command, now)
+
+
+# -- the lease lifecycle ------------------------------------------------------------------------
+
+
+def _allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """A new request: granted, queued, awaiting approval, or refused."""
+    alloc, new = state.alloc, NewLease(cmd.hub, cmd.resize_of)
+    try:
+        reason = check_ask(cmd.reason, cmd.duration)
+    except AskError as e:
+        raise Refusal(e.code, e.message, field=e.field) from None
+    holder = state.holder
+    if cmd.resize_of is None and holder is not None:  # one lease per server
+        if holder.hub != cmd.hub:  # user names are the pool's keys
+            raise Refusal(
+                "already_allocated",
+                f"server {cmd.user}/{cmd.server} already has a lease through another hub "
+                "this pool serves (a user of the same name there): user names are "
+                "the pool's keys, so keep them unique across its hubs",
+                field="server",
+            )
+        raise Refusal(
+            "already_allocated",
+            f"server {cmd.user}/{cmd.server} already has lease {holder.id} ({holder.state})",
+            field="server",
+        )
+    if cmd.check_cap and state.request_cap:
+        live = len(alloc.leases_of(cmd.user)) + state.awaiting
+        live += sum(1 for w in alloc.waiters.values() if w.request.user == cmd.user)
+        if live >= state.request_cap:
+            raise Refusal(
+                "too_many_requests",
+                f"{cmd.user} already has {live} GPU requests (queued, granted or held); "
+                f"at most {state.request_cap} at once",
+                field="user",
+            )
+    priority = cmd.priority
+    if priority is None:
+        priority = offer_priority(alloc.offers.get(cmd.offer))
+    try:
+        request = Request(
+            state.new_id,
+            cmd.user,
+            cmd.offer,
+            cmd.server,
+            cmd.group,
+            tuple(cmd.groups),
+            priority,
+            now,
+            tuple(dict.fromkeys(cmd.clusters)),
+        )
+    except PoolError as e:  # a refusal of this call alone, even inside a batch
+        raise Refusal(e.code, e.message, field=e.field) from None
+    decision = alloc.decide(request, now)
+    try:
+        ask = approval_needed(alloc, request, decision, reason, cmd.duration, now)
+    except AskError as e:
+        raise Refusal(e.code, e.message, field=e.field, allowed=e.allowed) from None
+    if ask is not None:
+        return Outcome(request.id, (AwaitingApproval(request, ask, reason, cmd.duration, new),))
+    if isinstance(decision, Rejected):
+        raise Refusal(
+            decision.code, decision.message, field=decision.field, allowed=decision.allowed
+        )
+    if isinstance(decision, Grant):
+        return Outcome(request.id, (LeaseGranted(decision, new),))
+    return Outcome(request.id, (LeaseQueued(decision, new),))
+
+
+def _release(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """End a lease (or leave the queue, or withdraw a request) and serve the queue."""
+    facts = state.leases[cmd.lease_id]
+    if facts.state == "released":
+        return Outcome(cmd.lease_id)
+    reason = cmd.reason
+    if reason == "stopped":  # a stop before anything was held
+        reason = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(facts.state, reason)
+    return Outcome(cmd.lease_id, _finishing(state, [(facts, reason)], now))
+
+
+def _expire(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Release the grants no server bound in time (``state.leases``: the store found them
+    by their ``expires``)."""
+    ended = [(facts, "expired") for facts in state.leases.values()]
+    return Outcome(len(ended), _finishing(state, ended, now))
+
+
+def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Serve the queue (aging changes its order over time); answers how many were granted."""
+    return serve_queue(state.alloc, now)
+
+
+def finish(state: PoolState, lease_id: str, reason: str, now: float) -> Outcome:
+    """End the lease ``state.leases[lease_id]`` for ``reason``, with what follows: the queue
+    served with what it frees, the owner's borrowed flags re-derived, its pending resize
+    targets ended (unless the server restarts into one). For every caller that ends a lease."""
+    return Outcome(lease_id, _finishing(state, [(state.leases[lease_id], reason)], now))
+
+
+def serve_queue(alloc: Allocator, now: float) -> Outcome:
+    """Grant what the queue can have now."""
+    with Trial(alloc) as trial:
+        grants = trial.promote(now)
+        effects: list[Effect] = [LeaseGranted(g) for g in grants]
+        effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+    return Outcome(len(grants), tuple(effects))
+
+
+def ended_reason(facts: LeaseFacts, reason: str) -> str:
+    """The reason a lease ends with: a stop that a reclaim in progress caused (the reclaim's
+    own stop, or its shrink's bind) is recorded as the reclaim's, whoever releases it first."""
+    if facts.reclaiming and reason in _RECLAIM_STOPS:
+        return facts.reclaim_release or "reclaimed-idle"
+    return reason
+
+
+def _finishing(
+    state: PoolState, ending: list[tuple[LeaseFacts, str]], now: float
+) -> tuple[Effect, ...]:
+    effects: list[Effect] = []
+    with Trial(state.alloc) as trial:
+        for facts, reason in ending:
+            if facts.id not in trial.ended:
+                _finish_one(trial, facts, reason, now, effects)
+        effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+    return tuple(effects)
+
+
+def _finish_one(
+    trial: Trial, facts: LeaseFacts, reason: str, now: float, effects: list[Effect]
+) -> None:
+    was = facts.state
+    # a lease that ends by its target's bind keeps the target (and an ended one has none)
+    cascade = reason != "resized" and was != "released"
+    reason = ended_reason(facts, reason)
+    effects.append(LeaseReleased(facts.id, reason, was))
+    if facts.id in trial.alloc.leases or facts.id in trial.alloc.waiters:
+        grants, flags = trial.release(facts.id, now)
+    else:  # awaiting approval: held nothing, but the queue may move all the same
+        trial.ended.add(facts.id)
+        grants, flags = trial.promote(now), []
+    effects += [LeaseGranted(g) for g in grants]
+    effects += [BorrowedChanged(lid, borrowed) for lid, borrowed in flags]
+    if not cascade:
+        return
+    for target in facts.targets:  # a lease that ends takes its pending resize target along
+        if target.id in trial.ended:
+            continue
+        if target.id in trial.granted:  # the queue pass just granted it: a fresh grant now
+            target = replace(target, state="granted", reason=None)
+        if target.state == "granted" and (
+            target.reason == RESTARTING or target.id == facts.reclaim_target
+        ):
+            continue  # the server stops to restart into it: it binds it next
+        why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(target.state, reason)
+        _finish_one(trial, target, why, now, effects)
+
+
+# -- quotas ---------------------------------------------------------------------------------------
+
+
+def _put_quota(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Set a user's or group's quota by API (``cmd.kind``: ``users`` or ``groups``). Lowering
+    it below current use is allowed: the leases beyond the new guarantee become borrowed."""
+    raw = cmd.raw
+    if isinstance(cmd, c.PatchQuota):  # only the fields named, over the quota in effect
+        current = state.quota or {}
+        raw = {**{k: current[k] for k in QUOTA_FIELDS}, **raw}
+    kind = cmd.kind[:-1]
+    spec = QuotaSpec.parse(raw, f"quotas.{cmd.kind}.{cmd.name}")
+    flags = borrowed_if(state.alloc, kind, cmd.name, spec.guarantee)
+    effects: list[Effect] = [BorrowedChanged(lid, b) for lid, b in flags]
+    effects.append(QuotaSet(kind, cmd.name, spec))
+    answer = {"name": cmd.name, "kind": kind, "source": "api", **spec.to_dict()}
+    return Outcome(answer, tuple(effects))
+
+
+def _reset_quota(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Drop a user's or group's API override (``state.quota_override``): the config file's
+    quota (``state.file_quota``) applies, or none (a user gets the default). Answers None (the
+    store answers the quota in effect after)."""
+    if not state.quota_override:
+        return Outcome(None)
+    kind, spec, book = cmd.kind[:-1], state.file_quota, state.alloc.quotas
+    guarantee = spec.guarantee if spec is not None else None
+    if kind == "user" and guarantee is None:
+        guarantee = book.default_user.guarantee
+    flags = borrowed_if(state.alloc, kind, cmd.name, guarantee)
+    effects: list[Effect] = [BorrowedChanged(lid, b) for lid, b in flags]
+    effects.append(QuotaReset(kind, cmd.name, spec))
+    return Outcome(None, tuple(effects))
+
+
+def borrowed_if(
+    alloc: Allocator, kind: str, name: str, guarantee: Fraction | None
+) -> list[tuple[str, bool]]:
+    """(lease id, borrowed) of each live lease whose flag giving user or group (``kind``)
+    ``name`` the guarantee ``guarantee`` (None: a group with no quota) would change:
+    ``borrowing.borrowed_flags`` over the leases of the user, or of the group's members, with
+    the edited guarantee."""
+    users = alloc._owners(name if kind == "user" else None, name if kind == "group" else None)
+    flags = alloc._borrowed_now(
+        users,
+        user_guarantee={name: guarantee} if kind == "user" and guarantee is not None else {},
+        group_guarantee={name: guarantee} if kind == "group" else {},
+    )
+    return [(lease.id, borrowed) for lease, borrowed in flags if borrowed != lease.borrowed]
+
+
+def quota_preview(
+    state: PoolState, kind: str, name: str, raw: Mapping[str, object]
+) -> tuple[QuotaSpec, list[str], list[str]]:
+    """What editing a quota (the fields of ``raw`` over the one in effect, ``state.quota``)
+    would do, changing nothing: ``decide`` of ``PatchQuota`` with its effects read, never
+    applied. Returns (the quota it would set, ids that would become borrowed, ids that would
+    become within guarantee)."""
+    effects = decide(state, c.PatchQuota(kind, name, raw), 0.0).effects
+    spec = next(e.spec for e in effects if isinstance(e, QuotaSet))
+    changes = [e for e in effects if isinstance(e, BorrowedChanged)]
+    become_borrowed = [e.lease_id for e in changes if e.borrowed]
+    return spec, become_borrowed, [e.lease_id for e in changes if not e.borrowed]
+
+
+_RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
+    c.Allocate: _allocate,
+    c.Release: _release,
+    c.ExpireGrants: _expire,
+    c.Promote: _promote,
+    c.PutQuota: _put_quota,
+    c.PatchQuota: _put_quota,
+    c.ResetQuota: _reset_quota,
+}
+
+#: Commands ``decide`` decides (the others still decide inside their store method).
+DECIDED = frozenset(_RULES)
+
+__all__ = [
+    "DECIDED",
+    "RESTARTING",
+    "Holder",
+    "LeaseFacts",
+    "Outcome",
+    "PoolState",
+    "decide",
+    "ended_reason",
+    "finish",
+    "quota_preview",
+    "serve_queue",
+]

@@ -1,0 +1,133 @@
+"""What a decision does, as plain values: the effects ``pool.decide`` returns.
+
+``decide`` only says what is to happen; the store's one applier (``store/apply.py``) makes each
+effect true, in order, in one transaction: in the rows (and the audit log) and, through
+``apply_effect`` below, in the allocator, the in-memory pool state this package owns. Applied
+in order, the effects leave the allocator exactly as the decision saw it would be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .allocator import Allocator
+from .approval import Ask
+from .decisions import Grant, Queued
+from .model import Request
+from .quota import QuotaSpec
+
+
+@dataclass(frozen=True)
+class NewLease:
+    """Facts of a request asked now that its new row keeps (the allocator has no use for them)."""
+
+    hub: str | None = None  # the hub asking (None: the pool's own)
+    resize_of: str | None = None  # the lease it will replace (a resize target)
+
+
+@dataclass(frozen=True)
+class LeaseGranted:
+    """A request is granted: a new one (``new``: its row is written now) or a waiter's."""
+
+    grant: Grant
+    new: NewLease | None = None
+
+
+@dataclass(frozen=True)
+class LeaseQueued:
+    """A request waits in the queue: a new one (``new``) or an approved one (its row exists)."""
+
+    queued: Queued
+    new: NewLease | None = None
+
+
+@dataclass(frozen=True)
+class AwaitingApproval:
+    """A new request waits for an administrator; it holds nothing meanwhile."""
+
+    request: Request
+    ask: Ask
+    reason: str
+    duration: float | None
+    new: NewLease
+
+
+@dataclass(frozen=True)
+class LeaseReleased:
+    """A lease (or a queued request, or one awaiting approval) ends for ``reason``; ``was``:
+    its state before."""
+
+    lease_id: str
+    reason: str
+    was: str
+
+
+@dataclass(frozen=True)
+class BorrowedChanged:
+    """A live lease becomes borrowed (``borrowed``) or within guarantee."""
+
+    lease_id: str
+    borrowed: bool
+
+
+@dataclass(frozen=True)
+class WaitReason:
+    """Why a waiter still waits changed (``no_capacity``, ``quota``): kept in memory only,
+    where the next decisions read it (a long ``no_capacity`` waiter holds capacity back)."""
+
+    lease_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuotaSet:
+    """A user's or group's (``kind``) quota is set by API."""
+
+    kind: str
+    name: str
+    spec: QuotaSpec
+
+
+@dataclass(frozen=True)
+class QuotaReset:
+    """A user's or group's API override is dropped: the file's quota (``spec``) applies, or
+    none (``None``: a user gets the default)."""
+
+    kind: str
+    name: str
+    spec: QuotaSpec | None
+
+
+Effect = (
+    LeaseGranted
+    | LeaseQueued
+    | AwaitingApproval
+    | LeaseReleased
+    | BorrowedChanged
+    | WaitReason
+    | QuotaSet
+    | QuotaReset
+)
+
+
+def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
+    """Make ``effect`` true in the allocator (the applier's in-memory half)."""
+    if isinstance(effect, (LeaseGranted, LeaseQueued)):
+        alloc.apply(effect.grant if isinstance(effect, LeaseGranted) else effect.queued, now)
+    elif isinstance(effect, LeaseReleased):
+        if effect.lease_id in alloc.leases or effect.lease_id in alloc.waiters:
+            alloc.drop(effect.lease_id)  # the flags it may change come as their own effects
+    elif isinstance(effect, BorrowedChanged):
+        lease = alloc.leases.get(effect.lease_id)
+        if lease is not None:
+            lease.borrowed = effect.borrowed
+    elif isinstance(effect, WaitReason):
+        waiter = alloc.waiters.get(effect.lease_id)
+        if waiter is not None:
+            waiter.reason = effect.reason
+    elif isinstance(effect, (QuotaSet, QuotaReset)):
+        book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
+        if effect.spec is None:
+            book.pop(effect.name, None)
+        else:
+            book[effect.name] = effect.spec
