@@ -3,11 +3,12 @@
 A job's lease is an ordinary lease row (``server`` = ``job:<id>``, ``holder`` = ``job``,
 ``workload`` = its class), so the queue, usage and chargeback see it as they see servers. The
 job row follows its lease: granted when the lease is (``_record``), ended when the lease ends
-some other way (``_finish``: an admin's release, a lost node). The job runner on the lease's
-node starts it, reports it alive (``running``, every round) and reports its exit, which
-releases the lease. Preemption of a training job is a notice on the job (``preempting`` with
-a deadline) that the runner carries out; the lease goes when the exit is reported, or, if the
-runner falls silent past ``job_runner_timeout``, at the next reconcile (``runner_lost``).
+some other way (``_released``, where the one applier ends every lease: an admin's release, a
+lost node). The job runner on the lease's node starts it, reports it alive (``running``, every
+round) and reports its exit, which releases the lease. Preemption of a training job is a
+notice on the job (``preempting`` with a deadline) that the runner carries out; the lease goes
+when the exit is reported, or, if the runner falls silent past ``job_runner_timeout``, at the
+next reconcile (``runner_lost``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .. import orm
 from ..pool.allocator import Allocator, Grant, Queued
 from ..pool.borrowing import owner_surplus
 from ..pool.decisions import Lease
+from ..pool.effects import LeaseReleased
 from ..pool.errors import PoolError
 from ..pool.model import offer_priority
 from ..pool.workloads import (
@@ -522,10 +524,11 @@ class JobStore(LeaseStore):
             job.devices = self._job_devices(self._allocator, row)
             self._job_event(db, "job-granted", "system", job)
 
-    def _finish(
-        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
-    ) -> None:
-        super()._finish(db, alloc, row, reason, actor)
+    def _released(self, db: Session, row: orm.LeaseRow, effect: LeaseReleased, actor: str) -> None:
+        """Every lease that ends passes here (the one applier's ``LeaseReleased``), whoever
+        ended it: a job whose lease ended another way than its runner's report ends too."""
+        super()._released(db, row, effect, actor)
+        reason = effect.reason
         if row.holder != JOB_HOLDER:
             return
         job = db.get(orm.JobRow, row.server[len(_PREFIX) :])
