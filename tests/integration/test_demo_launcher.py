@@ -183,7 +183,8 @@ def test_sigterm_stops_everything_the_demo_started(demo):
     assert [le["state"] for le in leases] == ["active"]  # the server holds the H100
 
     procs = tree(demo.proc.pid)
-    for part in ("-m jupyterhub -f", "configurable-http-proxy", "cli service", "singleuser"):
+    parts = ("-m jupyterhub -f", "configurable-http-proxy", "cli service", "cli job-runner")
+    for part in (*parts, "singleuser"):
         assert any(part in cmd for cmd in procs.values()), (part, procs)
 
     demo.proc.send_signal(signal.SIGTERM)
