@@ -79,6 +79,11 @@ def test_three_sessions_on_one_gpu_by_hand():
     # 1302; B waits from 300 to 1302 + 2; C as above
     _expect(k15, 1202 + 302 + 102, [2, 0, 1004, 2], 0)
     assert k15.leases == 3
+    v0, v15 = kernels.verdicts([server, reclaimed, k0, k15])
+    assert v0["held_cut"] == pytest.approx(1 - 908 / 2102)  # 57 % less, p95 89 s vs 852 s
+    assert v0["bound"] == pytest.approx(1 - 900 / 2102) and v0["met"]
+    assert v15["held_cut"] == pytest.approx(1 - 1606 / 2102) and not v15["held_ok"]
+    assert v15["wait_ok"] is False  # 854 s against 852 s: worse by the start overhead
 
 
 def test_idle_reclaim_takes_a_server_back_and_its_next_cell_restarts_it():
