@@ -6,6 +6,7 @@ generated day's invariants and the command."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,9 @@ from jupyterhub_gpupool.simulate import kernels
 from jupyterhub_gpupool.simulate.sessions import Segment, Session, generate, write_jsonl
 
 H = 3600.0
+SLICE = (
+    Path(__file__).resolve().parents[2] / "benchmarks/data/notebookos-sensei/sensei_june_day1.csv"
+)
 
 
 def _idle(a: float, b: float, *, present: bool = True) -> Segment:
@@ -159,10 +163,7 @@ def test_the_trace_loader_maps_trainings_to_cells(tmp_path):
 
 
 def test_the_shipped_trace_slice_loads():
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks/data/notebookos-sensei"
-    sessions = kernels.load_trace(path / "sensei_june_day1.csv")
+    sessions = kernels.load_trace(SLICE)
     assert len(sessions) == 92
     assert sum(len(kernels.cells(s)) for s in sessions) == 780
 
@@ -185,3 +186,15 @@ def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
     assert bad.value.code == 2
     err = capsys.readouterr().err
     assert "argument --keep: a comma list of whole minutes" in err and err.count("\n") == 1
+
+
+def test_cli_replays_the_trace_and_names_a_bad_one_in_one_line(tmp_path, capsys):
+    assert cli_main(["simulate", "kernels", "--trace", str(SLICE), "--keep", "30"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("92 sessions (trace ") and "kernel-30" in printed
+    bad = tmp_path / "t.csv"
+    bad.write_text("job_id,num_gpu,submit_time,duration,session\n1,x,0,5,S1\n")
+    assert cli_main(["simulate", "kernels", "--trace", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jupyterhub-gpupool: error: ") and f"{bad}:2:" in err
+    assert "\n" not in err
