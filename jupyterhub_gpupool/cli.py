@@ -25,6 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (also used by the docs' CLI reference)."""
+    from .simulate import kernels as kernels_sim
     from .simulate import reclaim as reclaim_sim
     from .simulate import whatif
 
@@ -122,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reclaim_sim.add_arguments(rec)
     rec.set_defaults(func=reclaim_sim.run_cli)
+    ker = sim_sub.add_parser(
+        "kernels",
+        help="the same day with server-level against kernel-level GPU leases (NotebookOS-style)",
+        description=kernels_sim.__doc__.splitlines()[0] if kernels_sim.__doc__ else None,
+    )
+    kernels_sim.add_arguments(ker)
+    ker.set_defaults(func=kernels_sim.run_cli)
     wi = sim_sub.add_parser(
         "what-if",
         help="re-run the recorded requests of the last N days with more/fewer GPUs or another "
