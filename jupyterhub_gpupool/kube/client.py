@@ -22,6 +22,8 @@ import httpx
 
 #: Dynamic Resource Allocation's API (GA in Kubernetes 1.34).
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+#: Kueue's API (AdmissionChecks, Workloads).
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -136,6 +138,27 @@ class KubeClient:
             "PATCH",
             f"/api/v1/nodes/{name}",
             json={"metadata": {"labels": labels}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def list_admission_checks(self) -> list[dict[str, Any]]:
+        """Kueue's AdmissionChecks (cluster-scoped; ``spec.controllerName`` names who acts)."""
+        return (await self._call("GET", f"{KUEUE_API}/admissionchecks")).get("items") or []
+
+    async def list_workloads(self) -> list[dict[str, Any]]:
+        """Kueue's Workloads of every namespace, with their status (conditions, checks)."""
+        return (await self._call("GET", f"{KUEUE_API}/workloads")).get("items") or []
+
+    async def patch_workload_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """A JSON merge patch of a Workload's ``status`` subresource, refused (409) if the
+        Workload changed since ``resource_version`` was read (a list is replaced whole by a
+        merge patch, so the other checks' entries must be the ones just read)."""
+        return await self._call(
+            "PATCH",
+            f"{KUEUE_API}/namespaces/{namespace}/workloads/{name}/status",
+            json={"metadata": {"resourceVersion": resource_version}, "status": status},
             content_type="application/merge-patch+json",
         )
 

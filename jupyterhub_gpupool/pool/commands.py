@@ -472,6 +472,29 @@ class PreemptJobs(Command):
     notice (``preempting``, with a deadline)."""
 
 
+@dataclass(frozen=True)
+class KueueJob(Command):
+    """The job of a Kueue Workload that carries the pool's AdmissionCheck: its live one, or a
+    new one asking for the offer (granted or queued)."""
+
+    user: str
+    offer: str
+    workload: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class EndKueueJob(Command):
+    """A Kueue Workload ``succeeded``, ``failed``, was ``deleted`` or ``evicted``: its job
+    ends and the lease is released."""
+
+    job_id: str
+    outcome: str
+    message: str = ""
+
+
 def every_command() -> list[type[Command]]:
     """Every concrete command type (the store's dispatch table has one line for each)."""
     return list(Command.__subclasses__())

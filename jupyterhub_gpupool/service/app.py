@@ -30,6 +30,7 @@ from ..extras import MissingExtra
 from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.labeller import MigLabeller
+from ..kube.kueue import KueueAdmission
 from ..kube.occupancy import KubeOccupancy
 from ..kube.sharing import KubeSharing
 from ..logredact import redact
@@ -71,7 +72,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller, KubeOccupancy, KubeSharing, PoolAlerts]
+    classes = [MigLabeller, KubeOccupancy, KubeSharing, KueueAdmission, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -419,6 +420,8 @@ class PoolService(StrictCommandLine):
         #: GPUs pods the pool did not place hold, read from the Kubernetes API (c.KubeOccupancy)
         self.occupancy = KubeOccupancy(parent=self)
         self.kube_sharing = KubeSharing(parent=self)  # nodes' time-slicing (c.KubeSharing)
+        #: the Kueue AdmissionCheck controller (c.KueueAdmission)
+        self.kueue = KueueAdmission(parent=self)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -728,6 +731,8 @@ class PoolService(StrictCommandLine):
                     self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
             if self.kube_sharing.enabled:  # which nodes' device plugin serves shares
                 await self.kube_sharing.step(self.store, self.writer.run)
+            if self.kueue.enabled:  # Kueue Workloads admitted on a job lease
+                await self.kueue.step(self.store, self.writer.run)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)
@@ -804,7 +809,7 @@ class PoolService(StrictCommandLine):
         """Close the Kubernetes API clients the labeller and the cluster readers opened, so a
         stopping service ends its keep-alive connections rather than leaving them to the
         garbage collector (which warns, and cannot await the close)."""
-        for part in (self.mig_labeller, self.occupancy, self.kube_sharing):
+        for part in (self.mig_labeller, self.occupancy, self.kube_sharing, self.kueue):
             await part.close()
 
     def start(self) -> None:
