@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from traitlets import Bool, Dict, Unicode
@@ -77,7 +77,7 @@ def pod_set_updates(
 
 
 def _time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse(text: str | None) -> datetime | None:
@@ -171,11 +171,14 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
                     commands.EndKueueJob(job["id"], "succeeded" if ok else "failed", message)
                 )
                 return "finished"
-            evicted = condition(wl, "Evicted")
-            if evicted is not None or (
-                job["state"] != "queued" and condition(wl, "QuotaReserved") is None
+            # admitted once (running), it lost its quota or Kueue reset the check to Pending:
+            # Kueue evicted it (after the pool's Retry or Rejected, or for reasons of its own)
+            admitted_once = job["state"] in ("running", "preempting", "cancelling")
+            if admitted_once and (
+                check.get("state") == "Pending" or condition(wl, "QuotaReserved") is None
             ):
-                why = str((evicted or {}).get("message") or "evicted by Kueue")
+                evicted = condition(wl, "Evicted") or {}
+                why = str(evicted.get("message") or "evicted by Kueue")
                 await call(commands.EndKueueJob(job["id"], "evicted", why))
                 return "evicted"
             if job["state"] == "granted" and condition(wl, "Admitted") is not None:
@@ -213,7 +216,8 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         """The check's state, message and podSetUpdates for the job's state."""
         state = job["state"]
         if state == "queued":
-            return "Pending", f"GPU pool: queued for {job['offer']}, position {job['position']}", None
+            where = f"queued for {job['offer']}, position {job['position']}"
+            return "Pending", f"GPU pool: {where}", None
         if state == "cancelling":
             return "Rejected", f"GPU pool: job {job['id']} cancelled", None
         if state == "cancelled":
@@ -249,7 +253,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         else:
             entry.pop("podSetUpdates", None)
         if check.get("state") != state or not check.get("lastTransitionTime"):
-            entry["lastTransitionTime"] = _time(datetime.now(UTC))
+            entry["lastTransitionTime"] = _time(datetime.now(timezone.utc))
         meta = wl["metadata"]
         entries = [
             entry if e.get("name") == check["name"] else e

@@ -29,8 +29,8 @@ from ..dbutil import LeaderLock, SchemaError, make_engine, prepare_schema
 from ..extras import MissingExtra
 from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
-from ..kube.labeller import MigLabeller
 from ..kube.kueue import KueueAdmission
+from ..kube.labeller import MigLabeller
 from ..kube.occupancy import KubeOccupancy
 from ..kube.sharing import KubeSharing
 from ..logredact import redact

@@ -63,9 +63,7 @@ class KueueJobStore(JobStore):
         with self.locked() as alloc, self.read() as db:
             rows = db.scalars(
                 select(orm.JobRow)
-                .where(
-                    orm.JobRow.runner == KUEUE, orm.JobRow.state.in_(("queued", *ALIVE_STATES))
-                )
+                .where(orm.JobRow.runner == KUEUE, orm.JobRow.state.in_(("queued", *ALIVE_STATES)))
                 .order_by(orm.JobRow.created, orm.JobRow.id)
             )
             return [self._job_json(db, alloc, j) for j in rows]

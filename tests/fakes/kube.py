@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests import fakekube_pods
+from tests import fakekube_kueue, fakekube_pods
 from tests.fakes.hub import free_port
 from tests.fakes.kubenodes import FAKE_MIG_CONFIGS, _mig_manager_apply
 
@@ -254,6 +254,7 @@ class FakeKubeAPI:
                 *_workload_routes(fake, Base),
                 *(fake.dra.routes(fake, Base) if fake.dra is not None else ()),
                 fakekube_pods.cluster_pods_route(fake, Base),
+                *fakekube_kueue.routes(fake, Base),
             ]
         )
         asyncio.set_event_loop(asyncio.new_event_loop())
