@@ -249,3 +249,27 @@ def test_a_stale_resource_version_is_a_conflict_tried_next_round(rig, kube):
 
     assert asyncio.run(stale()) == 409
     assert fk.check_status({"admissionChecks": [{"name": "x", "state": "Done"}]}) is not None
+
+
+def test_the_charts_rights_are_what_the_controller_calls(db_url, tmp_path):
+    """Against an API server enforcing the rendered chart's RBAC: with kueue.enabled the
+    controller lists checks and Workloads and patches the status, and nothing is refused;
+    without, the pool's service account has no role, the list is refused and nothing changes."""
+    pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
+    from tests.fakekube_rbac import SA_TOKEN, chart_rbac
+
+    upgrade(db_url)
+    token = tmp_path / "token"
+    token.write_text(SA_TOKEN + "\n")
+    for values, admitted in (({}, False), ({"kueue": {"enabled": True}}, True)):
+        store = make_store(db_url, StoreClock(), POOL)
+        rbac = chart_rbac(values)
+        with FakeKubeAPI([kube_node("gpu-1")], authorizer=rbac) as api:
+            fk.add(api, fk.admission_check(CHECK, kq.CONTROLLER))
+            fk.add(api, fk.workload("ml", f"train-{admitted}", [CHECK], LABELS))
+            ctl = kq.KueueAdmission(enabled=True, api_host=api.url, token_file=str(token))
+            out = Rounds(store, ctl, api)()
+        assert out == ({f"ml/train-{admitted}": "Ready"} if admitted else {})
+        assert [(r.verb, r.resource) for _, r in rbac.refused] == (
+            [] if admitted else [("list", "admissionchecks")]
+        )
