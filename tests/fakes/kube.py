@@ -66,7 +66,9 @@ class FakeKubeAPI:
     authenticated by its token and authorized by RBAC rules (a rendered chart's), answered 401 or
     403 with the API server's Status as a real one does.
     ``dra=tests.fakekube_dra.FakeDRA(slices)`` adds ``resource.k8s.io/v1`` (DeviceClasses,
-    ResourceSlices, ResourceClaims) and allocates a pod's claims as it is scheduled.
+    ResourceSlices, ResourceClaims) and allocates a pod's claims as it is scheduled. Kueue's
+    AdmissionChecks and Workloads (``kueue.x-k8s.io/v1beta2``) are served from ``objects``
+    (``tests/fakekube_kueue.py``, with a simulated Kueue).
     """
 
     def __init__(
