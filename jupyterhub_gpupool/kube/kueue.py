@@ -186,8 +186,11 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             return await self._set(wl, check, *self._wanted(store, wl, job))
         if finished is not None or condition(wl, "QuotaReserved") is None:
             return None  # Kueue has not reserved quota yet, or it is over
+        if check.get("state") == "Ready":  # its job ended in the pool (cancelled, released):
+            # Kueue evicts it, and asks again (a job cancelled in the pool rejects it then)
+            return await self._set(wl, check, "Retry", "GPU pool: the job's lease ended", None)
         if check.get("state", "Pending") != "Pending":
-            return None  # answered (Rejected stays; Ready/Retry: Kueue resets it to Pending)
+            return None  # answered (Rejected stays; Retry: Kueue resets it to Pending)
         labels = meta.get("labels") or {}
         namespace = str(meta.get("namespace") or "default")
         offer = labels.get(OFFER_LABEL) or self.default_offer

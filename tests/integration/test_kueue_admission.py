@@ -232,6 +232,20 @@ def test_a_job_cancelled_in_the_pool_rejects_its_workload(rig, kube):
     assert store.kueue_jobs() == []
 
 
+def test_a_granted_job_cancelled_in_the_pool_is_evicted_then_rejected(rig, kube):
+    store, ctl, _ = rig
+    rounds = Rounds(store, ctl, kube)
+    fk.add(kube, fk.workload("ml", "train", [CHECK, "other"], LABELS))
+    rounds()
+    job = store.kueue_jobs()[0]
+    assert job["state"] == "granted"  # Ready, but the other check holds Kueue's admission
+    assert rounds(commands.CancelJob(job["id"])) == {"ml/train": "Retry"}
+    assert store.lease(job["lease_id"])["state"] == "released"
+    assert rounds() == {"ml/train": "Rejected"}  # asked again: the pool's cancel stands
+    assert "cancelled by" in check_of(kube, "train")["message"]
+    assert store.kueue_jobs() == []
+
+
 def test_a_stale_resource_version_is_a_conflict_tried_next_round(rig, kube):
     store, ctl, _ = rig
     fk.add(kube, fk.workload("ml", "train", [CHECK], LABELS))
