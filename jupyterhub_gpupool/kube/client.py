@@ -162,6 +162,19 @@ class KubeClient:
             content_type="application/merge-patch+json",
         )
 
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an object in the collection at ``path`` (e.g. a namespace's batch Jobs)."""
+        return await self._call("POST", path, json=body)
+
+    async def list_at(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """The objects of the collection at ``path`` (matching ``label_selector``)."""
+        params = {"labelSelector": label_selector} if label_selector else None
+        return (await self._call("GET", path, params=params)).get("items") or []
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        """Delete the object at ``path``, its pods in the background (they get SIGTERM)."""
+        return await self._call("DELETE", path, params={"propagationPolicy": "Background"})
+
     async def node_events(self, name: str) -> list[dict[str, Any]]:
         """The events about a node (newest last), e.g. why a MIG change failed."""
         params = {"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={name}"}

@@ -10,7 +10,7 @@ name the lease and devices); ``Pending`` with the queue position while the lease
 ``Rejected`` with the pool's refusal. A training job the pool preempts goes ``preempting``
 (its notice) while the check stays ``Ready``; once the class's grace has passed the check goes
 ``Retry``, which makes Kueue evict the Workload (its pods get SIGTERM from Kubernetes). A
-Workload that finished, was evicted or deleted ends its job (``EndKueueJob``). Every write is
+Workload that finished, was evicted or deleted ends its job (``EndKubeJob``). Every write is
 a merge patch of the Workload's status at the ``resourceVersion`` just read; a conflict is
 tried again next round.
 """
@@ -149,7 +149,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
                 out[f"{meta.get('namespace')}/{meta['name']}"] = state
         for uid, job in jobs.items():
             if uid not in seen and checks:  # its Workload is gone
-                await call(commands.EndKueueJob(job["id"], "deleted", "workload deleted"))
+                await call(commands.EndKubeJob(job["id"], "deleted", "workload deleted"))
                 out[job["name"]] = "deleted"
         return out
 
@@ -167,9 +167,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             if finished is not None:
                 ok = finished.get("reason") == "Succeeded"
                 message = "" if ok else str(finished.get("message") or "")
-                await call(
-                    commands.EndKueueJob(job["id"], "succeeded" if ok else "failed", message)
-                )
+                await call(commands.EndKubeJob(job["id"], "succeeded" if ok else "failed", message))
                 return "finished"
             # admitted once (running), it lost its quota or Kueue reset the check to Pending:
             # Kueue evicted it (after the pool's Retry or Rejected, or for reasons of its own)
@@ -179,7 +177,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             ):
                 evicted = condition(wl, "Evicted") or {}
                 why = str(evicted.get("message") or "evicted by Kueue")
-                await call(commands.EndKueueJob(job["id"], "evicted", why))
+                await call(commands.EndKubeJob(job["id"], "evicted", why))
                 return "evicted"
             if job["state"] == "granted" and condition(wl, "Admitted") is not None:
                 job = await call(commands.JobStatus(job["id"], "running"))

@@ -437,6 +437,8 @@ class SubmitJob(Command):
     groups: Iterable[str] = ()
     env: Mapping[str, str] | None = None
     cwd: str | None = None
+    #: a container image: Kubernetes runs the job (a Job, or a Deployment for inference)
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -486,9 +488,9 @@ class KueueJob(Command):
 
 
 @dataclass(frozen=True)
-class EndKueueJob(Command):
-    """A Kueue Workload ``succeeded``, ``failed``, was ``deleted`` or ``evicted``: its job
-    ends and the lease is released."""
+class EndKubeJob(Command):
+    """A job Kubernetes runs (a Kueue Workload, or a Job/Deployment the pool created)
+    ``succeeded``, ``failed``, was ``deleted`` or ``evicted``: it ends, its lease is released."""
 
     job_id: str
     outcome: str

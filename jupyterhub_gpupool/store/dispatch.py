@@ -83,7 +83,7 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.AppendJobLog: s.append_job_log,
         c.PreemptJobs: s.preempt_jobs,
         c.KueueJob: s.kueue_job,
-        c.EndKueueJob: s.end_kueue_job,
+        c.EndKubeJob: s.end_kube_job,
     }
 
 

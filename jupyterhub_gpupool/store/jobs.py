@@ -96,18 +96,29 @@ class JobStore(LeaseStore):
         groups: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        image: str | None = None,
         *,
         actor: str = "",
     ) -> dict[str, Any]:
         """Ask for ``offer`` for a job of class ``workload``: its lease is granted or queued
         like a server's; refusals are the allocation's, plus ``unknown_class``,
-        ``class_not_allowed``, ``invalid_command`` and ``invalid_env``."""
+        ``class_not_allowed``, ``invalid_command``, ``invalid_env`` and ``invalid_image``.
+        With ``image``, Kubernetes runs it (``kube.kubejobs.KubeJobs``), not the local runner."""
         try:
             command, env_ = check_job(command, env)
             cwd = check_cwd(cwd)
         except PoolError as e:
             raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
-        return self._new_job(user, offer, command, workload, name, group, groups, env_, cwd, actor)
+        runner, ref = None, None
+        if image is not None:
+            if not image or len(image) > 512 or any(c.isspace() for c in image):
+                raise StoreError(
+                    "invalid_image", f"not a container image: {image!r}", field="image"
+                )
+            runner, ref = "kubernetes", {"image": image}
+        return self._new_job(
+            user, offer, command, workload, name, group, groups, env_, cwd, actor, runner, ref
+        )
 
     def _new_job(
         self,

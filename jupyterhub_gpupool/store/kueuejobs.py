@@ -60,15 +60,19 @@ class KueueJobStore(JobStore):
 
     def kueue_jobs(self) -> list[dict[str, Any]]:
         """The live jobs of Kueue Workloads (queued to preempting), oldest first."""
+        return self.runner_jobs(KUEUE)
+
+    def runner_jobs(self, runner: str) -> list[dict[str, Any]]:
+        """The live jobs (queued to preempting) ``runner`` runs, oldest first, with env."""
         with self.locked() as alloc, self.read() as db:
             rows = db.scalars(
                 select(orm.JobRow)
-                .where(orm.JobRow.runner == KUEUE, orm.JobRow.state.in_(("queued", *ALIVE_STATES)))
+                .where(orm.JobRow.runner == runner, orm.JobRow.state.in_(("queued", *ALIVE_STATES)))
                 .order_by(orm.JobRow.created, orm.JobRow.id)
             )
-            return [self._job_json(db, alloc, j) for j in rows]
+            return [self._job_json(db, alloc, j, with_env=True) for j in rows]
 
-    def end_kueue_job(
+    def end_kube_job(
         self, job_id: str, outcome: str, message: str = "", *, actor: str = ""
     ) -> dict[str, Any]:
         """The Workload ``succeeded`` or ``failed`` (Kueue's ``Finished``), was ``deleted``, or

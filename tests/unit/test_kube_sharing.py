@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from jupyterhub_gpupool.kube.kubejobs import KubeJobs
 from jupyterhub_gpupool.kube.kueue import KueueAdmission
 from jupyterhub_gpupool.kube.labeller import MigLabeller
 from jupyterhub_gpupool.kube.occupancy import KubeOccupancy
@@ -109,6 +110,7 @@ def test_a_stopping_service_closes_its_kubernetes_clients():
     svc.occupancy = KubeOccupancy(parent=svc, api_host="http://127.0.0.1:1")
     svc.kube_sharing = KubeSharing(parent=svc, api_host="http://127.0.0.1:1")
     svc.kueue = KueueAdmission(parent=svc, api_host="http://127.0.0.1:1")
+    svc.kube_jobs = KubeJobs(parent=svc, api_host="http://127.0.0.1:1")
 
     async def scenario():
         opened = [svc.mig_labeller.client(), svc.occupancy.client(), svc.kueue.client()]
