@@ -139,3 +139,26 @@ def test_an_admins_release_deletes_the_object_and_a_bad_image_is_refused(rig):
     with pytest.raises(StoreError) as info:
         store.submit_job("bob", "h100", ["x"], image="bad image")
     assert info.value.code == "invalid_image"
+
+
+def test_the_charts_role_is_what_the_runner_calls(db_url, tmp_path):
+    """Against an API server enforcing the rendered chart's RBAC: with kubeJobs.enabled the
+    Role in the jobs' namespace lets the round list, create and delete; without, the list is
+    refused and nothing is created."""
+    pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
+    from tests.fakekube_rbac import SA_TOKEN, chart_rbac
+
+    upgrade(db_url)
+    token = tmp_path / "token"
+    token.write_text(SA_TOKEN + "\n")
+    for values, allowed in (({}, False), ({"kubeJobs": {"enabled": True, "namespace": NS}}, True)):
+        store = make_store(db_url, StoreClock(), POOL)
+        rbac = chart_rbac(values)
+        with FakeKubeAPI([kube_node("gpu-1", gpus=2)], authorizer=rbac) as api:
+            runner = kj.KubeJobs(api_host=api.url, token_file=str(token), namespace=NS)
+            job = submit(store)
+            assert rounds(store, runner) == ({job["id"]: "created"} if allowed else {})
+            rounds(store, runner, commands.CancelJob(job["id"]))
+            assert ("jobs", NS, kj.object_name(job["id"])) not in api.objects
+        refused = [(r.verb, r.resource) for _, r in rbac.refused]
+        assert refused == ([] if allowed else [("list", "jobs"), ("list", "jobs")])
