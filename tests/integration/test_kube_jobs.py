@@ -162,3 +162,36 @@ def test_the_charts_role_is_what_the_runner_calls(db_url, tmp_path):
             assert ("jobs", NS, kj.object_name(job["id"])) not in api.objects
         refused = [(r.verb, r.resource) for _, r in rbac.refused]
         assert refused == ([] if allowed else [("list", "jobs"), ("list", "jobs")])
+
+
+def test_mig_instances_are_asked_by_profile_and_the_manifest_validates():
+    job = {
+        "id": "a" * 32,
+        "lease_id": "l1",
+        "node": "gpu-2",
+        "class": "training",
+        "command": [],
+        "env": {"SEED": "1"},
+        "runner_ref": {"image": "pytorch:25.01"},
+        "devices": [
+            {"gpu": "GPU-1", "index": 0, "mig": {"profile": "1g.10gb", "start": 0, "uuid": None}},
+            {
+                "gpu": "GPU-1",
+                "index": 0,
+                "mig": {"profile": "1g.10gb", "start": 1, "uuid": "MIG-2"},
+            },
+        ],
+    }
+    body = kj.manifest(job, NS, "example.com/node")
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"}
+    assert "command" not in container  # the image's entrypoint
+    assert container["env"] == [
+        {"name": "SEED", "value": "1"},
+        {"name": "GPUPOOL_JOB_ID", "value": job["id"]},
+    ]
+    assert body["metadata"]["annotations"][DEVICES_ANNOTATION] == "GPU-1,MIG-2"
+    assert body["spec"]["template"]["spec"]["nodeSelector"] == {"example.com/node": "gpu-2"}
+    assert fa.problems(body) is None
+    broken = {**body, "spec": {**body["spec"], "backoffLimit": "none"}}
+    assert fa.problems(broken) is not None  # the check does refuse a bad object
