@@ -488,3 +488,9 @@ class JobRow(Base):
     #: in the whole output (offsets are the runner's, over everything it uploaded).
     log: Mapped[str] = mapped_column(Text, default="")
     log_start: Mapped[int] = mapped_column(Integer, default=0)
+    #: Who runs it: null, the pool's local job runner on the lease's node; ``kueue``, Kubernetes
+    #: (a Kueue Workload admitted through the pool's AdmissionCheck), whose liveness is the
+    #: Workload's status, not a runner's heartbeat.
+    runner: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: What runs it for ``runner``: the Workload's ``{"namespace", "name", "uid"}``.
+    runner_ref: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)

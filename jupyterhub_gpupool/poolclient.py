@@ -400,12 +400,15 @@ class PoolClient:
         env: Mapping[str, str] | None = None,
         user: str | None = None,
         cwd: str | None = None,
+        image: str | None = None,
     ) -> dict[str, Any]:
         """Submit ``command`` (program, then arguments) for ``offer`` as a job of class
         ``workload`` (``user``: a spawner's or admin's, for another user; ``cwd``: the folder
-        to run it in where the runner's machine has it): the job, granted or queued."""
+        to run it in where the runner's machine has it; ``image``: Kubernetes runs it in that
+        container image): the job, granted or queued."""
         body: dict[str, Any] = {"offer": offer, "class": workload, "command": list(command)}
-        for key, value in (("name", name), ("group", group), ("user", user), ("cwd", cwd)):
+        pairs = (("name", name), ("group", group), ("user", user), ("cwd", cwd), ("image", image))
+        for key, value in pairs:
             if value is not None:
                 body[key] = value
         if env is not None:

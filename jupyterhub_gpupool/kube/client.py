@@ -22,6 +22,8 @@ import httpx
 
 #: Dynamic Resource Allocation's API (GA in Kubernetes 1.34).
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+#: Kueue's API (AdmissionChecks, Workloads).
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -138,6 +140,40 @@ class KubeClient:
             json={"metadata": {"labels": labels}},
             content_type="application/merge-patch+json",
         )
+
+    async def list_admission_checks(self) -> list[dict[str, Any]]:
+        """Kueue's AdmissionChecks (cluster-scoped; ``spec.controllerName`` names who acts)."""
+        return (await self._call("GET", f"{KUEUE_API}/admissionchecks")).get("items") or []
+
+    async def list_workloads(self) -> list[dict[str, Any]]:
+        """Kueue's Workloads of every namespace, with their status (conditions, checks)."""
+        return (await self._call("GET", f"{KUEUE_API}/workloads")).get("items") or []
+
+    async def patch_workload_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """A JSON merge patch of a Workload's ``status`` subresource, refused (409) if the
+        Workload changed since ``resource_version`` was read (a list is replaced whole by a
+        merge patch, so the other checks' entries must be the ones just read)."""
+        return await self._call(
+            "PATCH",
+            f"{KUEUE_API}/namespaces/{namespace}/workloads/{name}/status",
+            json={"metadata": {"resourceVersion": resource_version}, "status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an object in the collection at ``path`` (e.g. a namespace's batch Jobs)."""
+        return await self._call("POST", path, json=body)
+
+    async def list_at(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """The objects of the collection at ``path`` (matching ``label_selector``)."""
+        params = {"labelSelector": label_selector} if label_selector else None
+        return (await self._call("GET", path, params=params)).get("items") or []
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        """Delete the object at ``path``, its pods in the background (they get SIGTERM)."""
+        return await self._call("DELETE", path, params={"propagationPolicy": "Background"})
 
     async def node_events(self, name: str) -> list[dict[str, Any]]:
         """The events about a node (newest last), e.g. why a MIG change failed."""

@@ -104,6 +104,7 @@ _DECLARED = (
         "invalid_command", "A job's command is missing, empty, not a list of strings, or too long."
     ),
     Code("invalid_env", "A job's environment is not names → strings, or sets the runner's own."),
+    Code("invalid_image", "A job's container image is empty, too long or has whitespace."),
     Code("unknown_class", "No workload class of that name (`allowed` lists them)."),
     Code("class_not_allowed", "The workload class is for other groups than the user's."),
     Code("job_lease", "The lease is a job's: only the runner and the jobs endpoints act on it."),

@@ -437,6 +437,8 @@ class SubmitJob(Command):
     groups: Iterable[str] = ()
     env: Mapping[str, str] | None = None
     cwd: str | None = None
+    #: a container image: Kubernetes runs the job (a Job, or a Deployment for inference)
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -470,6 +472,29 @@ class AppendJobLog(Command):
 class PreemptJobs(Command):
     """Give preemptible jobs whose leases a waiting request within guarantee needs their
     notice (``preempting``, with a deadline)."""
+
+
+@dataclass(frozen=True)
+class KueueJob(Command):
+    """The job of a Kueue Workload that carries the pool's AdmissionCheck: its live one, or a
+    new one asking for the offer (granted or queued)."""
+
+    user: str
+    offer: str
+    workload: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class EndKubeJob(Command):
+    """A job Kubernetes runs (a Kueue Workload, or a Job/Deployment the pool created)
+    ``succeeded``, ``failed``, was ``deleted`` or ``evicted``: it ends, its lease is released."""
+
+    job_id: str
+    outcome: str
+    message: str = ""
 
 
 def every_command() -> list[type[Command]]:

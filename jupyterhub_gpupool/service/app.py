@@ -29,6 +29,8 @@ from ..dbutil import LeaderLock, SchemaError, make_engine, prepare_schema
 from ..extras import MissingExtra
 from ..health import HealthHandler, LoopWatch, health
 from ..hubclient import HubClient
+from ..kube.kubejobs import KubeJobs
+from ..kube.kueue import KueueAdmission
 from ..kube.labeller import MigLabeller
 from ..kube.occupancy import KubeOccupancy
 from ..kube.sharing import KubeSharing
@@ -71,7 +73,7 @@ class PoolService(StrictCommandLine):
 
     name = "jupyterhub-gpupool-service"
     command = "service"
-    classes = [MigLabeller, KubeOccupancy, KubeSharing, PoolAlerts]
+    classes = [MigLabeller, KubeOccupancy, KubeSharing, KueueAdmission, KubeJobs, PoolAlerts]
     version = __version__
     description = "Serve the GPU pool's REST API as a JupyterHub service."
 
@@ -419,6 +421,9 @@ class PoolService(StrictCommandLine):
         #: GPUs pods the pool did not place hold, read from the Kubernetes API (c.KubeOccupancy)
         self.occupancy = KubeOccupancy(parent=self)
         self.kube_sharing = KubeSharing(parent=self)  # nodes' time-slicing (c.KubeSharing)
+        #: the Kueue AdmissionCheck controller (c.KueueAdmission)
+        self.kueue = KueueAdmission(parent=self)
+        self.kube_jobs = KubeJobs(parent=self)  # jobs with an image, as Jobs (c.KubeJobs)
         self.utilization = UtilizationBuffer(self.utilization_window)
         self.minutes = MinuteAggregator()
         self.telemetry = self.make_telemetry()
@@ -728,6 +733,10 @@ class PoolService(StrictCommandLine):
                     self.log.info("Node %s: held outside the pool: %s", node, holds["counts"])
             if self.kube_sharing.enabled:  # which nodes' device plugin serves shares
                 await self.kube_sharing.step(self.store, self.writer.run)
+            if self.kueue.enabled:  # Kueue Workloads admitted on a job lease
+                await self.kueue.step(self.store, self.writer.run)
+            if self.kube_jobs.enabled:  # jobs submitted with an image: Jobs/Deployments
+                await self.kube_jobs.step(self.store, self.writer.run)
             silent: list[str] = []
             if self.agent_timeout > 0:
                 since = self.store.clock() - timedelta(seconds=self.agent_timeout)
@@ -804,7 +813,13 @@ class PoolService(StrictCommandLine):
         """Close the Kubernetes API clients the labeller and the cluster readers opened, so a
         stopping service ends its keep-alive connections rather than leaving them to the
         garbage collector (which warns, and cannot await the close)."""
-        for part in (self.mig_labeller, self.occupancy, self.kube_sharing):
+        for part in (
+            self.mig_labeller,
+            self.occupancy,
+            self.kube_sharing,
+            self.kueue,
+            self.kube_jobs,
+        ):
             await part.close()
 
     def start(self) -> None:

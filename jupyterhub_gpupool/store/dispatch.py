@@ -82,6 +82,8 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.JobStatus: s.job_status,
         c.AppendJobLog: s.append_job_log,
         c.PreemptJobs: s.preempt_jobs,
+        c.KueueJob: s.kueue_job,
+        c.EndKubeJob: s.end_kube_job,
     }
 
 

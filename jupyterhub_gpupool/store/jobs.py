@@ -96,17 +96,49 @@ class JobStore(LeaseStore):
         groups: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        image: str | None = None,
         *,
         actor: str = "",
     ) -> dict[str, Any]:
         """Ask for ``offer`` for a job of class ``workload``: its lease is granted or queued
         like a server's; refusals are the allocation's, plus ``unknown_class``,
-        ``class_not_allowed``, ``invalid_command`` and ``invalid_env``."""
+        ``class_not_allowed``, ``invalid_command``, ``invalid_env`` and ``invalid_image``.
+        With ``image``, Kubernetes runs it (``kube.kubejobs.KubeJobs``), not the local runner."""
+        try:
+            command, env_ = check_job(command, env)
+            cwd = check_cwd(cwd)
+        except PoolError as e:
+            raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+        runner, ref = None, None
+        if image is not None:
+            if not image or len(image) > 512 or any(c.isspace() for c in image):
+                raise StoreError(
+                    "invalid_image", f"not a container image: {image!r}", field="image"
+                )
+            runner, ref = "kubernetes", {"image": image}
+        return self._new_job(
+            user, offer, command, workload, name, group, groups, env_, cwd, actor, runner, ref
+        )
+
+    def _new_job(
+        self,
+        user: str,
+        offer: str,
+        command: list[str],
+        workload: str,
+        name: str,
+        group: str | None,
+        groups: Iterable[str],
+        env_: dict[str, str] | None,
+        cwd: str | None,
+        actor: str,
+        runner: str | None = None,
+        runner_ref: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A job's row and its lease (granted or queued); ``runner`` None: the local runner's."""
         groups = tuple(groups)
         try:
             cls = class_for(self.classes, workload, groups)
-            command, env_ = check_job(command, env)
-            cwd = check_cwd(cwd)
         except PoolError as e:
             raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
         job_id = uuid.uuid4().hex
@@ -125,6 +157,8 @@ class JobStore(LeaseStore):
                 group=row.group,
                 # the program's name by default (as long as the column holds)
                 name=(name or f"{command[0].rsplit('/', 1)[-1][:200]}-{job_id[:6]}")[:255],
+                runner=runner,
+                runner_ref=runner_ref,
                 offer=offer,
                 workload=cls.name,
                 command=command,
@@ -210,7 +244,11 @@ class JobStore(LeaseStore):
         with self.locked() as alloc, self.read() as db:
             rows = db.scalars(
                 select(orm.JobRow)
-                .where(orm.JobRow.node == node, orm.JobRow.state.in_(RUNNER_STATES))
+                .where(
+                    orm.JobRow.node == node,
+                    orm.JobRow.state.in_(RUNNER_STATES),
+                    orm.JobRow.runner.is_(None),  # Kubernetes runs the others
+                )
                 .order_by(orm.JobRow.created, orm.JobRow.id)
             )
             return [self._job_json(db, alloc, j, with_env=True) for j in rows]
@@ -469,7 +507,11 @@ class JobStore(LeaseStore):
         now = self.clock()
         since = now - timedelta(seconds=self.job_runner_timeout)
         lost = 0
-        for job in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES))):
+        alive = select(orm.JobRow).where(
+            orm.JobRow.state.in_(ALIVE_STATES),
+            orm.JobRow.runner.is_(None),  # Kubernetes' jobs live as long as their Workload
+        )
+        for job in db.scalars(alive):
             lease = self._lease_of(db, job)
             last = job.runner_seen or (lease.granted if lease is not None else None) or job.created
             last = max(last, self._runners_watched_from)
@@ -622,6 +664,8 @@ class JobStore(LeaseStore):
             "exit_code": job.exit_code,
             "notice_deadline": ts(job.notice_deadline),
             "reason": job.reason,
+            "runner": job.runner or "local",
+            "runner_ref": dict(job.runner_ref) if job.runner_ref else None,
         }
         if with_env:
             out["env"] = dict(job.env or {})

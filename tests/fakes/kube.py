@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests import fakekube_pods
+from tests import fakekube_apps, fakekube_kueue, fakekube_pods
 from tests.fakes.hub import free_port
 from tests.fakes.kubenodes import FAKE_MIG_CONFIGS, _mig_manager_apply
 
@@ -66,7 +66,10 @@ class FakeKubeAPI:
     authenticated by its token and authorized by RBAC rules (a rendered chart's), answered 401 or
     403 with the API server's Status as a real one does.
     ``dra=tests.fakekube_dra.FakeDRA(slices)`` adds ``resource.k8s.io/v1`` (DeviceClasses,
-    ResourceSlices, ResourceClaims) and allocates a pod's claims as it is scheduled.
+    ResourceSlices, ResourceClaims) and allocates a pod's claims as it is scheduled. Kueue's
+    AdmissionChecks and Workloads (``kueue.x-k8s.io/v1beta2``) are served from ``objects``
+    (``tests/fakekube_kueue.py``, with a simulated Kueue), and ``batch/v1`` Jobs and ``apps/v1``
+    Deployments (``tests/fakekube_apps.py``, validated with kubernetes-validate on create).
     """
 
     def __init__(
@@ -254,6 +257,8 @@ class FakeKubeAPI:
                 *_workload_routes(fake, Base),
                 *(fake.dra.routes(fake, Base) if fake.dra is not None else ()),
                 fakekube_pods.cluster_pods_route(fake, Base),
+                *fakekube_kueue.routes(fake, Base),
+                *fakekube_apps.routes(fake, Base),
             ]
         )
         asyncio.set_event_loop(asyncio.new_event_loop())

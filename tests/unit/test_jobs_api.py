@@ -185,6 +185,9 @@ def test_others_see_no_job_of_someone_else(svc):
         ({"class": "inference"}, 403, "class_not_allowed"),
         ({"offer": "a100"}, 422, "unknown_offer"),
         ({"runtime": 5}, 422, "unknown_field"),
+        ({"image": "two words"}, 400, "invalid_image"),
+        ({"image": ""}, 400, "invalid_image"),
+        ({"image": 5}, 422, "invalid_field"),
     ],
 )
 def test_bad_submissions_get_a_4xx_with_a_code(svc, body, status, code):
@@ -379,3 +382,15 @@ def test_a_drain_by_a_deadline_stops_jobs_through_their_runner(svc, clock):
     assert run(svc, commands.EnforceNotices(0)) == []
     assert report(svc, job, "exited", exit_code=143)["state"] == "preempted"
     assert lease(svc, job["lease_id"])["state"] == "released"
+
+
+def test_a_job_with_an_image_is_kubernetes_and_the_local_runner_never_sees_it(svc):
+    job = submit(svc, image="nvcr.io/nvidia/pytorch:25.01-py3")
+    assert job["runner"] == "kubernetes"
+    assert job["runner_ref"] == {"image": "nvcr.io/nvidia/pytorch:25.01-py3"}
+    assert ok(svc.call("runner", "GET", "nodes/h100/jobs"))["jobs"] == []
+    local = submit(svc)
+    assert local["runner"] == "local" and local["runner_ref"] is None
+    assert [j["id"] for j in ok(svc.call("runner", "GET", "nodes/h100/jobs"))["jobs"]] == [
+        local["id"]
+    ]

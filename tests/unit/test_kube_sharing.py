@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from jupyterhub_gpupool.kube.kubejobs import KubeJobs
+from jupyterhub_gpupool.kube.kueue import KueueAdmission
 from jupyterhub_gpupool.kube.labeller import MigLabeller
 from jupyterhub_gpupool.kube.occupancy import KubeOccupancy
 from jupyterhub_gpupool.kube.sharing import KubeSharing
@@ -101,15 +103,18 @@ def test_the_service_in_a_pod_refuses_auto_in_one_line(tmp_path):
 
 
 def test_a_stopping_service_closes_its_kubernetes_clients():
-    """The labeller's and both cluster readers' clients are closed on stop (each opened lazily
-    on first use; closing one never opened is a no-op)."""
+    """The labeller's, the cluster readers' and the Kueue controller's clients are closed on
+    stop (each opened lazily on first use; closing one never opened is a no-op)."""
     svc = PoolService()
     svc.mig_labeller = MigLabeller(parent=svc, api_host="http://127.0.0.1:1")
     svc.occupancy = KubeOccupancy(parent=svc, api_host="http://127.0.0.1:1")
     svc.kube_sharing = KubeSharing(parent=svc, api_host="http://127.0.0.1:1")
+    svc.kueue = KueueAdmission(parent=svc, api_host="http://127.0.0.1:1")
+    svc.kube_jobs = KubeJobs(parent=svc, api_host="http://127.0.0.1:1")
 
     async def scenario():
-        opened = [svc.mig_labeller.client(), svc.occupancy.client()]  # sharing never used
+        opened = [svc.mig_labeller.client(), svc.occupancy.client(), svc.kueue.client()]
+        # sharing never used
         assert not any(c._http.is_closed for c in opened)
         await svc.close_kube_clients()
         assert all(c._http.is_closed for c in opened)

@@ -145,6 +145,12 @@ CASES: list[tuple[str, type[PoolClient], str, Call]] = [
     ),
     (LAB, PoolClient, "submit_job", lambda c: c.submit_job("a100-1g", ["python", "serve.py"])),
     (SPAWNER, PoolClient, "submit_job", lambda c: c.submit_job("h100", ["x"], user="alice")),
+    (
+        LAB,
+        PoolClient,
+        "submit_job",
+        lambda c: c.submit_job("h100", ["python", "train.py"], image="pytorch:25.01"),
+    ),
     (LAB, PoolClient, "jobs", lambda c: c.jobs()),
     (LAB, PoolClient, "jobs", lambda c: c.jobs(state="running", user="alice")),
     (LAB, PoolClient, "job", lambda c: c.job("j1")),

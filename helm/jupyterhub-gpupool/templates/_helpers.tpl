@@ -261,7 +261,9 @@ imagePullSecrets:
   - occupancy.enabled (kube/occupancy.py): GET /api/v1/nodes; with the device plugin
     (occupancy.backend auto or device-plugin) GET /api/v1/pods; with DRA (auto or dra)
     GET /apis/resource.k8s.io/v1/resourceslices and .../resourceclaims (the GPUs held by pods
-    and claims the pool did not place).
+    and claims the pool did not place);
+  - kueue.enabled (kube/kueue.py): GET /apis/kueue.x-k8s.io/v1beta2/admissionchecks and
+    .../workloads, PATCH .../namespaces/{ns}/workloads/{name}/status (the check's state).
 */}}
 {{- define "gpupool.pool.rbacRules" -}}
   {{- if .Values.pool.enabled }}
@@ -291,6 +293,14 @@ imagePullSecrets:
 - apiGroups: [resource.k8s.io]
   resources: [resourceslices, resourceclaims]
   verbs: ["list"]
+    {{- end }}
+    {{- if .Values.kueue.enabled }}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [admissionchecks, workloads]
+  verbs: ["list"]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: ["patch"]
     {{- end }}
   {{- end }}
 {{- end }}

@@ -25,6 +25,7 @@ STATUS: dict[str, int] = {
     "bad_request": 400,
     "invalid_command": 400,
     "invalid_env": 400,
+    "invalid_image": 400,
     "unknown_class": 400,
     # 401/403: who is asking
     "unauthorized": 401,

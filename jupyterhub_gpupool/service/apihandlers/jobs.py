@@ -46,6 +46,7 @@ class JobsHandler(APIHandler):
                     "groups": (list, False),
                     "env": ((dict, type(None)), False),
                     "cwd": ((str, type(None)), False),
+                    "image": ((str, type(None)), False),
                 }
             )
         except APIError as e:  # a command or environment of the wrong type: the contract's 400
@@ -75,11 +76,12 @@ class JobsHandler(APIHandler):
                     groups=member_of,
                     env=body.get("env"),
                     cwd=body.get("cwd"),
+                    image=body.get("image"),
                     actor=ident.describe(),
                 )
             )
         except PoolError as e:  # counted for capacity planning, as an allocation's are
-            if e.code not in ("invalid_command", "invalid_env", "unknown_class"):
+            if e.code not in ("invalid_command", "invalid_env", "invalid_image", "unknown_class"):
                 await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{job['id']}")

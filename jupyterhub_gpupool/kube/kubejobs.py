@@ -1,0 +1,207 @@
+"""Jobs Kubernetes runs without Kueue: for a job submitted with an ``image``, the pool creates
+a ``batch/v1`` Job (an ``apps/v1`` Deployment for class ``inference``) once its lease is
+granted, pinned like the spawner pins a server (issue 35, item 5).
+
+Each housekeeping round (leader only) lists the pool's Jobs and Deployments in ``namespace``
+(label ``gpupool.jupyter.org/job``) and the live jobs whose runner is ``kubernetes``: a granted
+job without its object gets one (nodeSelector for the granted node, the device plugin's
+``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` limit for the granted devices); a pod running
+→ the job ``running``; the Job ``Complete``/``Failed`` → ``succeeded``/``failed``; a cancelled
+job, or a preempted one past its notice deadline, has its object deleted (the pods get SIGTERM,
+then SIGKILL after their grace) and ends. An object whose job ended another way (an admin's
+release) is deleted, so nothing holds a GPU the pool no longer grants.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from traitlets import Bool, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..pool import commands
+from .client import KubeError
+from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of
+from .settings import OneAPIServer, api_traits
+
+log = logging.getLogger("jupyterhub_gpupool.kube")
+
+Call = Callable[[commands.Command], Awaitable[Any]]
+RUNNER = "kubernetes"
+MANAGED = {"app.kubernetes.io/managed-by": "jupyterhub-gpupool"}
+
+
+def object_name(job_id: str) -> str:
+    """The Job's or Deployment's name (a DNS label)."""
+    return f"gpupool-job-{job_id[:20]}"
+
+
+def gpu_limits(job: Mapping[str, Any]) -> dict[str, str]:
+    """The device plugin's resources for the granted devices: a MIG instance by its profile,
+    a whole GPU as ``nvidia.com/gpu``."""
+    out: dict[str, int] = {}
+    for d in job.get("devices") or ():
+        mig = d.get("mig")
+        key = f"nvidia.com/mig-{mig['profile']}" if mig and mig.get("profile") else "nvidia.com/gpu"
+        out[key] = out.get(key, 0) + 1
+    return {k: str(v) for k, v in out.items()}
+
+
+def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[str, Any]:
+    """The Job (or, for class ``inference``, the Deployment) that runs ``job``."""
+    name = object_name(str(job["id"]))
+    labels = {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
+    meta = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": {DEVICES_ANNOTATION: ",".join(devices_of(job))},
+    }
+    env = [{"name": k, "value": v} for k, v in sorted((job.get("env") or {}).items())]
+    env.append({"name": "GPUPOOL_JOB_ID", "value": str(job["id"])})
+    container: dict[str, Any] = {
+        "name": "job",
+        "image": str((job.get("runner_ref") or {})["image"]),
+        "env": env,
+        "resources": {"limits": gpu_limits(job)},
+    }
+    if job.get("command"):
+        container["command"] = list(job["command"])
+    inference = job.get("class") == "inference"
+    pod = {
+        "metadata": {"labels": labels, "annotations": meta["annotations"]},
+        "spec": {
+            "restartPolicy": "Always" if inference else "Never",
+            "nodeSelector": {node_label: str(job["node"])},
+            "containers": [container],
+        },
+    }
+    if inference:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {JOB_LABEL: str(job["id"])}},
+                "template": pod,
+            },
+        }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 86400, "template": pod},
+    }
+
+
+def _finished(obj: Mapping[str, Any]) -> str | None:
+    """``succeeded`` or ``failed`` for a Job the Job controller finished."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("status") == "True" and c.get("type") in ("Complete", "Failed"):
+            return "succeeded" if c["type"] == "Complete" else "failed"
+    return None
+
+
+def _runs(obj: Mapping[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return bool(status.get("active") or status.get("availableReplicas"))
+
+
+class KubeJobs(OneAPIServer, LoggingConfigurable):
+    """Runs jobs submitted with an ``image`` as Kubernetes Jobs/Deployments (``c.KubeJobs``)."""
+
+    enabled = Bool(
+        False,
+        help="Run jobs submitted with an image (POST /jobs `image`) as batch/v1 Jobs (apps/v1 "
+        "Deployments for class inference) in namespace, created once their lease is granted and "
+        "pinned to the granted node and devices. Needs create, list and delete on jobs and "
+        "deployments in that namespace.",
+    ).tag(config=True)
+    namespace = Unicode("default", help="The namespace the pool creates jobs in.").tag(config=True)
+    node_label = Unicode(
+        "kubernetes.io/hostname",
+        help="Node label whose value is the pool's node name: the pods' nodeSelector.",
+    ).tag(config=True)
+    api_host, token_file, ca_file = api_traits()
+
+    def _path(self, plural: str, name: str = "") -> str:
+        group = "/apis/apps/v1" if plural == "deployments" else "/apis/batch/v1"
+        tail = f"/{name}" if name else ""
+        return f"{group}/namespaces/{self.namespace}/{plural}{tail}"
+
+    async def step(self, store: Any, call: Call) -> dict[str, str]:
+        """One round; returns what happened per job id (for logs and tests)."""
+        client = self.client()
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+        try:
+            found: dict[str, tuple[str, dict[str, Any]]] = {}
+            for plural in ("jobs", "deployments"):
+                for obj in await client.list_at(self._path(plural), selector):
+                    job_id = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL)
+                    if job_id:
+                        found[job_id] = (plural, obj)
+        except KubeError as e:
+            log.warning("Kubernetes API (jobs): %s", e)
+            return {}
+        out: dict[str, str] = {}
+        live = {j["id"]: j for j in store.runner_jobs(RUNNER)}
+        for job_id, (plural, obj) in found.items():
+            if job_id not in live and (plural == "deployments" or not _finished(obj)):
+                out[job_id] = await self._delete(plural, obj)  # its lease ended another way
+        for job in live.values():
+            try:
+                done = await self._one(store, call, job, found.get(job["id"]))
+            except KubeError as e:
+                log.warning("Kubernetes job %s: %s", job["id"], e)
+                continue
+            if done:
+                out[job["id"]] = done
+        return out
+
+    async def _one(
+        self, store: Any, call: Call, job: dict[str, Any], have: tuple[str, dict[str, Any]] | None
+    ) -> str | None:
+        state = job["state"]
+        if state == "queued":
+            return None
+        plural, obj = have if have is not None else ("", {})
+        deadline = job.get("notice_deadline")
+        due = state == "preempting" and (
+            deadline is None
+            or store.clock()
+            >= datetime.fromisoformat(deadline.replace("Z", "+00:00")).replace(tzinfo=None)
+        )
+        if state == "cancelling" or due:
+            if have is not None:
+                await self._delete(plural, obj)
+            outcome = "evicted" if due else "deleted"
+            await call(commands.EndKubeJob(job["id"], outcome))
+            return "preempted" if due else "cancelled"
+        if have is None:
+            if state == "granted":
+                body = manifest(job, self.namespace, self.node_label)
+                plural = "deployments" if body["kind"] == "Deployment" else "jobs"
+                await self.client().create(self._path(plural), body)
+                return "created"
+            await call(commands.EndKubeJob(job["id"], "deleted", "deleted in Kubernetes"))
+            return "deleted"
+        finished = _finished(obj)
+        if finished is not None:
+            await call(commands.EndKubeJob(job["id"], finished))
+            return finished
+        if state == "granted" and _runs(obj):
+            await call(commands.JobStatus(job["id"], "running"))
+            return "running"
+        return None
+
+    async def _delete(self, plural: str, obj: Mapping[str, Any]) -> str:
+        try:
+            await self.client().delete(self._path(plural, str(obj["metadata"]["name"])))
+        except KubeError as e:
+            if e.status != 404:
+                raise
+        return "deleted"

@@ -1,0 +1,274 @@
+"""The pool as a Kueue AdmissionCheck controller: a Kueue Workload that carries the pool's
+check is admitted only once the pool grants it a job lease (issue 35, item 5).
+
+Each housekeeping round (leader only) lists the AdmissionChecks whose ``spec.controllerName``
+is ``controller_name`` and every Workload naming one of them in ``status.admissionChecks``.
+For a Workload whose quota Kueue reserved (``QuotaReserved``), the pool submits a job
+(``KueueJob``: offer and class from the Workload's labels, user from its namespace) and sets
+the check: ``Ready`` with ``podSetUpdates`` that pin every pod set to the granted node (and
+name the lease and devices); ``Pending`` with the queue position while the lease waits;
+``Rejected`` with the pool's refusal. A training job the pool preempts goes ``preempting``
+(its notice) while the check stays ``Ready``; once the class's grace has passed the check goes
+``Retry``, which makes Kueue evict the Workload (its pods get SIGTERM from Kubernetes). A
+Workload that finished, was evicted or deleted ends its job (``EndKubeJob``). Every write is
+a merge patch of the Workload's status at the ``resourceVersion`` just read; a conflict is
+tried again next round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from traitlets import Bool, Dict, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..pool import commands
+from ..store.errors import StoreError
+from .client import KubeError
+from .settings import OneAPIServer, api_traits
+
+log = logging.getLogger("jupyterhub_gpupool.kube")
+
+Call = Callable[[commands.Command], Awaitable[Any]]
+
+CONTROLLER = "gpupool.jupyter.org/admission"
+OFFER_LABEL = "gpupool.jupyter.org/offer"
+CLASS_LABEL = "gpupool.jupyter.org/class"
+LEASE_LABEL = "gpupool.jupyter.org/lease"
+JOB_LABEL = "gpupool.jupyter.org/job"
+DEVICES_ANNOTATION = "gpupool.jupyter.org/devices"
+
+
+def condition(workload: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    """The Workload's condition of type ``kind`` when it is ``True``."""
+    for c in (workload.get("status") or {}).get("conditions") or ():
+        if c.get("type") == kind and c.get("status") == "True":
+            return dict(c)
+    return None
+
+
+def devices_of(job: Mapping[str, Any]) -> list[str]:
+    """The granted devices' ids: a MIG instance's uuid once made, else the GPU's."""
+    out = []
+    for d in job.get("devices") or ():
+        mig = d.get("mig") or {}
+        out.append(str(mig.get("uuid") or d["gpu"]))
+    return out
+
+
+def pod_set_updates(
+    workload: Mapping[str, Any], job: Mapping[str, Any], node_label: str
+) -> list[dict[str, Any]]:
+    """For every pod set: a nodeSelector for the granted node, labels naming the lease and
+    the job, an annotation naming the devices. (The device plugin picks the GPU on the node
+    from the pod's ``nvidia.com/*`` limit; the pool's ``Rebind`` follows it.)"""
+    return [
+        {
+            "name": str(ps.get("name", "main")),
+            "labels": {LEASE_LABEL: str(job["lease_id"]), JOB_LABEL: str(job["id"])},
+            "annotations": {DEVICES_ANNOTATION: ",".join(devices_of(job))},
+            "nodeSelector": {node_label: str(job["node"])},
+        }
+        for ps in (workload.get("spec") or {}).get("podSets") or ({"name": "main"},)
+    ]
+
+
+def _time(when: datetime) -> str:
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
+
+
+class KueueAdmission(OneAPIServer, LoggingConfigurable):
+    """The AdmissionCheck controller (``c.KueueAdmission`` in the service's config)."""
+
+    enabled = Bool(
+        False,
+        help="Act as the Kueue AdmissionCheck controller named controller_name: every "
+        "housekeeping round, admit Workloads that carry its check only when the pool grants "
+        "them a job lease (see the Kueue how-to). Needs list on admissionchecks and workloads "
+        "and patch on workloads/status (the Helm chart's kueue.enabled grants them).",
+    ).tag(config=True)
+    controller_name = Unicode(
+        CONTROLLER,
+        help="The spec.controllerName of the AdmissionChecks this pool answers.",
+    ).tag(config=True)
+    namespace_users = Dict(
+        value_trait=Unicode(),
+        help="Namespace → the pool user its Workloads are charged to. A namespace not listed "
+        "is its own user's (e.g. one namespace per user); a Workload's labels never choose "
+        "its user.",
+    ).tag(config=True)
+    default_offer = Unicode(
+        "",
+        help="The offer of a Workload without the gpupool.jupyter.org/offer label (empty: such "
+        "a Workload is rejected).",
+    ).tag(config=True)
+    node_label = Unicode(
+        "kubernetes.io/hostname",
+        help="Node label whose value is the pool's node name: the podSetUpdates' nodeSelector.",
+    ).tag(config=True)
+    api_host, token_file, ca_file = api_traits()
+
+    async def step(self, store: Any, call: Call) -> dict[str, str]:
+        """One round; returns each changed Workload's (``namespace/name``) new check state
+        (for logs and tests). An unreachable API server changes nothing."""
+        try:
+            checks = {
+                c["metadata"]["name"]
+                for c in await self.client().list_admission_checks()
+                if (c.get("spec") or {}).get("controllerName") == self.controller_name
+            }
+            workloads = await self.client().list_workloads() if checks else []
+        except KubeError as e:
+            log.warning("Kubernetes API (Kueue): %s", e)
+            return {}
+        jobs = {(j["runner_ref"] or {}).get("uid"): j for j in store.kueue_jobs()}
+        seen: set[str] = set()
+        out: dict[str, str] = {}
+        for wl in workloads:
+            meta = wl.get("metadata") or {}
+            entries = (wl.get("status") or {}).get("admissionChecks") or []
+            mine = next((e for e in entries if e.get("name") in checks), None)
+            if mine is None:
+                continue
+            seen.add(str(meta.get("uid")))
+            try:
+                state = await self._one(store, call, wl, mine, jobs.get(meta.get("uid")))
+            except StoreError as e:  # e.g. the job ended meanwhile: next round sees it
+                log.warning("Kueue workload %s/%s: %s", meta.get("namespace"), meta["name"], e)
+                continue
+            if state:
+                out[f"{meta.get('namespace')}/{meta['name']}"] = state
+        for uid, job in jobs.items():
+            if uid not in seen and checks:  # its Workload is gone
+                await call(commands.EndKubeJob(job["id"], "deleted", "workload deleted"))
+                out[job["name"]] = "deleted"
+        return out
+
+    async def _one(
+        self,
+        store: Any,
+        call: Call,
+        wl: dict[str, Any],
+        check: dict[str, Any],
+        job: dict[str, Any] | None,
+    ) -> str | None:
+        meta = wl["metadata"]
+        finished = condition(wl, "Finished")
+        if job is not None:
+            if finished is not None:
+                ok = finished.get("reason") == "Succeeded"
+                message = "" if ok else str(finished.get("message") or "")
+                await call(commands.EndKubeJob(job["id"], "succeeded" if ok else "failed", message))
+                return "finished"
+            # admitted once (running), it lost its quota or Kueue reset the check to Pending:
+            # Kueue evicted it (after the pool's Retry or Rejected, or for reasons of its own)
+            admitted_once = job["state"] in ("running", "preempting", "cancelling")
+            if admitted_once and (
+                check.get("state") == "Pending" or condition(wl, "QuotaReserved") is None
+            ):
+                evicted = condition(wl, "Evicted") or {}
+                why = str(evicted.get("message") or "evicted by Kueue")
+                await call(commands.EndKubeJob(job["id"], "evicted", why))
+                return "evicted"
+            if job["state"] == "granted" and condition(wl, "Admitted") is not None:
+                job = await call(commands.JobStatus(job["id"], "running"))
+            return await self._set(wl, check, *self._wanted(store, wl, job))
+        if finished is not None or condition(wl, "QuotaReserved") is None:
+            return None  # Kueue has not reserved quota yet, or it is over
+        if check.get("state") == "Ready":  # its job ended in the pool (cancelled, released):
+            # Kueue evicts it, and asks again (a job cancelled in the pool rejects it then)
+            return await self._set(wl, check, "Retry", "GPU pool: the job's lease ended", None)
+        if check.get("state", "Pending") != "Pending":
+            return None  # answered (Rejected stays; Retry: Kueue resets it to Pending)
+        labels = meta.get("labels") or {}
+        namespace = str(meta.get("namespace") or "default")
+        offer = labels.get(OFFER_LABEL) or self.default_offer
+        if not offer:
+            return await self._set(
+                wl, check, "Rejected", f"no offer: label the workload with {OFFER_LABEL}", None
+            )
+        try:
+            job = await call(
+                commands.KueueJob(
+                    self.namespace_users.get(namespace, namespace),
+                    offer,
+                    labels.get(CLASS_LABEL) or "training",
+                    namespace,
+                    str(meta["name"]),
+                    str(meta["uid"]),
+                )
+            )
+        except StoreError as e:
+            return await self._set(wl, check, "Rejected", f"GPU pool: {e}", None)
+        return await self._set(wl, check, *self._wanted(store, wl, job))
+
+    def _wanted(
+        self, store: Any, wl: dict[str, Any], job: dict[str, Any]
+    ) -> tuple[str, str, list[dict[str, Any]] | None]:
+        """The check's state, message and podSetUpdates for the job's state."""
+        state = job["state"]
+        if state == "queued":
+            where = f"queued for {job['offer']}, position {job['position']}"
+            return "Pending", f"GPU pool: {where}", None
+        if state == "cancelling":
+            return "Rejected", f"GPU pool: job {job['id']} cancelled", None
+        if state == "cancelled":
+            return "Rejected", f"GPU pool: {job.get('reason') or 'cancelled'}", None
+        updates = pod_set_updates(wl, job, self.node_label)
+        node = f"GPU pool: lease {job['lease_id']} on {job['node']}"
+        if state == "preempting":
+            deadline = _parse(job.get("notice_deadline"))
+            if deadline is None or store.clock() >= deadline:
+                return "Retry", f"GPU pool: preempted ({job.get('reason') or 'notice'})", None
+            return "Ready", f"{node}; preempting, notice until {job['notice_deadline']}", updates
+        return "Ready", node, updates
+
+    async def _set(
+        self,
+        wl: dict[str, Any],
+        check: dict[str, Any],
+        state: str,
+        message: str,
+        updates: list[dict[str, Any]] | None,
+    ) -> str | None:
+        """Patch the check when its state, message or podSetUpdates change."""
+        same = (
+            check.get("state") == state
+            and check.get("message") == message
+            and (check.get("podSetUpdates") or None) == updates
+        )
+        if same:
+            return None
+        entry = {**check, "state": state, "message": message}
+        if updates:
+            entry["podSetUpdates"] = updates
+        else:
+            entry.pop("podSetUpdates", None)
+        if check.get("state") != state or not check.get("lastTransitionTime"):
+            entry["lastTransitionTime"] = _time(datetime.now(timezone.utc))
+        meta = wl["metadata"]
+        entries = [
+            entry if e.get("name") == check["name"] else e
+            for e in wl["status"].get("admissionChecks") or ()
+        ]
+        try:
+            await self.client().patch_workload_status(
+                str(meta["namespace"]),
+                str(meta["name"]),
+                {"admissionChecks": entries},
+                str(meta.get("resourceVersion") or ""),
+            )
+        except KubeError as e:
+            log.warning("Kueue workload %s/%s: %s", meta["namespace"], meta["name"], e)
+            return None
+        log.info("Kueue workload %s/%s: %s (%s)", meta["namespace"], meta["name"], state, message)
+        return state
