@@ -48,7 +48,7 @@ SPEC = yaml.safe_load((ROOT / "docs" / "source" / "_static" / "rest-api.yml").re
 #: Examples per operation and caller, valid and invalid (raise them locally to fuzz harder).
 FUZZ_EXAMPLES = int(os.environ.get("GPUPOOL_FUZZ_EXAMPLES", "20"))
 FUZZ_NEGATIVE_EXAMPLES = int(os.environ.get("GPUPOOL_FUZZ_NEGATIVE_EXAMPLES", "8"))
-USERS = ("admin", "alice", "bob", "carol", "dave")
+USERS = ("admin", "alice", "bob", "carol", "dave", "erin")
 ACTOR = "carol"  # the user of the bad-input cases
 NOTHING = object()
 
@@ -430,8 +430,9 @@ def test_success_responses_match_spec(api: Api):
         check_against_spec("POST", "/allocations/{id}/restart", restart)
         done = call(user, "DELETE", f"allocations/{lid}", "/allocations/{id}").json()
         assert done["state"] == "released" and done["release_reason"] == "stopped"
+        jobs_round_trip(call)
     finally:
-        for who in (user, "alice"):
+        for who in (user, "alice", "erin"):
             api.release_all(who)
     spec_ops = {
         (path, method.upper())
@@ -448,6 +449,34 @@ def test_success_responses_match_spec(api: Api):
         ),
     }
     assert spec_ops - seen - set(elsewhere) == set(), "operations this test does not cover"
+
+
+def jobs_round_trip(call: Any) -> None:
+    """A job's life through the API: submitted, listed, started and reported by its runner
+    (the agent's token), its output appended and read, its exit; a second one cancelled."""
+    body = {"offer": "t4-quarter", "command": ["python", "train.py"], "name": "contract-job"}
+    job = call("erin", "POST", "jobs", "/jobs", body).json()
+    assert job["state"] == "granted" and job["name"] == "contract-job", job
+    jid, node = job["id"], job["node"]
+    assert [j["id"] for j in call("erin", "GET", "jobs", "/jobs").json()["jobs"]] == [jid]
+    assert call("erin", "GET", f"jobs/{jid}", "/jobs/{id}").json()["id"] == jid
+    runner = call("agent", "GET", f"nodes/{node}/jobs", "/nodes/{name}/jobs").json()
+    assert jid in {j["id"] for j in runner["jobs"]}
+    status = {"state": "running", "pid": 4242}
+    assert (
+        call("agent", "POST", f"jobs/{jid}/status", "/jobs/{id}/status", status).json()["state"]
+        == "running"
+    )
+    appended = {"offset": 0, "data": "epoch 1\n"}
+    call("agent", "POST", f"jobs/{jid}/logs", "/jobs/{id}/logs", appended)
+    logs = call("erin", "GET", f"jobs/{jid}/logs?offset=0", "/jobs/{id}/logs").json()
+    assert logs["data"] == "epoch 1\n"
+    exited = {"state": "exited", "exit_code": 0}
+    ended = call("agent", "POST", f"jobs/{jid}/status", "/jobs/{id}/status", exited).json()
+    assert ended["state"] == "succeeded" and ended["exit_code"] == 0
+    other = call("erin", "POST", "jobs", "/jobs", {**body, "name": "cancelled"}).json()
+    cancelled = call("erin", "DELETE", f"jobs/{other['id']}", "/jobs/{id}").json()
+    assert cancelled["state"] == "cancelled"
 
 
 def panel_round_trip(api: Api, call: Any, lease: dict[str, Any]) -> None:
