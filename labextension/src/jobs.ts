@@ -64,6 +64,9 @@ export function jobStateText(job: IJob): string {
     case 'succeeded':
     case 'failed':
       return `${job.state}${job.exit_code === null ? '' : ` (exit code ${job.exit_code})`}`;
+    case 'cancelled':
+      // the pool's reason says who: "cancelled by user:alice"
+      return job.reason ? `cancelled (${job.reason.replace(/^cancelled /, '')})` : 'cancelled';
     default:
       return job.reason ? `${job.state}: ${job.reason}` : job.state;
   }
@@ -124,7 +127,7 @@ export class JobsView {
     this.logBox.hidden = true;
     this.logBox.setAttribute('aria-live', 'polite');
     this.logText.tabIndex = 0;
-    const close = el('button', 'jp-GPUPool-button jp-GPUPool-jobLogClose', 'Close output');
+    const close = el('button', 'jp-Button jp-mod-styled jp-GPUPool-jobLogClose', 'Close output');
     close.type = 'button';
     close.addEventListener('click', () => this.closeLog());
     this.logBox.append(this.logTitle, this.logText, close);
@@ -162,13 +165,17 @@ export class JobsView {
       const name = el('span', 'jp-GPUPool-jobName', job.name);
       const cls = el('span', `jp-GPUPool-jobClass jp-GPUPool-class-${job.class}`, job.class);
       const state = el('span', 'jp-GPUPool-jobState', jobStateText(job));
-      const logs = el('button', 'jp-GPUPool-button jp-GPUPool-jobLogs', 'Logs');
+      const logs = el('button', 'jp-Button jp-mod-styled jp-GPUPool-jobLogs', 'Logs');
       logs.type = 'button';
       logs.setAttribute('aria-label', visible(`Output of ${job.name}`));
       logs.addEventListener('click', () => void this.showLog(job));
       li.append(name, ' ', cls, ' ', state, ' ', logs);
       if (CANCELLABLE.includes(job.state)) {
-        const cancel = el('button', 'jp-GPUPool-button jp-GPUPool-jobCancel', 'Cancel');
+        const cancel = el(
+          'button',
+          'jp-Button jp-mod-styled jp-mod-reject jp-GPUPool-jobCancel',
+          'Cancel'
+        );
         cancel.type = 'button';
         cancel.setAttribute('aria-label', visible(`Cancel ${job.name}`));
         cancel.addEventListener('click', () => void this.cancel(job));

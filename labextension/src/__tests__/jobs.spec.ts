@@ -84,9 +84,10 @@ describe('job wording', () => {
     );
     expect(jobStateText(job())).toBe('running on node-h100');
     expect(jobStateText(job({ state: 'failed', exit_code: 3 }))).toBe('failed (exit code 3)');
-    expect(jobStateText(job({ state: 'cancelled', reason: 'cancelled by alice' }))).toBe(
-      'cancelled: cancelled by alice'
+    expect(jobStateText(job({ state: 'cancelled', reason: 'cancelled by user:alice' }))).toBe(
+      'cancelled (by user:alice)'
     );
+    expect(jobStateText(job({ state: 'preempted', reason: 'for bob' }))).toBe('preempted: for bob');
     expect(jobStateText(job({ state: 'cancelling' }))).toBe('stopping (cancelled)');
   });
 
