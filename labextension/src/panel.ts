@@ -88,7 +88,7 @@ export class GPUPoolPanel extends Widget {
     this.ticker = window.setInterval(() => this.tick(), 1000);
     // the jobs are the pool's, not the server's shared state: asked while the panel shows
     this.jobsTimer = window.setInterval(() => {
-      if (this.isVisible && !document.hidden) {
+      if (this.isVisible && !document.hidden && !this.jobs.node.hidden) {
         void this.jobs.refresh();
       }
     }, JOBS_REFRESH_MS);
@@ -118,6 +118,8 @@ export class GPUPoolPanel extends Widget {
     const focused = document.activeElement?.id;
     this.body.textContent = '';
     this.body.dataset.view = view;
+    // the jobs are asked through this server: not while it restarts or is away
+    this.jobs.node.hidden = view === 'restarting' || this.model.serverAway;
     if (view === 'restarting') {
       this.body.append(
         this.section('Moving', [
