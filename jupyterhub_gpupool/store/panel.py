@@ -17,6 +17,7 @@ from .. import orm
 from ..pool.decide import PoolState, quota_preview
 from ..pool.leases import LIVE_STATES
 from ..pool.usage import line_item, unpriced
+from ..pool.workloads import INTERACTIVE
 from .poolmap import MapText
 from .rows import check_quota_kind, epoch, held_hours, ts
 from .usagefacts import BusyTimeStore, span_of
@@ -25,6 +26,13 @@ from .usagefacts import BusyTimeStore, span_of
 OPEN = ("waiting", "applying")
 #: Held while a map is looked up or built (``PanelViews.map_view``).
 _MAP_LOCK = threading.Lock()
+
+
+def _job_name(lease_id: Any) -> Any:
+    """The name of the job holding the lease (NULL for a server's lease), as a column ``job``:
+    the panel names a job's lease by its job, not by its ``job:<id>`` server."""
+    q = select(orm.JobRow.name).where(orm.JobRow.lease_id == lease_id).limit(1)
+    return q.scalar_subquery().label("job")
 
 
 class PanelViews(BusyTimeStore):
@@ -53,6 +61,8 @@ class PanelViews(BusyTimeStore):
                     orm.LeaseRow.reclaim_deadline,
                     orm.LeaseRow.reclaim_reason,
                     orm.LeaseRow.reclaim_acting,
+                    orm.LeaseRow.workload,
+                    _job_name(orm.LeaseRow.id),
                 ).where(orm.LeaseRow.state.in_(LIVE_STATES))
             ).all()
         out = {}
@@ -69,6 +79,8 @@ class PanelViews(BusyTimeStore):
                 "units": r.units_f,
                 "borrowed": r.borrowed,
                 "node": r.node,
+                "class": r.workload or INTERACTIVE,
+                "job": r.job,
                 "since": ts(since),
                 "age_s": round(now - epoch(since), 1) if since else 0.0,
                 "idle_s": round(now - idle_since, 1) if idle_since else 0.0,
@@ -246,6 +258,8 @@ class PanelViews(BusyTimeStore):
                         T.reclaim_kind,
                         cast(T.reclaim_deadline, String),
                         T.reclaim_acting.is_not(None),
+                        T.workload,
+                        _job_name(T.id),
                     ).where(T.state.in_(LIVE_STATES))
                 )
                 body = text.document(

@@ -21,6 +21,7 @@ from ..pool.allocator import Allocator
 from ..pool.catalog import GpuModel
 from ..pool.model import RETIRING, Gpu
 from ..pool.outside import OUTSIDE
+from ..pool.workloads import INTERACTIVE
 from ..timeparse import parse_time
 from .rows import epoch, ts
 from .views import instance_state
@@ -128,7 +129,8 @@ class MapText:
     ) -> str:
         """The whole map: ``inventory``'s text with the live leases' ``rows``
         (id, user, server, offer, state, units, borrowed, since as text, the reclaim counts as
-        JSON text, the notice's kind and deadline as text, whether a round is acting)."""
+        JSON text, the notice's kind and deadline as text, whether a round is acting, the
+        lease's workload class (None: interactive), its job's name (None: a server's))."""
         leases, encoded = self._lease_texts(rows)
         self.encoded = (self._gpus_encoded, encoded)
         head, offers = inventory  # the members in the order the map has always had
@@ -208,11 +210,14 @@ class MapText:
 
 def _lease_text(row: tuple[Any, ...]) -> str:
     """One member of ``leases`` (the row as ``MapText.document`` takes it)."""
-    lid, user, server, offer, state, units, borrowed, since, counts, kind, dl, acting = row
+    lid, user, server, offer, state, units, borrowed, since, counts, kind, dl, acting = row[:12]
+    workload, job = row[12:]
     counts = json.loads(counts) if counts else {}
     doc = {
         "user": user,
         "server": server,
+        "class": workload or INTERACTIVE,
+        "job": job,
         "offer": offer,
         "state": state,
         "units": units,

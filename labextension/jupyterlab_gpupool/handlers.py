@@ -13,6 +13,9 @@
 ``POST gpupool/refresh``               ask the pool now (offers too), at most once per interval
 ``POST gpupool/presence {idle_for}``   the user's input in a visible tab, ``idle_for`` seconds
                                        ago: relayed to the pool at most once a minute
+``GET  gpupool/jobs``                  the user's jobs (the pool's ``GET jobs``)
+``DELETE gpupool/jobs/<id>``           cancel one of them
+``GET  gpupool/jobs/<id>/logs?offset`` its output from ``offset`` (``{data, next, complete}``)
 =====================================  ===========================================================
 
 Every route needs the server's own authentication (the hub's ``access:servers`` for this
@@ -33,12 +36,14 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from .fanout import Fanout
-from .pool import PoolDown, PoolError, PoolRefused
+from .pool import LabPoolClient, PoolDown, PoolError, PoolRefused
 from .presence import MAX_IDLE_FOR, PresenceRelay
 from .saving import SaveAll
 
 #: A lab's client id (a UUID the frontend makes) and a save request's id.
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: A job's id as a route takes it (the pool's ids are hex; anything else is a 404 here).
+_JOB_ID = r"[A-Za-z0-9_-]{1,64}"
 #: A ``ping`` event is sent when nothing else was for this long: proxies keep the stream, and
 #: a lab that hears nothing for 25 s knows the server is gone (a proxy may keep a stream open
 #: after the server behind it died).
@@ -271,6 +276,65 @@ class PresenceHandler(_Base):
         self.finish({"reported": True, "in": relay.report(float(idle_for))})
 
 
+class _JobsBase(_Base):
+    """The user's jobs, asked of the pool with the server's token (the pool answers only the
+    token's user's jobs: another's is a 404, as a missing one)."""
+
+    def pool(self) -> LabPoolClient | None:
+        fanout = self.fanout
+        if fanout.client is None:
+            self.fail(503, "pool_unavailable", fanout.why_no_pool)
+        return fanout.client
+
+
+class JobsHandler(_JobsBase, _Quiet):
+    """``GET gpupool/jobs``: ``{"jobs": [...]}``, newest first (the panel polls it: quiet)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        client = self.pool()
+        if client is None:
+            return
+        try:
+            jobs = await client.jobs()
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        self.finish({"jobs": jobs})
+
+
+class JobHandler(_JobsBase):
+    """``DELETE gpupool/jobs/<id>``: cancel the job (the user's action: it counts as activity)."""
+
+    @web.authenticated
+    async def delete(self, job_id: str) -> None:
+        client = self.pool()
+        if client is None:
+            return
+        try:
+            self.finish(await client.cancel_job(job_id))
+        except PoolError as e:
+            self.fail_pool(e)
+
+
+class JobLogsHandler(_JobsBase, _Quiet):
+    """``GET gpupool/jobs/<id>/logs?offset=N``: the job's output from ``offset``."""
+
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        raw = self.get_argument("offset", "0")
+        if not raw.isdigit():
+            self.fail(400, "invalid_argument", "offset must be a whole number ≥ 0")
+            return
+        client = self.pool()
+        if client is None:
+            return
+        try:
+            self.finish(await client.job_logs(job_id, int(raw)))
+        except PoolError as e:
+            self.fail_pool(e)
+
+
 async def _give_back(fanout: Fanout, lease_id: str) -> None:
     assert fanout.client is not None
     try:
@@ -292,4 +356,7 @@ def handlers(base_url: str) -> list[tuple[str, type]]:
         (at("keepalive"), KeepaliveHandler),
         (at("resize"), ResizeHandler),
         (at("presence"), PresenceHandler),
+        (at("jobs"), JobsHandler),
+        (at(rf"jobs/({_JOB_ID})"), JobHandler),
+        (at(rf"jobs/({_JOB_ID})/logs"), JobLogsHandler),
     ]

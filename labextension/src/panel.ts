@@ -1,8 +1,8 @@
 /**
  * The side panel: the lease, live charts, quota bars, the reclaim notice with its countdown
- * and Keep my GPU, the move choices, and what the last reclaim saved. Plain DOM, every control
- * a real <button> or <input> with a label, so it is reachable by keyboard and named for
- * screen readers.
+ * and Keep my GPU, the move choices, what the last reclaim saved, and "My jobs" (jobs.ts).
+ * Plain DOM, every control a real <button> or <input> with a label, so it is reachable by
+ * keyboard and named for screen readers.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
@@ -25,6 +25,7 @@ import {
   viewState,
   visible
 } from './format';
+import { JobsView } from './jobs';
 import { GPUPoolModel } from './model';
 import { IState } from './types';
 
@@ -51,6 +52,9 @@ function when(iso: string | null): string {
   return isNaN(d.getTime()) ? iso : d.toLocaleString();
 }
 
+/** How often the panel asks for the user's jobs while it shows. */
+const JOBS_REFRESH_MS = 10000;
+
 /** What a reclaim cannot save: edits that live only in a browser tab already closed. */
 export const UNSAVEABLE =
   'Open documents in every open JupyterLab tab are saved first; edits in a tab you already ' +
@@ -60,6 +64,8 @@ export class GPUPoolPanel extends Widget {
   private body = el('div', 'jp-GPUPool-body');
   private live = el('p', 'jp-GPUPool-message');
   private ticker: number;
+  private jobs: JobsView;
+  private jobsTimer: number;
   private chosen: string | null = null;
 
   constructor(private model: GPUPoolModel) {
@@ -70,7 +76,8 @@ export class GPUPoolPanel extends Widget {
     this.live.setAttribute('role', 'status');
     this.live.setAttribute('aria-live', 'polite');
     const heading = el('h2', 'jp-GPUPool-heading', 'Your GPU');
-    this.node.append(heading, this.live, this.body);
+    this.jobs = new JobsView((path, method, body) => model.request(path, method, body));
+    this.node.append(heading, this.live, this.body, this.jobs.node);
     // `this` as the receiver: Widget.dispose's Signal.clearData(this) disconnects both, so a
     // disposed panel stops rendering the model (which outlives it)
     model.changed.connect(() => this.render(), this);
@@ -79,11 +86,20 @@ export class GPUPoolPanel extends Widget {
       this.live.classList.toggle('jp-GPUPool-error', m.error);
     }, this);
     this.ticker = window.setInterval(() => this.tick(), 1000);
+    // the jobs are the pool's, not the server's shared state: asked while the panel shows
+    this.jobsTimer = window.setInterval(() => {
+      if (this.isVisible && !document.hidden && !this.jobs.node.hidden) {
+        void this.jobs.refresh();
+      }
+    }, JOBS_REFRESH_MS);
     this.render();
+    void this.jobs.refresh();
   }
 
   dispose(): void {
     window.clearInterval(this.ticker);
+    window.clearInterval(this.jobsTimer);
+    this.jobs.dispose();
     super.dispose();
   }
 
@@ -102,6 +118,8 @@ export class GPUPoolPanel extends Widget {
     const focused = document.activeElement?.id;
     this.body.textContent = '';
     this.body.dataset.view = view;
+    // the jobs are asked through this server: not while it restarts or is away
+    this.jobs.node.hidden = view === 'restarting' || this.model.serverAway;
     if (view === 'restarting') {
       this.body.append(
         this.section('Moving', [

@@ -5,7 +5,8 @@ round by round (the reclaim rig of ``tests/fakes/reclaim.py``).
 The panel shows the right lease and numbers; an idle notice appears (status bar amber, the
 countdown, the reason) and Keep my GPU clears it; the pool service stopped → the panel says so
 and recovers without a reload; a move from a 1g.10gb slice to a 3g.40gb slice completes and the
-new ``MIG-…`` UUID is in the server's environment. axe-core (WCAG 2 A/AA, contrast included)
+new ``MIG-…`` UUID is in the server's environment; "My jobs" lists the user's jobs with their
+output and cancels one. axe-core (WCAG 2 A/AA, contrast included)
 finds nothing in the panel and the status bar, in the light and the dark theme; the controls are
 reached with the keyboard. With ``GPUPOOL_SCREENSHOTS=docs/source/_static/screenshots`` the
 tests save the user guide's pictures.
@@ -311,6 +312,63 @@ def test_the_panel_shows_the_lease_and_the_numbers(lab: Lab, alice: Page, shoot:
         shot(shoot, alice, "lab-panel-dark")
     finally:
         theme(alice, "JupyterLab Light")
+
+
+def test_my_jobs_in_the_panel_with_their_output_and_cancel(lab: Lab, alice: Page, shoot: Any):
+    """Alice's jobs in her lab's panel: a running training job with its output, one waiting
+    behind it for the only H100 (its place in line), which she cancels from the panel."""
+    env = lab.env
+    token = env.user_tokens.setdefault("alice", env.token("alice"))
+
+    def submit(name: str) -> dict:
+        body = {"offer": "h100", "class": "training", "name": name, "command": ["python"]}
+        r = request("POST", f"{env.api}/jobs", token, body)
+        assert r.status == 201, r.body
+        return r.json()  # type: ignore[return-value]
+
+    def runner(path: str, body: dict) -> None:
+        r = request("POST", f"{env.api}/jobs/{path}", env.agent_token, body)
+        assert r.status == 200, r.body
+
+    running, waiting = submit("resnet"), submit("sweep")
+    assert waiting["state"] == "queued", waiting
+    try:
+        runner(f"{running['id']}/status", {"state": "running", "pid": 4242})
+        output = "epoch 1/10 loss 2.31\nepoch 2/10 loss 1.87\n"
+        runner(f"{running['id']}/logs", {"offset": 0, "data": output})
+        jobs = panel(alice).locator(".jp-GPUPool-jobs")
+        row = jobs.locator(f'li[data-job="{running["id"]}"]')
+        expect(row.locator(".jp-GPUPool-jobState")).to_have_text(
+            "running on node-h100", timeout=30_000
+        )  # the panel asks for the jobs every 10 s
+        expect(row.locator(".jp-GPUPool-jobClass")).to_have_text("training")
+        queued = jobs.locator(f'li[data-job="{waiting["id"]}"]')
+        expect(queued.locator(".jp-GPUPool-jobState")).to_have_text("queued, 1st in line")
+        # the panel scrolled to its top (a click scrolls it; axe cannot judge text scrolled under)
+        alice.evaluate("document.getElementById('jp-gpupool-panel').scrollTop = 0")
+        assert axe(alice) == []
+        row.get_by_role("button", name="Output of resnet").click()
+        expect(jobs.locator(".jp-GPUPool-jobLogText")).to_have_text(output)
+        jobs.scroll_into_view_if_needed()
+        shot(shoot, alice, "lab-jobs")
+        queued.get_by_role("button", name="Cancel sweep").click()
+        expect(jobs.locator(".jp-GPUPool-jobMessage")).to_have_text(
+            "sweep: cancelled (by user:alice)."
+        )
+        expect(queued).to_have_attribute("data-state", "cancelled")
+        expect(queued.get_by_role("button", name="Cancel sweep")).to_have_count(0)
+        r = request("GET", f"{env.api}/allocations/{waiting['lease_id']}", env.spawner_token)
+        assert r.json()["state"] == "released"  # type: ignore[index]
+        jobs.get_by_role("button", name="Close output").click()
+        expect(jobs.locator(".jp-GPUPool-jobLog")).to_be_hidden()
+    finally:
+        # the next tests judge the panel from its top (axe cannot judge text scrolled under)
+        alice.evaluate("document.getElementById('jp-gpupool-panel').scrollTop = 0")
+        for j in (running, waiting):
+            request("DELETE", f"{env.api}/jobs/{j['id']}", token)
+        # the running one is stopped by its runner: its exit ends it and frees the H100
+        request("POST", f"{env.api}/jobs/{running['id']}/status", env.agent_token,
+                {"state": "exited", "exit_code": -15})  # fmt: skip
 
 
 def test_the_idle_notice_appears_and_keep_my_gpu_clears_it(lab: Lab, alice: Page, shoot: Any):

@@ -434,3 +434,45 @@ def test_a_hand_off_goes_as_soon_as_the_holder_releases(hub: HubEnv, alice: str)
     finally:
         stop_server(hub, "bob")
         start_server(hub, "alice", "a100-1g")  # as the fixture left it
+
+
+def test_my_jobs_through_the_servers_routes(hub: HubEnv, alice: str):
+    """The panel's "My jobs": the server lists, cancels and reads the output of its user's
+    jobs with its own token; another user's job is as missing as one that does not exist."""
+    token = hub.token("alice")
+    body = {"offer": "a100-3g", "class": "training", "name": "resnet", "command": ["python"]}
+    r = request("POST", f"{hub.api}/jobs", token, body)
+    assert r.status == 201, r.body
+    job = r.json()
+    r = request("POST", f"{hub.api}/jobs", hub.token("bob"), {**body, "name": "bobs"})
+    assert r.status == 201, r.body
+    bobs = r.json()
+    try:
+        r = request("GET", f"{alice}/gpupool/jobs", token)
+        assert r.status == 200, r.body
+        [seen] = r.json()["jobs"]  # alice's only
+        assert (seen["id"], seen["name"], seen["class"]) == (job["id"], "resnet", "training")
+        assert seen["state"] == "granted" and seen["offer"] == "a100-3g"
+        out = "epoch 1 loss 2.3\n"
+        r = request("POST", f"{hub.api}/jobs/{job['id']}/logs", hub.agent_token,
+                    {"offset": 0, "data": out})  # fmt: skip
+        assert r.status == 200, r.body
+        r = request("GET", f"{alice}/gpupool/jobs/{job['id']}/logs?offset=0", token)
+        assert r.status == 200 and r.json()["data"] == out and r.json()["next"] == len(out)
+        r = request("GET", f"{alice}/gpupool/jobs/{job['id']}/logs?offset=5", token)
+        assert r.json()["data"] == out[5:]
+        r = request("GET", f"{alice}/gpupool/jobs/{job['id']}/logs?offset=-1", token)
+        assert r.status == 400 and r.json()["error"]["code"] == "invalid_argument"
+        # bob's job through alice's server: the pool's 404, kept
+        for method, path in (("GET", f"jobs/{bobs['id']}/logs"), ("DELETE", f"jobs/{bobs['id']}")):
+            r = request(method, f"{alice}/gpupool/{path}", token)
+            assert r.status == 404 and r.json()["error"]["code"] == "not_found", r.body
+        # and bob cannot reach alice's server's routes at all
+        assert request("GET", f"{alice}/gpupool/jobs", hub.token("bob")).status == 403
+        r = request("DELETE", f"{alice}/gpupool/jobs/{job['id']}", token)
+        assert r.status == 200 and r.json()["state"] == "cancelled", r.body
+        r = request("GET", f"{hub.api}/allocations/{job['lease_id']}", hub.token("admin"))
+        assert r.json()["state"] == "released"
+    finally:
+        for j in (job, bobs):
+            request("DELETE", f"{hub.api}/jobs/{j['id']}", hub.token("admin"))

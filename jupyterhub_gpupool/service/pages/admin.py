@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from tornado import web
 
 from ...pool.errors import PoolError
+from ...pool.workloads import INTERACTIVE
 from ...timeparse import parse_time
 from ...wording import estimate_text, wait_text
 from ..apihandlers.base import time_field
@@ -50,7 +51,7 @@ class MapPage(AdminPage):
 
 class LeasesPage(AdminPage):
     """``GET admin/leases``: the queue in order and the live leases (sortable), with reclaim
-    now, extend and release."""
+    now, extend and release; a job's lease shows its job's name and class."""
 
     @web.authenticated
     def get(self) -> None:
@@ -60,6 +61,11 @@ class LeasesPage(AdminPage):
         for le in queued:
             created = le["created"]
             le["waited_s"] = (now - naive_utc(created)).total_seconds() if created else 0.0
+        # a job's queued lease is named by its job (class, name), not its ``job:<id>`` server
+        jobs = {j["lease_id"]: j for j in self.store.list_jobs(state="queued")}
+        for le in queued:
+            job = jobs.get(le["id"])
+            le["job"], le["class"] = (job["name"], job["class"]) if job else (None, INTERACTIVE)
         leases = sorted(self.store.live_leases().values(), key=lambda le: -le["idle_s"])
         self.render_page(
             "admin_leases.html",

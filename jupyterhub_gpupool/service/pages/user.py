@@ -13,12 +13,18 @@ from typing import Any
 
 from tornado import web
 
+from ...orm import JOB_FINAL
 from ...pool import commands
 from ...pool.codes import describe
 from ...pool.errors import PoolError
 from ...store import StoreError
 from ...wording import last_hour_text
 from .base import PageHandler
+
+#: Ended jobs the page lists (the newest); the API and ``job list`` give all.
+ENDED_JOBS = 10
+#: Job states in which Cancel does something (the store's ``cancel_job``).
+CANCELLABLE = ("queued", "granted", "running", "preempting")
 
 #: Eight levels of a text sparkline (the page's fallback when scripts are off).
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -59,6 +65,19 @@ def done_text(action: str | None, names: dict[str, str] | None = None) -> str:
     return "Stopped your server"
 
 
+def user_jobs(jobs: list[dict[str, Any]], ended: int = ENDED_JOBS) -> list[dict[str, Any]]:
+    """The jobs the page lists (newest first): every one not ended, and the last ``ended``
+    that did, so the page stays short for a user with thousands of finished jobs."""
+    out, done = [], 0
+    for j in jobs:
+        if j["state"] in JOB_FINAL:
+            done += 1
+            if done > ended:
+                continue
+        out.append(j)
+    return out
+
+
 class UserPageHandler(PageHandler):
     """``GET /services/gpupool/``: the logged-in user's leases and quota (HTML)."""
 
@@ -85,6 +104,7 @@ class UserPageHandler(PageHandler):
                 last_hour[le["id"]] = last_hour_text(minutes)
                 if any(m["util_mean"] is not None for m in minutes):
                     sparks[le["id"]] = [m["util_mean"] for m in minutes]
+        jobs = user_jobs(self.store.list_jobs(user=name))
         history = self.store.user_history(name, days=30)
         recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
         decided = [le for le in recent if le.get("approval")][:10]  # asks that ended
@@ -108,6 +128,9 @@ class UserPageHandler(PageHandler):
             history=history,
             history_json=json.dumps(history),
             decided=decided,
+            jobs=jobs,
+            job_of={j["lease_id"]: j for j in jobs if j["lease_id"]},
+            cancellable=CANCELLABLE,
             api_url=f"{self.request.protocol}://{self.request.host}{self.prefix}api/v1/users/me",
         )
 

@@ -24,14 +24,21 @@
 
   const clip = (text, n = 160) => (text && text.length > n ? `${text.slice(0, n)}…` : text);
 
+  /** Who holds a lease, as the map says it: a job by its name and class ("job resnet
+   * (training) of alice"), a server by its user and server, with its class. */
+  const holderText = l =>
+    l.job
+      ? `job ${clip(l.job)} (${l.class}) of ${clip(l.user)}`
+      : `${clip(l.user)}${l.server ? ` (${clip(l.server)})` : ''}, ${l.class || 'interactive'}`;
+
+  /** The class a slice's cell shows (job leases only: a server is the usual holder). */
+  const workloadClass = s => (s.lease && s.lease.job ? `wl-${s.lease.class}` : '');
+
   function describeSlice(s) {
     const parts = [`${s.node} · GPU ${s.gpu.index} · ${s.gpu.model}`, s.label];
     if (s.lease) {
       const l = s.lease;
-      parts.push(
-        `held by ${clip(l.user)}${l.server ? ` (${clip(l.server)})` : ''}`,
-        `offer ${clip(s.offers[l.offer] || l.offer)}`
-      );
+      parts.push(`held by ${holderText(l)}`, `offer ${clip(s.offers[l.offer] || l.offer)}`);
       parts.push(
         `since ${l.since ? new Date(l.since * 1000).toISOString().replace('T', ' ').slice(0, 16) + ' UTC' : '?'}`
       );
@@ -296,7 +303,7 @@
         const row = el('div', { class: 'slices' });
         for (const s of slices) {
           const cell = el('span', {
-            class: `slice ${s.state}${keep(s) ? '' : ' dim'}`,
+            class: `slice ${s.state}${keep(s) ? '' : ' dim'} ${workloadClass(s)}`.trim(),
             role: 'treeitem',
             tabindex: first ? '0' : '-1',
             'data-gpu': g.uuid,
@@ -304,7 +311,12 @@
           });
           first = false;
           cell.style.flexGrow = String(s.width);
-          cell.textContent = s.inst ? s.inst.profile : '';
+          // a MIG instance shows its profile; a whole GPU or share held by a job, the job
+          cell.textContent = s.inst
+            ? s.inst.profile
+            : s.lease && s.lease.job
+              ? `${clip(s.lease.job, 40)} · ${s.lease.class}`
+              : '';
           if (s.inst) cell.classList.add('labelled'); // wide enough for its whole profile name
           s.node = n.name;
           s.gpu = g;
@@ -330,7 +342,7 @@
           s.node = n.name;
           s.gpu = g;
           s.offers = this.data.offers;
-          const cls = `slice ${s.state}${keep(s) ? '' : ' dim'}`;
+          const cls = `slice ${s.state}${keep(s) ? '' : ' dim'} ${workloadClass(s)}`.trim();
           if (entry.cell.className !== cls) entry.cell.className = cls;
           const label = visible(describeSlice(s));
           if (entry.cell.getAttribute('aria-label') !== label)
