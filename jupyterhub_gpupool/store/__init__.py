@@ -34,14 +34,14 @@ from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .budgets import BudgetStore
 from .errors import StoreError, lease_not_found
-from .jobs import JobStore
+from .kernels import KernelStore
 from .outside import OutsideStore
 from .planning import PlanningStore
 from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(JobStore, OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
+class Store(KernelStore, OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

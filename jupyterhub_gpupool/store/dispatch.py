@@ -82,6 +82,10 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.JobStatus: s.job_status,
         c.AppendJobLog: s.append_job_log,
         c.PreemptJobs: s.preempt_jobs,
+        c.RequestKernel: s.request_kernel,
+        c.ReleaseKernel: s.release_kernel,
+        c.KernelActivity: s.kernel_activity,
+        c.ReapKernels: s.reap_kernels,
     }
 
 
