@@ -48,9 +48,9 @@ def check_kernel_id(kernel_id: object) -> str:
     """A kernel id as Jupyter makes them (a uuid), or ``invalid_field``."""
     if not isinstance(kernel_id, str) or not _KERNEL_ID.match(kernel_id):
         raise PoolError(
-            "invalid_field",
-            "kernel_id must be 1-200 letters, digits, '.', '_' or '-'",
+            "must be 1-200 letters, digits, '.', '_' or '-'",
             field="kernel_id",
+            code="invalid_field",
         )
     return kernel_id
 
@@ -59,10 +59,10 @@ def check_kernel_state(state: object) -> str:
     """A reported execution state, or ``invalid_field``."""
     if state not in KERNEL_STATES:
         raise PoolError(
-            "invalid_field",
-            f"state must be one of {', '.join(KERNEL_STATES)}",
+            f"must be one of {', '.join(KERNEL_STATES)}",
             field="state",
             allowed=KERNEL_STATES,
+            code="invalid_field",
         )
     return str(state)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from .. import orm
@@ -253,7 +253,9 @@ class KernelStore(JobStore):
             raise kernel_not_found(kernel_id)
         return row
 
-    def _kernel_json(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> dict:
+    def _kernel_json(
+        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
+    ) -> dict[str, Any]:
         out = self._lease_json(db, alloc, row)
         notice = None
         if row.reclaim_deadline is not None and row.reclaim_kind is None:
@@ -267,6 +269,10 @@ class KernelStore(JobStore):
             "last_busy": ts(row.last_input),
             "notice": notice,
         }
+
+
+def _live_kernels() -> tuple[ColumnElement[bool], ...]:
+    return (orm.LeaseRow.holder == KERNEL_HOLDER, orm.LeaseRow.state.in_(orm.LIVE_STATES))
 
 
 def _latest(a: datetime | None, b: datetime) -> datetime:
