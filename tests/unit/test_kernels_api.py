@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -162,3 +163,17 @@ def test_kernel_verdict(now, report_at, busy_at, deadline, want):
     assert kernel_verdict(now, report_at, busy_at, deadline, RULES) == want
     if want == "notice":  # idle_timeout 0: never idle-reclaimed
         assert kernel_verdict(now, report_at, busy_at, None, KernelRules(0, 60, 120)) == "keep"
+
+
+def test_usage_per_kernel(svc, clock):
+    ok(ask(svc, "alice", "k1"), 201)
+    report(svc, "alice", "k1")
+    clock.advance(hours=1)
+    report(svc, "alice", "k1")
+    ok(svc.call("alice", "DELETE", "kernels/k1"))
+    start = (clock.now - timedelta(hours=2)).isoformat() + "Z"
+    end = (clock.now + timedelta(minutes=1)).isoformat() + "Z"
+    usage = ok(svc.call("root", "GET", f"usage?by=kernel&from={start}&to={end}"))
+    rows = {row["kernel"]: row for row in usage["items"]}
+    assert rows["kernel:k1"]["kind"] == "kernel" and rows["kernel:k1"]["leases"] == 1
+    assert rows["kernel:k1"]["held_unit_hours"] == pytest.approx(1.0)
