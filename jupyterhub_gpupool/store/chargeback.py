@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
+from ..pool.kernels import KERNEL_HOLDER
 from ..pool.pricing import ALWAYS, USAGE_COLUMNS, Prices, cents
 from ..pool.usage import BusyTime, LineItem, line_item
-from ..pool.kernels import KERNEL_HOLDER
 from ..pool.workloads import JOB_HOLDER
 from .errors import StoreError
 from .rows import schedules
