@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Float, Unicode, default
+from tornado import web
+from traitlets import Float, TraitError, Unicode, default
 
 from ..jobs.runner import NotReady, device_env
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
@@ -31,8 +33,17 @@ from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
 _HELD = ("granted", "active", "reclaiming")
 
 
-class GpuKernelError(RuntimeError):
-    """Why a GPU kernel was not started (the message is the user's)."""
+class GpuKernelError(web.HTTPError):
+    """Why a GPU kernel was not started (the message is the user's). An ``HTTPError``, so
+    Jupyter Server answers the kernel start with this message (an other exception is its bare
+    "Unhandled error") and JupyterLab shows it in its kernel error dialog."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(status, message, reason="GPU kernel not started")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class GpuPoolProvisioner(LocalProvisioner):
@@ -77,6 +88,7 @@ class GpuPoolProvisioner(LocalProvisioner):
         self._noticed: str | None = None
         self._client: PoolClient | None = None
         self._shutting: asyncio.Future[None] | None = None
+        self._reported_at: datetime | None = None
 
     @property
     def client(self) -> PoolClient:
@@ -85,7 +97,8 @@ class GpuPoolProvisioner(LocalProvisioner):
             if not self.api_url or not self.api_token:
                 raise GpuKernelError(
                     "This server was not told where the GPU pool is ($GPUPOOL_API_URL, "
-                    "$JUPYTERHUB_API_TOKEN): GPU kernels cannot start here."
+                    "$JUPYTERHUB_API_TOKEN): GPU kernels cannot start here.",
+                    500,
                 )
             self._client = PoolClient(self.api_url, self.api_token, timeout=self.request_timeout)
         return self._client
@@ -111,7 +124,7 @@ class GpuPoolProvisioner(LocalProvisioner):
         """The kernel's lease once granted and its devices ready, and the pinning; or
         ``GpuKernelError`` (no lease is left behind)."""
         if not self.offer:
-            raise GpuKernelError("This GPU kernelspec names no offer (config.offer).")
+            raise GpuKernelError("This GPU kernelspec names no offer (config.offer).", 500)
         kid = str(self.kernel_id)
         try:
             lease = await self.client.request_kernel(self.offer, kid)
@@ -124,9 +137,10 @@ class GpuPoolProvisioner(LocalProvisioner):
             if e.code == "unknown_offer":
                 raise GpuKernelError(
                     f"The GPU offer {self.offer!r} is no longer in the pool: pick another GPU "
-                    "kernel (the list is refreshed from the pool's offers)."
+                    "kernel (the list is refreshed from the pool's offers).",
+                    404,
                 ) from None
-            raise GpuKernelError(f"The GPU pool refused {self.offer!r}: {e.message}") from None
+            raise GpuKernelError(f"The GPU pool refused {self.offer!r}: {e.message}", 409) from None
         self.lease = lease
         loop = asyncio.get_running_loop()
         deadline, shown = loop.time() + self.queue_timeout, None
@@ -142,7 +156,8 @@ class GpuPoolProvisioner(LocalProvisioner):
                     if lease.get("reason") == "quota":
                         raise GpuKernelError(
                             f"GPU quota exceeded ({lease.get('message')}): shut down another GPU "
-                            "kernel or GPU server first. The kernel was not started."
+                            "kernel or GPU server first. The kernel was not started.",
+                            409,
                         )
                     where = (lease.get("position"), lease.get("eta_seconds"))
                     if where != shown:
@@ -184,17 +199,27 @@ class GpuPoolProvisioner(LocalProvisioner):
     # -- while it runs -----------------------------------------------------------------------
 
     def execution_state(self) -> str:
-        """``busy`` if the kernel ran anything since the last report, else ``idle`` (Jupyter
-        Server's kernel manager tracks ``execution_state`` from the kernel's messages; a
-        plain one reports ``idle``)."""
-        state = getattr(self.parent, "execution_state", None)
-        return "busy" if state == "busy" else "idle"
+        """``busy`` if the kernel is executing or said anything since the last report, else
+        ``idle``. Jupyter Server's kernel manager tracks both from the kernel's messages
+        (``execution_state``, ``last_activity``), so a short cell between two reports counts;
+        a plain jupyter_client manager has neither: ``idle``."""
+        try:  # Jupyter Server sets them once the kernel has started: unset, they raise
+            state = getattr(self.parent, "execution_state", None)
+            last = getattr(self.parent, "last_activity", None)
+        except TraitError:
+            state = last = None
+        since = self._reported_at
+        if isinstance(last, datetime) and last.tzinfo is None:
+            last = last.replace(tzinfo=timezone.utc)
+        moved = isinstance(last, datetime) and since is not None and last > since
+        return "busy" if state == "busy" or moved else "idle"
 
     async def report(self) -> dict[str, Any] | None:
         """One report; acts on the answer (a notice is logged once, an ended lease shuts the
         kernel down). Answers the lease (None if the pool was not reached)."""
+        state, self._reported_at = self.execution_state(), datetime.now(timezone.utc)
         try:
-            lease = await self.client.kernel_activity(str(self.kernel_id), self.execution_state())
+            lease = await self.client.kernel_activity(str(self.kernel_id), state)
         except (PoolUnavailable, PoolRefused) as e:
             self.log.warning("GPU kernel %s: report not taken: %s", self.kernel_id, e.message)
             return None

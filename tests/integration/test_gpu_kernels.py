@@ -24,6 +24,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.kernels.kernelspecs import PROVISIONER, spec_name, write_kernelspecs
+from jupyterhub_gpupool.kernels.provisioner import GpuKernelError
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.kernels import KernelRules
 from jupyterhub_gpupool.service.scopes import USE
@@ -207,7 +208,7 @@ def test_a_restart_keeps_the_lease(svc, specs, pool_env):
 
 def test_refusals_fail_the_start_clearly_and_leave_no_lease(svc, specs, pool_env):
     async def fails(km: AsyncKernelManager, words: str) -> None:
-        with pytest.raises(RuntimeError, match=words):
+        with pytest.raises(GpuKernelError, match=words):
             await km.start_kernel()
         assert not km.has_kernel
 
