@@ -69,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
         description=job_cli.__doc__.splitlines()[0] if job_cli.__doc__ else None,
     )
     job_cli.add_arguments(jb)
+    ks = sub.add_parser(
+        "kernelspecs",
+        help="write the 'Python 3 (GPU: <offer>)' kernelspecs of the offers you may use",
+    )
+    ks.add_argument("--dir", help="kernelspec folder (default: your Jupyter data dir's kernels)")
+    ks.add_argument("--api-url", default=os.environ.get("GPUPOOL_API_URL", ""),
+                    help="the pool's API (default: $GPUPOOL_API_URL)")  # fmt: skip
+    ks.add_argument("--token", default=os.environ.get("JUPYTERHUB_API_TOKEN", ""),
+                    help="the pool token (default: $JUPYTERHUB_API_TOKEN)")  # fmt: skip
+    ks.set_defaults(func=_kernelspecs)
     jr = sub.add_parser(
         "job-runner",
         help="run the pool's granted jobs on this machine (beside the node agent)",
@@ -178,6 +188,22 @@ def _upgrade_db(args: argparse.Namespace) -> int:
         print(f"pool database at {after}: nothing to migrate")
     else:
         print(f"pool database at {after} (was {before or 'empty'})")
+    return 0
+
+
+def _kernelspecs(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from .kernels.kernelspecs import default_folder, write_kernelspecs
+    from .poolclient import PoolClient
+
+    if not args.api_url or not args.token:
+        raise ValueError("no pool: pass --api-url and --token (or set $GPUPOOL_API_URL)")
+    offers = asyncio.run(PoolClient(args.api_url, args.token).offers())
+    folder = Path(args.dir) if args.dir else default_folder()
+    written = write_kernelspecs(offers, folder)
+    print(f"{len(written)} GPU kernelspec(s) written to {folder}: {', '.join(written) or '-'}")
     return 0
 
 

@@ -452,3 +452,33 @@ class PoolClient:
         """Upload the job's output from ``offset``; answers ``{next}``."""
         body = {"offset": offset, "data": data}
         return await self._object("POST", _path("jobs", job_id, "logs"), body)
+
+    # -- GPU kernels: the kernel provisioner in the user's server -----------------------------
+
+    async def request_kernel(
+        self, offer: str, kernel_id: str, *, user: str | None = None
+    ) -> dict[str, Any]:
+        """Ask for ``offer`` for the kernel ``kernel_id``: its lease, granted or queued (the
+        same kernel and offer again: the lease it has)."""
+        body: dict[str, Any] = {"offer": offer, "kernel_id": kernel_id}
+        if user is not None:
+            body["user"] = user
+        return await self._object("POST", "kernels", body)
+
+    async def kernels(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Kernel leases not released yet: the token's own user's (an admin's: ``user``'s)."""
+        answer = await self.request("GET", "kernels", params={"user": user})
+        return list((answer or {}).get("kernels") or [])
+
+    async def kernel(self, kernel_id: str) -> dict[str, Any]:
+        """The kernel's newest lease."""
+        return await self._object("GET", _path("kernels", kernel_id))
+
+    async def release_kernel(self, kernel_id: str) -> dict[str, Any]:
+        """End the kernel's lease (it was shut down, or restarts with another offer)."""
+        return await self._object("DELETE", _path("kernels", kernel_id))
+
+    async def kernel_activity(self, kernel_id: str, state: str) -> dict[str, Any]:
+        """The provisioner's heartbeat: ``busy``, ``idle`` or ``starting``; answers the lease."""
+        body = {"state": state}
+        return await self._object("POST", _path("kernels", kernel_id, "activity"), body)

@@ -109,6 +109,8 @@ _DECLARED = (
     Code("class_not_allowed", "The workload class is for other groups than the user's."),
     Code("job_lease", "The lease is a job's: only the runner and the jobs endpoints act on it."),
     Code("job_not_running", "A runner's report on a job that is queued or has ended."),
+    # GPU kernels
+    Code("kernel_exists", "The kernel already holds or waits for a lease of another offer."),
     # the lease's state
     Code("already_allocated", "The server already has a lease (live or queued)."),
     Code("duplicate_request", "A request with that id exists already."),

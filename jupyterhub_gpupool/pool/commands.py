@@ -497,6 +497,42 @@ class EndKubeJob(Command):
     message: str = ""
 
 
+# -- kernels ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestKernel(Command):
+    """Ask for an offer for a notebook kernel (its lease granted or queued; the same kernel
+    and offer again: the lease it has)."""
+
+    user: str
+    offer: str
+    kernel_id: str
+    group: str | None = None
+    groups: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class ReleaseKernel(Command):
+    """End a kernel's lease (shut down, restarted with another offer, given up waiting)."""
+
+    kernel_id: str
+
+
+@dataclass(frozen=True)
+class KernelActivity(Command):
+    """The kernel provisioner's report: the kernel is alive, ``busy`` or ``idle``."""
+
+    kernel_id: str
+    state: str
+
+
+@dataclass(frozen=True)
+class ReapKernels(Command):
+    """Release kernel leases nobody reports any more, notice idle kernels, release those whose
+    notice ran out."""
+
+
 def every_command() -> list[type[Command]]:
     """Every concrete command type (the store's dispatch table has one line for each)."""
     return list(Command.__subclasses__())

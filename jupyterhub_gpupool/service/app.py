@@ -38,6 +38,7 @@ from ..logredact import redact
 from ..pool import commands
 from ..pool.catalog import default_catalog
 from ..pool.errors import PoolError
+from ..pool.kernels import KernelRules
 from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
@@ -50,6 +51,7 @@ from .apihandlers import (
     allocations,
     approvals,
     jobs,
+    kernels,
     operate,
     planning,
     reclaim,
@@ -170,6 +172,22 @@ class PoolService(StrictCommandLine):
         120.0,
         help="Seconds a job's runner may go without reporting it before the reconcile fails the "
         "job (runner_lost) and releases its lease (for a preempted job: past its deadline).",
+    ).tag(config=True)
+    kernel_idle_timeout = Float(
+        3600.0,
+        help="Seconds a GPU kernel (a kernel lease) may run nothing before it gets its idle "
+        "notice (0: kernels are never shut down for being idle). Judged from the execution "
+        "states its server's gpupool kernel provisioner reports.",
+    ).tag(config=True)
+    kernel_notice = Float(
+        300.0,
+        help="Seconds between an idle GPU kernel's notice and its shutdown (its lease released; "
+        "a cell run meanwhile cancels the notice).",
+    ).tag(config=True)
+    kernel_report_timeout = Float(
+        120.0,
+        help="Seconds a GPU kernel's lease lives without a report from its server's provisioner "
+        "before it is released (orphaned): the server or the kernel is gone.",
     ).tag(config=True)
     grant_timeout = Float(
         600.0,
@@ -497,6 +515,9 @@ class PoolService(StrictCommandLine):
             "reclaim_claim_timeout": self.reclaim_claim_timeout,
             "dra_dynamic_mig": tuple(MigLabeller(parent=self).dra_dynamic_mig),
             "job_runner_timeout": self.job_runner_timeout,
+            "kernel_rules": KernelRules(
+                self.kernel_idle_timeout, self.kernel_notice, self.kernel_report_timeout
+            ),
         }
 
     def request_cap(self) -> int:
@@ -576,6 +597,7 @@ class PoolService(StrictCommandLine):
             planning,
             alerts,
             jobs,
+            kernels,
         ):
             handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
         handlers += [
@@ -721,6 +743,7 @@ class PoolService(StrictCommandLine):
                 self.writer.run(commands.ExpireGrants()), self.writer.run(commands.Promote())
             )
             await self.writer.run(commands.PreemptJobs())  # training jobs in someone's way
+            await self.writer.run(commands.ReapKernels())  # GPU kernels gone or idle
             # re-partitions nothing is in the way of any more run; finished ones close
             await self.writer.run(commands.AdvanceRepartitions())
             # approved time running out: a notice first, then the lease ends (lapsed)

@@ -34,6 +34,7 @@ from .alerting import AlertStore
 from .approvals import ApprovalStore
 from .budgets import BudgetStore
 from .errors import StoreError, lease_not_found
+from .kernels import KernelStore
 from .kueuejobs import KueueJobStore
 from .outside import OutsideStore
 from .planning import PlanningStore
@@ -41,7 +42,15 @@ from .rows import utcnow
 from .views import EVERY_HUB
 
 
-class Store(KueueJobStore, OutsideStore, ApprovalStore, BudgetStore, PlanningStore, AlertStore):
+class Store(
+    KernelStore,
+    KueueJobStore,
+    OutsideStore,
+    ApprovalStore,
+    BudgetStore,
+    PlanningStore,
+    AlertStore,
+):
     """Leases, inventory, offers, quotas and utilization history in the database, decided by
     an ``Allocator``."""
 

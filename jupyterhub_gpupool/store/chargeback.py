@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from .. import orm
+from ..pool.kernels import KERNEL_HOLDER
 from ..pool.pricing import ALWAYS, USAGE_COLUMNS, Prices, cents
 from ..pool.usage import BusyTime, LineItem, line_item
 from ..pool.workloads import JOB_HOLDER
@@ -23,11 +24,13 @@ from .errors import StoreError
 from .rows import schedules
 from .usagefacts import BusyTimeStore, span_of
 
-BY = ("user", "group", "offer", "job")
+BY = ("user", "group", "offer", "job", "kernel")
 #: The row of leases charged to no group (named in every format, never an empty key).
 NO_GROUP = "(no group)"
 #: Grouped by job: the row of every lease no job holds (the servers'), kind ``no-job``.
 NO_JOB = "(servers)"
+#: Grouped by kernel: the row of every lease no GPU kernel holds, kind ``no-kernel``.
+NO_KERNEL = "(not kernels)"
 #: The columns of a usage row, in the CSV's order after the key column.
 COLUMNS = USAGE_COLUMNS
 
@@ -74,6 +77,8 @@ def key_of(row: orm.LeaseRow, by: str) -> tuple[bool, str]:
     each job lease its own row (``job:<id>``, its ``server``), every other lease :data:`NO_JOB`."""
     if by == "job":
         return (False, row.server) if row.holder == JOB_HOLDER else (True, NO_JOB)
+    if by == "kernel":  # each GPU kernel its own row (``kernel:<id>``)
+        return (False, row.server) if row.holder == KERNEL_HOLDER else (True, NO_KERNEL)
     value = getattr(row, by)
     return (False, value) if value else (True, NO_GROUP)
 

@@ -84,6 +84,10 @@ def table(store: type) -> dict[type[c.Command], Callable[..., Any]]:
         c.PreemptJobs: s.preempt_jobs,
         c.KueueJob: s.kueue_job,
         c.EndKubeJob: s.end_kube_job,
+        c.RequestKernel: s.request_kernel,
+        c.ReleaseKernel: s.release_kernel,
+        c.KernelActivity: s.kernel_activity,
+        c.ReapKernels: s.reap_kernels,
     }
 
 

@@ -25,6 +25,7 @@ from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.errors import ConfigError, PoolError
 from ..pool.idlesignal import lab_presence
+from ..pool.kernels import KERNEL_HOLDER
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import (
     Act,
@@ -168,12 +169,15 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     def _watched(self) -> ColumnElement[bool]:
         """The leases the reclaimer watches: bound, of a class it may reclaim when idle (a
-        training job is preempted through its job's notice instead, ``store/jobs.py``)."""
+        training job is preempted through its job's notice instead, ``store/jobs.py``; a GPU
+        kernel is shut down by the kernel reaper, ``store/kernels.py``)."""
         classes = self.file_config.classes
         never = [name for name in classes if not idle_reclaimable(classes, name)]
         return and_(
             orm.LeaseRow.state.in_(WATCHED),
             or_(orm.LeaseRow.workload.is_(None), orm.LeaseRow.workload.not_in(never)),
+            # a GPU kernel's idleness is the kernel reaper's (store/kernels.py)
+            or_(orm.LeaseRow.holder.is_(None), orm.LeaseRow.holder != KERNEL_HOLDER),
         )
 
     def reclaim_leases(self, offset: int = 0, limit: int = 200) -> tuple[list[dict[str, Any]], int]:

@@ -204,6 +204,21 @@ def new_server() -> str:
 # -- the happy path, validated -----------------------------------------------------------------
 
 
+def kernels_round_trip(call: Any, user: str) -> None:
+    """A GPU kernel's lease: asked for, listed, read, reported busy, released."""
+    body = {"offer": "t4-quarter", "kernel_id": "contract-kernel"}
+    kernel = call(user, "POST", "kernels", "/kernels", body).json()
+    assert kernel["kernel_id"] == "contract-kernel" and kernel["server"] == "kernel:contract-kernel"
+    assert [k["kernel_id"] for k in call(user, "GET", "kernels", "/kernels").json()["kernels"]] == [
+        "contract-kernel"
+    ]
+    call(user, "GET", "kernels/contract-kernel", "/kernels/{id}")
+    state = {"state": "busy"}
+    call(user, "POST", "kernels/contract-kernel/activity", "/kernels/{id}/activity", state)
+    done = call(user, "DELETE", "kernels/contract-kernel", "/kernels/{id}").json()
+    assert done["state"] == "released"
+
+
 def test_success_responses_match_spec(api: Api):
     """Every operation once with a request that succeeds; every body validates."""
     seen: set[tuple[str, str]] = set()
@@ -423,6 +438,7 @@ def test_success_responses_match_spec(api: Api):
         assert call("admin", "GET", "alerts", "/alerts").json()["total"] >= 0
         panel_round_trip(api, call, lease)
         reclaim_round_trip(api, call, lease)
+        kernels_round_trip(call, user)
         # a restart needs a server the hub runs (its success: test_lab_server.py); here an
         # active lease has nothing to restart into, and the refusal is what the spec says
         restart = api.call(user, "POST", f"allocations/{lid}/restart", {})

@@ -80,6 +80,8 @@ CALLERS = {
     "users": ("spawner", "alice"),
     "pool": ("spawner", "alice"),
     "reclaim": ("admin",),  # admin includes custom:gpupool:reclaim
+    "jobs": ("spawner", "alice"),
+    "kernels": ("spawner", "alice"),
 }
 
 #: Refusals of requests the spec allows that depend on what a schema cannot say — the pool's
@@ -89,6 +91,9 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("POST /allocations", "missing_field", "user", ".*"): "a service must name the user, a "
     "user's token names its own (the spec says so; a schema cannot tell callers apart)",
     ("POST /allocations", "unknown_offer", ".*", ".*"): "the offers are the pool's config",
+    ("POST /kernels", "missing_field", "user", ".*"): "a service must name the user, a user's "
+    "token names its own (as for an allocation)",
+    ("POST /kernels", "unknown_offer", ".*", ".*"): "the offers are the pool's config",
     ("POST /allocations/{id}/resize", "unknown_offer", ".*", ".*"): "the pool's config",
     ("POST /allocations", "exceeds_limit", ".*", ".*"): "the user's quota",
     ("POST /allocations/{id}/resize", "exceeds_limit", ".*", ".*"): "the user's quota",

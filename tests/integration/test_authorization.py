@@ -98,6 +98,12 @@ MATRIX: list[tuple[str, int, int, int, int, int, int, int, int, int]] = [
     ("POST jobs/{job}/logs",                   401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("POST jobs/{job}/status",                 401,  403,  403,  403,  403,  403,  403,  200,  200),
     ("GET nodes/sim-a100/jobs",                401,  403,  403,  403,  403,  403,  403,  200,  200),
+    # GPU kernels: "{kernel}" is a fresh granted kernel lease of alice's; her server asks
+    ("POST kernels",                           401,  201,  403,  201,  403,  403,  201,  403,  201),
+    ("GET kernels",                            401,  200,  200,  200,  200,  403,  200,  403,  200),
+    ("GET kernels/{kernel}",                   401,  200,  404,  200,  404,  403,  200,  403,  200),
+    ("DELETE kernels/{kernel}",                401,  200,  404,  200,  404,  403,  200,  403,  200),
+    ("POST kernels/{kernel}/activity",         401,  200,  404,  200,  404,  403,  200,  403,  200),
 ]
 # fmt: on
 
@@ -141,6 +147,8 @@ BODIES: dict[str, object] = {
     "POST jobs": {"user": "alice", "offer": "t4-quarter", "command": ["python", "train.py"]},
     "POST jobs/{job}/logs": {"offset": 0, "data": "epoch 1\n"},
     "POST jobs/{job}/status": {"state": "running", "pid": 4242},
+    "POST kernels": {"user": "alice", "offer": "t4-quarter", "kernel_id": "authz-kernel"},
+    "POST kernels/{kernel}/activity": {"state": "busy"},
 }
 
 
@@ -204,6 +212,15 @@ def _new_job(hub: HubEnv) -> str:
     return r.json()["id"]
 
 
+def _new_kernel(hub: HubEnv) -> str:
+    """A fresh granted kernel lease of alice's (on a quarter of the T4)."""
+    kernel = f"k-{_server()}"
+    body = {"user": "alice", "offer": "t4-quarter", "kernel_id": kernel}
+    r = _call(hub, "POST", "kernels", hub.spawner_token, body)
+    assert r.status == 201 and r.json()["state"] == "granted", r.body
+    return kernel
+
+
 def _release_all(hub: HubEnv) -> None:
     """Release every lease the module made, so each cell starts from the same pool."""
     for user in hub.users:
@@ -254,6 +271,7 @@ def matrix_results(hub: HubEnv, tokens: dict[str, str | None]) -> dict[tuple[str
         for col in COLUMNS:
             lease = _new_lease(hub) if "{id}" in path else None
             job = _new_job(hub) if "{job}" in path else None
+            kernel = _new_kernel(hub) if "{kernel}" in path else None
             call_body = body
             if method == "POST" and path == "allocations":
                 call_body = {**body, "server": _server()}  # type: ignore[dict-item]
@@ -261,9 +279,11 @@ def matrix_results(hub: HubEnv, tokens: dict[str, str | None]) -> dict[tuple[str
                     call_body["priority"] = 5
             if variant == "deadline":
                 call_body = {"deadline": "2099-01-01T00:00:00Z"}
-            r = _call(hub, method, path.format(id=lease, job=job), tokens[col], call_body)
+            where = path.format(id=lease, job=job, kernel=kernel)
+            r = _call(hub, method, where, tokens[col], call_body)
             results[label, col] = _outcome(r.status, r.body)
-            if lease is not None or job is not None or path in ("allocations", "jobs"):
+            made = lease is not None or job is not None or kernel is not None
+            if made or path in ("allocations", "jobs", "kernels"):
                 _release_all(hub)
             if path.startswith("nodes/sim-h100/"):
                 _call(hub, "POST", "nodes/sim-h100/uncordon", _admin(hub), {})

@@ -160,6 +160,13 @@ CASES: list[tuple[str, type[PoolClient], str, Call]] = [
     (AGENT, PoolClient, "job_status", lambda c: c.job_status("j1", "running", pid=4242)),
     (AGENT, PoolClient, "job_status", lambda c: c.job_status("j1", "exited", exit_code=1)),
     (AGENT, PoolClient, "job_log_append", lambda c: c.job_log_append("j1", 0, "epoch 1\n")),
+    (LAB, PoolClient, "request_kernel", lambda c: c.request_kernel("a100-1g", "k-1")),
+    (SPAWNER, PoolClient, "request_kernel", lambda c: c.request_kernel("h100", "k-1", user="al")),
+    (LAB, PoolClient, "kernels", lambda c: c.kernels()),
+    (LAB, PoolClient, "kernels", lambda c: c.kernels(user="alice")),
+    (LAB, PoolClient, "kernel", lambda c: c.kernel("k-1")),
+    (LAB, PoolClient, "release_kernel", lambda c: c.release_kernel("k-1")),
+    (LAB, PoolClient, "kernel_activity", lambda c: c.kernel_activity("k-1", "busy")),
 ]
 
 

@@ -244,7 +244,7 @@ def test_usage_matches_a_hand_computed_example(store, clock):
 def test_usage_rejects_bad_arguments(store):
     with pytest.raises(StoreError) as e:
         store.usage(T0, T0 + timedelta(hours=1), "colour")
-    assert e.value.field == "by" and e.value.allowed == ["user", "group", "offer", "job"]
+    assert e.value.field == "by" and e.value.allowed == ["user", "group", "offer", "job", "kernel"]
     with pytest.raises(StoreError) as e:
         store.usage(T0, T0, "user")
     assert e.value.field == "to"

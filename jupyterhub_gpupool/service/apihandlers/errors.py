@@ -59,6 +59,7 @@ STATUS: dict[str, int] = {
     "conflict": 409,
     "job_not_running": 409,
     "job_lease": 409,
+    "kernel_exists": 409,
     # 429: too much at once
     "too_many_requests": 429,
     # 422: well-formed, but the pool cannot act on it

@@ -1,0 +1,287 @@
+"""The ``gpupool-provisioner`` kernel provisioner: a local kernel process pinned to a GPU the
+kernel holds a lease of its own for (not its server).
+
+``pre_launch`` asks the pool for a kernel lease of the kernelspec's offer (its
+``metadata.kernel_provisioner.config.offer``) with the server's token, waits in the queue with
+a log line per position change (bounded by ``queue_timeout``; a cancelled start or a lease
+released meanwhile ends the wait), then sets ``CUDA_VISIBLE_DEVICES`` /
+``NVIDIA_VISIBLE_DEVICES`` to the granted device. A kernel that cannot get one does not start:
+the error says why (quota, offer gone, pool unreachable, no GPU in time) and Jupyter shows it
+as the kernel's start failure; other kernels are not touched. While the kernel runs, its
+execution state is reported every ``report_interval`` (the lease's heartbeat and the pool's
+idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
+shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
+offer: it keeps its GPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from tornado import web
+from traitlets import Float, TraitError, Unicode, default
+
+from ..jobs.runner import NotReady, device_env
+from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
+
+#: Lease states in which the kernel may run.
+_HELD = ("granted", "active", "reclaiming")
+
+
+class GpuKernelError(web.HTTPError):
+    """Why a GPU kernel was not started (the message is the user's). An ``HTTPError``, so
+    Jupyter Server answers the kernel start with this message (an other exception is its bare
+    "Unhandled error") and JupyterLab shows it in its kernel error dialog."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(status, message, reason="GPU kernel not started")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GpuPoolProvisioner(LocalProvisioner):
+    """A local kernel on a GPU leased from the pool for this kernel alone."""
+
+    offer = Unicode("", help="The pool offer this kernel asks for (from the kernelspec).").tag(
+        config=True
+    )
+    queue_timeout = Float(
+        600.0,
+        help="Seconds a kernel start waits in the pool's queue before it gives up (its request "
+        "withdrawn, the start failing with the queue position it had).",
+    ).tag(config=True)
+    poll_interval = Float(
+        1.0, help="Seconds between looks at the queue while the kernel waits for its GPU."
+    ).tag(config=True)
+    report_interval = Float(
+        15.0,
+        help="Seconds between reports of the kernel's execution state to the pool (its lease's "
+        "heartbeat: keep it well under PoolService.kernel_report_timeout).",
+    ).tag(config=True)
+    api_url = Unicode(
+        help="The pool service's API. Default: $GPUPOOL_API_URL, as the lab extension reads it."
+    ).tag(config=True)
+    api_token = Unicode(
+        help="The token the pool is asked with. Default: $JUPYTERHUB_API_TOKEN (the server's)."
+    ).tag(config=True)
+    request_timeout = Float(10.0, help="Seconds one request to the pool may take.").tag(config=True)
+
+    @default("api_url")
+    def _api_url(self) -> str:
+        return os.environ.get("GPUPOOL_API_URL", "")
+
+    @default("api_token")
+    def _api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lease: dict[str, Any] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._noticed: str | None = None
+        self._client: PoolClient | None = None
+        self._shutting: asyncio.Future[None] | None = None
+        self._reported_at: datetime | None = None
+
+    @property
+    def client(self) -> PoolClient:
+        """The pool client (made on first use, from the traits as configured)."""
+        if self._client is None:
+            if not self.api_url or not self.api_token:
+                raise GpuKernelError(
+                    "This server was not told where the GPU pool is ($GPUPOOL_API_URL, "
+                    "$JUPYTERHUB_API_TOKEN): GPU kernels cannot start here.",
+                    500,
+                )
+            self._client = PoolClient(self.api_url, self.api_token, timeout=self.request_timeout)
+        return self._client
+
+    # -- start -------------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
+        lease, pin = await self.acquire()
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["env"].update(pin)
+        kwargs["env"]["GPUPOOL_KERNEL_LEASE"] = str(lease["id"])
+        self.log.info(
+            "GPU kernel %s: lease %s on %s (%s)",
+            self.kernel_id,
+            lease["id"],
+            lease.get("node"),
+            pin["CUDA_VISIBLE_DEVICES"],
+        )
+        return kwargs
+
+    async def acquire(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The kernel's lease once granted and its devices ready, and the pinning; or
+        ``GpuKernelError`` (no lease is left behind)."""
+        if not self.offer:
+            raise GpuKernelError("This GPU kernelspec names no offer (config.offer).", 500)
+        kid = str(self.kernel_id)
+        try:
+            lease = await self.client.request_kernel(self.offer, kid)
+        except PoolUnavailable as e:
+            raise GpuKernelError(
+                f"The GPU pool is unreachable ({e.message}): the kernel was not started. "
+                "Other kernels keep working; try again later."
+            ) from None
+        except PoolRefused as e:
+            if e.code == "unknown_offer":
+                raise GpuKernelError(
+                    f"The GPU offer {self.offer!r} is no longer in the pool: pick another GPU "
+                    "kernel (the list is refreshed from the pool's offers).",
+                    404,
+                ) from None
+            raise GpuKernelError(f"The GPU pool refused {self.offer!r}: {e.message}", 409) from None
+        self.lease = lease
+        loop = asyncio.get_running_loop()
+        deadline, shown = loop.time() + self.queue_timeout, None
+        try:
+            while True:
+                state = lease.get("state")
+                if state in _HELD:
+                    try:
+                        return lease, device_env(lease)
+                    except NotReady:
+                        pass  # a MIG slice still being made: ready within a round or two
+                elif state == "queued":
+                    if lease.get("reason") == "quota":
+                        raise GpuKernelError(
+                            f"GPU quota exceeded ({lease.get('message')}): shut down another GPU "
+                            "kernel or GPU server first. The kernel was not started.",
+                            409,
+                        )
+                    where = (lease.get("position"), lease.get("eta_seconds"))
+                    if where != shown:
+                        shown = where
+                        self.log.warning(
+                            "GPU kernel %s waits for %s: position %s in the queue (about %s s)",
+                            kid,
+                            self.offer,
+                            where[0],
+                            where[1],
+                        )
+                else:  # released meanwhile: cancelled from the pool's pages, or by an admin
+                    self.lease = None
+                    raise GpuKernelError(
+                        f"The GPU request for this kernel ended ({lease.get('release_reason')}):"
+                        " the kernel was not started."
+                    )
+                if loop.time() >= deadline:
+                    raise GpuKernelError(
+                        f"No {self.offer} GPU became free within {self.queue_timeout:g} s "
+                        f"(queue position {lease.get('position')}): the kernel was not started."
+                        " Try again later."
+                    )
+                await asyncio.sleep(self.poll_interval)
+                lease = await self.client.kernel(kid)
+        except BaseException:  # refused, timed out, cancelled (shutdown, interrupt): no lease
+            await self.release()
+            raise
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        """Report the kernel started (its lease turns active) and start the reports (the
+        lease's heartbeat)."""
+        await super().post_launch(**kwargs)
+        if self.lease is not None:
+            await self.report()
+        if self.lease is not None and self._heartbeat is None:
+            self._heartbeat = asyncio.ensure_future(self._report_loop())
+
+    # -- while it runs -----------------------------------------------------------------------
+
+    def execution_state(self) -> str:
+        """``busy`` if the kernel is executing or said anything since the last report, else
+        ``idle``. Jupyter Server's kernel manager tracks both from the kernel's messages
+        (``execution_state``, ``last_activity``), so a short cell between two reports counts;
+        a plain jupyter_client manager has neither: ``idle``."""
+        try:  # Jupyter Server sets them once the kernel has started: unset, they raise
+            state = getattr(self.parent, "execution_state", None)
+            last = getattr(self.parent, "last_activity", None)
+        except TraitError:
+            state = last = None
+        since = self._reported_at
+        if isinstance(last, datetime) and last.tzinfo is None:
+            last = last.replace(tzinfo=timezone.utc)
+        moved = isinstance(last, datetime) and since is not None and last > since
+        return "busy" if state == "busy" or moved else "idle"
+
+    async def report(self) -> dict[str, Any] | None:
+        """One report; acts on the answer (a notice is logged once, an ended lease shuts the
+        kernel down). Answers the lease (None if the pool was not reached)."""
+        state, self._reported_at = self.execution_state(), datetime.now(timezone.utc)
+        try:
+            lease = await self.client.kernel_activity(str(self.kernel_id), state)
+        except (PoolUnavailable, PoolRefused) as e:
+            self.log.warning("GPU kernel %s: report not taken: %s", self.kernel_id, e.message)
+            return None
+        notice = (lease.get("notice") or {}).get("message")
+        if notice and notice != self._noticed:
+            self.log.warning("GPU kernel %s: %s", self.kernel_id, notice)
+        self._noticed = notice
+        if lease.get("state") == "released":
+            self.lease = None
+            self.log.warning(
+                "GPU kernel %s: its GPU was released (%s): shutting the kernel down; "
+                "its variables are lost, the notebook is kept",
+                self.kernel_id,
+                lease.get("release_reason"),
+            )
+            self._shutting = asyncio.ensure_future(self._shut_down())
+        return lease
+
+    async def _report_loop(self) -> None:
+        while self.lease is not None:
+            await asyncio.sleep(self.report_interval)
+            await self.report()
+
+    async def _shut_down(self) -> None:
+        """Shut the kernel down as its server would: through the server's kernel list when
+        there is one (the notebook sees the kernel gone), else its own manager."""
+        kernels = getattr(self.parent, "parent", None)
+        if kernels is not None and str(self.kernel_id) in getattr(kernels, "_kernels", {}):
+            await kernels.shutdown_kernel(str(self.kernel_id))
+        elif self.parent is not None:
+            await self.parent.shutdown_kernel(now=False)
+
+    # -- end ---------------------------------------------------------------------------------
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Stop the reports; release the lease unless the kernel restarts (it keeps its GPU)."""
+        task, self._heartbeat = self._heartbeat, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if not restart:
+            await self.release()
+        await super().cleanup(restart=restart)
+
+    async def release(self) -> None:
+        """Give the lease back (a pool out of reach: its reaper ends it when the reports stop)."""
+        if self.lease is None:
+            return
+        self.lease = None
+        try:
+            await self.client.release_kernel(str(self.kernel_id))
+        except (PoolUnavailable, PoolRefused) as e:
+            self.log.warning("GPU kernel %s: release not taken: %s", self.kernel_id, e.message)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        """What a restarted server needs to find this kernel's lease again."""
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["gpupool_lease"] = self.lease
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        """Take the lease back with the kernel."""
+        await super().load_provisioner_info(provisioner_info)
+        self.lease = provisioner_info.get("gpupool_lease")

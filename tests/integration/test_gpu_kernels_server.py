@@ -1,0 +1,177 @@
+"""GPU kernels in a real Jupyter Server (a subprocess, as a CPU-only single-user server runs
+it) against the pool service (in-process, on the store's injectable clock): the server's
+kernel REST API starts a GPU kernel through the provisioner, a cell over the kernel's
+websocket reads its device, the server's own activity tracking reaches the pool as ``busy``,
+a refused start is the server's error with the pool's reason, and an idle kernel reclaimed by
+the pool disappears from the server's kernel list (shut down through it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.ioloop import IOLoop
+from tornado.websocket import websocket_connect
+
+from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.kernels.kernelspecs import PROVISIONER, spec_name, write_kernelspecs
+from jupyterhub_gpupool.pool import commands
+from jupyterhub_gpupool.pool.kernels import KernelRules
+from jupyterhub_gpupool.service.scopes import USE
+from tests.fakes import InProcessService, make_store, request, wait_until
+from tests.fakes.clocks import StoreClock
+from tests.integration.hubenv import free_port, wait_http
+
+POOL: dict[str, Any] = {
+    "nodes": [{"name": "n", "gpus": [{"model": "H100-80GB", "count": 1}]}],
+    "offers": [{"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}],
+}
+MODELS = {"alice": {"kind": "user", "name": "alice", "scopes": [f"{USE}!user=alice"]}}
+TOKEN = "server-token"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def clock() -> StoreClock:
+    return StoreClock()
+
+
+@pytest.fixture
+def svc(sqlite_url: str, clock: StoreClock) -> Iterator[InProcessService]:
+    upgrade(sqlite_url)
+    rules = KernelRules(idle_timeout=600, notice=60, report_timeout=120)
+    with InProcessService(make_store(sqlite_url, clock, POOL, kernel_rules=rules), MODELS) as s:
+        yield s
+
+
+@pytest.fixture
+def server(tmp_path: Path, svc: InProcessService) -> Iterator[str]:
+    """``jupyter server`` with the GPU kernelspecs (fast reports) on its Jupyter path."""
+    offers = request("GET", f"{svc.url}/api/v1/offers", "alice").json()["items"]  # type: ignore[index]
+    write_kernelspecs([*offers, {"name": "gone", "kind": "gpu"}], tmp_path / "jp" / "kernels")
+    for name in (spec_name("h100"), spec_name("gone")):
+        path = tmp_path / "jp" / "kernels" / name / "kernel.json"
+        spec = json.loads(path.read_text())
+        spec["metadata"]["kernel_provisioner"]["config"]["report_interval"] = 0.2
+        path.write_text(json.dumps(spec))
+    pythonpath = [str(ROOT)]
+    if not entry_points(group="jupyter_client.kernel_provisioners", name=PROVISIONER):
+        info = tmp_path / "eps" / "gpupool_kernels_t-0.dist-info"  # as an install would
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: gpupool-kernels-t\nVersion: 0\n"
+        )
+        (info / "entry_points.txt").write_text(
+            f"[jupyter_client.kernel_provisioners]\n{PROVISIONER} = "
+            "jupyterhub_gpupool.kernels.provisioner:GpuPoolProvisioner\n"
+        )
+        pythonpath.append(str(tmp_path / "eps"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(tmp_path / "jp"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "PYTHONPATH": os.pathsep.join(pythonpath),
+        "GPUPOOL_API_URL": f"{svc.url}/api/v1",
+        "JUPYTERHUB_API_TOKEN": "alice",
+    }
+    (tmp_path / "work").mkdir()
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1",
+         "--no-browser", "--allow-root", f"--IdentityProvider.token={TOKEN}",
+         f"--ServerApp.root_dir={tmp_path / 'work'}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/api/status?token={TOKEN}", timeout=60, proc=proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+def api(url: str, method: str, path: str, body: object = None) -> Any:
+    return request(method, f"{url}/api/{path}?token={TOKEN}", None, body)
+
+
+def run_cell(url: str, kernel: str, code: str) -> str:
+    """Execute ``code`` over the kernel's websocket (the notebook's own channel)."""
+
+    async def go() -> str:
+        ws = await websocket_connect(
+            HTTPRequest(f"ws{url[4:]}/api/kernels/{kernel}/channels?token={TOKEN}")
+        )
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "alice",
+                  "session": uuid.uuid4().hex, "version": "5.3", "date": ""}  # fmt: skip
+        ws.write_message(json.dumps({
+            "header": header, "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": False,
+                        "user_expressions": {}, "allow_stdin": False},
+        }))  # fmt: skip
+        out = []
+        while True:
+            raw = await ws.read_message()
+            assert raw is not None, "the kernel's websocket closed"
+            msg = json.loads(raw)
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                ws.close()
+                return "".join(out)
+
+    return IOLoop.current().run_sync(go, timeout=60)
+
+
+def test_a_gpu_kernel_in_a_jupyter_server(svc, server, clock):
+    def pool_kernel() -> dict[str, Any]:
+        return request("GET", f"{svc.url}/api/v1/kernels/{kid}", "alice").json()  # type: ignore[return-value]
+
+    def run(command: commands.Command) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
+
+    # an offer the pool no longer has: the server's error carries the pool's reason
+    r = api(server, "POST", "kernels", {"name": spec_name("gone")})
+    assert r.status == 404 and "no longer in the pool" in r.json()["message"]
+    r = api(server, "POST", "kernels", {"name": spec_name("h100")})
+    assert r.status == 201, r.body
+    kid = r.json()["id"]
+    lease = pool_kernel()
+    assert lease["state"] == "active" and lease["kernel_id"] == kid
+    device = lease["devices"][0]["gpu"]
+    assert run_cell(server, kid, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])") == (
+        device + "\n"
+    )
+    # the server's activity tracking reaches the pool: a cell run is a busy report
+    clock.advance(seconds=300)
+    run_cell(server, kid, "1 + 1")
+    now = clock.now.isoformat() + "Z"
+    wait_until(lambda: pool_kernel()["last_busy"] == now, what="a busy report")
+    # idle: the notice, then the pool releases it and the server's kernel list loses it
+    clock.advance(seconds=601)
+    wait_until(lambda: pool_kernel()["last_report"] == clock.now.isoformat() + "Z",
+               what="a report after 601 s")  # fmt: skip
+    assert len(run(commands.ReapKernels())) == 1
+    clock.advance(seconds=61)
+    wait_until(lambda: pool_kernel()["last_report"] == clock.now.isoformat() + "Z",
+               what="a report after the deadline")  # fmt: skip
+    run(commands.ReapKernels())
+    wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the kernel shut down")
+    assert pool_kernel()["release_reason"] == "idle"
