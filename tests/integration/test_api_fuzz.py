@@ -91,6 +91,18 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
     ("POST /allocations", "missing_field", "user", ".*"): "a service must name the user, a "
     "user's token names its own (the spec says so; a schema cannot tell callers apart)",
     ("POST /allocations", "unknown_offer", ".*", ".*"): "the offers are the pool's config",
+    ("POST /jobs", "missing_field", "user", ".*"): "a service must name the user, a user's "
+    "token names its own (as for an allocation)",
+    ("POST /jobs", "unknown_offer", ".*", ".*"): "the offers are the pool's config",
+    ("POST /jobs", "unknown_class", ".*", ".*"): "the workload classes are the pool's config",
+    ("POST /jobs", "class_not_allowed", ".*", ".*"): "which groups a class allows is the pool's "
+    "config",
+    (
+        "POST /jobs",
+        "invalid_env",
+        r"env.*",
+        ".*not an environment variable name|.*set by the job runner",
+    ): "OpenAPI 3.0 cannot constrain property names (the spec says the rule)",
     ("POST /kernels", "missing_field", "user", ".*"): "a service must name the user, a user's "
     "token names its own (as for an allocation)",
     ("POST /kernels", "unknown_offer", ".*", ".*"): "the offers are the pool's config",

@@ -40,17 +40,18 @@ class JobsHandler(APIHandler):
                     "user": (str, False),
                     "offer": (str, True),
                     "class": (str, False),
-                    "command": (list, False),
+                    "command": (list, True),
                     "name": (str, False),
                     "group": ((str, type(None)), False),
                     "groups": (list, False),
                     "env": ((dict, type(None)), False),
                     "cwd": ((str, type(None)), False),
                     "image": ((str, type(None)), False),
-                }
+                },
+                long=("cwd", "image"),  # their own limits: 4,096 and 512 characters
             )
-        except APIError as e:  # a command or environment of the wrong type: the contract's 400
-            if e.code == "invalid_field" and e.field == "command":
+        except APIError as e:  # a command or environment missing or mistyped: the contract's 400
+            if e.code in ("invalid_field", "missing_field") and e.field == "command":
                 raise APIError("invalid_command", e.message, field="command") from None
             if e.code == "invalid_field" and e.field == "env":
                 raise APIError("invalid_env", e.message, field="env") from None
