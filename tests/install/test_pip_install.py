@@ -33,6 +33,8 @@ PARTS = (
     "jupyterhub_gpupool.demo",
     "jupyterhub_gpupool.report",
     "jupyterhub_gpupool.hubconfig",
+    "jupyterhub_gpupool.jobs.app",
+    "jupyterhub_gpupool.jobs.cli",
 )
 
 
@@ -56,7 +58,7 @@ def test_the_plain_install_brings_no_extra(plain):
 def test_every_long_running_part_imports(plain):
     code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
     run([str(plain / "python"), "-c", code, *PARTS], plain)
-    for command in ("service", "agent", "reclaimer"):
+    for command in ("service", "agent", "reclaimer", "job-runner", "job"):
         helped = run([str(plain / "jupyterhub-gpupool"), command, "--help"], plain)
         assert "--" in helped.stdout
 
