@@ -26,6 +26,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree (also used by the docs' CLI reference)."""
     from .simulate import kernels as kernels_sim
+    from .simulate import mixed as mixed_sim
     from .simulate import reclaim as reclaim_sim
     from .simulate import whatif
 
@@ -140,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kernels_sim.add_arguments(ker)
     ker.set_defaults(func=kernels_sim.run_cli)
+    mix = sim_sub.add_parser(
+        "mixed",
+        help="notebooks, training and inference on one pool against the same GPUs split three ways",
+        description=mixed_sim.__doc__.splitlines()[0] if mixed_sim.__doc__ else None,
+    )
+    mixed_sim.add_arguments(mix)
+    mix.set_defaults(func=mixed_sim.run_cli)
     wi = sim_sub.add_parser(
         "what-if",
         help="re-run the recorded requests of the last N days with more/fewer GPUs or another "

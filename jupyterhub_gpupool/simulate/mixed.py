@@ -1,0 +1,509 @@
+"""One pool for notebooks, training and inference against the same GPUs split three ways.
+
+A day of three workloads, replayed twice through the pool's allocator
+(``pool.allocator.Allocator``) with the workload classes' rules (``pool.workloads``):
+
+* *notebooks*: the project's session generator (``simulate.sessions.generate``). Each session
+  asks for one whole H100 when it starts and holds it (server-level, no idle reclaim) for its
+  planned length, moved later by its wait; a server left running holds it until midnight.
+* *training*: NotebookOS's Sensei-derived trace (``benchmarks/data/notebookos-sensei/``, read
+  with ``simulate.kernels.load_trace``): each training is a job of its session's GPU count
+  (1, 4 or 8) submitted at its time and running its duration. Preemptible: on a notice it runs
+  to the deadline (the class's grace, 300 s), checkpoints and queues again for the rest.
+* *inference*: a few services, each a fixed number of GPUs from morning to evening; never
+  preempted.
+
+``one-pool``: every GPU in one allocator. A request's priority is
+``workloads.request_priority`` (training −50, inference +25); notebook users are guaranteed one
+GPU, each service its GPUs, training nothing (everything it holds is borrowed). After every
+event each queued request within guarantee of a non-preemptible class takes, in
+``workloads.preemption_rank`` order, the leases ``Allocator.reclaimable_for`` names, as the
+store's ``preempt_jobs`` does (a lease promised to a waiter ahead is not taken twice).
+
+``split``: the same nodes cut into three allocators (notebooks / training / inference), each
+workload on its own share; nothing borrowed across, nothing preempted.
+
+Figures are for the day (midnight to midnight): GPU busy share (GPU-hours held by anything /
+GPUs × 24 h), training GPU-hours served before midnight, notebook waits (grant − ask), and
+preemptions per class. Seeded and event-driven: the same inputs give the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from statistics import median, quantiles
+from typing import Any
+
+from ..pool.allocator import Allocator
+from ..pool.catalog import default_catalog
+from ..pool.decisions import Grant, Lease, Queued
+from ..pool.model import Gpu, Node, Request, parse_offer
+from ..pool.quota import QuotaBook, QuotaSpec
+from ..pool.workloads import (
+    DEFAULT_CLASSES,
+    INFERENCE,
+    INTERACTIVE,
+    TRAINING,
+    Holder,
+    WorkloadClass,
+    preemption_rank,
+    request_priority,
+)
+from . import reclaim
+from .kernels import load_trace
+from .sessions import DAY, Session, generate
+
+DEFAULT_TRACE = "benchmarks/data/notebookos-sensei/sensei_june_day1.csv"
+GPUS_PER_NODE = 8
+#: Whole nodes of each workload's share in ``split`` (``one-pool`` has them all together).
+SPLIT = {INTERACTIVE: 3, TRAINING: 8, INFERENCE: 1}
+#: Inference services: (name, GPUs, from, to) in seconds since midnight.
+SERVICES = (
+    ("chat", 4, 8 * 3600.0, 20 * 3600.0),
+    ("embed", 2, 8 * 3600.0, 20 * 3600.0),
+    ("vision", 2, 9 * 3600.0, 18 * 3600.0),
+)
+OFFERS = tuple(
+    {"name": f"h100x{n}" if n > 1 else "h100", "kind": "gpu", "count": n, "models": ["H100-80GB"]}
+    for n in (1, 2, 4, 8)
+)
+MODES = ("one-pool", "split")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One ask: ``cls`` (a workload class), ``gpus`` whole H100s, from ``arrival`` for
+    ``length`` seconds of running."""
+
+    id: str
+    cls: str
+    user: str
+    gpus: int
+    arrival: float
+    length: float
+
+    @property
+    def offer(self) -> str:
+        return f"h100x{self.gpus}" if self.gpus > 1 else "h100"
+
+
+def notebooks(sessions: Sequence[Session]) -> list[Work]:
+    """Each session one whole H100, from its start for its length (until midnight if the user
+    leaves it running)."""
+    return [
+        Work(s.id, INTERACTIVE, s.user, 1, s.start, (s.end if s.stop else DAY) - s.start)
+        for s in sessions
+        if (s.end if s.stop else DAY) > s.start
+    ]
+
+
+def trainings(sessions: Sequence[Session]) -> list[Work]:
+    """Each GPU segment of the trace's sessions (``kernels.load_trace``: one a training) as a
+    job of its session's GPU count."""
+    out = []
+    for s in sessions:
+        gpus = {"h100": 1, "h100x4": 4, "h100x8": 8}[s.offer]
+        for n, seg in enumerate(x for x in s.segments if x.gpu):
+            out.append(
+                Work(f"{s.id}-t{n}", TRAINING, "training", gpus, seg.start, seg.end - seg.start)
+            )
+    return out
+
+
+def services(spec: Sequence[tuple[str, int, float, float]] = SERVICES) -> list[Work]:
+    return [Work(f"svc-{n}", INFERENCE, f"svc-{n}", g, a, b - a) for n, g, a, b in spec]
+
+
+@dataclass
+class Figures:
+    """One way of pooling, over the day (GPU-h: GPU-hours before midnight)."""
+
+    mode: str
+    gpus: int = 0
+    busy_share: float = 0.0
+    held_gpu_hours: dict[str, float] = field(default_factory=dict)
+    training_gpu_hours: float = 0.0
+    training_demand_gpu_hours: float = 0.0
+    notebook_wait_p50_s: float = 0.0
+    notebook_wait_p95_s: float = 0.0
+    notebook_wait_max_s: float = 0.0
+    notebooks: int = 0
+    notebooks_queued: int = 0
+    preemptions: dict[str, int] = field(default_factory=dict)
+    training_done: int = 0
+    trainings: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _Item:
+    idx: int
+    work: Work
+    remaining: float
+    asks: int = 0
+    request: str = ""
+    started: float | None = None
+    version: int = 0
+    leaving: bool = False
+    waited: float | None = None
+
+
+def _clip(a: float, b: float) -> float:
+    """Seconds of ``[a, b)`` before midnight."""
+    return max(0.0, min(b, DAY) - max(a, 0.0))
+
+
+def _nodes(name: str, count: int, per: int) -> list[Node]:
+    h100 = default_catalog().model("H100-80GB")
+    return [
+        Node(
+            f"{name}-{n}",
+            gpus=[Gpu(f"{name}-{n}-{i}", i, h100, sharing="exclusive") for i in range(per)],
+        )
+        for n in range(count)
+    ]
+
+
+class Replay:
+    """The day under ``mode`` (``one-pool`` or ``split``) on the nodes ``split`` names."""
+
+    def __init__(
+        self,
+        work: Sequence[Work],
+        mode: str,
+        split: Mapping[str, int] = SPLIT,
+        grace: float | None = None,
+        classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
+        gpus_per_node: int = GPUS_PER_NODE,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        self.mode, self.classes = mode, classes
+        self.grace = classes[TRAINING].grace if grace is None else grace
+        catalog = default_catalog()
+        self.offers = {o.name: o for o in (parse_offer(raw, catalog) for raw in OFFERS)}
+        guarantees = {w.user: Fraction(w.gpus) for w in work if w.cls == INFERENCE}
+        guarantees["training"] = Fraction(0)
+
+        def quotas() -> QuotaBook:
+            users = {u: QuotaSpec(guarantee=g) for u, g in guarantees.items()}
+            return QuotaBook(users=users, default_user=QuotaSpec(guarantee=Fraction(1)))
+
+        self.allocs: dict[str, Allocator] = {}
+        if mode == "one-pool":
+            nodes = _nodes("pool", sum(split.values()), gpus_per_node)
+            one = Allocator(nodes, self.offers.values(), quotas())
+            self.allocs = {c: one for c in split}
+        else:
+            for c, n in split.items():
+                self.allocs[c] = Allocator(
+                    _nodes(c, n, gpus_per_node), self.offers.values(), quotas()
+                )
+        self.items = [_Item(n, w, w.length) for n, w in enumerate(work)]
+        self.by_request: dict[str, _Item] = {}
+        self.events: list[tuple[float, int, int, str, int, int]] = []
+        self.seq = itertools.count()
+        self.waits: list[float] = []
+        self.fig = Figures(mode, gpus_per_node * sum(split.values()))
+        self.fig.held_gpu_hours = {c: 0.0 for c in split}
+        self.fig.preemptions = {c: 0 for c in split}
+        self.fig.trainings = sum(w.cls == TRAINING for w in work)
+        self.fig.training_demand_gpu_hours = sum(
+            w.gpus * _clip(w.arrival, w.arrival + w.length) / 3600
+            for w in work
+            if w.cls == TRAINING
+        )
+
+    def at(self, t: float, kind: str, i: int, version: int = 0) -> None:
+        # at one instant: ends and deadlines free GPUs before anything new asks
+        order = {"end": 0, "deadline": 1, "arrive": 2}[kind]
+        heapq.heappush(self.events, (t, order, next(self.seq), kind, i, version))
+
+    def run(self) -> Figures:
+        began = time.process_time()
+        for i, it in enumerate(self.items):
+            self.at(it.work.arrival, "arrive", i)
+        while self.events:
+            t, _, _, kind, i, version = heapq.heappop(self.events)
+            it = self.items[i]
+            if kind == "arrive":
+                self.ask(it, t)
+            elif version == it.version and it.started is not None:
+                if kind == "end":
+                    it.remaining = 0.0
+                    self.stop(it, t)
+                else:  # the notice's deadline: checkpointed, it queues again for the rest
+                    it.remaining -= t - it.started
+                    self.stop(it, t)
+                    self.ask(it, t)
+            if self.mode == "one-pool":
+                self.preempt(t)
+        self.finish()
+        self.fig.seconds = time.process_time() - began
+        return self.fig
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def ask(self, it: _Item, t: float) -> None:
+        w = it.work
+        it.asks += 1
+        it.request, it.leaving = f"{w.id}#{it.asks}", False
+        self.by_request[it.request] = it
+        cls = self.classes[w.cls]
+        offer = self.offers[w.offer]
+        prio = request_priority(self.classes, cls, offer.priority)
+        req = Request(it.request, w.user, w.offer, server=w.id, priority=prio, arrival=t)
+        decision = self.allocs[w.cls].submit(req, t)
+        if isinstance(decision, Grant):
+            self.start(it, t)
+        elif not isinstance(decision, Queued):
+            raise ValueError(f"{w.id}: {w.offer} refused: {decision.message}")
+
+    def start(self, it: _Item, t: float) -> None:
+        it.started = t
+        it.version += 1
+        if it.waited is None:
+            it.waited = t - it.work.arrival
+            if it.work.cls == INTERACTIVE:
+                self.waits.append(it.waited)
+        self.at(t + it.remaining, "end", it.idx, it.version)
+
+    def stop(self, it: _Item, t: float) -> None:
+        assert it.started is not None
+        w = it.work
+        held = w.gpus * _clip(it.started, t) / 3600
+        self.fig.held_gpu_hours[w.cls] += held
+        if w.cls == TRAINING:
+            self.fig.training_gpu_hours += held
+            if it.remaining <= 0 and t <= DAY:
+                self.fig.training_done += 1
+        it.started = None
+        it.version += 1
+        for g in self.allocs[w.cls].release(it.request, t):
+            self.start(self.by_request[g.request.id], t)
+
+    # -- preemption (one pool) -------------------------------------------------------------
+
+    def preempt(self, t: float) -> None:
+        """Queued requests within guarantee of a non-preemptible class take what
+        ``preemption_rank`` allows, in queue order (``JobStore.preempt_jobs``'s pass)."""
+        alloc = self.allocs[INTERACTIVE]
+        if not alloc.waiters:
+            return
+        promised: set[str] = set()
+        for waiter in alloc.queue(t):
+            if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
+                continue
+            requester = self.classes[self.by_request[waiter.request.id].work.cls]
+            if requester.preemptible:
+                continue
+
+            def rank(
+                lease: Lease,
+                requester: WorkloadClass = requester,
+                promised: set[str] = promised,
+            ) -> Any:
+                if lease.id in promised:
+                    return None
+                it = self.by_request[lease.id]
+                if it.work.cls == INTERACTIVE:
+                    return None  # a server is no job: this pass never stops one
+                holder = Holder(
+                    lease.id,
+                    self.classes[it.work.cls],
+                    lease.borrowed,
+                    lease.request.arrival,
+                    leaving=it.leaving,
+                )
+                return preemption_rank(holder, requester, t)
+
+            victims = alloc.reclaimable_for(waiter.request, t, rank)
+            promised |= set(victims)
+            for v in victims:
+                it = self.by_request[v]
+                if it.leaving:
+                    continue
+                it.leaving = True
+                self.fig.preemptions[it.work.cls] += 1
+                self.at(t + self.grace, "deadline", it.idx, it.version)
+
+    def finish(self) -> None:
+        f = self.fig
+        f.busy_share = sum(f.held_gpu_hours.values()) / (f.gpus * DAY / 3600)
+        f.notebooks = len(self.waits)
+        if self.waits:
+            f.notebook_wait_p50_s = median(self.waits)
+            f.notebook_wait_p95_s = (
+                quantiles(self.waits, n=20, method="inclusive")[-1]
+                if len(self.waits) > 1
+                else self.waits[0]
+            )
+            f.notebook_wait_max_s = max(self.waits)
+            f.notebooks_queued = sum(w > 0 for w in self.waits)
+
+
+def run_all(
+    work: Sequence[Work],
+    split: Mapping[str, int] = SPLIT,
+    grace: float | None = None,
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> list[Figures]:
+    """The day in one pool and in the split pools (a fresh allocator each)."""
+    return [Replay(work, m, split, grace, gpus_per_node=gpus_per_node).run() for m in MODES]
+
+
+def verdict(figs: Sequence[Figures]) -> dict[str, Any]:
+    """The issue's goal: one pool serves at least 25 % more training GPU-hours than the split
+    pools, at a notebook p95 wait no worse, with no inference preemption."""
+    by = {f.mode: f for f in figs}
+    one, split = by["one-pool"], by["split"]
+    gain = (
+        one.training_gpu_hours / split.training_gpu_hours - 1 if split.training_gpu_hours else 0.0
+    )
+    wait_ok = one.notebook_wait_p95_s <= split.notebook_wait_p95_s
+    inference_ok = all(f.preemptions.get(INFERENCE, 0) == 0 for f in figs)
+    return {
+        "training_gain": gain,
+        "training_ok": gain >= 0.25,
+        "p95_s": one.notebook_wait_p95_s,
+        "split_p95_s": split.notebook_wait_p95_s,
+        "wait_ok": wait_ok,
+        "inference_ok": inference_ok,
+        "met": gain >= 0.25 and wait_ok and inference_ok,
+    }
+
+
+Row = tuple[str, Callable[[Figures], str]]
+ROWS: tuple[Row, ...] = (
+    ("GPUs", lambda f: f"{f.gpus}"),
+    ("GPU busy share", lambda f: f"{f.busy_share:.1%}"),
+    ("training GPU-h served", lambda f: f"{f.training_gpu_hours:.1f}"),
+    ("training GPU-h asked (day)", lambda f: f"{f.training_demand_gpu_hours:.1f}"),
+    ("trainings done by midnight", lambda f: f"{f.training_done}/{f.trainings}"),
+    ("notebook wait p50 s", lambda f: f"{f.notebook_wait_p50_s:.0f}"),
+    ("notebook wait p95 s", lambda f: f"{f.notebook_wait_p95_s:.0f}"),
+    ("notebook wait max s", lambda f: f"{f.notebook_wait_max_s:.0f}"),
+    ("notebooks queued", lambda f: f"{f.notebooks_queued}/{f.notebooks}"),
+    ("inference preemptions", lambda f: f"{f.preemptions.get(INFERENCE, 0)}"),
+    ("training preemptions", lambda f: f"{f.preemptions.get(TRAINING, 0)}"),
+    ("notebook preemptions", lambda f: f"{f.preemptions.get(INTERACTIVE, 0)}"),
+    ("inference GPU-h held", lambda f: f"{f.held_gpu_hours.get(INFERENCE, 0.0):.1f}"),
+    ("notebook GPU-h held", lambda f: f"{f.held_gpu_hours.get(INTERACTIVE, 0.0):.1f}"),
+)
+
+
+def format_table(figs: Sequence[Figures]) -> str:
+    """The modes side by side, a row per figure."""
+    rows = [["", *(f.mode for f in figs)]]
+    rows += [[name, *(get(f) for f in figs)] for name, get in ROWS]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_verdict(v: Mapping[str, Any]) -> str:
+    return (
+        f"  {'met    ' if v['met'] else 'NOT MET'}  one pool serves {v['training_gain']:+.0%} "
+        f"training GPU-h (goal >= +25 %), notebook p95 wait {v['p95_s']:.0f} s vs split "
+        f"{v['split_p95_s']:.0f} s (goal: no worse), inference preemptions "
+        f"{'none' if v['inference_ok'] else 'SOME'}"
+    )
+
+
+def report(figs: Sequence[Figures], source: str, split: Mapping[str, int]) -> dict[str, Any]:
+    """The JSON written by ``--json``."""
+    return {
+        "source": source,
+        "split_nodes": dict(split),
+        "gpus_per_node": GPUS_PER_NODE,
+        "services": [list(s) for s in SERVICES],
+        "results": [asdict(f) for f in figs],
+        "verdict": verdict(figs),
+    }
+
+
+def build(users: int, seed: int, trace: str | Path) -> tuple[list[Work], str]:
+    """The day's work: generated notebooks, the trace's trainings, the services."""
+    work = notebooks(generate(users, seed)) + trainings(load_trace(trace)) + services()
+    return work, f"{users} notebook users (seed {seed}), trace {trace}, {len(SERVICES)} services"
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def _nodes_arg(text: str) -> int:
+    value = reclaim._positive(text)
+    if value > 1000:
+        raise argparse.ArgumentTypeError(f"at most 1000 nodes, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``jupyterhub-gpupool simulate mixed``."""
+    parser.add_argument(
+        "--users", type=reclaim._positive, default=30, help="generated notebook users; default 30"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="generator seed; default 1")
+    parser.add_argument(
+        "--trace",
+        metavar="CSV",
+        default=DEFAULT_TRACE,
+        help="NotebookOS's Sensei-derived training trace (one day, with a session column); "
+        f"default {DEFAULT_TRACE}",
+    )
+    for cls, flag in ((INTERACTIVE, "notebook"), (TRAINING, "training"), (INFERENCE, "inference")):
+        parser.add_argument(
+            f"--{flag}-nodes",
+            type=_nodes_arg,
+            default=SPLIT[cls],
+            metavar="N",
+            help=f"nodes of {GPUS_PER_NODE} H100s in the {flag} share; default {SPLIT[cls]}",
+        )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a preempted training runs on to checkpoint; default the class's "
+        f"({DEFAULT_CLASSES[TRAINING].grace})",
+    )
+    parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON here")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Replay both ways, print the table and the verdict, optionally write JSON."""
+    if args.grace is not None and not 0 <= args.grace <= 86400:
+        raise SystemExit("--grace: seconds from 0 to 86400")
+    split = {
+        INTERACTIVE: args.notebook_nodes,
+        TRAINING: args.training_nodes,
+        INFERENCE: args.inference_nodes,
+    }
+    work, source = build(args.users, args.seed, args.trace)
+    figs = run_all(work, split, args.grace)
+    print(source)
+    print(
+        "split: "
+        + ", ".join(f"{c} {n} nodes" for c, n in split.items())
+        + f" (x {GPUS_PER_NODE} H100); one-pool: all of them"
+    )
+    print(format_table(figs))
+    print(format_verdict(verdict(figs)))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report(figs, source, split), indent=2) + "\n")
+    return 0
