@@ -51,6 +51,7 @@ from ..pool.workloads import (
     DEFAULT_CLASSES,
     INFERENCE,
     INTERACTIVE,
+    MAX_GRACE,
     TRAINING,
     Holder,
     WorkloadClass,
@@ -452,6 +453,16 @@ def _nodes_arg(text: str) -> int:
     return value
 
 
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_GRACE:
+        raise argparse.ArgumentTypeError(f"seconds from 0 to {MAX_GRACE}, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``jupyterhub-gpupool simulate mixed``."""
     parser.add_argument(
@@ -475,7 +486,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument(
         "--grace",
-        type=float,
+        type=_grace,
         default=None,
         metavar="S",
         help="seconds a preempted training runs on to checkpoint; default the class's "
@@ -486,8 +497,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Replay both ways, print the table and the verdict, optionally write JSON."""
-    if args.grace is not None and not 0 <= args.grace <= 86400:
-        raise SystemExit("--grace: seconds from 0 to 86400")
     split = {
         INTERACTIVE: args.notebook_nodes,
         TRAINING: args.training_nodes,

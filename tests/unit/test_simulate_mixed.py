@@ -97,3 +97,5 @@ def test_cli_run(tmp_path: Path) -> None:
         [*cmd[:5], "--training-nodes", "0"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "--training-nodes" in bad.stderr
+    bad = subprocess.run([*cmd[:5], "--grace", "-1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--grace" in bad.stderr
