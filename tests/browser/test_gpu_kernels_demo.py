@@ -2,9 +2,9 @@
 "Python 3 (GPU: A100 · 1g.10gb slice)" kernel and a cell reads the MIG device the kernel's own
 lease was granted; a second user's H100 kernel waits behind the first user's, with its queue
 position in the pool's ``GET kernels`` and its server's log, the page showing the kernel still
-initializing; once the first
-H100 kernel is shut down the waiting one starts and runs its cell (the demo runs as in
-``tests/browser/conftest.py``, with the tutorial's small pool: one H100, one MIG A100)."""
+initializing; once the first H100 kernel is shut down the waiting one starts and runs its cell
+(the demo runs as in ``tests/browser/conftest.py``, with the tutorial's small pool: one H100,
+one MIG A100)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def notebook(base: str, token: str, path: str, spec: str, display: str, source: 
     cell |= {"outputs": [], "source": source}
     meta = {"kernelspec": {"display_name": display, "language": "python", "name": spec}}
     nb = {"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    answer = request("PUT", f"{base}/api/contents/{path}", token, {"type": "notebook", "content": nb})
+    body = {"type": "notebook", "content": nb}
+    answer = request("PUT", f"{base}/api/contents/{path}", token, body)
     assert answer.status in (200, 201), answer.body
 
 
@@ -121,7 +122,7 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
 
     # alice takes the one H100 with a second GPU kernel (started through her server's API)
     notebook(a_base, a_token, "train.ipynb", "gpupool-h100", H100, PRINT_DEVICE)
-    body = {"path": "train.ipynb", "type": "notebook", "name": "", "kernel": {"name": "gpupool-h100"}}
+    body = {"path": "train.ipynb", "type": "notebook", "kernel": {"name": "gpupool-h100"}}
     started = request("POST", f"{a_base}/api/sessions", a_token, body)
     assert started.status == 201, started.body
     session = started.json()
