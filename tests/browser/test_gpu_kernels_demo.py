@@ -56,7 +56,7 @@ def cpu_only_lab(demo: Demo, login: Callable[[str], Any], user: str) -> tuple[An
 
     def specs() -> set[str]:
         answer = request("GET", f"{base}/api/kernelspecs", token)
-        return set(answer.json()["kernelspecs"]) if answer.status == 200 else set()  # type: ignore[index]
+        return set(answer.json()["kernelspecs"]) if answer.status == 200 else set()
 
     wait_for(lambda: {"gpupool-a100-1g", "gpupool-h100"} <= specs(), "the GPU kernelspecs")
     return page, token, base
@@ -76,7 +76,7 @@ def notebook(base: str, token: str, path: str, spec: str, display: str, source: 
 def kernel_leases(demo: Demo, token: str) -> list[dict[str, Any]]:
     answer = request("GET", f"{demo.url}/services/gpupool/api/v1/kernels", token)
     assert answer.status == 200, answer.body
-    return answer.json()["kernels"]  # type: ignore[index,no-any-return]
+    return answer.json()["kernels"]
 
 
 def kernel_button(page: Any, display: str, state: str) -> Any:
@@ -127,7 +127,7 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     assert started.status == 201, started.body
     session = started.json()
     held = {k["offer"]: k for k in kernel_leases(demo, a_token)}
-    assert held["h100"]["kernel_id"] == session["kernel"]["id"]  # type: ignore[index]
+    assert held["h100"]["kernel_id"] == session["kernel"]["id"]
 
     # bob's H100 kernel waits: queued, first in line, the page still starting it
     bob, b_token, b_base = cpu_only_lab(demo, login, "bob")
@@ -151,7 +151,7 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     )
 
     # alice shuts her H100 kernel down: its lease ends, bob's kernel starts and runs
-    gone = request("DELETE", f"{a_base}/api/sessions/{session['id']}", a_token)  # type: ignore[index]
+    gone = request("DELETE", f"{a_base}/api/sessions/{session['id']}", a_token)
     assert gone.status == 204, gone.body
     expect(kernel_button(bob, H100, "Idle")).to_be_visible(timeout=LAB_TIMEOUT)
     (granted,) = kernel_leases(demo, b_token)
