@@ -64,6 +64,13 @@ c.Spawner.environment = {
     "GPUPOOL_API_URL": f"http://127.0.0.1:{service_port}/services/gpupool/api/v1/",
 }
 c.Spawner.args = [*c.Spawner.args, "--GPUPoolLab.nvml_module="]
+# GPU kernels (jupyterhub_gpupool.kernels, the `kernels` extra that `make demo` installs): each
+# server writes its user's "Python 3 (GPU: <offer>)" kernelspecs at start, so a CPU-only server
+# can run one notebook on a GPU leased for that kernel alone
+c.Spawner.args = [
+    *c.Spawner.args,
+    "--ServerApp.jpserver_extensions=jupyterhub_gpupool.kernels=True",
+]
 
 # jobs (`jupyterhub-gpupool job submit`, `jobs.submit` in a notebook): on one machine the hub runs
 # the job runner for every node of the demo pool, starting jobs in their user's home folder

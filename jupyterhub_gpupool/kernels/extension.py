@@ -1,7 +1,7 @@
 """The Jupyter server extension that keeps the GPU kernelspecs in step with the pool's offers:
 written at server start and every ``refresh_interval`` seconds (a pool out of reach leaves the
 specs as they were and says so in the log). Enable it with
-``--ServerApp.jpserver_extensions='{"jupyterhub_gpupool.kernels": true}'`` (the spawner's
+``--ServerApp.jpserver_extensions=jupyterhub_gpupool.kernels=True`` (the spawner's
 ``args``) or ``jupyter server extension enable jupyterhub_gpupool.kernels``."""
 
 from __future__ import annotations

@@ -1,0 +1,161 @@
+"""GPU kernels in the demo, in Chromium (issue 36): a CPU-only server opens a notebook on a
+"Python 3 (GPU: A100 · 1g.10gb slice)" kernel and a cell reads the MIG device the kernel's own
+lease was granted; a second user's H100 kernel waits behind the first user's, with its queue
+position in the pool's ``GET kernels`` and its server's log, the page showing the kernel still
+initializing; once the first H100 kernel is shut down the waiting one starts and runs its cell
+(the demo runs as in ``tests/browser/conftest.py``, with the tutorial's small pool: one H100,
+one MIG A100)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+
+from playwright.sync_api import expect
+
+from tests.browser.conftest import CHROMIUM, Demo
+from tests.demoproc import user_token
+from tests.fakes import request
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
+]
+
+A100 = "Python 3 (GPU: A100 · 1g.10gb slice)"
+H100 = "Python 3 (GPU: 1× H100 80GB)"
+LAB_TIMEOUT = 180_000
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+    """``check()``'s first truthy answer, polled (the demo's processes move on their own)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def cpu_only_lab(demo: Demo, login: Callable[[str], Any], user: str) -> tuple[Any, str, str]:
+    """``user`` logs in, picks "No GPU" and lands in JupyterLab; answers the page, an API token
+    and the server's URL, once the server lists its GPU kernelspecs."""
+    page = login(user)
+    page.locator('#gpupool-picker .gpupool-offer[data-offer=""] input[type=radio]').check()
+    page.locator('#spawn_form [type="submit"]').click()
+    page.locator("#jp-main-dock-panel").wait_for(timeout=LAB_TIMEOUT)
+    token, base = user_token(demo.url, user), f"{demo.url}/user/{user}"
+
+    def specs() -> set[str]:
+        answer = request("GET", f"{base}/api/kernelspecs", token)
+        return set(answer.json()["kernelspecs"]) if answer.status == 200 else set()
+
+    wait_for(lambda: {"gpupool-a100-1g", "gpupool-h100"} <= specs(), "the GPU kernelspecs")
+    return page, token, base
+
+
+def notebook(base: str, token: str, path: str, spec: str, display: str, source: str) -> None:
+    """A one-cell notebook on the kernelspec ``spec``, through the contents API."""
+    cell = {"cell_type": "code", "execution_count": None, "id": "c", "metadata": {}}
+    cell |= {"outputs": [], "source": source}
+    meta = {"kernelspec": {"display_name": display, "language": "python", "name": spec}}
+    nb = {"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    body = {"type": "notebook", "content": nb}
+    answer = request("PUT", f"{base}/api/contents/{path}", token, body)
+    assert answer.status in (200, 201), answer.body
+
+
+def kernel_leases(demo: Demo, token: str) -> list[dict[str, Any]]:
+    answer = request("GET", f"{demo.url}/services/gpupool/api/v1/kernels", token)
+    assert answer.status == 200, answer.body
+    return answer.json()["kernels"]
+
+
+def kernel_button(page: Any, display: str, state: str) -> Any:
+    name = re.compile(re.escape(f"{display} | {state}"))
+    return page.get_by_role("button", name=name)
+
+
+def run_cell(page: Any, expected: str) -> Any:
+    """Run the notebook's cell until its output says ``expected`` (a kernel not connected yet
+    ignores the first run); answers the output."""
+    output = page.locator(".jp-OutputArea-output").first
+    for attempt in range(3):
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            expect(output).to_contain_text(expected, timeout=30_000)
+            return output
+        except AssertionError:
+            if attempt == 2:
+                raise
+    return output
+
+
+PRINT_DEVICE = "import os\nprint('device', os.environ['CUDA_VISIBLE_DEVICES'])"
+
+
+def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
+    demo: Demo, login: Callable[[str], Any], shoot: Any
+) -> None:
+    alice, a_token, a_base = cpu_only_lab(demo, login, "alice")
+    # the server is CPU-only: no server lease, only kernel leases below
+    assert kernel_leases(demo, a_token) == []
+    notebook(a_base, a_token, "gpu.ipynb", "gpupool-a100-1g", A100, PRINT_DEVICE)
+    alice.goto(f"{a_base}/lab/tree/gpu.ipynb")
+    expect(kernel_button(alice, A100, "Idle")).to_be_visible(timeout=LAB_TIMEOUT)
+    output = run_cell(alice, "device MIG-")
+    expect(alice.locator("#jp-main-statusbar")).to_contain_text("GPU: CPU only")
+    (lease,) = kernel_leases(demo, a_token)
+    assert lease["offer"] == "a100-1g" and lease["state"] in ("granted", "active")
+    (device,) = lease["devices"]
+    assert output.inner_text().strip() == f"device {device['mig']['uuid']}"
+    shoot(alice, "gpu-kernel-cpu-server")
+
+    # alice takes the one H100 with a second GPU kernel (started through her server's API)
+    notebook(a_base, a_token, "train.ipynb", "gpupool-h100", H100, PRINT_DEVICE)
+    body = {"path": "train.ipynb", "type": "notebook", "kernel": {"name": "gpupool-h100"}}
+    started = request("POST", f"{a_base}/api/sessions", a_token, body)
+    assert started.status == 201, started.body
+    session = started.json()
+    held = {k["offer"]: k for k in kernel_leases(demo, a_token)}
+    assert held["h100"]["kernel_id"] == session["kernel"]["id"]
+
+    # bob's H100 kernel waits: queued, first in line, the page still starting it
+    bob, b_token, b_base = cpu_only_lab(demo, login, "bob")
+    notebook(b_base, b_token, "wait.ipynb", "gpupool-h100", H100, PRINT_DEVICE)
+    bob.goto(f"{b_base}/lab/tree/wait.ipynb")
+    queued = wait_for(
+        lambda: [k for k in kernel_leases(demo, b_token) if k["state"] == "queued"],
+        "bob's queued kernel lease",
+    )
+    assert queued[0]["offer"] == "h100" and queued[0]["position"] == 1
+    expect(bob.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
+    # what bob sees: his kernel still starting (its queue position is the pool's, below)
+    starting = re.compile(re.escape(f"{H100} | ") + "(Initializing|Starting)")
+    expect(bob.locator("#jp-main-statusbar")).to_contain_text(starting)
+    expect(kernel_button(bob, H100, "Idle")).to_have_count(0)
+    shoot(bob, "gpu-kernel-queued")
+    log = demo.state / "jupyterhub.log"
+    wait_for(
+        lambda: "waits for h100: position 1 in the queue" in log.read_text(errors="replace"),
+        "the queue position in bob's server log",
+    )
+
+    # alice shuts her H100 kernel down: its lease ends, bob's kernel starts and runs
+    gone = request("DELETE", f"{a_base}/api/sessions/{session['id']}", a_token)
+    assert gone.status == 204, gone.body
+    expect(kernel_button(bob, H100, "Idle")).to_be_visible(timeout=LAB_TIMEOUT)
+    (granted,) = kernel_leases(demo, b_token)
+    assert granted["state"] in ("granted", "active") and granted["offer"] == "h100"
+    output = run_cell(bob, "device ")
+    assert output.inner_text().strip() == f"device {granted['devices'][0]['gpu']}"
+    assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]
