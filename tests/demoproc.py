@@ -1,5 +1,6 @@
-"""Processes of a running demo, found through /proc, and a demo user's API token: what the
-demo launcher's tests and the fresh-clone ``make demo`` test share."""
+"""Processes of a running demo, found through /proc, a demo user's API token, and a demo
+launched on free ports: what the demo launcher's tests, the demo's jobs test and the
+fresh-clone ``make demo`` test share."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import contextlib
 import http.cookiejar
 import json
 import os
+import signal
+import subprocess
+import sys
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+
+from tests.fakes import ROOT, chp_command, free_port, request, wait_until
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -76,3 +83,92 @@ def user_token(url: str, user: str) -> str:
     )
     with opener.open(req, timeout=30) as r:
         return json.loads(r.read())["token"]
+
+
+POOL = ROOT / "docs" / "source" / "tutorial" / "small-pool.yaml"
+#: starting the hub, its proxy and the pool service on a loaded 2-core machine
+START_PATIENCE = 180.0
+
+
+@dataclass
+class Launched:
+    """A running demo launcher and what it needs to be found again."""
+
+    proc: subprocess.Popen
+    state: Path
+    port: int
+    out: Path
+    env: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self, state: Path | None = None) -> list[str]:
+        return [
+            *(sys.executable, "-m", "jupyterhub_gpupool.cli", "demo", "--gpus", "sim"),
+            *("--pool-config", str(POOL), "--state-dir", str(state or self.state)),
+            *("--port", str(self.port), "--proxy", chp_command()),
+        ]
+
+    def logs(self) -> str:
+        parts = []
+        for path in (self.out, self.state / "jupyterhub.log"):
+            if path.exists():
+                parts.append(f"--- {path.name}\n" + path.read_text(errors="replace")[-5000:])
+        return "\n".join(parts)
+
+
+def launch(base: Path, ignore_sigint: bool = False) -> Launched:
+    """Start a demo launcher on free ports and wait until its pool service answers; with
+    ``ignore_sigint`` as a shell starts a background job (SIGINT ignored)."""
+    env = dict(
+        os.environ,
+        GPUPOOL_DEMO_HUB_PORT=str(free_port()),
+        GPUPOOL_DEMO_SERVICE_PORT=str(free_port()),
+        GPUPOOL_DEMO_PROXY_API_PORT=str(free_port()),
+    )
+    launched = Launched(None, base / "state", free_port(), base / "demo.out", env)  # type: ignore[arg-type]
+
+    def background() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    with open(launched.out, "wb") as log:
+        launched.proc = subprocess.Popen(
+            launched.argv(),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=background if ignore_sigint else None,
+        )
+    try:
+        wait_until(
+            lambda: "is running at" in launched.out.read_text() or launched.proc.poll() is not None,
+            START_PATIENCE,
+            "the demo's banner",
+            step=0.5,
+            info=launched.logs,
+        )
+        assert launched.proc.poll() is None, launched.logs()
+        pool = f"{launched.url}/services/gpupool/api/v1/pool"
+        wait_until(lambda: request("GET", pool).status == 401, 60, "the pool service", step=0.5)
+    except BaseException:
+        finish(launched)
+        raise
+    return launched
+
+
+def finish(launched: Launched) -> None:
+    """Stop the launcher if a test left it running; kill whatever of its demo is left."""
+    if launched.proc.poll() is None:
+        launched.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            launched.proc.wait(120)
+    for pid in [*tree(launched.proc.pid), *of_this_demo(launched.state)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if launched.proc.poll() is None:
+        launched.proc.kill()
+    print(launched.logs())

@@ -13,7 +13,6 @@ shown as text on every page and never run; the map is walked with the keyboard a
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +31,7 @@ from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.service.pages.base import BIDI_CONTROLS, shown
 from tests.fakes import HubEnv, request
-
-CHROMIUM = Path("/usr/bin/chromium")
-VIEWPORT = {"width": 1280, "height": 860}
-BASE = "/jh/"
+from tests.fakes.panel import BASE, CHROMIUM, lease, log_in, prefix, shoot
 
 pytestmark = [
     pytest.mark.browser,
@@ -101,49 +97,6 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
-
-
-def prefix(hub: HubEnv) -> str:
-    return f"{hub.hub_url}{hub.service_prefix}"
-
-
-def log_in(hub: HubEnv, browser: Any, user: str) -> Page:
-    """A fresh context logged in through the hub's form; dialogs (alert) fail the test."""
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    page.on("dialog", lambda d: pytest.fail(f"a page opened a dialog: {d.message!r}"))
-    page.on("pageerror", lambda e: print(f"page error: {e}"))
-    page.on("console", lambda m: print(f"console {m.type}: {m.text}"))
-    page.goto(f"{hub.hub_url}{BASE}hub/login")
-    page.fill("#username_input", user)
-    page.fill("#password_input", "any password")
-    page.click("#login_submit")
-    page.wait_for_url(f"**{BASE}hub/**")
-    return page
-
-
-def shoot(page: Page, name: str, full: bool = False) -> None:
-    folder = os.environ.get("GPUPOOL_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=full)
-
-
-def lease(hub: HubEnv, user: str, offer: str, server: str, bind: bool = True) -> dict:
-    """A lease made by the spawner (and bound by its user's token)."""
-    body = {"user": user, "server": server, "offer": offer}
-    r = request("POST", f"{hub.api}/allocations", hub.spawner_token, body)
-    assert r.status == 201, r.body
-    out = r.json()
-    if bind and out["state"] == "granted":
-        token = hub.user_tokens.setdefault(user, hub.token(user)) if user in hub.users else None
-        r = request(
-            "POST", f"{hub.api}/allocations/{out['id']}/keepalive", token or hub.spawner_token
-        )
-        assert r.status == 200, r.body
-        out = r.json()
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import expect
 
 from jupyterhub_gpupool.data import data_path
-from tests.browser.test_admin_panel import BASE, CHROMIUM, lease, log_in, prefix, shoot
 from tests.fakes import HubEnv, request
+from tests.fakes.panel import BASE, CHROMIUM, lease, log_in, prefix, shoot
 
 pytestmark = [
     pytest.mark.browser,

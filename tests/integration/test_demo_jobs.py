@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.demoproc import tree, user_token
+from tests.demoproc import START_PATIENCE, Launched, finish, launch, tree, user_token
 from tests.fakes import request, wait_until
-from tests.integration.test_demo_launcher import START_PATIENCE, Launched, finish, launch
 
 pytestmark = pytest.mark.slow
 

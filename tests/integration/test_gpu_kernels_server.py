@@ -27,9 +27,8 @@ from jupyterhub_gpupool.kernels.kernelspecs import PROVISIONER, spec_name, write
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.kernels import KernelRules
 from jupyterhub_gpupool.service.scopes import USE
-from tests.fakes import InProcessService, make_store, request, wait_until
+from tests.fakes import InProcessService, free_port, make_store, request, wait_http, wait_until
 from tests.fakes.clocks import StoreClock
-from tests.integration.hubenv import free_port, wait_http
 
 POOL: dict[str, Any] = {
     "nodes": [{"name": "n", "gpus": [{"model": "H100-80GB", "count": 1}]}],
