@@ -111,7 +111,8 @@ class JobStore(LeaseStore):
             raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
         runner, ref = None, None
         if image is not None:
-            if not image or len(image) > 512 or any(c.isspace() for c in image):
+            # an image reference is printable ASCII without spaces (the spec's pattern)
+            if not image or len(image) > 512 or not all("!" <= c <= "~" for c in image):
                 raise StoreError(
                     "invalid_image", f"not a container image: {image!r}", field="image"
                 )

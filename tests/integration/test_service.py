@@ -95,6 +95,8 @@ def test_metrics_usage_samples_and_reconcile(hub_env):
         "user",
         "group",
         "offer",
+        "job",
+        "kernel",
     ]
 
     # --- an agent reports a new node --------------------------------------------------------
