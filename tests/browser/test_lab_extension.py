@@ -518,7 +518,7 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     shot(shoot, alice, "lab-after-move")
     # the next tests start without the notebook (a reclaim would save what its kernel changed)
     alice.evaluate("window.jupyterapp.commands.execute('application:close-all')")
-    expect(alice.locator(".jp-Notebook")).to_have_count(0)
+    expect(alice.locator(".jp-Notebook")).to_have_count(0, timeout=60_000)  # a loaded CI box
     url = f"{lab.env.hub_url}/user/alice/api/contents/stale.ipynb"
     assert request("DELETE", url, lab.env.token("alice")).status == 204
 
