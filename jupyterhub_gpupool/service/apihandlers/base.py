@@ -274,6 +274,14 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]  
         if not allowed:
             raise APIError("forbidden", f"{self.identity.describe()} may not {what}")
 
+    def require_owner(self, owner: str, missing: Exception) -> None:
+        """Raise ``missing`` (the thing's 404) unless the caller is an admin or may act for
+        ``owner``: a job or kernel of someone else is answered as one that does not exist."""
+        if self.identity.is_admin:
+            return
+        if not self.identity.may_use_for(owner):
+            raise missing
+
     # -- input -------------------------------------------------------------------------------
 
     def json_body(

@@ -20,10 +20,7 @@ class _JobHandler(APIHandler):
     """Base of the handlers addressing one job as its user."""
 
     def _check(self, job_id: str) -> None:
-        if self.identity.is_admin:
-            return
-        if not self.identity.may_use_for(self.store.job_owner(job_id)):
-            raise job_not_found(job_id)
+        self.require_owner(self.store.job_owner(job_id), job_not_found(job_id))
 
 
 class JobsHandler(APIHandler):

@@ -19,10 +19,7 @@ class _KernelHandler(APIHandler):
     """Base of the handlers addressing one kernel as its user."""
 
     def _check(self, kernel_id: str) -> None:
-        if self.identity.is_admin:
-            return
-        if not self.identity.may_use_for(self.store.kernel_owner(kernel_id)):
-            raise kernel_not_found(kernel_id)
+        self.require_owner(self.store.kernel_owner(kernel_id), kernel_not_found(kernel_id))
 
 
 class KernelsHandler(APIHandler):
