@@ -495,6 +495,10 @@ def test_stateful_phase(fuzz: Fuzz, monkeypatch: pytest.MonkeyPatch):
                 body["offer"] = fuzz.offers[len(body["offer"]) % len(fuzz.offers)]
                 if label == "POST /allocations":
                     body.pop("group", None)  # the spawner's users belong to no group
+                    # the spawner asks for a user's server: a drawn body without one is refused
+                    # (422), and one server asked twice is (409); each scenario asks for its own
+                    body.setdefault("user", USERS[fuzz.scenarios % len(USERS)])
+                    body.setdefault("server", f"fuzz-{fuzz.scenarios}")
                 case.body = body
 
         def call(self, case: Any, **kwargs: Any) -> Any:

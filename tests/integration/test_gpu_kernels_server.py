@@ -98,8 +98,13 @@ def server(tmp_path: Path, svc: InProcessService) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(30)
-        log.close()
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:  # the log says why it hung; the test's own failure stands
+                proc.kill()
+                proc.wait(10)
+            log.close()
 
 
 def api(url: str, method: str, path: str, body: object = None) -> Any:
@@ -163,6 +168,16 @@ def test_a_gpu_kernel_in_a_jupyter_server(svc, server, clock):
     run_cell(server, kid, "1 + 1")
     now = clock.now.isoformat() + "Z"
     wait_until(lambda: pool_kernel()["last_busy"] == now, what="a busy report")
+    # the cell's last messages (its ``idle`` status) may land after that report, so the next
+    # report can still say busy: step the clock a second at a time until a report says idle
+    for _ in range(10):
+        clock.advance(seconds=1)
+        now = clock.now.isoformat() + "Z"
+        wait_until(lambda t=now: pool_kernel()["last_report"] == t, what="a report")
+        if pool_kernel()["last_busy"] != now:
+            break
+    else:
+        raise AssertionError("the kernel never reported idle after its cell")
     # idle: the notice, then the pool releases it and the server's kernel list loses it
     clock.advance(seconds=601)
     wait_until(lambda: pool_kernel()["last_report"] == clock.now.isoformat() + "Z",
