@@ -208,8 +208,8 @@ def _kernelspecs(args: argparse.Namespace) -> int:
 
     if not args.api_url or not args.token:
         raise ValueError("no pool: pass --api-url and --token (or set $GPUPOOL_API_URL)")
+    folder = Path(args.dir) if args.dir else default_folder()  # before asking the pool
     offers = asyncio.run(PoolClient(args.api_url, args.token).offers())
-    folder = Path(args.dir) if args.dir else default_folder()
     written = write_kernelspecs(offers, folder)
     print(f"{len(written)} GPU kernelspec(s) written to {folder}: {', '.join(written) or '-'}")
     return 0

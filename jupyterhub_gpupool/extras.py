@@ -16,6 +16,8 @@ from types import ModuleType
 EXTRAS = {
     "psycopg": "postgres",
     "numpy": "simulate",
+    "jupyter_core": "kernels",
+    "jupyter_client": "kernels",
 }
 
 

@@ -75,6 +75,7 @@ def write_kernelspecs(
 
 def default_folder() -> Path:
     """The user's own kernelspec folder (Jupyter's data dir)."""
-    from jupyter_core.paths import jupyter_data_dir
+    from ..extras import require
 
-    return Path(jupyter_data_dir()) / "kernels"
+    paths = require("jupyter_core.paths", "writing kernelspecs without --dir")
+    return Path(paths.jupyter_data_dir()) / "kernels"

@@ -129,3 +129,9 @@ def test_a_missing_extra_is_one_line_naming_it(plain, tmp_path):
     assert packing.returncode == 1
     assert packing.stderr.count("\n") == 1, packing.stderr
     assert "pip install 'jupyterhub-gpupool[simulate]'" in packing.stderr
+
+    # the user's own kernelspec folder is Jupyter's: the kernels extra brings jupyter_core
+    specs = command("kernelspecs", "--api-url=http://127.0.0.1:9/api/v1", "--token=x")
+    assert specs.returncode == 1
+    assert specs.stderr.count("\n") == 1, specs.stderr
+    assert "pip install 'jupyterhub-gpupool[kernels]'" in specs.stderr
