@@ -38,14 +38,15 @@ from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from jupyterhub_gpupool.kube.draselect import API_VERSION as API_VERSION
+from jupyterhub_gpupool.kube.draselect import DRIVER as DRIVER
+from jupyterhub_gpupool.kube.draselect import GPU_CLASS as GPU_CLASS
+from jupyterhub_gpupool.kube.draselect import MIG_CLASS as MIG_CLASS
+from jupyterhub_gpupool.kube.draselect import device_selector as device_selector
+
 from .objects import LEASE_KEY, OFFER_KEY, PREFIX, label_value
 from .objects import check_lease as check_lease  # DRAClaims calls it as dra.check_lease
 
-API_VERSION = "resource.k8s.io/v1"
-#: The driver's name: the domain of its attributes and capacities, and its config's driver.
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS = "gpu.nvidia.com"
-MIG_CLASS = "mig.nvidia.com"
 #: ``device_backend`` values: ``auto`` picks ``dra`` where the API and the driver are there.
 BACKENDS = ("auto", "dra", "device-plugin")
 #: How the pods of a GPU's shared claim share it (the driver's ``GpuSharing.strategy``).
@@ -64,7 +65,6 @@ SHARED_GPU_KEY = PREFIX + "shared-gpu"
 CLIENT_MEMORY_KEY = PREFIX + "mps-client-memory"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "jupyterhub-gpupool"}
 
-_UNSAFE_CEL = re.compile(r"[\x00-\x1f\"\\]")
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)\Z")
 _SUFFIX = {
@@ -80,42 +80,6 @@ _SUFFIX = {
     "Ti": 2**40,
     "Pi": 2**50,
 }
-
-
-def _cel_string(value: object) -> str:
-    """``value`` as a CEL string literal; quotes, backslashes and control characters are
-    refused rather than escaped (no uuid or profile has them: a value that does is not one)."""
-    if not isinstance(value, str) or not value or _UNSAFE_CEL.search(value):
-        raise ValueError(f"{value!r} cannot be put in a device selector")
-    return f'"{value}"'
-
-
-def _attr(name: str) -> str:
-    return f'device.attributes["{DRIVER}"].{name}'
-
-
-def device_selector(slot: Mapping[str, Any], placed: bool = True) -> tuple[str, str]:
-    """The DeviceClass and the CEL expression that select exactly the device of ``slot``.
-
-    A whole GPU or a share: the GPU's ``uuid``. A MIG slice: the parent GPU's uuid, the profile
-    and, where the pool knows the placement (and the driver publishes it as a capacity: not for
-    the abstract devices of dynamic MIG, ``placed`` False), the memory slice at its ``start``
-    (two slices of one profile on one GPU never share a memory slice).
-    """
-    kind = slot.get("kind")
-    gpu = _cel_string(slot.get("gpu"))
-    if kind in ("gpu", "shared"):
-        return GPU_CLASS, f"{_attr('uuid')} == {gpu}"
-    if kind != "mig":
-        raise ValueError(f"slot kind {kind!r} has no DRA device")
-    profile = _cel_string(slot.get("profile"))
-    parts = [f"{_attr('parentUUID')} == {gpu}", f"{_attr('profile')} == {profile}"]
-    start = slot.get("start") if placed else None
-    if start is not None:
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise ValueError(f"MIG placement start {start!r} is not a memory slice")
-        parts.append(f'"memorySlice{start}" in device.capacity["{DRIVER}"]')
-    return MIG_CLASS, " && ".join(parts)
 
 
 def _name(prefix: str, value: str, limit: int = 63) -> str:

@@ -14,6 +14,9 @@ from typing import Any
 GROUPS = {"jobs": ("batch/v1", "Job"), "deployments": ("apps/v1", "Deployment")}
 #: Kubernetes versions every created object must validate for.
 VALIDATE_FOR = ("1.30", "1.35")
+#: ... and those an object whose pods use ResourceClaims must (DRA is GA from 1.34; the pod's
+#: ``resourceClaimName`` took its place in 1.31).
+VALIDATE_DRA_FOR = ("1.34", "1.35")
 
 
 def problems(obj: dict[str, Any]) -> str | None:
@@ -22,7 +25,9 @@ def problems(obj: dict[str, Any]) -> str | None:
         import kubernetes_validate
     except ImportError:  # the test extra's kubernetes-validate is not installed
         return None
-    for version in VALIDATE_FOR:
+    template = (obj.get("spec") or {}).get("template") or {}
+    dra = bool((template.get("spec") or {}).get("resourceClaims"))
+    for version in VALIDATE_DRA_FOR if dra else VALIDATE_FOR:
         try:
             kubernetes_validate.validate(copy.deepcopy(obj), desired_version=version, strict=True)
         except kubernetes_validate.ValidationError as e:

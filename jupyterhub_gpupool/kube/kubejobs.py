@@ -2,6 +2,13 @@
 a ``batch/v1`` Job (an ``apps/v1`` Deployment for class ``inference``) once its lease is
 granted, pinned like the spawner pins a server (issue 35, item 5).
 
+Two ways to pin, as for servers (``device_backend``): the device plugin's limit on the granted
+node (the plugin picks which of the node's devices; the pool's count on that node stays true),
+or, with Dynamic Resource Allocation, a ResourceClaim named like the object whose requests
+select exactly the granted devices by CEL (a GPU by ``uuid``, a MIG slice by parent, profile
+and memory slice: ``kube/draselect.py``), referenced by the pods, so the device the pool chose is
+the device the job gets. The claim is deleted with the object, and when the job ends.
+
 Each housekeeping round (leader only) lists the pool's Jobs and Deployments in ``namespace``
 (label ``gpupool.jupyter.org/job``) and the live jobs whose runner is ``kubernetes``: a granted
 job without its object gets one (nodeSelector for the granted node, the device plugin's
@@ -19,11 +26,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from traitlets import Bool, Unicode
+from traitlets import Bool, Enum, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..pool import commands
 from .client import KubeError
+from .draselect import API_VERSION as DRA_VERSION
+from .draselect import device_selector
 from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of
 from .settings import OneAPIServer, api_traits
 
@@ -32,6 +41,10 @@ log = logging.getLogger("jupyterhub_gpupool.kube")
 Call = Callable[[commands.Command], Awaitable[Any]]
 RUNNER = "kubernetes"
 MANAGED = {"app.kubernetes.io/managed-by": "jupyterhub-gpupool"}
+#: ``KubeJobs.device_backend`` values.
+BACKENDS = ("device-plugin", "dra")
+#: The pods' name for the job's claim (``spec.resourceClaims[].name``).
+CLAIM_REF = "gpu"
 
 
 def object_name(job_id: str) -> str:
@@ -50,10 +63,50 @@ def gpu_limits(job: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in out.items()}
 
 
-def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[str, Any]:
-    """The Job (or, for class ``inference``, the Deployment) that runs ``job``."""
+def _labels(job: Mapping[str, Any]) -> dict[str, str]:
+    return {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
+
+
+def job_claim(job: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The ResourceClaim (``resource.k8s.io/v1``) of the job's granted devices: one request per
+    device, each selecting exactly it; named like the job's object."""
+    requests = []
+    for i, d in enumerate(job.get("devices") or ()):
+        mig = d.get("mig")
+        slot = (
+            {"kind": "mig", "gpu": d["gpu"], "profile": mig["profile"], "start": mig["start"]}
+            if mig
+            else {"kind": "gpu", "gpu": d["gpu"]}
+        )
+        device_class, expression = device_selector(slot)
+        one = {
+            "deviceClassName": device_class,
+            "selectors": [{"cel": {"expression": expression}}],
+            "allocationMode": "ExactCount",
+            "count": 1,
+        }
+        requests.append({"name": f"{CLAIM_REF}-{i}", "exactly": one})
+    if not requests:
+        raise ValueError(f"job {job.get('id')} holds no device")
+    return {
+        "apiVersion": DRA_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": object_name(str(job["id"])),
+            "namespace": namespace,
+            "labels": _labels(job),
+        },
+        "spec": {"devices": {"requests": requests}},
+    }
+
+
+def manifest(
+    job: Mapping[str, Any], namespace: str, node_label: str, backend: str = "device-plugin"
+) -> dict[str, Any]:
+    """The Job (or, for class ``inference``, the Deployment) that runs ``job``; with ``dra``
+    its pods use the job's claim (:func:`job_claim`) instead of the device plugin's limit."""
     name = object_name(str(job["id"]))
-    labels = {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
+    labels = _labels(job)
     meta = {
         "name": name,
         "namespace": namespace,
@@ -66,12 +119,14 @@ def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[st
         "name": "job",
         "image": str((job.get("runner_ref") or {})["image"]),
         "env": env,
-        "resources": {"limits": gpu_limits(job)},
+        "resources": (
+            {"claims": [{"name": CLAIM_REF}]} if backend == "dra" else {"limits": gpu_limits(job)}
+        ),
     }
     if job.get("command"):
         container["command"] = list(job["command"])
     inference = job.get("class") == "inference"
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {"labels": labels, "annotations": meta["annotations"]},
         "spec": {
             "restartPolicy": "Always" if inference else "Never",
@@ -79,6 +134,8 @@ def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[st
             "containers": [container],
         },
     }
+    if backend == "dra":
+        pod["spec"]["resourceClaims"] = [{"name": CLAIM_REF, "resourceClaimName": name}]
     if inference:
         return {
             "apiVersion": "apps/v1",
@@ -126,10 +183,22 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
         "kubernetes.io/hostname",
         help="Node label whose value is the pool's node name: the pods' nodeSelector.",
     ).tag(config=True)
+    device_backend = Enum(
+        BACKENDS,
+        "device-plugin",
+        help="How the pods are pinned to the granted devices: `device-plugin` (nodeSelector for "
+        "the granted node and the plugin's nvidia.com/gpu or nvidia.com/mig-<profile> limit; the "
+        "plugin picks which device of the node) or `dra` (Kubernetes 1.34+ with NVIDIA's DRA "
+        "driver: a ResourceClaim selecting exactly the granted devices, created with the object "
+        "and deleted with it; needs create, list and delete on resourceclaims in namespace).",
+    ).tag(config=True)
     api_host, token_file, ca_file = api_traits()
 
     def _path(self, plural: str, name: str = "") -> str:
-        group = "/apis/apps/v1" if plural == "deployments" else "/apis/batch/v1"
+        if plural == "resourceclaims":
+            group = f"/apis/{DRA_VERSION}"
+        else:
+            group = "/apis/apps/v1" if plural == "deployments" else "/apis/batch/v1"
         tail = f"/{name}" if name else ""
         return f"{group}/namespaces/{self.namespace}/{plural}{tail}"
 
@@ -152,6 +221,14 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
         for job_id, (plural, obj) in found.items():
             if job_id not in live and (plural == "deployments" or not _finished(obj)):
                 out[job_id] = await self._delete(plural, obj)  # its lease ended another way
+        if self.device_backend == "dra":
+            try:  # a claim whose job ended (or never got its object) holds devices: delete it
+                for claim in await client.list_at(self._path("resourceclaims"), selector):
+                    job_id = ((claim.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL)
+                    if job_id and job_id not in live:
+                        await self._delete("resourceclaims", claim)
+            except KubeError as e:
+                log.warning("Kubernetes API (job claims): %s", e)
         for job in live.values():
             try:
                 done = await self._one(store, call, job, found.get(job["id"]))
@@ -178,25 +255,42 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
         if state == "cancelling" or due:
             if have is not None:
                 await self._delete(plural, obj)
+            await self._delete_claim(job)
             outcome = "evicted" if due else "deleted"
             await call(commands.EndKubeJob(job["id"], outcome))
             return "preempted" if due else "cancelled"
         if have is None:
             if state == "granted":
-                body = manifest(job, self.namespace, self.node_label)
+                body = manifest(job, self.namespace, self.node_label, self.device_backend)
                 plural = "deployments" if body["kind"] == "Deployment" else "jobs"
+                if self.device_backend == "dra":
+                    await self._create_claim(job)
                 await self.client().create(self._path(plural), body)
                 return "created"
+            await self._delete_claim(job)
             await call(commands.EndKubeJob(job["id"], "deleted", "deleted in Kubernetes"))
             return "deleted"
         finished = _finished(obj)
         if finished is not None:
+            await self._delete_claim(job)
             await call(commands.EndKubeJob(job["id"], finished))
             return finished
         if state == "granted" and _runs(obj):
             await call(commands.JobStatus(job["id"], "running"))
             return "running"
         return None
+
+    async def _create_claim(self, job: Mapping[str, Any]) -> None:
+        """The job's claim; one left by a round that failed before its object is kept."""
+        try:
+            await self.client().create(self._path("resourceclaims"), job_claim(job, self.namespace))
+        except KubeError as e:
+            if e.status != 409:
+                raise
+
+    async def _delete_claim(self, job: Mapping[str, Any]) -> None:
+        if self.device_backend == "dra":
+            await self._delete("resourceclaims", {"metadata": {"name": object_name(job["id"])}})
 
     async def _delete(self, plural: str, obj: Mapping[str, Any]) -> str:
         try:

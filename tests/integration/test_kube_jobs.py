@@ -144,24 +144,40 @@ def test_an_admins_release_deletes_the_object_and_a_bad_image_is_refused(rig):
 def test_the_charts_role_is_what_the_runner_calls(db_url, tmp_path):
     """Against an API server enforcing the rendered chart's RBAC: with kubeJobs.enabled the
     Role in the jobs' namespace lets the round list, create and delete; without, the list is
-    refused and nothing is created."""
+    refused and nothing is created. With deviceBackend dra it also covers the jobs' claims;
+    a runner in dra mode under the device-plugin Role is refused the claims."""
     pytest.importorskip("helm_python", reason="the test extra's helm-python-sdk")
+    from jupyterhub_gpupool.poolconfig import gpu_uuid
+    from tests.fakekube_dra import FakeDRA, nvidia_slice
     from tests.fakekube_rbac import SA_TOKEN, chart_rbac
 
     upgrade(db_url)
     token = tmp_path / "token"
     token.write_text(SA_TOKEN + "\n")
-    for values, allowed in (({}, False), ({"kubeJobs": {"enabled": True, "namespace": NS}}, True)):
+    on = {"enabled": True, "namespace": NS}
+    claims = [("list", "resourceclaims"), ("create", "resourceclaims")]
+    cases = (
+        ({}, "device-plugin", False, [("list", "jobs"), ("list", "jobs")]),
+        ({"kubeJobs": on}, "device-plugin", True, []),
+        ({"kubeJobs": {**on, "deviceBackend": "dra"}}, "dra", True, []),
+        ({"kubeJobs": on}, "dra", False, claims),
+    )
+    for values, backend, allowed, refusals in cases:
         store = make_store(db_url, StoreClock(), POOL)
         rbac = chart_rbac(values)
-        with FakeKubeAPI([kube_node("gpu-1", gpus=2)], authorizer=rbac) as api:
-            runner = kj.KubeJobs(api_host=api.url, token_file=str(token), namespace=NS)
+        dra = FakeDRA([nvidia_slice("gpu-1", [{"uuid": gpu_uuid("gpu-1", i)} for i in (0, 1)])])
+        with FakeKubeAPI([kube_node("gpu-1", gpus=2)], authorizer=rbac, dra=dra) as api:
+            runner = kj.KubeJobs(
+                api_host=api.url, token_file=str(token), namespace=NS, device_backend=backend
+            )
             job = submit(store)
             assert rounds(store, runner) == ({job["id"]: "created"} if allowed else {})
             rounds(store, runner, commands.CancelJob(job["id"]))
             assert ("jobs", NS, kj.object_name(job["id"])) not in api.objects
+            assert ("resourceclaims", NS, kj.object_name(job["id"])) not in api.objects
         refused = [(r.verb, r.resource) for _, r in rbac.refused]
-        assert refused == ([] if allowed else [("list", "jobs"), ("list", "jobs")])
+        assert refused[: len(refusals)] == refusals, (values, backend, refused)
+        assert set(refused) == set(refusals), (values, backend, refused)
 
 
 def test_mig_instances_are_asked_by_profile_and_the_manifest_validates():
@@ -195,3 +211,71 @@ def test_mig_instances_are_asked_by_profile_and_the_manifest_validates():
     assert fa.problems(body) is None
     broken = {**body, "spec": {**body["spec"], "backoffLimit": "none"}}
     assert fa.problems(broken) is not None  # the check does refuse a bad object
+
+
+def test_with_dra_the_job_gets_exactly_the_granted_gpu(db_url, tmp_path):
+    """``device_backend = dra``: the pool makes a ResourceClaim selecting the granted GPU by
+    uuid; acting as the Job controller, a pod from the Job's template is scheduled by the fake
+    API server's DRA allocator, which gives it that GPU and not the first free one; the claim
+    goes when the job ends."""
+    import httpx
+    import kubernetes_validate
+
+    from jupyterhub_gpupool.poolconfig import gpu_uuid
+    from tests.fakekube_dra import FakeDRA, nvidia_slice
+
+    upgrade(db_url)
+    store = make_store(db_url, StoreClock(), POOL)
+    uuids = [gpu_uuid("gpu-1", 0), gpu_uuid("gpu-1", 1)]
+    dra = FakeDRA([nvidia_slice("gpu-1", [{"uuid": u} for u in uuids])])
+    with FakeKubeAPI([kube_node("gpu-1", gpus=2)], dra=dra) as kube:
+        token = tmp_path / "token"
+        token.write_text(kube.token + "\n")
+        runner = kj.KubeJobs(
+            api_host=kube.url, token_file=str(token), namespace=NS, device_backend="dra"
+        )
+        first, second = submit(store), submit(store)
+        granted = second["devices"][0]["gpu"]
+        assert granted == uuids[1], "the test needs the second job on the second GPU"
+        assert rounds(store, runner) == {first["id"]: "created", second["id"]: "created"}
+        name = kj.object_name(second["id"])
+        claim = kube.objects[("resourceclaims", NS, name)]
+        for version in ("1.34", "1.35"):
+            kubernetes_validate.validate(claim, desired_version=version, strict=True)
+        made = kube.objects[("jobs", NS, name)]
+        assert fa.problems(made) is None
+        pod = made["spec"]["template"]["spec"]
+        assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimName": name}]
+        assert pod["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}
+        # the Job controller's pod, from the template (the first job's pod is not made yet)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-x",
+                "namespace": NS,
+                **made["spec"]["template"]["metadata"],
+            },
+            "spec": pod,
+        }
+        r = httpx.post(
+            f"{kube.url}/api/v1/namespaces/{NS}/pods",
+            json=body,
+            headers={"Authorization": f"Bearer {kube.token}"},
+        )
+        assert r.status_code == 201, r.text
+        results = kube.objects[("resourceclaims", NS, name)]["status"]["allocation"]["devices"]
+        got = [
+            d
+            for d in dra.initial_slices[0]["spec"]["devices"]
+            if d["name"] == results["results"][0]["device"]
+        ]
+        assert got[0]["attributes"]["uuid"] == {"string": granted}
+        # the job ends: its claim is deleted with it
+        fa.job_ends(kube, NS, name, ok=True)
+        assert rounds(store, runner)[second["id"]] == "succeeded"
+        claim = kube.objects.get(("resourceclaims", NS, name))
+        assert claim is None or claim["metadata"].get("deletionTimestamp")
+        # a cancelled job's claim goes with its Job
+        rounds(store, runner, commands.CancelJob(first["id"]))
+        assert ("resourceclaims", NS, kj.object_name(first["id"])) not in kube.objects
