@@ -1,17 +1,19 @@
-"""Exact device selection with Dynamic Resource Allocation: the CEL that names one device.
+"""Exact device selection with Dynamic Resource Allocation: the CEL that names one device, and
+the claim of a job's granted devices.
 
-Shared by every object the pool makes with a ResourceClaim (a server's, ``spawner/dra.py``; a
-job's, ``kube/kubejobs.py``), so a device is selected one way. Facts from NVIDIA's DRA driver
-(github.com/NVIDIA/k8s-dra-driver-gpu, now kubernetes-sigs/dra-driver-nvidia-gpu, HEAD 2240711
-of 2026-05-15; the full list is in ``spawner/dra.py``): DeviceClasses ``gpu.nvidia.com`` and
-``mig.nvidia.com``; a GPU's attribute ``uuid``; a MIG device's ``parentUUID`` and ``profile``
-and one capacity ``memorySlice<i>`` per memory slice it occupies.
+Shared by every object the pool makes with a ResourceClaim (a server's, ``spawner/dra.py``;
+a job's, ``kube/kubejobs.py`` and ``kube/kueue.py``), so a device is selected one way. Facts
+from NVIDIA's DRA driver (github.com/NVIDIA/k8s-dra-driver-gpu, now
+kubernetes-sigs/dra-driver-nvidia-gpu, HEAD 2240711 of 2026-05-15; the full list is in
+``spawner/dra.py``): DeviceClasses ``gpu.nvidia.com`` and ``mig.nvidia.com``; a GPU's
+attribute ``uuid``; a MIG device's ``parentUUID`` and ``profile`` and one capacity
+``memorySlice<i>`` per memory slice it occupies.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 API_VERSION = "resource.k8s.io/v1"
@@ -57,3 +59,35 @@ def device_selector(slot: Mapping[str, Any], placed: bool = True) -> tuple[str, 
             raise ValueError(f"MIG placement start {start!r} is not a memory slice")
         parts.append(f'"memorySlice{start}" in device.capacity["{DRIVER}"]')
     return MIG_CLASS, " && ".join(parts)
+
+
+def devices_claim(
+    devices: Iterable[Mapping[str, Any]], name: str, namespace: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """The ResourceClaim of a job's granted ``devices`` (the job JSON's: ``gpu`` uuid, ``mig``
+    with ``profile`` and ``start`` or null): one request per device, each selecting exactly
+    it. Raises ``ValueError`` for no device."""
+    requests = []
+    for i, d in enumerate(devices):
+        mig = d.get("mig")
+        slot = (
+            {"kind": "mig", "gpu": d["gpu"], "profile": mig["profile"], "start": mig["start"]}
+            if mig
+            else {"kind": "gpu", "gpu": d["gpu"]}
+        )
+        device_class, expression = device_selector(slot)
+        one = {
+            "deviceClassName": device_class,
+            "selectors": [{"cel": {"expression": expression}}],
+            "allocationMode": "ExactCount",
+            "count": 1,
+        }
+        requests.append({"name": f"gpu-{i}", "exactly": one})
+    if not requests:
+        raise ValueError(f"claim {name}: no device to select")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {"devices": {"requests": requests}},
+    }

@@ -32,7 +32,7 @@ from traitlets.config import LoggingConfigurable
 from ..pool import commands
 from .client import KubeError
 from .draselect import API_VERSION as DRA_VERSION
-from .draselect import device_selector
+from .draselect import devices_claim
 from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of
 from .settings import OneAPIServer, api_traits
 
@@ -68,36 +68,10 @@ def _labels(job: Mapping[str, Any]) -> dict[str, str]:
 
 
 def job_claim(job: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """The ResourceClaim (``resource.k8s.io/v1``) of the job's granted devices: one request per
-    device, each selecting exactly it; named like the job's object."""
-    requests = []
-    for i, d in enumerate(job.get("devices") or ()):
-        mig = d.get("mig")
-        slot = (
-            {"kind": "mig", "gpu": d["gpu"], "profile": mig["profile"], "start": mig["start"]}
-            if mig
-            else {"kind": "gpu", "gpu": d["gpu"]}
-        )
-        device_class, expression = device_selector(slot)
-        one = {
-            "deviceClassName": device_class,
-            "selectors": [{"cel": {"expression": expression}}],
-            "allocationMode": "ExactCount",
-            "count": 1,
-        }
-        requests.append({"name": f"{CLAIM_REF}-{i}", "exactly": one})
-    if not requests:
-        raise ValueError(f"job {job.get('id')} holds no device")
-    return {
-        "apiVersion": DRA_VERSION,
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": object_name(str(job["id"])),
-            "namespace": namespace,
-            "labels": _labels(job),
-        },
-        "spec": {"devices": {"requests": requests}},
-    }
+    """The ResourceClaim (``resource.k8s.io/v1``) of the job's granted devices, each selected
+    exactly; named like the job's object."""
+    name = object_name(str(job["id"]))
+    return devices_claim(job.get("devices") or (), name, namespace, _labels(job))
 
 
 def manifest(

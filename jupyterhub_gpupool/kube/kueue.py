@@ -13,6 +13,15 @@ name the lease and devices); ``Pending`` with the queue position while the lease
 Workload that finished, was evicted or deleted ends its job (``EndKubeJob``). Every write is
 a merge patch of the Workload's status at the ``resourceVersion`` just read; a conflict is
 tried again next round.
+
+Exact devices with Dynamic Resource Allocation (``device_backend = "dra"``): Kueue's
+``podSetUpdates`` carry labels, annotations, a nodeSelector and tolerations, never a claim, so
+a Workload asks for its exact devices by referencing, in its pod template, a ResourceClaim whose
+name starts with ``gpupool-`` (``resourceClaimName``). Before the check turns ``Ready`` the pool
+creates that claim in the Workload's namespace with one exact CEL request per granted device
+(``kube/draselect.py``); the pods Kueue lets start use it, so the device the pool chose is the
+device they get. The claim is deleted once its job is no longer live. Pods of one pod set share
+a claim, so such a pod set has ``count: 1``; a Workload references at most one such claim.
 """
 
 from __future__ import annotations
@@ -22,12 +31,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from traitlets import Bool, Dict, Unicode
+from traitlets import Bool, Dict, Enum, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..pool import commands
 from ..store.errors import StoreError
 from .client import KubeError
+from .draselect import API_VERSION as DRA_VERSION
+from .draselect import devices_claim
 from .settings import OneAPIServer, api_traits
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
@@ -40,6 +51,9 @@ CLASS_LABEL = "gpupool.jupyter.org/class"
 LEASE_LABEL = "gpupool.jupyter.org/lease"
 JOB_LABEL = "gpupool.jupyter.org/job"
 DEVICES_ANNOTATION = "gpupool.jupyter.org/devices"
+#: A pod template's ``resourceClaimName`` with this prefix is a claim the pool makes.
+CLAIM_PREFIX = "gpupool-"
+MANAGED = {"app.kubernetes.io/managed-by": "jupyterhub-gpupool"}
 
 
 def condition(workload: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
@@ -74,6 +88,29 @@ def pod_set_updates(
         }
         for ps in (workload.get("spec") or {}).get("podSets") or ({"name": "main"},)
     ]
+
+
+def pool_claim(workload: Mapping[str, Any]) -> str | None:
+    """The name of the claim the Workload's pod templates ask the pool to make (None: none).
+    Raises ``ValueError`` for more than one, or for one in a pod set of several pods."""
+    names = set()
+    for ps in (workload.get("spec") or {}).get("podSets") or ():
+        spec = (ps.get("template") or {}).get("spec") or {}
+        mine = {
+            str(ref["resourceClaimName"])
+            for ref in spec.get("resourceClaims") or ()
+            if str(ref.get("resourceClaimName") or "").startswith(CLAIM_PREFIX)
+        }
+        if mine and int(ps.get("count", 1)) != 1:
+            raise ValueError(
+                f"pod set {ps.get('name')} has {ps.get('count')} pods sharing claim "
+                f"{', '.join(sorted(mine))}: a pool claim's pod set has count 1"
+            )
+        names |= mine
+    if len(names) > 1:
+        raise ValueError(f"the workload references {len(names)} pool claims "
+                         f"({', '.join(sorted(names))}): at most one")  # fmt: skip
+    return next(iter(names), None)
 
 
 def _time(when: datetime) -> str:
@@ -115,6 +152,15 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         "kubernetes.io/hostname",
         help="Node label whose value is the pool's node name: the podSetUpdates' nodeSelector.",
     ).tag(config=True)
+    device_backend = Enum(
+        ("device-plugin", "dra"),
+        "device-plugin",
+        help="`dra` (Kubernetes 1.34+ with NVIDIA's DRA driver): make the ResourceClaim a "
+        "Workload's pod template references by a name starting with `gpupool-`, selecting "
+        "exactly the granted devices, before admitting it, and delete it when its job ends "
+        "(needs create, list and delete on resourceclaims). `device-plugin`: the pods' "
+        "nvidia.com/* limits on the granted node; the plugin picks the devices.",
+    ).tag(config=True)
     api_host, token_file, ca_file = api_traits()
 
     async def step(self, store: Any, call: Call) -> dict[str, str]:
@@ -151,7 +197,51 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             if uid not in seen and checks:  # its Workload is gone
                 await call(commands.EndKubeJob(job["id"], "deleted", "workload deleted"))
                 out[job["name"]] = "deleted"
+        if self.device_backend == "dra":
+            await self._delete_claims({j["id"] for j in store.kueue_jobs()})
         return out
+
+    async def _delete_claims(self, live: set[str]) -> None:
+        """Delete the claims the pool made for Workloads whose job is no longer live."""
+        try:
+            for claim in await self.client().list_resource_claims():
+                meta = claim.get("metadata") or {}
+                job_id = (meta.get("labels") or {}).get(JOB_LABEL)
+                if (
+                    not job_id
+                    or job_id in live
+                    or not str(meta.get("name")).startswith(CLAIM_PREFIX)
+                ):
+                    continue
+                path = f"/apis/{DRA_VERSION}/namespaces/{meta['namespace']}/resourceclaims"
+                try:
+                    await self.client().delete(f"{path}/{meta['name']}")
+                except KubeError as e:
+                    if e.status != 404:
+                        raise
+        except KubeError as e:
+            log.warning("Kubernetes API (Kueue claims): %s", e)
+
+    async def _make_claim(self, wl: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+        """Make the Workload's pool claim (``dra``) for its granted devices; the refusal's
+        message if it asks for one wrongly."""
+        try:
+            name = pool_claim(wl)
+        except ValueError as e:
+            return str(e)
+        if name is None or self.device_backend != "dra":
+            return None
+        namespace = str(wl["metadata"]["namespace"])
+        labels = {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
+        body = devices_claim(job.get("devices") or (), name, namespace, labels)
+        try:
+            await self.client().create(
+                f"/apis/{DRA_VERSION}/namespaces/{namespace}/resourceclaims", body
+            )
+        except KubeError as e:
+            if e.status != 409:
+                raise
+        return None
 
     async def _one(
         self,
@@ -181,7 +271,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
                 return "evicted"
             if job["state"] == "granted" and condition(wl, "Admitted") is not None:
                 job = await call(commands.JobStatus(job["id"], "running"))
-            return await self._set(wl, check, *self._wanted(store, wl, job))
+            return await self._answer(store, call, wl, check, job)
         if finished is not None or condition(wl, "QuotaReserved") is None:
             return None  # Kueue has not reserved quota yet, or it is over
         if check.get("state") == "Ready":  # its job ended in the pool (cancelled, released):
@@ -191,6 +281,10 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             return None  # answered (Rejected stays; Retry: Kueue resets it to Pending)
         labels = meta.get("labels") or {}
         namespace = str(meta.get("namespace") or "default")
+        try:
+            pool_claim(wl)
+        except ValueError as e:  # before asking the pool: no lease for a Workload it rejects
+            return await self._set(wl, check, "Rejected", f"GPU pool: {e}", None)
         offer = labels.get(OFFER_LABEL) or self.default_offer
         if not offer:
             return await self._set(
@@ -209,7 +303,20 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             )
         except StoreError as e:
             return await self._set(wl, check, "Rejected", f"GPU pool: {e}", None)
-        return await self._set(wl, check, *self._wanted(store, wl, job))
+        return await self._answer(store, call, wl, check, job)
+
+    async def _answer(
+        self, store: Any, call: Call, wl: dict[str, Any], check: dict[str, Any], job: dict[str, Any]
+    ) -> str | None:
+        """Set the check for the job's state; before ``Ready``, make the Workload's claim (a
+        Workload asking for one wrongly is rejected and its job cancelled)."""
+        state, message, updates = self._wanted(store, wl, job)
+        if state == "Ready":
+            wrong = await self._make_claim(wl, job)
+            if wrong is not None:
+                await call(commands.CancelJob(job["id"]))
+                return await self._set(wl, check, "Rejected", f"GPU pool: {wrong}", None)
+        return await self._set(wl, check, state, message, updates)
 
     def _wanted(
         self, store: Any, wl: dict[str, Any], job: dict[str, Any]

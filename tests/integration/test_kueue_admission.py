@@ -275,15 +275,107 @@ def test_the_charts_rights_are_what_the_controller_calls(db_url, tmp_path):
     upgrade(db_url)
     token = tmp_path / "token"
     token.write_text(SA_TOKEN + "\n")
-    for values, admitted in (({}, False), ({"kueue": {"enabled": True}}, True)):
-        store = make_store(db_url, StoreClock(), POOL)
+    from jupyterhub_gpupool.poolconfig import gpu_uuid
+    from tests.fakekube_dra import FakeDRA, nvidia_slice
+
+    claimed = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpupool-t"}]}
+    cases = (
+        ({}, "device-plugin", False),
+        ({"kueue": {"enabled": True}}, "device-plugin", True),
+        ({"kueue": {"enabled": True, "deviceBackend": "dra"}}, "dra", True),
+    )
+    pool = {**POOL, "nodes": [{"name": "gpu-1", "gpus": [{"model": "H100-80GB", "count": 3}]}]}
+    for values, backend, admitted in cases:  # one database: each case's job holds a GPU
+        store = make_store(db_url, StoreClock(), pool)
         rbac = chart_rbac(values)
-        with FakeKubeAPI([kube_node("gpu-1")], authorizer=rbac) as api:
+        dra = FakeDRA([nvidia_slice("gpu-1", [{"uuid": gpu_uuid("gpu-1", 0)}])])
+        with FakeKubeAPI([kube_node("gpu-1")], authorizer=rbac, dra=dra) as api:
             fk.add(api, fk.admission_check(CHECK, kq.CONTROLLER))
-            fk.add(api, fk.workload("ml", f"train-{admitted}", [CHECK], LABELS))
-            ctl = kq.KueueAdmission(enabled=True, api_host=api.url, token_file=str(token))
+            wl = fk.workload("ml", f"train-{backend}-{admitted}", [CHECK], LABELS)
+            wl["spec"]["podSets"][0]["template"]["spec"] = claimed
+            fk.add(api, wl)
+            ctl = kq.KueueAdmission(
+                enabled=True, api_host=api.url, token_file=str(token), device_backend=backend
+            )
             out = Rounds(store, ctl, api)()
-        assert out == ({f"ml/train-{admitted}": "Ready"} if admitted else {})
+            made = ("resourceclaims", "ml", "gpupool-t") in api.objects
+        assert out.get(f"ml/train-{backend}-{admitted}") == ("Ready" if admitted else None)
+        assert made == (backend == "dra")
         assert [(r.verb, r.resource) for _, r in rbac.refused] == (
             [] if admitted else [("list", "admissionchecks")]
         )
+
+
+def test_with_dra_the_pool_makes_the_workloads_claim_for_the_granted_gpu(db_url, tmp_path):
+    """``device_backend = dra``: a Workload whose pod template references a ``gpupool-`` claim
+    gets that claim, selecting the granted GPU, before its check is Ready; acting as the Job
+    controller, its pod is given that GPU by the fake API server's DRA allocator (not the first
+    free one); the claim goes when the Workload finishes. A pool claim shared by a pod set of
+    two pods is rejected before the pool is asked."""
+    import httpx
+    import kubernetes_validate
+
+    from jupyterhub_gpupool.poolconfig import gpu_uuid
+    from tests.fakekube_dra import FakeDRA, nvidia_slice
+
+    upgrade(db_url)
+    pool = {**POOL, "nodes": [{"name": "gpu-1", "gpus": [{"model": "H100-80GB", "count": 2}]}]}
+    store = make_store(db_url, StoreClock(), pool)
+    uuids = [gpu_uuid("gpu-1", 0), gpu_uuid("gpu-1", 1)]
+    dra = FakeDRA([nvidia_slice("gpu-1", [{"uuid": u} for u in uuids])])
+    node = kube_node("gpu-1", gpus=2, product="NVIDIA-H100-80GB-HBM3")
+    claimed = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpupool-train-2"}]}
+    with FakeKubeAPI([node], dra=dra) as kube:
+        fk.add(kube, fk.admission_check(CHECK, kq.CONTROLLER))
+        token = tmp_path / "token"
+        token.write_text(kube.token + "\n")
+        ctl = kq.KueueAdmission(
+            enabled=True, api_host=kube.url, token_file=str(token), device_backend="dra"
+        )
+        rounds = Rounds(store, ctl, kube)
+        fk.add(kube, fk.workload("ml", "train-1", [CHECK], LABELS))
+        assert rounds() == {"ml/train-1": "Ready"}
+        wl = fk.workload("ml", "train-2", [CHECK], LABELS)
+        wl["spec"]["podSets"][0]["template"]["spec"] = claimed
+        fk.add(kube, wl)
+        shared = fk.workload("ml", "train-3", [CHECK], LABELS)
+        shared["spec"]["podSets"][0].update(count=2, template={"spec": claimed})
+        fk.add(kube, shared)
+        assert rounds() == {"ml/train-2": "Ready", "ml/train-3": "Rejected"}
+        assert "count 1" in check_of(kube, "train-3")["message"]
+        job = next(j for j in store.kueue_jobs() if j["name"] == "ml/train-2")
+        assert job["devices"][0]["gpu"] == uuids[1], "the test needs the second GPU granted"
+        claim = kube.objects[("resourceclaims", "ml", "gpupool-train-2")]
+        for version in ("1.34", "1.35"):
+            kubernetes_validate.validate(claim, desired_version=version, strict=True)
+        assert claim["metadata"]["labels"][kq.LEASE_LABEL] == job["lease_id"]
+        # Kueue admits it; the Job controller's pod, pinned by the podSetUpdates' nodeSelector
+        update = check_of(kube, "train-2")["podSetUpdates"][0]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "train-2-x", "namespace": "ml", "labels": update["labels"]},
+            "spec": {
+                **claimed,
+                "nodeSelector": update["nodeSelector"],
+                "containers": [
+                    {"name": "t", "image": "pytorch", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+            },
+        }
+        r = httpx.post(
+            f"{kube.url}/api/v1/namespaces/ml/pods",
+            json=pod,
+            headers={"Authorization": f"Bearer {kube.token}"},
+        )
+        assert r.status_code == 201, r.text
+        results = kube.objects[("resourceclaims", "ml", "gpupool-train-2")]["status"]
+        device = results["allocation"]["devices"]["results"][0]["device"]
+        published = dra.initial_slices[0]["spec"]["devices"]
+        got = next(d for d in published if d["name"] == device)
+        assert got["attributes"]["uuid"] == {"string": uuids[1]}
+        # it finishes: the job ends, and its claim is deleted (it waits for its pod to go)
+        fk.finish(kube, "ml", "train-2")
+        assert rounds()["ml/train-2"] == "finished"
+        claim = kube.objects.get(("resourceclaims", "ml", "gpupool-train-2"))
+        assert claim is None or claim["metadata"].get("deletionTimestamp")

@@ -263,7 +263,9 @@ imagePullSecrets:
     GET /apis/resource.k8s.io/v1/resourceslices and .../resourceclaims (the GPUs held by pods
     and claims the pool did not place);
   - kueue.enabled (kube/kueue.py): GET /apis/kueue.x-k8s.io/v1beta2/admissionchecks and
-    .../workloads, PATCH .../namespaces/{ns}/workloads/{name}/status (the check's state).
+    .../workloads, PATCH .../namespaces/{ns}/workloads/{name}/status (the check's state);
+    with kueue.deviceBackend dra, POST, GET (list) and DELETE of the Workloads' pool claims
+    (/apis/resource.k8s.io/v1/.../resourceclaims).
 */}}
 {{- define "gpupool.pool.rbacRules" -}}
   {{- if .Values.pool.enabled }}
@@ -301,6 +303,11 @@ imagePullSecrets:
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: ["patch"]
+      {{- if eq .Values.kueue.deviceBackend "dra" }}
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  verbs: ["create", "list", "delete"]
+      {{- end }}
     {{- end }}
   {{- end }}
 {{- end }}
