@@ -11,7 +11,8 @@ as the kernel's start failure; other kernels are not touched. While the kernel r
 execution state is reported every ``report_interval`` (the lease's heartbeat and the pool's
 idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
 shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
-offer: it keeps its GPU).
+offer: it keeps its GPU). With ``carry_state``, the variables of a kernel the pool reclaims are
+saved at its notice and restored in the notebook's next GPU kernel (``kernels/carry.py``).
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from tornado import web
-from traitlets import Float, TraitError, Unicode, default
+from traitlets import Bool, Float, TraitError, Unicode, default
 
 from ..jobs.runner import NotReady, device_env
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
+from . import carry
 
 #: Lease states in which the kernel may run.
 _HELD = ("granted", "active", "reclaiming")
@@ -72,6 +75,17 @@ class GpuPoolProvisioner(LocalProvisioner):
         help="The token the pool is asked with. Default: $JUPYTERHUB_API_TOKEN (the server's)."
     ).tag(config=True)
     request_timeout = Float(10.0, help="Seconds one request to the pool may take.").tag(config=True)
+    carry_state = Bool(
+        True,
+        help="Save the variables of a kernel the pool reclaims for idleness (at its notice, with "
+        "dill, each on its own) and restore them in the notebook's next GPU kernel; names that "
+        "cannot be pickled are listed. Needs dill in the kernel's environment (the kernels "
+        "extra brings it); without it nothing is saved and the notice says so.",
+    ).tag(config=True)
+    state_dir = Unicode(
+        help="Where carried-over kernel state is kept (files readable by the user alone). "
+        "Default: <jupyter data dir>/gpupool-kernel-state."
+    ).tag(config=True)
 
     @default("api_url")
     def _api_url(self) -> str:
@@ -81,6 +95,12 @@ class GpuPoolProvisioner(LocalProvisioner):
     def _api_token(self) -> str:
         return os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
+    @default("state_dir")
+    def _state_dir(self) -> str:
+        from jupyter_core.paths import jupyter_data_dir
+
+        return str(Path(jupyter_data_dir()) / "gpupool-kernel-state")
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.lease: dict[str, Any] | None = None
@@ -89,6 +109,9 @@ class GpuPoolProvisioner(LocalProvisioner):
         self._client: PoolClient | None = None
         self._shutting: asyncio.Future[None] | None = None
         self._reported_at: datetime | None = None
+        self._session: str | None = None  # the notebook's path (Jupyter's JPY_SESSION_NAME)
+        self._own: tuple[datetime, datetime] | None = None  # our own cell's activity
+        self.carried: str | None = None  # what the last save or restore said (the user's)
 
     @property
     def client(self) -> PoolClient:
@@ -109,6 +132,7 @@ class GpuPoolProvisioner(LocalProvisioner):
         """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
         lease, pin = await self.acquire()
         kwargs = await super().pre_launch(**kwargs)
+        self._session = kwargs["env"].get("JPY_SESSION_NAME") or None
         kwargs["env"].update(pin)
         kwargs["env"]["GPUPOOL_KERNEL_LEASE"] = str(lease["id"])
         self.log.info(
@@ -195,6 +219,8 @@ class GpuPoolProvisioner(LocalProvisioner):
             await self.report()
         if self.lease is not None and self._heartbeat is None:
             self._heartbeat = asyncio.ensure_future(self._report_loop())
+        if self.lease is not None:
+            await self.restore_state()
 
     # -- while it runs -----------------------------------------------------------------------
 
@@ -212,6 +238,10 @@ class GpuPoolProvisioner(LocalProvisioner):
         if isinstance(last, datetime) and last.tzinfo is None:
             last = last.replace(tzinfo=timezone.utc)
         moved = isinstance(last, datetime) and since is not None and last > since
+        if self._own is not None and (
+            not moved or (isinstance(last, datetime) and self._own[0] <= last <= self._own[1])
+        ):
+            return "idle"  # saving its state is not the user's work: the notice stands
         return "busy" if state == "busy" or moved else "idle"
 
     async def report(self) -> dict[str, Any] | None:
@@ -226,14 +256,22 @@ class GpuPoolProvisioner(LocalProvisioner):
         notice = (lease.get("notice") or {}).get("message")
         if notice and notice != self._noticed:
             self.log.warning("GPU kernel %s: %s", self.kernel_id, notice)
+            if self._noticed is None:
+                await self.save_state()
+        elif not notice and self._noticed and lease.get("state") != "released":
+            self.drop_state()  # a cell ran: the notice is withdrawn
         self._noticed = notice
         if lease.get("state") == "released":
+            kept = lease.get("release_reason") == "idle" and self.keep_state()
             self.lease = None
             self.log.warning(
-                "GPU kernel %s: its GPU was released (%s): shutting the kernel down; "
-                "its variables are lost, the notebook is kept",
+                "GPU kernel %s: its GPU was released (%s): shutting the kernel down; %s, the "
+                "notebook is kept",
                 self.kernel_id,
                 lease.get("release_reason"),
+                "its saved variables come back in the notebook's next GPU kernel"
+                if kept
+                else "its variables are lost",
             )
             self._shutting = asyncio.ensure_future(self._shut_down())
         return lease
@@ -263,7 +301,86 @@ class GpuPoolProvisioner(LocalProvisioner):
                 await task
         if not restart:
             await self.release()
+            self.drop_state()  # kept already if the pool reclaimed it; else its user ended it
         await super().cleanup(restart=restart)
+
+    # -- state carry-over (kernels/carry.py) -------------------------------------------------
+
+    def _state_path(self) -> Path | None:
+        if not self.carry_state or not self._session:
+            return None
+        return carry.state_file(Path(self.state_dir), self._session)
+
+    async def _run_in_kernel(self, source: str, path: Path) -> dict[str, Any]:
+        """Run one of carry's cells in the kernel (its own connection: nothing is shown in the
+        notebook) and read the summary it writes; the activity it makes is not reported as the
+        user's."""
+        from jupyter_client.asynchronous.client import AsyncKernelClient
+
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # its manager's ports, and its session (the key that signs the messages)
+        kc = AsyncKernelClient(**self.parent.get_connection_info(session=True))  # type: ignore[union-attr]  # a provisioner always has its manager
+        start = datetime.now(timezone.utc)
+        self._own = (start, start + timedelta(days=1))
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            msg_id = kc.execute(carry.in_kernel(source, path), silent=True, store_history=False)
+            while True:
+                reply = await kc.get_shell_msg(timeout=600)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+        finally:
+            kc.stop_channels()
+            # the kernel's last status messages reach the server's activity tracking after
+            # the reply: a few seconds of it are still ours
+            end = datetime.now(timezone.utc) + timedelta(seconds=5)
+            self._own = (start, end)
+            self._reported_at = max(self._reported_at or start, end)
+        if reply["content"].get("status") != "ok":
+            raise RuntimeError(reply["content"].get("evalue") or "the state cell failed")
+        return carry.summary(path)
+
+    async def save_state(self) -> None:
+        """At the idle notice: checkpoint the namespace, pending until the pool reclaims."""
+        path = self._state_path()
+        if path is None:
+            return
+        try:
+            done = await self._run_in_kernel(carry.CHECKPOINT, carry.pending(path))
+        except Exception as e:  # the kernel is going anyway: say so, never fail the report
+            done = {"error": f"{type(e).__name__}: {e}"}
+        self.carried = carry.describe(done, restored=False)
+        self.log.warning("GPU kernel %s: %s", self.kernel_id, self.carried)
+
+    def keep_state(self) -> bool:
+        """The pool reclaimed the kernel: its checkpoint is the notebook's next start's.
+        Whether there was one."""
+        path = self._state_path()
+        if path is None or not carry.pending(path).exists():
+            return False
+        carry.discard(path)
+        os.replace(carry.pending(path), path)
+        return True
+
+    def drop_state(self) -> None:
+        """A withdrawn notice or a shutdown by the user: the pending checkpoint goes."""
+        path = self._state_path()
+        if path is not None:
+            carry.discard(carry.pending(path))
+
+    async def restore_state(self) -> None:
+        """After start: restore what the notebook's reclaimed kernel left, then delete it."""
+        path = self._state_path()
+        if path is None or not path.exists():
+            return
+        try:
+            done = await self._run_in_kernel(carry.RESTORE, path)
+        except Exception as e:
+            done = {"error": f"{type(e).__name__}: {e}"}
+        carry.discard(path)
+        self.carried = carry.describe(done, restored=True)
+        self.log.warning("GPU kernel %s: %s", self.kernel_id, self.carried)
 
     async def release(self) -> None:
         """Give the lease back (a pool out of reach: its reaper ends it when the reports stop)."""

@@ -3,7 +3,8 @@ it) against the pool service (in-process, on the store's injectable clock): the 
 kernel REST API starts a GPU kernel through the provisioner, a cell over the kernel's
 websocket reads its device, the server's own activity tracking reaches the pool as ``busy``,
 a refused start is the server's error with the pool's reason, and an idle kernel reclaimed by
-the pool disappears from the server's kernel list (shut down through it)."""
+the pool disappears from the server's kernel list (shut down through it); the variables of a
+reclaimed notebook kernel come back in its next GPU kernel (those that can be pickled)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def server(tmp_path: Path, svc: InProcessService) -> Iterator[str]:
         "JUPYTER_PATH": str(tmp_path / "jp"),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "PYTHONPATH": os.pathsep.join(pythonpath),
         "GPUPOOL_API_URL": f"{svc.url}/api/v1",
         "JUPYTERHUB_API_TOKEN": "alice",
@@ -189,3 +191,71 @@ def test_a_gpu_kernel_in_a_jupyter_server(svc, server, clock):
     run(commands.ReapKernels())
     wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the kernel shut down")
     assert pool_kernel()["release_reason"] == "idle"
+
+
+def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
+    svc, server, clock, tmp_path
+):
+    """At the idle notice the kernel's variables are saved (a lambda, a number, a module; a
+    generator cannot be and is named), saving them is not activity (the pool still reclaims),
+    and the notebook's next GPU kernel has them back; a user's own shutdown keeps nothing."""
+
+    def run(command: commands.Command) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
+
+    def session() -> tuple[str, str]:
+        body = {"path": "nb.ipynb", "type": "notebook", "kernel": {"name": spec_name("h100")}}
+        r = api(server, "POST", "sessions", body)
+        assert r.status == 201, r.body
+        return r.json()["id"], r.json()["kernel"]["id"]
+
+    def lease_of(kid: str) -> dict[str, Any]:
+        return request("GET", f"{svc.url}/api/v1/kernels/{kid}", "alice").json()  # type: ignore[return-value]
+
+    def reported_idle_at(kid: str) -> None:
+        """Step the clock until a report at the new time says idle (a cell's last messages
+        can land after a report)."""
+        for _ in range(10):
+            clock.advance(seconds=1)
+            now = clock.now.isoformat() + "Z"
+            wait_until(lambda t=now: lease_of(kid)["last_report"] == t, what="a report")
+            if lease_of(kid)["last_busy"] != now:
+                return
+        raise AssertionError("the kernel never reported idle")
+
+    log = tmp_path / "server.log"
+    sid, kid = session()
+    code = "x = 41\nf = lambda v: v + 1\nimport math\ng = (i for i in range(3))\nprint('ok')"
+    assert run_cell(server, kid, code) == "ok\n"
+    reported_idle_at(kid)
+    clock.advance(seconds=601)
+    wait_until(lambda: lease_of(kid)["last_report"] == clock.now.isoformat() + "Z",
+               what="a report after 601 s")  # fmt: skip
+    assert len(run(commands.ReapKernels())) == 1  # the notice
+    wait_until(lambda: "Saved for the next GPU kernel" in log.read_text(), what="the save")
+    saved = log.read_text()
+    assert "Saved for the next GPU kernel of this notebook: f, math, x." in saved, saved
+    assert "Could not keep: g (generator" in saved
+    # saving was not the user's activity: past the deadline the pool reclaims the kernel
+    clock.advance(seconds=61)
+    wait_until(lambda: lease_of(kid)["last_report"] == clock.now.isoformat() + "Z",
+               what="a report after the deadline")  # fmt: skip
+    assert lease_of(kid)["notice"] is not None
+    run(commands.ReapKernels())
+    wait_until(lambda: lease_of(kid)["release_reason"] == "idle", what="the reclaim")
+    wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the kernel shut down")
+    # its session went with its kernel (or goes now), as Jupyter Server ends a dead one's
+    assert api(server, "DELETE", f"sessions/{sid}").status in (204, 404)
+    # the notebook's next GPU kernel has its variables back
+    sid, kid = session()
+    wait_until(lambda: "Restored from the GPU kernel" in log.read_text(), what="the restore")
+    assert run_cell(server, kid, "print(f(x), math.pi > 3)") == "42 True\n"
+    assert "Could not restore" not in log.read_text()
+    assert not list((tmp_path / "data" / "gpupool-kernel-state").iterdir())  # used once
+    # a kernel its user shuts down keeps nothing for the next one
+    assert api(server, "DELETE", f"sessions/{sid}").status == 204
+    wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the shutdown")
+    sid, kid = session()
+    assert run_cell(server, kid, "print('x' in dir())") == "False\n"
