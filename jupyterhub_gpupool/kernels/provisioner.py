@@ -12,6 +12,10 @@ execution state is reported every ``report_interval`` (the lease's heartbeat and
 idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
 shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
 offer: it keeps its GPU).
+
+``launcher`` says where the kernel runs: ``local`` (this server's process, pinned by
+``CUDA_VISIBLE_DEVICES``) or ``kubernetes`` (a pod on the granted node holding the device,
+connected back to this server: ``kernels/kubelaunch.py``).
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado import web
 from traitlets import Float, TraitError, Unicode, default
 
 from ..jobs.runner import NotReady, device_env
+from ..kube.client import KubeError
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
+from .kubelaunch import KubeLaunch
+from .kubepod import LAUNCHER_MODULE
 
 #: Lease states in which the kernel may run.
 _HELD = ("granted", "active", "reclaiming")
@@ -46,8 +54,9 @@ class GpuKernelError(web.HTTPError):
         return self.message
 
 
-class GpuPoolProvisioner(LocalProvisioner):
-    """A local kernel on a GPU leased from the pool for this kernel alone."""
+class GpuPoolProvisioner(KubeLaunch):
+    """A kernel on a GPU leased from the pool for this kernel alone: a local process, or a
+    pod on the granted node (``launcher``)."""
 
     offer = Unicode("", help="The pool offer this kernel asks for (from the kernelspec).").tag(
         config=True
@@ -89,6 +98,8 @@ class GpuPoolProvisioner(LocalProvisioner):
         self._client: PoolClient | None = None
         self._shutting: asyncio.Future[None] | None = None
         self._reported_at: datetime | None = None
+        self._pod_env: dict[str, str] = {}
+        self._pod_cwd: str | None = None
 
     @property
     def client(self) -> PoolClient:
@@ -108,6 +119,14 @@ class GpuPoolProvisioner(LocalProvisioner):
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
         lease, pin = await self.acquire()
+        if self.launcher == "kubernetes":
+            # the pod gets the kernelspec's variables, not this server's (its token)
+            self._pod_env = dict(self.kernel_spec.env or {}) if self.kernel_spec else {}
+            self._pod_cwd = kwargs.pop("cwd", None)
+            kwargs.pop("extra_arguments", None)
+            kwargs["cmd"] = [self.python, "-m", LAUNCHER_MODULE]
+            kwargs = await KernelProvisionerBase.pre_launch(self, **kwargs)
+            return kwargs
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"].update(pin)
         kwargs["env"]["GPUPOOL_KERNEL_LEASE"] = str(lease["id"])
@@ -119,6 +138,55 @@ class GpuPoolProvisioner(LocalProvisioner):
             pin["CUDA_VISIBLE_DEVICES"],
         )
         return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """Start the kernel: a local process, or its pod (the connection info is then the
+        pod's answer)."""
+        if self.launcher != "kubernetes":
+            return await super().launch_kernel(cmd, **kwargs)
+        if self.lease is None:
+            raise GpuKernelError("The kernel's GPU lease ended before its pod was made.")
+        try:
+            info = await self.kube_launch(
+                self.lease, str(self.kernel_id), self._pod_env, self._pod_cwd
+            )
+        except (RuntimeError, ValueError, KubeError) as e:
+            await self.release()
+            raise GpuKernelError(f"The GPU kernel's pod did not start: {e}") from None
+        self.connection_info = info
+        self.log.info("GPU kernel %s: pod %s at %s", self.kernel_id, self._pod, info["ip"])
+        return info
+
+    @property
+    def has_process(self) -> bool:
+        if self.launcher == "kubernetes":
+            return self._pod is not None
+        return bool(super().has_process)
+
+    async def poll(self) -> int | None:
+        if self.launcher == "kubernetes":
+            return await self.kube_poll()
+        return await super().poll()
+
+    async def wait(self) -> int | None:
+        if self.launcher == "kubernetes":
+            return await self.kube_wait()
+        return await super().wait()
+
+    async def send_signal(self, signum: int) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_signal(signum)
+        return await super().send_signal(signum)
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_delete_pod(0)
+        return await super().kill(restart=restart)
+
+    async def terminate(self, restart: bool = False) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_delete_pod()
+        return await super().terminate(restart=restart)
 
     async def acquire(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The kernel's lease once granted and its devices ready, and the pinning; or
@@ -261,8 +329,11 @@ class GpuPoolProvisioner(LocalProvisioner):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.launcher == "kubernetes":
+            await self.kube_delete()
         if not restart:
             await self.release()
+            await self.kube_close()
         await super().cleanup(restart=restart)
 
     async def release(self) -> None:
@@ -279,9 +350,12 @@ class GpuPoolProvisioner(LocalProvisioner):
         """What a restarted server needs to find this kernel's lease again."""
         info: dict[str, Any] = await super().get_provisioner_info()
         info["gpupool_lease"] = self.lease
+        if self.launcher == "kubernetes":
+            info["gpupool_pod"] = self.kube_info()
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
         """Take the lease back with the kernel."""
         await super().load_provisioner_info(provisioner_info)
         self.lease = provisioner_info.get("gpupool_lease")
+        self.kube_load(provisioner_info.get("gpupool_pod"))
