@@ -34,10 +34,10 @@ _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 
 
 def pod_name(kernel_id: str) -> str:
-    """A fresh pod name for one launch of ``kernel_id`` (a restarted kernel's old pod may still
-    be terminating under the previous name)."""
-    name: str = dra._name("gpupool-kernel-", f"{kernel_id[:36]}-{secrets.token_hex(3)}")
-    return name
+    """A fresh pod name (a DNS label) for one launch of ``kernel_id``: a restarted kernel's
+    old pod may still be terminating under the previous one."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", kernel_id.lower())[:36].strip("-") or "kernel"
+    return f"gpupool-kernel-{cleaned}-{secrets.token_hex(3)}"
 
 
 def kernel_claim(lease: Mapping[str, Any], name: str, namespace: str) -> dict[str, Any]:
