@@ -146,6 +146,12 @@ class KubeLaunch(LocalProvisioner):
         help="The port this server listens on for a kernel pod's answer (0: any free one; "
         "fix it where a NetworkPolicy must allow it).",
     ).tag(config=True)
+    owner_pod = Unicode(
+        help="A pod in the kernels' namespace that owns the kernel pods and claims: when it is "
+        "deleted, Kubernetes deletes them too (a server that died without shutting its "
+        "kernels down leaves no GPU held). Default: this server's own pod ($HOSTNAME) when it "
+        "runs in that namespace, else none."
+    ).tag(config=True)
     launch_timeout = Float(
         300.0,
         help="Seconds a kernel pod may take from its creation to its answer (scheduling, "
@@ -165,6 +171,15 @@ class KubeLaunch(LocalProvisioner):
     @default("image")
     def _image(self) -> str:
         return os.environ.get("JUPYTER_IMAGE_SPEC") or os.environ.get("JUPYTER_IMAGE", "")
+
+    @default("owner_pod")
+    def _owner_pod(self) -> str:
+        with contextlib.suppress(OSError):
+            if os.environ.get("KUBERNETES_SERVICE_HOST") and (
+                NAMESPACE_FILE.read_text().strip() == self.namespace
+            ):
+                return os.environ.get("HOSTNAME", "")
+        return ""
 
     @default("server_root")
     def _server_root(self) -> str:
@@ -234,10 +249,13 @@ class KubeLaunch(LocalProvisioner):
         )
         port = server.sockets[0].getsockname()[1]
         try:
+            owner = await self._kube_owner()
             claim = None
             if self.device_backend == "dra":
                 claim = dra.claim_name(name)
                 body = kubepod.kernel_claim(lease, claim, namespace)
+                if owner is not None:
+                    kubepod.owned_by(body, owner)
                 await client.create(self._kube_path("resourceclaims"), body)
                 self._claim = claim
             pod = kubepod.kernel_pod(
@@ -262,6 +280,8 @@ class KubeLaunch(LocalProvisioner):
                 grace_seconds=self.grace_seconds,
                 pull_policy=self.image_pull_policy,
             )
+            if owner is not None:
+                kubepod.owned_by(pod, owner)
             await client.create(self._kube_path("pods"), pod)
             self._pod = name
             return await self._kube_wait_answer(answer)
@@ -270,6 +290,20 @@ class KubeLaunch(LocalProvisioner):
             raise
         finally:
             server.close()
+
+    async def _kube_owner(self) -> dict[str, Any] | None:
+        """The owner pod (None: none configured, or not readable: logged, the kernel starts
+        without an owner)."""
+        if not self.owner_pod:
+            return None
+        try:
+            owner: dict[str, Any] = await self.kube_client().get(
+                self._kube_path("pods", self.owner_pod)
+            )
+        except KubeError as e:
+            self.log.warning("GPU kernel pods get no owner (%s): %s", self.owner_pod, e)
+            return None
+        return owner
 
     def _kube_path(self, plural: str, name: str = "") -> str:
         ns = self._pod_namespace or self.namespace

@@ -149,6 +149,15 @@ def kernel_pod(
     }
 
 
+def owned_by(obj: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with the pod ``owner`` (its name and uid) as its owner: Kubernetes' garbage
+    collector deletes it when that pod goes (an owner must be in the same namespace)."""
+    meta = owner.get("metadata") or {}
+    ref = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    obj["metadata"]["ownerReferences"] = [ref]
+    return obj
+
+
 def pod_exit(pod: Mapping[str, Any] | None) -> int | None:
     """The kernel's exit status from its pod: None while it may run (Pending, Running), the
     container's exit code once it ended (1 for a pod that failed without one), 0 for a pod

@@ -67,7 +67,8 @@ READ = (
 
 class Kubelet:
     """Runs the containers of the kernel pods the fake API server scheduled, as local
-    processes, and reports their exit; stops a process whose pod was deleted."""
+    processes, and reports their exit; stops a process whose pod was deleted. (Other pods,
+    such as a server's, are left alone.)"""
 
     def __init__(self, api: FakeKubeAPI, volumes: dict[str, Path]) -> None:
         self.api = api
@@ -135,7 +136,8 @@ class Kubelet:
             pods = self.api.objects_of("pods")
             for pod in pods.values():
                 name = pod["metadata"]["name"]
-                if name not in self.procs and pod["status"].get("phase") == "Running":
+                kernel = kubepod.KERNEL_LABEL in pod["metadata"].get("labels", {})
+                if kernel and name not in self.procs and pod["status"].get("phase") == "Running":
                     self.seen.append(pod)
                     self._start(pod)
             for name, proc in self.procs.items():
@@ -343,3 +345,48 @@ def test_without_the_charts_role_the_start_fails_clearly(tmp_path, svc, home, se
             assert kernels(svc, "alice") == []
 
         asyncio.run(scenario())
+
+
+def test_kernel_pods_go_with_the_server_pod_that_owns_them(tmp_path, svc, kube, home, server_env):
+    """A server that dies without shutting its kernels down: its pod's deletion takes the
+    kernel pod and claim with it (Kubernetes' garbage collector, by ownerReferences)."""
+    import httpx
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    server_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "jupyter-alice"},
+        "spec": {"containers": [{"name": "notebook", "image": "registry.example/nb:1"}]},
+    }
+    r = httpx.post(f"{kube.url}/api/v1/namespaces/{NS}/pods", json=server_pod, headers=admin)
+    assert r.status_code == 201, r.text
+    uid = r.json()["metadata"]["uid"]
+    mkm = setup_server(tmp_path, svc, kube, home, device_backend="dra", owner_pod="jupyter-alice")
+
+    async def scenario() -> None:
+        with Kubelet(kube, {"claim-alice": home}) as kubelet:
+            kid = await mkm.start_kernel(kernel_name=spec_name("h100"), path="project")
+            try:
+                pods = kube.objects_of("pods")
+                del pods[f"{NS}/jupyter-alice"]
+                kernel_objects = [*pods.values(), *kube.objects_of("resourceclaims").values()]
+                assert len(kernel_objects) == 2  # the kernel's pod and claim
+                for obj in kernel_objects:
+                    (ref,) = obj["metadata"]["ownerReferences"]
+                    assert (ref["kind"], ref["name"], ref["uid"]) == ("Pod", "jupyter-alice", uid)
+                mkm.get_kernel(kid).stop_restarter()  # a dead server restarts nothing
+                r = httpx.delete(
+                    f"{kube.url}/api/v1/namespaces/{NS}/pods/jupyter-alice", headers=admin
+                )
+                assert r.status_code == 200, r.text
+                assert kube.objects_of("pods") == {}
+                assert kube.objects_of("resourceclaims") == {}
+                (proc,) = kubelet.procs.values()
+                await until("the kubelet stopped the kernel", lambda: proc.poll() is not None)
+                assert await mkm.get_kernel(kid).provisioner.poll() == 0  # the kernel is gone
+            finally:
+                await mkm.shutdown_kernel(kid, now=True)
+            assert kernels(svc, "alice") == []
+
+    asyncio.run(scenario())

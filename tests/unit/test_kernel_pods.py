@@ -74,6 +74,10 @@ def test_dra_pods_reference_a_claim_selecting_exactly_the_device():
     assert GPU in cel and '"1g.10gb"' in cel and "memorySlice3" in cel
     p = pod(mig, backend="dra", claim_name="k-gpu")
     valid(p)
+    server = {"metadata": {"name": "jupyter-alice", "uid": "9f1c0000-0000-4000-8000-000000000001"}}
+    for owned in (kubepod.owned_by(p, server), kubepod.owned_by(claim, server)):
+        valid(owned)
+        assert owned["metadata"]["ownerReferences"][0]["name"] == "jupyter-alice"
     assert p["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "k-gpu"}]
     assert p["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}
     with pytest.raises(ValueError, match="device-plugin"):
