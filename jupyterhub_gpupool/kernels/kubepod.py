@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..spawner import dra, objects
+from .launcher import POD_IP_ENV, TOKEN_ENV
 
 #: Labels of a kernel pod (and its claim): which kernel, and who made it.
 KERNEL_LABEL = "gpupool.jupyter.org/kernel"
@@ -26,9 +27,6 @@ MANAGED = {"app.kubernetes.io/managed-by": "jupyterhub-gpupool"}
 CLAIM_REF = "gpu"
 CONTAINER = "kernel"
 LAUNCHER_MODULE = "jupyterhub_gpupool.kernels.launcher"
-#: Where the launcher reads its one-time response token, and the pod's own IP.
-TOKEN_ENV = "GPUPOOL_KERNEL_RESPONSE_TOKEN"
-POD_IP_ENV = "GPUPOOL_KERNEL_POD_IP"
 BACKENDS = ("device-plugin", "dra")
 _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 

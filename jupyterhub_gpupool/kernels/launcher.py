@@ -10,7 +10,8 @@ response address signed with the one-time token from ``$GPUPOOL_KERNEL_RESPONSE_
 (HMAC-SHA256; the token itself never crosses the network), and on the server's ``ok``
 replaces itself with ``ipykernel_launcher -f <file>``: the kernel is the container's process,
 so the pod ends with it. The key is made here and sent once: it is not in the pod spec, which
-everyone who may read pods in the namespace can read.
+everyone who may read pods in the namespace can read. Only the standard library is imported
+(the image needs ipykernel, nothing of this package beyond this module).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import tempfile
 import uuid
 from typing import Any
 
-from .kubepod import POD_IP_ENV, TOKEN_ENV
-
+#: Where the launcher reads its one-time response token, and the pod's own IP (set in the
+#: pod spec by ``kubepod.kernel_pod``).
+TOKEN_ENV = "GPUPOOL_KERNEL_RESPONSE_TOKEN"
+POD_IP_ENV = "GPUPOOL_KERNEL_POD_IP"
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 

@@ -53,6 +53,7 @@ GPU = gpu_uuid(NODE, 0)
 NS = CHART_NAMESPACE
 SERVER_SA_TOKEN = "user-server-token"
 ADMIN = "admin-token"
+GPU_RES = "nvidia.com/gpu"
 POOL: dict[str, Any] = {
     "nodes": [{"name": NODE, "gpus": [{"model": "H100-80GB", "count": 1}]}],
     "offers": [{"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}],
@@ -72,6 +73,7 @@ class Kubelet:
 
     def __init__(self, api: FakeKubeAPI, volumes: dict[str, Path]) -> None:
         self.api = api
+        self.node_gpus = {NODE: [GPU]}
         self.volumes = volumes  # claimName → the directory backing that volume
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.seen: list[dict[str, Any]] = []
@@ -92,9 +94,11 @@ class Kubelet:
 
     def device_of(self, pod: dict[str, Any]) -> str:
         """What NVIDIA's runtime puts in NVIDIA_VISIBLE_DEVICES: the uuids the pod's claims
-        were allocated (read from the claim and the driver's ResourceSlice)."""
+        were allocated (read from the claim and the driver's ResourceSlice), or, for a
+        device-plugin limit, the plugin's pick among the node's GPUs (it has one)."""
         ns = pod["metadata"]["namespace"]
-        uuids = []
+        wanted = int(pod["spec"]["containers"][0]["resources"].get("limits", {}).get(GPU_RES, 0))
+        uuids = self.node_gpus[pod["spec"]["nodeName"]][:wanted]
         with self.api._lock:
             slices = [o for k, o in self.api.objects.items() if k[0] == "resourceslices"]
             for ref in pod["spec"].get("resourceClaims") or ():
@@ -285,8 +289,7 @@ def test_a_kernel_pod_on_the_granted_device_connects_back(
                 km = mkm.get_kernel(kid)
                 assert km.ip == "127.0.0.1"  # the pod's IP, from the launcher's answer
                 device, cwd, data = (await run_cell(km, READ)).split("|")
-                if backend == "dra":
-                    assert device == GPU
+                assert device == GPU
                 # the notebook's directory, at the mount's path in the pod (a symlink to the
                 # volume here: the process sees its target)
                 assert pod["spec"]["containers"][0]["workingDir"] == str(
