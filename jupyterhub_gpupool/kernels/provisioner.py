@@ -117,7 +117,8 @@ class GpuPoolProvisioner(KubeLaunch):
     # -- start -------------------------------------------------------------------------------
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
+        """Get the kernel's GPU (waiting in the queue), then prepare the launch on it: a
+        local process pinned to it, or the pod's environment and directory."""
         lease, pin = await self.acquire()
         if self.launcher == "kubernetes":
             # the pod gets the kernelspec's variables, not this server's (its token)
@@ -153,6 +154,9 @@ class GpuPoolProvisioner(KubeLaunch):
         except (RuntimeError, ValueError, KubeError) as e:
             await self.release()
             raise GpuKernelError(f"The GPU kernel's pod did not start: {e}") from None
+        except BaseException:  # the start given up (cancelled): no pod, no lease
+            await self.release()
+            raise
         self.connection_info = info
         self.log.info("GPU kernel %s: pod %s at %s", self.kernel_id, self._pod, info["ip"])
         return info

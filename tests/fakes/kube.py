@@ -629,6 +629,12 @@ def _workload_routes(fake: FakeKubeAPI, base: type) -> list[tuple[str, type]]:
 
         def post(self, namespace: str, plural: str) -> None:
             body = json.loads(self.request.body)
+            if plural == "pods":  # the API server's schema check (kubernetes-validate)
+                refused = fakekube_pods.problems(body)
+                if refused is not None:
+                    name = (body.get("metadata") or {}).get("name")
+                    self.status(422, "Invalid", f'Pod "{name}" is invalid: {refused}')
+                    return
             created = fake._create(plural, namespace, body)
             if created is None:
                 name = body["metadata"].get("name")

@@ -393,3 +393,21 @@ def test_kernel_pods_go_with_the_server_pod_that_owns_them(tmp_path, svc, kube, 
             assert kernels(svc, "alice") == []
 
     asyncio.run(scenario())
+
+
+def test_a_pod_the_api_server_refuses_fails_the_start_and_leaves_nothing(
+    tmp_path, svc, kube, home, server_env
+):
+    """A toleration Kubernetes does not know: the API server's schema check refuses the pod
+    (422); the claim made before it is deleted and the lease released."""
+    bad = [{"key": "nvidia.com/gpu", "operator": "Exists", "when": "always"}]
+    mkm = setup_server(tmp_path, svc, kube, home, device_backend="dra", tolerations=bad)
+
+    async def scenario() -> None:
+        with pytest.raises(GpuKernelError, match=r"422 .*is invalid"):
+            await mkm.start_kernel(kernel_name=spec_name("h100"), path="project")
+        assert kube.objects_of("pods") == {}
+        assert kube.objects_of("resourceclaims") == {}
+        assert kernels(svc, "alice") == []
+
+    asyncio.run(scenario())
