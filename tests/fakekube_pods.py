@@ -8,7 +8,9 @@ server and scheduler behave:
   ``nvidia.com/*`` resource with Kubernetes' effective request (the larger of the containers'
   sum and the largest init container); a pod that does not fit stays ``Pending``
   (``FailedScheduling``), and is scheduled again when a pod ends or is deleted, as the real
-  scheduler retries unschedulable pods.
+  scheduler retries unschedulable pods;
+* the API server's schema check of a created pod (:func:`problems`: kubernetes-validate,
+  strict, for the newest Kubernetes it knows): a pod it refuses is a 422 ``Invalid``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,23 @@ from collections.abc import Mapping
 from typing import Any
 
 ENDED = ("Succeeded", "Failed")
+#: The Kubernetes version created pods must validate for (DRA's resourceClaimName is 1.31+).
+VALIDATE_FOR = "1.35"
+
+
+def problems(pod: dict[str, Any]) -> str | None:
+    """What the API server's schema would refuse in a new pod (None: nothing)."""
+    try:
+        import kubernetes_validate
+    except ImportError:  # the test extra's kubernetes-validate is not installed
+        return None
+    try:
+        # the API server takes apiVersion and kind from the URL when a body leaves them out
+        whole = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(pod)}
+        kubernetes_validate.validate(whole, desired_version=VALIDATE_FOR, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return str(e.message)
+    return None
 
 
 def gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:

@@ -11,8 +11,13 @@ as the kernel's start failure; other kernels are not touched. While the kernel r
 execution state is reported every ``report_interval`` (the lease's heartbeat and the pool's
 idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
 shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
-offer: it keeps its GPU). With ``carry_state``, the variables of a kernel the pool reclaims are
-saved at its notice and restored in the notebook's next GPU kernel (``kernels/carry.py``).
+offer: it keeps its GPU). With ``carry_state``, the variables of a local kernel the pool
+reclaims are saved at its notice and restored in the notebook's next GPU kernel
+(``kernels/carry.py``).
+
+``launcher`` says where the kernel runs: ``local`` (this server's process, pinned by
+``CUDA_VISIBLE_DEVICES``) or ``kubernetes`` (a pod on the granted node holding the device,
+connected back to this server: ``kernels/kubelaunch.py``).
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado import web
 from traitlets import Bool, Float, TraitError, Unicode, default
 
 from ..jobs.runner import NotReady, device_env
+from ..kube.client import KubeError
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
 from . import carry
+from .kubelaunch import KubeLaunch
+from .kubepod import LAUNCHER_MODULE
 
 #: Lease states in which the kernel may run.
 _HELD = ("granted", "active", "reclaiming")
@@ -49,8 +58,9 @@ class GpuKernelError(web.HTTPError):
         return self.message
 
 
-class GpuPoolProvisioner(LocalProvisioner):
-    """A local kernel on a GPU leased from the pool for this kernel alone."""
+class GpuPoolProvisioner(KubeLaunch):
+    """A kernel on a GPU leased from the pool for this kernel alone: a local process, or a
+    pod on the granted node (``launcher``)."""
 
     offer = Unicode("", help="The pool offer this kernel asks for (from the kernelspec).").tag(
         config=True
@@ -112,6 +122,8 @@ class GpuPoolProvisioner(LocalProvisioner):
         self._session: str | None = None  # the notebook's path (Jupyter's JPY_SESSION_NAME)
         self._own: tuple[datetime, datetime] | None = None  # our own cell's activity
         self.carried: str | None = None  # what the last save or restore said (the user's)
+        self._pod_env: dict[str, str] = {}
+        self._pod_cwd: str | None = None
 
     @property
     def client(self) -> PoolClient:
@@ -129,8 +141,17 @@ class GpuPoolProvisioner(LocalProvisioner):
     # -- start -------------------------------------------------------------------------------
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
+        """Get the kernel's GPU (waiting in the queue), then prepare the launch on it: a
+        local process pinned to it, or the pod's environment and directory."""
         lease, pin = await self.acquire()
+        if self.launcher == "kubernetes":
+            # the pod gets the kernelspec's variables, not this server's (its token)
+            self._pod_env = dict(self.kernel_spec.env or {}) if self.kernel_spec else {}
+            self._pod_cwd = kwargs.pop("cwd", None)
+            kwargs.pop("extra_arguments", None)
+            kwargs["cmd"] = [self.python, "-m", LAUNCHER_MODULE]
+            kwargs = await KernelProvisionerBase.pre_launch(self, **kwargs)
+            return kwargs
         kwargs = await super().pre_launch(**kwargs)
         self._session = kwargs["env"].get("JPY_SESSION_NAME") or None
         kwargs["env"].update(pin)
@@ -143,6 +164,58 @@ class GpuPoolProvisioner(LocalProvisioner):
             pin["CUDA_VISIBLE_DEVICES"],
         )
         return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """Start the kernel: a local process, or its pod (the connection info is then the
+        pod's answer)."""
+        if self.launcher != "kubernetes":
+            return await super().launch_kernel(cmd, **kwargs)
+        if self.lease is None:
+            raise GpuKernelError("The kernel's GPU lease ended before its pod was made.")
+        try:
+            info = await self.kube_launch(
+                self.lease, str(self.kernel_id), self._pod_env, self._pod_cwd
+            )
+        except (RuntimeError, ValueError, KubeError) as e:
+            await self.release()
+            raise GpuKernelError(f"The GPU kernel's pod did not start: {e}") from None
+        except BaseException:  # the start given up (cancelled): no pod, no lease
+            await self.release()
+            raise
+        self.connection_info = info
+        self.log.info("GPU kernel %s: pod %s at %s", self.kernel_id, self._pod, info["ip"])
+        return info
+
+    @property
+    def has_process(self) -> bool:
+        if self.launcher == "kubernetes":
+            return self._pod is not None
+        return bool(super().has_process)
+
+    async def poll(self) -> int | None:
+        if self.launcher == "kubernetes":
+            return await self.kube_poll()
+        return await super().poll()
+
+    async def wait(self) -> int | None:
+        if self.launcher == "kubernetes":
+            return await self.kube_wait()
+        return await super().wait()
+
+    async def send_signal(self, signum: int) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_signal(signum)
+        return await super().send_signal(signum)
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_delete_pod(0)
+        return await super().kill(restart=restart)
+
+    async def terminate(self, restart: bool = False) -> None:
+        if self.launcher == "kubernetes":
+            return await self.kube_delete_pod()
+        return await super().terminate(restart=restart)
 
     async def acquire(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The kernel's lease once granted and its devices ready, and the pinning; or
@@ -299,15 +372,20 @@ class GpuPoolProvisioner(LocalProvisioner):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.launcher == "kubernetes":
+            await self.kube_delete()
         if not restart:
             await self.release()
             self.drop_state()  # kept already if the pool reclaimed it; else its user ended it
+            await self.kube_close()
         await super().cleanup(restart=restart)
 
     # -- state carry-over (kernels/carry.py) -------------------------------------------------
 
     def _state_path(self) -> Path | None:
-        if not self.carry_state or not self._session:
+        """The notebook's state file: local kernels only (a pod writes in its own filesystem,
+        and its pre_launch takes no session)."""
+        if not self.carry_state or not self._session or self.launcher != "local":
             return None
         return carry.state_file(Path(self.state_dir), self._session)
 
@@ -396,9 +474,12 @@ class GpuPoolProvisioner(LocalProvisioner):
         """What a restarted server needs to find this kernel's lease again."""
         info: dict[str, Any] = await super().get_provisioner_info()
         info["gpupool_lease"] = self.lease
+        if self.launcher == "kubernetes":
+            info["gpupool_pod"] = self.kube_info()
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
         """Take the lease back with the kernel."""
         await super().load_provisioner_info(provisioner_info)
         self.lease = provisioner_info.get("gpupool_lease")
+        self.kube_load(provisioner_info.get("gpupool_pod"))

@@ -171,9 +171,17 @@ class KubeClient:
         params = {"labelSelector": label_selector} if label_selector else None
         return (await self._call("GET", path, params=params)).get("items") or []
 
-    async def delete(self, path: str) -> dict[str, Any]:
-        """Delete the object at ``path``, its pods in the background (they get SIGTERM)."""
-        return await self._call("DELETE", path, params={"propagationPolicy": "Background"})
+    async def get(self, path: str) -> dict[str, Any]:
+        """The object at ``path``."""
+        return await self._call("GET", path)
+
+    async def delete(self, path: str, grace_seconds: int | None = None) -> dict[str, Any]:
+        """Delete the object at ``path``, its pods in the background (they get SIGTERM;
+        ``grace_seconds`` replaces their termination grace period, 0: killed at once)."""
+        params = {"propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            params["gracePeriodSeconds"] = str(grace_seconds)
+        return await self._call("DELETE", path, params=params)
 
     async def node_events(self, name: str) -> list[dict[str, Any]]:
         """The events about a node (newest last), e.g. why a MIG change failed."""

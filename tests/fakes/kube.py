@@ -54,7 +54,8 @@ class FakeKubeAPI:
     For a spawner it also serves what KubeSpawner 7 calls (:func:`_workload_routes`): pods,
     PersistentVolumeClaims, Services, Secrets and Events in namespaces — create (409
     ``AlreadyExists``), read, delete (404 ``NotFound``), list with label and field selectors,
-    and **watch** (``?watch=true``: newline-delimited ``WatchEvent`` JSON from a
+    (a created pod is checked against Kubernetes' schema first: 422 ``Invalid``, as the API
+    server answers), and **watch** (``?watch=true``: newline-delimited ``WatchEvent`` JSON from a
     ``resourceVersion``, ended after ``timeoutSeconds``), as the pod reflector uses them. A
     simulated **scheduler and kubelet** run a created pod at once on a node whose labels match
     its ``nodeSelector`` and whose allocatable has its ``nvidia.com/*`` limits (``Running``,
@@ -629,6 +630,12 @@ def _workload_routes(fake: FakeKubeAPI, base: type) -> list[tuple[str, type]]:
 
         def post(self, namespace: str, plural: str) -> None:
             body = json.loads(self.request.body)
+            if plural == "pods":  # the API server's schema check (kubernetes-validate)
+                refused = fakekube_pods.problems(body)
+                if refused is not None:
+                    name = (body.get("metadata") or {}).get("name")
+                    self.status(422, "Invalid", f'Pod "{name}" is invalid: {refused}')
+                    return
             created = fake._create(plural, namespace, body)
             if created is None:
                 name = body["metadata"].get("name")

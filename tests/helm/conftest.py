@@ -27,6 +27,7 @@ ALL_ON: dict[str, Any] = {
     "postgresql": {"enabled": True, "password": "p@ss/word", "storageClassName": "fast"},
     "mig": {"strategy": "mixed", "repartition": {"enabled": True}},
     "occupancy": {"enabled": True},
+    "gpuKernels": {"kubernetes": {"enabled": True}},
     "poolConfig": {
         "offers": [
             {"name": "a100-1g", "kind": "mig", "profile": "1g.10gb", "models": ["A100-80GB"]},

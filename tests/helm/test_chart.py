@@ -86,6 +86,7 @@ def test_labels_and_names_come_from_helpers(render) -> None:
                 "reclaimer",
                 "postgresql",
                 "upgrade-db",
+                "kernels",
             }
             assert m["metadata"]["name"].startswith(("gpupool", f"{NAMESPACE}-gpupool"))
 
@@ -372,3 +373,32 @@ def test_dockerfile_builds_the_image_the_chart_runs() -> None:
     from jupyterhub_gpupool import __version__
 
     assert chart["appVersion"] == __version__  # the default tag is the package's version
+
+
+def test_gpu_kernel_pods_role_only_when_enabled(render) -> None:
+    """gpuKernels.kubernetes: the servers' service account may create, get and delete pods and
+    ResourceClaims in the kernels' namespace, and nothing else; off, no such object."""
+    assert not [m for m in render(VARIANTS["defaults"]) if "kernel" in m["metadata"]["name"]]
+    values = {"gpuKernels": {"kubernetes": {"enabled": True, "namespace": "kernels"}}}
+    manifests = render(values)
+    role = one(manifests, "Role", "gpupool-kernels")
+    assert role["metadata"]["namespace"] == "kernels"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["create", "get", "delete"],
+        },
+    ]
+    binding = one(manifests, "RoleBinding", "gpupool-kernels")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpupool-kernel-launcher", "namespace": NAMESPACE}
+    ]
+    assert one(manifests, "ServiceAccount", "gpupool-kernel-launcher")
+    theirs = {"create": False, "name": "user-sa", "namespace": "jhub-users"}
+    values["gpuKernels"]["kubernetes"]["serverServiceAccount"] = theirs
+    manifests = render(values)
+    assert not by_kind(manifests, "ServiceAccount", "user-sa")
+    (subject,) = one(manifests, "RoleBinding", "gpupool-kernels")["subjects"]
+    assert (subject["name"], subject["namespace"]) == ("user-sa", "jhub-users")

@@ -15,6 +15,13 @@ try:
     CLASSES += [GPUPoolKubeSpawner, DRAClaims]
 except ImportError:  # the kubernetes extra is optional
     pass
+try:
+    from jupyterhub_gpupool.kernels.kubelaunch import KubeLaunch
+    from jupyterhub_gpupool.kernels.provisioner import GpuPoolProvisioner
+
+    CLASSES += [GpuPoolProvisioner, KubeLaunch]
+except ImportError:  # the kernels extra (jupyter_client) is optional
+    pass
 
 
 @pytest.mark.parametrize("cls", CLASSES)
