@@ -5,13 +5,15 @@ kernel holds a lease of its own for (not its server).
 ``metadata.kernel_provisioner.config.offer``) with the server's token, waits in the queue with
 a log line per position change (bounded by ``queue_timeout``; a cancelled start or a lease
 released meanwhile ends the wait), then sets ``CUDA_VISIBLE_DEVICES`` /
-``NVIDIA_VISIBLE_DEVICES`` to the granted device. A kernel that cannot get one does not start:
-the error says why (quota, offer gone, pool unreachable, no GPU in time) and Jupyter shows it
+``NVIDIA_VISIBLE_DEVICES`` to the granted device. While it waits, the start is on this
+server's board (``board.BOARD``: the notebook shows its position and estimate, and Cancel
+there gives the queued lease back). A kernel that cannot get one does not start: the error
+says why (quota, offer gone, pool unreachable, no GPU in time, cancelled) and Jupyter shows it
 as the kernel's start failure; other kernels are not touched. While the kernel runs, its
 execution state is reported every ``report_interval`` (the lease's heartbeat and the pool's
-idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
-shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
-offer: it keeps its GPU).
+idleness signal); an idle notice is logged and put on the board (the notebook shows it), and a
+lease the pool ends (idle reclaim, an admin) shuts the kernel down. ``cleanup`` releases the
+lease, except on a restart (same kernel, same offer: it keeps its GPU).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from traitlets import Float, TraitError, Unicode, default
 
 from ..jobs.runner import NotReady, device_env
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
+from .board import BOARD
 
 #: Lease states in which the kernel may run.
 _HELD = ("granted", "active", "reclaiming")
@@ -52,6 +55,9 @@ class GpuPoolProvisioner(LocalProvisioner):
     offer = Unicode("", help="The pool offer this kernel asks for (from the kernelspec).").tag(
         config=True
     )
+    offer_name = Unicode(
+        "", help="The offer's display name, as the notebook shows it (default: the offer)."
+    ).tag(config=True)
     queue_timeout = Float(
         600.0,
         help="Seconds a kernel start waits in the pool's queue before it gives up (its request "
@@ -107,7 +113,11 @@ class GpuPoolProvisioner(LocalProvisioner):
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Get the kernel's GPU (waiting in the queue), then prepare a local launch on it."""
-        lease, pin = await self.acquire()
+        try:
+            lease, pin = await self.acquire()
+        except GpuKernelError:
+            self._forget_failed_start()
+            raise
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"].update(pin)
         kwargs["env"]["GPUPOOL_KERNEL_LEASE"] = str(lease["id"])
@@ -119,6 +129,15 @@ class GpuPoolProvisioner(LocalProvisioner):
             pin["CUDA_VISIBLE_DEVICES"],
         )
         return kwargs
+
+    def _forget_failed_start(self) -> None:
+        """jupyter_client (8.x) keeps a kernel whose start failed among the server's pending
+        kernels for good, and the server's stop then fails on it ("Kernel does not exist")
+        before it has shut the running kernels down: the stopped server hangs, its GPU kernels
+        left running. A start this provisioner refused is no kernel: it is taken off."""
+        pending = getattr(getattr(self.parent, "parent", None), "_pending_kernels", None)
+        if isinstance(pending, dict):
+            pending.pop(str(self.kernel_id), None)
 
     async def acquire(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The kernel's lease once granted and its devices ready, and the pinning; or
@@ -144,14 +163,22 @@ class GpuPoolProvisioner(LocalProvisioner):
         self.lease = lease
         loop = asyncio.get_running_loop()
         deadline, shown = loop.time() + self.queue_timeout, None
+        cancel: asyncio.Event | None = None
         try:
             while True:
+                if cancel is not None and cancel.is_set():
+                    raise GpuKernelError(
+                        f"GPU kernel start cancelled: the {self.offer_name or self.offer} GPU "
+                        f"request was given back (queue position {lease.get('position')}). "
+                        "The notebook keeps working; pick this kernel again to queue anew.",
+                        409,
+                    )
                 state = lease.get("state")
                 if state in _HELD:
                     try:
                         return lease, device_env(lease)
-                    except NotReady:
-                        pass  # a MIG slice still being made: ready within a round or two
+                    except NotReady:  # a MIG slice still being made: ready in a round or two
+                        cancel = self._on_board(lease, "preparing")
                 elif state == "queued":
                     if lease.get("reason") == "quota":
                         raise GpuKernelError(
@@ -159,6 +186,7 @@ class GpuPoolProvisioner(LocalProvisioner):
                             "kernel or GPU server first. The kernel was not started.",
                             409,
                         )
+                    cancel = self._on_board(lease, "queued")
                     where = (lease.get("position"), lease.get("eta_seconds"))
                     if where != shown:
                         shown = where
@@ -181,11 +209,37 @@ class GpuPoolProvisioner(LocalProvisioner):
                         f"(queue position {lease.get('position')}): the kernel was not started."
                         " Try again later."
                     )
-                await asyncio.sleep(self.poll_interval)
-                lease = await self.client.kernel(kid)
+                with contextlib.suppress(asyncio.TimeoutError):  # the next look, or a cancel
+                    await asyncio.wait_for(cancel.wait(), self.poll_interval)
+                if not cancel.is_set():
+                    lease = await self.client.kernel(kid)
         except BaseException:  # refused, timed out, cancelled (shutdown, interrupt): no lease
             await self.release()
             raise
+        finally:
+            BOARD.done(kid)
+
+    def _on_board(self, lease: dict[str, Any], state: str) -> asyncio.Event:
+        """Show the waiting start on the server's board (what the notebook shows); answers
+        the event a cancel from the board sets."""
+        return BOARD.wait(
+            str(self.kernel_id),
+            state=state,
+            lease_id=lease.get("id"),
+            position=lease.get("position"),
+            eta_seconds=lease.get("eta_seconds"),
+            **self._names(),
+        )
+
+    def _names(self) -> dict[str, Any]:
+        """The kernel as the notebook names it: its kernelspec and offer."""
+        spec = getattr(self, "kernel_spec", None)
+        return {
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+            "display_name": str(getattr(spec, "display_name", "") or ""),
+            "offer": self.offer,
+            "offer_name": self.offer_name or self.offer,
+        }
 
     async def post_launch(self, **kwargs: Any) -> None:
         """Report the kernel started (its lease turns active) and start the reports (the
@@ -227,6 +281,7 @@ class GpuPoolProvisioner(LocalProvisioner):
         if notice and notice != self._noticed:
             self.log.warning("GPU kernel %s: %s", self.kernel_id, notice)
         self._noticed = notice
+        BOARD.notice(str(self.kernel_id), lease.get("notice") or None, **self._names())
         if lease.get("state") == "released":
             self.lease = None
             self.log.warning(
@@ -263,6 +318,7 @@ class GpuPoolProvisioner(LocalProvisioner):
                 await task
         if not restart:
             await self.release()
+            BOARD.forget(str(self.kernel_id))
         await super().cleanup(restart=restart)
 
     async def release(self) -> None:
