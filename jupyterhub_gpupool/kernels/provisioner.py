@@ -168,9 +168,8 @@ class GpuPoolProvisioner(LocalProvisioner):
             while True:
                 if cancel is not None and cancel.is_set():
                     raise GpuKernelError(
-                        f"GPU kernel start cancelled: the {self.offer_name or self.offer} GPU "
-                        f"request was given back (queue position {lease.get('position')}). "
-                        "The notebook keeps working; pick this kernel again to queue anew.",
+                        "GPU kernel start cancelled: your place in the queue for "
+                        f"{self.offer_name or self.offer} was given back.",
                         409,
                     )
                 state = lease.get("state")

@@ -38,7 +38,7 @@ export function waitingText(w: IKernelStart): string {
   }
   const where = w.position ? `position ${w.position} in the queue` : 'in the queue';
   const eta = etaText(w.eta_seconds);
-  return `Waiting for a GPU (${gpu}): ${where}${eta ? `, ${eta}` : ''}. The kernel starts when it is free.`;
+  return `Waiting for a GPU (${gpu}): ${where}, ${eta || 'no estimate yet'}`;
 }
 
 /** What the pool's idle notice to a GPU kernel says in the lab: always that its variables

@@ -105,14 +105,12 @@ class Screen implements INotifier {
 describe('GPU kernel wording', () => {
   it('says the offer, the place in the queue and the estimate', () => {
     expect(waitingText(start())).toBe(
-      'Waiting for a GPU (A100 1g.10gb): position 2 in the queue, about 3 min. The kernel starts when it is free.'
+      'Waiting for a GPU (A100 1g.10gb): position 2 in the queue, about 3 min'
     );
     expect(waitingText(start({ eta_seconds: null, position: null }))).toBe(
-      'Waiting for a GPU (A100 1g.10gb): in the queue. The kernel starts when it is free.'
+      'Waiting for a GPU (A100 1g.10gb): in the queue, no estimate yet'
     );
-    expect(waitingText(start({ eta_seconds: 5 }))).toContain(
-      'position 2 in the queue, any moment.'
-    );
+    expect(waitingText(start({ eta_seconds: 5 }))).toContain('position 2 in the queue, any moment');
     expect(waitingText(start({ state: 'preparing' }))).toContain(
       'Preparing the GPU (A100 1g.10gb)'
     );
