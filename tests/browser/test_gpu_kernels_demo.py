@@ -183,6 +183,6 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     queued.get_by_role("button", name="Cancel").click()
     failed = alice.locator(".jp-Dialog")
     expect(failed).to_contain_text("GPU kernel start cancelled", timeout=60_000)
-    shoot(alice, "gpu-kernel-cancelled")
     expect(queued).to_have_count(0)
+    shoot(alice, "gpu-kernel-cancelled")
     assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]
