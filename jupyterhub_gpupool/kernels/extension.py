@@ -1,6 +1,7 @@
 """The Jupyter server extension that keeps the GPU kernelspecs in step with the pool's offers:
 written at server start and every ``refresh_interval`` seconds (a pool out of reach leaves the
-specs as they were and says so in the log). Enable it with
+specs as they were and says so in the log); it also serves this server's GPU kernel starts
+waiting for their GPU, and their Cancel (``handlers``). Enable it with
 ``--ServerApp.jpserver_extensions=jupyterhub_gpupool.kernels=True`` (the spawner's
 ``args``) or ``jupyter server extension enable jupyterhub_gpupool.kernels``."""
 
@@ -15,6 +16,7 @@ from traitlets import Float, Unicode, default
 from traitlets.config import Configurable
 
 from ..poolclient import PoolClient, PoolClientError
+from .handlers import handlers
 from .kernelspecs import default_folder, write_kernelspecs
 
 
@@ -60,6 +62,8 @@ class GpuKernelSpecs(Configurable):
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
+    web_app = server_app.web_app
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     specs = GpuKernelSpecs(parent=server_app)
     if not specs.api_url or not specs.api_token:
         server_app.log.warning("GPU kernelspecs off: no $GPUPOOL_API_URL or token")

@@ -40,7 +40,7 @@ def kernelspec(offer: Mapping[str, Any], python: str = sys.executable) -> dict[s
             "debugger": True,
             "kernel_provisioner": {
                 "provisioner_name": PROVISIONER,
-                "config": {"offer": offer["name"]},
+                "config": {"offer": offer["name"], "offer_name": shown},
             },
         },
     }

@@ -5,15 +5,17 @@ kernel holds a lease of its own for (not its server).
 ``metadata.kernel_provisioner.config.offer``) with the server's token, waits in the queue with
 a log line per position change (bounded by ``queue_timeout``; a cancelled start or a lease
 released meanwhile ends the wait), then sets ``CUDA_VISIBLE_DEVICES`` /
-``NVIDIA_VISIBLE_DEVICES`` to the granted device. A kernel that cannot get one does not start:
-the error says why (quota, offer gone, pool unreachable, no GPU in time) and Jupyter shows it
+``NVIDIA_VISIBLE_DEVICES`` to the granted device. While it waits, the start is on this
+server's board (``board.BOARD``: the notebook shows its position and estimate, and Cancel
+there gives the queued lease back). A kernel that cannot get one does not start: the error
+says why (quota, offer gone, pool unreachable, no GPU in time, cancelled) and Jupyter shows it
 as the kernel's start failure; other kernels are not touched. While the kernel runs, its
 execution state is reported every ``report_interval`` (the lease's heartbeat and the pool's
-idleness signal); an idle notice is logged, and a lease the pool ends (idle reclaim, an admin)
-shuts the kernel down. ``cleanup`` releases the lease, except on a restart (same kernel, same
-offer: it keeps its GPU). With ``carry_state``, the variables of a local kernel the pool
-reclaims are saved at its notice and restored in the notebook's next GPU kernel
-(``kernels/carry.py``).
+idleness signal); an idle notice is logged and put on the board (the notebook shows it), and a
+lease the pool ends (idle reclaim, an admin) shuts the kernel down. ``cleanup`` releases the
+lease, except on a restart (same kernel, same offer: it keeps its GPU). With ``carry_state``,
+the variables of a local kernel the pool reclaims are saved at its notice and restored in the
+notebook's next GPU kernel (``kernels/carry.py``).
 
 ``launcher`` says where the kernel runs: ``local`` (this server's process, pinned by
 ``CUDA_VISIBLE_DEVICES``) or ``kubernetes`` (a pod on the granted node holding the device,
@@ -38,6 +40,7 @@ from ..jobs.runner import NotReady, device_env
 from ..kube.client import KubeError
 from ..poolclient import PoolClient, PoolRefused, PoolUnavailable
 from . import carry
+from .board import BOARD
 from .kubelaunch import KubeLaunch
 from .kubepod import LAUNCHER_MODULE
 
@@ -65,6 +68,9 @@ class GpuPoolProvisioner(KubeLaunch):
     offer = Unicode("", help="The pool offer this kernel asks for (from the kernelspec).").tag(
         config=True
     )
+    offer_name = Unicode(
+        "", help="The offer's display name, as the notebook shows it (default: the offer)."
+    ).tag(config=True)
     queue_timeout = Float(
         600.0,
         help="Seconds a kernel start waits in the pool's queue before it gives up (its request "
@@ -122,6 +128,7 @@ class GpuPoolProvisioner(KubeLaunch):
         self._session: str | None = None  # the notebook's path (Jupyter's JPY_SESSION_NAME)
         self._own: tuple[datetime, datetime] | None = None  # our own cell's activity
         self.carried: str | None = None  # what the last save or restore said (the user's)
+        self._saved: str | None = None  # what the save at the standing notice said
         self._pod_env: dict[str, str] = {}
         self._pod_cwd: str | None = None
 
@@ -143,7 +150,11 @@ class GpuPoolProvisioner(KubeLaunch):
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Get the kernel's GPU (waiting in the queue), then prepare the launch on it: a
         local process pinned to it, or the pod's environment and directory."""
-        lease, pin = await self.acquire()
+        try:
+            lease, pin = await self.acquire()
+        except GpuKernelError:
+            self._forget_failed_start()
+            raise
         if self.launcher == "kubernetes":
             # the pod gets the kernelspec's variables, not this server's (its token)
             self._pod_env = dict(self.kernel_spec.env or {}) if self.kernel_spec else {}
@@ -217,6 +228,15 @@ class GpuPoolProvisioner(KubeLaunch):
             return await self.kube_delete_pod()
         return await super().terminate(restart=restart)
 
+    def _forget_failed_start(self) -> None:
+        """jupyter_client (8.x) keeps a kernel whose start failed among the server's pending
+        kernels for good, and the server's stop then fails on it ("Kernel does not exist")
+        before it has shut the running kernels down: the stopped server hangs, its GPU kernels
+        left running. A start this provisioner refused is no kernel: it is taken off."""
+        pending = getattr(getattr(self.parent, "parent", None), "_pending_kernels", None)
+        if isinstance(pending, dict):
+            pending.pop(str(self.kernel_id), None)
+
     async def acquire(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The kernel's lease once granted and its devices ready, and the pinning; or
         ``GpuKernelError`` (no lease is left behind)."""
@@ -241,14 +261,21 @@ class GpuPoolProvisioner(KubeLaunch):
         self.lease = lease
         loop = asyncio.get_running_loop()
         deadline, shown = loop.time() + self.queue_timeout, None
+        cancel: asyncio.Event | None = None
         try:
             while True:
+                if cancel is not None and cancel.is_set():
+                    raise GpuKernelError(
+                        "GPU kernel start cancelled: your place in the queue for "
+                        f"{self.offer_name or self.offer} was given back.",
+                        409,
+                    )
                 state = lease.get("state")
                 if state in _HELD:
                     try:
                         return lease, device_env(lease)
-                    except NotReady:
-                        pass  # a MIG slice still being made: ready within a round or two
+                    except NotReady:  # a MIG slice still being made: ready in a round or two
+                        cancel = self._on_board(lease, "preparing")
                 elif state == "queued":
                     if lease.get("reason") == "quota":
                         raise GpuKernelError(
@@ -256,6 +283,7 @@ class GpuPoolProvisioner(KubeLaunch):
                             "kernel or GPU server first. The kernel was not started.",
                             409,
                         )
+                    cancel = self._on_board(lease, "queued")
                     where = (lease.get("position"), lease.get("eta_seconds"))
                     if where != shown:
                         shown = where
@@ -278,11 +306,37 @@ class GpuPoolProvisioner(KubeLaunch):
                         f"(queue position {lease.get('position')}): the kernel was not started."
                         " Try again later."
                     )
-                await asyncio.sleep(self.poll_interval)
-                lease = await self.client.kernel(kid)
+                with contextlib.suppress(asyncio.TimeoutError):  # the next look, or a cancel
+                    await asyncio.wait_for(cancel.wait(), self.poll_interval)
+                if not cancel.is_set():
+                    lease = await self.client.kernel(kid)
         except BaseException:  # refused, timed out, cancelled (shutdown, interrupt): no lease
             await self.release()
             raise
+        finally:
+            BOARD.done(kid)
+
+    def _on_board(self, lease: dict[str, Any], state: str) -> asyncio.Event:
+        """Show the waiting start on the server's board (what the notebook shows); answers
+        the event a cancel from the board sets."""
+        return BOARD.wait(
+            str(self.kernel_id),
+            state=state,
+            lease_id=lease.get("id"),
+            position=lease.get("position"),
+            eta_seconds=lease.get("eta_seconds"),
+            **self._names(),
+        )
+
+    def _names(self) -> dict[str, Any]:
+        """The kernel as the notebook names it: its kernelspec and offer."""
+        spec = getattr(self, "kernel_spec", None)
+        return {
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+            "display_name": str(getattr(spec, "display_name", "") or ""),
+            "offer": self.offer,
+            "offer_name": self.offer_name or self.offer,
+        }
 
     async def post_launch(self, **kwargs: Any) -> None:
         """Report the kernel started (its lease turns active) and start the reports (the
@@ -334,6 +388,10 @@ class GpuPoolProvisioner(KubeLaunch):
         elif not notice and self._noticed and lease.get("state") != "released":
             self.drop_state()  # a cell ran: the notice is withdrawn
         self._noticed = notice
+        shown = lease.get("notice") or None
+        if shown and self._saved:  # what was saved for the next kernel, and what could not be
+            shown = {**shown, "message": f"{shown.get('message', '')} {self._saved}"}
+        BOARD.notice(str(self.kernel_id), shown, **self._names())
         if lease.get("state") == "released":
             kept = lease.get("release_reason") == "idle" and self.keep_state()
             self.lease = None
@@ -378,6 +436,7 @@ class GpuPoolProvisioner(KubeLaunch):
             await self.release()
             self.drop_state()  # kept already if the pool reclaimed it; else its user ended it
             await self.kube_close()
+            BOARD.forget(str(self.kernel_id))
         await super().cleanup(restart=restart)
 
     # -- state carry-over (kernels/carry.py) -------------------------------------------------
@@ -428,7 +487,7 @@ class GpuPoolProvisioner(KubeLaunch):
             done = await self._run_in_kernel(carry.CHECKPOINT, carry.pending(path))
         except Exception as e:  # the kernel is going anyway: say so, never fail the report
             done = {"error": f"{type(e).__name__}: {e}"}
-        self.carried = carry.describe(done, restored=False)
+        self.carried = self._saved = carry.describe(done, restored=False)
         self.log.warning("GPU kernel %s: %s", self.kernel_id, self.carried)
 
     def keep_state(self) -> bool:
@@ -443,6 +502,7 @@ class GpuPoolProvisioner(KubeLaunch):
 
     def drop_state(self) -> None:
         """A withdrawn notice or a shutdown by the user: the pending checkpoint goes."""
+        self._saved = None
         path = self._state_path()
         if path is not None:
             carry.discard(carry.pending(path))

@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
+from jupyterhub_gpupool.kernels.board import BOARD
+
 from .fanout import Fanout
 from .handlers import handlers
 from .localgpu import LocalGPU
@@ -163,6 +165,8 @@ def load(server_app: Any) -> None:
     )
     web_app.settings["gpupool_presence"] = presence
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    # the GPU kernels' waits and notices reach every open lab at once (kernel-starts events)
+    BOARD.listeners.append(lambda snapshot: fanout.publish("kernel-starts", snapshot))
     fanout.start()
     presence.start()
     server_app.log.info(

@@ -16,7 +16,12 @@
 ``GET  gpupool/jobs``                  the user's jobs (the pool's ``GET jobs``)
 ``DELETE gpupool/jobs/<id>``           cancel one of them
 ``GET  gpupool/jobs/<id>/logs?offset`` its output from ``offset`` (``{data, next, complete}``)
+``GET  gpupool/kernels``               the user's GPU kernel leases (the pool's ``GET kernels``)
 =====================================  ===========================================================
+
+The event stream also carries ``kernel-starts`` (at once, then on every change): this server's
+GPU kernel starts waiting for their GPU and the pool's idle notices to its GPU kernels, as the
+kernels extension serves them at ``gpupool/kernel-starts`` (``jupyterhub_gpupool.kernels``).
 
 Every route needs the server's own authentication (the hub's ``access:servers`` for this
 server: the user's browser, or the reclaimer's token). Errors are JSON
@@ -34,6 +39,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
+
+from jupyterhub_gpupool.kernels.board import BOARD
 
 from .fanout import Fanout
 from .pool import LabPoolClient, PoolDown, PoolError, PoolRefused
@@ -136,6 +143,7 @@ class EventsHandler(_Quiet):
         self.set_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
         fanout = self.fanout
         queue = fanout.subscribe(client)
+        queue.put_nowait(("kernel-starts", BOARD.snapshot()))
         self._closed = asyncio.Event()
         try:
             self.write(f"retry: {int(fanout.interval * 1000)}\n\n")
@@ -335,6 +343,23 @@ class JobLogsHandler(_JobsBase, _Quiet):
             self.fail_pool(e)
 
 
+class KernelsHandler(_JobsBase, _Quiet):
+    """``GET gpupool/kernels``: ``{"kernels": [...]}``, the user's GPU kernel leases not ended
+    (queued ones with their position), oldest first (the panel polls it: quiet)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        client = self.pool()
+        if client is None:
+            return
+        try:
+            kernels = await client.kernels()
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        self.finish({"kernels": kernels})
+
+
 async def _give_back(fanout: Fanout, lease_id: str) -> None:
     assert fanout.client is not None
     try:
@@ -359,4 +384,5 @@ def handlers(base_url: str) -> list[tuple[str, type]]:
         (at("jobs"), JobsHandler),
         (at(rf"jobs/({_JOB_ID})"), JobHandler),
         (at(rf"jobs/({_JOB_ID})/logs"), JobLogsHandler),
+        (at("kernels"), KernelsHandler),
     ]

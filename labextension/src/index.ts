@@ -1,10 +1,11 @@
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { KernelNotifications } from './kernels';
 import { GPUPoolModel } from './model';
 import { GPUPoolPanel } from './panel';
 import { PresenceReporter } from './presence';
@@ -48,6 +49,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     model.gone.connect(open); // the server is gone and its lease ended: show what happened
+    // a GPU kernel waiting for its GPU, or told it will be reclaimed: a notification
+    const notes = new KernelNotifications(id => model.cancelKernelStart(id), Notification);
+    model.kernelStartsChanged.connect((_, board) => notes.update(board));
     cleanAfterMove(app, docs);
     model.connect();
     // the user's own input is the only presence the pool counts where this extension runs

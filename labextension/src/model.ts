@@ -18,7 +18,7 @@ import {
   reclaimedText
 } from './format';
 import { MOVED_KEY } from './stale';
-import { ILease, ILeaseEnd, ISaveResult, IState } from './types';
+import { IKernelStarts, ILease, ILeaseEnd, IKernelStart, ISaveResult, IState } from './types';
 
 /** Saves what this tab has open; returns what it saved, left alone, or failed to save. */
 export type Saver = () => Promise<{
@@ -57,6 +57,8 @@ export class GPUPoolModel {
   /** how this server's lease ended, from the pool, once the server is gone */
   ended: ILeaseEnd | null = null;
   private _gone = new Signal<this, void>(this);
+  private _kernelStarts: IKernelStarts = { waiting: [], notices: [] };
+  private _kernelStartsChanged = new Signal<this, IKernelStarts>(this);
   private _lastLease: ILease | null = null;
   private _askedAt = 0;
   private _follow: number | null = null;
@@ -190,6 +192,36 @@ export class GPUPoolModel {
     }
   }
 
+  /** This server's GPU kernel starts waiting for their GPU, and the pool's notices to its
+   * GPU kernels (the server's `kernel-starts` events). */
+  get kernelStarts(): IKernelStarts {
+    return this._kernelStarts;
+  }
+  get kernelStartsChanged(): ISignal<this, IKernelStarts> {
+    return this._kernelStartsChanged;
+  }
+
+  /** Cancel a waiting GPU kernel start: its place in the queue is given back and the start
+   * fails with "GPU kernel start cancelled" (JupyterLab says so; the notebook keeps working). */
+  async cancelKernelStart(kernelId: string): Promise<void> {
+    const w = this._kernelStarts.waiting.find(k => k.kernel_id === kernelId);
+    try {
+      await this.request<{ cancelled: IKernelStart }>(
+        `kernel-starts/${encodeURIComponent(kernelId)}`,
+        'DELETE'
+      );
+      this._message.emit({
+        text: `GPU kernel start cancelled${w ? ` (${w.offer_name || w.offer})` : ''}.`,
+        error: false
+      });
+    } catch (e) {
+      this._message.emit({
+        text: `Could not cancel the GPU kernel start: ${(e as Error).message}`,
+        error: true
+      });
+    }
+  }
+
   /** one-line messages for the user (move refused, kept, saved) */
   get message(): ISignal<this, { text: string; error: boolean }> {
     return this._message;
@@ -217,6 +249,11 @@ export class GPUPoolModel {
       this._backoff.reset();
       this.serverAway = false;
       this.setState(JSON.parse((ev as MessageEvent).data));
+    });
+    source.addEventListener('kernel-starts', ev => {
+      seen();
+      this._kernelStarts = JSON.parse((ev as MessageEvent).data) as IKernelStarts;
+      this._kernelStartsChanged.emit(this._kernelStarts);
     });
     source.addEventListener('save', ev => {
       seen();

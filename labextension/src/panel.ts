@@ -1,6 +1,7 @@
 /**
  * The side panel: the lease, live charts, quota bars, the reclaim notice with its countdown
- * and Keep my GPU, the move choices, what the last reclaim saved, and "My jobs" (jobs.ts).
+ * and Keep my GPU, the move choices, what the last reclaim saved, "GPU kernels" (kernels.ts)
+ * and "My jobs" (jobs.ts).
  * Plain DOM, every control a real <button> or <input> with a label, so it is reachable by
  * keyboard and named for screen readers.
  */
@@ -26,6 +27,7 @@ import {
   visible
 } from './format';
 import { JobsView } from './jobs';
+import { KernelsView } from './kernels';
 import { GPUPoolModel } from './model';
 import { IState } from './types';
 
@@ -52,7 +54,7 @@ function when(iso: string | null): string {
   return isNaN(d.getTime()) ? iso : d.toLocaleString();
 }
 
-/** How often the panel asks for the user's jobs while it shows. */
+/** How often the panel asks for the user's jobs and GPU kernels while it shows. */
 const JOBS_REFRESH_MS = 10000;
 
 /** What a reclaim cannot save: edits that live only in a browser tab already closed. */
@@ -65,6 +67,7 @@ export class GPUPoolPanel extends Widget {
   private live = el('p', 'jp-GPUPool-message');
   private ticker: number;
   private jobs: JobsView;
+  private kernels: KernelsView;
   private jobsTimer: number;
   private chosen: string | null = null;
 
@@ -77,7 +80,11 @@ export class GPUPoolPanel extends Widget {
     this.live.setAttribute('aria-live', 'polite');
     const heading = el('h2', 'jp-GPUPool-heading', 'Your GPU');
     this.jobs = new JobsView((path, method, body) => model.request(path, method, body));
-    this.node.append(heading, this.live, this.body, this.jobs.node);
+    this.kernels = new KernelsView(
+      (path, method, body) => model.request(path, method, body),
+      offer => model.state?.offers.find(o => o.name === offer)?.display_name || offer
+    );
+    this.node.append(heading, this.live, this.body, this.kernels.node, this.jobs.node);
     // `this` as the receiver: Widget.dispose's Signal.clearData(this) disconnects both, so a
     // disposed panel stops rendering the model (which outlives it)
     model.changed.connect(() => this.render(), this);
@@ -90,10 +97,14 @@ export class GPUPoolPanel extends Widget {
     this.jobsTimer = window.setInterval(() => {
       if (this.isVisible && !document.hidden && !this.jobs.node.hidden) {
         void this.jobs.refresh();
+        void this.kernels.refresh();
       }
     }, JOBS_REFRESH_MS);
+    // a kernel start waiting or ending here changes the list: shown at once, not in 10 s
+    model.kernelStartsChanged.connect(() => void this.kernels.refresh(), this);
     this.render();
     void this.jobs.refresh();
+    void this.kernels.refresh();
   }
 
   dispose(): void {
@@ -120,6 +131,7 @@ export class GPUPoolPanel extends Widget {
     this.body.dataset.view = view;
     // the jobs are asked through this server: not while it restarts or is away
     this.jobs.node.hidden = view === 'restarting' || this.model.serverAway;
+    this.kernels.node.hidden = this.jobs.node.hidden;
     if (view === 'restarting') {
       this.body.append(
         this.section('Moving', [

@@ -172,3 +172,52 @@ export interface ILeaseEnd {
   saved: string[];
   outcome: string | null;
 }
+
+/** A GPU kernel start of this server waiting for its GPU (the `kernel-starts` event). */
+export interface IKernelStart {
+  kernel_id: string;
+  kernel_name: string;
+  /** The kernelspec's name in the launcher: "Python 3 (GPU: A100 1g.10gb)". */
+  display_name: string;
+  offer: string;
+  offer_name: string;
+  lease_id: string | null;
+  /** `queued` (in the pool's queue) or `preparing` (granted, its MIG slice being made). */
+  state: string;
+  position: number | null;
+  eta_seconds: number | null;
+  since: string;
+}
+
+/** The pool's idle notice to one of this server's running GPU kernels. */
+export interface IKernelNotice {
+  kernel_id: string;
+  kernel_name: string;
+  display_name: string;
+  offer: string;
+  offer_name: string;
+  message: string;
+  deadline: string | null;
+}
+
+/** What the server's GPU kernels wait for or were told (`GET gpupool/kernel-starts`). */
+export interface IKernelStarts {
+  waiting: IKernelStart[];
+  notices: IKernelNotice[];
+}
+
+/** A kernel lease as the pool's `GET kernels` gives it (the fields the panel shows). */
+export interface IKernelLease {
+  id: string;
+  kernel_id: string;
+  offer: string;
+  state: string;
+  position: number | null;
+  eta_seconds: number | null;
+  node: string | null;
+  created: string | null;
+  granted: string | null;
+  activated: string | null;
+  devices: { gpu?: string | null; mig?: { uuid?: string | null } | null }[];
+  notice: { deadline: string; message: string } | null;
+}

@@ -2,9 +2,11 @@
 "Python 3 (GPU: A100 · 1g.10gb slice)" kernel and a cell reads the MIG device the kernel's own
 lease was granted; a second user's H100 kernel waits behind the first user's, with its queue
 position in the pool's ``GET kernels`` and its server's log, the page showing the kernel still
-initializing; once the first H100 kernel is shut down the waiting one starts and runs its cell
-(the demo runs as in ``tests/browser/conftest.py``, with the tutorial's small pool: one H100,
-one MIG A100)."""
+initializing and a notification "Waiting for a GPU (…): position 1 in the queue" with Cancel,
+and the panel's "GPU kernels" listing it in line; once the first H100 kernel is shut down the
+waiting one starts and runs its cell, and the notification is gone; the first user's next H100
+kernel waits too, and Cancel in its notification ends the start (the demo runs as in
+``tests/browser/conftest.py``, with the tutorial's small pool: one H100, one MIG A100)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ pytestmark = [
 A100 = "Python 3 (GPU: A100 · 1g.10gb slice)"
 H100 = "Python 3 (GPU: 1× H100 80GB)"
 LAB_TIMEOUT = 180_000
+#: the notification of bob's waiting H100 kernel (the offer's name as his kernelspec has it)
+WAITING = re.compile(r"Waiting for a GPU \(.*H100.*\): position 1 in the queue")
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 120) -> Any:
@@ -143,6 +147,15 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     starting = re.compile(re.escape(f"{H100} | ") + "(Initializing|Starting)")
     expect(bob.locator("#jp-main-statusbar")).to_contain_text(starting)
     expect(kernel_button(bob, H100, "Idle")).to_have_count(0)
+    # ... and where he looks, a notification with his place in the queue, which he may cancel
+    waiting = bob.locator(".Toastify__toast").filter(has_text=WAITING)
+    expect(waiting).to_be_visible(timeout=60_000)
+    expect(waiting.get_by_role("button", name="Cancel")).to_be_visible()
+    # the panel's "GPU kernels": his kernel lease, in line for the H100
+    bob.locator(".jp-GPUPool-status-button").click()
+    kernels = bob.locator("#jp-gpupool-panel .jp-GPUPool-kernels")
+    expect(kernels).to_contain_text("queued, 1st in line", timeout=30_000)
+    expect(waiting).to_be_in_viewport(ratio=1)  # the toast has slid in: the shot shows it
     shoot(bob, "gpu-kernel-queued")
     log = demo.state / "jupyterhub.log"
     wait_for(
@@ -154,8 +167,22 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     gone = request("DELETE", f"{a_base}/api/sessions/{session['id']}", a_token)
     assert gone.status == 204, gone.body
     expect(kernel_button(bob, H100, "Idle")).to_be_visible(timeout=LAB_TIMEOUT)
+    expect(bob.locator(".Toastify__toast").filter(has_text=WAITING)).to_have_count(0)
+    expect(kernels).to_contain_text("running", timeout=30_000)
     (granted,) = kernel_leases(demo, b_token)
     assert granted["state"] in ("granted", "active") and granted["offer"] == "h100"
     output = run_cell(bob, "device ")
     assert output.inner_text().strip() == f"device {granted['devices'][0]['gpu']}"
+    assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]
+
+    # alice reopens her H100 notebook: it waits behind bob's kernel; Cancel in the notification
+    # gives the place back, the start fails saying so, and her other kernel runs on
+    alice.goto(f"{a_base}/lab/tree/train.ipynb")
+    queued = alice.locator(".Toastify__toast").filter(has_text=WAITING)
+    expect(queued).to_be_visible(timeout=LAB_TIMEOUT)
+    queued.get_by_role("button", name="Cancel").click()
+    failed = alice.locator(".jp-Dialog")
+    expect(failed).to_contain_text("GPU kernel start cancelled", timeout=60_000)
+    expect(queued).to_have_count(0)
+    shoot(alice, "gpu-kernel-cancelled")
     assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]

@@ -5,7 +5,8 @@ check played by a fake). A kernel reads its granted device from ``CUDA_VISIBLE_D
 second user's kernel waits in the queue with its position logged and starts when the first
 shuts down; quota, an unknown offer, an unreachable pool and the queue timeout fail the start
 with a clear message and leave no lease; a cancelled start gives its place up; an idle
-kernel gets its notice and is shut down."""
+kernel gets its notice and is shut down. What the notebook shows comes from the server's board:
+a waiting start with its position (Cancel there gives the queued lease back) and the notice."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.kernels.board import BOARD
 from jupyterhub_gpupool.kernels.kernelspecs import PROVISIONER, spec_name, write_kernelspecs
 from jupyterhub_gpupool.kernels.provisioner import GpuKernelError
 from jupyterhub_gpupool.pool import commands
@@ -190,6 +192,39 @@ def test_kernels_get_their_gpu_and_a_second_user_waits_in_the_queue(svc, specs, 
     asyncio.run(scenario())
 
 
+def test_a_waiting_start_is_on_the_board_and_its_cancel_gives_the_place_up(svc, specs, pool_env):
+    async def scenario() -> None:
+        pool_env("alice")
+        first = manager(specs, "alice")
+        await first.start_kernel()
+        try:
+            assert BOARD.snapshot() == {"waiting": [], "notices": []}  # it did not wait
+            pool_env("bob")
+            second = manager(specs, "bob", poll_interval=30)  # the cancel does not wait for it
+            start = asyncio.ensure_future(second.start_kernel())
+            (waiting,) = await until(
+                "bob's start on the board", lambda: BOARD.snapshot()["waiting"]
+            )
+            assert waiting["kernel_id"] == second.kernel_id and waiting["state"] == "queued"
+            assert (waiting["offer"], waiting["offer_name"]) == ("h100", "H100 80GB")
+            assert waiting["display_name"] == "Python 3 (GPU: H100 80GB)"
+            assert waiting["kernel_name"] == spec_name("h100") and waiting["position"] == 1
+            assert "eta_seconds" in waiting and waiting["lease_id"] == kernels(svc, "bob")[0]["id"]
+            assert BOARD.cancel("no-such-kernel") is None
+            assert BOARD.cancel(second.kernel_id) == waiting
+            with pytest.raises(GpuKernelError, match="GPU kernel start cancelled") as failed:
+                await asyncio.wait_for(start, 10)  # at once, not at the next look in 30 s
+            assert failed.value.status_code == 409 and not second.has_kernel
+            assert kernels(svc, "bob") == []  # the queued lease was given back
+            r = svc.call("bob", "GET", f"kernels/{second.kernel_id}")
+            assert r.json()["release_reason"] == "cancelled"
+            assert BOARD.snapshot()["waiting"] == []
+        finally:
+            await first.shutdown_kernel(now=True)
+
+    asyncio.run(scenario())
+
+
 def test_a_restart_keeps_the_lease(svc, specs, pool_env):
     async def scenario() -> None:
         pool_env("alice")
@@ -257,11 +292,15 @@ def test_an_idle_kernel_gets_its_notice_then_is_shut_down(svc, specs, pool_env, 
             await until("a report after 601 s", reported_at_now)
             assert len(run(commands.ReapKernels())) == 1
             await until("the notice logged", lambda: "variables will be lost" in caplog.text)
+            (notice,) = BOARD.snapshot()["notices"]  # what the notebook shows
+            assert notice["kernel_id"] == km.kernel_id and notice["offer_name"] == "H100 80GB"
+            assert "variables will be lost" in notice["message"] and notice["deadline"]
             clock.advance(seconds=61)
             await until("a report after the deadline", reported_at_now)
             run(commands.ReapKernels())
             await until("the kernel shut down", lambda: not km.has_kernel)
             assert "its GPU was released (idle)" in caplog.text
+            assert BOARD.snapshot()["notices"] == []  # the kernel is gone: so is its notice
             assert kernels(svc, "alice") == []
         finally:
             if km.has_kernel:

@@ -4,7 +4,10 @@ kernel REST API starts a GPU kernel through the provisioner, a cell over the ker
 websocket reads its device, the server's own activity tracking reaches the pool as ``busy``,
 a refused start is the server's error with the pool's reason, and an idle kernel reclaimed by
 the pool disappears from the server's kernel list (shut down through it); the variables of a
-reclaimed notebook kernel come back in its next GPU kernel (those that can be pickled)."""
+reclaimed notebook kernel come back in its next GPU kernel (those that can be pickled). The kernels
+extension's ``gpupool/kernel-starts`` shows a start waiting in the queue, with its position,
+and its Cancel fails the waiting start with "GPU kernel start cancelled"; a server stopped after
+a refused start with a GPU kernel running stops in time (the fixture's ``wait(30)``)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -91,7 +95,9 @@ def server(tmp_path: Path, svc: InProcessService) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1",
          "--no-browser", "--allow-root", f"--IdentityProvider.token={TOKEN}",
-         f"--ServerApp.root_dir={tmp_path / 'work'}"],
+         f"--ServerApp.root_dir={tmp_path / 'work'}",
+         "--ServerApp.jpserver_extensions=jupyterhub_gpupool.kernels=True",
+         f"--GpuKernelSpecs.folder={tmp_path / 'written'}"],
         env=env, stdout=subprocess.DEVNULL, stderr=log,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -238,6 +244,11 @@ def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
     saved = log.read_text()
     assert "Saved for the next GPU kernel of this notebook: f, math, x." in saved, saved
     assert "Could not keep: g (generator" in saved
+    # the notebook says it: the notice on the server's board (the lab's notification) has it
+    board = request("GET", f"{server}/gpupool/kernel-starts?token={TOKEN}", None).json()
+    [notice] = [n for n in board["notices"] if n["kernel_id"] == kid]  # type: ignore[index]
+    assert "variables will be lost" in notice["message"]
+    assert "Could not keep: g (generator" in notice["message"]
     # saving was not the user's activity: past the deadline the pool reclaims the kernel
     clock.advance(seconds=61)
     wait_until(lambda: lease_of(kid)["last_report"] == clock.now.isoformat() + "Z",
@@ -259,3 +270,35 @@ def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
     wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the shutdown")
     sid, kid = session()
     assert run_cell(server, kid, "print('x' in dir())") == "False\n"
+
+
+def test_a_waiting_start_is_shown_and_cancelled_through_the_server(svc, server):
+    def starts() -> dict[str, Any]:
+        r = request("GET", f"{server}/gpupool/kernel-starts?token={TOKEN}", None)
+        assert r.status == 200, r.body
+        return r.json()  # type: ignore[return-value]
+
+    r = api(server, "POST", "kernels", {"name": spec_name("h100")})
+    assert r.status == 201, r.body  # the pool's one GPU
+    answer: dict[str, Any] = {}
+    waiter = threading.Thread(
+        target=lambda: answer.update(r=api(server, "POST", "kernels", {"name": spec_name("h100")}))
+    )
+    waiter.start()
+    (waiting,) = wait_until(lambda: starts()["waiting"], what="the second start waiting")
+    assert waiting["position"] == 1 and waiting["state"] == "queued"
+    assert waiting["offer_name"] == "h100" and waiting["kernel_name"] == spec_name("h100")
+    assert waiter.is_alive()  # the start waits: the notebook shows it, nothing hangs silently
+    kid = waiting["kernel_id"]
+    url = f"{server}/gpupool/kernel-starts/{kid}?token={TOKEN}"
+    gone = request("DELETE", url, None)
+    assert gone.status == 202 and gone.json()["cancelled"]["kernel_id"] == kid  # type: ignore[index]
+    waiter.join(60)
+    failed = answer["r"]
+    assert failed.status == 409 and "GPU kernel start cancelled" in failed.json()["message"]
+    assert starts() == {"waiting": [], "notices": []}
+    lease = request("GET", f"{svc.url}/api/v1/kernels/{kid}", "alice").json()
+    assert lease["state"] == "released" and lease["release_reason"] == "cancelled"  # type: ignore[index]
+    assert len(api(server, "GET", "kernels").json()) == 1  # the first kernel runs on
+    again = request("DELETE", url, None)
+    assert again.status == 404 and again.json()["error"]["code"] == "not_found"  # type: ignore[index]

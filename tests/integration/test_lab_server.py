@@ -7,7 +7,7 @@ token (whose scopes the hub's server role gives); ask the pool once per interval
 tabs listen; save through the open labs (or checkpoint without one) when the reclaimer calls
 save-all, in the very call the reclaimer makes; say the pool is away and recover; move the
 server to another offer (the pool restarts it into the reserved lease) and refuse what the pool
-refuses.
+refuses; list the user's GPU kernels.
 """
 
 from __future__ import annotations
@@ -476,3 +476,32 @@ def test_my_jobs_through_the_servers_routes(hub: HubEnv, alice: str):
     finally:
         for j in (job, bobs):
             request("DELETE", f"{hub.api}/jobs/{j['id']}", hub.token("admin"))
+
+
+def test_my_gpu_kernels_through_the_servers_routes(hub: HubEnv, alice: str):
+    """The panel's "GPU kernels": the server lists its user's kernel leases (any server's)
+    with its own token; a lab's event stream starts with this server's kernel starts (none
+    waiting here: a lease asked for through the API is no start of this server)."""
+    token = hub.token("alice")
+    kid = "lab-kernel-1"
+    r = request("POST", f"{hub.api}/kernels", token, {"offer": "a100-1g", "kernel_id": kid})
+    assert r.status == 201, r.body
+    r = request("POST", f"{hub.api}/kernels", hub.token("bob"),
+                {"offer": "a100-1g", "kernel_id": "bobs-kernel"})  # fmt: skip
+    assert r.status == 201, r.body
+    tab = LabTab(alice, token)
+    try:
+        r = request("GET", f"{alice}/gpupool/kernels", token)
+        assert r.status == 200, r.body
+        [seen] = r.json()["kernels"]  # alice's only
+        assert (seen["kernel_id"], seen["offer"]) == (kid, "a100-1g")
+        # the fields the list shows (granted or in line: the lab pool's slices may be taken)
+        assert seen["state"] in ("granted", "queued") and seen["created"]
+        assert {"position", "eta_seconds", "devices", "granted", "activated"} <= set(seen)
+        assert request("GET", f"{alice}/gpupool/kernels", hub.token("bob")).status == 403
+        none = ("kernel-starts", {"waiting": [], "notices": []})
+        wait_until(lambda: none in tab.events, what="the kernel-starts event")
+    finally:
+        tab.close()
+        request("DELETE", f"{hub.api}/kernels/{kid}", token)
+        request("DELETE", f"{hub.api}/kernels/bobs-kernel", hub.token("bob"))

@@ -47,7 +47,7 @@ def test_specs_follow_the_offers_and_leave_other_kernels_alone(tmp_path: Path):
     assert spec["argv"][:3] == ["/py", "-m", "ipykernel_launcher"]
     assert spec["metadata"]["kernel_provisioner"] == {
         "provisioner_name": PROVISIONER,
-        "config": {"offer": "A100 1g.10gb"},
+        "config": {"offer": "A100 1g.10gb", "offer_name": "A100 1g.10gb"},
     }
     assert write_kernelspecs(offers, tmp_path, "/py") == []  # unchanged: nothing rewritten
     assert write_kernelspecs([], tmp_path) == []  # the offer is gone: so is its kernel
