@@ -17,6 +17,7 @@ import gc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
+from functools import partial
 from typing import Any, TypedDict
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
@@ -36,6 +37,7 @@ from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
+from .reservation import claim_models, node_to_hold
 from .scoring import NodeStates
 from .sharing import no_shared_gpus, only_exclusive
 
@@ -250,8 +252,9 @@ class Allocator(NodeStates):
                 return i
         return None
 
-    def _reserved_models(self, now: float, newcomer: Waiter) -> set[str] | None:
-        """Models held back for long waiters ranked ahead of ``newcomer`` (``None``: none).
+    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
+        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
+        the first long waiter for a set of models holds one node).
 
         Only waiters that hold capacity back can matter, so only they are compared with the
         newcomer (by the queue's own key), not the whole queue sorted on every decision.
@@ -264,14 +267,26 @@ class Allocator(NodeStates):
             and w.request.offer in self.offers
         ]
         if not long_waiters:
-            return None
-        mine = order_key(newcomer, now, self._share, self.aging_interval)
-        reserved: set[str] | None = None
-        for w in long_waiters:
-            if order_key(w, now, self._share, self.aging_interval) < mine:
-                reserved = reserved or set()
-                reserved |= set(self.offers[w.request.offer].models) or {"*"}
-        return reserved
+            return frozenset()
+        key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
+        mine = key(newcomer)
+        held: set[str] = set()
+        covered: set[str] = set()
+        for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
+            self._hold(w, held, covered)
+        return frozenset(held)
+
+    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
+        """Hold a node for a long waiter unless one is held for its models already."""
+        offer = self.offers[waiter.request.offer]
+        if claim_models(covered, offer):
+            where = offer.served_in(waiter.request.clusters)
+            node = node_to_hold(self.nodes.values(), offer, self._borrowed, where, held)
+            held |= {node} if node is not None else set()
+
+    def _borrowed(self, lease_id: str) -> bool:
+        lease = self.leases.get(lease_id)
+        return lease is not None and lease.borrowed
 
     def decide(self, request: Request, now: float) -> Decision:
         """What to do with ``request`` now; changes nothing."""
@@ -322,12 +337,13 @@ class Allocator(NodeStates):
         if not verdict.ok:
             waiter.reason = "quota"
             return replace(self._queued(waiter, now, verdict.message), code=verdict.code)
-        reserved = self._reserved_models(now, waiter)
-        if reserved is not None and (
-            "*" in reserved or not offer.models or reserved & set(offer.models)
-        ):
-            waiter.reason = "fairness"
-            return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
+        held = self._held_nodes(now, waiter)
+        if placed is not None and placed[0].name in held:
+            placed = self._place(offer, held, clusters=clusters)
+            # elsewhere, at the units the quota was checked for; else promote decides later
+            if placed is None or self.units_for(offer, placed[0]) != units:
+                waiter.reason = "fairness"
+                return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
         if placed is None:
             return self._queued(waiter, now, f"no {offer.display_name or offer.name} is free now")
         node, choice = placed
@@ -554,7 +570,8 @@ class Allocator(NodeStates):
 
     def promote(self, now: float) -> list[Grant]:
         """Grant waiters in queue order while they fit; a long waiter that does not fit holds
-        back later waiters for the same models (no starvation by smaller asks).
+        one node back from later waiters (``pool.reservation``: no starvation by smaller asks,
+        and the rest of the pool stays in use).
 
         Each grant changes shares and so the order: the pass starts again from the head until a
         whole pass grants nothing, so no grantable waiter is ever left first in line.
@@ -568,23 +585,24 @@ class Allocator(NodeStates):
     def next_grant(self, now: float) -> Grant | None:
         """The grant the first waiter, in current queue order, that fits now would get; changes
         only the waiters' reasons (why each one before it still waits)."""
-        reserved: set[str] = set()
+        held: set[str] = set()
+        covered: set[str] = set()
         for waiter in self.queue(now):
             offer = self.offers.get(waiter.request.offer)
             if offer is None:
-                continue
-            if reserved and ("*" in reserved or not offer.models or reserved & set(offer.models)):
                 continue
             request = waiter.request
             verdict = self.quotas.check(
                 request.user, request.groups, waiter.units, request.group, request.exception
             )
             clusters = offer.served_in(waiter.request.clusters)
-            placed = self._place(offer, clusters=clusters) if verdict.ok else None
+            placed = self._place(offer, frozenset(held), clusters) if verdict.ok else None
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"
-                if verdict.ok and now - waiter.since >= self.reserve_after:
-                    reserved |= set(offer.models) or {"*"}
+                if verdict.ok and held and self._place(offer, clusters=clusters) is not None:
+                    waiter.reason = "fairness"  # it would fit on a node held for one ahead
+                elif verdict.ok and now - waiter.since >= self.reserve_after:
+                    self._hold(waiter, held, covered)
                 continue
             node, choice = placed
             grant = Grant(
