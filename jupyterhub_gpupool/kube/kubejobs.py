@@ -40,14 +40,15 @@ def object_name(job_id: str) -> str:
 
 
 def gpu_limits(job: Mapping[str, Any]) -> dict[str, str]:
-    """The device plugin's resources for the granted devices: a MIG instance by its profile,
-    a whole GPU as ``nvidia.com/gpu``."""
+    """The device plugin's resources for one replica's share of the granted devices (all of
+    them for a job of one): a MIG instance by its profile, a whole GPU as ``nvidia.com/gpu``."""
     out: dict[str, int] = {}
     for d in job.get("devices") or ():
         mig = d.get("mig")
         key = f"nvidia.com/mig-{mig['profile']}" if mig and mig.get("profile") else "nvidia.com/gpu"
         out[key] = out.get(key, 0) + 1
-    return {k: str(v) for k, v in out.items()}
+    replicas = max(1, int(job.get("replicas") or 1))
+    return {k: str(max(1, v // replicas)) for k, v in out.items()}
 
 
 def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def manifest(job: Mapping[str, Any], namespace: str, node_label: str) -> dict[st
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                "replicas": 1,
+                "replicas": max(1, int(job.get("replicas") or 1)),
                 "selector": {"matchLabels": {JOB_LABEL: str(job["id"])}},
                 "template": pod,
             },

@@ -23,6 +23,7 @@ from typing import Any, TypedDict
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
+from .fits import never_placeable
 from .model import (
     RETIRING,
     Gpu,
@@ -39,7 +40,7 @@ from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
 from .reservation import claim_models, node_to_hold
 from .scoring import NodeStates
-from .sharing import no_shared_gpus, only_exclusive
+from .workloads import replicas_of
 
 __all__ = [
     "GC_FREEZE_EVERY",
@@ -175,6 +176,13 @@ class Allocator(NodeStates):
         ]
         return min((offer_units(offer, m) for m in models), default=Fraction(0))
 
+    def _offer_of(self, request: Request) -> Offer | None:
+        """The offer ``request`` asks for, times its replicas (``workloads.replicas_of``)."""
+        offer = self.offers.get(request.offer)
+        if offer is None or request.replicas == 1:
+            return offer
+        return replicas_of(offer, request.replicas)
+
     def _never_placeable(
         self, offer: Offer, clusters: frozenset[str] | None = None
     ) -> Rejected | None:
@@ -186,55 +194,8 @@ class Allocator(NodeStates):
         key = offer.name if clusters is None else (offer.name, clusters)
         if key in self._never and self.offers.get(offer.name) is offer:
             return self._never[key]
-        verdict = self._never[key] = self._check_never_placeable(offer, clusters)
+        verdict = self._never[key] = never_placeable(self.nodes.values(), offer, clusters)
         return verdict
-
-    def _check_never_placeable(
-        self, offer: Offer, clusters: frozenset[str] | None = None
-    ) -> Rejected | None:
-        if offer.kind == "cpu":
-            return None
-        best = 0
-        modes = []  # the sharing modes of the GPUs a share could otherwise go to
-        for node in self.nodes.values():
-            if clusters is not None and node.cluster not in clusters:
-                continue
-            n = 0
-            for g in node.gpus:
-                if not offer.allows_model(g.model.name):
-                    continue
-                if offer.kind == "mig":
-                    n += g.mig_enabled and offer.profile in g.model.profiles
-                elif not g.mig_enabled:
-                    if offer.kind == "shared":
-                        modes.append(g.sharing)
-                    if offer.kind == "shared" and g.sharing == "exclusive":
-                        continue
-                    if offer.kind == "gpu" and g.sharing == "shared":
-                        continue
-                    if (
-                        offer.min_memory_gb
-                        and g.model.memory_gb * (offer.milli / 1000) < offer.min_memory_gb
-                    ):
-                        continue
-                    n += 1
-            best = max(best, n)
-        if best >= offer.count:
-            return None
-        if best == 0:
-            where = "the pool" if clusters is None else "cluster(s) " + ", ".join(sorted(clusters))
-            message = f"no GPU in {where} can serve offer {offer.name!r}"
-            if offer.kind == "shared" and only_exclusive(modes):
-                message = no_shared_gpus(f"in {where}", offer.name)
-            return Rejected(Request("-", "-", offer.name), "no_such_hardware", message, "offer")
-        return Rejected(
-            Request("-", "-", offer.name),
-            "exceeds_node_size",
-            f"offer {offer.name!r} asks for {offer.count} GPUs on one node; "
-            f"the largest node has {best}",
-            "count",
-            tuple(range(1, best + 1)),
-        )
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -278,8 +239,8 @@ class Allocator(NodeStates):
 
     def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
         """Hold a node for a long waiter unless one is held for its models already."""
-        offer = self.offers[waiter.request.offer]
-        if claim_models(covered, offer):
+        offer = self._offer_of(waiter.request)
+        if offer is not None and claim_models(covered, offer):
             where = offer.served_in(waiter.request.clusters)
             node = node_to_hold(self.nodes.values(), offer, self._borrowed, where, held)
             held |= {node} if node is not None else set()
@@ -290,7 +251,7 @@ class Allocator(NodeStates):
 
     def decide(self, request: Request, now: float) -> Decision:
         """What to do with ``request`` now; changes nothing."""
-        offer = self.offers.get(request.offer)
+        offer = self._offer_of(request)
         if offer is None or not offer.visible_to(request.groups):
             # an offer for groups the caller is not in is answered as a missing one: a refusal
             # never names (or confirms) what the caller may not see
@@ -349,7 +310,7 @@ class Allocator(NodeStates):
         node, choice = placed
         return Grant(
             request,
-            offer.name,
+            request.offer,
             node.name,
             slots_for(node, self.shape_of(offer), choice),
             units,
@@ -435,7 +396,7 @@ class Allocator(NodeStates):
                 inst.lease = lease.id
         if lease.node:
             node = self.nodes[lease.node]
-            offer = self.offers.get(lease.offer)
+            offer = self._offer_of(lease.request)
             if offer is not None:
                 node.cpu_used += offer.cpu_milli
                 node.memory_used += offer.memory_mib
@@ -464,7 +425,7 @@ class Allocator(NodeStates):
                         inst.lease = None
         if lease.node:
             node = self.nodes[lease.node]
-            offer = self.offers.get(lease.offer)
+            offer = self._offer_of(lease.request)
             if offer is not None:
                 node.cpu_used = max(0, node.cpu_used - offer.cpu_milli)
                 node.memory_used = max(0, node.memory_used - offer.memory_mib)
@@ -588,7 +549,7 @@ class Allocator(NodeStates):
         held: set[str] = set()
         covered: set[str] = set()
         for waiter in self.queue(now):
-            offer = self.offers.get(waiter.request.offer)
+            offer = self._offer_of(waiter.request)
             if offer is None:
                 continue
             request = waiter.request
@@ -607,7 +568,7 @@ class Allocator(NodeStates):
             node, choice = placed
             grant = Grant(
                 waiter.request,
-                offer.name,
+                request.offer,
                 node.name,
                 slots_for(node, self.shape_of(offer), choice),
                 self.units_for(offer, node),
@@ -631,7 +592,7 @@ class Allocator(NodeStates):
         leases that may go and their order instead (smallest first; None: never), as
         ``workloads.preemption_rank`` has it for workload classes.
         """
-        offer = self.offers.get(request.offer)
+        offer = self._offer_of(request)
         if offer is None or offer.kind == "cpu":
             return []
         units = self.units_for(offer, None)
