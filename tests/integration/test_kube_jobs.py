@@ -195,3 +195,16 @@ def test_mig_instances_are_asked_by_profile_and_the_manifest_validates():
     assert fa.problems(body) is None
     broken = {**body, "spec": {**body["spec"], "backoffLimit": "none"}}
     assert fa.problems(broken) is not None  # the check does refuse a bad object
+
+
+def test_inference_replicas_are_a_deployment_of_that_many_pods_of_one_copy_each(rig):
+    store, runner, kube, _ = rig
+    serve = store.submit_job("alice", "h100", ["serve"], "inference", image="vllm:0.6", replicas=2)
+    assert serve["replicas"] == 2 and len(serve["devices"]) == 2
+    assert rounds(store, runner) == {serve["id"]: "created"}
+    dep = kube.objects[("deployments", NS, kj.object_name(serve["id"]))]
+    assert fa.problems(dep) is None
+    assert dep["spec"]["replicas"] == 2
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}  # one copy's GPU
+    assert len(dep["metadata"]["annotations"][DEVICES_ANNOTATION].split(",")) == 2
