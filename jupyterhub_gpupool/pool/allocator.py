@@ -14,7 +14,7 @@ re-scores the live states a few per decision from options cached per state.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from fractions import Fraction
 from functools import partial
@@ -38,7 +38,7 @@ from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
-from .reservation import claim_models, node_to_hold
+from .reservation import claim_models, node_to_hold, pinned_units, usable
 from .scoring import NodeStates
 from .workloads import replicas_of
 
@@ -98,6 +98,7 @@ class Allocator(NodeStates):
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
         self._never: dict[object, Rejected | None] = {}
+        self._usable_cache: dict[Offer, dict[int, float | None]] = {}
         self._init_states(demand_refresh, demand_decay, rescore_batch)
         for node in nodes:
             self.add_node(node)
@@ -240,14 +241,29 @@ class Allocator(NodeStates):
     def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
         """Hold a node for a long waiter unless one is held for its models already."""
         offer = self._offer_of(waiter.request)
-        if offer is not None and claim_models(covered, offer):
-            where = offer.served_in(waiter.request.clusters)
-            node = node_to_hold(self.nodes.values(), offer, self._borrowed, where, held)
-            held |= {node} if node is not None else set()
+        if offer is None or not claim_models(covered, offer):
+            return
+        node = node_to_hold(
+            self._usable(offer),
+            pinned_units(self.leases.values()),
+            offer.served_in(waiter.request.clusters),
+            held,
+        )
+        held |= {node} if node is not None else set()
 
-    def _borrowed(self, lease_id: str) -> bool:
-        lease = self.leases.get(lease_id)
-        return lease is not None and lease.borrowed
+    def _usable(self, offer: Offer) -> Iterator[tuple[Node, float | None]]:
+        """Schedulable nodes in node order with ``reservation.usable`` for ``offer``, cached
+        per node state (the cache is dropped whole when large)."""
+        if sum(len(c) for c in self._usable_cache.values()) > 65536:
+            self._usable_cache.clear()
+        cache = self._usable_cache.setdefault(offer, {})
+        for name, node in self.nodes.items():
+            sid = self._node_sid.get(name)
+            if sid is None:
+                continue
+            if sid not in cache:
+                cache[sid] = usable(self._sigs[sid], offer)
+            yield node, cache[sid]
 
     def decide(self, request: Request, now: float) -> Decision:
         """What to do with ``request`` now; changes nothing."""

@@ -9,60 +9,69 @@ capacity scheduler reserves a node for a container that does not fit: nothing ne
 and everything behind it may use the rest of the pool (backfill).
 
 The node held is the one most likely to come free for it: among the nodes that could ever hold
-the request, the fewest GPUs pinned by a lease within guarantee (a borrowed lease goes back on
-reclaim or preemption, one within guarantee only when its owner lets go), then the most free
-capacity on the GPUs it could use, then node order. It is chosen again at every decision from
-the current state: nothing new lands on it, so its own key only improves until the request
-fits, and another node takes over only when it is strictly closer, so the waiter is never
-starved as long as the leases it waits for end — the guarantee holding every GPU back gave.
+the request, the least capacity held by leases within guarantee (*pinned*: a borrowed lease
+goes back on reclaim or preemption, one within guarantee only when its owner lets go), then the
+most free capacity on the GPUs it could use, then node order. It is chosen again at every
+decision from the current state: nothing new lands on it, so its own key only improves until
+the request fits, and another node takes over only when it is strictly closer, so the waiter is
+never starved as long as the leases it waits for end — the guarantee holding every GPU back
+gave.
 
 Only the first long waiter (in queue order) for a set of models holds a node; later long
 waiters for the same models wait behind it without holding more, as they did before.
+
+Cost: one pass over the leases (pinned capacity per node) and one over the schedulable nodes,
+whose usable GPUs and free capacity are read from their state (``Node.signature``) and cached
+per state and offer; only while a long waiter is queued.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 
-from .model import Gpu, Node, Offer
+from .catalog import GpuModel
+from .decisions import Lease
+from .model import Node, Offer, Signature, StateKey
+from .placement import key_free
 
-#: A node's closeness to fitting a request: (GPUs pinned, −free units); smaller is closer.
-HoldKey = tuple[int, float]
+#: A node's closeness to fitting a request: (pinned units, −free units); smaller is closer.
+HoldKey = tuple[float, float]
 
 
-def serves(gpu: Gpu, offer: Offer) -> bool:
-    """Whether ``gpu`` could ever hold (part of) one grant of ``offer``, were it empty."""
-    if not gpu.schedulable or not offer.allows_model(gpu.model.name):
+def serves(key: StateKey, offer: Offer) -> bool:
+    """Whether a GPU in state ``key`` could ever hold (part of) a grant of ``offer``, were it
+    empty (``("x",)``: not schedulable)."""
+    if key[0] == "x":
+        return False
+    model: GpuModel = key[1]
+    if not offer.allows_model(model.name):
         return False
     if offer.kind == "mig":
-        return gpu.mig_enabled and offer.profile in gpu.model.profiles
-    if gpu.mig_enabled:
+        return key[0] == "m" and offer.profile in model.profiles
+    sharing: str = key[2]
+    if key[0] != "n":
         return False
     if offer.kind == "gpu":
-        return gpu.sharing != "shared"
-    return offer.kind == "shared" and gpu.sharing != "exclusive"
+        return sharing != "shared"
+    return offer.kind == "shared" and sharing != "exclusive"
 
 
-def holders(gpu: Gpu) -> set[str]:
-    """Lease ids (and the pool's markers) holding any part of ``gpu``."""
-    out = set(gpu.shares)
-    if gpu.whole_lease is not None:
-        out.add(gpu.whole_lease)
-    out |= {i.lease for i in gpu.instances if i.lease is not None}
+def usable(sig: Signature, offer: Offer) -> float | None:
+    """Free capacity of the GPUs of a node state that could serve ``offer`` (placement's
+    measure, ``placement.key_free``); None when fewer of them than one grant needs."""
+    keys = [k for k in sig if serves(k, offer)]
+    if len(keys) < (offer.count if offer.kind == "gpu" else 1):
+        return None
+    return sum(key_free(k) for k in keys)
+
+
+def pinned_units(leases: Iterable[Lease]) -> dict[str, float]:
+    """Per node, the units held by leases within guarantee (not borrowed)."""
+    out: dict[str, float] = {}
+    for lease in leases:
+        if not lease.borrowed and lease.node:
+            out[lease.node] = out.get(lease.node, 0.0) + float(lease.units)
     return out
-
-
-def hold_key(node: Node, offer: Offer, borrowed: Callable[[str], bool]) -> HoldKey | None:
-    """How close ``node`` is to fitting ``offer``: GPUs it could use that a lease not
-    ``borrowed`` holds (pinned), then their free units, negated; None where it never could
-    (unschedulable, or fewer usable GPUs than the offer's count)."""
-    if not node.schedulable:
-        return None
-    usable = [g for g in node.gpus if serves(g, offer)]
-    if len(usable) < (offer.count if offer.kind == "gpu" else 1):
-        return None
-    pinned = sum(1 for g in usable if any(not borrowed(h) for h in holders(g)))
-    return pinned, -sum(g.free_units() for g in usable)
 
 
 def claim_models(covered: set[str], offer: Offer) -> bool:
@@ -76,20 +85,22 @@ def claim_models(covered: set[str], offer: Offer) -> bool:
 
 
 def node_to_hold(
-    nodes: Iterable[Node],
-    offer: Offer,
-    borrowed: Callable[[str], bool],
+    nodes: Iterable[tuple[Node, float | None]],
+    pinned: Mapping[str, float],
     clusters: Set[str] | None = None,
     taken: Set[str] = frozenset(),
 ) -> str | None:
-    """The node a long waiter for ``offer`` holds: the smallest :func:`hold_key` among
-    ``nodes`` (in node order; the first wins a tie), in ``clusters`` when given, not one of
-    ``taken`` (held for a waiter ahead). None when no node could ever serve it."""
+    """The node a long waiter holds: among ``nodes`` (each with its :func:`usable` free
+    capacity for the request, in node order; the first wins a tie) the smallest
+    (``pinned`` units, −free), in ``clusters`` when given, not one of ``taken`` (held for a
+    waiter ahead). None when no node could ever serve it."""
     best: tuple[HoldKey, str] | None = None
-    for node in nodes:
-        if node.name in taken or (clusters is not None and node.cluster not in clusters):
+    for node, free in nodes:
+        if free is None or node.name in taken:
             continue
-        key = hold_key(node, offer, borrowed)
-        if key is not None and (best is None or key < best[0]):
+        if clusters is not None and node.cluster not in clusters:
+            continue
+        key = (pinned.get(node.name, 0.0), -free)
+        if best is None or key < best[0]:
             best = (key, node.name)
     return None if best is None else best[1]

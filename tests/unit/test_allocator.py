@@ -698,7 +698,7 @@ def test_held_nodes_follow_the_whole_queue_order():
     import random
 
     from jupyterhub_gpupool.pool.queue import Waiter, ordered
-    from jupyterhub_gpupool.pool.reservation import node_to_hold
+    from jupyterhub_gpupool.pool.reservation import node_to_hold, pinned_units, usable
 
     alloc = Allocator(
         [mig_node(), h100_node(), h100_node("k")], offers(), aging_interval=50, reserve_after=100
@@ -725,7 +725,8 @@ def test_held_nodes_follow_the_whole_queue_order():
             if covered and ("*" in covered or "*" in models or covered & models):
                 continue
             covered |= models
-            node = node_to_hold(alloc.nodes.values(), offer, alloc._borrowed, None, held)
+            nodes = [(n, usable(n.signature(), offer)) for n in alloc.nodes.values()]
+            node = node_to_hold(nodes, pinned_units(alloc.leases.values()), None, held)
             held |= {node} if node else set()
         return frozenset(held)
 

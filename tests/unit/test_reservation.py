@@ -8,7 +8,7 @@ from fractions import Fraction
 from jupyterhub_gpupool.pool.allocator import Allocator
 from jupyterhub_gpupool.pool.model import Node
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
-from jupyterhub_gpupool.pool.reservation import hold_key, node_to_hold
+from jupyterhub_gpupool.pool.reservation import node_to_hold, pinned_units, usable
 from tests.allocrig import granted, h100_node, mig_node, offers, queued, req
 
 OFFERS = {o.name: o for o in offers()}
@@ -63,34 +63,44 @@ def test_below_reserve_after_nothing_is_held():
     assert granted(alloc.submit(req("single", "h100", "x"), 50)).node == "a"
 
 
-def test_the_held_node_is_the_one_fewest_pinned_then_most_free():
+def hold(alloc: Allocator, offer: str, pinned=None, **kw) -> str | None:
+    o = OFFERS[offer]
+    nodes = [(n, usable(n.signature(), o)) for n in alloc.nodes.values()]
+    where = pinned_units(alloc.leases.values()) if pinned is None else pinned
+    return node_to_hold(nodes, where, **kw)
+
+
+def test_the_held_node_is_the_one_least_pinned_then_most_free():
     alloc = two_nodes()
     assert granted(alloc.submit(req("soft-1", "h100", "borrow"), 0)).node == "a"
     assert granted(alloc.submit(req("soft-2", "h100", "borrow"), 0)).node == "a"
     assert granted(alloc.submit(req("firm", "h100", "pin"), 0)).node == "b"
-    nodes, pair = alloc.nodes, OFFERS["h100x2"]
-    a_key = hold_key(nodes["a"], pair, alloc._borrowed)
-    b_key = hold_key(nodes["b"], pair, alloc._borrowed)
     # a is full but only of borrowed leases (they go back on reclaim), b's lease stays
-    assert a_key == (0, -0.0) and b_key == (1, -1.0)
-    assert node_to_hold(nodes.values(), pair, alloc._borrowed) == "a"
-    # were every lease pinned, the fewest pinned, then the most free capacity would decide
-    assert node_to_hold(nodes.values(), pair, lambda lid: False) == "b"
-    # and were none pinned, the most free capacity
-    assert node_to_hold(nodes.values(), pair, lambda lid: True) == "b"
-    assert node_to_hold(nodes.values(), pair, alloc._borrowed, taken={"a"}) == "b"
-    assert node_to_hold(nodes.values(), pair, alloc._borrowed, clusters={"elsewhere"}) is None
+    assert pinned_units(alloc.leases.values()) == {"b": 1.0}
+    assert usable(alloc.nodes["a"].signature(), OFFERS["h100x2"]) == 0.0
+    assert usable(alloc.nodes["b"].signature(), OFFERS["h100x2"]) == 1.0
+    assert hold(alloc, "h100x2") == "a"
+    # were every lease pinned, the least pinned would decide; were none, the most free
+    assert hold(alloc, "h100x2", {"a": 2.0, "b": 1.0}) == "b"
+    assert hold(alloc, "h100x2", {}) == "b"
+    assert hold(alloc, "h100x2", taken={"a"}) == "b"
+    assert hold(alloc, "h100x2", clusters={"elsewhere"}) is None
 
 
 def test_nodes_that_could_never_serve_the_request_are_never_held():
-    small = h100_node("small", 1)
-    mig = mig_node()
+    small, mig = h100_node("small", 1), mig_node()
     cordoned = h100_node("off", 4, cordoned=True)
-    nodes: list[Node] = [small, mig, cordoned]
-    assert hold_key(small, OFFERS["h100x2"], lambda lid: True) is None  # one GPU, asks two
-    assert hold_key(mig, OFFERS["h100"], lambda lid: True) is None  # MIG mode, not whole GPUs
-    assert hold_key(cordoned, OFFERS["h100"], lambda lid: True) is None
-    assert node_to_hold(nodes, OFFERS["h100x2"], lambda lid: True) is None
-    assert node_to_hold(nodes, OFFERS["a100-1g"], lambda lid: True) == "mig"
+    assert usable(small.signature(), OFFERS["h100x2"]) is None  # one GPU, asks two
+    assert usable(mig.signature(), OFFERS["h100"]) is None  # MIG mode, not whole GPUs
+    assert usable(mig.signature(), OFFERS["shared"]) is None
+    assert usable(mig.signature(), OFFERS["a100-1g"]) == 2.0
+    nodes: list[Node] = [small, mig]
+    for offer, want in (("h100x2", None), ("a100-1g", "mig")):
+        o = OFFERS[offer]
+        assert node_to_hold([(n, usable(n.signature(), o)) for n in nodes], {}) == want
+    # the allocator offers only schedulable nodes, in node order
+    alloc = Allocator([cordoned, h100_node("on", 2), mig], offers())
+    assert [(n.name, f) for n, f in alloc._usable(OFFERS["h100"])] == [("on", 2.0), ("mig", None)]
     # equal keys: node order decides
-    assert node_to_hold([h100_node("p"), h100_node("q")], OFFERS["h100"], bool) == "p"
+    p, q = h100_node("p"), h100_node("q")
+    assert node_to_hold([(p, 4.0), (q, 4.0)], {}) == "p"
