@@ -258,6 +258,9 @@ class LeaseRow(Base):
     #: ``jobs`` row says the rest); None: a server. ``workload``: its class (None: interactive).
     holder: Mapped[str | None] = mapped_column(String(16), nullable=True)
     workload: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: Copies of the offer it holds (an inference job's replicas): its units and devices are
+    #: the offer's times this (``Request.replicas``).
+    replicas: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     slots: Mapped[list[LeaseSlotRow]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseSlotRow.id"
     )

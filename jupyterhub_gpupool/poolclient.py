@@ -401,12 +401,16 @@ class PoolClient:
         user: str | None = None,
         cwd: str | None = None,
         image: str | None = None,
+        replicas: int = 1,
     ) -> dict[str, Any]:
         """Submit ``command`` (program, then arguments) for ``offer`` as a job of class
         ``workload`` (``user``: a spawner's or admin's, for another user; ``cwd``: the folder
         to run it in where the runner's machine has it; ``image``: Kubernetes runs it in that
-        container image): the job, granted or queued."""
+        container image; ``replicas``: copies of the offer, class inference): the job, granted
+        or queued."""
         body: dict[str, Any] = {"offer": offer, "class": workload, "command": list(command)}
+        if replicas != 1:
+            body["replicas"] = replicas
         pairs = (("name", name), ("group", group), ("user", user), ("cwd", cwd), ("image", image))
         for key, value in pairs:
             if value is not None:

@@ -127,6 +127,7 @@ def submit(
     group: str | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    replicas: int = 1,
     client: PoolClient | None = None,
 ) -> Job:
     """Ask the pool to run ``command`` on ``offer`` as a ``workload``-class job.
@@ -134,7 +135,9 @@ def submit(
     It runs where the pool grants the GPU (on one machine: started by the job runner in
     ``cwd``, by default this process's working directory), with ``CUDA_VISIBLE_DEVICES`` set
     to the granted device. A ``training`` job may be preempted: it gets SIGTERM and a notice
-    file (``$GPUPOOL_PREEMPT_NOTICE``) first, with the class's grace to checkpoint.
+    file (``$GPUPOOL_PREEMPT_NOTICE``) first, with the class's grace to checkpoint. An
+    ``inference`` job may ask for ``replicas`` copies of a whole-GPU offer, all counted in the
+    quota.
     """
     if isinstance(command, str):
         raise TypeError("command is a list of arguments, e.g. ['python', 'train.py']")
@@ -148,6 +151,7 @@ def submit(
             group=group,
             env=dict(env) if env else None,
             cwd=cwd or os.getcwd(),
+            replicas=replicas,
         )
     )
     return Job(info, c)

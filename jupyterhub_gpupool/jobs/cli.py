@@ -44,6 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="workload class: training (default: preemptible, with a notice), inference, "
         "or any class the pool config defines",
     )
+    s.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="copies of a whole-GPU offer (class inference; all count against your quota); "
+        "default 1",
+    )
     s.add_argument("--name", help="a name to know it by (shown in lists and bills)")
     s.add_argument("--group", help="the group whose quota it uses (default: the pool's choice)")
     s.add_argument(
@@ -104,6 +112,7 @@ async def _main(args: argparse.Namespace, client: PoolClient) -> int:
             group=args.group,
             env=_env(args.env) or None,
             cwd=os.getcwd(),
+            replicas=args.replicas,
         )
         print(json.dumps(job, indent=2) if args.json else f"submitted {_line(job)}")
         return 0

@@ -53,14 +53,15 @@ def object_name(job_id: str) -> str:
 
 
 def gpu_limits(job: Mapping[str, Any]) -> dict[str, str]:
-    """The device plugin's resources for the granted devices: a MIG instance by its profile,
-    a whole GPU as ``nvidia.com/gpu``."""
+    """The device plugin's resources for one replica's share of the granted devices (all of
+    them for a job of one): a MIG instance by its profile, a whole GPU as ``nvidia.com/gpu``."""
     out: dict[str, int] = {}
     for d in job.get("devices") or ():
         mig = d.get("mig")
         key = f"nvidia.com/mig-{mig['profile']}" if mig and mig.get("profile") else "nvidia.com/gpu"
         out[key] = out.get(key, 0) + 1
-    return {k: str(v) for k, v in out.items()}
+    replicas = max(1, int(job.get("replicas") or 1))
+    return {k: str(max(1, v // replicas)) for k, v in out.items()}
 
 
 def _labels(job: Mapping[str, Any]) -> dict[str, str]:
@@ -74,12 +75,21 @@ def job_claim(job: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     return devices_claim(job.get("devices") or (), name, namespace, _labels(job))
 
 
+def uses_claim(job: Mapping[str, Any], backend: str) -> bool:
+    """Whether the job's pods use its claim: with ``dra``, for a job of one replica (the pods
+    of a Deployment share one claim, so replicas would share its devices: several replicas get
+    the device plugin's limit of one copy each, on the granted node)."""
+    return backend == "dra" and max(1, int(job.get("replicas") or 1)) == 1
+
+
 def manifest(
     job: Mapping[str, Any], namespace: str, node_label: str, backend: str = "device-plugin"
 ) -> dict[str, Any]:
     """The Job (or, for class ``inference``, the Deployment) that runs ``job``; with ``dra``
-    its pods use the job's claim (:func:`job_claim`) instead of the device plugin's limit."""
+    its pods use the job's claim (:func:`job_claim`, :func:`uses_claim`) instead of the device
+    plugin's limit."""
     name = object_name(str(job["id"]))
+    claim = uses_claim(job, backend)
     labels = _labels(job)
     meta = {
         "name": name,
@@ -93,9 +103,7 @@ def manifest(
         "name": "job",
         "image": str((job.get("runner_ref") or {})["image"]),
         "env": env,
-        "resources": (
-            {"claims": [{"name": CLAIM_REF}]} if backend == "dra" else {"limits": gpu_limits(job)}
-        ),
+        "resources": ({"claims": [{"name": CLAIM_REF}]} if claim else {"limits": gpu_limits(job)}),
     }
     if job.get("command"):
         container["command"] = list(job["command"])
@@ -108,7 +116,7 @@ def manifest(
             "containers": [container],
         },
     }
-    if backend == "dra":
+    if claim:
         pod["spec"]["resourceClaims"] = [{"name": CLAIM_REF, "resourceClaimName": name}]
     if inference:
         return {
@@ -116,7 +124,7 @@ def manifest(
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                "replicas": 1,
+                "replicas": max(1, int(job.get("replicas") or 1)),
                 "selector": {"matchLabels": {JOB_LABEL: str(job["id"])}},
                 "template": pod,
             },
@@ -237,7 +245,7 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
             if state == "granted":
                 body = manifest(job, self.namespace, self.node_label, self.device_backend)
                 plural = "deployments" if body["kind"] == "Deployment" else "jobs"
-                if self.device_backend == "dra":
+                if uses_claim(job, self.device_backend):
                     await self._create_claim(job)
                 await self.client().create(self._path(plural), body)
                 return "created"

@@ -14,14 +14,16 @@ re-scores the live states a few per decision from options cached per state.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from fractions import Fraction
+from functools import partial
 from typing import Any, TypedDict
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
+from .fits import never_placeable
 from .model import (
     RETIRING,
     Gpu,
@@ -36,8 +38,9 @@ from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
+from .reservation import claim_models, node_to_hold, pinned_units, usable
 from .scoring import NodeStates
-from .sharing import no_shared_gpus, only_exclusive
+from .workloads import replicas_of
 
 __all__ = [
     "GC_FREEZE_EVERY",
@@ -95,6 +98,7 @@ class Allocator(NodeStates):
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
         self._never: dict[object, Rejected | None] = {}
+        self._usable_cache: dict[Offer, dict[int, float | None]] = {}
         self._init_states(demand_refresh, demand_decay, rescore_batch)
         for node in nodes:
             self.add_node(node)
@@ -173,6 +177,13 @@ class Allocator(NodeStates):
         ]
         return min((offer_units(offer, m) for m in models), default=Fraction(0))
 
+    def _offer_of(self, request: Request) -> Offer | None:
+        """The offer ``request`` asks for, times its replicas (``workloads.replicas_of``)."""
+        offer = self.offers.get(request.offer)
+        if offer is None or request.replicas == 1:
+            return offer
+        return replicas_of(offer, request.replicas)
+
     def _never_placeable(
         self, offer: Offer, clusters: frozenset[str] | None = None
     ) -> Rejected | None:
@@ -184,55 +195,8 @@ class Allocator(NodeStates):
         key = offer.name if clusters is None else (offer.name, clusters)
         if key in self._never and self.offers.get(offer.name) is offer:
             return self._never[key]
-        verdict = self._never[key] = self._check_never_placeable(offer, clusters)
+        verdict = self._never[key] = never_placeable(self.nodes.values(), offer, clusters)
         return verdict
-
-    def _check_never_placeable(
-        self, offer: Offer, clusters: frozenset[str] | None = None
-    ) -> Rejected | None:
-        if offer.kind == "cpu":
-            return None
-        best = 0
-        modes = []  # the sharing modes of the GPUs a share could otherwise go to
-        for node in self.nodes.values():
-            if clusters is not None and node.cluster not in clusters:
-                continue
-            n = 0
-            for g in node.gpus:
-                if not offer.allows_model(g.model.name):
-                    continue
-                if offer.kind == "mig":
-                    n += g.mig_enabled and offer.profile in g.model.profiles
-                elif not g.mig_enabled:
-                    if offer.kind == "shared":
-                        modes.append(g.sharing)
-                    if offer.kind == "shared" and g.sharing == "exclusive":
-                        continue
-                    if offer.kind == "gpu" and g.sharing == "shared":
-                        continue
-                    if (
-                        offer.min_memory_gb
-                        and g.model.memory_gb * (offer.milli / 1000) < offer.min_memory_gb
-                    ):
-                        continue
-                    n += 1
-            best = max(best, n)
-        if best >= offer.count:
-            return None
-        if best == 0:
-            where = "the pool" if clusters is None else "cluster(s) " + ", ".join(sorted(clusters))
-            message = f"no GPU in {where} can serve offer {offer.name!r}"
-            if offer.kind == "shared" and only_exclusive(modes):
-                message = no_shared_gpus(f"in {where}", offer.name)
-            return Rejected(Request("-", "-", offer.name), "no_such_hardware", message, "offer")
-        return Rejected(
-            Request("-", "-", offer.name),
-            "exceeds_node_size",
-            f"offer {offer.name!r} asks for {offer.count} GPUs on one node; "
-            f"the largest node has {best}",
-            "count",
-            tuple(range(1, best + 1)),
-        )
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -250,8 +214,9 @@ class Allocator(NodeStates):
                 return i
         return None
 
-    def _reserved_models(self, now: float, newcomer: Waiter) -> set[str] | None:
-        """Models held back for long waiters ranked ahead of ``newcomer`` (``None``: none).
+    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
+        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
+        the first long waiter for a set of models holds one node).
 
         Only waiters that hold capacity back can matter, so only they are compared with the
         newcomer (by the queue's own key), not the whole queue sorted on every decision.
@@ -264,18 +229,45 @@ class Allocator(NodeStates):
             and w.request.offer in self.offers
         ]
         if not long_waiters:
-            return None
-        mine = order_key(newcomer, now, self._share, self.aging_interval)
-        reserved: set[str] | None = None
-        for w in long_waiters:
-            if order_key(w, now, self._share, self.aging_interval) < mine:
-                reserved = reserved or set()
-                reserved |= set(self.offers[w.request.offer].models) or {"*"}
-        return reserved
+            return frozenset()
+        key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
+        mine = key(newcomer)
+        held: set[str] = set()
+        covered: set[str] = set()
+        for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
+            self._hold(w, held, covered)
+        return frozenset(held)
+
+    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
+        """Hold a node for a long waiter unless one is held for its models already."""
+        offer = self._offer_of(waiter.request)
+        if offer is None or not claim_models(covered, offer):
+            return
+        node = node_to_hold(
+            self._usable(offer),
+            pinned_units(self.leases.values()),
+            offer.served_in(waiter.request.clusters),
+            held,
+        )
+        held |= {node} if node is not None else set()
+
+    def _usable(self, offer: Offer) -> Iterator[tuple[Node, float | None]]:
+        """Schedulable nodes in node order with ``reservation.usable`` for ``offer``, cached
+        per node state (the cache is dropped whole when large)."""
+        if sum(len(c) for c in self._usable_cache.values()) > 65536:
+            self._usable_cache.clear()
+        cache = self._usable_cache.setdefault(offer, {})
+        for name, node in self.nodes.items():
+            sid = self._node_sid.get(name)
+            if sid is None:
+                continue
+            if sid not in cache:
+                cache[sid] = usable(self._sigs[sid], offer)
+            yield node, cache[sid]
 
     def decide(self, request: Request, now: float) -> Decision:
         """What to do with ``request`` now; changes nothing."""
-        offer = self.offers.get(request.offer)
+        offer = self._offer_of(request)
         if offer is None or not offer.visible_to(request.groups):
             # an offer for groups the caller is not in is answered as a missing one: a refusal
             # never names (or confirms) what the caller may not see
@@ -322,18 +314,19 @@ class Allocator(NodeStates):
         if not verdict.ok:
             waiter.reason = "quota"
             return replace(self._queued(waiter, now, verdict.message), code=verdict.code)
-        reserved = self._reserved_models(now, waiter)
-        if reserved is not None and (
-            "*" in reserved or not offer.models or reserved & set(offer.models)
-        ):
-            waiter.reason = "fairness"
-            return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
+        held = self._held_nodes(now, waiter)
+        if placed is not None and placed[0].name in held:
+            placed = self._place(offer, held, clusters=clusters)
+            # elsewhere, at the units the quota was checked for; else promote decides later
+            if placed is None or self.units_for(offer, placed[0]) != units:
+                waiter.reason = "fairness"
+                return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
         if placed is None:
             return self._queued(waiter, now, f"no {offer.display_name or offer.name} is free now")
         node, choice = placed
         return Grant(
             request,
-            offer.name,
+            request.offer,
             node.name,
             slots_for(node, self.shape_of(offer), choice),
             units,
@@ -419,7 +412,7 @@ class Allocator(NodeStates):
                 inst.lease = lease.id
         if lease.node:
             node = self.nodes[lease.node]
-            offer = self.offers.get(lease.offer)
+            offer = self._offer_of(lease.request)
             if offer is not None:
                 node.cpu_used += offer.cpu_milli
                 node.memory_used += offer.memory_mib
@@ -448,7 +441,7 @@ class Allocator(NodeStates):
                         inst.lease = None
         if lease.node:
             node = self.nodes[lease.node]
-            offer = self.offers.get(lease.offer)
+            offer = self._offer_of(lease.request)
             if offer is not None:
                 node.cpu_used = max(0, node.cpu_used - offer.cpu_milli)
                 node.memory_used = max(0, node.memory_used - offer.memory_mib)
@@ -554,7 +547,8 @@ class Allocator(NodeStates):
 
     def promote(self, now: float) -> list[Grant]:
         """Grant waiters in queue order while they fit; a long waiter that does not fit holds
-        back later waiters for the same models (no starvation by smaller asks).
+        one node back from later waiters (``pool.reservation``: no starvation by smaller asks,
+        and the rest of the pool stays in use).
 
         Each grant changes shares and so the order: the pass starts again from the head until a
         whole pass grants nothing, so no grantable waiter is ever left first in line.
@@ -568,28 +562,29 @@ class Allocator(NodeStates):
     def next_grant(self, now: float) -> Grant | None:
         """The grant the first waiter, in current queue order, that fits now would get; changes
         only the waiters' reasons (why each one before it still waits)."""
-        reserved: set[str] = set()
+        held: set[str] = set()
+        covered: set[str] = set()
         for waiter in self.queue(now):
-            offer = self.offers.get(waiter.request.offer)
+            offer = self._offer_of(waiter.request)
             if offer is None:
-                continue
-            if reserved and ("*" in reserved or not offer.models or reserved & set(offer.models)):
                 continue
             request = waiter.request
             verdict = self.quotas.check(
                 request.user, request.groups, waiter.units, request.group, request.exception
             )
             clusters = offer.served_in(waiter.request.clusters)
-            placed = self._place(offer, clusters=clusters) if verdict.ok else None
+            placed = self._place(offer, frozenset(held), clusters) if verdict.ok else None
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"
-                if verdict.ok and now - waiter.since >= self.reserve_after:
-                    reserved |= set(offer.models) or {"*"}
+                if verdict.ok and held and self._place(offer, clusters=clusters) is not None:
+                    waiter.reason = "fairness"  # it would fit on a node held for one ahead
+                elif verdict.ok and now - waiter.since >= self.reserve_after:
+                    self._hold(waiter, held, covered)
                 continue
             node, choice = placed
             grant = Grant(
                 waiter.request,
-                offer.name,
+                request.offer,
                 node.name,
                 slots_for(node, self.shape_of(offer), choice),
                 self.units_for(offer, node),
@@ -613,7 +608,7 @@ class Allocator(NodeStates):
         leases that may go and their order instead (smallest first; None: never), as
         ``workloads.preemption_rank`` has it for workload classes.
         """
-        offer = self.offers.get(request.offer)
+        offer = self._offer_of(request)
         if offer is None or offer.kind == "cpu":
             return []
         units = self.units_for(offer, None)

@@ -105,6 +105,11 @@ _DECLARED = (
     ),
     Code("invalid_env", "A job's environment is not names → strings, or sets the runner's own."),
     Code("invalid_image", "A job's container image is empty, too long or has whitespace."),
+    Code(
+        "invalid_replicas",
+        "A job's replicas are not a whole number from 1 to 64, or are asked for a class other "
+        "than inference or an offer other than whole GPUs.",
+    ),
     Code("unknown_class", "No workload class of that name (`allowed` lists them)."),
     Code("class_not_allowed", "The workload class is for other groups than the user's."),
     Code("job_lease", "The lease is a job's: only the runner and the jobs endpoints act on it."),

@@ -59,6 +59,8 @@ class Allocate(Command):
     duration: float | None = None
     hub: str | None = None
     check_cap: bool = True
+    #: Copies of the offer in one grant (a job's replicas, ``workloads.check_replicas``).
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -439,6 +441,8 @@ class SubmitJob(Command):
     cwd: str | None = None
     #: a container image: Kubernetes runs the job (a Job, or a Deployment for inference)
     image: str | None = None
+    #: copies of the offer (class inference): the quota counts them all
+    replicas: object = 1
 
 
 @dataclass(frozen=True)

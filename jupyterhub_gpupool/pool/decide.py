@@ -158,6 +158,7 @@ def _allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
             priority,
             now,
             tuple(dict.fromkeys(cmd.clusters)),
+            replicas=cmd.replicas,
         )
     except PoolError as e:  # a refusal of this call alone, even inside a batch
         raise Refusal(e.code, e.message, field=e.field) from None

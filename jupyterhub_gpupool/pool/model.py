@@ -448,6 +448,8 @@ class Request:
     clusters: tuple[str, ...] = ()
     #: An approved exception: held to the quotas' exception ceilings, not their limits.
     exception: bool = False
+    #: Copies of the offer in one grant (an inference job's replicas, ``workloads.replicas_of``).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         if not self.user:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from .borrowing import reclaim_order
 from .errors import ConfigError, PoolError
 from .limits import MAX_INT, check_name, shown
+from .model import Offer
 
 INTERACTIVE = "interactive"
 TRAINING = "training"
@@ -155,6 +156,57 @@ def request_priority(
 ) -> int:
     """Queue priority of a request of ``cls`` for an offer of ``offer_priority``."""
     return offer_priority + cls.priority - classes[INTERACTIVE].priority
+
+
+#: The most replicas one job may ask for.
+MAX_REPLICAS = 64
+
+
+def check_replicas(replicas: object, cls: WorkloadClass, offer: Offer | None) -> int:
+    """A job's replicas: a whole number from 1 to ``MAX_REPLICAS``; more than one only for
+    class ``inference`` (a service's copies; a training spreads with a larger offer) and a
+    whole-GPU offer (its grant is the offer's GPUs times the replicas, on one node: MIG slices
+    and shares are one device a grant). Refusals are ``invalid_replicas``."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise PoolError(
+            f"replicas must be a whole number, got {shown(replicas)}",
+            field="replicas",
+            code="invalid_replicas",
+        )
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise PoolError(
+            f"replicas must be from 1 to {MAX_REPLICAS}, got {replicas}",
+            field="replicas",
+            code="invalid_replicas",
+        )
+    if replicas > 1 and cls.name != INFERENCE:
+        raise PoolError(
+            f"only class {INFERENCE!r} has replicas; class {cls.name!r} asks for a larger offer",
+            field="replicas",
+            code="invalid_replicas",
+        )
+    if replicas > 1 and offer is not None and offer.kind != "gpu":
+        raise PoolError(
+            f"offer {offer.name!r} is a {offer.kind} offer: replicas need whole GPUs",
+            field="replicas",
+            code="invalid_replicas",
+        )
+    return replicas
+
+
+def replicas_of(offer: Offer, replicas: int) -> Offer:
+    """What one grant of ``replicas`` copies of ``offer`` holds, so the quota charges it and
+    placement finds room for it: ``replicas`` times the GPUs, CPU and memory, on one node
+    (named apart from the offer, so the allocator's per-offer caches never mix them)."""
+    if replicas == 1:
+        return offer
+    return replace(
+        offer,
+        name=f"{offer.name}*{replicas}",
+        count=offer.count * replicas,
+        cpu_milli=offer.cpu_milli * replicas,
+        memory_mib=offer.memory_mib * replicas,
+    )
 
 
 def idle_reclaimable(classes: Mapping[str, WorkloadClass], workload: str | None) -> bool:

@@ -200,8 +200,9 @@ class PoolService(StrictCommandLine):
     ).tag(config=True)
     reserve_after = Float(
         1800.0,
-        help="Seconds after which a waiting request reserves its GPU models: newcomers queue "
-        "behind it instead of taking the capacity it waits for.",
+        help="Seconds after which a waiting request holds one node back (the one closest to "
+        "fitting it): nothing new is placed there until it fits; the rest of the pool stays "
+        "in use.",
     ).tag(config=True)
     mig_attempts = Integer(
         3,

@@ -182,6 +182,7 @@ class Applier(StoreCore):
             borrowed=False,  # set here, not by column defaults: the JSON is built pre-flush
             within_guarantee=True,
             busy_hours=0.0,
+            replicas=request.replicas,
         )
 
     def _awaiting_row(self, db: Session, effect: AwaitingApproval, actor: str) -> orm.LeaseRow:
@@ -207,6 +208,7 @@ class Applier(StoreCore):
             busy_hours=0.0,
             exception=ask.exception,
             resize_of=effect.new.resize_of,
+            replicas=request.replicas,
             approval={
                 "required_by": list(ask.required_by),
                 "reason": effect.reason,

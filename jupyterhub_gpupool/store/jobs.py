@@ -35,6 +35,7 @@ from ..pool.workloads import (
     WorkloadClass,
     check_cwd,
     check_job,
+    check_replicas,
     class_for,
     lease_class,
     preempting_reason,
@@ -97,13 +98,16 @@ class JobStore(LeaseStore):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         image: str | None = None,
+        replicas: object = 1,
         *,
         actor: str = "",
     ) -> dict[str, Any]:
         """Ask for ``offer`` for a job of class ``workload``: its lease is granted or queued
         like a server's; refusals are the allocation's, plus ``unknown_class``,
-        ``class_not_allowed``, ``invalid_command``, ``invalid_env`` and ``invalid_image``.
-        With ``image``, Kubernetes runs it (``kube.kubejobs.KubeJobs``), not the local runner."""
+        ``class_not_allowed``, ``invalid_command``, ``invalid_env``, ``invalid_image`` and
+        ``invalid_replicas``. With ``image``, Kubernetes runs it (``kube.kubejobs.KubeJobs``),
+        not the local runner. ``replicas`` copies of the offer are one grant, on one node, and
+        count against the user's and group's quota (``workloads.check_replicas``)."""
         try:
             command, env_ = check_job(command, env)
             cwd = check_cwd(cwd)
@@ -118,8 +122,9 @@ class JobStore(LeaseStore):
                 )
             runner, ref = "kubernetes", {"image": image}
         return self._new_job(
-            user, offer, command, workload, name, group, groups, env_, cwd, actor, runner, ref
-        )
+            user, offer, command, workload, name, group, groups, env_, cwd, actor, runner, ref,
+            replicas,
+        )  # fmt: skip
 
     def _new_job(
         self,
@@ -135,6 +140,7 @@ class JobStore(LeaseStore):
         actor: str,
         runner: str | None = None,
         runner_ref: dict[str, str] | None = None,
+        replicas: object = 1,
     ) -> dict[str, Any]:
         """A job's row and its lease (granted or queued); ``runner`` None: the local runner's."""
         groups = tuple(groups)
@@ -145,10 +151,14 @@ class JobStore(LeaseStore):
         job_id = uuid.uuid4().hex
         now = self.clock()
         with self.transaction() as (db, alloc):
+            try:
+                copies = check_replicas(replicas, cls, alloc.offers.get(offer))
+            except PoolError as e:
+                raise StoreError(e.code, e.message, field=e.field) from None
             prio = request_priority(self.classes, cls, offer_priority(alloc.offers.get(offer)))
             lease = self.allocate(
                 user, job_server(job_id), offer, group=group, groups=groups, priority=prio,
-                actor=actor,
+                actor=actor, replicas=copies,
             )  # fmt: skip
             row = self.lease_row(db, lease["id"])
             row.holder, row.workload, row.expires = JOB_HOLDER, cls.name, None
@@ -652,6 +662,7 @@ class JobStore(LeaseStore):
             "name": job.name,
             "offer": job.offer,
             "class": job.workload,
+            "replicas": lease.replicas if lease is not None else 1,
             "command": list(job.command),
             "cwd": job.cwd,
             "state": job.state,

@@ -41,6 +41,7 @@ class LeaseStore(Applier, ViewStore):
         duration: float | None = None,
         hub: str | None = None,
         check_cap: bool = True,
+        replicas: int = 1,
     ) -> dict[str, Any]:
         """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, one awaiting
         an administrator's approval, or StoreError.
@@ -52,7 +53,8 @@ class LeaseStore(Applier, ViewStore):
         ``hub``: the hub asking (None: the pool's own; else its spawner service's name), kept
         on the lease. ``resize_of``: the lease this one will replace (a resize target; it
         counts toward ``max_requests_per_user`` like any request, unless ``check_cap`` is off:
-        the reclaimer's own shrink).
+        the reclaimer's own shrink). ``replicas``: copies of the offer in the one grant (a
+        job's, checked by ``workloads.check_replicas``).
         """
         clusters = tuple(dict.fromkeys(clusters))
         self.check_clusters(clusters, "clusters")
@@ -69,6 +71,7 @@ class LeaseStore(Applier, ViewStore):
             duration=duration,
             hub=hub,
             check_cap=check_cap,
+            replicas=replicas,
         )
         with self.transaction() as (db, alloc):
             awaiting = self.awaiting_requests(db, user)

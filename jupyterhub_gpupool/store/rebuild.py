@@ -68,6 +68,7 @@ def request_of(row: Any) -> Request:
         epoch(row.created),
         tuple(row.clusters or ()),
         bool(row.exception),
+        row.replicas or 1,
     )
 
 

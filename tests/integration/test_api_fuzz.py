@@ -103,6 +103,13 @@ STATE_DEPENDENT: dict[tuple[str, str, str, str], str] = {
         r"env.*",
         ".*not an environment variable name|.*set by the job runner",
     ): "OpenAPI 3.0 cannot constrain property names (the spec says the rule)",
+    (
+        "POST /jobs",
+        "invalid_replicas",
+        "replicas",
+        ".*only class .* has replicas.*|.*replicas need whole GPUs",
+    ): "more than one replica depends on the class and the offer (the pool's config; the "
+    "spec says the rule)",
     ("POST /kernels", "missing_field", "user", ".*"): "a service must name the user, a user's "
     "token names its own (as for an allocation)",
     ("POST /kernels", "unknown_offer", ".*", ".*"): "the offers are the pool's config",

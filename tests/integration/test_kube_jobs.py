@@ -279,3 +279,16 @@ def test_with_dra_the_job_gets_exactly_the_granted_gpu(db_url, tmp_path):
         # a cancelled job's claim goes with its Job
         rounds(store, runner, commands.CancelJob(first["id"]))
         assert ("resourceclaims", NS, kj.object_name(first["id"])) not in kube.objects
+
+
+def test_inference_replicas_are_a_deployment_of_that_many_pods_of_one_copy_each(rig):
+    store, runner, kube, _ = rig
+    serve = store.submit_job("alice", "h100", ["serve"], "inference", image="vllm:0.6", replicas=2)
+    assert serve["replicas"] == 2 and len(serve["devices"]) == 2
+    assert rounds(store, runner) == {serve["id"]: "created"}
+    dep = kube.objects[("deployments", NS, kj.object_name(serve["id"]))]
+    assert fa.problems(dep) is None
+    assert dep["spec"]["replicas"] == 2
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}  # one copy's GPU
+    assert len(dep["metadata"]["annotations"][DEVICES_ANNOTATION].split(",")) == 2

@@ -296,7 +296,11 @@ def test_reservation_only_holds_back_requests_ranked_behind_the_long_waiter():
     assert alloc.release(leases[0], 150) == []  # one GPU free, reserved for the pair
     urgent = granted(alloc.submit(req("urgent", "h100", "vip", priority=5), 160))
     assert urgent.node == "h"
-    assert queued(alloc.submit(req("normal", "h100", "x"), 161)).reason == "fairness"
+    # nothing is free now: the next one waits for capacity, not for the pair
+    assert queued(alloc.submit(req("normal", "h100", "x"), 161)).reason == "no_capacity"
+    # a GPU frees: it is kept for the pair ranked ahead, and the newcomer now waits for that
+    assert alloc.release(leases[1], 162) == []
+    assert alloc.waiters["normal"].reason == "fairness"
 
 
 # -- cordoned, draining, unhealthy -----------------------------------------------------------
@@ -687,14 +691,19 @@ def test_a_demand_change_is_scored_a_few_node_states_per_decision():
     assert before.items() <= table.items()
 
 
-def test_reserved_models_follow_the_whole_queue_order():
-    # only long waiters ranked ahead of the newcomer hold models back; the allocator compares
-    # just those with the newcomer, which must agree with sorting the whole queue
+def test_held_nodes_follow_the_whole_queue_order():
+    # only long waiters ranked ahead of the newcomer hold nodes back, the first per set of
+    # models one node each; the allocator compares just those with the newcomer, which must
+    # agree with walking the whole sorted queue
     import random
 
     from jupyterhub_gpupool.pool.queue import Waiter, ordered
+    from jupyterhub_gpupool.pool.reservation import node_to_hold, pinned_units, usable
 
-    alloc = Allocator([mig_node(), h100_node()], offers(), aging_interval=50, reserve_after=100)
+    alloc = Allocator(
+        [mig_node(), h100_node(), h100_node("k")], offers(), aging_interval=50, reserve_after=100
+    )
+    granted(alloc.submit(req("busy", "h100x2", "b"), 0))  # one H100 node is closer than the other
     rng = random.Random(7)
     names = [o.name for o in offers()] + ["gone"]  # a waiter whose offer was removed
     for i in range(40):
@@ -703,22 +712,30 @@ def test_reserved_models_follow_the_whole_queue_order():
         reason = rng.choice(["no_capacity", "no_capacity", "quota", "fairness"])
         alloc.restore_waiter(Waiter(r, Fraction(1), None, rng.random() < 0.5, reason, since))
 
-    def reference(now: float, newcomer: Waiter) -> set[str] | None:
-        reserved = None
+    def reference(now: float, newcomer: Waiter) -> frozenset[str]:
+        held: set[str] = set()
+        covered: set[str] = set()
         for w in ordered([*alloc.waiters.values(), newcomer], now, alloc._share, 50):
             if w is newcomer:
                 break
             offer = alloc.offers.get(w.request.offer)
-            if offer and now - w.since >= 100 and w.reason == "no_capacity":
-                reserved = (reserved or set()) | (set(offer.models) or {"*"})
-        return reserved
+            if not (offer and now - w.since >= 100 and w.reason == "no_capacity"):
+                continue
+            models = set(offer.models) or {"*"}
+            if covered and ("*" in covered or "*" in models or covered & models):
+                continue
+            covered |= models
+            nodes = [(n, usable(n.signature(), offer)) for n in alloc.nodes.values()]
+            node = node_to_hold(nodes, pinned_units(alloc.leases.values()), None, held)
+            held |= {node} if node else set()
+        return frozenset(held)
 
     seen = set()
     for j in range(200):
         now = float(rng.randrange(0, 600))
         r = req(f"n{j}", rng.choice(names[:-1]), f"u{j % 7}", priority=rng.choice([0, 1, 5, 9]))
         newcomer = Waiter(r, Fraction(1), None, rng.random() < 0.5, "no_capacity", now)
-        got = alloc._reserved_models(now, newcomer)
+        got = alloc._held_nodes(now, newcomer)
         assert got == reference(now, newcomer)
-        seen.add(None if got is None else frozenset(got))
-    assert len(seen) > 2  # the cases differ: none, some and other models held back
+        seen.add(got)
+    assert len(seen) > 2  # the cases differ: none, some and other nodes held back

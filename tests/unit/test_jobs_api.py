@@ -188,6 +188,11 @@ def test_others_see_no_job_of_someone_else(svc):
         ({"image": "two words"}, 400, "invalid_image"),
         ({"image": ""}, 400, "invalid_image"),
         ({"image": 5}, 422, "invalid_field"),
+        ({"replicas": 2}, 400, "invalid_replicas"),  # training has no replicas
+        ({"replicas": 0}, 400, "invalid_replicas"),
+        ({"replicas": "2"}, 400, "invalid_replicas"),
+        ({"replicas": 1.5}, 400, "invalid_replicas"),
+        ({"replicas": None}, 400, "invalid_replicas"),
     ],
 )
 def test_bad_submissions_get_a_4xx_with_a_code(svc, body, status, code):
@@ -394,3 +399,35 @@ def test_a_job_with_an_image_is_kubernetes_and_the_local_runner_never_sees_it(sv
     assert [j["id"] for j in ok(svc.call("runner", "GET", "nodes/h100/jobs"))["jobs"]] == [
         local["id"]
     ]
+
+
+def test_inference_replicas_count_against_the_quota_usage_and_a_restart(db_url, clock, svc):
+    job = submit(svc, "server", replicas=2, **{"class": "inference"})
+    assert job["replicas"] == 2 and job["state"] == "granted"
+    assert len({d["gpu"] for d in job["devices"]}) == 2  # both copies' devices
+    held = lease(svc, job["lease_id"])
+    assert held["offer"] == "h100" and held["units"] == 2
+    # three copies need three GPUs on one node: never here
+    r = svc.call("server", "POST", "jobs", {"offer": "h100", "command": ["serve"],
+                                            "class": "inference", "replicas": 3})  # fmt: skip
+    assert r.status == 422 and r.json()["error"]["code"] == "exceeds_node_size"
+    # the two copies are the user's limit of 2: one more GPU waits for quota
+    more = submit(svc, "server", **{"class": "inference"})
+    assert more["state"] == "queued" and more["replicas"] == 1
+    assert lease(svc, more["lease_id"])["reason"] == "quota"
+    r = svc.call("server", "POST", "jobs", {"offer": "h100", "command": ["serve"],
+                                            "class": "inference", "replicas": 65})  # fmt: skip
+    assert r.status == 400 and r.json()["error"]["field"] == "replicas"
+    # a restarted pool reads the copies back: still two units held
+    restarted = make_store(db_url, clock, POOL)
+    with restarted.locked() as alloc:
+        assert alloc.quotas.held("server") == 2
+        assert alloc.leases[job["lease_id"]].request.replicas == 2
+    report(svc, job, "running")
+    clock.advance(hours=1)
+    report(svc, job, "exited", exit_code=0)
+    start = (clock.now - timedelta(hours=2)).isoformat() + "Z"
+    end = (clock.now + timedelta(minutes=1)).isoformat() + "Z"
+    rows = ok(svc.call("root", "GET", f"usage?by=job&from={start}&to={end}"))["items"]
+    row = next(r for r in rows if r["job"] == f"job:{job['id']}")
+    assert row["held_unit_hours"] == pytest.approx(2.0, abs=1e-3)  # two GPUs for an hour

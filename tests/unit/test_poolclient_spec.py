@@ -151,6 +151,12 @@ CASES: list[tuple[str, type[PoolClient], str, Call]] = [
         "submit_job",
         lambda c: c.submit_job("h100", ["python", "train.py"], image="pytorch:25.01"),
     ),
+    (
+        LAB,
+        PoolClient,
+        "submit_job",
+        lambda c: c.submit_job("h100", ["serve"], workload="inference", replicas=2),
+    ),
     (LAB, PoolClient, "jobs", lambda c: c.jobs()),
     (LAB, PoolClient, "jobs", lambda c: c.jobs(state="running", user="alice")),
     (LAB, PoolClient, "job", lambda c: c.job("j1")),

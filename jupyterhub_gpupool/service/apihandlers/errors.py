@@ -26,6 +26,7 @@ STATUS: dict[str, int] = {
     "invalid_command": 400,
     "invalid_env": 400,
     "invalid_image": 400,
+    "invalid_replicas": 400,
     "unknown_class": 400,
     # 401/403: who is asking
     "unauthorized": 401,

@@ -44,14 +44,15 @@ class JobsHandler(APIHandler):
                     "env": ((dict, type(None)), False),
                     "cwd": ((str, type(None)), False),
                     "image": ((str, type(None)), False),
+                    "replicas": (int, False),
                 },
                 long=("cwd", "image"),  # their own limits: 4,096 and 512 characters
             )
         except APIError as e:  # a command or environment missing or mistyped: the contract's 400
             if e.code in ("invalid_field", "missing_field") and e.field == "command":
                 raise APIError("invalid_command", e.message, field="command") from None
-            if e.code == "invalid_field" and e.field == "env":
-                raise APIError("invalid_env", e.message, field="env") from None
+            if e.code == "invalid_field" and e.field in ("env", "replicas"):
+                raise APIError(f"invalid_{e.field}", e.message, field=e.field) from None
             raise
         user = body.get("user") or (ident.name if ident.kind == "user" else None)
         if not user:
@@ -75,11 +76,18 @@ class JobsHandler(APIHandler):
                     env=body.get("env"),
                     cwd=body.get("cwd"),
                     image=body.get("image"),
+                    replicas=body.get("replicas", 1),
                     actor=ident.describe(),
                 )
             )
         except PoolError as e:  # counted for capacity planning, as an allocation's are
-            if e.code not in ("invalid_command", "invalid_env", "invalid_image", "unknown_class"):
+            if e.code not in (
+                "invalid_command",
+                "invalid_env",
+                "invalid_image",
+                "invalid_replicas",
+                "unknown_class",
+            ):
                 await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{job['id']}")
