@@ -9,7 +9,7 @@ import { KernelNotifications } from './kernels';
 import { GPUPoolModel } from './model';
 import { GPUPoolPanel } from './panel';
 import { PresenceReporter } from './presence';
-import { makeSaver } from './saver';
+import { makeKernelSaver, makeSaver } from './saver';
 import { cleanAfterMove } from './stale';
 import { GPUPoolStatus } from './statusbar';
 
@@ -50,7 +50,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     model.gone.connect(open); // the server is gone and its lease ended: show what happened
     // a GPU kernel waiting for its GPU, or told it will be reclaimed: a notification
-    const notes = new KernelNotifications(id => model.cancelKernelStart(id), Notification);
+    const notes = new KernelNotifications(
+      id => model.cancelKernelStart(id),
+      Notification,
+      makeKernelSaver(app, docs)
+    );
     model.kernelStartsChanged.connect((_, board) => notes.update(board));
     cleanAfterMove(app, docs);
     model.connect();

@@ -54,14 +54,17 @@ export function noticeText(n: IKernelNotice): string {
 /**
  * Keeps one notification per waiting start and per notice, in step with the server's board:
  * emitted once, updated in place when the position or estimate changes, dismissed when the
- * start is over (started, failed, cancelled) or the notice is gone.
+ * start is over (started, failed, cancelled) or the notice is gone. When a notice comes, and
+ * again when it goes (the kernel reclaimed, or a cell ran), the notebooks on that kernel are
+ * saved (`save`): the kernel may be shut down, the notebook is kept on disk.
  */
 export class KernelNotifications {
   private shown = new Map<string, { id: string; text: string }>();
 
   constructor(
     private cancel: (kernelId: string) => Promise<void>,
-    private notes: INotifier
+    private notes: INotifier,
+    private save: (kernelId: string) => Promise<unknown> = async () => undefined
   ) {}
 
   /** The notifications now on screen, by key (`wait:<kernel>`, `notice:<kernel>`). */
@@ -99,6 +102,7 @@ export class KernelNotifications {
       if (!wanted.has(key)) {
         this.notes.dismiss(was.id);
         this.shown.delete(key);
+        this.saveFor(key);
       }
     }
     for (const [key, want] of wanted) {
@@ -107,10 +111,19 @@ export class KernelNotifications {
       if (!was) {
         const id = this.notes.emit(want.text, want.type, options);
         this.shown.set(key, { id, text: want.text });
+        this.saveFor(key);
       } else if (was.text !== want.text) {
         this.notes.update({ id: was.id, message: want.text, type: want.type, ...options });
         was.text = want.text;
       }
+    }
+  }
+
+  private saveFor(key: string): void {
+    if (key.startsWith('notice:')) {
+      void this.save(key.slice('notice:'.length)).catch(e =>
+        console.warn(`GPU pool: saving before the kernel goes: ${String(e)}`)
+      );
     }
   }
 

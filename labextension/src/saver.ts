@@ -31,3 +31,32 @@ export function makeSaver(app: JupyterFrontEnd, docs: IDocumentManager | null) {
     return { saved, unchanged, failed };
   };
 }
+
+/**
+ * Save the documents open in this tab that run on the kernel `kernelId` (a GPU kernel the pool
+ * has told it will reclaim: its notebook is on disk before the kernel goes).
+ */
+export function makeKernelSaver(app: JupyterFrontEnd, docs: IDocumentManager | null) {
+  return async (kernelId: string): Promise<string[]> => {
+    const saved: string[] = [];
+    if (!docs) {
+      return saved;
+    }
+    for (const widget of app.shell.widgets('main')) {
+      const context = docs.contextForWidget(widget);
+      const kernel = context?.sessionContext?.session?.kernel;
+      if (!context || kernel?.id !== kernelId || saved.includes(context.path)) {
+        continue;
+      }
+      if (context.model.dirty && !context.model.readOnly) {
+        try {
+          await context.save();
+          saved.push(context.path);
+        } catch (e) {
+          console.warn(`GPU pool: ${context.path} not saved: ${String(e)}`);
+        }
+      }
+    }
+    return saved;
+  };
+}

@@ -173,6 +173,24 @@ describe('KernelNotifications', () => {
     notes.dispose();
     expect(screen.shown.size).toBe(0);
   });
+
+  it('saves the notebooks on a kernel when its notice comes and when it goes, not for waits', () => {
+    const screen = new Screen();
+    const saved: string[] = [];
+    const notes = new KernelNotifications(
+      async () => undefined,
+      screen,
+      async id => {
+        saved.push(id);
+      }
+    );
+    notes.update({ waiting: [start()], notices: [notice()] });
+    expect(saved).toEqual(['k9']);
+    notes.update({ waiting: [start()], notices: [notice({ message: 'moved' })] });
+    expect(saved).toEqual(['k9']); // the same notice updated: not saved again
+    notes.update({ waiting: [], notices: [] }); // reclaimed (or a cell ran)
+    expect(saved).toEqual(['k9', 'k9']);
+  });
 });
 
 describe('KernelsView', () => {
