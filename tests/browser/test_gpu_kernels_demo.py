@@ -186,3 +186,9 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     expect(queued).to_have_count(0)
     shoot(alice, "gpu-kernel-cancelled")
     assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]
+
+    # the pool's own user page names her kernel lease as a GPU kernel, not a server
+    (mine,) = kernel_leases(demo, a_token)
+    alice.goto(f"{demo.url}/services/gpupool/")
+    row = alice.locator(f'#gpupool-leases tr[data-lease="{mine["id"]}"]')
+    expect(row).to_contain_text(f"GPU kernel {mine['kernel_id'][:8]}", timeout=60_000)

@@ -25,11 +25,17 @@
   const clip = (text, n = 160) => (text && text.length > n ? `${text.slice(0, n)}…` : text);
 
   /** Who holds a lease, as the map says it: a job by its name and class ("job resnet
-   * (training) of alice"), a server by its user and server, with its class. */
-  const holderText = l =>
-    l.job
-      ? `job ${clip(l.job)} (${l.class}) of ${clip(l.user)}`
-      : `${clip(l.user)}${l.server ? ` (${clip(l.server)})` : ''}, ${l.class || 'interactive'}`;
+   * (training) of alice"), a GPU kernel by its kernel ("GPU kernel 4efa711c of alice"), a
+   * server by its user and server, with its class. */
+  const holderText = l => {
+    if (l.job) {
+      return `job ${clip(l.job)} (${l.class}) of ${clip(l.user)}`;
+    }
+    if (l.server && l.server.startsWith('kernel:')) {
+      return `GPU kernel ${l.server.slice(7, 15)} of ${clip(l.user)}`;
+    }
+    return `${clip(l.user)}${l.server ? ` (${clip(l.server)})` : ''}, ${l.class || 'interactive'}`;
+  };
 
   /** The class a slice's cell shows (job leases only: a server is the usual holder). */
   const workloadClass = s => (s.lease && s.lease.job ? `wl-${s.lease.class}` : '');
