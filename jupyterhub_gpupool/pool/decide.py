@@ -7,15 +7,19 @@ what is to happen as effects (``pool.effects``). The store's one applier makes t
 one transaction (``store/apply.py``); the service serializes the answer. A refusal is raised
 as a ``Refusal`` (its code, message, field and allowed values are the API's error body).
 
-The commands decided here: ``Allocate``, ``Release``, ``Promote``, ``ExpireGrants``,
-``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
-rules for the store's other callers that end a lease or serve the queue. The quota-edit preview
-is ``decide`` of ``PatchQuota`` with its effects read and discarded (``quota_preview``).
+The commands decided here: ``Allocate``, ``Release``, ``Keepalive``, ``Resize``, ``Promote``,
+``ExpireGrants``, ``Reconcile`` (the orphans of the hub's servers; the job runner timeout that
+follows it is ``holders.runner_silent``), ``PutQuota``, ``PatchQuota`` and ``ResetQuota``.
+``finish`` and ``serve_queue`` are the same rules for the store's other callers that end a
+lease or serve the queue; ``uncordon_withdrawals`` is the notices an uncordon withdraws. The
+quota-edit preview is ``decide`` of ``PatchQuota`` with its effects read and discarded
+(``quota_preview``). What differs by a lease's holder (a server, a job, a kernel) is a rule of
+``pool.holders`` these rules ask, never a store method of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -28,17 +32,33 @@ from .effects import (
     AwaitingApproval,
     BorrowedChanged,
     Effect,
+    KeptAlive,
+    LeaseActivated,
     LeaseGranted,
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NoticeExtended,
+    NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
     WaitReason,
 )
 from .errors import PoolError, Refusal
+from .holders import Held, orphans, refuse_for_job
+from .leases import LIVE_STATES
 from .model import Request, offer_priority
 from .quota import QUOTA_FIELDS, QuotaSpec
+from .reclaim import (
+    Extend,
+    LeaseInfo,
+    ReclaimPolicy,
+    ReclaimState,
+    Refuse,
+    keepalive,
+    withdraw,
+    withdrawn_on_uncordon,
+)
 from .trial import Trial
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
@@ -61,6 +81,16 @@ class LeaseFacts:
     reclaim_release: str | None = None  # the reason that reclaim's release is recorded with
     reclaim_target: str | None = None  # the shrink target a reclaim restarts it into
     targets: tuple[LeaseFacts, ...] = ()  # its resize targets not yet bound
+    holder: str | None = None  # ``pool.holders``: None (a hub server), ``job`` or ``kernel``
+    offer: str = ""
+    group: str | None = None
+    groups: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
+    hub: str | None = None
+    ready: bool = True  # each of its MIG instances exists (a grant may be bound)
+    reclaim_kind: str | None = None  # the kind of the notice it is under, if any
+    claimed: str = ""  # a claimed reclaim's action and time, for the refusal's words
+    reclaim: LeaseInfo | None = None  # its reclaim view (under a notice: what keepalive reads)
 
 
 @dataclass(frozen=True)
@@ -91,6 +121,14 @@ class PoolState:
     #: ResetQuota: whether an API override is in effect, and the config file's quota.
     quota_override: bool = False
     file_quota: QuotaSpec | None = None
+    #: Keepalive: the reclaim policy of the lease's offer (read only under a notice).
+    policy: ReclaimPolicy | None = None
+    #: Resize: the live target the lease already has, if any.
+    resize_pending: str | None = None
+    #: Reconcile: the leases it looks at (the pool's own hub's, in the audit log's order),
+    #: and (user, ``job:<id>``) of each live job.
+    held: tuple[Held, ...] = ()
+    jobs_alive: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -193,6 +231,116 @@ def _expire(state: PoolState, cmd: Any, now: float) -> Outcome:
     by their ``expires``)."""
     ended = [(facts, "expired") for facts in state.leases.values()]
     return Outcome(len(ended), _finishing(state, ended, now))
+
+
+def _keepalive(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """The lease's server runs: bind a ready grant (granted → active; binding a resize target
+    ends the lease it replaces, make-before-break), or, under an idle notice, the user's "keep
+    my GPU" (within the policy's extensions). A job's lease refuses: its runner binds it."""
+    facts, lid = state.leases[cmd.lease_id], cmd.lease_id
+    if refuse_for_job(facts.holder):
+        raise _job_lease(facts, "keep it alive")
+    if facts.state == "reclaiming" and facts.reclaim_kind is not None:
+        if facts.claimed:
+            raise Refusal(
+                "reclaim_in_progress",
+                f"lease {lid} is being reclaimed now ({facts.claimed}): too late to keep it",
+                field="id",
+            )
+        assert facts.reclaim is not None and state.policy is not None  # the store reads both
+        d = keepalive(facts.reclaim, state.policy, now)
+        if isinstance(d, Refuse):
+            allowed = [d.limit] if d.limit is not None else None
+            raise Refusal(d.code, d.message, field="id", allowed=allowed)
+        if isinstance(d, Extend):
+            return Outcome(lid, (NoticeExtended(lid, d.state, d.extensions, d.limit, d.until),))
+    if facts.state in ("awaiting_approval", "queued", "released"):
+        raise Refusal("not_live", f"lease {lid} is {facts.state}", field="id")
+    if facts.state == "granted" and not facts.ready:  # dynamic MIG: nothing to run on yet
+        raise Refusal(
+            "not_ready",
+            f"lease {lid} waits for its MIG instance to be made; bind it once the lease is ready",
+            field="id",
+        )
+    effects: list[Effect] = [KeptAlive(lid)]
+    if facts.state == "granted":
+        effects.append(LeaseActivated(lid))
+        old = state.leases.get(facts.resize_of) if facts.resize_of else None
+        if old is not None and old.state != "released":
+            effects += _finishing(state, [(old, "resized")], now)
+    return Outcome(lid, tuple(effects))
+
+
+def _resize(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Reserve ``cmd.offer`` for the lease's server: a new request (``Allocate``) that will
+    replace the lease once bound. A lease has at most one live target, and a target cannot be
+    resized before it is bound (``resize_target``), so targets never chain."""
+    facts, lid = state.leases[cmd.lease_id], cmd.lease_id
+    if refuse_for_job(facts.holder):
+        raise _job_lease(facts, "resize it")
+    original = state.leases.get(facts.resize_of) if facts.resize_of else None
+    if facts.state != "released" and original is not None and original.state != "released":
+        raise Refusal(
+            "resize_target",
+            f"lease {lid} is the pending resize of lease {facts.resize_of}: "
+            "resize that one, or wait until this one is bound",
+            field="id",
+        )
+    if facts.state not in LIVE_STATES:
+        raise Refusal("not_live", f"lease {lid} is {facts.state}", field="id")
+    if cmd.offer == facts.offer:
+        raise Refusal("same_offer", f"lease {lid} already has {cmd.offer!r}", field="offer")
+    if state.resize_pending is not None:
+        raise Refusal(
+            "resize_pending",
+            f"lease {lid} already has resize {state.resize_pending} pending",
+            field="id",
+        )
+    ask = c.Allocate(
+        facts.user,
+        facts.server,
+        cmd.offer,
+        group=facts.group,
+        groups=facts.groups,
+        resize_of=lid,
+        clusters=facts.clusters,
+        hub=facts.hub,  # the restart into it is that hub's
+        check_cap=cmd.check_cap,
+    )
+    return _allocate(replace(state, holder=None), ask, now)
+
+
+def _job_lease(facts: LeaseFacts, what: str) -> Refusal:
+    return Refusal(
+        "job_lease",
+        f"lease {facts.id} is held by {facts.server}: its runner and the jobs endpoints act "
+        f"on it; cancel the job instead of trying to {what}",
+        field="id",
+    )
+
+
+def _reconcile(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """End what nothing holds any more (``holders.orphans`` of ``state.held``: the store read
+    them, with the live jobs, first); answers how many."""
+    deleted = frozenset(cmd.deleted)
+    gone = orphans(state.held, cmd.running, deleted, state.jobs_alive, cmd.reason)
+    ending = [(state.leases[lid], why) for lid, why in gone]
+    return Outcome(len(gone), _finishing(state, ending, now) if ending else ())
+
+
+def uncordon_withdrawals(
+    node: str, leases: Iterable[tuple[LeaseFacts, ReclaimState, float]], now: float
+) -> list[NoticeWithdrawn]:
+    """The notices an uncordon of ``node`` withdraws: each drain notice of its leases
+    ((facts, reclaim state, the policy's ``extension``)) that no one is carrying out yet."""
+    out = []
+    for facts, rs, hold in leases:
+        rec = rs.reclaiming
+        if facts.claimed or rec is None or not withdrawn_on_uncordon(facts.reclaim_kind):
+            continue
+        why = f"the node {node} is back in service: the drain is called off"
+        out.append(NoticeWithdrawn(facts.id, withdraw(rs, now, hold), why, rec.kind, rec.reason))
+    return out
 
 
 def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
@@ -334,6 +482,9 @@ def quota_preview(
 _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Allocate: _allocate,
     c.Release: _release,
+    c.Keepalive: _keepalive,
+    c.Resize: _resize,
+    c.Reconcile: _reconcile,
     c.ExpireGrants: _expire,
     c.Promote: _promote,
     c.PutQuota: _put_quota,
@@ -356,4 +507,5 @@ __all__ = [
     "finish",
     "quota_preview",
     "serve_queue",
+    "uncordon_withdrawals",
 ]

@@ -15,6 +15,7 @@ from .approval import Ask
 from .decisions import Grant, Queued
 from .model import Request
 from .quota import QuotaSpec
+from .reclaim import ReclaimState
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,44 @@ class QuotaReset:
     spec: QuotaSpec | None
 
 
+@dataclass(frozen=True)
+class KeptAlive:
+    """The lease's holder reported it runs (its last keepalive is now)."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class LeaseActivated:
+    """A grant is bound (granted → active): it no longer expires."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class NoticeExtended:
+    """The user's "keep my GPU" ends an idle notice (``state``: the lease's reclaim state
+    after); the lease is active again until the reclaimer's next notice."""
+
+    lease_id: str
+    state: ReclaimState
+    extensions: int
+    limit: int
+    until: float
+
+
+@dataclass(frozen=True)
+class NoticeWithdrawn:
+    """An administrator withdraws a lease's notice (a cancel, an uncordon): ``state`` is its
+    reclaim state after, ``kind`` and ``notice`` the withdrawn notice's, ``why`` the reason."""
+
+    lease_id: str
+    state: ReclaimState
+    why: str
+    kind: str
+    notice: str
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -107,11 +146,16 @@ Effect = (
     | WaitReason
     | QuotaSet
     | QuotaReset
+    | KeptAlive
+    | LeaseActivated
+    | NoticeExtended
+    | NoticeWithdrawn
 )
 
 
 def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
-    """Make ``effect`` true in the allocator (the applier's in-memory half)."""
+    """Make ``effect`` true in the allocator (the applier's in-memory half; the effects on a
+    lease's binding and notices change only rows)."""
     if isinstance(effect, (LeaseGranted, LeaseQueued)):
         alloc.apply(effect.grant if isinstance(effect, LeaseGranted) else effect.queued, now)
     elif isinstance(effect, LeaseReleased):

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.decide import PoolState
+from ..pool.decide import PoolState, uncordon_withdrawals
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
 from ..pool.model import SHARING_MODES, Node, validate_node
@@ -23,10 +23,19 @@ from ..pool.quota import QuotaSpec
 from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
-from .apply import decided
+from .apply import decided, lease_facts
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts, upsert_insert
+from .rows import (
+    check_quota_kind,
+    node_json,
+    offer_spec,
+    reclaim_state,
+    schedules,
+    set_quota,
+    ts,
+    upsert_insert,
+)
 from .utilization import SampleFields, put_samples
 from .views import ViewStore
 
@@ -246,7 +255,9 @@ class AdminStore(MigStore, ViewStore):
             self._finish(db, None, row, reason, actor)
 
     def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
-        """cordon / uncordon / drain a node."""
+        """cordon / uncordon / drain a node; an uncordon serves the queue and withdraws the
+        drain notices of the node's leases that no one is carrying out yet
+        (``pool.decide.uncordon_withdrawals``): ``withdrawn`` lists them."""
         if action not in NODE_ACTIONS:
             raise StoreError(
                 "not_found",
@@ -262,9 +273,26 @@ class AdminStore(MigStore, ViewStore):
                 setattr(row, k, v)
             alloc.set_node_flags(name, **NODE_ACTIONS[action])
             self._event(db, f"node-{action}", actor, data={"node": name})
-            if action == "uncordon":
-                self._serve_queue(db, alloc)
-            return node_json(row)
+            if action != "uncordon":
+                return node_json(row)
+            self._serve_queue(db, alloc)
+            noticed = db.scalars(
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
+                .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+            ).all()
+            policies = self.reclaim_policies(db, alloc.offers)
+            leases = [
+                (
+                    lease_facts(r),
+                    reclaim_state(r),
+                    policies.for_offer(alloc.offers.get(r.offer) or r.offer).extension,
+                )
+                for r in noticed
+            ]
+            withdrawn = uncordon_withdrawals(name, leases, self._now_s())
+            self._apply_effects(db, alloc, withdrawn, actor, {r.id: r for r in noticed})
+            return {**node_json(row), "withdrawn": [e.lease_id for e in withdrawn]}
 
     # -- quotas ------------------------------------------------------------------------------
 

@@ -34,8 +34,9 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.dramig import NO_REPARTITION, made_by_claim
+from ..pool.effects import NoticeWithdrawn
 from ..pool.leases import LIVE_STATES
-from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
+from ..pool.reclaim import Reclaiming, enforced_release, withdraw
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
 from .errors import StoreError
@@ -180,15 +181,9 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         policy = self.reclaim_policies(db, alloc.offers).for_offer(
             alloc.offers.get(row.offer) or row.offer
         )
-        set_reclaim_state(row, withdraw(state, self._now_s(), policy.extension))
-        row.state = "active"
-        self._event(
-            db,
-            "reclaim-cancelled",
-            actor,
-            row,
-            {"reason": why, "kind": rec.kind, "by_admin": True, "notice": rec.reason},
-        )
+        after = withdraw(state, self._now_s(), policy.extension)
+        effect = NoticeWithdrawn(row.id, after, why, rec.kind, rec.reason)
+        self._apply_effects(db, alloc, [effect], actor, {row.id: row})
 
     def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> dict[str, Any]:
         """An admin withdraws a lease's reclaim notice, whatever its kind (``no_notice`` when
@@ -210,26 +205,6 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             why = reason.strip() or f"an administrator ({who}) withdrew the notice"
             self._withdraw(db, alloc, row, why, actor)
             return self._lease_json(db, alloc, row)
-
-    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
-        """cordon / uncordon / drain a node; an uncordon also withdraws the drain notices of
-        the node's leases (those no one is carrying out yet): ``withdrawn`` lists them."""
-        if action != "uncordon":
-            return super().set_node(name, action, actor=actor)
-        with self.transaction() as (db, alloc):
-            out = super().set_node(name, action, actor=actor)
-            rows = db.scalars(
-                select(orm.LeaseRow)
-                .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
-                .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
-            ).all()
-            withdrawn = []
-            for row in rows:
-                if row.reclaim_acting is None and withdrawn_on_uncordon(row.reclaim_kind):
-                    why = f"the node {name} is back in service: the drain is called off"
-                    self._withdraw(db, alloc, row, why, actor)
-                    withdrawn.append(row.id)
-            return {**out, "withdrawn": withdrawn}
 
     # -- overdue notices, carried out by the service ---------------------------------------
 
