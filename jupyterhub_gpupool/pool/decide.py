@@ -325,7 +325,8 @@ def _reconcile(state: PoolState, cmd: Any, now: float) -> Outcome:
     deleted = frozenset(cmd.deleted)
     gone = orphans(state.held, cmd.running, deleted, state.jobs_alive, cmd.reason)
     ending = [(state.leases[lid], why) for lid, why in gone]
-    return Outcome(len(gone), _finishing(state, ending, now) if ending else ())
+    effects = _finishing(state, ending, now, cmd.reason) if ending else ()
+    return Outcome(len(gone), effects)
 
 
 def uncordon_withdrawals(
@@ -373,13 +374,22 @@ def ended_reason(facts: LeaseFacts, reason: str) -> str:
 
 
 def _finishing(
-    state: PoolState, ending: list[tuple[LeaseFacts, str]], now: float
+    state: PoolState,
+    ending: list[tuple[LeaseFacts, str]],
+    now: float,
+    granted_ends: str | None = None,
 ) -> tuple[Effect, ...]:
+    """End ``ending`` in order, in one trial. ``granted_ends``: the reason a queued request
+    listed there ends with if the queue pass of an earlier one granted it meanwhile (it ends
+    as the grant it now is, not ``cancelled``)."""
     effects: list[Effect] = []
     with Trial(state.alloc) as trial:
         for facts, reason in ending:
-            if facts.id not in trial.ended:
-                _finish_one(trial, facts, reason, now, effects)
+            if facts.id in trial.ended:
+                continue
+            if granted_ends is not None and facts.id in trial.granted:
+                facts, reason = replace(facts, state="granted", reason=None), granted_ends
+            _finish_one(trial, facts, reason, now, effects)
         effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
     return tuple(effects)
 

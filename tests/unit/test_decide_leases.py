@@ -1,0 +1,289 @@
+"""Keepalive, Resize and Reconcile decided by ``pool.decide``, and the rules that differ by a
+lease's holder (``pool.holders``): each checked on its effects or refusal, with the allocator
+left as it was (the rows the applier writes are the store tests' part)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from jupyterhub_gpupool.pool import commands as c
+from jupyterhub_gpupool.pool.decide import LeaseFacts, PoolState, decide, uncordon_withdrawals
+from jupyterhub_gpupool.pool.effects import (
+    KeptAlive,
+    LeaseActivated,
+    LeaseGranted,
+    LeaseQueued,
+    LeaseReleased,
+    NewLease,
+    NoticeExtended,
+    NoticeWithdrawn,
+    apply_effect,
+)
+from jupyterhub_gpupool.pool.errors import Refusal
+from jupyterhub_gpupool.pool.holders import (
+    Held,
+    job_after_lease,
+    job_granted,
+    job_of,
+    orphans,
+    runner_silent,
+)
+from jupyterhub_gpupool.pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
+from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
+from tests.allocrig import granted, pool, queued, req
+
+
+def fingerprint(alloc) -> tuple:
+    """What a decision must leave as it was: leases, waiters, devices and tallies."""
+    return (
+        sorted((le.id, le.node, le.slots, le.units, le.borrowed) for le in alloc.leases.values()),
+        sorted((w.request.id, w.reason, w.since) for w in alloc.waiters.values()),
+        [(g.uuid, g.whole_lease, sorted(g.shares.items())) for g in alloc.gpus.values()],
+        {k: v for k, v in alloc.quotas.held_user.items() if v},
+    )
+
+
+def decided(alloc, command: c.Command, now: float = 10.0, **facts) -> tuple:
+    """``decide`` on ``alloc``, checking that it changed nothing; returns the effects."""
+    before = fingerprint(alloc)
+    outcome = decide(PoolState(alloc, **facts), command, now)
+    assert fingerprint(alloc) == before
+    return outcome.effects
+
+
+def full_h100s(alloc, user: str = "u") -> None:
+    for i in range(4):
+        granted(alloc.submit(req(f"h{i}", "h100", user, server=f"s{i}"), 0))
+
+
+def facts(lid: str, state: str = "active", **kw) -> LeaseFacts:
+    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+
+
+def refusal(alloc, command, now: float = 10.0, **state) -> Refusal:
+    with pytest.raises(Refusal) as e:
+        decide(PoolState(alloc, **state), command, now)
+    return e.value
+
+
+# -- keepalive -------------------------------------------------------------------------------
+
+
+def test_keepalive_binds_a_ready_grant():
+    effects = decided(pool(), c.Keepalive("L"), leases={"L": facts("L", "granted")})
+    assert effects == (KeptAlive("L"), LeaseActivated("L"))
+
+
+def test_keepalive_of_a_bound_lease_notes_liveness_only():
+    assert decided(pool(), c.Keepalive("L"), leases={"L": facts("L")}) == (KeptAlive("L"),)
+
+
+@pytest.mark.parametrize("state", ["queued", "awaiting_approval", "released"])
+def test_keepalive_refuses_what_holds_nothing(state):
+    e = refusal(pool(), c.Keepalive("L"), leases={"L": facts("L", state)})
+    assert (e.code, e.field) == ("not_live", "id")
+
+
+def test_keepalive_refuses_a_grant_whose_mig_instance_is_not_made():
+    e = refusal(pool(), c.Keepalive("L"), leases={"L": facts("L", "granted", ready=False)})
+    assert e.code == "not_ready"
+
+
+def test_keepalive_refuses_a_jobs_lease_before_anything_else():
+    job = facts("L", "queued", server="job:j1", holder="job")
+    e = refusal(pool(), c.Keepalive("L"), leases={"L": job})
+    assert e.code == "job_lease" and "job:j1" in e.message
+
+
+def test_binding_a_resize_target_ends_the_lease_it_replaces_and_serves_the_queue():
+    """Make-before-break: the target's bind releases the old lease (``resized``), whose
+    capacity the queue gets at once."""
+    alloc = pool()
+    full_h100s(alloc)
+    queued(alloc.submit(req("w", "h100", "v", server="sv"), 1.0))
+    target = facts("t", "granted", server="s0", resize_of="h0")
+    old = facts("h0", server="s0", targets=(target,))
+    effects = decided(alloc, c.Keepalive("t"), leases={"t": target, "h0": old})
+    assert effects[:3] == (
+        KeptAlive("t"),
+        LeaseActivated("t"),
+        LeaseReleased("h0", "resized", "active"),
+    )
+    assert isinstance(effects[3], LeaseGranted) and effects[3].grant.request.id == "w"
+    assert len(effects) == 4  # the target itself is not ended: it is what is being bound
+
+
+def _noticed(kind: str = "idle", extensions: int = 0, **kw) -> LeaseFacts:
+    rec = Reclaiming(kind, 500.0, "idle for 1 h", "stop", 100.0)
+    rs = ReclaimState(idle_since=0.0, extensions=extensions, reclaiming=rec)
+    info = LeaseInfo("L", "u", "h100", Fraction(1), 0.0, state=rs)
+    return facts("L", "reclaiming", reclaim_kind=kind, reclaim=info, **kw)
+
+
+def test_keepalive_under_an_idle_notice_extends_it():
+    policy = ReclaimPolicy(max_extensions=2, extension=600.0)
+    (effect,) = decided(pool(), c.Keepalive("L"), 200.0, leases={"L": _noticed()}, policy=policy)
+    assert isinstance(effect, NoticeExtended)
+    assert (effect.extensions, effect.limit, effect.until) == (1, 2, 800.0)
+    assert effect.state.reclaiming is None and effect.state.snooze_until == 800.0
+
+
+def test_keepalive_past_the_extension_limit_is_refused_with_the_limit():
+    policy = ReclaimPolicy(max_extensions=2)
+    e = refusal(pool(), c.Keepalive("L"), leases={"L": _noticed(extensions=2)}, policy=policy)
+    assert e.code == "extension_limit" and list(e.allowed or ()) == [2]
+
+
+def test_keepalive_cannot_keep_a_borrowed_notice():
+    e = refusal(
+        pool(), c.Keepalive("L"), leases={"L": _noticed("borrowed")}, policy=ReclaimPolicy()
+    )
+    assert e.code == "not_extendable"
+
+
+def test_keepalive_is_too_late_once_a_reclaim_is_claimed():
+    lease = _noticed(claimed="stop, claimed 2026-01-01T00:00:00Z")
+    e = refusal(pool(), c.Keepalive("L"), leases={"L": lease}, policy=ReclaimPolicy())
+    assert e.code == "reclaim_in_progress" and "stop, claimed" in e.message
+
+
+# -- resize ----------------------------------------------------------------------------------
+
+
+def test_resize_asks_for_a_target_that_replaces_the_lease():
+    alloc = pool()
+    lease = facts("L", server="s", offer="a100", group="g", groups=("g",), hub="hub-b")
+    (effect,) = decided(alloc, c.Resize("L", "h100"), leases={"L": lease}, new_id="T")
+    assert isinstance(effect, LeaseGranted) and effect.new == NewLease("hub-b", "L")
+    assert effect.grant.request.id == "T" and effect.grant.request.server == "s"
+
+
+def test_resize_target_queues_when_nothing_is_free():
+    alloc = pool()
+    full_h100s(alloc)
+    lease = facts("h0", server="s0", offer="a100")
+    (effect,) = decided(alloc, c.Resize("h0", "h100"), leases={"h0": lease}, new_id="T")
+    assert isinstance(effect, LeaseQueued) and effect.new == NewLease(None, "h0")
+
+
+@pytest.mark.parametrize(
+    ("lease", "more", "code"),
+    [
+        (facts("L", "queued", offer="a100"), {}, "not_live"),
+        (facts("L", offer="h100"), {}, "same_offer"),
+        (facts("L", offer="a100"), {"resize_pending": "T0"}, "resize_pending"),
+        (facts("L", holder="job", server="job:j", offer="a100"), {}, "job_lease"),
+    ],
+)
+def test_resize_refusals(lease, more, code):
+    assert refusal(pool(), c.Resize("L", "h100"), leases={"L": lease}, **more).code == code
+
+
+def test_a_pending_target_cannot_itself_be_resized():
+    leases = {"T": facts("T", "granted", offer="a100", resize_of="L"), "L": facts("L")}
+    assert refusal(pool(), c.Resize("T", "h100"), leases=leases).code == "resize_target"
+    leases["L"] = facts("L", "released")  # once the lease it replaced ended, it may be
+    assert decided(pool(), c.Resize("T", "h100"), leases=leases, new_id="X")
+
+
+# -- reconcile -------------------------------------------------------------------------------
+
+
+def test_reconcile_ends_what_no_holder_keeps_and_serves_the_queue():
+    """A server the hub no longer runs loses its lease, a queued one is cancelled; a live
+    job's lease and every kernel's stay (the hub has no server of theirs)."""
+    alloc = pool()
+    full_h100s(alloc)
+    queued(alloc.submit(req("w", "h100", "v", server="sv"), 1.0))
+    held = (
+        Held("h0", "u", "s0", "active"),
+        Held("h1", "u", "job:j1", "active", "job"),
+        Held("h2", "u", "kernel:k", "active", "kernel"),
+        Held("h3", "u", "job:j2", "active", "job"),
+        Held("w", "v", "sv", "queued"),
+    )
+    leases = {h.id: facts(h.id, h.state, user=h.user, server=h.server) for h in held}
+    jobs_alive = frozenset({("u", "job:j1")})
+    effects = decided(
+        alloc, c.Reconcile({("x", "y")}), leases=leases, held=held, jobs_alive=jobs_alive
+    )
+    ended = [(e.lease_id, e.reason, e.was) for e in effects if isinstance(e, LeaseReleased)]
+    # the queue got h0's GPU before the waiter itself was reached: it ends as the grant it is
+    assert ended == [
+        ("h0", "stopped", "active"),
+        ("h3", "stopped", "active"),
+        ("w", "stopped", "granted"),
+    ]
+    assert any(isinstance(e, LeaseGranted) and e.grant.request.id == "w" for e in effects)
+    state = PoolState(alloc, leases, held=held, jobs_alive=jobs_alive)
+    assert decide(state, c.Reconcile(set()), 10.0).answer == 3  # h0, h3, w
+
+
+def test_reconcile_withdraws_only_requests_of_deleted_servers():
+    held = (
+        Held("a", "u", "gone", "awaiting_approval"),
+        Held("b", "u", "stopped", "awaiting_approval"),
+    )
+    assert orphans(held, set(), {("u", "gone")}, frozenset(), "stopped") == [("a", "withdrawn")]
+
+
+def test_reconcile_of_nothing_changes_nothing():
+    alloc = pool()
+    granted(alloc.submit(req("L", "h100", "u", server="s"), 0))
+    before = fingerprint(alloc)
+    held = (Held("L", "u", "s", "active"),)
+    outcome = decide(PoolState(alloc, held=held), c.Reconcile({("u", "s")}), 10.0)
+    assert (outcome.answer, outcome.effects) == (0, ())
+    assert fingerprint(alloc) == before
+
+
+def test_reconcile_effects_applied_leave_the_allocator_as_its_own_release_would():
+    alloc, twin = pool(), pool()
+    for a in (alloc, twin):
+        full_h100s(a)
+        queued(a.submit(req("w", "h100", "v", server="sv"), 1.0))
+    held = (Held("h1", "u", "s1", "active"),)
+    state = PoolState(alloc, {"h1": facts("h1", server="s1")}, held=held)
+    for effect in decide(state, c.Reconcile(set()), 10.0).effects:
+        apply_effect(alloc, effect, 10.0)
+    twin.release("h1", 10.0)
+    assert fingerprint(alloc) == fingerprint(twin)
+
+
+# -- the holders' rules ----------------------------------------------------------------------
+
+
+def test_a_job_follows_its_lease():
+    assert job_of("job", "job:abc") == "abc" and job_of(None, "job:abc") is None
+    assert job_granted("queued") and not job_granted("running")
+    assert job_after_lease("running", "admin") == ("cancelled", "lease ended: admin")
+    assert job_after_lease("running", "node_lost") == ("failed", "lease ended: node_lost")
+    assert job_after_lease("succeeded", "admin") is None
+
+
+def test_a_runner_is_silent_past_its_timeout_or_its_notice_deadline():
+    assert runner_silent(0.0, None, 121.0, 120.0)
+    assert not runner_silent(0.0, None, 120.0, 120.0)
+    assert not runner_silent(0.0, 100.0, 200.0, 120.0)  # the notice's deadline counts
+    assert runner_silent(0.0, 100.0, 221.0, 120.0)
+
+
+def test_an_uncordon_withdraws_the_drain_notices_no_one_carries_out():
+    rec = Reclaiming("drain", 500.0, "node drained", "stop", 100.0)
+    other = Reclaiming("admin", 500.0, "admin", "stop", 100.0)
+    leases = [
+        (facts("a", "reclaiming", reclaim_kind="drain"), ReclaimState(reclaiming=rec), 60.0),
+        (
+            facts("b", "reclaiming", reclaim_kind="drain", claimed="stop, claimed x"),
+            ReclaimState(reclaiming=rec),
+            60.0,
+        ),  # claimed: someone carries it out
+        (facts("c", "reclaiming", reclaim_kind="admin"), ReclaimState(reclaiming=other), 60.0),
+    ]
+    (effect,) = uncordon_withdrawals("n1", leases, 200.0)
+    assert isinstance(effect, NoticeWithdrawn) and effect.lease_id == "a"
+    assert (effect.kind, effect.notice) == ("drain", "node drained")
+    assert effect.state.reclaiming is None and effect.state.snooze_until == 260.0
+    assert "n1" in effect.why
