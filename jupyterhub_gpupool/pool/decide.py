@@ -9,9 +9,11 @@ as a ``Refusal`` (its code, message, field and allowed values are the API's erro
 
 The commands decided here: ``Allocate``, ``Release``, ``Keepalive``, ``Resize``, ``Promote``,
 ``ExpireGrants``, ``Reconcile`` (the orphans of the hub's servers; the job runner timeout that
-follows it is ``holders.runner_silent``), ``PutQuota``, ``PatchQuota`` and ``ResetQuota``.
-``finish`` and ``serve_queue`` are the same rules for the store's other callers that end a
-lease or serve the queue; ``uncordon_withdrawals`` is the notices an uncordon withdraws. The
+follows it is ``holders.runner_silent``), ``Deny``, ``LapseApprovals``, ``PutQuota``,
+``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same rules for the
+store's other callers that end a lease or serve the queue; ``admin_notice`` gives an enforced
+notice (an admin's, a drain's, a budget's, a lapse's) for every caller that gives one;
+``uncordon_withdrawals`` is the notices an uncordon withdraws. The
 quota-edit preview is ``decide`` of ``PatchQuota`` with its effects read and discarded
 (``quota_preview``). What differs by a lease's holder (a server, a job, a kernel) is a rule of
 ``pool.holders`` these rules ask, never a store method of its own.
@@ -19,14 +21,16 @@ quota-edit preview is ``decide`` of ``PatchQuota`` with its effects read and dis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from fractions import Fraction
 from typing import Any
 
 from . import commands as c
 from .allocator import Allocator
-from .approval import AskError, approval_needed, check_ask
+from .approval import MAX_REASON, AskError, approval_needed, check_ask
 from .decisions import Grant, Rejected
 from .effects import (
     AwaitingApproval,
@@ -39,9 +43,11 @@ from .effects import (
     LeaseReleased,
     NewLease,
     NoticeExtended,
+    NoticeGiven,
     NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
+    RequestDenied,
     WaitReason,
 )
 from .errors import PoolError, Refusal
@@ -52,9 +58,11 @@ from .quota import QUOTA_FIELDS, QuotaSpec
 from .reclaim import (
     Extend,
     LeaseInfo,
+    Reclaiming,
     ReclaimPolicy,
     ReclaimState,
     Refuse,
+    enforced_release,
     keepalive,
     withdraw,
     withdrawn_on_uncordon,
@@ -91,6 +99,18 @@ class LeaseFacts:
     reclaim_kind: str | None = None  # the kind of the notice it is under, if any
     claimed: str = ""  # a claimed reclaim's action and time, for the refusal's words
     reclaim: LeaseInfo | None = None  # its reclaim view (under a notice: what keepalive reads)
+    release_reason: str | None = None  # why it ended, if it has
+
+
+@dataclass(frozen=True)
+class Lapsing:
+    """A lease or request approved for a while (``LapseApprovals``), as the rule reads it."""
+
+    lease: LeaseFacts
+    lapses: float  # when the approved duration ends
+    warn_before: float  # the notice's lead (its offer's policy)
+    reclaim: ReclaimState = field(default_factory=ReclaimState)
+    notice_deadline: float | None = None  # the deadline of the notice it is under, if any
 
 
 @dataclass(frozen=True)
@@ -129,6 +149,8 @@ class PoolState:
     #: and (user, ``job:<id>``) of each live job.
     held: tuple[Held, ...] = ()
     jobs_alive: frozenset[tuple[str, str]] = frozenset()
+    #: LapseApprovals: the leases and requests whose approved duration ends some time.
+    lapsing: tuple[Lapsing, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -344,6 +366,96 @@ def uncordon_withdrawals(
     return out
 
 
+# -- enforced notices and approvals ---------------------------------------------------------------
+
+
+def admin_notice(
+    state: PoolState, facts: LeaseFacts, rs: ReclaimState, notice: Reclaiming, now: float
+) -> Outcome:
+    """Give ``facts``' live lease the enforced ``notice`` (an administrator's, a drain's, a
+    spent budget's, an approval's lapse; ``rs``: its reclaim state now). A grant not yet bound
+    is released at once instead (``enforced_release``: nothing runs on it to warn), the queue
+    served. A drain's deadline is never pushed back. Answers ``noticed`` or ``released``."""
+    if facts.state == "granted":
+        ended = _finishing(state, [(facts, enforced_release(notice.kind))], now)
+        return Outcome("released", ended)
+    rec = rs.reclaiming
+    if rec is not None and notice.deadline > rec.deadline and facts.reclaim_kind == "drain":
+        notice = replace(notice, deadline=rec.deadline)
+    return Outcome("noticed", (NoticeGiven(facts.id, replace(rs, reclaiming=notice)),))
+
+
+def not_awaiting(facts: LeaseFacts) -> Refusal | None:
+    """The refusal of an administrator's decision on a lease that awaits none (withdrawn,
+    decided, never asked)."""
+    if facts.state == "awaiting_approval":
+        return None
+    was = f"{facts.state} ({facts.release_reason})" if facts.release_reason else facts.state
+    return Refusal(
+        "not_awaiting_approval",
+        f"lease {facts.id} is {was}: there is no request to decide",
+        field="id",
+    )
+
+
+def denial_reason(reason: object) -> str:
+    """The reason of a denial, which the user reads: said, and at most ``MAX_REASON``."""
+    said = reason.strip() if isinstance(reason, str) else ""
+    if not said:
+        raise Refusal("missing_field", "say why the request is denied", field="reason")
+    if len(said) > MAX_REASON:
+        raise Refusal("invalid_field", f"at most {MAX_REASON} characters", field="reason")
+    return said
+
+
+def _deny(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Deny a request awaiting approval, with a reason the user sees: it ends (``denied``)
+    and the queue is served (it held nothing, but may have kept nobody waiting)."""
+    reason = denial_reason(cmd.reason)
+    facts = state.leases[cmd.lease_id]
+    refusal = not_awaiting(facts)
+    if refusal is not None:
+        raise refusal
+    ended = _finishing(state, [(facts, "denied")], now)
+    return Outcome(cmd.lease_id, (RequestDenied(cmd.lease_id, reason), *ended))
+
+
+def _lapse(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Approved time running out (``state.lapsing``): a bound lease whose duration ends
+    within its ``warn_before`` gets an ``exception`` notice ending then (never less than
+    ``warn_before`` from now: a notice always comes first; an earlier notice stands, and
+    none while a reclaim is being carried out); a request still queued, or a grant never
+    bound, when its duration ends is released ``lapsed``. Answers (noticed, lapsed)."""
+    ending: list[tuple[LeaseFacts, str]] = []
+    notices: list[Effect] = []
+    for item in state.lapsing:
+        facts = item.lease
+        if facts.state in ("queued", "granted"):
+            if item.lapses <= now:
+                ending.append((facts, "lapsed"))
+            continue
+        if facts.claimed or facts.reclaim_kind == "exception":
+            continue
+        if now < item.lapses - item.warn_before:
+            continue
+        deadline = max(item.lapses, now + item.warn_before)
+        earlier = item.notice_deadline
+        if facts.state == "reclaiming" and earlier is not None and earlier <= deadline:
+            continue  # an earlier notice stands; this one comes if it is kept
+        why = f"the approved time for this GPU ends at {_to_the_second(item.lapses)}"
+        notice = Reclaiming("exception", deadline, why, "stop", now)
+        notices += admin_notice(state, facts, item.reclaim, notice, now).effects
+    ended = _finishing(state, ending, now, "lapsed") if ending else ()
+    return Outcome((len(notices), len(ending)), (*notices, *ended))
+
+
+def _to_the_second(at: float) -> str:
+    """An ISO time to the second (people read it), as the API writes times (``Z``)."""
+    return (
+        datetime.fromtimestamp(math.floor(at), timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+    )
+
+
 def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Serve the queue (aging changes its order over time); answers how many were granted."""
     return serve_queue(state.alloc, now)
@@ -495,6 +607,8 @@ _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Keepalive: _keepalive,
     c.Resize: _resize,
     c.Reconcile: _reconcile,
+    c.Deny: _deny,
+    c.LapseApprovals: _lapse,
     c.ExpireGrants: _expire,
     c.Promote: _promote,
     c.PutQuota: _put_quota,
@@ -509,12 +623,16 @@ __all__ = [
     "DECIDED",
     "RESTARTING",
     "Holder",
+    "Lapsing",
     "LeaseFacts",
     "Outcome",
     "PoolState",
+    "admin_notice",
     "decide",
+    "denial_reason",
     "ended_reason",
     "finish",
+    "not_awaiting",
     "quota_preview",
     "serve_queue",
     "uncordon_withdrawals",

@@ -137,6 +137,24 @@ class NoticeWithdrawn:
     notice: str
 
 
+@dataclass(frozen=True)
+class NoticeGiven:
+    """An enforced notice (an administrator's, a drain's, a spent budget's, an approval's
+    lapse) on a bound lease: ``state`` is its reclaim state after, its notice included."""
+
+    lease_id: str
+    state: ReclaimState
+
+
+@dataclass(frozen=True)
+class RequestDenied:
+    """An administrator denies a request awaiting approval, with the reason the user sees (it
+    ends as ``denied``: a ``LeaseReleased`` follows)."""
+
+    lease_id: str
+    reason: str
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -150,6 +168,8 @@ Effect = (
     | LeaseActivated
     | NoticeExtended
     | NoticeWithdrawn
+    | NoticeGiven
+    | RequestDenied
 )
 
 

@@ -48,9 +48,11 @@ from ..pool.effects import (
     LeaseReleased,
     NewLease,
     NoticeExtended,
+    NoticeGiven,
     NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
+    RequestDenied,
     apply_effect,
 )
 from ..pool.errors import Refusal
@@ -188,7 +190,15 @@ class Applier(StoreCore):
         known: Mapping[str, orm.LeaseRow],
     ) -> None:
         """A lease's binding or notice changes (rows only; the allocator has no part in it)."""
-        if not isinstance(effect, (KeptAlive, LeaseActivated, NoticeExtended, NoticeWithdrawn)):
+        changes = (
+            KeptAlive,
+            LeaseActivated,
+            NoticeExtended,
+            NoticeWithdrawn,
+            NoticeGiven,
+            RequestDenied,
+        )
+        if not isinstance(effect, changes):
             return  # a waiter's reason: kept in memory only
         now = self.clock()
         row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
@@ -203,11 +213,29 @@ class Applier(StoreCore):
             until = ts(from_epoch(effect.until))
             data = {"extensions": effect.extensions, "limit": effect.limit, "until": until}
             self._event(db, "reclaim-extended", actor or row.user, row, data)
-        else:
+        elif isinstance(effect, NoticeWithdrawn):
             set_reclaim_state(row, effect.state)
             row.state = "active"
             data = {"reason": effect.why, "kind": effect.kind, "by_admin": True}
             self._event(db, "reclaim-cancelled", actor, row, {**data, "notice": effect.notice})
+        elif isinstance(effect, NoticeGiven):
+            rec = effect.state.reclaiming
+            assert rec is not None
+            set_reclaim_state(row, effect.state)
+            row.state = "reclaiming"
+            data = {"kind": rec.kind, "deadline": ts(from_epoch(rec.deadline))}
+            self._event(
+                db,
+                "reclaim-notice",
+                actor,
+                row,
+                {**data, "reason": rec.reason, "action": rec.action},
+            )
+        else:
+            ask = dict(row.approval or {})
+            ask.update(decision="denied", decided=ts(now), decided_by=actor, note=effect.reason)
+            row.approval, row.message = ask, f"denied: {effect.reason}"
+            self._event(db, "denied", actor, row, {"reason": effect.reason})
 
     def _new_lease(
         self, request: Request, new: NewLease, group: str | None, units: Fraction
@@ -473,6 +501,7 @@ def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> Leas
         clusters=tuple(row.clusters or ()),
         hub=row.hub,
         reclaim_kind=row.reclaim_kind,
+        release_reason=row.release_reason,
         claimed=""
         if row.reclaim_acting is None
         else f"{row.reclaim_action}, claimed {ts(row.reclaim_acting)}",

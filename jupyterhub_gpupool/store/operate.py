@@ -33,12 +33,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.decide import PoolState, admin_notice
 from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.effects import NoticeWithdrawn
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
+from .apply import lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
 from .reclaim import ReclaimStore, outcome_data
@@ -75,25 +77,17 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         reason: str,
         actor: str,
     ) -> str:
-        """Give ``row`` an admin notice (or release a grant not yet bound); what happened."""
-        if row.state == "granted":
-            self._finish(db, alloc, row, enforced_release(kind), actor)
-            return "released"
-        state = reclaim_state(row)
-        rec = state.reclaiming
-        if rec is not None and epoch(deadline) > rec.deadline and row.reclaim_kind == "drain":
-            deadline = from_epoch(rec.deadline)  # a drain's deadline is never pushed back
+        """Give ``row`` an admin notice, or release a grant not yet bound
+        (``pool.decide.admin_notice``); what happened (``noticed`` or ``released``)."""
+        if row.state == "granted":  # released: its pending targets go along
+            facts, rows = self._lease_facts(db, alloc, [row])
+        else:
+            facts, rows = {row.id: lease_facts(row)}, {row.id: row}
         notice = Reclaiming(kind, epoch(deadline), reason, action, self._now_s())
-        set_reclaim_state(row, replace(state, reclaiming=notice))
-        row.state = "reclaiming"
-        self._event(
-            db,
-            "reclaim-notice",
-            actor,
-            row,
-            {"kind": kind, "deadline": ts(deadline), "reason": reason, "action": action},
-        )
-        return "noticed"
+        state, now = PoolState(alloc, facts), self._now_s()
+        outcome = admin_notice(state, facts[row.id], reclaim_state(row), notice, now)
+        self._apply_effects(db, alloc, outcome.effects, actor, rows)
+        return str(outcome.answer)
 
     def admin_reclaim(
         self,

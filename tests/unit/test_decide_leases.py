@@ -1,5 +1,6 @@
-"""Keepalive, Resize and Reconcile decided by ``pool.decide``, and the rules that differ by a
-lease's holder (``pool.holders``): each checked on its effects or refusal, with the allocator
+"""Keepalive, Resize, Reconcile, Deny and LapseApprovals decided by ``pool.decide``, the
+enforced notice every caller gives (``admin_notice``), and the rules that differ by a lease's
+holder (``pool.holders``): each checked on its effects or refusal, with the allocator
 left as it was (the rows the applier writes are the store tests' part)."""
 
 from __future__ import annotations
@@ -9,7 +10,14 @@ from fractions import Fraction
 import pytest
 
 from jupyterhub_gpupool.pool import commands as c
-from jupyterhub_gpupool.pool.decide import LeaseFacts, PoolState, decide, uncordon_withdrawals
+from jupyterhub_gpupool.pool.decide import (
+    Lapsing,
+    LeaseFacts,
+    PoolState,
+    admin_notice,
+    decide,
+    uncordon_withdrawals,
+)
 from jupyterhub_gpupool.pool.effects import (
     KeptAlive,
     LeaseActivated,
@@ -18,7 +26,9 @@ from jupyterhub_gpupool.pool.effects import (
     LeaseReleased,
     NewLease,
     NoticeExtended,
+    NoticeGiven,
     NoticeWithdrawn,
+    RequestDenied,
     apply_effect,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
@@ -287,3 +297,97 @@ def test_an_uncordon_withdraws_the_drain_notices_no_one_carries_out():
     assert (effect.kind, effect.notice) == ("drain", "node drained")
     assert effect.state.reclaiming is None and effect.state.snooze_until == 260.0
     assert "n1" in effect.why
+
+
+# -- enforced notices, denials and lapses ----------------------------------------------------
+
+
+def _notice(kind: str = "admin", deadline: float = 900.0) -> Reclaiming:
+    return Reclaiming(kind, deadline, "maintenance", "stop", 100.0)
+
+
+def test_an_enforced_notice_on_a_bound_lease_is_a_notice():
+    lease = facts("L")
+    outcome = decide_notice(lease, ReclaimState(idle_since=5.0), _notice())
+    assert outcome.answer == "noticed"
+    (effect,) = outcome.effects
+    assert effect == NoticeGiven("L", ReclaimState(idle_since=5.0, reclaiming=_notice()))
+
+
+def test_an_enforced_notice_releases_a_grant_not_yet_bound():
+    alloc = pool()
+    granted(alloc.submit(req("L", "h100", "u", server="s"), 0))
+    state = PoolState(alloc, {"L": facts("L", "granted", server="s")})
+    outcome = admin_notice(
+        state, facts("L", "granted", server="s"), ReclaimState(), _notice("budget"), 10.0
+    )
+    assert outcome.answer == "released"
+    assert outcome.effects == (LeaseReleased("L", "budget", "granted"),)
+
+
+def test_a_drains_deadline_is_never_pushed_back():
+    earlier = ReclaimState(reclaiming=_notice("drain", 500.0))
+    lease = facts("L", "reclaiming", reclaim_kind="drain")
+    (effect,) = decide_notice(lease, earlier, _notice("drain", 900.0)).effects
+    assert effect.state.reclaiming.deadline == 500.0
+
+
+def decide_notice(lease, rs, notice):
+    return admin_notice(PoolState(pool(), {lease.id: lease}), lease, rs, notice, 10.0)
+
+
+def test_deny_ends_the_request_with_the_reason_the_user_reads():
+    lease = facts("L", "awaiting_approval")
+    effects = decided(pool(), c.Deny("L", "  not this week "), leases={"L": lease})
+    assert effects == (
+        RequestDenied("L", "not this week"),
+        LeaseReleased("L", "denied", "awaiting_approval"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"), [("  ", "missing_field"), ("x" * 256, "invalid_field")]
+)
+def test_deny_needs_a_reason(reason, code):
+    lease = facts("L", "awaiting_approval")
+    e = refusal(pool(), c.Deny("L", reason), leases={"L": lease})
+    assert (e.code, e.field) == (code, "reason")
+
+
+def test_deny_of_a_decided_request_is_refused_with_what_it_is():
+    lease = facts("L", "released", release_reason="withdrawn")
+    e = refusal(pool(), c.Deny("L", "no"), leases={"L": lease})
+    assert e.code == "not_awaiting_approval" and "released (withdrawn)" in e.message
+
+
+def test_approved_time_runs_out_a_notice_first_then_the_end():
+    """A bound lease within its ``warn_before`` of the end gets an ``exception`` notice (no
+    sooner than ``warn_before`` from now); a queued request past its end lapses; a lease not
+    yet within its warning, or already under an earlier notice, is left alone."""
+    alloc = pool()
+    queued_one = facts("q", "queued")
+    lapsing = (
+        Lapsing(facts("a"), lapses=1000.0, warn_before=300.0),
+        Lapsing(facts("b"), lapses=2000.0, warn_before=300.0),
+        Lapsing(
+            facts("c", "reclaiming", reclaim_kind="idle"),
+            lapses=1000.0,
+            warn_before=300.0,
+            reclaim=ReclaimState(reclaiming=_notice("idle", 800.0)),
+            notice_deadline=800.0,
+        ),
+        Lapsing(facts("d", reclaim_kind="exception"), lapses=1000.0, warn_before=300.0),
+        Lapsing(queued_one, lapses=900.0, warn_before=0.0),
+    )
+    full_h100s(alloc, "v")
+    queued(alloc.submit(req("q", "h100", "u", server="q"), 0))
+    outcome = decide(
+        PoolState(alloc, {"q": queued_one}, lapsing=lapsing), c.LapseApprovals(), 950.0
+    )
+    assert outcome.answer == (1, 1)
+    notice, ended = outcome.effects
+    assert isinstance(notice, NoticeGiven) and notice.lease_id == "a"
+    rec = notice.state.reclaiming
+    assert (rec.kind, rec.deadline, rec.action) == ("exception", 1250.0, "stop")
+    assert rec.reason == "the approved time for this GPU ends at 1970-01-01T00:16:40Z"
+    assert ended == LeaseReleased("q", "lapsed", "queued")
