@@ -9,12 +9,12 @@ as a ``Refusal`` (its code, message, field and allowed values are the API's erro
 
 The commands decided here: ``Allocate``, ``Release``, ``Keepalive``, ``Resize``, ``Promote``,
 ``ExpireGrants``, ``Reconcile`` (the orphans of the hub's servers; the job runner timeout that
-follows it is ``holders.runner_silent``), ``Deny``, ``LapseApprovals``, ``PutQuota``,
-``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same rules for the
-store's other callers that end a lease or serve the queue; ``admin_notice`` gives an enforced
-notice (an admin's, a drain's, a budget's, a lapse's) for every caller that gives one;
-``uncordon_withdrawals`` is the notices an uncordon withdraws. The
-quota-edit preview is ``decide`` of ``PatchQuota`` with its effects read and discarded
+follows it is ``holders.runner_silent``), ``Deny``, ``LapseApprovals``, ``SetNode``,
+``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
+rules for the store's other callers that end a lease or serve the queue; ``admin_notice``
+gives an enforced notice (an admin's, a drain's, a budget's, a lapse's) for every caller that
+gives one; ``uncordon_withdrawals`` is the notices an uncordon withdraws. The quota-edit
+preview is ``decide`` of ``PatchQuota`` with its effects read and discarded
 (``quota_preview``). What differs by a lease's holder (a server, a job, a kernel) is a rule of
 ``pool.holders`` these rules ask, never a store method of its own.
 """
@@ -42,6 +42,7 @@ from .effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
@@ -71,6 +72,12 @@ from .trial import Trial
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
 RESTARTING = "restarting"
+#: What each node action sets (cordoned: takes nothing new; draining: the same, and says why).
+NODE_ACTIONS: Mapping[str, Mapping[str, bool]] = {
+    "cordon": {"cordoned": True},
+    "uncordon": {"cordoned": False, "draining": False},
+    "drain": {"draining": True},
+}
 #: Release reasons of a stop that a reclaim in progress caused (its own reason is kept).
 _RECLAIM_STOPS = ("stopped", "resized", "orphaned")
 
@@ -149,6 +156,9 @@ class PoolState:
     #: and (user, ``job:<id>``) of each live job.
     held: tuple[Held, ...] = ()
     jobs_alive: frozenset[tuple[str, str]] = frozenset()
+    #: SetNode: the node is known; an uncordon's drain notices (``uncordon_withdrawals``).
+    node_known: bool = False
+    drained: tuple[tuple[LeaseFacts, ReclaimState, float], ...] = ()
     #: LapseApprovals: the leases and requests whose approved duration ends some time.
     lapsing: tuple[Lapsing, ...] = ()
 
@@ -456,6 +466,35 @@ def _to_the_second(at: float) -> str:
     )
 
 
+# -- nodes ----------------------------------------------------------------------------------------
+
+
+def _set_node(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Cordon, uncordon or drain a node (it keeps its leases either way). An uncordon gives
+    the queue the node's room at once and withdraws the drain notices of its leases that no
+    one is carrying out yet (``state.drained``); answers their ids."""
+    flags = NODE_ACTIONS.get(cmd.action)
+    if flags is None:
+        raise Refusal(
+            "not_found",
+            f"no node action {cmd.action!r}",
+            field="action",
+            allowed=list(NODE_ACTIONS),
+        )
+    if not state.node_known:
+        raise Refusal("not_found", f"no node {cmd.name!r}", field="name")
+    cordoned, draining = flags.get("cordoned"), flags.get("draining")
+    effects: list[Effect] = [NodeFlagsSet(cmd.name, cmd.action, cordoned, draining)]
+    if cmd.action != "uncordon":
+        return Outcome([], tuple(effects))
+    with Trial(state.alloc) as trial:
+        trial.set_node_flags(cmd.name, cordoned, draining)
+        effects += [LeaseGranted(g) for g in trial.promote(now)]
+        effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+    withdrawn = uncordon_withdrawals(cmd.name, state.drained, now)
+    return Outcome([e.lease_id for e in withdrawn], (*effects, *withdrawn))
+
+
 def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Serve the queue (aging changes its order over time); answers how many were granted."""
     return serve_queue(state.alloc, now)
@@ -609,6 +648,7 @@ _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Reconcile: _reconcile,
     c.Deny: _deny,
     c.LapseApprovals: _lapse,
+    c.SetNode: _set_node,
     c.ExpireGrants: _expire,
     c.Promote: _promote,
     c.PutQuota: _put_quota,
@@ -621,6 +661,7 @@ DECIDED = frozenset(_RULES)
 
 __all__ = [
     "DECIDED",
+    "NODE_ACTIONS",
     "RESTARTING",
     "Holder",
     "Lapsing",

@@ -155,6 +155,17 @@ class RequestDenied:
     reason: str
 
 
+@dataclass(frozen=True)
+class NodeFlagsSet:
+    """A node is cordoned, uncordoned or drained (``action``): it keeps its leases; the flags
+    None are left as they are."""
+
+    node: str
+    action: str
+    cordoned: bool | None = None
+    draining: bool | None = None
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -170,6 +181,7 @@ Effect = (
     | NoticeWithdrawn
     | NoticeGiven
     | RequestDenied
+    | NodeFlagsSet
 )
 
 
@@ -189,6 +201,8 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         waiter = alloc.waiters.get(effect.lease_id)
         if waiter is not None:
             waiter.reason = effect.reason
+    elif isinstance(effect, NodeFlagsSet):
+        alloc.set_node_flags(effect.node, cordoned=effect.cordoned, draining=effect.draining)
     elif isinstance(effect, (QuotaSet, QuotaReset)):
         book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
         if effect.spec is None:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.decide import PoolState, uncordon_withdrawals
+from ..pool.decide import PoolState
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
 from ..pool.model import SHARING_MODES, Node, validate_node
@@ -40,13 +40,6 @@ from .utilization import SampleFields, put_samples
 from .views import ViewStore
 
 log = logging.getLogger(__name__)
-
-#: What each node action sets.
-NODE_ACTIONS = {
-    "cordon": {"cordoned": True},
-    "uncordon": {"cordoned": False, "draining": False},
-    "drain": {"draining": True},
-}
 
 
 class AdminStore(MigStore, ViewStore):
@@ -255,44 +248,37 @@ class AdminStore(MigStore, ViewStore):
             self._finish(db, None, row, reason, actor)
 
     def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
-        """cordon / uncordon / drain a node; an uncordon serves the queue and withdraws the
-        drain notices of the node's leases that no one is carrying out yet
-        (``pool.decide.uncordon_withdrawals``): ``withdrawn`` lists them."""
-        if action not in NODE_ACTIONS:
-            raise StoreError(
-                "not_found",
-                f"no node action {action!r}",
-                field="action",
-                allowed=list(NODE_ACTIONS),
-            )
+        """cordon / uncordon / drain a node (``pool.decide``); an uncordon serves the queue
+        and withdraws the drain notices of the node's leases that no one is carrying out yet:
+        ``withdrawn`` lists them."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, name)
-            if row is None:
-                raise StoreError("not_found", f"no node {name!r}", field="name")
-            for k, v in NODE_ACTIONS[action].items():
-                setattr(row, k, v)
-            alloc.set_node_flags(name, **NODE_ACTIONS[action])
-            self._event(db, f"node-{action}", actor, data={"node": name})
-            if action != "uncordon":
-                return node_json(row)
-            self._serve_queue(db, alloc)
-            noticed = db.scalars(
-                select(orm.LeaseRow)
-                .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
-                .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
-            ).all()
-            policies = self.reclaim_policies(db, alloc.offers)
-            leases = [
+            noticed: list[orm.LeaseRow] = []
+            if row is not None and action == "uncordon":
+                noticed = list(
+                    db.scalars(
+                        select(orm.LeaseRow)
+                        .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
+                        .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+                    ).all()
+                )
+            policies = self.reclaim_policies(db, alloc.offers) if noticed else None
+            drained = tuple(
                 (
                     lease_facts(r),
                     reclaim_state(r),
                     policies.for_offer(alloc.offers.get(r.offer) or r.offer).extension,
                 )
                 for r in noticed
-            ]
-            withdrawn = uncordon_withdrawals(name, leases, self._now_s())
-            self._apply_effects(db, alloc, withdrawn, actor, {r.id: r for r in noticed})
-            return {**node_json(row), "withdrawn": [e.lease_id for e in withdrawn]}
+                if policies is not None
+            )
+            state = PoolState(alloc, node_known=row is not None, drained=drained)
+            outcome = decided(state, c.SetNode(name, action), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, {r.id: r for r in noticed})
+            assert row is not None  # else refused
+            if action != "uncordon":
+                return node_json(row)
+            return {**node_json(row), "withdrawn": outcome.answer}
 
     # -- quotas ------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from ..pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
@@ -178,6 +179,13 @@ class Applier(StoreCore):
                 self._quota_set(db, effect, actor)
             elif isinstance(effect, QuotaReset):
                 self._quota_reset(db, effect, actor)
+            elif isinstance(effect, NodeFlagsSet):
+                node = orm.NodeRow.find(db, effect.node)
+                if node is not None:
+                    for flag in ("cordoned", "draining"):
+                        if getattr(effect, flag) is not None:
+                            setattr(node, flag, getattr(effect, flag))
+                self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
             else:
                 self._lease_changed(db, effect, actor, known)
         return made

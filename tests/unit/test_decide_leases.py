@@ -1,4 +1,4 @@
-"""Keepalive, Resize, Reconcile, Deny and LapseApprovals decided by ``pool.decide``, the
+"""Keepalive, Resize, Reconcile, Deny, LapseApprovals and SetNode decided by ``pool.decide``, the
 enforced notice every caller gives (``admin_notice``), and the rules that differ by a lease's
 holder (``pool.holders``): each checked on its effects or refusal, with the allocator
 left as it was (the rows the applier writes are the store tests' part)."""
@@ -25,6 +25,7 @@ from jupyterhub_gpupool.pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
@@ -391,3 +392,47 @@ def test_approved_time_runs_out_a_notice_first_then_the_end():
     assert (rec.kind, rec.deadline, rec.action) == ("exception", 1250.0, "stop")
     assert rec.reason == "the approved time for this GPU ends at 1970-01-01T00:16:40Z"
     assert ended == LeaseReleased("q", "lapsed", "queued")
+
+
+# -- nodes -----------------------------------------------------------------------------------
+
+
+def test_an_uncordon_gives_the_queue_the_nodes_room_at_once():
+    """The H100 node was cordoned: a request waits; the uncordon's effects grant it there,
+    and applied they leave the allocator as its own uncordon and queue pass would."""
+    alloc, twin = pool(), pool()
+    for a in (alloc, twin):
+        a.set_node_flags("h", cordoned=True)
+        queued(a.submit(req("w", "h100", "v", server="sv"), 1.0))
+    effects = decided(alloc, c.SetNode("h", "uncordon"), node_known=True)
+    assert effects[0] == NodeFlagsSet("h", "uncordon", False, False)
+    assert isinstance(effects[1], LeaseGranted) and effects[1].grant.node == "h"
+    for effect in effects:
+        apply_effect(alloc, effect, 10.0)
+    twin.set_node_flags("h", cordoned=False, draining=False)
+    twin.promote(10.0)
+    assert fingerprint(alloc) == fingerprint(twin)
+
+
+def test_a_cordon_only_sets_the_flag():
+    alloc = pool()
+    queued_before = decided(alloc, c.SetNode("h", "cordon"), node_known=True)
+    assert queued_before == (NodeFlagsSet("h", "cordon", True, None),)
+
+
+def test_an_uncordon_answers_the_drain_notices_it_withdraws():
+    rec = Reclaiming("drain", 500.0, "node drained", "stop", 100.0)
+    drained = (
+        (facts("a", "reclaiming", reclaim_kind="drain"), ReclaimState(reclaiming=rec), 60.0),
+    )
+    state = PoolState(pool(), node_known=True, drained=drained)
+    outcome = decide(state, c.SetNode("h", "uncordon"), 200.0)
+    assert outcome.answer == ["a"] and isinstance(outcome.effects[-1], NoticeWithdrawn)
+
+
+@pytest.mark.parametrize(
+    ("action", "known", "field"), [("reboot", True, "action"), ("cordon", False, "name")]
+)
+def test_set_node_refusals(action, known, field):
+    e = refusal(pool(), c.SetNode("h", action), node_known=known)
+    assert (e.code, e.field) == ("not_found", field)
