@@ -9,7 +9,7 @@ as a ``Refusal`` (its code, message, field and allowed values are the API's erro
 
 The commands decided here: ``Allocate``, ``Release``, ``Keepalive``, ``Resize``, ``Promote``,
 ``ExpireGrants``, ``Reconcile`` (the orphans of the hub's servers; the job runner timeout that
-follows it is ``holders.runner_silent``), ``Deny``, ``LapseApprovals``, ``SetNode``,
+follows it is ``holders.runner_silent``), ``Approve``, ``Deny``, ``LapseApprovals``, ``SetNode``,
 ``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
 rules for the store's other callers that end a lease or serve the queue; ``admin_notice``
 gives an enforced notice (an admin's, a drain's, a budget's, a lapse's) for every caller that
@@ -48,6 +48,7 @@ from .effects import (
     NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
+    RequestApproved,
     RequestDenied,
     WaitReason,
 )
@@ -156,6 +157,9 @@ class PoolState:
     #: and (user, ``job:<id>``) of each live job.
     held: tuple[Held, ...] = ()
     jobs_alive: frozenset[tuple[str, str]] = frozenset()
+    #: Approve: the request as asked (its ``Request``) and the duration asked, if any.
+    request: Request | None = None
+    asked_duration: float | None = None
     #: SetNode: the node is known; an uncordon's drain notices (``uncordon_withdrawals``).
     node_known: bool = False
     drained: tuple[tuple[LeaseFacts, ReclaimState, float], ...] = ()
@@ -408,6 +412,79 @@ def not_awaiting(facts: LeaseFacts) -> Refusal | None:
     )
 
 
+def approval_note(note: str, duration: object) -> str:
+    """An approval's note (stripped) and duration checked as an ask's reason and duration are
+    (the note's refusals name ``note``)."""
+    try:
+        return check_ask(note, duration)
+    except AskError as e:
+        field = "note" if e.field == "reason" else e.field
+        raise Refusal(e.code, e.message, field=field) from None
+
+
+def _approve(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """Approve a waiting request (``state.request``): it joins the queue, or is granted now.
+    ``cmd.duration`` may only shorten what was asked; ``cmd.offer`` may only be a smaller one
+    of the same kind. A request the pool would refuse now still awaits a decision."""
+    note = approval_note(cmd.note, cmd.duration)
+    facts, alloc = state.leases[cmd.lease_id], state.alloc
+    refusal = not_awaiting(facts)
+    if refusal is not None:
+        raise refusal
+    asked = state.asked_duration
+    if cmd.duration is not None and asked is not None and cmd.duration > asked:
+        raise Refusal(
+            "invalid_field",
+            f"an approval may shorten the duration asked ({asked:g} s), not lengthen it",
+            field="duration",
+        )
+    duration = cmd.duration if cmd.duration is not None else asked
+    assert state.request is not None  # the store reads it with the row
+    request = state.request
+    if cmd.offer is not None and cmd.offer != facts.offer:
+        _check_smaller(alloc, facts.offer, cmd.offer)
+        request = replace(request, offer=cmd.offer)
+    decision = alloc.decide(request, now)
+    if isinstance(decision, Rejected):  # nothing changed: it still awaits a decision
+        raise Refusal(
+            decision.code,
+            f"{decision.message} (the request still awaits a decision)",
+            field=decision.field,
+            allowed=decision.allowed,
+        )
+    approved = RequestApproved(cmd.lease_id, duration, request.offer, note, decision.units)
+    joins = LeaseGranted(decision) if isinstance(decision, Grant) else LeaseQueued(decision)
+    return Outcome(cmd.lease_id, (approved, joins))
+
+
+def _check_smaller(alloc: Allocator, asked: str, offer: str) -> None:
+    """An approval may lower the ask to a smaller offer of the same kind, nothing else."""
+    new, old = alloc.offers.get(offer), alloc.offers.get(asked)
+    if new is None:
+        raise Refusal(
+            "unknown_offer",
+            f"there is no offer {offer!r}",
+            field="offer",
+            allowed=list(alloc.offers),
+        )
+    smaller = [
+        o.name
+        for o in alloc.offers.values()
+        if old is not None
+        and o.kind == old.kind
+        and o.name != old.name
+        and alloc.units_for(o, None) < alloc.units_for(old, None)
+    ]
+    if offer not in smaller:
+        raise Refusal(
+            "invalid_field",
+            f"an approval may lower the ask to a smaller offer of the same kind than "
+            f"{asked!r}, not {offer!r}",
+            field="offer",
+            allowed=smaller,
+        )
+
+
 def denial_reason(reason: object) -> str:
     """The reason of a denial, which the user reads: said, and at most ``MAX_REASON``."""
     said = reason.strip() if isinstance(reason, str) else ""
@@ -646,6 +723,7 @@ _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Keepalive: _keepalive,
     c.Resize: _resize,
     c.Reconcile: _reconcile,
+    c.Approve: _approve,
     c.Deny: _deny,
     c.LapseApprovals: _lapse,
     c.SetNode: _set_node,
@@ -669,6 +747,7 @@ __all__ = [
     "Outcome",
     "PoolState",
     "admin_notice",
+    "approval_note",
     "decide",
     "denial_reason",
     "ended_reason",

@@ -9,6 +9,7 @@ in order, the effects leave the allocator exactly as the decision saw it would b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .allocator import Allocator
 from .approval import Ask
@@ -166,6 +167,19 @@ class NodeFlagsSet:
     draining: bool | None = None
 
 
+@dataclass(frozen=True)
+class RequestApproved:
+    """An administrator approves a request awaiting approval: for ``duration`` seconds (None:
+    as long as it is held) and ``offer`` (the one asked, or a smaller one of its kind), which
+    takes ``units``; a ``LeaseGranted`` or ``LeaseQueued`` of it follows."""
+
+    lease_id: str
+    duration: float | None
+    offer: str
+    note: str
+    units: Fraction
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -182,6 +196,7 @@ Effect = (
     | NoticeGiven
     | RequestDenied
     | NodeFlagsSet
+    | RequestApproved
 )
 
 

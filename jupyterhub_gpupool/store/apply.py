@@ -53,6 +53,7 @@ from ..pool.effects import (
     NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
+    RequestApproved,
     RequestDenied,
     apply_effect,
 )
@@ -205,6 +206,7 @@ class Applier(StoreCore):
             NoticeWithdrawn,
             NoticeGiven,
             RequestDenied,
+            RequestApproved,
         )
         if not isinstance(effect, changes):
             return  # a waiter's reason: kept in memory only
@@ -239,6 +241,23 @@ class Applier(StoreCore):
                 row,
                 {**data, "reason": rec.reason, "action": rec.action},
             )
+        elif isinstance(effect, RequestApproved):
+            ask = dict(row.approval or {})
+            duration, note = effect.duration, effect.note or None
+            ask.update(
+                decision="approved",
+                decided=ts(now),
+                decided_by=actor,
+                note=note,
+                approved_duration=duration,
+            )
+            if effect.offer != row.offer:
+                ask["asked_offer"], row.offer = row.offer, effect.offer
+            row.approval = ask
+            row.lapses = None if duration is None else now + timedelta(seconds=duration)
+            row.units, row.units_f = str(effect.units), float(effect.units)
+            said: dict[str, Any] = {"duration": duration, "offer": row.offer, "note": note}
+            self._event(db, "approved", actor, row, said)
         else:
             ask = dict(row.approval or {})
             ask.update(decision="denied", decided=ts(now), decided_by=actor, note=effect.reason)

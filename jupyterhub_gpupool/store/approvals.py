@@ -11,8 +11,6 @@ deadline with reason ``lapsed``; a request still queued when its duration ends i
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -20,10 +18,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.approval import AskError, check_ask
-from ..pool.decide import Lapsing, PoolState, denial_reason, not_awaiting
-from ..pool.decisions import Grant, Rejected
-from ..pool.effects import LeaseGranted, LeaseQueued
+from ..pool.decide import Lapsing, PoolState, approval_note, denial_reason, not_awaiting
 from ..pool.errors import Refusal
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import ReclaimState
@@ -31,7 +26,7 @@ from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .labelmig import LabelMigStore
 from .rebuild import request_of
-from .rows import epoch, reclaim_state, ts
+from .rows import epoch, reclaim_state
 
 
 class ApprovalStore(LabelMigStore):
@@ -55,84 +50,25 @@ class ApprovalStore(LabelMigStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Approve a waiting request: it joins the queue (or is granted now). ``duration`` may
-        only shorten what was asked; ``offer`` may only be a smaller one of the same kind."""
+        only shorten what was asked; ``offer`` may only be a smaller one of the same kind
+        (``pool.decide`` decides)."""
         try:
-            note = check_ask(note, duration)
-        except AskError as e:
-            field = "note" if e.field == "reason" else e.field
-            raise StoreError(e.code, e.message, field=field) from None
-        now = self.clock()
+            approval_note(note, duration)  # before the lease is looked up, as the API answers
+        except Refusal as e:
+            raise StoreError(e.code, e.message, field=e.field) from None
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            ask = self._awaiting(row)
-            asked = ask.get("duration")
-            if duration is not None and asked is not None and duration > asked:
-                raise StoreError(
-                    "invalid_field",
-                    f"an approval may shorten the duration asked ({asked:g} s), not lengthen it",
-                    field="duration",
-                )
-            duration = duration if duration is not None else asked
-            request = request_of(row)
-            if offer is not None and offer != row.offer:
-                self._check_smaller(alloc, row.offer, offer)
-                request = replace(request, offer=offer)
-            decision = alloc.decide(request, self._now_s())
-            if isinstance(decision, Rejected):  # nothing changed: it still awaits a decision
-                raise StoreError(
-                    decision.code,
-                    f"{decision.message} (the request still awaits a decision)",
-                    field=decision.field,
-                    allowed=decision.allowed,
-                )
-            ask.update(
-                decision="approved",
-                decided=ts(now),
-                decided_by=actor,
-                note=note or None,
-                approved_duration=duration,
+            asked = (row.approval or {}).get("duration")
+            state = PoolState(
+                alloc,
+                {row.id: lease_facts(row)},
+                request=request_of(row) if row.state == "awaiting_approval" else None,
+                asked_duration=asked if row.state == "awaiting_approval" else None,
             )
-            if request.offer != row.offer:
-                ask["asked_offer"], row.offer = row.offer, request.offer
-            row.approval = ask
-            row.lapses = None if duration is None else now + timedelta(seconds=duration)
-            row.units, row.units_f = str(decision.units), float(decision.units)
-            self._event(
-                db,
-                "approved",
-                actor,
-                row,
-                {"duration": duration, "offer": row.offer, "note": note or None},
-            )
-            joins = LeaseGranted(decision) if isinstance(decision, Grant) else LeaseQueued(decision)
-            self._apply_effects(db, alloc, [joins], actor)
+            command = c.Approve(lease_id, duration, offer, note)
+            outcome = decided(state, command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, {row.id: row})
             return self._lease_json(db, alloc, row)
-
-    def _check_smaller(self, alloc: Any, asked: str, offer: str) -> None:
-        new, old = alloc.offers.get(offer), alloc.offers.get(asked)
-        if new is None:
-            raise StoreError(
-                "unknown_offer",
-                f"there is no offer {offer!r}",
-                field="offer",
-                allowed=list(alloc.offers),
-            )
-        smaller = [
-            o.name
-            for o in alloc.offers.values()
-            if old is not None
-            and o.kind == old.kind
-            and o.name != old.name
-            and alloc.units_for(o, None) < alloc.units_for(old, None)
-        ]
-        if offer not in smaller:
-            raise StoreError(
-                "invalid_field",
-                f"an approval may lower the ask to a smaller offer of the same kind than "
-                f"{asked!r}, not {offer!r}",
-                field="offer",
-                allowed=smaller,
-            )
 
     def deny(self, lease_id: str, reason: object, *, actor: str = "") -> dict[str, Any]:
         """Deny a waiting request with a reason the user sees: it ends (``denied``;

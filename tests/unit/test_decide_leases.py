@@ -1,7 +1,7 @@
-"""Keepalive, Resize, Reconcile, Deny, LapseApprovals and SetNode decided by ``pool.decide``, the
-enforced notice every caller gives (``admin_notice``), and the rules that differ by a lease's
-holder (``pool.holders``): each checked on its effects or refusal, with the allocator
-left as it was (the rows the applier writes are the store tests' part)."""
+"""Keepalive, Resize, Reconcile, Approve, Deny, LapseApprovals and SetNode decided by
+``pool.decide``, the enforced notice every caller gives (``admin_notice``), and the rules that
+differ by a lease's holder (``pool.holders``): each checked on its effects or refusal, with the
+allocator left as it was (the rows the applier writes are the store tests' part)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from jupyterhub_gpupool.pool.effects import (
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
+    RequestApproved,
     RequestDenied,
     apply_effect,
 )
@@ -436,3 +437,50 @@ def test_an_uncordon_answers_the_drain_notices_it_withdraws():
 def test_set_node_refusals(action, known, field):
     e = refusal(pool(), c.SetNode("h", action), node_known=known)
     assert (e.code, e.field) == ("not_found", field)
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+def _awaiting(offer: str = "h100", **more) -> dict:
+    request = req("L", offer, "u", server="s")
+    return {
+        "leases": {"L": facts("L", "awaiting_approval", offer=offer)},
+        "request": request,
+        **more,
+    }
+
+
+def test_approve_joins_the_queue_or_is_granted_now():
+    effects = decided(pool(), c.Approve("L", note=" ok "), **_awaiting(asked_duration=3600.0))
+    approved, joins = effects
+    assert approved == RequestApproved("L", 3600.0, "h100", "ok", Fraction(1))
+    assert isinstance(joins, LeaseGranted) and joins.new is None and joins.grant.request.id == "L"
+    alloc = pool()
+    full_h100s(alloc)
+    assert isinstance(decided(alloc, c.Approve("L"), **_awaiting())[1], LeaseQueued)
+
+
+def test_approve_may_shorten_the_duration_not_lengthen_it():
+    (approved, _) = decided(
+        pool(), c.Approve("L", duration=60.0), **_awaiting(asked_duration=600.0)
+    )
+    assert approved.duration == 60.0
+    e = refusal(pool(), c.Approve("L", duration=6000.0), **_awaiting(asked_duration=600.0))
+    assert (e.code, e.field) == ("invalid_field", "duration")
+
+
+def test_approve_may_lower_the_ask_to_a_smaller_offer_of_its_kind_only():
+    e = refusal(pool(), c.Approve("L", offer="h100"), **_awaiting("a100-1g"))
+    assert (e.code, e.field) == ("invalid_field", "offer")
+    assert refusal(pool(), c.Approve("L", offer="nope"), **_awaiting()).code == "unknown_offer"
+
+
+def test_approve_of_a_request_the_pool_refuses_now_leaves_it_awaiting():
+    e = refusal(pool(), c.Approve("L"), **_awaiting("nope"))
+    assert e.code == "unknown_offer" and "(the request still awaits a decision)" in e.message
+
+
+def test_approve_of_a_decided_request_is_refused():
+    leases = {"L": facts("L", "queued")}
+    assert refusal(pool(), c.Approve("L"), leases=leases).code == "not_awaiting_approval"
