@@ -9,14 +9,14 @@ as a ``Refusal`` (its code, message, field and allowed values are the API's erro
 
 The commands decided here: ``Allocate``, ``Release``, ``Keepalive``, ``Resize``, ``Promote``,
 ``ExpireGrants``, ``Reconcile`` (the orphans of the hub's servers; the job runner timeout that
-follows it is ``holders.runner_silent``), ``Approve``, ``Deny``, ``LapseApprovals``, ``SetNode``,
-``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and ``serve_queue`` are the same
-rules for the store's other callers that end a lease or serve the queue; ``admin_notice``
-gives an enforced notice (an admin's, a drain's, a budget's, a lapse's) for every caller that
-gives one; ``uncordon_withdrawals`` is the notices an uncordon withdraws. The quota-edit
-preview is ``decide`` of ``PatchQuota`` with its effects read and discarded
-(``quota_preview``). What differs by a lease's holder (a server, a job, a kernel) is a rule of
-``pool.holders`` these rules ask, never a store method of its own.
+follows it is ``holders.runner_silent``), ``Approve``, ``Deny``, ``LapseApprovals``,
+``SetNode``, ``SetSharing``, ``PutQuota``, ``PatchQuota`` and ``ResetQuota``. ``finish`` and
+``serve_queue`` are the same rules for the store's other callers that end a lease or serve the
+queue; ``admin_notice`` gives an enforced notice (an admin's, a drain's, a budget's, a
+lapse's) for every caller that gives one; ``uncordon_withdrawals`` is the notices an uncordon
+withdraws. The quota-edit preview is ``decide`` of ``PatchQuota`` with its effects read and
+discarded (``quota_preview``). What differs by a lease's holder (a server, a job, a kernel) is
+a rule of ``pool.holders`` these rules ask, never a store method of its own.
 """
 
 from __future__ import annotations
@@ -50,12 +50,13 @@ from .effects import (
     QuotaSet,
     RequestApproved,
     RequestDenied,
+    SharingSet,
     WaitReason,
 )
 from .errors import PoolError, Refusal
 from .holders import Held, orphans, refuse_for_job
 from .leases import LIVE_STATES
-from .model import Request, offer_priority
+from .model import SHARING_MODES, Request, offer_priority
 from .quota import QUOTA_FIELDS, QuotaSpec
 from .reclaim import (
     Extend,
@@ -163,6 +164,8 @@ class PoolState:
     #: SetNode: the node is known; an uncordon's drain notices (``uncordon_withdrawals``).
     node_known: bool = False
     drained: tuple[tuple[LeaseFacts, ReclaimState, float], ...] = ()
+    #: SetSharing: the node's GPUs (uuid, sharing mode now, MIG enabled), in its order.
+    node_gpus: tuple[tuple[str, str, bool], ...] = ()
     #: LapseApprovals: the leases and requests whose approved duration ends some time.
     lapsing: tuple[Lapsing, ...] = ()
 
@@ -572,6 +575,31 @@ def _set_node(state: PoolState, cmd: Any, now: float) -> Outcome:
     return Outcome([e.lease_id for e in withdrawn], (*effects, *withdrawn))
 
 
+def _set_sharing(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """A node's GPUs' sharing modes as its device plugin advertises them (uuid → mode; a MIG
+    GPU's and an unnamed one's stay): leases keep what they hold, and the queue is served
+    (a GPU now shared may take waiters). Answers what changed."""
+    if not state.node_known:
+        raise Refusal("not_found", f"no node {cmd.name!r}", field="name")
+    changed: dict[str, str] = {}
+    for uuid, sharing, mig in state.node_gpus:
+        mode = cmd.modes.get(uuid)
+        if mode is None or mode == sharing or mig:
+            continue
+        if mode not in SHARING_MODES:
+            raise Refusal("invalid_field", f"unknown sharing mode {mode!r}")
+        changed[uuid] = mode
+    if not changed:
+        return Outcome(changed)
+    effects: list[Effect] = [SharingSet(cmd.name, tuple(changed.items()))]
+    with Trial(state.alloc) as trial:
+        for uuid, mode in changed.items():
+            trial.set_gpu_sharing(uuid, mode)
+        effects += [LeaseGranted(g) for g in trial.promote(now)]
+        effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+    return Outcome(changed, tuple(effects))
+
+
 def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Serve the queue (aging changes its order over time); answers how many were granted."""
     return serve_queue(state.alloc, now)
@@ -727,6 +755,7 @@ _RULES: dict[type[c.Command], Callable[[PoolState, Any, float], Outcome]] = {
     c.Deny: _deny,
     c.LapseApprovals: _lapse,
     c.SetNode: _set_node,
+    c.SetSharing: _set_sharing,
     c.ExpireGrants: _expire,
     c.Promote: _promote,
     c.PutQuota: _put_quota,

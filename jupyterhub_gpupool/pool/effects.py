@@ -180,6 +180,15 @@ class RequestApproved:
     units: Fraction
 
 
+@dataclass(frozen=True)
+class SharingSet:
+    """A node's device plugin advertises new sharing modes: (GPU uuid, mode) of each GPU
+    whose mode changes; leases keep what they hold, new grants follow the modes."""
+
+    node: str
+    modes: tuple[tuple[str, str], ...]
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -197,6 +206,7 @@ Effect = (
     | RequestDenied
     | NodeFlagsSet
     | RequestApproved
+    | SharingSet
 )
 
 
@@ -216,6 +226,9 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         waiter = alloc.waiters.get(effect.lease_id)
         if waiter is not None:
             waiter.reason = effect.reason
+    elif isinstance(effect, SharingSet):
+        for uuid, mode in effect.modes:
+            alloc.set_gpu_sharing(uuid, mode)
     elif isinstance(effect, NodeFlagsSet):
         alloc.set_node_flags(effect.node, cordoned=effect.cordoned, draining=effect.draining)
     elif isinstance(effect, (QuotaSet, QuotaReset)):

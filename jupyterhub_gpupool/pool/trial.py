@@ -84,6 +84,16 @@ class Trial:
 
         self._undo.append(back)
 
+    def set_gpu_sharing(self, uuid: str, sharing: str) -> None:
+        """Set a GPU's sharing mode as ``Allocator.set_gpu_sharing`` does."""
+        a, was = self.alloc, self.alloc.gpus[uuid].sharing
+
+        def back() -> None:
+            a.set_gpu_sharing(uuid, was)
+
+        a.set_gpu_sharing(uuid, sharing)
+        self._undo.append(back)
+
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does; returns the grants."""
         a = self.alloc

@@ -17,7 +17,7 @@ from ..pool import commands as c
 from ..pool.decide import PoolState
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
-from ..pool.model import SHARING_MODES, Node, validate_node
+from ..pool.model import Node, validate_node
 from ..pool.pricing import reconcile
 from ..pool.quota import QuotaSpec
 from ..pool.sharing import reported_mode
@@ -217,25 +217,16 @@ class AdminStore(MigStore, ViewStore):
         self, name: str, modes: Mapping[str, str], *, actor: str = ""
     ) -> dict[str, Any]:
         """Set the sharing modes of a node's GPUs (uuid → ``shared`` | ``exclusive``) as its
-        device plugin advertises them (``pool.sharing``). Leases keep what they hold; a change
-        is audited (``sharing-advertised``) and the queue served. Returns what changed."""
+        device plugin advertises them (``pool.sharing``; ``pool.decide`` decides). Leases keep
+        what they hold; a change is audited (``sharing-advertised``) and the queue served.
+        Returns what changed."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, name)
-            if row is None:
-                raise StoreError("not_found", f"no node {name!r}", field="name")
-            changed = {}
-            for g in row.gpus:
-                mode = modes.get(g.uuid)
-                if mode is None or mode == g.sharing or g.mig_enabled:
-                    continue
-                if mode not in SHARING_MODES:
-                    raise StoreError("invalid_field", f"unknown sharing mode {mode!r}")
-                g.sharing = mode
-                alloc.set_gpu_sharing(g.uuid, mode)
-                changed[g.uuid] = mode
-            if changed:
-                self._event(db, "sharing-advertised", actor, data={"node": name, "gpus": changed})
-                self._serve_queue(db, alloc)
+            gpus = tuple((g.uuid, g.sharing, g.mig_enabled) for g in row.gpus) if row else ()
+            state = PoolState(alloc, node_known=row is not None, node_gpus=gpus)
+            outcome = decided(state, c.SetSharing(name, modes), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
+            changed: dict[str, Any] = outcome.answer
             return changed
 
     def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:

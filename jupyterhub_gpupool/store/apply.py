@@ -55,6 +55,7 @@ from ..pool.effects import (
     QuotaSet,
     RequestApproved,
     RequestDenied,
+    SharingSet,
     apply_effect,
 )
 from ..pool.errors import Refusal
@@ -180,6 +181,13 @@ class Applier(StoreCore):
                 self._quota_set(db, effect, actor)
             elif isinstance(effect, QuotaReset):
                 self._quota_reset(db, effect, actor)
+            elif isinstance(effect, SharingSet):
+                for uuid, mode in effect.modes:
+                    gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == uuid))
+                    if gpu is not None:
+                        gpu.sharing = mode
+                data = {"node": effect.node, "gpus": dict(effect.modes)}
+                self._event(db, "sharing-advertised", actor, data=data)
             elif isinstance(effect, NodeFlagsSet):
                 node = orm.NodeRow.find(db, effect.node)
                 if node is not None:

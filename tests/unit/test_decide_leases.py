@@ -1,4 +1,4 @@
-"""Keepalive, Resize, Reconcile, Approve, Deny, LapseApprovals and SetNode decided by
+"""Keepalive, Resize, Reconcile, Approve, Deny, LapseApprovals, SetNode and SetSharing decided by
 ``pool.decide``, the enforced notice every caller gives (``admin_notice``), and the rules that
 differ by a lease's holder (``pool.holders``): each checked on its effects or refusal, with the
 allocator left as it was (the rows the applier writes are the store tests' part)."""
@@ -31,6 +31,7 @@ from jupyterhub_gpupool.pool.effects import (
     NoticeWithdrawn,
     RequestApproved,
     RequestDenied,
+    SharingSet,
     apply_effect,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
@@ -484,3 +485,46 @@ def test_approve_of_a_request_the_pool_refuses_now_leaves_it_awaiting():
 def test_approve_of_a_decided_request_is_refused():
     leases = {"L": facts("L", "queued")}
     assert refusal(pool(), c.Approve("L"), leases=leases).code == "not_awaiting_approval"
+
+
+# -- sharing modes ---------------------------------------------------------------------------
+
+H100S = tuple((f"h-H{i}", "exclusive", False) for i in range(4))
+
+
+def test_a_gpu_advertised_shared_takes_the_waiting_share_at_once():
+    """H0 is the one shared GPU and its four shares are held: a fifth waits until H1 is
+    advertised shared too."""
+    alloc, twin = pool(), pool()
+    gpus = (("h-H0", "shared", False), *H100S[1:])
+    for a in (alloc, twin):
+        for uuid, mode, _ in gpus:
+            a.set_gpu_sharing(uuid, mode)
+        for i in range(4):
+            granted(a.submit(req(f"s{i}", "shared", "u", server=f"s{i}"), 0.0))
+        queued(a.submit(req("w", "shared", "v", server="sv"), 1.0))
+    cmd = c.SetSharing("h", {"h-H1": "shared", "h-H2": "exclusive", "nope": "shared"})
+    outcome = decide(PoolState(alloc, node_known=True, node_gpus=gpus), cmd, 10.0)
+    assert outcome.answer == {"h-H1": "shared"}
+    assert outcome.effects[0] == SharingSet("h", (("h-H1", "shared"),))
+    grant = outcome.effects[1]
+    assert isinstance(grant, LeaseGranted) and grant.grant.slots[0].gpu == "h-H1"
+    for effect in outcome.effects:
+        apply_effect(alloc, effect, 10.0)
+    twin.set_gpu_sharing("h-H1", "shared")
+    twin.promote(10.0)
+    assert fingerprint(alloc) == fingerprint(twin)
+
+
+def test_sharing_unchanged_or_on_a_mig_gpu_changes_nothing():
+    gpus = (("h-H0", "exclusive", False), ("mig-A0", "exclusive", True))
+    cmd = c.SetSharing("h", {"h-H0": "exclusive", "mig-A0": "shared"})
+    outcome = decide(PoolState(pool(), node_known=True, node_gpus=gpus), cmd, 10.0)
+    assert (outcome.answer, outcome.effects) == ({}, ())
+
+
+def test_set_sharing_refusals():
+    gpus = (("h-H0", "exclusive", False),)
+    e = refusal(pool(), c.SetSharing("h", {"h-H0": "half"}), node_known=True, node_gpus=gpus)
+    assert e.code == "invalid_field" and "half" in e.message
+    assert refusal(pool(), c.SetSharing("h", {}), node_known=False).code == "not_found"
