@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 # lease states (contract) are defined with the lease rules; re-exported for the queries here
+from .pool.holders import JOB_FINAL as JOB_FINAL
 from .pool.leases import LEASE_STATES as LEASE_STATES
 from .pool.leases import LIVE_STATES as LIVE_STATES
 
@@ -456,7 +457,6 @@ JOB_STATES = (
     "cancelled",
     "preempted",
 )
-JOB_FINAL = ("succeeded", "failed", "cancelled", "preempted")
 
 
 class JobRow(Base):

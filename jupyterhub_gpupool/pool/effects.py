@@ -9,12 +9,14 @@ in order, the effects leave the allocator exactly as the decision saw it would b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
 from .model import Request
 from .quota import QuotaSpec
+from .reclaim import ReclaimState
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,95 @@ class QuotaReset:
     spec: QuotaSpec | None
 
 
+@dataclass(frozen=True)
+class KeptAlive:
+    """The lease's holder reported it runs (its last keepalive is now)."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class LeaseActivated:
+    """A grant is bound (granted → active): it no longer expires."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class NoticeExtended:
+    """The user's "keep my GPU" ends an idle notice (``state``: the lease's reclaim state
+    after); the lease is active again until the reclaimer's next notice."""
+
+    lease_id: str
+    state: ReclaimState
+    extensions: int
+    limit: int
+    until: float
+
+
+@dataclass(frozen=True)
+class NoticeWithdrawn:
+    """An administrator withdraws a lease's notice (a cancel, an uncordon): ``state`` is its
+    reclaim state after, ``kind`` and ``notice`` the withdrawn notice's, ``why`` the reason."""
+
+    lease_id: str
+    state: ReclaimState
+    why: str
+    kind: str
+    notice: str
+
+
+@dataclass(frozen=True)
+class NoticeGiven:
+    """An enforced notice (an administrator's, a drain's, a spent budget's, an approval's
+    lapse) on a bound lease: ``state`` is its reclaim state after, its notice included."""
+
+    lease_id: str
+    state: ReclaimState
+
+
+@dataclass(frozen=True)
+class RequestDenied:
+    """An administrator denies a request awaiting approval, with the reason the user sees (it
+    ends as ``denied``: a ``LeaseReleased`` follows)."""
+
+    lease_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeFlagsSet:
+    """A node is cordoned, uncordoned or drained (``action``): it keeps its leases; the flags
+    None are left as they are."""
+
+    node: str
+    action: str
+    cordoned: bool | None = None
+    draining: bool | None = None
+
+
+@dataclass(frozen=True)
+class RequestApproved:
+    """An administrator approves a request awaiting approval: for ``duration`` seconds (None:
+    as long as it is held) and ``offer`` (the one asked, or a smaller one of its kind), which
+    takes ``units``; a ``LeaseGranted`` or ``LeaseQueued`` of it follows."""
+
+    lease_id: str
+    duration: float | None
+    offer: str
+    note: str
+    units: Fraction
+
+
+@dataclass(frozen=True)
+class SharingSet:
+    """A node's device plugin advertises new sharing modes: (GPU uuid, mode) of each GPU
+    whose mode changes; leases keep what they hold, new grants follow the modes."""
+
+    node: str
+    modes: tuple[tuple[str, str], ...]
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -107,11 +198,21 @@ Effect = (
     | WaitReason
     | QuotaSet
     | QuotaReset
+    | KeptAlive
+    | LeaseActivated
+    | NoticeExtended
+    | NoticeWithdrawn
+    | NoticeGiven
+    | RequestDenied
+    | NodeFlagsSet
+    | RequestApproved
+    | SharingSet
 )
 
 
 def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
-    """Make ``effect`` true in the allocator (the applier's in-memory half)."""
+    """Make ``effect`` true in the allocator (the applier's in-memory half; the effects on a
+    lease's binding and notices change only rows)."""
     if isinstance(effect, (LeaseGranted, LeaseQueued)):
         alloc.apply(effect.grant if isinstance(effect, LeaseGranted) else effect.queued, now)
     elif isinstance(effect, LeaseReleased):
@@ -125,6 +226,11 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         waiter = alloc.waiters.get(effect.lease_id)
         if waiter is not None:
             waiter.reason = effect.reason
+    elif isinstance(effect, SharingSet):
+        for uuid, mode in effect.modes:
+            alloc.set_gpu_sharing(uuid, mode)
+    elif isinstance(effect, NodeFlagsSet):
+        alloc.set_node_flags(effect.node, cordoned=effect.cordoned, draining=effect.draining)
     elif isinstance(effect, (QuotaSet, QuotaReset)):
         book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
         if effect.spec is None:

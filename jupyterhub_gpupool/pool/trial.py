@@ -73,6 +73,27 @@ class Trial:
             flags = [(le.id, le.borrowed) for le in changed]
         return self.promote(now), flags
 
+    def set_node_flags(self, name: str, cordoned: bool | None, draining: bool | None) -> None:
+        """Cordon, uncordon or drain a node as ``Allocator.set_node_flags`` does."""
+        a, node = self.alloc, self.alloc.nodes[name]
+        was = node.cordoned, node.draining
+        a.set_node_flags(name, cordoned=cordoned, draining=draining)
+
+        def back() -> None:
+            a.set_node_flags(name, cordoned=was[0], draining=was[1])
+
+        self._undo.append(back)
+
+    def set_gpu_sharing(self, uuid: str, sharing: str) -> None:
+        """Set a GPU's sharing mode as ``Allocator.set_gpu_sharing`` does."""
+        a, was = self.alloc, self.alloc.gpus[uuid].sharing
+
+        def back() -> None:
+            a.set_gpu_sharing(uuid, was)
+
+        a.set_gpu_sharing(uuid, sharing)
+        self._undo.append(back)
+
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does; returns the grants."""
         a = self.alloc

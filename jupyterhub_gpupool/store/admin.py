@@ -17,27 +17,29 @@ from ..pool import commands as c
 from ..pool.decide import PoolState
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
-from ..pool.model import SHARING_MODES, Node, validate_node
+from ..pool.model import Node, validate_node
 from ..pool.pricing import reconcile
 from ..pool.quota import QuotaSpec
 from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
-from .apply import decided
+from .apply import decided, lease_facts
 from .errors import StoreError
 from .mig import MigStore
-from .rows import check_quota_kind, node_json, offer_spec, schedules, set_quota, ts, upsert_insert
+from .rows import (
+    check_quota_kind,
+    node_json,
+    offer_spec,
+    reclaim_state,
+    schedules,
+    set_quota,
+    ts,
+    upsert_insert,
+)
 from .utilization import SampleFields, put_samples
 from .views import ViewStore
 
 log = logging.getLogger(__name__)
-
-#: What each node action sets.
-NODE_ACTIONS = {
-    "cordon": {"cordoned": True},
-    "uncordon": {"cordoned": False, "draining": False},
-    "drain": {"draining": True},
-}
 
 
 class AdminStore(MigStore, ViewStore):
@@ -215,25 +217,16 @@ class AdminStore(MigStore, ViewStore):
         self, name: str, modes: Mapping[str, str], *, actor: str = ""
     ) -> dict[str, Any]:
         """Set the sharing modes of a node's GPUs (uuid → ``shared`` | ``exclusive``) as its
-        device plugin advertises them (``pool.sharing``). Leases keep what they hold; a change
-        is audited (``sharing-advertised``) and the queue served. Returns what changed."""
+        device plugin advertises them (``pool.sharing``; ``pool.decide`` decides). Leases keep
+        what they hold; a change is audited (``sharing-advertised``) and the queue served.
+        Returns what changed."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, name)
-            if row is None:
-                raise StoreError("not_found", f"no node {name!r}", field="name")
-            changed = {}
-            for g in row.gpus:
-                mode = modes.get(g.uuid)
-                if mode is None or mode == g.sharing or g.mig_enabled:
-                    continue
-                if mode not in SHARING_MODES:
-                    raise StoreError("invalid_field", f"unknown sharing mode {mode!r}")
-                g.sharing = mode
-                alloc.set_gpu_sharing(g.uuid, mode)
-                changed[g.uuid] = mode
-            if changed:
-                self._event(db, "sharing-advertised", actor, data={"node": name, "gpus": changed})
-                self._serve_queue(db, alloc)
+            gpus = tuple((g.uuid, g.sharing, g.mig_enabled) for g in row.gpus) if row else ()
+            state = PoolState(alloc, node_known=row is not None, node_gpus=gpus)
+            outcome = decided(state, c.SetSharing(name, modes), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
+            changed: dict[str, Any] = outcome.answer
             return changed
 
     def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
@@ -246,25 +239,37 @@ class AdminStore(MigStore, ViewStore):
             self._finish(db, None, row, reason, actor)
 
     def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
-        """cordon / uncordon / drain a node."""
-        if action not in NODE_ACTIONS:
-            raise StoreError(
-                "not_found",
-                f"no node action {action!r}",
-                field="action",
-                allowed=list(NODE_ACTIONS),
-            )
+        """cordon / uncordon / drain a node (``pool.decide``); an uncordon serves the queue
+        and withdraws the drain notices of the node's leases that no one is carrying out yet:
+        ``withdrawn`` lists them."""
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, name)
-            if row is None:
-                raise StoreError("not_found", f"no node {name!r}", field="name")
-            for k, v in NODE_ACTIONS[action].items():
-                setattr(row, k, v)
-            alloc.set_node_flags(name, **NODE_ACTIONS[action])
-            self._event(db, f"node-{action}", actor, data={"node": name})
-            if action == "uncordon":
-                self._serve_queue(db, alloc)
-            return node_json(row)
+            noticed: list[orm.LeaseRow] = []
+            if row is not None and action == "uncordon":
+                noticed = list(
+                    db.scalars(
+                        select(orm.LeaseRow)
+                        .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
+                        .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+                    ).all()
+                )
+            policies = self.reclaim_policies(db, alloc.offers) if noticed else None
+            drained = tuple(
+                (
+                    lease_facts(r),
+                    reclaim_state(r),
+                    policies.for_offer(alloc.offers.get(r.offer) or r.offer).extension,
+                )
+                for r in noticed
+                if policies is not None
+            )
+            state = PoolState(alloc, node_known=row is not None, drained=drained)
+            outcome = decided(state, c.SetNode(name, action), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, {r.id: r for r in noticed})
+            assert row is not None  # else refused
+            if action != "uncordon":
+                return node_json(row)
+            return {**node_json(row), "withdrawn": outcome.answer}
 
     # -- quotas ------------------------------------------------------------------------------
 

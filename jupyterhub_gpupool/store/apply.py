@@ -8,13 +8,18 @@ grant or a queued request into its row; ``_finish`` ends a lease by the pool's r
 pending resize targets) and applies what it decided; ``_serve_queue`` does the same for a queue
 pass. Every caller that ends a lease or serves the queue (release, expiry, reconcile,
 approvals, reclaims, node actions, quota edits, MIG results, inventory) goes through them.
+
+A lease's holder follows it here, by the rules of ``pool.holders``: a job is granted with its
+lease, and ends when its lease ends another way than its runner's report. There is one
+``_record`` and one ``_released``, whoever holds the lease.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from fractions import Fraction
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,24 +41,34 @@ from ..pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
     Effect,
+    KeptAlive,
+    LeaseActivated,
     LeaseGranted,
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NodeFlagsSet,
+    NoticeExtended,
+    NoticeGiven,
+    NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
+    RequestApproved,
+    RequestDenied,
+    SharingSet,
     apply_effect,
 )
 from ..pool.errors import Refusal
+from ..pool.holders import job_after_lease, job_granted, job_of
 from ..pool.model import Request
 from .bulk import queue_release, stage_lease
 from .core import StoreCore
 from .errors import StoreError
-from .rows import new_row, set_quota, ts
+from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, ts
 
 #: States of a resize target that still stands (``LeaseRow.resize_of`` names its lease).
 TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming")
-__all__ = ["RESTARTING", "TARGET_STATES", "Applier", "decided", "lease_facts"]
+__all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "lease_facts"]
 
 
 class Applier(StoreCore):
@@ -114,6 +129,14 @@ class Applier(StoreCore):
                 "slots": [s.key for s in grant.slots],
             },
         )
+        job_id = job_of(row.holder, row.server)
+        if job_id is not None:
+            row.expires = None  # no server binds it: the runner reports, or the timeout ends it
+            job = db.get(orm.JobRow, job_id)
+            if job is not None and job_granted(job.state):
+                job.state, job.node = "granted", row.node
+                job.devices = self._job_devices(self._allocator, row)
+                self._job_event(db, "job-granted", "system", job)
 
     def _apply_effects(
         self,
@@ -158,7 +181,96 @@ class Applier(StoreCore):
                 self._quota_set(db, effect, actor)
             elif isinstance(effect, QuotaReset):
                 self._quota_reset(db, effect, actor)
+            elif isinstance(effect, SharingSet):
+                for uuid, mode in effect.modes:
+                    gpu = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == uuid))
+                    if gpu is not None:
+                        gpu.sharing = mode
+                data = {"node": effect.node, "gpus": dict(effect.modes)}
+                self._event(db, "sharing-advertised", actor, data=data)
+            elif isinstance(effect, NodeFlagsSet):
+                node = orm.NodeRow.find(db, effect.node)
+                if node is not None:
+                    for flag in ("cordoned", "draining"):
+                        if getattr(effect, flag) is not None:
+                            setattr(node, flag, getattr(effect, flag))
+                self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
+            else:
+                self._lease_changed(db, effect, actor, known)
         return made
+
+    def _lease_changed(
+        self,
+        db: Session,
+        effect: Effect,
+        actor: str,
+        known: Mapping[str, orm.LeaseRow],
+    ) -> None:
+        """A lease's binding or notice changes (rows only; the allocator has no part in it)."""
+        changes = (
+            KeptAlive,
+            LeaseActivated,
+            NoticeExtended,
+            NoticeWithdrawn,
+            NoticeGiven,
+            RequestDenied,
+            RequestApproved,
+        )
+        if not isinstance(effect, changes):
+            return  # a waiter's reason: kept in memory only
+        now = self.clock()
+        row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+        if isinstance(effect, KeptAlive):
+            row.keepalive = now
+        elif isinstance(effect, LeaseActivated):
+            row.state, row.activated, row.expires = "active", now, None
+            self._event(db, "activated", actor, row)
+        elif isinstance(effect, NoticeExtended):
+            set_reclaim_state(row, effect.state)
+            row.state, row.keepalive = "active", now
+            until = ts(from_epoch(effect.until))
+            data = {"extensions": effect.extensions, "limit": effect.limit, "until": until}
+            self._event(db, "reclaim-extended", actor or row.user, row, data)
+        elif isinstance(effect, NoticeWithdrawn):
+            set_reclaim_state(row, effect.state)
+            row.state = "active"
+            data = {"reason": effect.why, "kind": effect.kind, "by_admin": True}
+            self._event(db, "reclaim-cancelled", actor, row, {**data, "notice": effect.notice})
+        elif isinstance(effect, NoticeGiven):
+            rec = effect.state.reclaiming
+            assert rec is not None
+            set_reclaim_state(row, effect.state)
+            row.state = "reclaiming"
+            data = {"kind": rec.kind, "deadline": ts(from_epoch(rec.deadline))}
+            self._event(
+                db,
+                "reclaim-notice",
+                actor,
+                row,
+                {**data, "reason": rec.reason, "action": rec.action},
+            )
+        elif isinstance(effect, RequestApproved):
+            ask = dict(row.approval or {})
+            duration, note = effect.duration, effect.note or None
+            ask.update(
+                decision="approved",
+                decided=ts(now),
+                decided_by=actor,
+                note=note,
+                approved_duration=duration,
+            )
+            if effect.offer != row.offer:
+                ask["asked_offer"], row.offer = row.offer, effect.offer
+            row.approval = ask
+            row.lapses = None if duration is None else now + timedelta(seconds=duration)
+            row.units, row.units_f = str(effect.units), float(effect.units)
+            said: dict[str, Any] = {"duration": duration, "offer": row.offer, "note": note}
+            self._event(db, "approved", actor, row, said)
+        else:
+            ask = dict(row.approval or {})
+            ask.update(decision="denied", decided=ts(now), decided_by=actor, note=effect.reason)
+            row.approval, row.message = ask, f"denied: {effect.reason}"
+            self._event(db, "denied", actor, row, {"reason": effect.reason})
 
     def _new_lease(
         self, request: Request, new: NewLease, group: str | None, units: Fraction
@@ -238,7 +350,8 @@ class Applier(StoreCore):
         return row
 
     def _released(self, db: Session, row: orm.LeaseRow, effect: LeaseReleased, actor: str) -> None:
-        """The rows of a lease that ends: its state, slots and the MIG instances made for it."""
+        """The rows of a lease that ends: its state, slots and the MIG instances made for it;
+        a job it held ends with it (``pool.holders.job_after_lease``), unless it has already."""
         now = self.clock()
         if not queue_release(db, row, now, effect.reason):  # else written with the batch's
             row.state, row.released, row.release_reason = "released", now, effect.reason
@@ -253,6 +366,54 @@ class Applier(StoreCore):
                     # delete now: a grant later in the same batch may plan an instance here
                     db.flush()
         self._event(db, "released", actor, row, {"reason": effect.reason, "from": effect.was})
+        job_id = job_of(row.holder, row.server)
+        job = db.get(orm.JobRow, job_id) if job_id is not None else None
+        ends = job_after_lease(job.state, effect.reason) if job is not None else None
+        if job is not None and ends is not None:
+            # the lease ended another way than the runner's report (an admin, a lost node)
+            job.state, job.reason = ends
+            job.ended = now
+            self._job_event(db, "job-ended", actor or "system", job)
+
+    # -- a job follows its lease -----------------------------------------------------------
+
+    @staticmethod
+    def _lease_of(db: Session, job: orm.JobRow) -> orm.LeaseRow | None:
+        return db.get(orm.LeaseRow, job.lease_id) if job.lease_id else None
+
+    def _job_event(self, db: Session, kind: str, actor: str, job: orm.JobRow, **data: Any) -> None:
+        lease = self._lease_of(db, job)
+        body = {"job": job.id, "name": job.name, "state": job.state, **data}
+        if job.reason:
+            body["reason"] = job.reason
+        self._event(db, kind, actor or "system", lease, body)
+
+    @staticmethod
+    def _job_devices(alloc: Allocator | None, row: orm.LeaseRow) -> list[dict[str, Any]]:
+        """What the job runs on: each GPU's uuid and index on its node, and its MIG instance
+        (profile, start, uuid once made) or null."""
+        if row.state not in orm.LIVE_STATES:
+            return []
+        mig = mig_devices(alloc, row)
+        out = []
+        for s in row.slots:
+            gpu = alloc.gpus.get(s.gpu_uuid) if alloc is not None else None
+            out.append(
+                {
+                    "gpu": s.gpu_uuid,
+                    "index": gpu.index if gpu is not None else None,
+                    "mig": None
+                    if s.kind != "mig"
+                    else {
+                        "profile": s.profile,
+                        "start": s.start,
+                        "uuid": mig.get((s.gpu_uuid, s.start), (None, False))[0],
+                    },
+                }
+            )
+        return out
+
+    # -- quotas ----------------------------------------------------------------------------
 
     def _quota_set(self, db: Session, effect: QuotaSet, actor: str) -> None:
         row = db.scalar(
@@ -370,7 +531,46 @@ def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> Leas
         reclaim_release=row.reclaim_release,
         reclaim_target=row.reclaim_target,
         targets=targets,
+        holder=row.holder,
+        offer=row.offer,
+        group=row.group,
+        groups=tuple(row.groups or ()),
+        clusters=tuple(row.clusters or ()),
+        hub=row.hub,
+        reclaim_kind=row.reclaim_kind,
+        release_reason=row.release_reason,
+        claimed=""
+        if row.reclaim_acting is None
+        else f"{row.reclaim_action}, claimed {ts(row.reclaim_acting)}",
     )
+
+
+class LazyFacts(Mapping[str, LeaseFacts]):
+    """``PoolState.leases`` for a command that looks at many leases and ends few (reconcile):
+    each lease's facts (with its pending resize targets) read only when a rule asks."""
+
+    def __init__(
+        self, applier: Applier, db: Session, alloc: Allocator, rows: Iterable[orm.LeaseRow]
+    ) -> None:
+        self._applier, self._db, self._alloc = applier, db, alloc
+        self._rows = {r.id: r for r in rows}
+        self._facts: dict[str, LeaseFacts] = {}
+        #: Every row a rule read (with the targets), by id: the applier's ``rows``.
+        self.read: dict[str, orm.LeaseRow] = {}
+
+    def __getitem__(self, lease_id: str) -> LeaseFacts:
+        if lease_id not in self._facts:
+            row = self._rows[lease_id]
+            facts, read = self._applier._lease_facts(self._db, self._alloc, [row])
+            self._facts[lease_id] = facts[lease_id]
+            self.read |= read
+        return self._facts[lease_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 def _waited(row: orm.LeaseRow, now: datetime) -> float | None:

@@ -11,22 +11,22 @@ deadline with reason ``lapsed``; a request still queued when its duration ends i
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
-from ..pool.approval import MAX_REASON, AskError, check_ask
-from ..pool.decisions import Grant, Rejected
-from ..pool.effects import LeaseGranted, LeaseQueued
+from ..pool import commands as c
+from ..pool.decide import Lapsing, PoolState, approval_note, denial_reason, not_awaiting
+from ..pool.errors import Refusal
 from ..pool.leases import LIVE_STATES
+from ..pool.reclaim import ReclaimState
+from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .labelmig import LabelMigStore
 from .rebuild import request_of
-from .rows import ts
+from .rows import epoch, reclaim_state
 
 
 class ApprovalStore(LabelMigStore):
@@ -35,13 +35,9 @@ class ApprovalStore(LabelMigStore):
     @staticmethod
     def _awaiting(row: orm.LeaseRow) -> dict[str, Any]:
         """The row's ask, or 409 ``not_awaiting_approval`` (withdrawn, decided, never asked)."""
-        if row.state != "awaiting_approval":
-            was = f"{row.state} ({row.release_reason})" if row.release_reason else row.state
-            raise StoreError(
-                "not_awaiting_approval",
-                f"lease {row.id} is {was}: there is no request to decide",
-                field="id",
-            )
+        refusal = not_awaiting(lease_facts(row))
+        if refusal is not None:
+            raise StoreError(refusal.code, refusal.message, field=refusal.field)
         return dict(row.approval or {})
 
     def approve(
@@ -54,100 +50,39 @@ class ApprovalStore(LabelMigStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Approve a waiting request: it joins the queue (or is granted now). ``duration`` may
-        only shorten what was asked; ``offer`` may only be a smaller one of the same kind."""
+        only shorten what was asked; ``offer`` may only be a smaller one of the same kind
+        (``pool.decide`` decides)."""
         try:
-            note = check_ask(note, duration)
-        except AskError as e:
-            field = "note" if e.field == "reason" else e.field
-            raise StoreError(e.code, e.message, field=field) from None
-        now = self.clock()
+            approval_note(note, duration)  # before the lease is looked up, as the API answers
+        except Refusal as e:
+            raise StoreError(e.code, e.message, field=e.field) from None
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            ask = self._awaiting(row)
-            asked = ask.get("duration")
-            if duration is not None and asked is not None and duration > asked:
-                raise StoreError(
-                    "invalid_field",
-                    f"an approval may shorten the duration asked ({asked:g} s), not lengthen it",
-                    field="duration",
-                )
-            duration = duration if duration is not None else asked
-            request = request_of(row)
-            if offer is not None and offer != row.offer:
-                self._check_smaller(alloc, row.offer, offer)
-                request = replace(request, offer=offer)
-            decision = alloc.decide(request, self._now_s())
-            if isinstance(decision, Rejected):  # nothing changed: it still awaits a decision
-                raise StoreError(
-                    decision.code,
-                    f"{decision.message} (the request still awaits a decision)",
-                    field=decision.field,
-                    allowed=decision.allowed,
-                )
-            ask.update(
-                decision="approved",
-                decided=ts(now),
-                decided_by=actor,
-                note=note or None,
-                approved_duration=duration,
+            asked = (row.approval or {}).get("duration")
+            state = PoolState(
+                alloc,
+                {row.id: lease_facts(row)},
+                request=request_of(row) if row.state == "awaiting_approval" else None,
+                asked_duration=asked if row.state == "awaiting_approval" else None,
             )
-            if request.offer != row.offer:
-                ask["asked_offer"], row.offer = row.offer, request.offer
-            row.approval = ask
-            row.lapses = None if duration is None else now + timedelta(seconds=duration)
-            row.units, row.units_f = str(decision.units), float(decision.units)
-            self._event(
-                db,
-                "approved",
-                actor,
-                row,
-                {"duration": duration, "offer": row.offer, "note": note or None},
-            )
-            joins = LeaseGranted(decision) if isinstance(decision, Grant) else LeaseQueued(decision)
-            self._apply_effects(db, alloc, [joins], actor)
+            command = c.Approve(lease_id, duration, offer, note)
+            outcome = decided(state, command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, {row.id: row})
             return self._lease_json(db, alloc, row)
 
-    def _check_smaller(self, alloc: Any, asked: str, offer: str) -> None:
-        new, old = alloc.offers.get(offer), alloc.offers.get(asked)
-        if new is None:
-            raise StoreError(
-                "unknown_offer",
-                f"there is no offer {offer!r}",
-                field="offer",
-                allowed=list(alloc.offers),
-            )
-        smaller = [
-            o.name
-            for o in alloc.offers.values()
-            if old is not None
-            and o.kind == old.kind
-            and o.name != old.name
-            and alloc.units_for(o, None) < alloc.units_for(old, None)
-        ]
-        if offer not in smaller:
-            raise StoreError(
-                "invalid_field",
-                f"an approval may lower the ask to a smaller offer of the same kind than "
-                f"{asked!r}, not {offer!r}",
-                field="offer",
-                allowed=smaller,
-            )
-
     def deny(self, lease_id: str, reason: object, *, actor: str = "") -> dict[str, Any]:
-        """Deny a waiting request with a reason the user sees: it ends (``denied``)."""
-        reason = reason.strip() if isinstance(reason, str) else ""
-        if not reason:
-            raise StoreError("missing_field", "say why the request is denied", field="reason")
-        if len(reason) > MAX_REASON:
-            raise StoreError("invalid_field", f"at most {MAX_REASON} characters", field="reason")
+        """Deny a waiting request with a reason the user sees: it ends (``denied``;
+        ``pool.decide`` decides)."""
+        try:
+            said = denial_reason(reason)  # before the lease is looked up, as the API answers
+        except Refusal as e:
+            raise StoreError(e.code, e.message, field=e.field) from None
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            ask = self._awaiting(row)
-            ask.update(decision="denied", decided=ts(self.clock()), decided_by=actor, note=reason)
-            row.approval = ask
-            row.message = f"denied: {reason}"
-            self._event(db, "denied", actor, row, {"reason": reason})
-            self._finish(db, alloc, row, "denied", actor)
+            facts, rows = self._lease_facts(db, alloc, [row])
+            command = c.Deny(lease_id, said)
+            outcome = decided(PoolState(alloc, facts), command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, rows)
             return self._lease_json(db, alloc, row)
 
     def awaiting_approval(self) -> list[dict[str, Any]]:
@@ -161,12 +96,10 @@ class ApprovalStore(LabelMigStore):
             return [self._lease_json(db, None, r) for r in rows]
 
     def lapse_approvals(self) -> tuple[int, int]:
-        """Housekeeping: a live lease whose approved duration ends within its ``warn_before``
-        gets an ``exception`` notice ending then (never less than ``warn_before`` from when it
-        is given: a notice always comes first); a request still waiting in the queue, or a
-        grant never bound, when its duration ends is released ``lapsed``. (noticed, lapsed)."""
-        now = self.clock()
-        noticed = lapsed = 0
+        """Housekeeping (``pool.decide``): a live lease whose approved duration ends within its
+        ``warn_before`` gets an ``exception`` notice ending then; a request still waiting in the
+        queue, or a grant never bound, when its duration ends is released ``lapsed``.
+        (noticed, lapsed)."""
         with self.transaction() as (db, alloc):
             rows = db.scalars(
                 select(orm.LeaseRow).where(
@@ -174,27 +107,27 @@ class ApprovalStore(LabelMigStore):
                     orm.LeaseRow.state.in_(("queued", *LIVE_STATES)),
                 )
             ).all()
+            lapsing, facts = [], {}
             for row in rows:
                 assert row.lapses is not None
-                if row.state in ("queued", "granted"):
-                    if row.lapses <= now:
-                        self._finish(db, alloc, row, "lapsed", "system")
-                        lapsed += 1
-                    continue
-                if row.reclaim_acting is not None or row.reclaim_kind == "exception":
-                    continue
-                warn = self._warn_before(db, alloc, row)
-                if now < row.lapses - timedelta(seconds=warn):
-                    continue
-                deadline = max(row.lapses, now + timedelta(seconds=warn))
-                earlier = row.reclaim_deadline
-                if row.state == "reclaiming" and earlier is not None and earlier <= deadline:
-                    continue  # an earlier notice stands; this one comes if it is kept
-                ends = ts(row.lapses.replace(microsecond=0))  # to the second: people read it
-                why = f"the approved time for this GPU ends at {ends}"
-                self._admin_notice(db, alloc, row, "exception", deadline, "stop", why, "system")
-                noticed += 1
-            return noticed, lapsed
+                bound = row.state not in ("queued", "granted")
+                facts[row.id] = lease_facts(row)
+                deadline = row.reclaim_deadline
+                lapsing.append(
+                    Lapsing(
+                        facts[row.id],
+                        epoch(row.lapses),
+                        self._warn_before(db, alloc, row) if bound else 0.0,
+                        reclaim_state(row) if bound else ReclaimState(),
+                        None if deadline is None else epoch(deadline),
+                    )
+                )
+            lazy = LazyFacts(self, db, alloc, rows)  # a lapsed one's pending targets go along
+            state = PoolState(alloc, lazy, lapsing=tuple(lapsing))
+            outcome = decided(state, c.LapseApprovals(), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, "system", lazy.read)
+            noticed, lapsed = outcome.answer
+            return int(noticed), int(lapsed)
 
     def _warn_before(self, db: Session, alloc: Any, row: orm.LeaseRow) -> float:
         offer = alloc.offers.get(row.offer)

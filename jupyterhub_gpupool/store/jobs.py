@@ -2,13 +2,14 @@
 
 A job's lease is an ordinary lease row (``server`` = ``job:<id>``, ``holder`` = ``job``,
 ``workload`` = its class), so the queue, usage and chargeback see it as they see servers. The
-job row follows its lease: granted when the lease is (``_record``), ended when the lease ends
-some other way (``_released``, where the one applier ends every lease: an admin's release, a
-lost node). The job runner on the lease's node starts it, reports it alive (``running``, every
-round) and reports its exit, which releases the lease. Preemption of a training job is a
-notice on the job (``preempting`` with a deadline) that the runner carries out; the lease goes
-when the exit is reported, or, if the runner falls silent past ``job_runner_timeout``, at the
-next reconcile (``runner_lost``).
+job row follows its lease: granted when the lease is, ended when the lease ends some other way
+(an admin's release, a lost node): the one applier does both (``store/apply.py``, by the rules
+of ``pool.holders``). The job runner on the lease's node starts it, reports it alive
+(``running``, every round) and reports its exit, which releases the lease. Preemption of a
+training job is a notice on the job (``preempting`` with a deadline) that the runner carries
+out; the lease goes when the exit is reported, or, if the runner falls silent past
+``job_runner_timeout`` (``pool.holders.runner_silent``), at the next reconcile
+(``runner_lost``), which is this module's: it reads the jobs' liveness too.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
-from ..pool.allocator import Allocator, Grant, Queued
+from ..pool import commands as c
+from ..pool.allocator import Allocator
 from ..pool.borrowing import owner_surplus
+from ..pool.decide import PoolState
 from ..pool.decisions import Lease
-from ..pool.effects import LeaseReleased
 from ..pool.errors import PoolError
+from ..pool.holders import Held, job_server, runner_silent
 from ..pool.model import offer_priority
 from ..pool.workloads import (
     JOB_HOLDER,
@@ -42,9 +45,10 @@ from ..pool.workloads import (
     preemption_rank,
     request_priority,
 )
+from .apply import LazyFacts, decided
 from .errors import StoreError
 from .leases import LeaseStore
-from .rows import ts
+from .rows import epoch, ts
 
 #: The most of a job's output the pool keeps (the last characters).
 LOG_KEEP = 1024 * 1024
@@ -52,14 +56,6 @@ LOG_KEEP = 1024 * 1024
 RUNNER_STATES = ("granted", "cancelling", "preempting")
 #: States in which the runner has (or may have) a process: its reports count.
 ALIVE_STATES = ("granted", "running", "cancelling", "preempting")
-#: Lease release reasons that mean someone called the job off (not that it failed).
-_CALLED_OFF = ("cancelled", "withdrawn", "denied", "stopped", "admin")
-_PREFIX = "job:"
-
-
-def job_server(job_id: str) -> str:
-    """The ``server`` of a job's lease."""
-    return _PREFIX + job_id
 
 
 def job_not_found(job_id: str) -> StoreError:
@@ -492,31 +488,50 @@ class JobStore(LeaseStore):
         older_than: datetime | None = None,
         deleted: Iterable[tuple[str, str]] = (),
     ) -> int:
-        """The hub's reconcile (``LeaseStore.reconcile``) with job leases left alone (they have
-        no hub server), then the runner timeout: a job whose runner has not reported for
-        ``job_runner_timeout`` (since its grant, if it never did) fails (``runner_lost``) and
-        its lease is released. Returns how many leases were released."""
+        """Release leases (``reason``) and end queue entries (``cancelled``) nothing holds any
+        more (``pool.holders.orphans``): a server's the hub no longer runs or spawns, a job's
+        whose job ended; withdraw requests awaiting approval for the ``deleted`` servers (user,
+        server) the hub no longer has at all (a server that is only stopped keeps its request:
+        it starts on the lease once approved). A kernel's lease is the kernel reaper's. With
+        ``older_than``, only those made before it: a request the spawner just made may come
+        before the hub lists its server as spawning. Then the runner timeout: a job whose runner
+        has not reported for ``job_runner_timeout`` (since its grant, if it never did) fails
+        (``runner_lost``) and its lease is released. Returns how many leases were released,
+        withdrawn ones included.
+
+        Only the pool's own hub's leases (``hub`` None): ``running`` is what that hub lists,
+        which says nothing of another hub's servers (that hub's spawner releases its leases
+        when it stops them; an unbound grant expires)."""
+        deleted = set(deleted)
+        command = c.Reconcile(running, reason, older_than, deleted, actor=actor)
         with self.transaction() as (db, alloc):
-            live = {
+            states = ("queued", *orm.LIVE_STATES, *(("awaiting_approval",) if deleted else ()))
+            query = (
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.state.in_(states), orm.LeaseRow.hub.is_(None))
+                .order_by(orm.LeaseRow.created, orm.LeaseRow.id)  # the audit log's order
+            )
+            if older_than is not None:
+                query = query.where(orm.LeaseRow.created < older_than)
+            rows = db.scalars(query).all()
+            jobs_alive = frozenset(
                 (u, job_server(i))
                 for u, i in db.execute(
                     select(orm.JobRow.user, orm.JobRow.id).where(
                         orm.JobRow.state.in_(("queued", *ALIVE_STATES))
                     )
                 ).all()
-            }
-            released = super().reconcile(
-                set(running) | live,
-                actor=actor,
-                reason=reason,
-                older_than=older_than,
-                deleted=deleted,
             )
-            return released + self._runners_lost(db, alloc, actor)
+            facts = LazyFacts(self, db, alloc, rows)
+            held = tuple(Held(r.id, r.user, r.server, r.state, r.holder) for r in rows)
+            state = PoolState(alloc, facts, held=held, jobs_alive=jobs_alive)
+            outcome = decided(state, command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, facts.read)
+            self._event(db, "reconciled", actor, data={"released": outcome.answer})
+            return int(outcome.answer) + self._runners_lost(db, alloc, actor)
 
     def _runners_lost(self, db: Session, alloc: Allocator, actor: str) -> int:
         now = self.clock()
-        since = now - timedelta(seconds=self.job_runner_timeout)
         lost = 0
         alive = select(orm.JobRow).where(
             orm.JobRow.state.in_(ALIVE_STATES),
@@ -526,70 +541,20 @@ class JobStore(LeaseStore):
             lease = self._lease_of(db, job)
             last = job.runner_seen or (lease.granted if lease is not None else None) or job.created
             last = max(last, self._runners_watched_from)
-            if job.state == "preempting" and job.notice_deadline is not None:
-                last = max(last, job.notice_deadline)  # the deadline passed by the timeout
-            if last >= since:
+            deadline = job.notice_deadline if job.state == "preempting" else None
+            silent = runner_silent(
+                epoch(last),
+                None if deadline is None else epoch(deadline),
+                epoch(now),
+                self.job_runner_timeout,
+            )
+            if not silent:
                 continue
             job.state, job.ended, job.reason = "failed", now, "runner_lost"
             self._end_lease(db, alloc, job, "orphaned")
             self._job_event(db, "job-runner-lost", actor, job)
             lost += 1
         return lost
-
-    # -- what a job's lease refuses ----------------------------------------------------------
-
-    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
-        """``LeaseStore.keepalive``, refused for a job's lease (its runner's reports bind it)."""
-        self._not_a_job_lease(lease_id, "keep it alive")
-        return super().keepalive(lease_id, actor=actor)
-
-    def resize(
-        self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
-    ) -> dict[str, Any]:
-        """``LeaseStore.resize``, refused for a job's lease: a target would be a lease of no
-        server and no job, which nothing would ever release."""
-        self._not_a_job_lease(lease_id, "resize it")
-        return super().resize(lease_id, offer, actor=actor, check_cap=check_cap)
-
-    def _not_a_job_lease(self, lease_id: str, what: str) -> None:
-        with self.transaction() as (db, _):
-            row = self.lease_row(db, lease_id)
-            if row.holder == JOB_HOLDER:
-                raise StoreError(
-                    "job_lease",
-                    f"lease {lease_id} is held by {row.server}: its runner and the jobs "
-                    f"endpoints act on it; cancel the job instead of trying to {what}",
-                    field="id",
-                )
-
-    # -- the lease's changes, seen from the job ----------------------------------------------
-
-    def _record(
-        self, db: Session, row: orm.LeaseRow, decision: Grant | Queued, actor: str = ""
-    ) -> None:
-        super()._record(db, row, decision, actor)
-        if row.holder != JOB_HOLDER or not isinstance(decision, Grant):
-            return
-        row.expires = None  # no server binds it: the runner reports, or the timeout ends it
-        job = db.get(orm.JobRow, row.server[len(_PREFIX) :])
-        if job is not None and job.state == "queued":
-            job.state, job.node = "granted", row.node
-            job.devices = self._job_devices(self._allocator, row)
-            self._job_event(db, "job-granted", "system", job)
-
-    def _released(self, db: Session, row: orm.LeaseRow, effect: LeaseReleased, actor: str) -> None:
-        """Every lease that ends passes here (the one applier's ``LeaseReleased``), whoever
-        ended it: a job whose lease ended another way than its runner's report ends too."""
-        super()._released(db, row, effect, actor)
-        reason = effect.reason
-        if row.holder != JOB_HOLDER:
-            return
-        job = db.get(orm.JobRow, row.server[len(_PREFIX) :])
-        if job is not None and job.state not in orm.JOB_FINAL:
-            # the lease ended another way than the runner's report (an admin, a lost node)
-            job.state = "cancelled" if reason in _CALLED_OFF else "failed"
-            job.ended, job.reason = self.clock(), f"lease ended: {reason}"
-            self._job_event(db, "job-ended", actor or "system", job)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -599,45 +564,10 @@ class JobStore(LeaseStore):
             raise job_not_found(job_id)
         return job
 
-    @staticmethod
-    def _lease_of(db: Session, job: orm.JobRow) -> orm.LeaseRow | None:
-        return db.get(orm.LeaseRow, job.lease_id) if job.lease_id else None
-
     def _end_lease(self, db: Session, alloc: Allocator, job: orm.JobRow, reason: str) -> None:
         lease = self._lease_of(db, job)
         if lease is not None and lease.state != "released":
             self._finish(db, alloc, lease, reason, "system")
-
-    def _job_event(self, db: Session, kind: str, actor: str, job: orm.JobRow, **data: Any) -> None:
-        lease = self._lease_of(db, job)
-        body = {"job": job.id, "name": job.name, "state": job.state, **data}
-        if job.reason:
-            body["reason"] = job.reason
-        self._event(db, kind, actor or "system", lease, body)
-
-    def _job_devices(self, alloc: Allocator | None, row: orm.LeaseRow) -> list[dict[str, Any]]:
-        """What the job runs on: each GPU's uuid and index on its node, and its MIG instance
-        (profile, start, uuid once made) or null."""
-        if row.state not in orm.LIVE_STATES:
-            return []
-        mig = self._mig_devices(alloc, row)
-        out = []
-        for s in row.slots:
-            gpu = alloc.gpus.get(s.gpu_uuid) if alloc is not None else None
-            out.append(
-                {
-                    "gpu": s.gpu_uuid,
-                    "index": gpu.index if gpu is not None else None,
-                    "mig": None
-                    if s.kind != "mig"
-                    else {
-                        "profile": s.profile,
-                        "start": s.start,
-                        "uuid": mig.get((s.gpu_uuid, s.start), (None, False))[0],
-                    },
-                }
-            )
-        return out
 
     def _job_json(
         self,

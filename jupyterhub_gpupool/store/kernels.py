@@ -5,12 +5,12 @@ The lease row is the whole record (``pool/kernels.py`` says why): ``server`` =
 hub binds it). The provisioner's reports keep it: ``keepalive`` is the last report,
 ``last_input`` the last report of an execution (``presence_source`` = ``kernel``). The kernel's
 idle notice is ``reclaim_deadline`` + ``reclaim_reason`` with no ``reclaim_kind``: the
-reclaimer, which never watches kernel leases, has no notice of its own on them.
+reclaimer, which never watches kernel leases, has no notice of its own on them. The hub's
+reconcile leaves kernel leases alone (``pool.holders.orphans``): no hub server is theirs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -195,35 +195,6 @@ class KernelStore(JobStore):
                     continue
                 acted.append(row.id)
         return acted
-
-    def reconcile(
-        self,
-        running: set[tuple[str, str]],
-        *,
-        actor: str = "system",
-        reason: str = "stopped",
-        older_than: datetime | None = None,
-        deleted: Iterable[tuple[str, str]] = (),
-    ) -> int:
-        """The hub's reconcile with kernel leases left alone: no hub server is theirs (their
-        provisioner's reports keep them, ``reap_kernels`` ends them)."""
-        with self.transaction() as (db, _):  # one transaction: no kernel lease slips in between
-            live = {
-                (u, s)
-                for u, s in db.execute(
-                    select(orm.LeaseRow.user, orm.LeaseRow.server).where(
-                        orm.LeaseRow.holder == KERNEL_HOLDER,
-                        orm.LeaseRow.state.in_(("queued", *orm.LIVE_STATES)),
-                    )
-                ).all()
-            }
-            return super().reconcile(
-                set(running) | live,
-                actor=actor,
-                reason=reason,
-                older_than=older_than,
-                deleted=deleted,
-            )
 
     # -- helpers -----------------------------------------------------------------------------
 

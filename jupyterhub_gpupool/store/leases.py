@@ -1,11 +1,13 @@
 """The lease lifecycle: ask, bind, resize, release, and the housekeeping that keeps it moving
-(expiring unbound grants, serving the queue, reconciling with the hub)."""
+(expiring unbound grants, serving the queue). Each method reads the facts its command's rule
+needs, asks ``pool.decide`` and applies the effects; the hub's reconcile, which also reads the
+jobs' liveness, is ``JobStore.reconcile``."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -16,9 +18,10 @@ from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.decide import Holder, PoolState
 from ..pool.leases import LIVE_STATES, is_ready
-from .apply import RESTARTING, TARGET_STATES, Applier, decided
+from .apply import RESTARTING, TARGET_STATES, Applier, decided, lease_facts
 from .bulk import staged_lease
 from .errors import StoreError
+from .rows import lease_info
 from .views import ViewStore
 
 
@@ -127,81 +130,65 @@ class LeaseStore(Applier, ViewStore):
             return self._lease_json(db, alloc, row)
 
     def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
-        """The server is running on its lease: bind a grant (granted → active), note liveness.
-
-        Binding the new lease of a resize releases the old one (make-before-break).
-        """
-        now = self.clock()
+        """The lease's server runs: bind a grant (granted → active), note liveness; binding
+        the new lease of a resize releases the old one (make-before-break). On a lease under
+        notice, the user's "keep my GPU": extends within the policy's extensions, or refuses
+        (``extension_limit``, ``not_extendable``, and ``reclaim_in_progress`` once a round
+        claimed the action). A job's lease refuses (``job_lease``). ``pool.decide`` decides."""
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            if row.state in ("awaiting_approval", "queued", "released"):
-                raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
             made = (exists for _, exists in self._mig_devices(alloc, row).values())
-            if row.state == "granted" and not is_ready(row.state, made):
-                # dynamic MIG: nothing to run on yet (the lease says ready once there is)
-                raise StoreError(
-                    "not_ready",
-                    f"lease {lease_id} waits for its MIG instance to be made; bind it once "
-                    "the lease is ready",
-                    field="id",
-                )
-            row.keepalive = now
-            if row.state == "granted":
-                row.state, row.activated, row.expires = "active", now, None
-                self._event(db, "activated", actor, row)
-                if row.resize_of:
-                    old = db.get(orm.LeaseRow, row.resize_of)
-                    if old is not None and old.state != "released":
-                        self._finish(db, alloc, old, "resized", actor)
+            facts, known = {lease_id: lease_facts(row)}, {lease_id: row}
+            old = db.get(orm.LeaseRow, row.resize_of) if row.resize_of else None
+            if old is not None and row.state == "granted":  # its bind ends the lease it replaces
+                more, read = self._lease_facts(db, alloc, [old])
+                facts, known = {**more, **facts}, {**read, **known}
+            facts[lease_id] = replace(facts[lease_id], ready=is_ready(row.state, made))
+            policy = None
+            if row.state == "reclaiming" and row.reclaim_kind is not None:
+                facts[lease_id] = replace(facts[lease_id], reclaim=lease_info(row))
+                offer = alloc.offers.get(row.offer)
+                policy = self.reclaim_policies(db, alloc.offers).for_offer(offer or row.offer)
+            state = PoolState(alloc, facts, policy=policy)
+            outcome = decided(state, c.Keepalive(lease_id), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, known)
             return self._lease_json(db, alloc, row)
 
     def resize(
         self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
     ) -> dict[str, Any]:
-        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds.
+        """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds
+        (``pool.decide``: a new request, ``resize_of`` the lease).
 
         A lease has at most one live target (queued, awaiting approval or granted): a second
         resize is ``resize_pending``; a target cannot itself be resized before it is bound
-        (``resize_target``), so targets never chain. ``commands.Resize`` is not batchable: it
-        runs in a transaction of its own, after every earlier resize committed, so the query
-        below sees every target there is. The target counts toward the per-user cap (``check_cap``).
+        (``resize_target``), so targets never chain; a job's lease refuses (``job_lease``).
+        ``commands.Resize`` is not batchable: it runs in a transaction of its own, after every
+        earlier resize committed, so the query below sees every target there is. The target
+        counts toward the per-user cap (``check_cap``).
         """
-        with self.transaction() as (db, _):
+        with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            if row.resize_of is not None and row.state != "released":
-                original = db.get(orm.LeaseRow, row.resize_of)
-                if original is not None and original.state != "released":
-                    raise StoreError(
-                        "resize_target",
-                        f"lease {lease_id} is the pending resize of lease {row.resize_of}: "
-                        "resize that one, or wait until this one is bound",
-                        field="id",
-                    )
-            if row.state not in LIVE_STATES:
-                raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
-            if offer == row.offer:
-                raise StoreError(
-                    "same_offer", f"lease {lease_id} already has {offer!r}", field="offer"
-                )
+            rows = [row]
+            original = db.get(orm.LeaseRow, row.resize_of) if row.resize_of else None
+            if original is not None:
+                rows.append(original)
+            facts = {r.id: lease_facts(r) for r in rows}
+            if row.state in LIVE_STATES:
+                self.check_clusters(tuple(row.clusters or ()), "clusters")
+            awaiting = self.awaiting_requests(db, row.user)
             pending = self.target_of(db, lease_id)
-            if pending is not None:
-                raise StoreError(
-                    "resize_pending",
-                    f"lease {lease_id} already has resize {pending.id} pending",
-                    field="id",
-                )
-            return self.allocate(
-                row.user,
-                row.server,
-                offer,
-                group=row.group,
-                groups=row.groups or (),
-                actor=actor,
-                resize_of=lease_id,
-                clusters=row.clusters or (),
-                hub=row.hub,  # the restart into it is that hub's
-                check_cap=check_cap,
+            state = PoolState(
+                alloc,
+                facts,
+                awaiting=len(awaiting),
+                request_cap=self.max_requests_per_user,
+                new_id=uuid.uuid4().hex,
+                resize_pending=pending.id if pending is not None else None,
             )
+            outcome = decided(state, c.Resize(lease_id, offer, check_cap), self._now_s())
+            made = self._apply_effects(db, alloc, outcome.effects, actor)
+            return self._lease_json(db, alloc, made[outcome.answer])
 
     @staticmethod
     def target_of(db: Session, lease_id: str) -> orm.LeaseRow | None:
@@ -237,50 +224,6 @@ class LeaseStore(Applier, ViewStore):
             outcome = decided(PoolState(alloc, facts), c.ExpireGrants(), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, "system", rows)
             return int(outcome.answer)
-
-    def reconcile(
-        self,
-        running: set[tuple[str, str]],
-        *,
-        actor: str = "system",
-        reason: str = "stopped",
-        older_than: datetime | None = None,
-        deleted: Iterable[tuple[str, str]] = (),
-    ) -> int:
-        """Release leases (``reason``) and end queue entries (``cancelled``) of servers the hub
-        no longer runs or spawns, and withdraw requests awaiting approval for the ``deleted``
-        servers (user, server) the hub no longer has at all (a server that is only stopped
-        keeps its request: it starts on the lease once approved). With ``older_than``, only
-        those made before it: a request the spawner just made may come before the hub lists
-        its server as spawning. Returns how many were released, withdrawn ones included.
-
-        Only the pool's own hub's leases (``hub`` None): ``running`` is what that hub lists,
-        which says nothing of another hub's servers (that hub's spawner releases its leases
-        when it stops them; an unbound grant expires)."""
-        deleted = set(deleted)
-        with self.transaction() as (db, alloc):
-            states = ("queued", *LIVE_STATES, *(("awaiting_approval",) if deleted else ()))
-            query = (
-                select(orm.LeaseRow)
-                .where(orm.LeaseRow.state.in_(states), orm.LeaseRow.hub.is_(None))
-                .order_by(orm.LeaseRow.created, orm.LeaseRow.id)  # the audit log's order
-            )
-            if older_than is not None:
-                query = query.where(orm.LeaseRow.created < older_than)
-            gone = [
-                r
-                for r in db.scalars(query).all()
-                if (
-                    (r.user, r.server) in deleted
-                    if r.state == "awaiting_approval"
-                    else (r.user, r.server) not in running
-                )
-            ]
-            for row in gone:
-                why = {"queued": "cancelled", "awaiting_approval": "withdrawn"}.get(row.state)
-                self._finish(db, alloc, row, why or reason, actor)
-            self._event(db, "reconciled", actor, data={"released": len(gone)})
-            return len(gone)
 
     def promote(self) -> int:
         """Serve the queue (after aging, say); returns how many were granted."""

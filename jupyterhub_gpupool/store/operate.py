@@ -33,11 +33,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
+from ..pool.decide import PoolState, admin_notice
 from ..pool.dramig import NO_REPARTITION, made_by_claim
+from ..pool.effects import NoticeWithdrawn
 from ..pool.leases import LIVE_STATES
-from ..pool.reclaim import Reclaiming, enforced_release, withdraw, withdrawn_on_uncordon
+from ..pool.reclaim import Reclaiming, enforced_release, withdraw
 from ..pool.repartition import Held, parse_layout, plan_repartition
 from .admin import AdminStore
+from .apply import lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
 from .reclaim import ReclaimStore, outcome_data
@@ -74,25 +77,17 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         reason: str,
         actor: str,
     ) -> str:
-        """Give ``row`` an admin notice (or release a grant not yet bound); what happened."""
-        if row.state == "granted":
-            self._finish(db, alloc, row, enforced_release(kind), actor)
-            return "released"
-        state = reclaim_state(row)
-        rec = state.reclaiming
-        if rec is not None and epoch(deadline) > rec.deadline and row.reclaim_kind == "drain":
-            deadline = from_epoch(rec.deadline)  # a drain's deadline is never pushed back
+        """Give ``row`` an admin notice, or release a grant not yet bound
+        (``pool.decide.admin_notice``); what happened (``noticed`` or ``released``)."""
+        if row.state == "granted":  # released: its pending targets go along
+            facts, rows = self._lease_facts(db, alloc, [row])
+        else:
+            facts, rows = {row.id: lease_facts(row)}, {row.id: row}
         notice = Reclaiming(kind, epoch(deadline), reason, action, self._now_s())
-        set_reclaim_state(row, replace(state, reclaiming=notice))
-        row.state = "reclaiming"
-        self._event(
-            db,
-            "reclaim-notice",
-            actor,
-            row,
-            {"kind": kind, "deadline": ts(deadline), "reason": reason, "action": action},
-        )
-        return "noticed"
+        state, now = PoolState(alloc, facts), self._now_s()
+        outcome = admin_notice(state, facts[row.id], reclaim_state(row), notice, now)
+        self._apply_effects(db, alloc, outcome.effects, actor, rows)
+        return str(outcome.answer)
 
     def admin_reclaim(
         self,
@@ -180,15 +175,9 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         policy = self.reclaim_policies(db, alloc.offers).for_offer(
             alloc.offers.get(row.offer) or row.offer
         )
-        set_reclaim_state(row, withdraw(state, self._now_s(), policy.extension))
-        row.state = "active"
-        self._event(
-            db,
-            "reclaim-cancelled",
-            actor,
-            row,
-            {"reason": why, "kind": rec.kind, "by_admin": True, "notice": rec.reason},
-        )
+        after = withdraw(state, self._now_s(), policy.extension)
+        effect = NoticeWithdrawn(row.id, after, why, rec.kind, rec.reason)
+        self._apply_effects(db, alloc, [effect], actor, {row.id: row})
 
     def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> dict[str, Any]:
         """An admin withdraws a lease's reclaim notice, whatever its kind (``no_notice`` when
@@ -210,26 +199,6 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             why = reason.strip() or f"an administrator ({who}) withdrew the notice"
             self._withdraw(db, alloc, row, why, actor)
             return self._lease_json(db, alloc, row)
-
-    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
-        """cordon / uncordon / drain a node; an uncordon also withdraws the drain notices of
-        the node's leases (those no one is carrying out yet): ``withdrawn`` lists them."""
-        if action != "uncordon":
-            return super().set_node(name, action, actor=actor)
-        with self.transaction() as (db, alloc):
-            out = super().set_node(name, action, actor=actor)
-            rows = db.scalars(
-                select(orm.LeaseRow)
-                .where(orm.LeaseRow.node == name, orm.LeaseRow.state == "reclaiming")
-                .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
-            ).all()
-            withdrawn = []
-            for row in rows:
-                if row.reclaim_acting is None and withdrawn_on_uncordon(row.reclaim_kind):
-                    why = f"the node {name} is back in service: the drain is called off"
-                    self._withdraw(db, alloc, row, why, actor)
-                    withdrawn.append(row.id)
-            return {**out, "withdrawn": withdrawn}
 
     # -- overdue notices, carried out by the service ---------------------------------------
 

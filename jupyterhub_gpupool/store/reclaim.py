@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import timedelta
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
@@ -33,16 +32,13 @@ from ..pool.reclaim import (
     Decision,
     GpuSample,
     KernelView,
-    LeaseInfo,
     NoAction,
     Notice,
     PresenceView,
     ReclaimPolicy,
     ReclaimState,
-    Refuse,
     Signals,
     gpu_signal_source,
-    keepalive,
     notice_words,
     parse_duration,
     parse_policies,
@@ -52,7 +48,14 @@ from ..pool.reclaimpolicy import DURATION_FIELDS
 from ..pool.workloads import idle_reclaimable
 from .errors import StoreError
 from .presence import PresenceStore
-from .rows import epoch, from_epoch, reclaim_state, set_reclaim_state, ts, upsert_insert
+from .rows import (
+    epoch,
+    from_epoch,
+    lease_info,
+    set_reclaim_state,
+    ts,
+    upsert_insert,
+)
 from .utilization import Device, Minute, UtilizationStore, window_samples
 from .views import EVERY_HUB, EveryHub
 
@@ -228,22 +231,6 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     # -- a round -----------------------------------------------------------------------------
 
-    def _lease_info(self, row: orm.LeaseRow) -> LeaseInfo:
-        return LeaseInfo(
-            row.id,
-            row.user,
-            row.offer,
-            Fraction(row.units),
-            epoch(row.granted or row.created),
-            group=row.group,
-            groups=tuple(row.groups or ()),
-            # an approved exception is the administrator's call until it lapses: it is not
-            # borrowed capacity a waiter within guarantee may have back
-            borrowed=row.borrowed and not row.exception,
-            models=(row.model,) if row.model else (),
-            state=reclaim_state(row),
-        )
-
     def _signals(
         self,
         alloc: Allocator,
@@ -311,7 +298,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             if samples is None:
                 samples = window_samples(db, {d for r in free for d in _devices(r)}, start, end)
             decisions = plan_reclaims(
-                [self._lease_info(r) for r in free],
+                [lease_info(r) for r in free],
                 {r.id: self._signals(alloc, r, window, observed.get(r.id), samples) for r in free},
                 policies,
                 alloc.queue(now),
@@ -529,46 +516,6 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 self._event(db, "reclaim-failed", actor, row, data)
             return self._lease_json(db, alloc, row)
 
-    # -- "keep my GPU" -----------------------------------------------------------------------
-
-    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
-        """On a lease under notice, the user's "keep my GPU": extends within the policy's
-        extensions, or refuses (``extension_limit``, ``not_extendable``, and
-        ``reclaim_in_progress`` once a round claimed the action). Otherwise as before."""
-        with self.transaction() as (db, alloc):
-            row = self.lease_row(db, lease_id)
-            if row.state != "reclaiming" or row.reclaim_kind is None:
-                return super().keepalive(lease_id, actor=actor)
-            if row.reclaim_acting is not None:
-                raise StoreError(
-                    "reclaim_in_progress",
-                    f"lease {lease_id} is being reclaimed now ({row.reclaim_action}, "
-                    f"claimed {ts(row.reclaim_acting)}): too late to keep it",
-                    field="id",
-                )
-            offer = alloc.offers.get(row.offer)
-            policy = self.reclaim_policies(db, alloc.offers).for_offer(offer or row.offer)
-            d = keepalive(self._lease_info(row), policy, self._now_s())
-            if isinstance(d, Refuse):
-                allowed = [d.limit] if d.limit is not None else None
-                raise StoreError(d.code, d.message, field="id", allowed=allowed)
-            if isinstance(d, NoAction):
-                return super().keepalive(lease_id, actor=actor)
-            set_reclaim_state(row, d.state)
-            row.state, row.keepalive = "active", self.clock()
-            self._event(
-                db,
-                "reclaim-extended",
-                actor or row.user,
-                row,
-                {
-                    "extensions": d.extensions,
-                    "limit": d.limit,
-                    "until": ts(from_epoch(d.until)),
-                },
-            )
-            return self._lease_json(db, alloc, row)
-
     # -- the admin's policies ----------------------------------------------------------------
 
     def reclaim_policy(self) -> dict[str, Any]:
@@ -624,8 +571,37 @@ class ReclaimStore(PresenceStore, UtilizationStore):
     def user(
         self, name: str, groups: Iterable[str] = (), hub: str | EveryHub | None = EVERY_HUB
     ) -> dict[str, Any]:
-        """A user's quota, use, leases (``hub``'s, when given), notices and recent reclaims."""
-        out = super().user(name, groups, hub)
+        """A user's quota, use, leases and notices (the leases of ``hub`` only, when given:
+        quota and use are the user's across the hubs), and the user's recent reclaims and
+        withdrawn notices."""
+        with self.locked() as alloc:
+            leases, _ = self.leases(user=name, limit=100, hub=hub)
+            live = [le for le in leases if le["state"] != "released"]
+            spec = alloc.quotas.user_spec(name)
+            notices = [
+                {
+                    "lease": le["id"],
+                    "kind": "reclaim",
+                    "message": le["reclaim"]["reason"],
+                    "reason": le["reclaim"]["reason"],
+                    "action": le["reclaim"]["action"],
+                    "deadline": le["reclaim"]["deadline"],
+                }
+                for le in live
+                if le["reclaim"]
+            ]
+            out = {
+                "name": name,
+                "groups": list(groups),
+                "quota": spec.to_dict(),
+                "held_units": float(alloc.quotas.held(name)),
+                # a budget applies: what is used (0 when nothing is); none applies: null
+                "used_unit_hours": None
+                if spec.budget is None
+                else alloc.quotas.used_hours.get(name, 0.0),
+                "leases": live,
+                "notices": notices,
+            }
         out["reclaims"] = self.recent_reclaims(name)
         out["withdrawn"] = self.withdrawn_notices(name)
         return out

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Table
@@ -14,10 +15,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.allocator import Allocator
+from ..pool.leases import mig_device
 from ..pool.model import Offer
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
-from ..pool.reclaim import Reclaiming, ReclaimState
+from ..pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
 from .errors import StoreError
 
 _Row = TypeVar("_Row", bound=orm.Base)
@@ -127,6 +130,39 @@ def set_reclaim_state(row: orm.LeaseRow, state: ReclaimState) -> None:
     row.reclaim_kind, row.reclaim_action, row.reclaim_for = rec.kind, rec.action, rec.for_request
     row.reclaim_deadline, row.reclaim_issued = from_epoch(rec.deadline), from_epoch(rec.issued_at)
     row.reclaim_reason, row.reclaim_pressure = rec.reason, rec.pressure
+
+
+def lease_info(row: orm.LeaseRow) -> LeaseInfo:
+    """A live lease as the reclaim rules read it (``pool.reclaim.LeaseInfo``)."""
+    return LeaseInfo(
+        row.id,
+        row.user,
+        row.offer,
+        Fraction(row.units),
+        epoch(row.granted or row.created),
+        group=row.group,
+        groups=tuple(row.groups or ()),
+        # an approved exception is the administrator's call until it lapses: it is not
+        # borrowed capacity a waiter within guarantee may have back
+        borrowed=row.borrowed and not row.exception,
+        models=(row.model,) if row.model else (),
+        state=reclaim_state(row),
+    )
+
+
+def mig_devices(
+    alloc: Allocator | None, row: orm.LeaseRow
+) -> dict[tuple[str, int | None], tuple[str | None, bool]]:
+    """A live lease's MIG instances: (GPU, start) → (``MIG-…`` uuid, whether it exists)."""
+    if row.state not in orm.LIVE_STATES:
+        return {}
+    return {
+        (s.gpu_uuid, s.start): mig_device(
+            None if alloc is None else alloc.gpus.get(s.gpu_uuid), row.id, s.start
+        )
+        for s in row.slots
+        if s.kind == "mig"
+    }
 
 
 def held_hours(row: orm.LeaseRow, start: datetime, end: datetime) -> float:

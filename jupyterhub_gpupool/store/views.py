@@ -17,7 +17,7 @@ from ..pool.allocator import Allocator
 from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
 from ..pool.fallback import fallback_devices
-from ..pool.leases import is_ready, mig_device
+from ..pool.leases import is_ready
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
 from ..pool.outside import OUTSIDE
 from ..pool.queue import estimate_wait
@@ -25,7 +25,7 @@ from ..pool.reclaim import notice_words
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
-from .rows import check_quota_kind, offer_spec, reclaim_state, ts
+from .rows import check_quota_kind, mig_devices, offer_spec, reclaim_state, ts
 
 log = logging.getLogger("jupyterhub_gpupool.store")
 
@@ -263,20 +263,8 @@ class ViewStore(StoreCore):
         self._policy_cache = (key, policies)
         return policies
 
-    @staticmethod
-    def _mig_devices(
-        alloc: Allocator | None, row: orm.LeaseRow
-    ) -> dict[tuple[str, int | None], tuple[str | None, bool]]:
-        """A live lease's MIG instances: (GPU, start) → (``MIG-…`` uuid, whether it exists)."""
-        if row.state not in orm.LIVE_STATES:
-            return {}
-        return {
-            (s.gpu_uuid, s.start): mig_device(
-                None if alloc is None else alloc.gpus.get(s.gpu_uuid), row.id, s.start
-            )
-            for s in row.slots
-            if s.kind == "mig"
-        }
+    #: A live lease's MIG instances: (GPU, start) → (``MIG-…`` uuid, whether it exists).
+    _mig_devices = staticmethod(mig_devices)
 
     def _release_rate(self, db: Session, offer: str) -> float:
         """Releases of ``offer`` in the last hour: the basis of queue wait estimates."""
@@ -351,40 +339,6 @@ class ViewStore(StoreCore):
                     }
                 )
             return out
-
-    def user(
-        self, name: str, groups: Iterable[str] = (), hub: str | EveryHub | None = EVERY_HUB
-    ) -> dict[str, Any]:
-        """A user's quota, use, leases and notices (the leases of ``hub`` only, when given:
-        quota and use are the user's across the hubs)."""
-        with self.locked() as alloc:
-            leases, _ = self.leases(user=name, limit=100, hub=hub)
-            live = [le for le in leases if le["state"] != "released"]
-            spec = alloc.quotas.user_spec(name)
-            notices = [
-                {
-                    "lease": le["id"],
-                    "kind": "reclaim",
-                    "message": le["reclaim"]["reason"],
-                    "reason": le["reclaim"]["reason"],
-                    "action": le["reclaim"]["action"],
-                    "deadline": le["reclaim"]["deadline"],
-                }
-                for le in live
-                if le["reclaim"]
-            ]
-            return {
-                "name": name,
-                "groups": list(groups),
-                "quota": spec.to_dict(),
-                "held_units": float(alloc.quotas.held(name)),
-                # a budget applies: what is used (0 when nothing is); none applies: null
-                "used_unit_hours": None
-                if spec.budget is None
-                else alloc.quotas.used_hours.get(name, 0.0),
-                "leases": live,
-                "notices": notices,
-            }
 
     def get_quota(self, kind: str, name: str) -> dict[str, Any]:
         """A user's or group's effective quota and where it comes from."""
