@@ -36,11 +36,11 @@ from tests.fakekube_dra import FakeDRA, nvidia_slice
 from tests.fakekube_rbac import CHART_NAMESPACE, from_render, render_chart
 from tests.fakes import FakeKubeAPI, InProcessService, kube_node, make_store
 from tests.fakes.clocks import StoreClock
-from tests.integration.test_gpu_kernels import (  # noqa: F401  (a module fixture, autouse)
+from tests.fakes.kernels import (
     MODELS,
     RULES,
     kernels,
-    provisioner_entry_point,
+    provisioner_entry_point,  # noqa: F401  (autouse, module-wide)
     run_cell,
     until,
 )
