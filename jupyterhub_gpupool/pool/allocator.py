@@ -216,11 +216,17 @@ class Allocator(NodeStates):
 
     def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
         """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
-        the first long waiter for a set of models holds one node).
+        the first long waiter for a set of models holds one node)."""
+        return frozenset(self._holds_ahead(now, newcomer)[0])
+
+    def _holds_ahead(self, now: float, newcomer: Waiter) -> tuple[set[str], set[str]]:
+        """The nodes held for long waiters ahead of ``newcomer`` and the models they cover.
 
         Only waiters that hold capacity back can matter, so only they are compared with the
         newcomer (by the queue's own key), not the whole queue sorted on every decision.
         """
+        held: set[str] = set()
+        covered: set[str] = set()
         long_waiters = [
             w
             for w in self.waiters.values()
@@ -229,14 +235,27 @@ class Allocator(NodeStates):
             and w.request.offer in self.offers
         ]
         if not long_waiters:
-            return frozenset()
+            return held, covered
         key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
         mine = key(newcomer)
-        held: set[str] = set()
-        covered: set[str] = set()
         for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
             self._hold(w, held, covered)
-        return frozenset(held)
+        return held, covered
+
+    def held_node(self, request_id: str, now: float) -> str | None:
+        """The node held for the queued ``request_id`` (a long waiter for capacity, first for
+        its models), or None (``pool.reservation``)."""
+        waiter = self.waiters.get(request_id)
+        if (
+            waiter is None
+            or waiter.reason != "no_capacity"
+            or now - waiter.since < self.reserve_after
+        ):
+            return None
+        held, covered = self._holds_ahead(now, waiter)
+        before = set(held)
+        self._hold(waiter, held, covered)
+        return next(iter(held - before), None)
 
     def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
         """Hold a node for a long waiter unless one is held for its models already."""
@@ -599,6 +618,7 @@ class Allocator(NodeStates):
         request: Request,
         now: float,
         rank: Callable[[Lease], Any] | None = None,
+        node: str | None = None,
     ) -> list[str]:
         """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
 
@@ -606,7 +626,9 @@ class Allocator(NodeStates):
         most over guarantee first, then the youngest); the list is as short as the placement
         allows. Empty when the request borrows itself or nothing would help. ``rank``: the
         leases that may go and their order instead (smallest first; None: never), as
-        ``workloads.preemption_rank`` has it for workload classes.
+        ``workloads.preemption_rank`` has it for workload classes. ``node``: only leases on
+        it, until the request fits there (the node held for a long waiter, which may borrow:
+        ``workloads.waiter_preemption_rank``).
         """
         offer = self._offer_of(request)
         if offer is None or offer.kind == "cpu":
@@ -615,15 +637,24 @@ class Allocator(NodeStates):
         verdict = self.quotas.check(
             request.user, request.groups, units, request.group, request.exception
         )
-        if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
+        if not verdict.ok or (
+            node is None and self.quotas.borrows(request.user, verdict.group, units)
+        ):
             return []
         clusters = offer.served_in(request.clusters)
-        if self._place(offer, clusters=clusters) is not None:
+
+        def fits() -> bool:
+            if node is None:
+                return self._place(offer, clusters=clusters) is not None
+            return self._fits_on(offer, node, clusters)
+
+        if fits():
             return []
         candidates = [
             lease
             for lease in self.leases.values()
-            if (lease.borrowed if rank is None else rank(lease) is not None)
+            if (node is None or lease.node == node)
+            and (lease.borrowed if rank is None else rank(lease) is not None)
             and (
                 not offer.models
                 or any(self.gpus[s.gpu].model.name in offer.models for s in lease.slots)
@@ -643,7 +674,7 @@ class Allocator(NodeStates):
             for lease in candidates:
                 self._vacate(lease)
                 freed.append(lease)
-                if self._place(offer, clusters=clusters) is not None:
+                if fits():
                     break
             else:
                 return []
@@ -651,7 +682,7 @@ class Allocator(NodeStates):
             # release the placement does not depend on
             for lease in list(reversed(freed[:-1])):
                 self._occupy(lease)
-                if self._place(offer, clusters=clusters) is None:
+                if not fits():
                     self._vacate(lease)
                 else:
                     freed.remove(lease)

@@ -57,6 +57,7 @@ from ..pool.workloads import (
     WorkloadClass,
     preemption_rank,
     request_priority,
+    waiter_preemption_rank,
 )
 from . import reclaim
 from .kernels import load_trace
@@ -295,7 +296,9 @@ class Replay:
 
     def preempt(self, t: float) -> None:
         """Queued requests within guarantee of a non-preemptible class take what
-        ``preemption_rank`` allows, in queue order (``JobStore.preempt_jobs``'s pass)."""
+        ``preemption_rank`` allows, and a long waiter of a class with ``preempt_for_waiters``
+        what ``waiter_preemption_rank`` allows on the node held for it, in queue order
+        (``JobStore.preempt_jobs``'s pass)."""
         alloc = self.allocs[INTERACTIVE]
         if not alloc.waiters:
             return
@@ -304,13 +307,17 @@ class Replay:
             if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
                 continue
             requester = self.classes[self.by_request[waiter.request.id].work.cls]
+            node = None
             if requester.preemptible:
-                continue
+                node = alloc.held_node(waiter.request.id, t)
+                if node is None or not requester.preempt_for_waiters:
+                    continue
 
             def rank(
                 lease: Lease,
                 requester: WorkloadClass = requester,
                 promised: set[str] = promised,
+                units: Fraction | None = waiter.units if node is not None else None,
             ) -> Any:
                 if lease.id in promised:
                     return None
@@ -323,10 +330,13 @@ class Replay:
                     lease.borrowed,
                     lease.request.arrival,
                     leaving=it.leaving,
+                    units=lease.units,
                 )
+                if units is not None:
+                    return waiter_preemption_rank(holder, requester, units, t)
                 return preemption_rank(holder, requester, t)
 
-            victims = alloc.reclaimable_for(waiter.request, t, rank)
+            victims = alloc.reclaimable_for(waiter.request, t, rank, node)
             promised |= set(victims)
             for v in victims:
                 it = self.by_request[v]
