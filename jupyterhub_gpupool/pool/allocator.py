@@ -214,54 +214,51 @@ class Allocator(NodeStates):
                 return i
         return None
 
-    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
-        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
-        the first long waiter for a set of models holds one node)."""
-        return frozenset(self._holds_ahead(now, newcomer)[0])
-
-    def _holds_ahead(self, now: float, newcomer: Waiter) -> tuple[set[str], set[str]]:
-        """The nodes held for long waiters ahead of ``newcomer`` and the models they cover.
-
-        Only waiters that hold capacity back can matter, so only they are compared with the
-        newcomer (by the queue's own key), not the whole queue sorted on every decision.
-        """
-        held: set[str] = set()
-        covered: set[str] = set()
-        long_waiters = [
+    def _long_waiters(self, now: float) -> list[Waiter]:
+        """Waiters for capacity past ``reserve_after``: those that may hold a node."""
+        return [
             w
             for w in self.waiters.values()
             if now - w.since >= self.reserve_after
             and w.reason == "no_capacity"
             and w.request.offer in self.offers
         ]
+
+    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
+        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
+        the first long waiter for a set of models holds one node).
+
+        Only waiters that hold capacity back can matter, so only they are compared with the
+        newcomer (by the queue's own key), not the whole queue sorted on every decision.
+        """
+        long_waiters = self._long_waiters(now)
         if not long_waiters:
-            return held, covered
+            return frozenset()
         key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
         mine = key(newcomer)
+        held: set[str] = set()
+        covered: set[str] = set()
         for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
             self._hold(w, held, covered)
-        return held, covered
+        return frozenset(held)
 
-    def held_node(self, request_id: str, now: float) -> str | None:
-        """The node held for the queued ``request_id`` (a long waiter for capacity, first for
-        its models), or None (``pool.reservation``)."""
-        waiter = self.waiters.get(request_id)
-        if (
-            waiter is None
-            or waiter.reason != "no_capacity"
-            or now - waiter.since < self.reserve_after
-        ):
-            return None
-        held, covered = self._holds_ahead(now, waiter)
-        before = set(held)
-        self._hold(waiter, held, covered)
-        return next(iter(held - before), None)
+    def holds(self, now: float) -> dict[str, str]:
+        """Request id → the node held for it, for every long waiter that holds one."""
+        key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
+        held: set[str] = set()
+        covered: set[str] = set()
+        out: dict[str, str] = {}
+        for w in sorted(self._long_waiters(now), key=key):
+            node = self._hold(w, held, covered)
+            if node is not None:
+                out[w.request.id] = node
+        return out
 
-    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
+    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> str | None:
         """Hold a node for a long waiter unless one is held for its models already."""
         offer = self._offer_of(waiter.request)
         if offer is None or not claim_models(covered, offer):
-            return
+            return None
         node = node_to_hold(
             self._usable(offer),
             pinned_units(self.leases.values()),
@@ -269,6 +266,7 @@ class Allocator(NodeStates):
             held,
         )
         held |= {node} if node is not None else set()
+        return node
 
     def _usable(self, offer: Offer) -> Iterator[tuple[Node, float | None]]:
         """Schedulable nodes in node order with ``reservation.usable`` for ``offer``, cached

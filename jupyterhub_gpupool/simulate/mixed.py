@@ -226,7 +226,7 @@ class Replay:
 
     def at(self, t: float, kind: str, i: int, version: int = 0) -> None:
         # at one instant: ends and deadlines free GPUs before anything new asks
-        order = {"end": 0, "deadline": 1, "arrive": 2}[kind]
+        order = {"end": 0, "deadline": 1, "arrive": 2, "wake": 3}[kind]
         heapq.heappush(self.events, (t, order, next(self.seq), kind, i, version))
 
     def run(self) -> Figures:
@@ -238,6 +238,8 @@ class Replay:
             it = self.items[i]
             if kind == "arrive":
                 self.ask(it, t)
+            elif kind == "wake":
+                pass  # a queued request became a long waiter: the preemption pass looks again
             elif version == it.version and it.started is not None:
                 if kind == "end":
                     it.remaining = 0.0
@@ -266,7 +268,9 @@ class Replay:
         decision = self.allocs[w.cls].submit(req, t)
         if isinstance(decision, Grant):
             self.start(it, t)
-        elif not isinstance(decision, Queued):
+        elif isinstance(decision, Queued):
+            self.at(t + self.allocs[w.cls].reserve_after, "wake", it.idx)
+        else:
             raise ValueError(f"{w.id}: {w.offer} refused: {decision.message}")
 
     def start(self, it: _Item, t: float) -> None:
@@ -303,13 +307,14 @@ class Replay:
         if not alloc.waiters:
             return
         promised: set[str] = set()
+        holds = alloc.holds(t)
         for waiter in alloc.queue(t):
             if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
                 continue
             requester = self.classes[self.by_request[waiter.request.id].work.cls]
             node = None
-            if requester.preemptible:
-                node = alloc.held_node(waiter.request.id, t)
+            if requester.preemptible:  # only a long waiter, on the node held for it
+                node = holds.get(waiter.request.id)
                 if node is None or not requester.preempt_for_waiters:
                     continue
 
