@@ -371,9 +371,12 @@ def run_all(
     split: Mapping[str, int] = SPLIT,
     grace: float | None = None,
     gpus_per_node: int = GPUS_PER_NODE,
+    classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
 ) -> list[Figures]:
     """The day in one pool and in the split pools (a fresh allocator each)."""
-    return [Replay(work, m, split, grace, gpus_per_node=gpus_per_node).run() for m in MODES]
+    return [
+        Replay(work, m, split, grace, classes, gpus_per_node=gpus_per_node).run() for m in MODES
+    ]
 
 
 def verdict(figs: Sequence[Figures]) -> dict[str, Any]:
