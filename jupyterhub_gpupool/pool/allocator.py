@@ -38,7 +38,13 @@ from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
-from .reservation import claim_models, node_to_hold, pinned_units, usable
+from .reservation import (
+    claim_models,
+    node_to_hold,
+    pinned_units,
+    smaller_borrowed_units,
+    usable,
+)
 from .scoring import NodeStates
 from .workloads import replicas_of
 
@@ -264,6 +270,7 @@ class Allocator(NodeStates):
             pinned_units(self.leases.values()),
             offer.served_in(waiter.request.clusters),
             held,
+            smaller_borrowed_units(self.leases.values(), float(waiter.units)),
         )
         held |= {node} if node is not None else set()
         return node
