@@ -220,43 +220,36 @@ class Allocator(NodeStates):
                 return i
         return None
 
-    def _long_waiters(self, now: float) -> list[Waiter]:
-        """Waiters for capacity past ``reserve_after``: those that may hold a node."""
-        return [
+    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
+        """Nodes held back for long waiters ranked ahead of ``newcomer``."""
+        return frozenset(self.holds(now, newcomer).values())
+
+    def holds(self, now: float, before: Waiter | None = None) -> dict[str, str]:
+        """Request id → the node held for it, for each long waiter (ranked ahead of ``before``
+        when given) that holds one (``pool.reservation``: the first long waiter for a set of
+        models holds one node).
+
+        Only waiters that hold capacity back can matter, so only they are compared with the
+        newcomer (by the queue's own key), not the whole queue sorted on every decision.
+        """
+        long_waiters = [
             w
             for w in self.waiters.values()
             if now - w.since >= self.reserve_after
             and w.reason == "no_capacity"
             and w.request.offer in self.offers
         ]
-
-    def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
-        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
-        the first long waiter for a set of models holds one node).
-
-        Only waiters that hold capacity back can matter, so only they are compared with the
-        newcomer (by the queue's own key), not the whole queue sorted on every decision.
-        """
-        long_waiters = self._long_waiters(now)
         if not long_waiters:
-            return frozenset()
+            return {}
         key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
-        mine = key(newcomer)
-        held: set[str] = set()
-        covered: set[str] = set()
-        for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
-            self._hold(w, held, covered)
-        return frozenset(held)
-
-    def holds(self, now: float) -> dict[str, str]:
-        """Request id → the node held for it, for every long waiter that holds one."""
-        key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
+        if before is not None:
+            mine = key(before)
+            long_waiters = [w for w in long_waiters if key(w) < mine]
         held: set[str] = set()
         covered: set[str] = set()
         out: dict[str, str] = {}
-        for w in sorted(self._long_waiters(now), key=key):
-            node = self._hold(w, held, covered)
-            if node is not None:
+        for w in sorted(long_waiters, key=key):
+            if (node := self._hold(w, held, covered)) is not None:
                 out[w.request.id] = node
         return out
 
@@ -265,12 +258,13 @@ class Allocator(NodeStates):
         offer = self._offer_of(waiter.request)
         if offer is None or not claim_models(covered, offer):
             return None
+        leases = self.leases.values()
         node = node_to_hold(
             self._usable(offer),
-            pinned_units(self.leases.values()),
+            pinned_units(leases),
             offer.served_in(waiter.request.clusters),
             held,
-            smaller_borrowed_units(self.leases.values(), float(waiter.units)),
+            lambda names: smaller_borrowed_units(leases, waiter.units, names),
         )
         held |= {node} if node is not None else set()
         return node

@@ -24,14 +24,18 @@ gave.
 Only the first long waiter (in queue order) for a set of models holds a node; later long
 waiters for the same models wait behind it without holding more, as they did before.
 
-Cost: two passes over the leases (pinned and smaller borrowed capacity per node) and one over
-the schedulable nodes, whose usable GPUs and free capacity are read from their state
-(``Node.signature``) and cached per state and offer; only while a long waiter is queued.
+Cost: one pass over the leases (pinned capacity per node), one over the schedulable nodes (whose
+usable GPUs and free capacity are read from their state, ``Node.signature``, and cached per
+state and offer), and where several nodes are least pinned a pass over the leases that looks
+closer only at those nodes' leases; only while a long waiter is queued (at 10,000 GPUs with one
+waiting: 2.6 ms a decision against 2.3-2.5 ms before the last pass).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+import math
+from collections.abc import Callable, Iterable, Mapping, Set
+from fractions import Fraction
 
 from .catalog import GpuModel
 from .decisions import Lease
@@ -79,13 +83,17 @@ def pinned_units(leases: Iterable[Lease]) -> dict[str, float]:
     return out
 
 
-def smaller_borrowed_units(leases: Iterable[Lease], units: float) -> dict[str, float]:
-    """Per node, the units held by borrowed leases each smaller than ``units``: what a long
-    waiter for ``units`` could preempt there (``workloads.waiter_preemption_rank``)."""
+def smaller_borrowed_units(
+    leases: Iterable[Lease], units: Fraction, nodes: Set[str] | None = None
+) -> dict[str, float]:
+    """Per node (of ``nodes`` when given), the units held by borrowed leases each smaller than
+    ``units``: what a long waiter for ``units`` could preempt there
+    (``workloads.waiter_preemption_rank``)."""
     out: dict[str, float] = {}
     for lease in leases:
-        if lease.borrowed and lease.node and lease.units < units:
-            out[lease.node] = out.get(lease.node, 0.0) + float(lease.units)
+        node = lease.node
+        if lease.borrowed and node and (nodes is None or node in nodes) and lease.units < units:
+            out[node] = out.get(node, 0.0) + float(lease.units)
     return out
 
 
@@ -104,20 +112,34 @@ def node_to_hold(
     pinned: Mapping[str, float],
     clusters: Set[str] | None = None,
     taken: Set[str] = frozenset(),
-    takeable: Mapping[str, float] | None = None,
+    takeable: Callable[[Set[str]], Mapping[str, float]] | None = None,
 ) -> str | None:
     """The node a long waiter holds: among ``nodes`` (each with its :func:`usable` free
     capacity for the request, in node order; the first wins a tie) the smallest
     (``pinned`` units, −(free + ``takeable`` units), −free), in ``clusters`` when given, not
-    one of ``taken`` (held for a waiter ahead). None when no node could ever serve it."""
-    best: tuple[HoldKey, str] | None = None
+    one of ``taken`` (held for a waiter ahead). None when no node could ever serve it.
+
+    ``takeable(names)``: the units per node of ``names`` a long waiter could take back
+    (:func:`smaller_borrowed_units`); asked only for the nodes least pinned, so its pass over
+    the leases is cheap where few nodes tie."""
+    least: list[tuple[str, float]] = []
+    low = math.inf
     for node, free in nodes:
         if free is None or node.name in taken:
             continue
         if clusters is not None and node.cluster not in clusters:
             continue
-        extra = takeable.get(node.name, 0.0) if takeable else 0.0
-        key = (pinned.get(node.name, 0.0), -(free + extra), -free)
+        p = pinned.get(node.name, 0.0)
+        if p < low:
+            low, least = p, [(node.name, free)]
+        elif p == low:
+            least.append((node.name, free))
+    if not least:
+        return None
+    extra = takeable({n for n, _ in least}) if takeable is not None and len(least) > 1 else {}
+    best: tuple[HoldKey, str] | None = None
+    for name, free in least:
+        key = (low, -(free + extra.get(name, 0.0)), -free)
         if best is None or key < best[0]:
-            best = (key, node.name)
+            best = (key, name)
     return None if best is None else best[1]

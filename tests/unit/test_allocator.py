@@ -731,8 +731,12 @@ def test_held_nodes_follow_the_whole_queue_order():
                 continue
             covered |= models
             nodes = [(n, usable(n.signature(), offer)) for n in alloc.nodes.values()]
-            small = smaller_borrowed_units(alloc.leases.values(), float(w.units))
-            node = node_to_hold(nodes, pinned_units(alloc.leases.values()), None, held, small)
+            leases = alloc.leases.values()
+
+            def small(names, units=w.units, leases=leases):
+                return smaller_borrowed_units(leases, units, names)
+
+            node = node_to_hold(nodes, pinned_units(leases), None, held, small)
             held |= {node} if node else set()
         return frozenset(held)
 

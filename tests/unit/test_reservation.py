@@ -120,10 +120,15 @@ def test_of_nodes_equally_pinned_the_one_a_long_waiter_could_take_back_is_held()
     for rid in ("s1", "s2"):
         assert granted(alloc.submit(req(rid, "h100", "borrow"), 0)).node == "b"
     queued(alloc.submit(req("pair", "h100x2", "borrow"), 0))
-    assert smaller_borrowed_units(alloc.leases.values(), 2.0) == {"b": 2.0}
-    assert smaller_borrowed_units(alloc.leases.values(), 3.0) == {"a": 2.0, "b": 2.0}
+    leases = alloc.leases.values()
+    assert smaller_borrowed_units(leases, Fraction(2)) == {"b": 2.0}
+    assert smaller_borrowed_units(leases, Fraction(3)) == {"a": 2.0, "b": 2.0}
+    assert smaller_borrowed_units(leases, Fraction(3), {"a"}) == {"a": 2.0}
     assert hold(alloc, "h100x2") == "a"  # without it: equal keys, node order
-    small = smaller_borrowed_units(alloc.leases.values(), 2.0)
+
+    def small(names):
+        return smaller_borrowed_units(leases, Fraction(2), names)
+
     assert hold(alloc, "h100x2", takeable=small) == "b"
     assert alloc.holds(200) == {"pair": "b"}
     # pinned capacity still comes first
