@@ -38,7 +38,13 @@ from .outside import OUTSIDE, OutsideHolds, Rebinding
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
-from .reservation import claim_models, node_to_hold, pinned_units, usable
+from .reservation import (
+    claim_models,
+    node_to_hold,
+    pinned_units,
+    smaller_borrowed_units,
+    usable,
+)
 from .scoring import NodeStates
 from .workloads import replicas_of
 
@@ -215,8 +221,13 @@ class Allocator(NodeStates):
         return None
 
     def _held_nodes(self, now: float, newcomer: Waiter) -> frozenset[str]:
-        """Nodes held back for long waiters ranked ahead of ``newcomer`` (``pool.reservation``:
-        the first long waiter for a set of models holds one node).
+        """Nodes held back for long waiters ranked ahead of ``newcomer``."""
+        return frozenset(self.holds(now, newcomer).values())
+
+    def holds(self, now: float, before: Waiter | None = None) -> dict[str, str]:
+        """Request id → the node held for it, for each long waiter (ranked ahead of ``before``
+        when given) that holds one (``pool.reservation``: the first long waiter for a set of
+        models holds one node).
 
         Only waiters that hold capacity back can matter, so only they are compared with the
         newcomer (by the queue's own key), not the whole queue sorted on every decision.
@@ -229,27 +240,34 @@ class Allocator(NodeStates):
             and w.request.offer in self.offers
         ]
         if not long_waiters:
-            return frozenset()
+            return {}
         key = partial(order_key, now=now, share=self._share, aging_interval=self.aging_interval)
-        mine = key(newcomer)
+        if before is not None:
+            mine = key(before)
+            long_waiters = [w for w in long_waiters if key(w) < mine]
         held: set[str] = set()
         covered: set[str] = set()
-        for w in sorted((w for w in long_waiters if key(w) < mine), key=key):
-            self._hold(w, held, covered)
-        return frozenset(held)
+        out: dict[str, str] = {}
+        for w in sorted(long_waiters, key=key):
+            if (node := self._hold(w, held, covered)) is not None:
+                out[w.request.id] = node
+        return out
 
-    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> None:
+    def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> str | None:
         """Hold a node for a long waiter unless one is held for its models already."""
         offer = self._offer_of(waiter.request)
         if offer is None or not claim_models(covered, offer):
-            return
+            return None
+        leases = self.leases.values()
         node = node_to_hold(
             self._usable(offer),
-            pinned_units(self.leases.values()),
+            pinned_units(leases),
             offer.served_in(waiter.request.clusters),
             held,
+            lambda names: smaller_borrowed_units(leases, waiter.units, names),
         )
         held |= {node} if node is not None else set()
+        return node
 
     def _usable(self, offer: Offer) -> Iterator[tuple[Node, float | None]]:
         """Schedulable nodes in node order with ``reservation.usable`` for ``offer``, cached
@@ -599,6 +617,7 @@ class Allocator(NodeStates):
         request: Request,
         now: float,
         rank: Callable[[Lease], Any] | None = None,
+        node: str | None = None,
     ) -> list[str]:
         """Borrowed leases whose release would let ``request`` (within guarantee) be placed.
 
@@ -606,7 +625,9 @@ class Allocator(NodeStates):
         most over guarantee first, then the youngest); the list is as short as the placement
         allows. Empty when the request borrows itself or nothing would help. ``rank``: the
         leases that may go and their order instead (smallest first; None: never), as
-        ``workloads.preemption_rank`` has it for workload classes.
+        ``workloads.preemption_rank`` has it for workload classes. ``node``: only leases on
+        it, until the request fits there (the node held for a long waiter, which may borrow:
+        ``workloads.waiter_preemption_rank``).
         """
         offer = self._offer_of(request)
         if offer is None or offer.kind == "cpu":
@@ -615,15 +636,24 @@ class Allocator(NodeStates):
         verdict = self.quotas.check(
             request.user, request.groups, units, request.group, request.exception
         )
-        if not verdict.ok or self.quotas.borrows(request.user, verdict.group, units):
+        if not verdict.ok or (
+            node is None and self.quotas.borrows(request.user, verdict.group, units)
+        ):
             return []
         clusters = offer.served_in(request.clusters)
-        if self._place(offer, clusters=clusters) is not None:
+
+        def fits() -> bool:
+            if node is None:
+                return self._place(offer, clusters=clusters) is not None
+            return self._fits_on(offer, node, clusters)
+
+        if fits():
             return []
         candidates = [
             lease
             for lease in self.leases.values()
-            if (lease.borrowed if rank is None else rank(lease) is not None)
+            if (node is None or lease.node == node)
+            and (lease.borrowed if rank is None else rank(lease) is not None)
             and (
                 not offer.models
                 or any(self.gpus[s.gpu].model.name in offer.models for s in lease.slots)
@@ -643,7 +673,7 @@ class Allocator(NodeStates):
             for lease in candidates:
                 self._vacate(lease)
                 freed.append(lease)
-                if self._place(offer, clusters=clusters) is not None:
+                if fits():
                     break
             else:
                 return []
@@ -651,7 +681,7 @@ class Allocator(NodeStates):
             # release the placement does not depend on
             for lease in list(reversed(freed[:-1])):
                 self._occupy(lease)
-                if self._place(offer, clusters=clusters) is None:
+                if not fits():
                     self._vacate(lease)
                 else:
                     freed.remove(lease)

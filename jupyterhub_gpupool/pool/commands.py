@@ -474,8 +474,9 @@ class AppendJobLog(Command):
 
 @dataclass(frozen=True)
 class PreemptJobs(Command):
-    """Give preemptible jobs whose leases a waiting request within guarantee needs their
-    notice (``preempting``, with a deadline)."""
+    """Give preemptible jobs whose leases a waiting request within guarantee needs, or a long
+    waiter of a class with ``preempt_for_waiters`` on the node held for it, their notice
+    (``preempting``, with a deadline)."""
 
 
 @dataclass(frozen=True)

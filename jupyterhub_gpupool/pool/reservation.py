@@ -11,7 +11,11 @@ and everything behind it may use the rest of the pool (backfill).
 The node held is the one most likely to come free for it: among the nodes that could ever hold
 the request, the least capacity held by leases within guarantee (*pinned*: a borrowed lease
 goes back on reclaim or preemption, one within guarantee only when its owner lets go), then the
-most free capacity on the GPUs it could use, then node order. It is chosen again at every
+most capacity free or held by borrowed leases smaller than it asks (what a long waiter of a
+class with ``preempt_for_waiters`` may preempt there, ``workloads.waiter_preemption_rank``:
+in the mixed replay, of two nodes each full of borrowed trainings the one with two 4-GPU jobs,
+not the one with an 8-GPU job, is held for an 8-GPU waiter), then the most free capacity on the
+GPUs it could use, then node order. It is chosen again at every
 decision from the current state: nothing new lands on it, so its own key only improves until
 the request fits, and another node takes over only when it is strictly closer, so the waiter is
 never starved as long as the leases it waits for end — the guarantee holding every GPU back
@@ -20,22 +24,27 @@ gave.
 Only the first long waiter (in queue order) for a set of models holds a node; later long
 waiters for the same models wait behind it without holding more, as they did before.
 
-Cost: one pass over the leases (pinned capacity per node) and one over the schedulable nodes,
-whose usable GPUs and free capacity are read from their state (``Node.signature``) and cached
-per state and offer; only while a long waiter is queued.
+Cost: one pass over the leases (pinned capacity per node), one over the schedulable nodes (whose
+usable GPUs and free capacity are read from their state, ``Node.signature``, and cached per
+state and offer), and where several nodes are least pinned a pass over the leases that looks
+closer only at those nodes' leases; only while a long waiter is queued (at 10,000 GPUs with one
+waiting: 2.6 ms a decision against 2.3-2.5 ms before the last pass).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+import math
+from collections.abc import Callable, Iterable, Mapping, Set
+from fractions import Fraction
 
 from .catalog import GpuModel
 from .decisions import Lease
 from .model import Node, Offer, Signature, StateKey
 from .placement import key_free
 
-#: A node's closeness to fitting a request: (pinned units, −free units); smaller is closer.
-HoldKey = tuple[float, float]
+#: A node's closeness to fitting a request: (pinned units, −(free + smaller borrowed units),
+#: −free units); smaller is closer.
+HoldKey = tuple[float, float, float]
 
 
 def serves(key: StateKey, offer: Offer) -> bool:
@@ -74,6 +83,20 @@ def pinned_units(leases: Iterable[Lease]) -> dict[str, float]:
     return out
 
 
+def smaller_borrowed_units(
+    leases: Iterable[Lease], units: Fraction, nodes: Set[str] | None = None
+) -> dict[str, float]:
+    """Per node (of ``nodes`` when given), the units held by borrowed leases each smaller than
+    ``units``: what a long waiter for ``units`` could preempt there
+    (``workloads.waiter_preemption_rank``)."""
+    out: dict[str, float] = {}
+    for lease in leases:
+        node = lease.node
+        if lease.borrowed and node and (nodes is None or node in nodes) and lease.units < units:
+            out[node] = out.get(node, 0.0) + float(lease.units)
+    return out
+
+
 def claim_models(covered: set[str], offer: Offer) -> bool:
     """Whether a long waiter for ``offer`` holds a node: not when a waiter ahead holds one for
     any of its models (``covered``, ``*`` for any model), which it then adds to ``covered``."""
@@ -89,18 +112,34 @@ def node_to_hold(
     pinned: Mapping[str, float],
     clusters: Set[str] | None = None,
     taken: Set[str] = frozenset(),
+    takeable: Callable[[Set[str]], Mapping[str, float]] | None = None,
 ) -> str | None:
     """The node a long waiter holds: among ``nodes`` (each with its :func:`usable` free
     capacity for the request, in node order; the first wins a tie) the smallest
-    (``pinned`` units, −free), in ``clusters`` when given, not one of ``taken`` (held for a
-    waiter ahead). None when no node could ever serve it."""
-    best: tuple[HoldKey, str] | None = None
+    (``pinned`` units, −(free + ``takeable`` units), −free), in ``clusters`` when given, not
+    one of ``taken`` (held for a waiter ahead). None when no node could ever serve it.
+
+    ``takeable(names)``: the units per node of ``names`` a long waiter could take back
+    (:func:`smaller_borrowed_units`); asked only for the nodes least pinned, so its pass over
+    the leases is cheap where few nodes tie."""
+    least: list[tuple[str, float]] = []
+    low = math.inf
     for node, free in nodes:
         if free is None or node.name in taken:
             continue
         if clusters is not None and node.cluster not in clusters:
             continue
-        key = (pinned.get(node.name, 0.0), -free)
+        p = pinned.get(node.name, 0.0)
+        if p < low:
+            low, least = p, [(node.name, free)]
+        elif p == low:
+            least.append((node.name, free))
+    if not least:
+        return None
+    extra = takeable({n for n, _ in least}) if takeable is not None and len(least) > 1 else {}
+    best: tuple[HoldKey, str] | None = None
+    for name, free in least:
+        key = (low, -(free + extra.get(name, 0.0)), -free)
         if best is None or key < best[0]:
-            best = (key, node.name)
+            best = (key, name)
     return None if best is None else best[1]

@@ -381,6 +381,16 @@ class NodeStates:
                     return node, choice
         return None
 
+    def _fits_on(self, offer: Offer, name: str, clusters: frozenset[str] | None) -> bool:
+        """Whether one grant of ``offer`` fits on the node ``name`` as it is now."""
+        node, sid = self.nodes.get(name), self._node_sid.get(name)
+        if node is None or sid is None or (clusters is not None and node.cluster not in clusters):
+            return False
+        shape = self.shape_of(offer)
+        return node.fits_resources(offer.cpu_milli, offer.memory_mib) and (
+            best_on_node(self._sigs[sid], shape, Demand(())) is not None
+        )
+
     def _ranked_sids(self, heap: list[HeapEntry]) -> Iterator[int]:
         """Live states in rank order, walking the heap lazily: O(log n) per state looked at,
         so a request that skips a few full nodes does not sort every state of the pool."""

@@ -14,6 +14,12 @@ preempted and never reclaimed for being idle). The rules here are pure; the stor
   non-preemptible class that cannot be placed, leases of a preemptible class go first (those
   already being preempted, then the youngest: the least work lost), then borrowed leases of a
   class no higher than the requester's (``borrowing.reclaim_order``); nothing else is taken;
+* preemption for a long waiter (:func:`waiter_preemption_rank`): a request of a preemptible
+  class with ``preempt_for_waiters`` that has waited past the allocator's ``reserve_after``
+  (so it holds one node, ``pool.reservation``) may take, on that node only, borrowed leases of
+  a preemptible class no higher than its own that are smaller than it asks (an 8-GPU training
+  takes 1- and 4-GPU ones): the node is held, nothing new lands there, but the trainings that
+  backfilled it before it was held would keep it for hours;
 * idle reclaim: a class with ``idle_reclaim: false`` is never reclaimed for being idle.
 """
 
@@ -36,7 +42,14 @@ INFERENCE = "inference"
 JOB_HOLDER = "job"
 #: The most seconds a preemption notice may give (a day).
 MAX_GRACE = 86400
-_FIELDS = {"priority", "preemptible", "idle_reclaim", "grace", "allowed_groups"}
+_FIELDS = {
+    "priority",
+    "preemptible",
+    "idle_reclaim",
+    "grace",
+    "allowed_groups",
+    "preempt_for_waiters",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,9 @@ class WorkloadClass:
     idle_reclaim: bool = True
     grace: int = 0
     allowed_groups: tuple[str, ...] = ()
+    #: A long waiter of this (preemptible) class may preempt smaller borrowed leases of a
+    #: preemptible class no higher than it on the node held for it (:func:`waiter_preemption_rank`).
+    preempt_for_waiters: bool = False
 
     def allows(self, groups: Iterable[str]) -> bool:
         """Whether a user in ``groups`` may use this class."""
@@ -57,7 +73,9 @@ class WorkloadClass:
 
 DEFAULT_CLASSES: Mapping[str, WorkloadClass] = {
     INTERACTIVE: WorkloadClass(INTERACTIVE, 100, preemptible=False, idle_reclaim=True),
-    TRAINING: WorkloadClass(TRAINING, 50, preemptible=True, idle_reclaim=False, grace=300),
+    TRAINING: WorkloadClass(
+        TRAINING, 50, preemptible=True, idle_reclaim=False, grace=300, preempt_for_waiters=True
+    ),
     INFERENCE: WorkloadClass(INFERENCE, 125, preemptible=False, idle_reclaim=False),
 }
 
@@ -92,7 +110,7 @@ def parse_classes(raw: object, path: str = "classes") -> dict[str, WorkloadClass
                 f"must be a whole number, got {shown(priority)}", field=f"{where}.priority"
             )
         flags = {}
-        for key in ("preemptible", "idle_reclaim"):
+        for key in ("preemptible", "idle_reclaim", "preempt_for_waiters"):
             value = spec.get(key, getattr(base, key))
             if not isinstance(value, bool):
                 raise ConfigError(
@@ -113,7 +131,13 @@ def parse_classes(raw: object, path: str = "classes") -> dict[str, WorkloadClass
             for i, g in enumerate(groups)
         )
         out[name] = WorkloadClass(
-            name, priority, flags["preemptible"], flags["idle_reclaim"], grace, allowed
+            name,
+            priority,
+            flags["preemptible"],
+            flags["idle_reclaim"],
+            grace,
+            allowed,
+            flags["preempt_for_waiters"],
         )
     if out[INTERACTIVE].preemptible:
         raise ConfigError(
@@ -312,6 +336,8 @@ class Holder:
     surplus: Fraction = Fraction(0)
     #: Already under a preemption notice (leaving anyway).
     leaving: bool = False
+    #: Units it holds (:func:`waiter_preemption_rank` takes only smaller leases).
+    units: Fraction = Fraction(0)
 
 
 Rank = tuple[int, tuple[Fraction, float, float, str]]
@@ -334,8 +360,34 @@ def preemption_rank(holder: Holder, requester: WorkloadClass, now: float) -> Ran
     return None
 
 
-def preempting_reason(requester_user: str, offer: str) -> str:
-    """What a preemption notice says (the job's ``reason``, the notice file's)."""
+def waiter_preemption_rank(
+    holder: Holder, requester: WorkloadClass, units: Fraction, now: float
+) -> Rank | None:
+    """Sort key of ``holder`` among the leases a long waiter of ``requester`` for ``units`` may
+    take on the node held for it (smallest first), or None: never taken for it.
+
+    Only when ``requester`` is preemptible with ``preempt_for_waiters``; only a borrowed lease
+    (never one within its owner's guarantee) of a preemptible class no higher than the
+    requester's, holding fewer units than it asks: so a lease is never taken by one it
+    could take back (no preemption cycle), and interactive and inference leases (never
+    preemptible) are never taken. One already leaving goes first, then the youngest (the
+    least work lost); the allocator keeps only as many as the node needs
+    (``Allocator.reclaimable_for`` with ``node``).
+    """
+    if not (requester.preemptible and requester.preempt_for_waiters):
+        return None
+    if not (holder.cls.preemptible and holder.borrowed):
+        return None
+    if holder.cls.priority > requester.priority or holder.units >= units:
+        return None
+    return (0 if holder.leaving else 1, (Fraction(0), 0.0, -holder.granted_at, holder.id))
+
+
+def preempting_reason(requester_user: str, offer: str, long_waiter: bool = False) -> str:
+    """What a preemption notice says (the job's ``reason``, the notice file's);
+    ``long_waiter``: for a long waiter on the node held for it."""
+    if long_waiter:
+        return f"preempted: {requester_user}'s larger job has waited long for {offer} on this node"
     return f"preempted: {requester_user} (within guarantee) waits for {offer}"
 
 
@@ -355,4 +407,5 @@ __all__ = [
     "preempting_reason",
     "preemption_rank",
     "request_priority",
+    "waiter_preemption_rank",
 ]

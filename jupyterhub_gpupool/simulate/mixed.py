@@ -57,6 +57,7 @@ from ..pool.workloads import (
     WorkloadClass,
     preemption_rank,
     request_priority,
+    waiter_preemption_rank,
 )
 from . import reclaim
 from .kernels import load_trace
@@ -225,7 +226,7 @@ class Replay:
 
     def at(self, t: float, kind: str, i: int, version: int = 0) -> None:
         # at one instant: ends and deadlines free GPUs before anything new asks
-        order = {"end": 0, "deadline": 1, "arrive": 2}[kind]
+        order = {"end": 0, "deadline": 1, "arrive": 2, "wake": 3}[kind]
         heapq.heappush(self.events, (t, order, next(self.seq), kind, i, version))
 
     def run(self) -> Figures:
@@ -237,6 +238,8 @@ class Replay:
             it = self.items[i]
             if kind == "arrive":
                 self.ask(it, t)
+            elif kind == "wake":
+                pass  # a queued request became a long waiter: the preemption pass looks again
             elif version == it.version and it.started is not None:
                 if kind == "end":
                     it.remaining = 0.0
@@ -265,7 +268,9 @@ class Replay:
         decision = self.allocs[w.cls].submit(req, t)
         if isinstance(decision, Grant):
             self.start(it, t)
-        elif not isinstance(decision, Queued):
+        elif isinstance(decision, Queued):
+            self.at(t + self.allocs[w.cls].reserve_after, "wake", it.idx)
+        else:
             raise ValueError(f"{w.id}: {w.offer} refused: {decision.message}")
 
     def start(self, it: _Item, t: float) -> None:
@@ -295,22 +300,29 @@ class Replay:
 
     def preempt(self, t: float) -> None:
         """Queued requests within guarantee of a non-preemptible class take what
-        ``preemption_rank`` allows, in queue order (``JobStore.preempt_jobs``'s pass)."""
+        ``preemption_rank`` allows, and a long waiter of a class with ``preempt_for_waiters``
+        what ``waiter_preemption_rank`` allows on the node held for it, in queue order
+        (``JobStore.preempt_jobs``'s pass)."""
         alloc = self.allocs[INTERACTIVE]
         if not alloc.waiters:
             return
         promised: set[str] = set()
+        holds = alloc.holds(t)
         for waiter in alloc.queue(t):
             if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
                 continue
             requester = self.classes[self.by_request[waiter.request.id].work.cls]
-            if requester.preemptible:
-                continue
+            node = None
+            if requester.preemptible:  # only a long waiter, on the node held for it
+                node = holds.get(waiter.request.id)
+                if node is None or not requester.preempt_for_waiters:
+                    continue
 
             def rank(
                 lease: Lease,
                 requester: WorkloadClass = requester,
                 promised: set[str] = promised,
+                units: Fraction | None = waiter.units if node is not None else None,
             ) -> Any:
                 if lease.id in promised:
                     return None
@@ -323,10 +335,13 @@ class Replay:
                     lease.borrowed,
                     lease.request.arrival,
                     leaving=it.leaving,
+                    units=lease.units,
                 )
+                if units is not None:
+                    return waiter_preemption_rank(holder, requester, units, t)
                 return preemption_rank(holder, requester, t)
 
-            victims = alloc.reclaimable_for(waiter.request, t, rank)
+            victims = alloc.reclaimable_for(waiter.request, t, rank, node)
             promised |= set(victims)
             for v in victims:
                 it = self.by_request[v]
@@ -356,9 +371,12 @@ def run_all(
     split: Mapping[str, int] = SPLIT,
     grace: float | None = None,
     gpus_per_node: int = GPUS_PER_NODE,
+    classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
 ) -> list[Figures]:
     """The day in one pool and in the split pools (a fresh allocator each)."""
-    return [Replay(work, m, split, grace, gpus_per_node=gpus_per_node).run() for m in MODES]
+    return [
+        Replay(work, m, split, grace, classes, gpus_per_node=gpus_per_node).run() for m in MODES
+    ]
 
 
 def verdict(figs: Sequence[Figures]) -> dict[str, Any]:

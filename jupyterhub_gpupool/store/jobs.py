@@ -44,6 +44,7 @@ from ..pool.workloads import (
     preempting_reason,
     preemption_rank,
     request_priority,
+    waiter_preemption_rank,
 )
 from .apply import LazyFacts, decided
 from .errors import StoreError
@@ -337,7 +338,9 @@ class JobStore(LeaseStore):
 
     def preempt_jobs(self, *, actor: str = "") -> list[str]:
         """Give preemptible jobs whose leases a waiting request within guarantee needs their
-        notice (``preempting``, deadline = now + the class's grace; audited). Waiters are
+        notice (``preempting``, deadline = now + the class's grace; audited), and those a long
+        waiter of a class with ``preempt_for_waiters`` needs on the node held for it
+        (``workloads.waiter_preemption_rank``: smaller borrowed ones). Waiters are
         served in queue order; leases already leaving count first, so no waiter takes two
         rounds' notices. Returns the jobs noticed now."""
         now = self.clock()
@@ -362,14 +365,21 @@ class JobStore(LeaseStore):
                 ).all()
             )
             promised: set[str] = set()
+            holds = alloc.holds(self._now_s())  # the node each long waiter holds
             for waiter in alloc.queue(self._now_s()):
                 if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
                     continue  # no preemption ends a wait for quota; or served meanwhile
                 requester = lease_class(self.classes, workloads.get(waiter.request.id))
-                if requester.preemptible:
-                    continue
-                rank = self._ranker(alloc, jobs, workloads, promised, requester)
-                victims = alloc.reclaimable_for(waiter.request, self._now_s(), rank)
+                node = None
+                if requester.preemptible:  # only a long waiter, on the node held for it
+                    if not requester.preempt_for_waiters:
+                        continue
+                    node = holds.get(waiter.request.id)
+                    if node is None:
+                        continue
+                units = waiter.units if node is not None else None
+                rank = self._ranker(alloc, jobs, workloads, promised, requester, units)
+                victims = alloc.reclaimable_for(waiter.request, self._now_s(), rank, node)
                 fresh = [
                     jobs[v]
                     for v in victims
@@ -378,7 +388,9 @@ class JobStore(LeaseStore):
                 promised |= set(victims)
                 for job in fresh:
                     cls = lease_class(self.classes, job.workload)
-                    job.reason = preempting_reason(waiter.request.user, waiter.request.offer)
+                    job.reason = preempting_reason(
+                        waiter.request.user, waiter.request.offer, long_waiter=node is not None
+                    )
                     if job.state == "granted":  # never started: nothing to stop
                         job.state, job.ended = "preempted", now
                         self._end_lease(db, alloc, job, "preempted")
@@ -457,7 +469,10 @@ class JobStore(LeaseStore):
         workloads: Mapping[str, str | None],
         promised: set[str],
         requester: WorkloadClass,
+        units: Fraction | None = None,
     ) -> Any:
+        """The leases ``requester``'s waiter may take, in order: ``workloads.preemption_rank``,
+        or for a long waiter of ``units`` on its held node ``waiter_preemption_rank``."""
         q = alloc.quotas
         now = self._now_s()
 
@@ -474,7 +489,10 @@ class JobStore(LeaseStore):
                 if lease.borrowed
                 else Fraction(0),
                 leaving=job is not None and job.state in ("preempting", "cancelling"),
+                units=lease.units,
             )
+            if units is not None:
+                return waiter_preemption_rank(holder, requester, units, now)
             return preemption_rank(holder, requester, now)
 
         return rank

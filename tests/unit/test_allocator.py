@@ -698,7 +698,12 @@ def test_held_nodes_follow_the_whole_queue_order():
     import random
 
     from jupyterhub_gpupool.pool.queue import Waiter, ordered
-    from jupyterhub_gpupool.pool.reservation import node_to_hold, pinned_units, usable
+    from jupyterhub_gpupool.pool.reservation import (
+        node_to_hold,
+        pinned_units,
+        smaller_borrowed_units,
+        usable,
+    )
 
     alloc = Allocator(
         [mig_node(), h100_node(), h100_node("k")], offers(), aging_interval=50, reserve_after=100
@@ -726,7 +731,12 @@ def test_held_nodes_follow_the_whole_queue_order():
                 continue
             covered |= models
             nodes = [(n, usable(n.signature(), offer)) for n in alloc.nodes.values()]
-            node = node_to_hold(nodes, pinned_units(alloc.leases.values()), None, held)
+            leases = alloc.leases.values()
+
+            def small(names, units=w.units, leases=leases):
+                return smaller_borrowed_units(leases, units, names)
+
+            node = node_to_hold(nodes, pinned_units(leases), None, held, small)
             held |= {node} if node else set()
         return frozenset(held)
 

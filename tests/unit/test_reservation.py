@@ -8,7 +8,12 @@ from fractions import Fraction
 from jupyterhub_gpupool.pool.allocator import Allocator
 from jupyterhub_gpupool.pool.model import Node
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
-from jupyterhub_gpupool.pool.reservation import node_to_hold, pinned_units, usable
+from jupyterhub_gpupool.pool.reservation import (
+    node_to_hold,
+    pinned_units,
+    smaller_borrowed_units,
+    usable,
+)
 from tests.allocrig import granted, h100_node, mig_node, offers, queued, req
 
 OFFERS = {o.name: o for o in offers()}
@@ -104,3 +109,27 @@ def test_nodes_that_could_never_serve_the_request_are_never_held():
     # equal keys: node order decides
     p, q = h100_node("p"), h100_node("q")
     assert node_to_hold([(p, 4.0), (q, 4.0)], {}) == "p"
+
+
+def test_of_nodes_equally_pinned_the_one_a_long_waiter_could_take_back_is_held():
+    # a: one borrowed 2-GPU lease; b: two borrowed 1-GPU leases; both full, nothing pinned.
+    # For a pair, b's leases are smaller than it asks (a long training may preempt them there,
+    # workloads.waiter_preemption_rank), a's is not: b is held, though a comes first in order
+    alloc = two_nodes()
+    assert granted(alloc.submit(req("big", "h100x2", "borrow"), 0)).node == "a"
+    for rid in ("s1", "s2"):
+        assert granted(alloc.submit(req(rid, "h100", "borrow"), 0)).node == "b"
+    queued(alloc.submit(req("pair", "h100x2", "borrow"), 0))
+    leases = alloc.leases.values()
+    assert smaller_borrowed_units(leases, Fraction(2)) == {"b": 2.0}
+    assert smaller_borrowed_units(leases, Fraction(3)) == {"a": 2.0, "b": 2.0}
+    assert smaller_borrowed_units(leases, Fraction(3), {"a"}) == {"a": 2.0}
+    assert hold(alloc, "h100x2") == "a"  # without it: equal keys, node order
+
+    def small(names):
+        return smaller_borrowed_units(leases, Fraction(2), names)
+
+    assert hold(alloc, "h100x2", takeable=small) == "b"
+    assert alloc.holds(200) == {"pair": "b"}
+    # pinned capacity still comes first
+    assert hold(alloc, "h100x2", {"b": 1.0}, takeable=small) == "a"

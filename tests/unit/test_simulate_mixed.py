@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpupool.pool.workloads import INFERENCE, INTERACTIVE, TRAINING
+from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES, INFERENCE, INTERACTIVE, TRAINING
 from jupyterhub_gpupool.simulate import mixed
 from jupyterhub_gpupool.simulate.mixed import Work
 
@@ -99,3 +100,24 @@ def test_cli_run(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--training-nodes" in bad.stderr
     bad = subprocess.run([*cmd[:5], "--grace", "-1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--grace" in bad.stderr
+
+
+def test_a_long_waiting_large_training_preempts_the_smaller_ones_on_its_held_node() -> None:
+    # six 1-GPU trainings fill 3 nodes of 2 GPUs from 0 h for 20 h; a 2-GPU one asks at 1 h.
+    # At 1:30 it has waited reserve_after and holds the first node; its two trainings get a
+    # notice, stop at 1:40 (600 s grace) and queue again; the pair runs 1:40-11:40, then they
+    # run their last 18:20 from 11:40 (12:20 of it by midnight). Without the option the pair
+    # waits until 20 h (4 h of its 10 by midnight): the same GPU-hours, its wait 19 h longer.
+    day = [Work(f"t{i}", TRAINING, "training", 1, 0.0, 20 * H) for i in range(6)]
+    day.append(Work("pair", TRAINING, "training", 2, 1 * H, 10 * H))
+    f = mixed.Replay(day, "one-pool", SPLIT, 600.0, gpus_per_node=2).run()
+    assert f.preemptions == {INTERACTIVE: 0, TRAINING: 2, INFERENCE: 0}
+    assert (f.training_done, f.trainings) == (5, 7)
+    assert f.training_gpu_hours == pytest.approx(4 * 20 + 2 * (1 + 2 / 3 + 12 + 1 / 3) + 20)
+    off = {
+        **DEFAULT_CLASSES,
+        TRAINING: replace(DEFAULT_CLASSES[TRAINING], preempt_for_waiters=False),
+    }
+    g = mixed.Replay(day, "one-pool", SPLIT, 600.0, classes=off, gpus_per_node=2).run()
+    assert g.preemptions[TRAINING] == 0 and (g.training_done, g.trainings) == (6, 7)
+    assert g.training_gpu_hours == pytest.approx(6 * 20 + 2 * 4)
