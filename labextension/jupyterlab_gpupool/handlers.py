@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -294,21 +295,27 @@ class _JobsBase(_Base):
             self.fail(503, "pool_unavailable", fanout.why_no_pool)
         return fanout.client
 
+    async def answer_list(
+        self, key: str, fetch: Callable[[LabPoolClient], Awaitable[list[dict[str, Any]]]]
+    ) -> None:
+        """``{key: [...]}`` from the pool, or the pool's error."""
+        client = self.pool()
+        if client is None:
+            return
+        try:
+            items = await fetch(client)
+        except PoolError as e:
+            self.fail_pool(e)
+            return
+        self.finish({key: items})
+
 
 class JobsHandler(_JobsBase, _Quiet):
     """``GET gpupool/jobs``: ``{"jobs": [...]}``, newest first (the panel polls it: quiet)."""
 
     @web.authenticated
     async def get(self) -> None:
-        client = self.pool()
-        if client is None:
-            return
-        try:
-            jobs = await client.jobs()
-        except PoolError as e:
-            self.fail_pool(e)
-            return
-        self.finish({"jobs": jobs})
+        await self.answer_list("jobs", lambda client: client.jobs())
 
 
 class JobHandler(_JobsBase):
@@ -349,15 +356,7 @@ class KernelsHandler(_JobsBase, _Quiet):
 
     @web.authenticated
     async def get(self) -> None:
-        client = self.pool()
-        if client is None:
-            return
-        try:
-            kernels = await client.kernels()
-        except PoolError as e:
-            self.fail_pool(e)
-            return
-        self.finish({"kernels": kernels})
+        await self.answer_list("kernels", lambda client: client.kernels())
 
 
 async def _give_back(fanout: Fanout, lease_id: str) -> None:

@@ -4,6 +4,7 @@
  * Cancel, and a job's recent output followed while it runs. Plain DOM; every value is text.
  */
 import { visible } from './format';
+import { el } from './dom';
 
 /** A job as the pool's `GET jobs` gives it (the fields the panel shows). */
 export interface IJob {
@@ -87,21 +88,6 @@ export function shownJobs(jobs: IJob[], ended = ENDED_SHOWN): IJob[] {
 export function appendLog(shown: string, data: string, max = LOG_SHOWN): string {
   const text = shown + data;
   return text.length > max ? text.slice(text.length - max) : text;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) {
-    e.className = cls;
-  }
-  if (text !== undefined) {
-    e.textContent = visible(text);
-  }
-  return e;
 }
 
 /** The "My jobs" section: refreshed by `refresh()`, with Cancel and a Logs view per job. */

@@ -10,6 +10,7 @@ import type { Notification } from '@jupyterlab/apputils';
 import { durationText, visible } from './format';
 import { ordinal } from './jobs';
 import { IKernelLease, IKernelNotice, IKernelStart, IKernelStarts } from './types';
+import { el, when } from './dom';
 
 /** The notifications API as used here: JupyterLab's `Notification` (tests pass their own). */
 export interface INotifier {
@@ -159,29 +160,6 @@ export function kernelStateText(k: IKernelLease): string {
     default:
       return k.state;
   }
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) {
-    e.className = cls;
-  }
-  if (text !== undefined) {
-    e.textContent = visible(text);
-  }
-  return e;
-}
-
-function when(iso: string | null): string {
-  if (!iso) {
-    return '–';
-  }
-  const d = new Date(iso);
-  return isNaN(d.getTime()) ? iso : d.toLocaleString();
 }
 
 /** How the panel reaches the server's routes (the model's `request`). */

@@ -30,29 +30,7 @@ import { JobsView } from './jobs';
 import { KernelsView } from './kernels';
 import { GPUPoolModel } from './model';
 import { IState } from './types';
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) {
-    e.className = cls;
-  }
-  if (text !== undefined) {
-    e.textContent = visible(text);
-  }
-  return e;
-}
-
-function when(iso: string | null): string {
-  if (!iso) {
-    return '–';
-  }
-  const d = new Date(iso);
-  return isNaN(d.getTime()) ? iso : d.toLocaleString();
-}
+import { el, when } from './dom';
 
 /** How often the panel asks for the user's jobs and GPU kernels while it shows. */
 const JOBS_REFRESH_MS = 10000;
