@@ -83,3 +83,8 @@ class InProcessService:
     def call(self, who: str | None, method: str, path: str, body: object = None) -> Response:
         """One request to ``api/v1/<path>``."""
         return request(method, f"{self.url}/api/v1/{path}", who, body)
+
+    def run(self, command: Any) -> Any:
+        """Run one command through the service's writer, from the test's thread, as a loop of
+        the service would (housekeeping, the reaper); its answer."""
+        return asyncio.run_coroutine_threadsafe(self.svc.writer.run(command), self.loop).result(60)

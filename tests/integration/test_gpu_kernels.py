@@ -220,9 +220,6 @@ def test_an_idle_kernel_gets_its_notice_then_is_shut_down(svc, specs, pool_env, 
         k = kernels(svc, "alice")
         return bool(k) and k[0]["last_report"] == clock.now.isoformat() + "Z"
 
-    def run(command: commands.Command) -> Any:
-        return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
-
     async def scenario() -> None:
         pool_env("alice")
         km = manager(specs, "alice", report_interval=0.05)
@@ -230,14 +227,14 @@ def test_an_idle_kernel_gets_its_notice_then_is_shut_down(svc, specs, pool_env, 
         try:
             clock.advance(seconds=601)
             await until("a report after 601 s", reported_at_now)
-            assert len(run(commands.ReapKernels())) == 1
+            assert len(svc.run(commands.ReapKernels())) == 1
             await until("the notice logged", lambda: "variables will be lost" in caplog.text)
             (notice,) = BOARD.snapshot()["notices"]  # what the notebook shows
             assert notice["kernel_id"] == km.kernel_id and notice["offer_name"] == "H100 80GB"
             assert "variables will be lost" in notice["message"] and notice["deadline"]
             clock.advance(seconds=61)
             await until("a report after the deadline", reported_at_now)
-            run(commands.ReapKernels())
+            svc.run(commands.ReapKernels())
             await until("the kernel shut down", lambda: not km.has_kernel)
             assert "its GPU was released (idle)" in caplog.text
             assert BOARD.snapshot()["notices"] == []  # the kernel is gone: so is its notice

@@ -154,11 +154,6 @@ def test_a_gpu_kernel_in_a_jupyter_server(svc, server, clock):
     def pool_kernel() -> dict[str, Any]:
         return request("GET", f"{svc.url}/api/v1/kernels/{kid}", "alice").json()  # type: ignore[return-value]
 
-    def run(command: commands.Command) -> Any:
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
-
     # an offer the pool no longer has: the server's error carries the pool's reason
     r = api(server, "POST", "kernels", {"name": spec_name("gone")})
     assert r.status == 404 and "no longer in the pool" in r.json()["message"]
@@ -190,11 +185,11 @@ def test_a_gpu_kernel_in_a_jupyter_server(svc, server, clock):
     clock.advance(seconds=601)
     wait_until(lambda: pool_kernel()["last_report"] == clock.now.isoformat() + "Z",
                what="a report after 601 s")  # fmt: skip
-    assert len(run(commands.ReapKernels())) == 1
+    assert len(svc.run(commands.ReapKernels())) == 1
     clock.advance(seconds=61)
     wait_until(lambda: pool_kernel()["last_report"] == clock.now.isoformat() + "Z",
                what="a report after the deadline")  # fmt: skip
-    run(commands.ReapKernels())
+    svc.run(commands.ReapKernels())
     wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the kernel shut down")
     assert pool_kernel()["release_reason"] == "idle"
 
@@ -205,11 +200,6 @@ def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
     """At the idle notice the kernel's variables are saved (a lambda, a number, a module; a
     generator cannot be and is named), saving them is not activity (the pool still reclaims),
     and the notebook's next GPU kernel has them back; a user's own shutdown keeps nothing."""
-
-    def run(command: commands.Command) -> Any:
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
 
     def session() -> tuple[str, str]:
         body = {"path": "nb.ipynb", "type": "notebook", "kernel": {"name": spec_name("h100")}}
@@ -239,7 +229,7 @@ def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
     clock.advance(seconds=601)
     wait_until(lambda: lease_of(kid)["last_report"] == clock.now.isoformat() + "Z",
                what="a report after 601 s")  # fmt: skip
-    assert len(run(commands.ReapKernels())) == 1  # the notice
+    assert len(svc.run(commands.ReapKernels())) == 1  # the notice
     wait_until(lambda: "Saved for the next GPU kernel" in log.read_text(), what="the save")
     saved = log.read_text()
     assert "Saved for the next GPU kernel of this notebook: f, math, x." in saved, saved
@@ -254,7 +244,7 @@ def test_a_reclaimed_kernels_variables_come_back_in_the_notebooks_next_kernel(
     wait_until(lambda: lease_of(kid)["last_report"] == clock.now.isoformat() + "Z",
                what="a report after the deadline")  # fmt: skip
     assert lease_of(kid)["notice"] is not None
-    run(commands.ReapKernels())
+    svc.run(commands.ReapKernels())
     wait_until(lambda: lease_of(kid)["release_reason"] == "idle", what="the reclaim")
     wait_until(lambda: api(server, "GET", "kernels").json() == [], what="the kernel shut down")
     # its session went with its kernel (or goes now), as Jupyter Server ends a dead one's

@@ -6,7 +6,6 @@ reconcile leaving live jobs alone, and usage per job."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -59,11 +58,6 @@ def svc(db_url: str, clock: StoreClock) -> Iterator[InProcessService]:
     upgrade(db_url)
     with InProcessService(make_store(db_url, clock, POOL), MODELS) as service:
         yield service
-
-
-def run(svc: InProcessService, command: commands.Command) -> Any:
-    """A command through the service's writer (as its housekeeping loop runs it)."""
-    return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
 
 
 def ok(r: Any, status: int = 200) -> Any:
@@ -210,11 +204,11 @@ def test_an_interactive_request_within_guarantee_preempts_the_youngest_training_
     young = submit(svc, name="young")
     for job in (old, young):
         report(svc, job, "running")
-    assert run(svc, commands.PreemptJobs()) == []  # nobody waits
+    assert svc.run(commands.PreemptJobs()) == []  # nobody waits
     nb = ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
     assert nb["state"] == "queued"
     clock.advance(seconds=5)
-    assert run(svc, commands.PreemptJobs()) == [young["id"]]
+    assert svc.run(commands.PreemptJobs()) == [young["id"]]
     noticed = ok(svc.call("trainer", "GET", f"jobs/{young['id']}"))
     assert noticed["state"] == "preempting" and "alice" in noticed["reason"]
     deadline = (clock.now + timedelta(seconds=120)).isoformat() + "Z"
@@ -222,7 +216,7 @@ def test_an_interactive_request_within_guarantee_preempts_the_youngest_training_
     # the runner learns of it; a second round gives no second notice
     listed = ok(svc.call("runner", "GET", "nodes/h100/jobs"))["jobs"]
     assert [(j["id"], j["state"]) for j in listed] == [(young["id"], "preempting")]
-    assert run(svc, commands.PreemptJobs()) == []
+    assert svc.run(commands.PreemptJobs()) == []
     assert ok(svc.call("trainer", "GET", f"jobs/{old['id']}"))["state"] == "running"
     events = ok(svc.call("root", "GET", "events?kind=job-preempting"))["items"]
     assert [e["data"]["job"] for e in events] == [young["id"]]
@@ -238,7 +232,7 @@ def test_a_granted_job_that_never_started_is_preempted_at_once(svc, clock):
     clock.advance(seconds=1)
     waiting = submit(svc)  # granted, the runner has not started it yet: the youngest
     nb = ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
-    assert run(svc, commands.PreemptJobs()) == [waiting["id"]]
+    assert svc.run(commands.PreemptJobs()) == [waiting["id"]]
     assert ok(svc.call("trainer", "GET", f"jobs/{waiting['id']}"))["state"] == "preempted"
     assert lease(svc, nb["id"])["state"] == "granted"
 
@@ -249,7 +243,7 @@ def test_inference_is_never_preempted(svc):
         report(svc, job, "running")
     nb = ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
     assert nb["state"] == "queued"
-    assert run(svc, commands.PreemptJobs()) == []
+    assert svc.run(commands.PreemptJobs()) == []
     assert {ok(svc.call("server", "GET", f"jobs/{j['id']}"))["state"] for j in jobs} == {"running"}
     assert lease(svc, nb["id"])["state"] == "queued"
 
@@ -259,7 +253,7 @@ def test_a_training_request_preempts_nothing(svc):
         report(svc, submit(svc), "running")
     queued = submit(svc)
     assert queued["state"] == "queued"
-    assert run(svc, commands.PreemptJobs()) == []
+    assert svc.run(commands.PreemptJobs()) == []
 
 
 def test_reconcile_leaves_a_live_job_alone_and_releases_one_whose_runner_went_silent(svc, clock):
@@ -269,9 +263,9 @@ def test_reconcile_leaves_a_live_job_alone_and_releases_one_whose_runner_went_si
     clock.advance(seconds=100)
     report(svc, live, "running")
     # the hub runs no server at all: job leases are not its to release
-    assert run(svc, commands.Reconcile(set())) == 0
+    assert svc.run(commands.Reconcile(set())) == 0
     clock.advance(seconds=30)  # silent: 130 s without a report; live: 30 s
-    assert run(svc, commands.Reconcile(set())) == 1
+    assert svc.run(commands.Reconcile(set())) == 1
     lost = ok(svc.call("trainer", "GET", f"jobs/{silent['id']}"))
     assert lost["state"] == "failed" and lost["reason"] == "runner_lost"
     assert lease(svc, silent["lease_id"])["state"] == "released"
@@ -286,14 +280,14 @@ def test_a_preempted_job_gets_its_grace_before_the_runner_timeout_counts(svc, cl
     job = submit(svc)
     report(svc, job, "running")
     ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
-    assert run(svc, commands.PreemptJobs()) == [job["id"]]
+    assert svc.run(commands.PreemptJobs()) == [job["id"]]
     clock.advance(seconds=120 + 100)  # past the deadline, not yet by the timeout
     report(svc, other, "running")
-    run(svc, commands.Reconcile(set()))
+    svc.run(commands.Reconcile(set()))
     assert ok(svc.call("trainer", "GET", f"jobs/{job['id']}"))["state"] == "preempting"
     clock.advance(seconds=30)
     report(svc, other, "running")
-    run(svc, commands.Reconcile(set()))
+    svc.run(commands.Reconcile(set()))
     lost = ok(svc.call("trainer", "GET", f"jobs/{job['id']}"))
     assert lost["state"] == "failed" and lost["reason"] == "runner_lost"
     assert ok(svc.call("trainer", "GET", f"jobs/{other['id']}"))["state"] == "running"
@@ -345,7 +339,7 @@ def test_a_job_being_cancelled_makes_the_room_and_stays_cancelling(svc, clock):
         report(svc, job, "running")
     ok(svc.call("trainer", "DELETE", f"jobs/{old['id']}"))  # leaving anyway
     ok(svc.call("alice", "POST", "allocations", {"offer": "h100", "server": ""}), 201)
-    assert run(svc, commands.PreemptJobs()) == []  # the leaving one is the room: no notice
+    assert svc.run(commands.PreemptJobs()) == []  # the leaving one is the room: no notice
     states = {j["id"]: j["state"] for j in ok(svc.call("trainer", "GET", "jobs"))["jobs"]}
     assert states == {old["id"]: "cancelling", young["id"]: "running"}
 
@@ -380,11 +374,11 @@ def test_a_drain_by_a_deadline_stops_jobs_through_their_runner(svc, clock):
     report(svc, job, "running")
     deadline = (clock.now + timedelta(minutes=10)).isoformat() + "Z"
     ok(svc.call("root", "POST", "nodes/h100/drain", {"deadline": deadline}))
-    assert run(svc, commands.PreemptJobs()) == [job["id"]]
+    assert svc.run(commands.PreemptJobs()) == [job["id"]]
     noticed = ok(svc.call("server", "GET", f"jobs/{job['id']}"))
     assert noticed["state"] == "preempting" and noticed["notice_deadline"].startswith(deadline[:19])
     clock.advance(minutes=30)  # long past the deadline: the service never asks the hub
-    assert run(svc, commands.EnforceNotices(0)) == []
+    assert svc.run(commands.EnforceNotices(0)) == []
     assert report(svc, job, "exited", exit_code=143)["state"] == "preempted"
     assert lease(svc, job["lease_id"])["state"] == "released"
 

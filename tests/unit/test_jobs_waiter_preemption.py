@@ -5,7 +5,6 @@ the store's injectable clock; with ``classes.training.preempt_for_waiters: false
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Iterator
 from datetime import timedelta
@@ -59,10 +58,6 @@ def svc(db_url: str, clock: StoreClock) -> Iterator[InProcessService]:
         yield s
 
 
-def run(svc: InProcessService, command: commands.Command) -> Any:
-    return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
-
-
 def ok(r: Any, status: int = 200) -> Any:
     assert r.status == status, r.body
     return r.json()
@@ -101,11 +96,11 @@ def fill(svc: InProcessService, clock: StoreClock) -> tuple[list[dict], list[dic
 def test_a_long_waiting_8_gpu_training_preempts_the_two_on_its_held_node(svc, clock):
     on_a, on_b, asks = fill(svc, clock)
     big = asks["big"]
-    assert run(svc, commands.PreemptJobs()) == []  # not waiting long yet
+    assert svc.run(commands.PreemptJobs()) == []  # not waiting long yet
     clock.advance(seconds=1801)
     for j in on_a + on_b:
         report(svc, j, "running")
-    noticed = run(svc, commands.PreemptJobs())
+    noticed = svc.run(commands.PreemptJobs())
     # node b holds nothing within guarantee: it is held for the 8-GPU job, and its two
     # borrowed trainings get the class's notice; node a (alice's server) is never touched
     assert sorted(noticed) == sorted(j["id"] for j in on_b)
@@ -118,7 +113,7 @@ def test_a_long_waiting_8_gpu_training_preempts_the_two_on_its_held_node(svc, cl
     events = ok(svc.call("root", "GET", "events?kind=job-preempting"))["items"]
     assert sorted(e["data"]["job"] for e in events) == sorted(noticed)
     assert {e["data"]["for_request"] for e in events} == {big["lease_id"]}
-    assert run(svc, commands.PreemptJobs()) == []  # no second notice
+    assert svc.run(commands.PreemptJobs()) == []  # no second notice
     # the runner stops them at their checkpoint: the 8-GPU job gets node b
     for j in on_b:
         assert report(svc, j, "exited", exit_code=143)["state"] == "preempted"
@@ -134,6 +129,6 @@ def test_with_the_option_off_the_long_waiter_only_waits(db_url, clock):
     with service(db_url, clock, pool) as svc:
         on_a, on_b, asks = fill(svc, clock)
         clock.advance(seconds=1801)
-        assert run(svc, commands.PreemptJobs()) == []
+        assert svc.run(commands.PreemptJobs()) == []
         assert {job(svc, j["id"])["state"] for j in on_a + on_b} == {"running"}
         assert job(svc, asks["big"]["id"])["state"] == "queued"

@@ -6,7 +6,6 @@ reclaim), the reconcile leaving kernel leases alone, and another user's kernel a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -51,10 +50,6 @@ def svc(db_url: str, clock: StoreClock) -> Iterator[InProcessService]:
     upgrade(db_url)
     with InProcessService(make_store(db_url, clock, POOL, kernel_rules=RULES), MODELS) as s:
         yield s
-
-
-def run(svc: InProcessService, command: commands.Command) -> Any:
-    return asyncio.run_coroutine_threadsafe(svc.svc.writer.run(command), svc.loop).result(60)
 
 
 def ok(r: Any, status: int = 200) -> Any:
@@ -114,19 +109,19 @@ def test_reports_keep_it_an_idle_kernel_gets_a_notice_then_is_reclaimed(svc, clo
     for _ in range(5):  # 500 s of idle reports: alive, not idle long enough
         clock.advance(seconds=100)
         report(svc, "alice", "k1")
-    assert run(svc, commands.ReapKernels()) == []
+    assert svc.run(commands.ReapKernels()) == []
     clock.advance(seconds=100)  # 600 s without execution: the notice
     report(svc, "alice", "k1")
-    assert len(run(svc, commands.ReapKernels())) == 1
+    assert len(svc.run(commands.ReapKernels())) == 1
     noticed = report(svc, "alice", "k1")
     assert "variables will be lost" in noticed["notice"]["message"]
     assert report(svc, "alice", "k1", "busy")["notice"] is None  # a cell ran: cancelled
     clock.advance(seconds=600)
     report(svc, "alice", "k1")
-    run(svc, commands.ReapKernels())
+    svc.run(commands.ReapKernels())
     clock.advance(seconds=61)
     report(svc, "alice", "k1")
-    run(svc, commands.ReapKernels())
+    svc.run(commands.ReapKernels())
     gone = report(svc, "alice", "k1")  # the provisioner reads this and shuts the kernel down
     assert gone["state"] == "released" and gone["release_reason"] == "idle"
 
@@ -136,11 +131,11 @@ def test_an_unreported_kernel_is_released_and_reconcile_leaves_reported_ones(svc
     ok(ask(svc, "alice", "k2"), 201)
     report(svc, "alice", "k1")
     report(svc, "alice", "k2")
-    assert run(svc, commands.Reconcile(set())) == 0  # no hub server is a kernel's
+    assert svc.run(commands.Reconcile(set())) == 0  # no hub server is a kernel's
     clock.advance(seconds=100)
     report(svc, "alice", "k1")
     clock.advance(seconds=30)  # k2: 130 s without a report
-    run(svc, commands.ReapKernels())
+    svc.run(commands.ReapKernels())
     lost = ok(svc.call("alice", "GET", "kernels/k2"))
     assert lost["state"] == "released" and lost["release_reason"] == "orphaned"
     assert ok(svc.call("alice", "GET", "kernels/k1"))["state"] == "active"
