@@ -59,6 +59,7 @@ from ..pool.reclaim import (
 )
 from . import reclaim
 from .sessions import DAY, Segment, Session, generate, load_sessions
+from .tables import aligned
 
 #: Minutes of kernel idleness before a kernel lease is given back, swept by default.
 KEEP_MINUTES = (0, 5, 15, 30, 60)
@@ -554,15 +555,7 @@ def format_table(figs: Sequence[Figures]) -> str:
     """One comparison table, a row per way of leasing."""
     rows = [[h for h, _, _ in COLUMNS]]
     rows += [[fmt.format(getattr(f, key)) for _, key, fmt in COLUMNS] for f in figs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(
-            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def format_verdicts(vs: Sequence[dict[str, Any]]) -> list[str]:

@@ -62,6 +62,7 @@ from ..pool.workloads import (
 from . import reclaim
 from .kernels import load_trace
 from .sessions import DAY, Session, generate
+from .tables import aligned
 
 DEFAULT_TRACE = "benchmarks/data/notebookos-sensei/sensei_june_day1.csv"
 GPUS_PER_NODE = 8
@@ -423,15 +424,7 @@ def format_table(figs: Sequence[Figures]) -> str:
     """The modes side by side, a row per figure."""
     rows = [["", *(f.mode for f in figs)]]
     rows += [[name, *(get(f) for f in figs)] for name, get in ROWS]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def format_verdict(v: Mapping[str, Any]) -> str:

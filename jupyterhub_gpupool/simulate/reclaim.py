@@ -55,6 +55,7 @@ from ..pool.reclaim import (
     plan_reclaims,
 )
 from .sessions import DAY, Segment, Session, generate, load_sessions, write_jsonl
+from .tables import aligned
 
 #: Our rule with another idle timeout, for the sensitivity rows (``ours`` is the default, 30 min;
 #: ``ours-1h`` has the culler's and the GPU-only rule's own timeout).
@@ -529,15 +530,7 @@ def format_table(figs: Sequence[Figures]) -> str:
     """One comparison table, a row per rule."""
     rows = [[h for h, _, _ in COLUMNS]]
     rows += [[fmt.format(getattr(f, key)) for _, key, fmt in COLUMNS] for f in figs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(
-            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def report(sessions: Sequence[Session], figs: Sequence[Figures], source: str) -> dict[str, Any]:
