@@ -11,7 +11,6 @@ kernel waits too, and Cancel in its notification ends the start (the demo runs a
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import CHROMIUM, Demo
 from tests.demoproc import user_token
-from tests.fakes import request
+from tests.fakes import request, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -35,18 +34,6 @@ H100 = "Python 3 (GPU: 1× H100 80GB)"
 LAB_TIMEOUT = 180_000
 #: the notification of bob's waiting H100 kernel (the offer's name as his kernelspec has it)
 WAITING = re.compile(r"Waiting for a GPU \(.*H100.*\): position 1 in the queue")
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 120) -> Any:
-    """``check()``'s first truthy answer, polled (the demo's processes move on their own)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.5)
 
 
 def cpu_only_lab(demo: Demo, login: Callable[[str], Any], user: str) -> tuple[Any, str, str]:
@@ -62,7 +49,9 @@ def cpu_only_lab(demo: Demo, login: Callable[[str], Any], user: str) -> tuple[An
         answer = request("GET", f"{base}/api/kernelspecs", token)
         return set(answer.json()["kernelspecs"]) if answer.status == 200 else set()
 
-    wait_for(lambda: {"gpupool-a100-1g", "gpupool-h100"} <= specs(), "the GPU kernelspecs")
+    wait_until(
+        lambda: {"gpupool-a100-1g", "gpupool-h100"} <= specs(), 120, "the GPU kernelspecs", step=0.5
+    )
     return page, token, base
 
 
@@ -137,9 +126,11 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     bob, b_token, b_base = cpu_only_lab(demo, login, "bob")
     notebook(b_base, b_token, "wait.ipynb", "gpupool-h100", H100, PRINT_DEVICE)
     bob.goto(f"{b_base}/lab/tree/wait.ipynb")
-    queued = wait_for(
+    queued = wait_until(
         lambda: [k for k in kernel_leases(demo, b_token) if k["state"] == "queued"],
+        120,
         "bob's queued kernel lease",
+        step=0.5,
     )
     assert queued[0]["offer"] == "h100" and queued[0]["position"] == 1
     expect(bob.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
@@ -158,9 +149,11 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     expect(waiting).to_be_in_viewport(ratio=1)  # the toast has slid in: the shot shows it
     shoot(bob, "gpu-kernel-queued")
     log = demo.state / "jupyterhub.log"
-    wait_for(
+    wait_until(
         lambda: "waits for h100: position 1 in the queue" in log.read_text(errors="replace"),
+        120,
         "the queue position in bob's server log",
+        step=0.5,
     )
 
     # alice shuts her H100 kernel down: its lease ends, bob's kernel starts and runs
