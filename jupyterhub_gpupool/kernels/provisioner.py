@@ -127,7 +127,6 @@ class GpuPoolProvisioner(KubeLaunch):
         self._reported_at: datetime | None = None
         self._session: str | None = None  # the notebook's path (Jupyter's JPY_SESSION_NAME)
         self._own: tuple[datetime, datetime] | None = None  # our own cell's activity
-        self.carried: str | None = None  # what the last save or restore said (the user's)
         self._saved: str | None = None  # what the save at the standing notice said
         self._pod_env: dict[str, str] = {}
         self._pod_cwd: str | None = None
@@ -487,8 +486,8 @@ class GpuPoolProvisioner(KubeLaunch):
             done = await self._run_in_kernel(carry.CHECKPOINT, carry.pending(path))
         except Exception as e:  # the kernel is going anyway: say so, never fail the report
             done = {"error": f"{type(e).__name__}: {e}"}
-        self.carried = self._saved = carry.describe(done, restored=False)
-        self.log.warning("GPU kernel %s: %s", self.kernel_id, self.carried)
+        self._saved = carry.describe(done, restored=False)
+        self.log.warning("GPU kernel %s: %s", self.kernel_id, self._saved)
 
     def keep_state(self) -> bool:
         """The pool reclaimed the kernel: its checkpoint is the notebook's next start's.
@@ -517,8 +516,7 @@ class GpuPoolProvisioner(KubeLaunch):
         except Exception as e:
             done = {"error": f"{type(e).__name__}: {e}"}
         carry.discard(path)
-        self.carried = carry.describe(done, restored=True)
-        self.log.warning("GPU kernel %s: %s", self.kernel_id, self.carried)
+        self.log.warning("GPU kernel %s: %s", self.kernel_id, carry.describe(done, restored=True))
 
     async def release(self) -> None:
         """Give the lease back (a pool out of reach: its reaper ends it when the reports stop)."""
