@@ -5,6 +5,7 @@
  * a plain line saying to run the cell again (widgets whose state the notebook saved are kept).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
+import type { IChangedArgs } from '@jupyterlab/coreutils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 
 import { STALE_WIDGET_TEXT, staleWidgetOutputs } from './format';
@@ -63,11 +64,25 @@ export function cleanAfterMove(app: JupyterFrontEnd, docs: IDocumentManager | nu
       void context.ready.then(() => {
         // a display fix, not an edit: a notebook just loaded stays unmodified (nothing for
         // the next save-all to write, no "unsaved changes" the user did not make)
-        const dirty = context.model.dirty;
-        if (clean(context.model) && !dirty) {
-          // the shared model reports the change after this turn: mark it clean after that
-          window.setTimeout(() => (context.model.dirty = false), 0);
+        const model = context.model;
+        if (model.dirty) {
+          clean(model);
+          return;
         }
+        // the shared model reports the change when it gets to it (a later turn, later still
+        // on a loaded machine): the dirty flag that report raises is put back, once
+        const keepClean = (_: unknown, change: IChangedArgs<unknown>) => {
+          if (change.name === 'dirty' && change.newValue === true) {
+            model.stateChanged.disconnect(keepClean);
+            model.dirty = false;
+          }
+        };
+        model.stateChanged.connect(keepClean);
+        if (!clean(model)) {
+          model.stateChanged.disconnect(keepClean);
+          return;
+        }
+        window.setTimeout(() => model.stateChanged.disconnect(keepClean), 10000);
       });
     }
   };
