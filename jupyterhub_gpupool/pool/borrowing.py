@@ -6,8 +6,8 @@ Two rules, each in one place, used by every caller that needs them:
   total fits the user's guarantee, or while the lease's group holds no more than the group's
   guarantee; an administrator's exception is never borrowed; the rest are borrowed. The
   allocator re-derives its flags with it after a release, and ``decide`` of a quota edit runs
-  it with the edited guarantee (``pool.decide.borrowed_if``); the admin panel's preview is that
-  decision with its effects discarded, so the preview says what the change will do.
+  it with the edited guarantee (``pool.rules.quotas.borrowed_if``); the admin panel's preview
+  is that decision with its effects discarded, so the preview says what the change will do.
 * ``reclaim_order``: when borrowed capacity must go back to someone within guarantee, the lease
   whose owner is most over guarantee goes first, then the idlest (GPU idle the longest; a lease
   not known to be idle counts as idle from now), then the youngest (granted last), then by id

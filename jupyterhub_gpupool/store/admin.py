@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.decide import PoolState
 from ..pool.dramig import made_by_claim
 from ..pool.errors import ConfigError
+from ..pool.facts import PoolState
 from ..pool.model import Node, validate_node
 from ..pool.pricing import reconcile
 from ..pool.quota import QuotaSpec

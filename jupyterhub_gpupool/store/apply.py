@@ -4,7 +4,7 @@
 makes each one true, in order, in the caller's transaction: in the allocator
 (``pool.effects.apply_effect``, the pool's own state) and in the rows. ``_record`` writes a
 grant or a queued request into its row; ``_finish`` ends a lease by the pool's rule
-(``pool.decide.finish``: the queue served with what it frees, the owner's borrowed flags, its
+(``pool.ending.finish``: the queue served with what it frees, the owner's borrowed flags, its
 pending resize targets) and applies what it decided; ``_serve_queue`` does the same for a queue
 pass. Every caller that ends a lease or serves the queue (release, expiry, reconcile,
 approvals, reclaims, node actions, quota edits, MIG results, inventory) goes through them.
@@ -27,16 +27,7 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator, Grant, Queued
-from ..pool.decide import (
-    RESTARTING,
-    LeaseFacts,
-    Outcome,
-    PoolState,
-    decide,
-    ended_reason,
-    finish,
-    serve_queue,
-)
+from ..pool.decide import decide
 from ..pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
@@ -58,7 +49,9 @@ from ..pool.effects import (
     SharingSet,
     apply_effect,
 )
+from ..pool.ending import ended_reason, finish, serve_queue
 from ..pool.errors import Refusal
+from ..pool.facts import RESTARTING, LeaseFacts, Outcome, PoolState
 from ..pool.holders import job_after_lease, job_granted, job_of
 from ..pool.model import Request
 from .bulk import queue_release, stage_lease
@@ -444,7 +437,7 @@ class Applier(StoreCore):
         self._event(db, "quota-reset", actor, data={"kind": effect.kind, "name": effect.name})
 
     def _serve_queue(self, db: Session, alloc: Allocator) -> int:
-        """Grant what the queue can have now (``pool.decide.serve_queue``); returns how many."""
+        """Grant what the queue can have now (``pool.ending.serve_queue``); returns how many."""
         outcome = serve_queue(alloc, self._now_s())
         self._apply_effects(db, alloc, outcome.effects)
         return int(outcome.answer)
@@ -452,7 +445,7 @@ class Applier(StoreCore):
     def _finish(
         self, db: Session, alloc: Allocator | None, row: orm.LeaseRow, reason: str, actor: str
     ) -> None:
-        """End ``row`` for ``reason`` by the pool's rule (``pool.decide.finish``) and apply
+        """End ``row`` for ``reason`` by the pool's rule (``pool.ending.finish``) and apply
         what it decides. Without ``alloc`` (the allocator is rebuilt from the rows
         afterwards), only the row changes."""
         if alloc is None:
@@ -519,7 +512,7 @@ def decided(state: PoolState, command: c.Command, now: float) -> Outcome:
 
 
 def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> LeaseFacts:
-    """The facts of a lease's row the pool's rules read (``pool.decide.LeaseFacts``)."""
+    """The facts of a lease's row the pool's rules read (``pool.facts.LeaseFacts``)."""
     return LeaseFacts(
         row.id,
         row.user,

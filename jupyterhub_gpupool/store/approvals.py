@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.decide import Lapsing, PoolState, approval_note, denial_reason, not_awaiting
 from ..pool.errors import Refusal
+from ..pool.facts import Lapsing, PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import ReclaimState
+from ..pool.rules.approvals import approval_note, denial_reason, not_awaiting
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .labelmig import LabelMigStore

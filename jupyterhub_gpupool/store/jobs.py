@@ -27,9 +27,9 @@ from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.borrowing import owner_surplus
-from ..pool.decide import PoolState
 from ..pool.decisions import Lease
 from ..pool.errors import PoolError
+from ..pool.facts import PoolState
 from ..pool.holders import Held, job_server, runner_silent
 from ..pool.model import offer_priority
 from ..pool.workloads import (

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.decide import Holder, PoolState
+from ..pool.facts import Holder, PoolState
 from ..pool.leases import LIVE_STATES, is_ready
 from .apply import RESTARTING, TARGET_STATES, Applier, decided, lease_facts
 from .bulk import staged_lease

@@ -33,9 +33,10 @@ from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
-from ..pool.decide import PoolState, admin_notice
 from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.effects import NoticeWithdrawn
+from ..pool.ending import admin_notice
+from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw
 from ..pool.repartition import Held, parse_layout, plan_repartition
@@ -78,7 +79,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         actor: str,
     ) -> str:
         """Give ``row`` an admin notice, or release a grant not yet bound
-        (``pool.decide.admin_notice``); what happened (``noticed`` or ``released``)."""
+        (``pool.ending.admin_notice``); what happened (``noticed`` or ``released``)."""
         if row.state == "granted":  # released: its pending targets go along
             facts, rows = self._lease_facts(db, alloc, [row])
         else:

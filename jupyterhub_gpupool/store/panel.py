@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import String, cast, func, select
 
 from .. import orm
-from ..pool.decide import PoolState, quota_preview
+from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
+from ..pool.rules.quotas import quota_preview
 from ..pool.usage import line_item, unpriced
 from ..pool.workloads import INTERACTIVE
 from .poolmap import MapText
@@ -192,7 +193,7 @@ class PanelViews(BusyTimeStore):
 
     def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
         """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
-        changing nothing: ``decide`` of the edit (``pool.decide.quota_preview``) with its
+        changing nothing: ``decide`` of the edit (``pool.rules.quotas.quota_preview``) with its
         effects read and discarded: which live leases would become borrowed or within
         guarantee, and how far over the limit."""
         current = self.get_quota(kind, name)

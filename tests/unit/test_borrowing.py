@@ -7,10 +7,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 from jupyterhub_gpupool.pool.borrowing import borrowed_flags, owner_surplus, reclaim_order
-from jupyterhub_gpupool.pool.decide import borrowed_if
 from jupyterhub_gpupool.pool.decisions import Lease
 from jupyterhub_gpupool.pool.model import Request
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
+from jupyterhub_gpupool.pool.rules.quotas import borrowed_if
 from tests.allocrig import granted, pool, req
 
 F = Fraction
@@ -76,7 +76,7 @@ def test_owner_surplus_is_the_least_of_the_users_and_the_groups():
 
 
 def preview(alloc, kind: str, name: str, guarantee: F) -> tuple[list[str], list[str]]:
-    """The quota preview's flags (``pool.decide.borrowed_if``, what ``decide`` of a quota edit
+    """The quota preview's flags (``pool.rules.quotas.borrowed_if``, what ``decide`` of a quota edit
     says): (ids that become borrowed, ids that become within guarantee)."""
     flags = borrowed_if(alloc, kind, name, guarantee)
     return [lid for lid, b in flags if b], [lid for lid, b in flags if not b]

@@ -16,15 +16,7 @@ import pytest
 
 from jupyterhub_gpupool.pool import commands as c
 from jupyterhub_gpupool.pool.allocator import Allocator
-from jupyterhub_gpupool.pool.decide import (
-    DECIDED,
-    RESTARTING,
-    Holder,
-    LeaseFacts,
-    PoolState,
-    decide,
-    quota_preview,
-)
+from jupyterhub_gpupool.pool.decide import DECIDED, decide
 from jupyterhub_gpupool.pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
@@ -38,7 +30,9 @@ from jupyterhub_gpupool.pool.effects import (
     apply_effect,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
+from jupyterhub_gpupool.pool.facts import RESTARTING, Holder, LeaseFacts, PoolState
 from jupyterhub_gpupool.pool.quota import QUOTA_FIELDS, QuotaBook, QuotaSpec
+from jupyterhub_gpupool.pool.rules.quotas import quota_preview
 from tests.allocrig import granted, offers, pool, queued, req
 
 F = Fraction

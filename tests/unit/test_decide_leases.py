@@ -10,14 +10,7 @@ from fractions import Fraction
 import pytest
 
 from jupyterhub_gpupool.pool import commands as c
-from jupyterhub_gpupool.pool.decide import (
-    Lapsing,
-    LeaseFacts,
-    PoolState,
-    admin_notice,
-    decide,
-    uncordon_withdrawals,
-)
+from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import (
     KeptAlive,
     LeaseActivated,
@@ -34,7 +27,9 @@ from jupyterhub_gpupool.pool.effects import (
     SharingSet,
     apply_effect,
 )
+from jupyterhub_gpupool.pool.ending import admin_notice, uncordon_withdrawals
 from jupyterhub_gpupool.pool.errors import Refusal
+from jupyterhub_gpupool.pool.facts import Lapsing, LeaseFacts, PoolState
 from jupyterhub_gpupool.pool.holders import (
     Held,
     job_after_lease,

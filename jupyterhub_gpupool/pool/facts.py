@@ -1,0 +1,116 @@
+"""What a decision reads and returns: ``PoolState`` (the allocator plus the few facts of the
+rows the rules need, which the store gathers first), the facts in it, and ``Outcome``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .allocator import Allocator
+from .effects import Effect
+from .holders import Held
+from .model import Request
+from .quota import QuotaSpec
+from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
+
+#: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
+RESTARTING = "restarting"
+
+
+@dataclass(frozen=True)
+class LeaseFacts:
+    """What the rules read of a lease's row beyond the allocator."""
+
+    id: str
+    user: str
+    server: str
+    state: str
+    resize_of: str | None = None
+    reason: str | None = None  # ``RESTARTING`` for a target the server restarts into
+    reclaiming: bool = False  # a reclaim is acting on it (its stop is the reclaim's)
+    reclaim_release: str | None = None  # the reason that reclaim's release is recorded with
+    reclaim_target: str | None = None  # the shrink target a reclaim restarts it into
+    targets: tuple[LeaseFacts, ...] = ()  # its resize targets not yet bound
+    holder: str | None = None  # ``pool.holders``: None (a hub server), ``job`` or ``kernel``
+    offer: str = ""
+    group: str | None = None
+    groups: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
+    hub: str | None = None
+    ready: bool = True  # each of its MIG instances exists (a grant may be bound)
+    reclaim_kind: str | None = None  # the kind of the notice it is under, if any
+    claimed: str = ""  # a claimed reclaim's action and time, for the refusal's words
+    reclaim: LeaseInfo | None = None  # its reclaim view (under a notice: what keepalive reads)
+    release_reason: str | None = None  # why it ended, if it has
+
+
+@dataclass(frozen=True)
+class Lapsing:
+    """A lease or request approved for a while (``LapseApprovals``), as the rule reads it."""
+
+    lease: LeaseFacts
+    lapses: float  # when the approved duration ends
+    warn_before: float  # the notice's lead (its offer's policy)
+    reclaim: ReclaimState = field(default_factory=ReclaimState)
+    notice_deadline: float | None = None  # the deadline of the notice it is under, if any
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The lease or request a server already has."""
+
+    id: str
+    state: str
+    hub: str | None
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A read-only view of the pool for one decision."""
+
+    alloc: Allocator
+    #: The leases a release or an expiry addresses (with their pending targets).
+    leases: Mapping[str, LeaseFacts] = field(default_factory=dict)
+    #: Allocate: the lease or request the server already has, if any.
+    holder: Holder | None = None
+    #: Allocate: the user's requests awaiting approval, and the cap on live requests (0: none).
+    awaiting: int = 0
+    request_cap: int = 0
+    #: Allocate: the id of the new request (drawn by the store: decide draws nothing).
+    new_id: str = ""
+    #: PatchQuota: the quota in effect now (its fields by name).
+    quota: Mapping[str, Any] | None = None
+    #: ResetQuota: whether an API override is in effect, and the config file's quota.
+    quota_override: bool = False
+    file_quota: QuotaSpec | None = None
+    #: Keepalive: the reclaim policy of the lease's offer (read only under a notice).
+    policy: ReclaimPolicy | None = None
+    #: Resize: the live target the lease already has, if any.
+    resize_pending: str | None = None
+    #: Reconcile: the leases it looks at (the pool's own hub's, in the audit log's order),
+    #: and (user, ``job:<id>``) of each live job.
+    held: tuple[Held, ...] = ()
+    jobs_alive: frozenset[tuple[str, str]] = frozenset()
+    #: Approve: the request as asked (its ``Request``) and the duration asked, if any.
+    request: Request | None = None
+    asked_duration: float | None = None
+    #: SetNode: the node is known; an uncordon's drain notices (``uncordon_withdrawals``).
+    node_known: bool = False
+    drained: tuple[tuple[LeaseFacts, ReclaimState, float], ...] = ()
+    #: SetSharing: the node's GPUs (uuid, sharing mode now, MIG enabled), in its order.
+    node_gpus: tuple[tuple[str, str, bool], ...] = ()
+    #: LapseApprovals: the leases and requests whose approved duration ends some time.
+    lapsing: tuple[Lapsing, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a command answers (before serialization) and the effects that make it true."""
+
+    answer: Any
+    effects: tuple[Effect, ...] = ()
+
+
+#: A rule: what ``decide`` calls for one command type.
+Rule = Callable[[PoolState, Any, float], Outcome]
