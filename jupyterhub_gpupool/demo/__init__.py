@@ -47,6 +47,10 @@ SHORT_RECLAIM: dict[str, Any] = {
         "min_runtime": "1m",
     }
 }
+#: ``--short-reclaim`` for GPU kernels (the pool service's ``kernel_idle_timeout`` and
+#: ``kernel_notice``, seconds): a GPU kernel that runs nothing for 1 min gets its notice (the
+#: open notebook is saved), and is shut down a minute later unless a cell runs.
+SHORT_KERNEL_RECLAIM: dict[str, float] = {"kernel_idle_timeout": 60.0, "kernel_notice": 60.0}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--short-reclaim",
         action="store_true",
         help="reclaim idle GPUs on short timers to watch the loop: a notice after about a "
-        "minute of idle, the reclaim a minute later (replaces the pool file's reclaim section)",
+        "minute of idle, the reclaim a minute later (replaces the pool file's reclaim section; "
+        "GPU kernels: a notice after a minute of running nothing, the shutdown a minute later)",
     )
 
 
@@ -220,6 +225,9 @@ def prepare(
         config["reclaim"] = SHORT_RECLAIM
         pool_config = state / "pool-short-reclaim.yaml"
         pool_config.write_text(yaml.safe_dump(config, sort_keys=False))
+        service_args = [f"--PoolService.{k}={v:g}" for k, v in SHORT_KERNEL_RECLAIM.items()]
+    else:
+        service_args = []
     env = dict(os.environ)
     env.update(
         GPUPOOL_DEMO_STATE=str(state),
@@ -233,6 +241,7 @@ def prepare(
         GPUPOOL_DEMO_PROXY=find_proxy(args.proxy),
         GPUPOOL_DEMO_SPAWNER_TOKEN=_token(state / "spawner-token"),
         GPUPOOL_DEMO_PYTHON=sys.executable,
+        GPUPOOL_DEMO_SERVICE_ARGS=" ".join(service_args),
     )
     return env, state
 
@@ -299,7 +308,8 @@ def run_cli(args: argparse.Namespace) -> int:
             print(
                 "  Short reclaim timers: leave a server's GPU idle (close the tab) and a notice\n"
                 "  comes within about 2 minutes on Services → gpupool and in JupyterLab;\n"
-                "  the reclaim follows a minute later.\n",
+                "  the reclaim follows a minute later. A GPU kernel that runs nothing for a\n"
+                "  minute gets its notice in its notebook, and is shut down a minute later.\n",
                 flush=True,
             )
         while hub.poll() is None:

@@ -44,6 +44,7 @@ configure_hub(
     service_args=[
         "--upgrade-db",
         f"--PoolService.telemetry_source={env.get('GPUPOOL_DEMO_TELEMETRY', 'sim')}",
+        *env.get("GPUPOOL_DEMO_SERVICE_ARGS", "").split(),  # --short-reclaim's kernel timers
     ],
     admin_users=[DEMO_ADMIN],
     spawner="simple",

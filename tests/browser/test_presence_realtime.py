@@ -13,6 +13,11 @@ once, one minute-scale run:
 * carol types in a notebook every minute: never noticed;
 * the admin runs a long cell and leaves it running: never noticed (the simulated GPU cannot see
   a demo kernel's work, so the busy kernel is what keeps it; on real GPUs both would).
+
+Then GPU kernels on the same short timers (a notice after 1 min of running nothing, the shutdown
+1 min later): bob, on a CPU-only server, runs a cell of a notebook on a GPU kernel, types an edit
+he never saves and leaves the tab open and untouched; the notice appears in that tab, the
+notebook on disk then holds his edit, and the pool shuts the kernel down (released ``idle``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, start_demo
 from tests.demoproc import user_token
-from tests.fakes import KernelDriver, wait_until
+from tests.fakes import KernelDriver, request, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -222,3 +227,87 @@ def test_only_real_input_keeps_an_idle_gpu_and_a_reclaim_saves_unsaved_edits(
     kernel.disconnect()
     for tab in (alice, carol):
         tab.context.close()
+
+
+#: bob's GPU kernel (the demo's A100 slice offer, as his server's kernelspecs name it)
+GPU_SPEC, GPU_DISPLAY = "gpupool-a100-1g", "Python 3 (GPU: A100 · 1g.10gb slice)"
+
+
+def test_an_idle_gpu_kernel_is_noticed_in_its_open_tab_its_edit_saved_then_shut_down(
+    short_demo: Demo, browser: Any, shoot: Any
+) -> None:
+    demo = short_demo
+    token = user_token(demo.url, "bob")
+    hub_user = f"{demo.url}/hub/api/users/bob"
+    request("DELETE", f"{hub_user}/server", token)  # the test above reclaimed his; or none
+    wait_until(lambda: request("GET", hub_user, token).json()["servers"] == {}, 120, "no server")
+    home = demo.state / "home" / "bob"
+    settings = home / ".jupyter/lab/user-settings/@jupyterlab/docmanager-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "c1",
+        "metadata": {},
+        "outputs": [],
+        "source": "import os\nprint('device', os.environ['CUDA_VISIBLE_DEVICES'])",
+    }
+    meta = {"kernelspec": {"display_name": GPU_DISPLAY, "language": "python", "name": GPU_SPEC}}
+    (home / "gpu.ipynb").write_text(
+        json.dumps({"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5})
+    )  # fmt: skip
+
+    # bob logs in, picks "No GPU" and opens the notebook: its kernel takes a slice of its own
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto(f"{demo.url}/hub/login")
+    page.fill("#username_input", "bob")
+    page.fill("#password_input", "any password")
+    page.click("#login_submit")
+    page.wait_for_url("**/hub/spawn**")
+    page.locator('#gpupool-picker .gpupool-offer[data-offer=""] input[type=radio]').check()
+    page.locator('#spawn_form [type="submit"]').click()
+    page.locator("#jp-main-dock-panel").wait_for(timeout=180_000)
+    page.goto(f"{demo.url}/user/bob/lab/tree/gpu.ipynb")
+    idle = page.get_by_role("button", name=f"{GPU_DISPLAY} | Idle")
+    expect(idle).to_be_visible(timeout=180_000)
+    output = page.locator(".jp-OutputArea-output").first
+    for attempt in range(3):  # a kernel not connected yet ignores the first run
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            expect(output).to_contain_text("device MIG-", timeout=30_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    leases = f"{demo.url}/services/gpupool/api/v1/kernels"
+    [lease] = [k for k in request("GET", leases, token).json()["kernels"] if k["state"] == "active"]
+    # an edit he never saves (autosave is off); then the tab stays open and untouched
+    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type("  # bob's edit, never saved")
+    page.locator(".lm-TabBar-tab.jp-mod-dirty").first.wait_for()
+
+    # a minute of running nothing: the notice, in the notebook's own tab
+    notice = page.locator(".Toastify__toast").filter(has_text="has not run anything for 1 min")
+    expect(notice).to_be_visible(timeout=240_000)
+    expect(notice).to_contain_text(GPU_DISPLAY)
+    # the notebook is on disk with his edit before the kernel goes
+    wait_until(
+        lambda: "bob's edit, never saved" in (home / "gpu.ipynb").read_text(),
+        60,
+        "the notebook saved at the notice",
+    )
+    expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0)
+    expect(notice).to_be_in_viewport(ratio=1)  # the toast has slid in: the shot shows it
+    shoot(page, "gpu-kernel-idle-notice")
+    # a minute later the pool shuts the kernel down and releases its slice
+    url = f"{leases}/{lease['kernel_id']}"
+    wait_until(lambda: request("GET", url, token).json()["state"] == "released", 240, "release")
+    assert request("GET", url, token).json()["release_reason"] == "idle"
+    expect(notice).to_have_count(0, timeout=60_000)
+    context.close()

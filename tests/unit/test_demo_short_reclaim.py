@@ -12,6 +12,7 @@ import yaml
 
 from jupyterhub_gpupool.demo import SHORT_RECLAIM, add_arguments, prepare
 from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.kernels import KernelRules, kernel_verdict
 from jupyterhub_gpupool.pool.quota import QuotaBook
 from jupyterhub_gpupool.pool.reclaim import (
     Act,
@@ -26,6 +27,7 @@ from jupyterhub_gpupool.pool.reclaim import (
     plan_reclaims,
 )
 from jupyterhub_gpupool.poolconfig import parse_pool_config
+from jupyterhub_gpupool.service.app import PoolService
 
 ROUND = 30.0  # the reclaimer's round interval (ReclaimerApp.interval's default)
 PORTS = {"proxy API": 18001, "hub API": 18081, "pool service": 20101}
@@ -91,3 +93,22 @@ def test_without_the_switch_the_demo_pool_is_used_as_it_is(tmp_path):
     env, _ = prepare(demo_args(tmp_path), PORTS)
     assert Path(env["GPUPOOL_DEMO_POOL"]).name == "demo-pool.yaml"
     assert "reclaim" not in yaml.safe_load(Path(env["GPUPOOL_DEMO_POOL"]).read_text())
+
+
+def test_the_switch_gives_gpu_kernels_short_timers_the_service_takes(tmp_path):
+    """``--short-reclaim`` also passes the pool service its GPU-kernel timers: the service's
+    own command line takes them, and through the pool's kernel rule a kernel that ran nothing
+    for a minute gets its notice, and is reclaimed a minute after that."""
+    env, _ = prepare(demo_args(tmp_path, "--short-reclaim"), PORTS)
+    plain, _ = prepare(demo_args(tmp_path / "plain"), PORTS)
+    assert plain["GPUPOOL_DEMO_SERVICE_ARGS"] == ""
+    service = PoolService()
+    service.parse_command_line(env["GPUPOOL_DEMO_SERVICE_ARGS"].split())
+    assert (service.kernel_idle_timeout, service.kernel_notice) == (60.0, 60.0)
+    rules = KernelRules(service.kernel_idle_timeout, service.kernel_notice)
+    busy = 1000.0  # the kernel's last cell; it reports every few seconds from then on
+    assert kernel_verdict(busy + 59, busy + 59, busy, None, rules) == "keep"
+    assert kernel_verdict(busy + 60, busy + 60, busy, None, rules) == "notice"
+    deadline = busy + 60 + service.kernel_notice
+    assert kernel_verdict(deadline - 1, deadline - 1, busy, deadline, rules) == "keep"
+    assert kernel_verdict(deadline, deadline, busy, deadline, rules) == "reclaim"
