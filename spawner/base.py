@@ -21,7 +21,6 @@ import os
 import time
 from typing import Any, cast
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import maybe_future
 from tornado import web
@@ -30,26 +29,17 @@ from traitlets import Bool, Float, List, Unicode, default
 from traitlets.config import Configurable
 
 from jupyterhub_gpupool.logquiet import EXPECTED, quiet_expected_refusals
-from jupyterhub_gpupool.pool.codes import describe, picker_reason
+from jupyterhub_gpupool.pool.codes import describe
 from jupyterhub_gpupool.pool.leases import still_waiting
 from jupyterhub_gpupool.poolclient import PoolClient, PoolRefused, PoolUnavailable
-from jupyterhub_gpupool.wording import asked_ago, ordinal, units_text
+from jupyterhub_gpupool.wording import asked_ago, ordinal
 
 from .address import internal_url
+from .picker import DURATION_OPTION, OPTION, REASON_OPTION, annotate, render, wait_text
 
-#: ``user_options`` key holding the chosen offer name; ``""`` means no GPU (CPU only).
-OPTION = "gpupool_offer"
-#: ``user_options`` keys of an ask for approval: why, and for how many hours.
-REASON_OPTION = "gpupool_reason"
-DURATION_OPTION = "gpupool_duration_hours"
 #: key of this mixin's part of the spawner state, and its version
 STATE_KEY = "gpupool"
 STATE_VERSION = 1
-
-_TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
-_jinja = Environment(
-    loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True)
-)
 
 
 def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "") -> Exception:
@@ -72,18 +62,6 @@ def spawn_error(message: str, *, reason: str, status: int = 400, html: str = "")
     if html:
         err.jupyterhub_html_message = html  # type: ignore[attr-defined]  # the spawn page reads it
     return err
-
-
-def wait_text(seconds: float | None) -> str:
-    """A human estimate of a wait: "about 4 minutes", or "no estimate yet"."""
-    if seconds is None:
-        return "no estimate yet"
-    if seconds < 60:
-        return "less than a minute"
-    minutes = round(seconds / 60)
-    if minutes < 90:
-        return f"about {minutes} minute{'s' if minutes != 1 else ''}"
-    return f"about {seconds / 3600:.1f} hours"
 
 
 class GPUPoolSpawnerMixin(Configurable):
@@ -778,15 +756,7 @@ class GPUPoolSpawnerMixin(Configurable):
         if self.pool_offers:
             by_name = {o["name"]: o for o in offers}
             offers = [by_name[n] for n in self.pool_offers if n in by_name]
-        for o in offers:
-            o["units_text"] = units_text(o["units"])
-            o["wait_text"] = wait_text(o.get("eta_seconds"))
-            o["selectable"] = o.get("quota_ok") is not False or bool(o.get("exception_ok"))
-            o["why_not"] = picker_reason(o.get("quota_reason"))
-            o["needs_ask"] = o.get("approval") == "required" or (
-                o.get("quota_ok") is False and bool(o.get("exception_ok"))
-            )
-        out["offers"] = offers
+        out["offers"] = annotate(offers)
         return out
 
     async def render_picker(self) -> str:
@@ -798,21 +768,7 @@ class GPUPoolSpawnerMixin(Configurable):
             previous = previous[0] if previous else None
         if isinstance(previous, str):
             selected = previous
-        names = {o["name"] for o in choices["offers"] if o["selectable"]}
-        if selected not in names and not (selected == "" and self.allow_cpu_only):
-            selected = next(iter(sorted(names)), "") if not self.allow_cpu_only else ""
-        return _jinja.get_template("gpupool_form.html").render(
-            option=OPTION,
-            offers=choices["offers"],
-            quota=choices["quota"],
-            error=choices["error"],
-            allow_cpu_only=self.allow_cpu_only,
-            selected=selected,
-            units_text=units_text,
-            reason_option=REASON_OPTION,
-            duration_option=DURATION_OPTION,
-            asks=any(o.get("needs_ask") for o in choices["offers"]),
-        )
+        return render(choices, selected, self.allow_cpu_only)
 
     async def get_options_form(self) -> str:
         """Our picker, unless the admin configured an ``options_form`` of their own."""

@@ -28,8 +28,9 @@ from jupyterhub_gpupool.poolclient import PoolRefused, PoolUnavailable
 from jupyterhub_gpupool.wording import units_text
 
 from . import clusterapi, dra, objects
-from .base import OPTION, GPUPoolSpawnerMixin, spawn_error, wait_text
+from .base import GPUPoolSpawnerMixin, spawn_error
 from .drakube import DeviceTaken, DRAClaims
+from .picker import OPTION, wait_text
 
 
 class GPUPoolKubeSpawner(DRAClaims, GPUPoolSpawnerMixin, KubeSpawner):  # type: ignore[misc]  # kubespawner ships no type information

@@ -8,15 +8,10 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpupool.hubconfig import configure_hub
-from jupyterhub_gpupool.spawner.base import (
-    OPTION,
-    STATE_KEY,
-    ordinal,
-    spawn_error,
-    units_text,
-    wait_text,
-)
+from jupyterhub_gpupool.spawner.base import STATE_KEY, ordinal, spawn_error
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner, device_env
+from jupyterhub_gpupool.spawner.picker import OPTION, wait_text
+from jupyterhub_gpupool.wording import units_text
 
 LEASE = {
     "id": "L1",

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from jupyterhub_gpupool.poolclient import PoolUnavailable
-from jupyterhub_gpupool.spawner.base import DURATION_OPTION, OPTION, REASON_OPTION
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
+from jupyterhub_gpupool.spawner.picker import DURATION_OPTION, OPTION, REASON_OPTION
 from tests.fakes import wait_until_async
 
 QUEUED = {"id": "L1", "offer": "h100", "state": "queued", "position": 1, "eta_seconds": None}

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from jupyterhub_gpupool.logquiet import EXPECTED, ExpectedRefusals
-from jupyterhub_gpupool.spawner.base import OPTION
 from jupyterhub_gpupool.spawner.local import GPUPoolSimpleLocalProcessSpawner
+from jupyterhub_gpupool.spawner.picker import OPTION
 
 REFUSED = "A GPU is not handed out from a link"
 
