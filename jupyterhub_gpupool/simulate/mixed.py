@@ -232,7 +232,7 @@ class Replay:
         self.events: list[tuple[float, int, int, str, int, int]] = []
         self.seq = itertools.count()
         self.waits: list[float] = []
-        self.fig = Figures(mode, idle_reclaim, gpus_per_node * sum(split.values()))
+        self.fig = Figures(mode, idle_reclaim, gpus=gpus_per_node * sum(split.values()))
         self.fig.notebook_sessions = sum(w.cls == INTERACTIVE for w in work)
         #: the sessions the idle reclaimer watches, by item
         self.lives = {
@@ -269,7 +269,9 @@ class Replay:
             elif kind == "arrive" or (kind == "return" and self.lives[i].parked):
                 self.ask(it, t)
             elif kind in ("wake", "return"):
-                pass  # a queued request became a long waiter: the preemption pass looks again
+                # a queued request became a long waiter: the preemption pass looks again (a
+                # return for a server not stopped is nothing)
+                pass
             elif version == it.version and it.started is not None:
                 if kind == "end":
                     it.remaining = 0.0
