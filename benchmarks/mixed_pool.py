@@ -10,7 +10,10 @@ and 5/6/1; the one pool is the same 12 nodes whatever the split). Prints a table
 issue's verdict (one pool serves at least 25 % more training GPU-hours at a notebook p95 wait
 no worse, no inference preemption) per seed and split, and writes
 ``benchmarks/results/mixed_pool.json``. ``--no-waiter-preemption`` replays with
-``classes.training.preempt_for_waiters: false`` (a long-waiting training only waits).
+``classes.training.preempt_for_waiters: false`` (a long-waiting training only waits);
+``--no-idle-reclaim`` replays without the reclaimer (notebooks hold their GPU until their user
+stops them; by default idle notebooks are reclaimed by the pool's default policy, in the one
+pool and in the split's notebook share alike).
 
     nice -n 15 python benchmarks/mixed_pool.py [--users 30] [--seeds 1,2,3] [--splits 5/6/1]
 """
@@ -87,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay with classes.training.preempt_for_waiters: false",
     )
+    parser.add_argument(
+        "--no-idle-reclaim",
+        dest="idle_reclaim",
+        action="store_false",
+        help="notebooks are never reclaimed for being idle (the pool's default reclaims them)",
+    )
     parser.add_argument("--out", default=str(RESULTS / "mixed_pool.json"), help="JSON path")
     args = parser.parse_args(argv)
     classes = dict(DEFAULT_CLASSES)
@@ -96,10 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     days: list[dict[str, Any]] = []
     for seed in args.seeds:
         work, source = mixed.build(args.users, seed, TRACE)
-        one = mixed.Replay(work, "one-pool", args.splits[0], classes=classes).run()
+        one = mixed.Replay(
+            work, "one-pool", args.splits[0], classes=classes, idle_reclaim=args.idle_reclaim
+        ).run()
         figs, verdicts = [one], {}
         for split in args.splits:
-            alone = mixed.Replay(work, "split", split, classes=classes).run()
+            alone = mixed.Replay(
+                work, "split", split, classes=classes, idle_reclaim=args.idle_reclaim
+            ).run()
             verdicts[label(split)] = mixed.verdict([one, alone])
             figs.append(replace(alone, mode=f"split {label(split)}"))
         print(f"\n{source}")
@@ -121,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "trace": str(TRACE.relative_to(ROOT)),
         "splits": [dict(s) for s in args.splits],
         "preempt_for_waiters": classes[TRAINING].preempt_for_waiters,
+        "idle_reclaim": args.idle_reclaim,
         "gpus_per_node": mixed.GPUS_PER_NODE,
         "services": [list(s) for s in mixed.SERVICES],
         "days": days,

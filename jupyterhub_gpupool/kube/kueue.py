@@ -4,15 +4,16 @@ check is admitted only once the pool grants it a job lease (issue 35, item 5).
 Each housekeeping round (leader only) lists the AdmissionChecks whose ``spec.controllerName``
 is ``controller_name`` and every Workload naming one of them in ``status.admissionChecks``.
 For a Workload whose quota Kueue reserved (``QuotaReserved``), the pool submits a job
-(``KueueJob``: offer and class from the Workload's labels, user from its namespace) and sets
-the check: ``Ready`` with ``podSetUpdates`` that pin every pod set to the granted node (and
-name the lease and devices); ``Pending`` with the queue position while the lease waits;
-``Rejected`` with the pool's refusal. A training job the pool preempts goes ``preempting``
-(its notice) while the check stays ``Ready``; once the class's grace has passed the check goes
-``Retry``, which makes Kueue evict the Workload (its pods get SIGTERM from Kubernetes). A
-Workload that finished, was evicted or deleted ends its job (``EndKubeJob``). Every write is
-a merge patch of the Workload's status at the ``resourceVersion`` just read; a conflict is
-tried again next round.
+(``KueueJob``: offer and class from the Workload's labels, user from its namespace; a Workload
+without either label is rejected, naming the label, unless ``default_offer`` /
+``default_class`` is set) and sets the check: ``Ready`` with ``podSetUpdates`` that pin every
+pod set to the granted node (and name the lease and devices); ``Pending`` with the queue
+position while the lease waits; ``Rejected`` with the pool's refusal. A training job the pool
+preempts goes ``preempting`` (its notice) while the check stays ``Ready``; once the class's
+grace has passed the check goes ``Retry``, which makes Kueue evict the Workload (its pods get
+SIGTERM from Kubernetes). A Workload that finished, was evicted or deleted ends its job
+(``EndKubeJob``). Every write is a merge patch of the Workload's status at the
+``resourceVersion`` just read; a conflict is tried again next round.
 
 Exact devices with Dynamic Resource Allocation (``device_backend = "dra"``): Kueue's
 ``podSetUpdates`` carry labels, annotations, a nodeSelector and tolerations, never a claim, so
@@ -147,6 +148,12 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         "",
         help="The offer of a Workload without the gpupool.jupyter.org/offer label (empty: such "
         "a Workload is rejected).",
+    ).tag(config=True)
+    default_class = Unicode(
+        "",
+        help="The workload class of a Workload without the gpupool.jupyter.org/class label "
+        "(empty: such a Workload is rejected; e.g. `training` admits it as a preemptible "
+        "training job).",
     ).tag(config=True)
     node_label = Unicode(
         "kubernetes.io/hostname",
@@ -290,12 +297,16 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             return await self._set(
                 wl, check, "Rejected", f"no offer: label the workload with {OFFER_LABEL}", None
             )
+        cls = labels.get(CLASS_LABEL) or self.default_class
+        if not cls:
+            why = f"no class: label the workload with {CLASS_LABEL} (e.g. training)"
+            return await self._set(wl, check, "Rejected", why, None)
         try:
             job = await call(
                 commands.KueueJob(
                     self.namespace_users.get(namespace, namespace),
                     offer,
-                    labels.get(CLASS_LABEL) or "training",
+                    cls,
                     namespace,
                     str(meta["name"]),
                     str(meta["uid"]),

@@ -4,8 +4,12 @@ A day of three workloads, replayed twice through the pool's allocator
 (``pool.allocator.Allocator``) with the workload classes' rules (``pool.workloads``):
 
 * *notebooks*: the project's session generator (``simulate.sessions.generate``). Each session
-  asks for one whole H100 when it starts and holds it (server-level, no idle reclaim) for its
-  planned length, moved later by its wait; a server left running holds it until midnight.
+  asks for one whole H100 when it starts and holds it until its planned end, moved later by its
+  waits; a server left running holds it until midnight. Idle reclaim (on unless
+  ``idle_reclaim=False``): every 30 s the reclaimer's own rules, ``pool.reclaim.plan_reclaims``
+  with the default policy, read each notebook lease from its session's activity and stop the
+  idle ones after their notice; the user asks again at their next input and waits in the
+  queue (``simulate.mixedidle``). The same in both ways of pooling.
 * *training*: NotebookOS's Sensei-derived trace (``benchmarks/data/notebookos-sensei/``, read
   with ``simulate.kernels.load_trace``): each training is a job of its session's GPU count
   (1, 4 or 8) submitted at its time and running its duration. Preemptible: on a notice it runs
@@ -47,6 +51,7 @@ from ..pool.catalog import default_catalog
 from ..pool.decisions import Grant, Lease, Queued
 from ..pool.model import Gpu, Node, Request, parse_offer
 from ..pool.quota import QuotaBook, QuotaSpec
+from ..pool.reclaim import ReclaimState
 from ..pool.workloads import (
     DEFAULT_CLASSES,
     INFERENCE,
@@ -55,12 +60,14 @@ from ..pool.workloads import (
     TRAINING,
     Holder,
     WorkloadClass,
+    idle_reclaimable,
     preemption_rank,
     request_priority,
     waiter_preemption_rank,
 )
 from . import reclaim
 from .kernels import load_trace
+from .mixedidle import WINDOW, IdleReclaim, NotebookLife
 from .sessions import DAY, Session, generate
 from .tables import aligned
 
@@ -92,6 +99,8 @@ class Work:
     gpus: int
     arrival: float
     length: float
+    #: a notebook's generated session: what it does when (idle reclaim reads it)
+    session: Session | None = field(default=None, compare=False, repr=False)
 
     @property
     def offer(self) -> str:
@@ -102,7 +111,7 @@ def notebooks(sessions: Sequence[Session]) -> list[Work]:
     """Each session one whole H100, from its start for its length (until midnight if the user
     leaves it running)."""
     return [
-        Work(s.id, INTERACTIVE, s.user, 1, s.start, (s.end if s.stop else DAY) - s.start)
+        Work(s.id, INTERACTIVE, s.user, 1, s.start, (s.end if s.stop else DAY) - s.start, s)
         for s in sessions
         if (s.end if s.stop else DAY) > s.start
     ]
@@ -130,6 +139,7 @@ class Figures:
     """One way of pooling, over the day (GPU-h: GPU-hours before midnight)."""
 
     mode: str
+    idle_reclaim: bool = True
     gpus: int = 0
     busy_share: float = 0.0
     held_gpu_hours: dict[str, float] = field(default_factory=dict)
@@ -138,8 +148,14 @@ class Figures:
     notebook_wait_p50_s: float = 0.0
     notebook_wait_p95_s: float = 0.0
     notebook_wait_max_s: float = 0.0
+    #: notebook sessions; asks (a reclaimed user asks again), the asks granted by the end of
+    #: the replay (their waits are the wait figures) and those that waited at all
+    notebook_sessions: int = 0
+    notebook_asks: int = 0
     notebooks: int = 0
     notebooks_queued: int = 0
+    notebook_notices: int = 0
+    notebook_reclaims: int = 0
     preemptions: dict[str, int] = field(default_factory=dict)
     training_done: int = 0
     trainings: int = 0
@@ -156,7 +172,7 @@ class _Item:
     started: float | None = None
     version: int = 0
     leaving: bool = False
-    waited: float | None = None
+    asked_at: float = 0.0
 
 
 def _clip(a: float, b: float) -> float:
@@ -186,6 +202,7 @@ class Replay:
         grace: float | None = None,
         classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
         gpus_per_node: int = GPUS_PER_NODE,
+        idle_reclaim: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -215,7 +232,15 @@ class Replay:
         self.events: list[tuple[float, int, int, str, int, int]] = []
         self.seq = itertools.count()
         self.waits: list[float] = []
-        self.fig = Figures(mode, gpus_per_node * sum(split.values()))
+        self.fig = Figures(mode, idle_reclaim, gpus=gpus_per_node * sum(split.values()))
+        self.fig.notebook_sessions = sum(w.cls == INTERACTIVE for w in work)
+        #: the sessions the idle reclaimer watches, by item
+        self.lives = {
+            n: NotebookLife(w.session)
+            for n, w in enumerate(work)
+            if idle_reclaim and w.session is not None and idle_reclaimable(classes, w.cls)
+        }
+        self.reclaimer = IdleReclaim(self.offers)
         self.fig.held_gpu_hours = {c: 0.0 for c in split}
         self.fig.preemptions = {c: 0 for c in split}
         self.fig.trainings = sum(w.cls == TRAINING for w in work)
@@ -227,20 +252,26 @@ class Replay:
 
     def at(self, t: float, kind: str, i: int, version: int = 0) -> None:
         # at one instant: ends and deadlines free GPUs before anything new asks
-        order = {"end": 0, "deadline": 1, "arrive": 2, "wake": 3}[kind]
+        order = {"end": 0, "deadline": 1, "tick": 2, "arrive": 3, "return": 4, "wake": 5}[kind]
         heapq.heappush(self.events, (t, order, next(self.seq), kind, i, version))
 
     def run(self) -> Figures:
         began = time.process_time()
         for i, it in enumerate(self.items):
             self.at(it.work.arrival, "arrive", i)
+        if self.lives:
+            self.at(WINDOW, "tick", -1)
         while self.events:
             t, _, _, kind, i, version = heapq.heappop(self.events)
             it = self.items[i]
-            if kind == "arrive":
+            if kind == "tick":
+                self.tick(t)
+            elif kind == "arrive" or (kind == "return" and self.lives[i].parked):
                 self.ask(it, t)
-            elif kind == "wake":
-                pass  # a queued request became a long waiter: the preemption pass looks again
+            elif kind in ("wake", "return"):
+                # a queued request became a long waiter: the preemption pass looks again (a
+                # return for a server not stopped is nothing)
+                pass
             elif version == it.version and it.started is not None:
                 if kind == "end":
                     it.remaining = 0.0
@@ -260,7 +291,11 @@ class Replay:
     def ask(self, it: _Item, t: float) -> None:
         w = it.work
         it.asks += 1
-        it.request, it.leaving = f"{w.id}#{it.asks}", False
+        it.request, it.leaving, it.asked_at = f"{w.id}#{it.asks}", False, t
+        if w.cls == INTERACTIVE:
+            self.fig.notebook_asks += 1
+        if it.idx in self.lives:
+            self.lives[it.idx].parked = False
         self.by_request[it.request] = it
         cls = self.classes[w.cls]
         offer = self.offers[w.offer]
@@ -277,10 +312,14 @@ class Replay:
     def start(self, it: _Item, t: float) -> None:
         it.started = t
         it.version += 1
-        if it.waited is None:
-            it.waited = t - it.work.arrival
-            if it.work.cls == INTERACTIVE:
-                self.waits.append(it.waited)
+        if it.work.cls == INTERACTIVE:
+            self.waits.append(t - it.asked_at)  # every ask's wait, a reclaimed user's too
+        life = self.lives.get(it.idx)
+        if life is not None:  # the session runs as planned from its grant: later by the wait
+            life.offset += t - it.asked_at
+            life.live_from, life.state = t, ReclaimState()
+            life.last_input = life.kernel_active = None  # a new server, its kernels new
+            it.remaining = life.planned_end - t
         self.at(t + it.remaining, "end", it.idx, it.version)
 
     def stop(self, it: _Item, t: float) -> None:
@@ -296,6 +335,32 @@ class Replay:
         it.version += 1
         for g in self.allocs[w.cls].release(it.request, t):
             self.start(self.by_request[g.request.id], t)
+
+    # -- idle reclaim (notebooks) ---------------------------------------------------------
+
+    def tick(self, t: float) -> None:
+        """The reclaimer's round for the window ending at ``t`` over each allocator's running
+        notebook leases; a stopped server's user comes back at their next input."""
+        if t + WINDOW <= DAY:
+            self.at(t + WINDOW, "tick", -1)
+        by_alloc: dict[int, list[tuple[str, NotebookLife]]] = {}
+        for i, life in self.lives.items():
+            it = self.items[i]
+            if it.started is not None and it.started < t:
+                by_alloc.setdefault(id(self.allocs[it.work.cls]), []).append((it.request, life))
+        allocs = {id(a): a for a in self.allocs.values()}
+        for key, live in by_alloc.items():
+            out = self.reclaimer.round(allocs[key], live, t)
+            self.fig.notebook_notices += out.notices
+            for lid in out.stop:
+                it = self.by_request[lid]
+                life = self.lives[it.idx]
+                self.fig.notebook_reclaims += 1
+                self.stop(it, t)
+                life.parked = True
+                back = life.next_return(t)
+                if back is not None and back < DAY:
+                    self.at(back, "return", it.idx)
 
     # -- preemption (one pool) -------------------------------------------------------------
 
@@ -355,7 +420,7 @@ class Replay:
     def finish(self) -> None:
         f = self.fig
         f.busy_share = sum(f.held_gpu_hours.values()) / (f.gpus * DAY / 3600)
-        f.notebooks = len(self.waits)
+        f.notebooks = len(self.waits)  # the asks granted
         if self.waits:
             f.notebook_wait_p50_s = median(self.waits)
             f.notebook_wait_p95_s = (
@@ -373,10 +438,11 @@ def run_all(
     grace: float | None = None,
     gpus_per_node: int = GPUS_PER_NODE,
     classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
+    idle_reclaim: bool = True,
 ) -> list[Figures]:
     """The day in one pool and in the split pools (a fresh allocator each)."""
     return [
-        Replay(work, m, split, grace, classes, gpus_per_node=gpus_per_node).run() for m in MODES
+        Replay(work, m, split, grace, classes, gpus_per_node, idle_reclaim).run() for m in MODES
     ]
 
 
@@ -411,7 +477,9 @@ ROWS: tuple[Row, ...] = (
     ("notebook wait p50 s", lambda f: f"{f.notebook_wait_p50_s:.0f}"),
     ("notebook wait p95 s", lambda f: f"{f.notebook_wait_p95_s:.0f}"),
     ("notebook wait max s", lambda f: f"{f.notebook_wait_max_s:.0f}"),
-    ("notebooks queued", lambda f: f"{f.notebooks_queued}/{f.notebooks}"),
+    ("notebook sessions / asks", lambda f: f"{f.notebook_sessions}/{f.notebook_asks}"),
+    ("notebook asks queued", lambda f: f"{f.notebooks_queued}/{f.notebooks}"),
+    ("notebook idle reclaims", lambda f: f"{f.notebook_reclaims}"),
     ("inference preemptions", lambda f: f"{f.preemptions.get(INFERENCE, 0)}"),
     ("training preemptions", lambda f: f"{f.preemptions.get(TRAINING, 0)}"),
     ("notebook preemptions", lambda f: f"{f.preemptions.get(INTERACTIVE, 0)}"),
@@ -441,6 +509,7 @@ def report(figs: Sequence[Figures], source: str, split: Mapping[str, int]) -> di
     return {
         "source": source,
         "split_nodes": dict(split),
+        "idle_reclaim": all(f.idle_reclaim for f in figs),
         "gpus_per_node": GPUS_PER_NODE,
         "services": [list(s) for s in SERVICES],
         "results": [asdict(f) for f in figs],
@@ -503,6 +572,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a preempted training runs on to checkpoint; default the class's "
         f"({DEFAULT_CLASSES[TRAINING].grace})",
     )
+    parser.add_argument(
+        "--no-idle-reclaim",
+        dest="idle_reclaim",
+        action="store_false",
+        help="notebooks hold their GPU until their user stops them (no idle reclaim; the "
+        "pool's default policy reclaims idle notebooks, in both ways of pooling alike)",
+    )
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON here")
 
 
@@ -514,7 +590,7 @@ def run_cli(args: argparse.Namespace) -> int:
         INFERENCE: args.inference_nodes,
     }
     work, source = build(args.users, args.seed, args.trace)
-    figs = run_all(work, split, args.grace)
+    figs = run_all(work, split, args.grace, idle_reclaim=args.idle_reclaim)
     print(source)
     print(
         "split: "

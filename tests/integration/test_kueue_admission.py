@@ -162,7 +162,7 @@ def test_a_full_pool_keeps_the_check_pending_with_the_queue_position(rig, kube):
 def test_refusals_reject_the_check_with_the_pools_message(rig, kube):
     store, ctl, _ = rig
     fk.add(kube, fk.workload("ml", "nolabel", [CHECK], {}))
-    fk.add(kube, fk.workload("ml", "bad-offer", [CHECK], {kq.OFFER_LABEL: "tpu"}))
+    fk.add(kube, fk.workload("ml", "bad-offer", [CHECK], {**LABELS, kq.OFFER_LABEL: "tpu"}))
     serving = {kq.OFFER_LABEL: "h100", kq.CLASS_LABEL: "inference"}
     fk.add(kube, fk.workload("ml", "serve", [CHECK], serving))
     fk.add(kube, fk.workload("ml", "not-ours", ["other"], LABELS))
@@ -178,6 +178,23 @@ def test_refusals_reject_the_check_with_the_pools_message(rig, kube):
     # Kueue deactivates a rejected Workload; the pool leaves it be
     assert fk.get(kube, "ml", "serve")["spec"]["active"] is False
     assert Rounds(store, ctl, kube)() == {}
+
+
+def test_a_workload_without_its_class_label_is_rejected_naming_it(rig, kube):
+    store, ctl, _ = rig
+    fk.add(kube, fk.workload("ml", "noclass", [CHECK], {kq.OFFER_LABEL: "h100"}))
+    bad = {kq.OFFER_LABEL: "h100", kq.CLASS_LABEL: "batch"}
+    fk.add(kube, fk.workload("ml", "bad-class", [CHECK], bad))
+    assert Rounds(store, ctl, kube)() == {"ml/noclass": "Rejected", "ml/bad-class": "Rejected"}
+    message = check_of(kube, "noclass")["message"]
+    assert message.startswith("no class:") and kq.CLASS_LABEL in message
+    assert "batch" in check_of(kube, "bad-class")["message"]
+    assert store.kueue_jobs() == []  # nothing asked of the pool: no class guessed
+    # an operator who wants class-less Workloads run as training says so
+    fk.add(kube, fk.workload("ml", "noclass-2", [CHECK], {kq.OFFER_LABEL: "h100"}))
+    ctl.default_class = "training"
+    assert Rounds(store, ctl, kube)() == {"ml/noclass-2": "Ready"}
+    assert [j["class"] for j in store.kueue_jobs()] == ["training"]
 
 
 def test_preemption_is_a_notice_then_retry_which_kueue_evicts(rig, kube):

@@ -94,6 +94,14 @@ def test_cli_run(tmp_path: Path) -> None:
     assert [r["mode"] for r in body["results"]] == ["one-pool", "split"]
     assert all(r["preemptions"][INFERENCE] == 0 for r in body["results"])
     assert body["results"][0]["gpus"] == body["results"][1]["gpus"] == 96
+    assert body["idle_reclaim"] is True
+    off = subprocess.run(
+        [*cmd, "--no-idle-reclaim"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert off.returncode == 0, off.stderr
+    body = json.loads(out.read_text())
+    assert body["idle_reclaim"] is False
+    assert all(r["notebook_reclaims"] == 0 for r in body["results"])
     bad = subprocess.run(
         [*cmd[:5], "--training-nodes", "0"], capture_output=True, text=True, timeout=60
     )
