@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from sqlalchemy import Engine
 from tornado import web
@@ -27,7 +27,7 @@ from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, def
 from .._version import __version__
 from ..dbutil import LeaderLock, SchemaError, make_engine, prepare_schema
 from ..extras import MissingExtra
-from ..health import HealthHandler, LoopWatch, health
+from ..health import LoopWatch, health
 from ..hubclient import HubClient
 from ..kube.kubejobs import KubeJobs
 from ..kube.kueue import KueueAdmission
@@ -42,30 +42,15 @@ from ..pool.kernels import KernelRules
 from ..poolconfig import load_pool_config
 from ..store import Store
 from ..strictcli import StrictCommandLine
-from . import pages
 from .alerts import AlertMonitor, PoolAlerts
-from .apihandlers import (
-    admin,
-    agent,
-    alerts,
-    allocations,
-    approvals,
-    jobs,
-    kernels,
-    operate,
-    planning,
-    reclaim,
-    restart,
-    users,
-)
 from .apihandlers.base import MAX_BODY
 from .deadlines import NoticeDeadlines
 from .metrics import PoolMetrics
 from .minutes import MinuteFlusher
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
-from .routes import MetricsHandler, NotFoundHandler
-from .telemetry_loop import LocalTelemetry, nvml_reader, sim_readers
+from .routes import routes
+from .telemetry_loop import LocalTelemetry, nvml_reader, sim_nodes
 from .utilization import MinuteAggregator, UtilizationBuffer
 from .writer import BatchWriter, ProcessBatchWriter, Writer, settle_garbage_collector
 
@@ -541,16 +526,7 @@ class PoolService(StrictCommandLine):
         if self.telemetry_source == "sim":
             if not self.pool_config_file:
                 raise SystemExit("telemetry_source = sim needs pool_config_file (the pool YAML)")
-            nodes = load_pool_config(self.pool_config_file, self.catalog).nodes
-            readers = sim_readers(self.pool_config_file, [n.name for n in nodes])
-            for n in nodes:
-                defaults[n.name] = {
-                    "cluster": n.cluster,
-                    "cpu_milli": n.cpu_milli,
-                    "memory_mib": n.memory_mib,
-                    "labels": dict(n.labels),
-                    "sharing": {g.uuid: g.sharing for g in n.gpus},
-                }
+            readers, defaults = sim_nodes(self.pool_config_file, self.catalog)
         else:
             readers = {self.node_name: nvml_reader(self.dynamic_mig)}
         self.log.info(
@@ -584,32 +560,8 @@ class PoolService(StrictCommandLine):
 
     def make_app(self) -> web.Application:
         """The tornado application with every route of the API."""
-        api = url_path_join(self.base_url, "api/v1/")
-        handlers: list[pages.Route] = []
-        for module in (
-            allocations,
-            approvals,
-            restart,
-            users,
-            agent,
-            admin,
-            reclaim,
-            operate,
-            planning,
-            alerts,
-            jobs,
-            kernels,
-        ):
-            handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
-        handlers += [
-            (url_path_join(self.base_url, "metrics"), MetricsHandler),
-            (url_path_join(self.base_url, "health"), HealthHandler),
-            (url_path_join(self.base_url, "oauth_callback"), HubOAuthCallbackHandler),
-            *pages.default_handlers(self.base_url),
-            (api + r".*", NotFoundHandler),
-        ]
         return web.Application(
-            handlers,
+            routes(self.base_url),
             store=self.store,
             hub_auth=self.hub_auth,
             hub=self.hub,

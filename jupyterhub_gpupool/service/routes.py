@@ -1,13 +1,31 @@
-"""The service's routes beside API v1's resources: Prometheus' ``/metrics`` and the JSON 404
-of an unknown API path (the health check is ``jupyterhub_gpupool.health``, shared with the
-reclaimer)."""
+"""The service's routes: every route of the application (``routes``), and those beside API v1's
+resources: Prometheus' ``/metrics`` and the JSON 404 of an unknown API path (the health check
+is ``jupyterhub_gpupool.health``, shared with the reclaimer)."""
 
 from __future__ import annotations
 
 import json
 
+from jupyterhub.services.auth import HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
 from tornado import web
 
+from ..health import HealthHandler
+from . import pages
+from .apihandlers import (
+    admin,
+    agent,
+    alerts,
+    allocations,
+    approvals,
+    jobs,
+    kernels,
+    operate,
+    planning,
+    reclaim,
+    restart,
+    users,
+)
 from .apihandlers.base import APIHandler
 from .apihandlers.errors import APIError
 from .scopes import ADMIN, METRICS_SCOPE
@@ -43,3 +61,33 @@ class MetricsHandler(web.RequestHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps(APIError(code, message).to_dict()))
+
+
+def routes(base_url: str) -> list[pages.Route]:
+    """Every route of the service under ``base_url``: API v1's resources, ``/metrics``,
+    ``/health``, the OAuth callback, the pages, and the JSON 404 of any other API path."""
+    api = url_path_join(base_url, "api/v1/")
+    handlers: list[pages.Route] = []
+    for module in (
+        allocations,
+        approvals,
+        restart,
+        users,
+        agent,
+        admin,
+        reclaim,
+        operate,
+        planning,
+        alerts,
+        jobs,
+        kernels,
+    ):
+        handlers += [(api + pattern, handler) for pattern, handler in module.default_handlers]
+    return [
+        *handlers,
+        (url_path_join(base_url, "metrics"), MetricsHandler),
+        (url_path_join(base_url, "health"), HealthHandler),
+        (url_path_join(base_url, "oauth_callback"), HubOAuthCallbackHandler),
+        *pages.default_handlers(base_url),
+        (api + r".*", NotFoundHandler),
+    ]

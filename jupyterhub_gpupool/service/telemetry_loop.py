@@ -21,7 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..pool import commands
+from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
+from ..poolconfig import load_pool_config
 from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
 from .ingest import ingest, node_from_inventory
@@ -36,6 +38,25 @@ def sim_readers(pool_config_file: str, node_names: list[str]) -> dict[str, Reade
     from ..telemetry.agent import sim_reader
 
     return {name: sim_reader(pool_config_file, name) for name in node_names}
+
+
+def sim_nodes(
+    pool_config_file: str, catalog: Catalog
+) -> tuple[dict[str, Reader], dict[str, dict[str, Any]]]:
+    """Every node of the pool YAML on the simulated NVML: its reader, and what its inventory
+    reports take from the YAML rather than from NVML (cluster, CPU, memory, labels, sharing)."""
+    nodes = load_pool_config(pool_config_file, catalog).nodes
+    defaults = {
+        n.name: {
+            "cluster": n.cluster,
+            "cpu_milli": n.cpu_milli,
+            "memory_mib": n.memory_mib,
+            "labels": dict(n.labels),
+            "sharing": {g.uuid: g.sharing for g in n.gpus},
+        }
+        for n in nodes
+    }
+    return sim_readers(pool_config_file, [n.name for n in nodes]), defaults
 
 
 def nvml_reader(dynamic_mig: bool) -> Reader:

@@ -1,7 +1,7 @@
 """The OpenAPI spec (docs/source/_static/rest-api.yml) must equal what the handlers serve.
 
-No hub, no service: the route table comes from the ``default_handlers`` of the modules that
-``PoolService.make_app`` mounts, the methods from the handler classes (inherited ones count:
+No hub, no service: the route table is the one ``PoolService.make_app`` mounts
+(``service.routes.routes``), the methods come from the handler classes (inherited ones count:
 tornado dispatches them), and the accepted body fields, query arguments and 4xx statuses from
 the handlers' source, parsed with ``ast``. A handler that grows a method, a body field or a
 query argument without the spec following fails here, and so does a spec that promises more.
@@ -22,10 +22,10 @@ import pytest
 import yaml
 from tornado import web
 
-from jupyterhub_gpupool.service import app
 from jupyterhub_gpupool.service.apihandlers import allocations, users
 from jupyterhub_gpupool.service.apihandlers.base import APIHandler
 from jupyterhub_gpupool.service.apihandlers.errors import STATUS, APIError
+from jupyterhub_gpupool.service.routes import NotFoundHandler, routes
 from jupyterhub_gpupool.store import StoreError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,24 +63,15 @@ def spec_operations() -> set[tuple[str, str]]:
     }
 
 
-@cache
-def api_modules() -> tuple[Any, ...]:
-    """The handler modules ``make_app`` mounts: its ``for module in (...)`` loop, read with ast."""
-    source = textwrap.dedent(inspect.getsource(app.PoolService.make_app))
-    for node in ast.walk(ast.parse(source)):
-        if (
-            isinstance(node, ast.For)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == "module"
-            and isinstance(node.iter, ast.Tuple)
-        ):
-            return tuple(getattr(app, name.id) for name in node.iter.elts)
-    raise AssertionError("make_app no longer mounts `for module in (...)`: update this test")
-
-
 def handler_routes() -> list[tuple[str, type[web.RequestHandler]]]:
-    """(pattern, handler class) as ``make_app`` mounts them under ``api/v1/``."""
-    return [route for module in api_modules() for route in module.default_handlers]
+    """(pattern, handler class) of every API v1 resource the service mounts
+    (``service.routes.routes``, as ``PoolService.make_app`` serves it), under ``api/v1/``."""
+    prefix = "/api/v1/"
+    return [
+        (route[0][len(prefix) :], route[1])
+        for route in routes("/")
+        if route[0].startswith(prefix) and route[1] is not NotFoundHandler
+    ]
 
 
 def implemented_methods(handler: type[web.RequestHandler]) -> set[str]:
@@ -476,7 +467,8 @@ def test_error_statuses_are_listed(handler: type, path: str, method: str):
 
 def test_ast_readers_find_what_handlers_use():
     # guard the guards: the readers must see the fields, arguments and statuses they claim to
-    assert {m.__name__.rsplit(".", 1)[1] for m in api_modules()} >= {"allocations", "users"}
+    mounted = {handler.__module__.rsplit(".", 1)[1] for _, handler in handler_routes()}
+    assert mounted >= {"allocations", "users", "jobs", "kernels"}
     fields = json_body_fields(allocations.AllocationsHandler, "POST")
     assert fields is not None
     assert fields["offer"] == (frozenset({"str"}), True)
