@@ -652,7 +652,9 @@ def decided(state: PoolState, command: c.Command, now: float) -> Outcome:
     try:
         return decide(state, command, now)
     except Refusal as e:
-        raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+        err = StoreError(e.code, e.message, field=e.field)  # its message says what is allowed
+        err.allowed = e.allowed
+        raise err from None
 
 
 def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> LeaseFacts:

@@ -66,8 +66,11 @@ REPORTS = ("running", "exited")
 
 
 def refused(e: PoolError) -> Refusal:
-    """A check's ``PoolError`` as the refusal of the command."""
-    return Refusal(e.code, e.message, field=e.field, allowed=e.allowed)
+    """A check's ``PoolError`` as the refusal of the command (its message as it was: it
+    says what is allowed already)."""
+    refusal = Refusal(e.code, e.message, field=e.field)
+    refusal.allowed = e.allowed
+    return refusal
 
 
 def job_not_found(job_id: str) -> Refusal:

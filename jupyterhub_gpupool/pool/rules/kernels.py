@@ -30,6 +30,7 @@ from ..kernels import (
 from ..leases import LIVE_STATES
 from ..model import offer_priority
 from ..workloads import INTERACTIVE, request_priority
+from .jobs import refused
 from .leases import allocate
 
 
@@ -89,7 +90,7 @@ def _activity(state: PoolState, cmd: Any, now: float) -> Outcome:
     try:
         check_kernel_state(cmd.state)
     except PoolError as e:
-        raise Refusal(e.code, e.message, field=e.field, allowed=e.allowed) from None
+        raise refused(e) from None
     kernel = _the_kernel(state, cmd.kernel_id)
     facts, lid = kernel.lease, kernel.lease.id
     if facts.state == "released":
