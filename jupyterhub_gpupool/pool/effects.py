@@ -340,7 +340,8 @@ Effect = (
 
 def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
     """Make ``effect`` true in the allocator (the applier's in-memory half; the effects on a
-    lease's binding and notices change only rows)."""
+    lease's binding and notices, and a job's and a kernel's own, change only rows; a job's
+    end changes what its lease's end does)."""
     if isinstance(effect, (LeaseGranted, LeaseQueued)):
         alloc.apply(effect.grant if isinstance(effect, LeaseGranted) else effect.queued, now)
     elif isinstance(effect, LeaseReleased):
