@@ -1,11 +1,16 @@
 """A small pool for the allocator's unit tests: two dynamic-MIG A100s and four H100s, the
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
-``test_borrowing.py``)."""
+``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
+nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``)."""
 
 from __future__ import annotations
 
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.commands import Command
+from jupyterhub_gpupool.pool.decide import decide
+from jupyterhub_gpupool.pool.errors import Refusal
+from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
 from jupyterhub_gpupool.pool.quota import QuotaBook
 
@@ -52,3 +57,43 @@ def granted(decision) -> Grant:
 def queued(decision) -> Queued:
     assert isinstance(decision, Queued), decision
     return decision
+
+
+# -- what ``pool.decide`` reads (tests/unit/test_decide_jobs.py, test_decide_kernels.py) ---------
+
+
+def fingerprint(alloc: Allocator) -> tuple:
+    """What a decision must leave as it was: leases, waiters, devices and tallies."""
+    return (
+        sorted((le.id, le.node, le.slots, le.units, le.borrowed) for le in alloc.leases.values()),
+        sorted((w.request.id, w.reason, w.since) for w in alloc.waiters.values()),
+        [(g.uuid, g.whole_lease, sorted(g.shares.items())) for g in alloc.gpus.values()],
+        {k: v for k, v in alloc.quotas.held_user.items() if v},
+    )
+
+
+def decided(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> Outcome:
+    """``decide`` on ``alloc`` with the facts ``facts``, checking that it changed nothing."""
+    before = fingerprint(alloc)
+    outcome = decide(PoolState(alloc, **facts), command, now)
+    assert fingerprint(alloc) == before
+    return outcome
+
+
+def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> Refusal:
+    """The refusal ``decide`` raises (and fails if it decides instead)."""
+    try:
+        decide(PoolState(alloc, **facts), command, now)
+    except Refusal as e:
+        return e
+    raise AssertionError(f"{command} was not refused")
+
+
+def lease(lid: str, state: str = "active", **kw) -> LeaseFacts:
+    """A lease's facts (``user`` u, ``server`` the id unless given)."""
+    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+
+
+def job(jid: str, state: str = "running", lease_id: str | None = None, **kw) -> JobFacts:
+    """A job's facts (``user`` u; its lease ``lease_id``, the job's id with ``l-`` before)."""
+    return JobFacts(jid, kw.pop("user", "u"), state, lease_id or f"l-{jid}", **kw)

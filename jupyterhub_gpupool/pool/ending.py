@@ -129,3 +129,13 @@ def uncordon_withdrawals(
         why = f"the node {node} is back in service: the drain is called off"
         out.append(NoticeWithdrawn(facts.id, withdraw(rs, now, hold), why, rec.kind, rec.reason))
     return out
+
+
+def finish_in(trial: Trial, facts: LeaseFacts, reason: str, now: float) -> tuple[Effect, ...]:
+    """``finishing`` of one lease inside the caller's trial, for a rule that ends leases as it
+    goes and reads the pool after each (``PreemptJobs``); the waiters' reasons are the
+    caller's to add, from its trial, at its end."""
+    effects: list[Effect] = []
+    if facts.id not in trial.ended:
+        _finish_one(trial, facts, reason, now, effects)
+    return tuple(effects)

@@ -10,9 +10,11 @@ from typing import Any
 from .allocator import Allocator
 from .effects import Effect
 from .holders import Held
+from .kernels import KernelRules
 from .model import Request
 from .quota import QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
+from .workloads import WorkloadClass
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
 RESTARTING = "restarting"
@@ -66,6 +68,37 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class JobFacts:
+    """What the rules read of a job's row (and of its lease's enforced notice, if any)."""
+
+    id: str
+    user: str
+    state: str
+    lease_id: str | None = None  # its lease (``PoolState.leases`` has its facts if it ends)
+    workload: str | None = None
+    uid: str | None = None  # a Kueue Workload's uid (``runner_ref``)
+    reason: str | None = None
+    #: Its lease is under an enforced notice (``reclaiming``): the notice's kind, reason and
+    #: deadline (epoch seconds), which the job follows.
+    lease_reclaiming: bool = False
+    notice_kind: str | None = None
+    notice_reason: str | None = None
+    notice_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the rules read of a kernel's lease: its facts, its idle notice's deadline (a
+    kernel's own: no reclaim kind), and its last report and last execution (epoch seconds;
+    the grant, or the request, before any)."""
+
+    lease: LeaseFacts
+    notice_deadline: float | None = None
+    last_report: float = 0.0
+    last_busy: float = 0.0
+
+
+@dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
 
@@ -102,6 +135,23 @@ class PoolState:
     node_gpus: tuple[tuple[str, str, bool], ...] = ()
     #: LapseApprovals: the leases and requests whose approved duration ends some time.
     lapsing: tuple[Lapsing, ...] = ()
+    # -- jobs and kernels
+    #: SubmitJob, KueueJob, RequestKernel: the pool config's workload classes.
+    classes: Mapping[str, WorkloadClass] = field(default_factory=dict)
+    #: SubmitJob, KueueJob: the new job's id (drawn by the store, as ``new_id``).
+    new_job_id: str = ""
+    #: CancelJob, JobStatus, EndKubeJob: the job addressed (None: there is no such job).
+    job: JobFacts | None = None
+    #: KueueJob: the jobs of the Workload's name, newest first; PreemptJobs: the live jobs
+    #: (granted to preempting, each with a lease), oldest first.
+    jobs: tuple[JobFacts, ...] = ()
+    #: PreemptJobs: the class of each queued or live lease that has one, by lease id.
+    workloads: Mapping[str, str | None] = field(default_factory=dict)
+    #: RequestKernel: the kernel's live lease; ReleaseKernel, KernelActivity: its newest one.
+    kernel: KernelFacts | None = None
+    #: ReapKernels: the live kernel leases, oldest first, and the reaper's timings.
+    kernels: tuple[KernelFacts, ...] = ()
+    kernel_rules: KernelRules = field(default_factory=KernelRules)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ A day of three workloads, replayed twice through the pool's allocator
 GPU, each service its GPUs, training nothing (everything it holds is borrowed). After every
 event each queued request within guarantee of a non-preemptible class takes, in
 ``workloads.preemption_rank`` order, the leases ``Allocator.reclaimable_for`` names, as the
-store's ``preempt_jobs`` does (a lease promised to a waiter ahead is not taken twice).
+``PreemptJobs`` rule does (``pool.rules.jobs``; a lease promised to a waiter ahead is not
+taken twice).
 
 ``split``: the same nodes cut into three allocators (notebooks / training / inference), each
 workload on its own share; nothing borrowed across, nothing preempted.

@@ -32,7 +32,17 @@ from ..pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
     Effect,
+    JobCancelling,
+    JobEnded,
+    JobPreempting,
+    JobSeen,
+    JobStarted,
+    JobSubmitted,
     KeptAlive,
+    KernelBusy,
+    KernelNoticeCancelled,
+    KernelNoticed,
+    KernelRequested,
     LeaseActivated,
     LeaseGranted,
     LeaseQueued,
@@ -53,12 +63,27 @@ from ..pool.ending import ended_reason, finish, serve_queue
 from ..pool.errors import Refusal
 from ..pool.facts import RESTARTING, LeaseFacts, Outcome, PoolState
 from ..pool.holders import job_after_lease, job_granted, job_of
+from ..pool.kernels import KERNEL_HOLDER
 from ..pool.model import Request
+from ..pool.workloads import JOB_HOLDER
 from .bulk import queue_release, stage_lease
 from .core import StoreCore
 from .errors import StoreError
 from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, ts
 
+#: A job's and a kernel's effects (``Applier._job_or_kernel``).
+_JOBS_AND_KERNELS = (
+    JobSubmitted,
+    JobEnded,
+    JobSeen,
+    JobStarted,
+    JobCancelling,
+    JobPreempting,
+    KernelRequested,
+    KernelBusy,
+    KernelNoticed,
+    KernelNoticeCancelled,
+)
 #: States of a resize target that still stands (``LeaseRow.resize_of`` names its lease).
 TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming")
 __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "lease_facts"]
@@ -142,9 +167,12 @@ class Applier(StoreCore):
         """Make ``effects`` true, in order: in ``alloc`` (None: it is rebuilt from the rows
         afterwards) and in the rows. ``rows``: lease rows the caller holds already. Returns
         the rows of the new requests, by id."""
-        now_s, made = self._now_s(), {}
+        now_s, made = self._now_s(), dict[str, orm.LeaseRow]()
         known = dict(rows or {})
         for effect in effects:
+            if isinstance(effect, _JOBS_AND_KERNELS):
+                self._job_or_kernel(db, alloc, effect, actor, {**known, **made})
+                continue  # a job's end applies its lease's end itself
             if alloc is not None:
                 apply_effect(alloc, effect, now_s)
             if isinstance(effect, (LeaseGranted, LeaseQueued)):
@@ -406,6 +434,122 @@ class Applier(StoreCore):
             )
         return out
 
+    # -- jobs and kernels --------------------------------------------------------------------
+
+    def _job_or_kernel(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        effect: Effect,
+        actor: str,
+        known: Mapping[str, orm.LeaseRow],
+    ) -> None:
+        """A job's or a kernel's effect: its row (a kernel's is its lease's) and audit. A job
+        that ends takes its lease along: that end's effects are applied here, after the job's
+        state (so the lease's end leaves the job as it is) and before the job's audit event,
+        as the pool's own act (audited as the system's)."""
+        now = self.clock()
+        if isinstance(effect, JobSubmitted):
+            self._job_submitted(db, alloc, effect, actor, known)
+        elif isinstance(effect, JobEnded):
+            job = self._job(db, effect.job_id)
+            job.state, job.ended = effect.state, now
+            if effect.reason is not None:
+                job.reason = effect.reason
+            if effect.exit_code is not None:
+                job.exit_code = effect.exit_code
+            self._apply_effects(db, alloc, effect.lease, "system", known)
+            self._job_event(db, effect.event, actor, job, **dict(effect.data))
+        elif isinstance(effect, JobSeen):
+            job = self._job(db, effect.job_id)
+            job.runner_seen = now
+            if effect.pid is not None:
+                job.pid = effect.pid
+        elif isinstance(effect, JobStarted):
+            job = self._job(db, effect.job_id)
+            job.state, job.started = "running", now
+            self._job_event(db, "job-running", actor, job, pid=effect.pid)
+        elif isinstance(effect, JobCancelling):
+            job = self._job(db, effect.job_id)
+            job.state = "cancelling"
+            self._job_event(db, "job-cancelling", actor, job)
+        elif isinstance(effect, JobPreempting):
+            job = self._job(db, effect.job_id)
+            job.state, job.reason = "preempting", effect.reason
+            job.notice_deadline = from_epoch(effect.deadline)
+            if effect.notice is not None or effect.for_request is None:
+                self._job_event(db, "job-preempting", actor, job, notice=effect.notice)
+            else:
+                said = {"deadline": ts(job.notice_deadline), "for_request": effect.for_request}
+                self._job_event(db, "job-preempting", actor, job, **said)
+        else:
+            self._kernel_changed(db, effect, actor, known)
+
+    def _job_submitted(
+        self,
+        db: Session,
+        alloc: Allocator | None,
+        effect: JobSubmitted,
+        actor: str,
+        known: Mapping[str, orm.LeaseRow],
+    ) -> None:
+        """The job's row, and its lease made the job's."""
+        new = effect.job
+        row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+        row.holder, row.workload, row.expires = JOB_HOLDER, new.workload, None
+        job = orm.JobRow(
+            id=new.id,
+            user=new.user,
+            group=row.group,
+            name=new.name,
+            runner=new.runner,
+            runner_ref=dict(new.runner_ref) if new.runner_ref is not None else None,
+            offer=new.offer,
+            workload=new.workload,
+            command=list(new.command),
+            env=dict(new.env) if new.env is not None else None,
+            cwd=new.cwd,
+            state="granted" if row.state == "granted" else "queued",
+            lease_id=row.id,
+            node=row.node,
+            devices=self._job_devices(alloc, row),
+            created=self.clock(),
+            log="",
+            log_start=0,
+        )
+        db.add(job)
+        said = {"job": job.id, "name": job.name, "class": new.workload, "state": job.state}
+        self._event(db, "job-submitted", actor or new.user, row, said)
+
+    def _kernel_changed(
+        self, db: Session, effect: Effect, actor: str, known: Mapping[str, orm.LeaseRow]
+    ) -> None:
+        """A kernel's effect: its lease's row."""
+        assert isinstance(
+            effect, (KernelRequested, KernelBusy, KernelNoticed, KernelNoticeCancelled)
+        )
+        now = self.clock()
+        row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+        if isinstance(effect, KernelRequested):
+            row.holder, row.workload, row.expires = KERNEL_HOLDER, effect.workload, None
+            row.keepalive, row.last_input, row.presence_source = now, now, "kernel"
+        elif isinstance(effect, KernelBusy):
+            row.last_input = now
+        elif isinstance(effect, KernelNoticed):
+            row.reclaim_deadline = from_epoch(effect.deadline)
+            row.reclaim_reason = effect.reason
+            said = {"deadline": ts(row.reclaim_deadline)}
+            self._event(db, "kernel-notice", actor, row, said)
+        else:
+            row.reclaim_deadline, row.reclaim_reason = None, None
+            self._event(db, "kernel-notice-cancelled", actor, row)
+
+    @staticmethod
+    def _job(db: Session, job_id: str) -> orm.JobRow:
+        job = db.get(orm.JobRow, job_id)
+        assert job is not None  # the store read it for the decision
+        return job
+
     # -- quotas ----------------------------------------------------------------------------
 
     def _quota_set(self, db: Session, effect: QuotaSet, actor: str) -> None:
@@ -508,7 +652,9 @@ def decided(state: PoolState, command: c.Command, now: float) -> Outcome:
     try:
         return decide(state, command, now)
     except Refusal as e:
-        raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+        err = StoreError(e.code, e.message, field=e.field)  # its message says what is allowed
+        err.allowed = e.allowed
+        raise err from None
 
 
 def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> LeaseFacts:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
-from fractions import Fraction
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -26,42 +25,49 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.borrowing import owner_surplus
-from ..pool.decisions import Lease
-from ..pool.errors import PoolError
-from ..pool.facts import PoolState
+from ..pool.facts import JobFacts, PoolState
 from ..pool.holders import Held, job_server, runner_silent
-from ..pool.model import offer_priority
-from ..pool.workloads import (
-    JOB_HOLDER,
-    Holder,
-    WorkloadClass,
-    check_cwd,
-    check_job,
-    check_replicas,
-    class_for,
-    lease_class,
-    preempting_reason,
-    preemption_rank,
-    request_priority,
-    waiter_preemption_rank,
-)
+from ..pool.rules.jobs import ALIVE_STATES, KUEUE
+from ..pool.rules.jobs import job_not_found as refused_job
+from ..pool.workloads import JOB_HOLDER, WorkloadClass
 from .apply import LazyFacts, decided
 from .errors import StoreError
 from .leases import LeaseStore
 from .rows import epoch, ts
 
+__all__ = ["ALIVE_STATES", "LOG_KEEP", "RUNNER_STATES", "JobStore", "job_facts", "job_not_found"]
+
 #: The most of a job's output the pool keeps (the last characters).
 LOG_KEEP = 1024 * 1024
 #: States the runner acts on (its node's list).
 RUNNER_STATES = ("granted", "cancelling", "preempting")
-#: States in which the runner has (or may have) a process: its reports count.
-ALIVE_STATES = ("granted", "running", "cancelling", "preempting")
 
 
 def job_not_found(job_id: str) -> StoreError:
     """The refusal for a job that does not exist (or is not the caller's)."""
-    return StoreError("not_found", f"no job {job_id!r}", field="id")
+    e = refused_job(job_id)
+    return StoreError(e.code, e.message, field=e.field)
+
+
+def job_facts(job: orm.JobRow, lease: orm.LeaseRow | None = None) -> JobFacts:
+    """What the pool's rules read of a job's row (and of ``lease``'s enforced notice)."""
+    ref = job.runner_ref or {}
+    notice = lease is not None and lease.state == "reclaiming"
+    return JobFacts(
+        job.id,
+        job.user,
+        job.state,
+        job.lease_id,
+        job.workload,
+        uid=ref.get("uid"),
+        reason=job.reason,
+        lease_reclaiming=notice,
+        notice_kind=lease.reclaim_kind if lease is not None and notice else None,
+        notice_reason=lease.reclaim_reason if lease is not None and notice else None,
+        notice_deadline=epoch(lease.reclaim_deadline)
+        if lease is not None and notice and lease.reclaim_deadline is not None
+        else None,
+    )
 
 
 class JobStore(LeaseStore):
@@ -105,90 +111,39 @@ class JobStore(LeaseStore):
         ``invalid_replicas``. With ``image``, Kubernetes runs it (``kube.kubejobs.KubeJobs``),
         not the local runner. ``replicas`` copies of the offer are one grant, on one node, and
         count against the user's and group's quota (``workloads.check_replicas``)."""
-        try:
-            command, env_ = check_job(command, env)
-            cwd = check_cwd(cwd)
-        except PoolError as e:
-            raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
-        runner, ref = None, None
-        if image is not None:
-            # an image reference is printable ASCII without spaces (the spec's pattern)
-            if not image or len(image) > 512 or not all("!" <= c <= "~" for c in image):
-                raise StoreError(
-                    "invalid_image", f"not a container image: {image!r}", field="image"
-                )
-            runner, ref = "kubernetes", {"image": image}
-        return self._new_job(
-            user, offer, command, workload, name, group, groups, env_, cwd, actor, runner, ref,
-            replicas,
+        command_ = c.SubmitJob(
+            user, offer, command, workload, name, group, tuple(groups), env, cwd, image,
+            replicas, actor=actor,
         )  # fmt: skip
+        return self._new_job(command_, actor)
 
-    def _new_job(
-        self,
-        user: str,
-        offer: str,
-        command: list[str],
-        workload: str,
-        name: str,
-        group: str | None,
-        groups: Iterable[str],
-        env_: dict[str, str] | None,
-        cwd: str | None,
-        actor: str,
-        runner: str | None = None,
-        runner_ref: dict[str, str] | None = None,
-        replicas: object = 1,
-    ) -> dict[str, Any]:
-        """A job's row and its lease (granted or queued); ``runner`` None: the local runner's."""
-        groups = tuple(groups)
-        try:
-            cls = class_for(self.classes, workload, groups)
-        except PoolError as e:
-            raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
+    def _new_job(self, command: c.SubmitJob | c.KueueJob, actor: str) -> dict[str, Any]:
+        """A job's row and its lease (granted or queued): ``pool.decide`` decides, on the
+        facts an ask reads (``_ask_state``) and the workload classes; ``actor`` audits."""
         job_id = uuid.uuid4().hex
-        now = self.clock()
         with self.transaction() as (db, alloc):
-            try:
-                copies = check_replicas(replicas, cls, alloc.offers.get(offer))
-            except PoolError as e:
-                raise StoreError(e.code, e.message, field=e.field) from None
-            prio = request_priority(self.classes, cls, offer_priority(alloc.offers.get(offer)))
-            lease = self.allocate(
-                user, job_server(job_id), offer, group=group, groups=groups, priority=prio,
-                actor=actor, replicas=copies,
+            state = self._ask_state(
+                db, alloc, command.user, job_server(job_id), classes=self.classes,
+                new_job_id=job_id, jobs=self._kueue_jobs(db, command),
             )  # fmt: skip
-            row = self.lease_row(db, lease["id"])
-            row.holder, row.workload, row.expires = JOB_HOLDER, cls.name, None
-            job = orm.JobRow(
-                id=job_id,
-                user=user,
-                group=row.group,
-                # the program's name by default (as long as the column holds)
-                name=(name or f"{command[0].rsplit('/', 1)[-1][:200]}-{job_id[:6]}")[:255],
-                runner=runner,
-                runner_ref=runner_ref,
-                offer=offer,
-                workload=cls.name,
-                command=command,
-                env=env_,
-                cwd=cwd,
-                state="granted" if row.state == "granted" else "queued",
-                lease_id=row.id,
-                node=row.node,
-                devices=self._job_devices(alloc, row),
-                created=now,
-                log="",
-                log_start=0,
+            outcome = decided(state, command, self._now_s())
+            made = self._apply_effects(db, alloc, outcome.effects, actor)
+            job = self._job_row(db, outcome.answer)
+            return self._job_json(db, alloc, job, made.get(job.lease_id or ""))
+
+    def _kueue_jobs(self, db: Session, command: c.Command) -> tuple[JobFacts, ...]:
+        """A Kueue Workload's jobs (by its name, newest first; none for another command)."""
+        if not isinstance(command, c.KueueJob):
+            return ()
+        rows = db.scalars(
+            select(orm.JobRow)
+            .where(
+                orm.JobRow.runner == KUEUE,
+                orm.JobRow.name == f"{command.namespace}/{command.name}",
             )
-            db.add(job)
-            self._event(
-                db,
-                "job-submitted",
-                actor or user,
-                row,
-                {"job": job_id, "name": job.name, "class": cls.name, "state": job.state},
-            )
-            return self._job_json(db, alloc, job, row)
+            .order_by(orm.JobRow.created.desc())
+        )
+        return tuple(job_facts(j) for j in rows)
 
     def list_jobs(self, user: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
         """Jobs, newest first (``user`` None: everybody's)."""
@@ -216,19 +171,24 @@ class JobStore(LeaseStore):
 
     def cancel_job(self, job_id: str, *, actor: str = "") -> dict[str, Any]:
         """A queued or granted job ends at once (its lease released); a running one goes
-        ``cancelling`` (its runner stops it and reports the exit); an ended one stays."""
-        now = self.clock()
+        ``cancelling`` (its runner stops it and reports the exit); an ended one stays.
+        ``pool.decide`` decides."""
+        return self._job_command(c.CancelJob(job_id, actor=actor), actor)
+
+    def _job_command(
+        self, command: c.CancelJob | c.JobStatus | c.EndKubeJob, actor: str
+    ) -> dict[str, Any]:
+        """Decide a command on one job (with its lease's facts) and apply it; answers the
+        job's JSON."""
         with self.transaction() as (db, alloc):
-            job = self._job_row(db, job_id)
-            if job.state in ("queued", "granted"):
-                why = "cancelled" if job.state == "queued" else "stopped"
-                job.state, job.ended = "cancelled", now
-                job.reason = f"cancelled by {actor or job.user}"
-                self._end_lease(db, alloc, job, why)
-                self._job_event(db, "job-cancelled", actor, job)
-            elif job.state in ("running", "preempting"):
-                job.state = "cancelling"
-                self._job_event(db, "job-cancelling", actor, job)
+            job = db.get(orm.JobRow, command.job_id)
+            lease = self._lease_of(db, job) if job is not None else None
+            facts, rows = self._lease_facts(db, alloc, [lease]) if lease is not None else ({}, {})
+            fact = job_facts(job) if job is not None else None
+            state = PoolState(alloc, facts, job=fact)
+            outcome = decided(state, command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, rows)
+            assert job is not None  # else refused
             return self._job_json(db, alloc, job)
 
     def job_log(self, job_id: str, offset: int = 0) -> dict[str, Any]:
@@ -273,50 +233,13 @@ class JobStore(LeaseStore):
         """The runner's report: ``running`` (also its heartbeat) or ``exited`` (the job ends:
         succeeded or failed by its exit code, cancelled or preempted if it was being stopped;
         the lease is released)."""
-        if state not in ("running", "exited"):
-            raise StoreError(
-                "invalid_field",
-                f"state must be running or exited, got {state!r}",
-                field="state",
-                allowed=("running", "exited"),
-            )
-        now = self.clock()
-        with self.transaction() as (db, alloc):
-            job = self._job_row(db, job_id)
-            if job.state in orm.JOB_FINAL or job.state == "queued":
-                raise StoreError(
-                    "job_not_running", f"job {job_id} is {job.state}", field="id"
-                )  # the runner stops what it still runs of it
-            job.runner_seen = now
-            if pid is not None:
-                job.pid = pid
-            if state == "running":
-                if job.state == "granted":
-                    job.state, job.started = "running", now
-                    lease = self._lease_of(db, job)
-                    if lease is not None and lease.state == "granted":
-                        lease.state, lease.activated, lease.keepalive = "active", now, now
-                        self._event(db, "activated", actor, lease)
-                    self._job_event(db, "job-running", actor, job, pid=pid)
-                return self._job_json(db, alloc, job)
-            job.exit_code = exit_code
-            job.ended = now
-            why = "stopped"
-            if job.state == "cancelling":
-                job.state = "cancelled"
-            elif job.state == "preempting":
-                job.state, why = "preempted", "preempted"
-            else:
-                job.state = "succeeded" if exit_code == 0 else "failed"
-                if exit_code != 0:
-                    job.reason = f"exit code {exit_code}"
-            self._end_lease(db, alloc, job, why)
-            self._job_event(db, "job-ended", actor, job, exit_code=exit_code)
-            return self._job_json(db, alloc, job)
+        return self._job_command(c.JobStatus(job_id, state, exit_code, pid, actor=actor), actor)
 
     def append_job_log(self, job_id: str, offset: int, data: str) -> dict[str, Any]:
         """Add the runner's output at ``offset`` (what is there already is not written
-        twice); keeps the last ``LOG_KEEP`` characters. Answers where the next part starts."""
+        twice); keeps the last ``LOG_KEEP`` characters. Answers where the next part starts.
+        Not ``pool.decide``'s: the output changes no pool state (no lease, no job's state),
+        so it is a plain record of the job's row."""
         with self.transaction() as (db, _):
             job = self._job_row(db, job_id)
             end = job.log_start + len(job.log)
@@ -340,22 +263,18 @@ class JobStore(LeaseStore):
         """Give preemptible jobs whose leases a waiting request within guarantee needs their
         notice (``preempting``, deadline = now + the class's grace; audited), and those a long
         waiter of a class with ``preempt_for_waiters`` needs on the node held for it
-        (``workloads.waiter_preemption_rank``: smaller borrowed ones). Waiters are
-        served in queue order; leases already leaving count first, so no waiter takes two
-        rounds' notices. Returns the jobs noticed now."""
-        now = self.clock()
-        noticed: list[str] = []
+        (``workloads.waiter_preemption_rank``: smaller borrowed ones); first, a job whose
+        lease got an enforced notice follows it. ``pool.decide`` decides
+        (``rules.jobs``); returns the jobs noticed now."""
         if not self._may_preempt():
-            return noticed  # no write (no version bump other processes would catch up with)
+            return []  # no write (no version bump other processes would catch up with)
         with self.transaction() as (db, alloc):
-            noticed += self._follow_lease_notices(db, alloc, actor)
-            jobs = {
-                j.lease_id: j
-                for j in db.scalars(select(orm.JobRow).where(orm.JobRow.state.in_(ALIVE_STATES)))
-                if j.lease_id
-            }
-            if not jobs:
-                return noticed
+            found = db.execute(
+                select(orm.JobRow, orm.LeaseRow)
+                .join(orm.LeaseRow, orm.LeaseRow.id == orm.JobRow.lease_id)
+                .where(orm.JobRow.state.in_(ALIVE_STATES))
+                .order_by(orm.JobRow.created, orm.JobRow.id)
+            ).all()
             workloads = dict(
                 db.execute(
                     select(orm.LeaseRow.id, orm.LeaseRow.workload).where(
@@ -364,74 +283,12 @@ class JobStore(LeaseStore):
                     )
                 ).all()
             )
-            promised: set[str] = set()
-            holds = alloc.holds(self._now_s())  # the node each long waiter holds
-            for waiter in alloc.queue(self._now_s()):
-                if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
-                    continue  # no preemption ends a wait for quota; or served meanwhile
-                requester = lease_class(self.classes, workloads.get(waiter.request.id))
-                node = None
-                if requester.preemptible:  # only a long waiter, on the node held for it
-                    if not requester.preempt_for_waiters:
-                        continue
-                    node = holds.get(waiter.request.id)
-                    if node is None:
-                        continue
-                units = waiter.units if node is not None else None
-                rank = self._ranker(alloc, jobs, workloads, promised, requester, units)
-                victims = alloc.reclaimable_for(waiter.request, self._now_s(), rank, node)
-                fresh = [
-                    jobs[v]
-                    for v in victims
-                    if v in jobs and jobs[v].state in ("granted", "running")
-                ]
-                promised |= set(victims)
-                for job in fresh:
-                    cls = lease_class(self.classes, job.workload)
-                    job.reason = preempting_reason(
-                        waiter.request.user, waiter.request.offer, long_waiter=node is not None
-                    )
-                    if job.state == "granted":  # never started: nothing to stop
-                        job.state, job.ended = "preempted", now
-                        self._end_lease(db, alloc, job, "preempted")
-                        self._job_event(db, "job-ended", actor, job, for_request=waiter.request.id)
-                        noticed.append(job.id)
-                        continue
-                    job.state = "preempting"
-                    job.notice_deadline = now + timedelta(seconds=cls.grace)
-                    self._job_event(
-                        db,
-                        "job-preempting",
-                        actor,
-                        job,
-                        deadline=ts(job.notice_deadline),
-                        for_request=waiter.request.id,
-                    )
-                    noticed.append(job.id)
-        return noticed
-
-    def _follow_lease_notices(self, db: Session, alloc: Allocator, actor: str) -> list[str]:
-        """A job whose lease got an enforced notice (``reclaiming``: an administrator's, a
-        drain's, a spent budget's; of any class, the admin decided) is stopped by its runner
-        like a preempted one, by the notice's deadline; one that never started ends at once.
-        The hub has no server of it to stop (``OperateStore.enforce_notices`` leaves it)."""
-        rows = db.execute(
-            select(orm.JobRow, orm.LeaseRow)
-            .join(orm.LeaseRow, orm.LeaseRow.id == orm.JobRow.lease_id)
-            .where(orm.JobRow.state.in_(("granted", "running")), orm.LeaseRow.state == "reclaiming")
-        ).all()
-        now, out = self.clock(), []
-        for job, lease in rows:
-            job.reason = lease.reclaim_reason or f"{lease.reclaim_kind} notice"
-            if job.state == "granted":
-                job.state, job.ended = "preempted", now
-                self._end_lease(db, alloc, job, "admin")
-                self._job_event(db, "job-ended", actor, job)
-            else:
-                job.state, job.notice_deadline = "preempting", lease.reclaim_deadline or now
-                self._job_event(db, "job-preempting", actor, job, notice=lease.reclaim_kind)
-            out.append(job.id)
-        return out
+            facts = LazyFacts(self, db, alloc, [lease for _, lease in found])
+            jobs = tuple(job_facts(job, lease) for job, lease in found)
+            state = PoolState(alloc, facts, classes=self.classes, jobs=jobs, workloads=workloads)
+            outcome = decided(state, c.PreemptJobs(actor=actor), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor, facts.read)
+            return list(outcome.answer)
 
     def _may_preempt(self) -> bool:
         """Whether a round could do anything: a job's lease under an administrator's notice,
@@ -461,41 +318,6 @@ class JobStore(LeaseStore):
                 )
                 is not None
             )
-
-    def _ranker(
-        self,
-        alloc: Allocator,
-        jobs: Mapping[str, orm.JobRow],
-        workloads: Mapping[str, str | None],
-        promised: set[str],
-        requester: WorkloadClass,
-        units: Fraction | None = None,
-    ) -> Any:
-        """The leases ``requester``'s waiter may take, in order: ``workloads.preemption_rank``,
-        or for a long waiter of ``units`` on its held node ``waiter_preemption_rank``."""
-        q = alloc.quotas
-        now = self._now_s()
-
-        def rank(lease: Lease) -> Any:
-            if lease.id in promised:  # already promised to a waiter ahead in the queue
-                return None
-            job = jobs.get(lease.id)
-            holder = Holder(
-                lease.id,
-                lease_class(self.classes, workloads.get(lease.id)),
-                lease.borrowed,
-                lease.request.arrival,
-                owner_surplus(lease.request.user, lease.group, q.held_user, q.held_group, q)
-                if lease.borrowed
-                else Fraction(0),
-                leaving=job is not None and job.state in ("preempting", "cancelling"),
-                units=lease.units,
-            )
-            if units is not None:
-                return waiter_preemption_rank(holder, requester, units, now)
-            return preemption_rank(holder, requester, now)
-
-        return rank
 
     def reconcile(
         self,

@@ -11,27 +11,19 @@ reconcile leaves kernel leases alone (``pool.holders.orphans``): no hub server i
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.errors import PoolError
-from ..pool.kernels import (
-    KERNEL_HOLDER,
-    KERNEL_PREFIX,
-    KernelRules,
-    check_kernel_id,
-    check_kernel_state,
-    idle_notice,
-    kernel_server,
-    kernel_verdict,
-)
-from ..pool.model import offer_priority
-from ..pool.workloads import INTERACTIVE, request_priority
+from ..pool.facts import KernelFacts, LeaseFacts, PoolState
+from ..pool.kernels import KERNEL_HOLDER, KERNEL_PREFIX, KernelRules, kernel_server
+from ..pool.rules.kernels import kernel_not_found as refused_kernel
+from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .jobs import JobStore
 from .rows import epoch, ts
@@ -39,7 +31,8 @@ from .rows import epoch, ts
 
 def kernel_not_found(kernel_id: str) -> StoreError:
     """The refusal for a kernel lease that does not exist (or is not the caller's)."""
-    return StoreError("not_found", f"no GPU kernel {kernel_id!r}", field="id")
+    e = refused_kernel(kernel_id)
+    return StoreError(e.code, e.message, field=e.field)
 
 
 class KernelStore(JobStore):
@@ -64,30 +57,18 @@ class KernelStore(JobStore):
         lease (the same quota). Asking again for a kernel that holds or waits for the same
         offer answers that lease (a restart keeps its GPU); another offer is refused
         (``kernel_exists``): the provisioner releases first."""
-        try:
-            check_kernel_id(kernel_id)
-        except PoolError as e:
-            raise StoreError(e.code, e.message, field=e.field) from None
-        now = self.clock()
+        command = c.RequestKernel(user, offer, kernel_id, group, tuple(groups), actor=actor)
         with self.transaction() as (db, alloc):
-            row = self._live_kernel_row(db, kernel_id)
-            if row is not None:
-                if row.user != user or row.offer != offer:
-                    raise StoreError(
-                        "kernel_exists",
-                        f"kernel {kernel_id} already holds a lease for {row.offer!r}",
-                        field="kernel_id",
-                    )
-                return self._kernel_json(db, alloc, row)
-            cls = self.classes[INTERACTIVE]
-            prio = request_priority(self.classes, cls, offer_priority(alloc.offers.get(offer)))
-            lease = self.allocate(
-                user, kernel_server(kernel_id), offer, group=group, groups=groups,
-                priority=prio, actor=actor,
+            live = None
+            if isinstance(kernel_id, str):  # else refused
+                live = self._live_kernel_row(db, kernel_id)
+            state = self._ask_state(
+                db, alloc, user, kernel_server(kernel_id), classes=self.classes,
+                kernel=kernel_facts(live) if live is not None else None,
             )  # fmt: skip
-            row = self.lease_row(db, lease["id"])
-            row.holder, row.workload, row.expires = KERNEL_HOLDER, cls.name, None
-            row.keepalive, row.last_input, row.presence_source = now, now, "kernel"
+            outcome = decided(state, command, self._now_s())
+            made = self._apply_effects(db, alloc, outcome.effects, actor)
+            row = made.get(outcome.answer) or self.lease_row(db, outcome.answer)
             return self._kernel_json(db, alloc, row)
 
     def kernels(self, user: str | None = None) -> list[dict[str, Any]]:
@@ -114,87 +95,53 @@ class KernelStore(JobStore):
 
     def release_kernel(self, kernel_id: str, *, actor: str = "") -> dict[str, Any]:
         """End the kernel's lease (shut down, restarted with another offer, cancelled while
-        queued); an ended one stays as it is."""
-        with self.transaction() as (db, alloc):
-            row = self._kernel_row(db, kernel_id)
-            if row.state != "released":
-                self._finish(db, alloc, row, "cancelled" if row.state == "queued" else "stopped",
-                             actor or row.user)  # fmt: skip
-            return self._kernel_json(db, alloc, row)
+        queued); an ended one stays as it is. ``pool.decide`` decides (``rules.kernels``)."""
+        return self._kernel_command(c.ReleaseKernel(kernel_id, actor=actor), actor)
 
     def kernel_activity(self, kernel_id: str, state: str, *, actor: str = "") -> dict[str, Any]:
         """The provisioner's report (its heartbeat): the kernel is alive and ``busy``
         (executing: its idle notice, if any, is cancelled), ``idle`` or ``starting``. The
         first report of a granted kernel activates its lease. Answers the lease: a released
-        one tells the provisioner to shut the kernel down."""
-        try:
-            check_kernel_state(state)
-        except PoolError as e:
-            raise StoreError(e.code, e.message, field=e.field, allowed=e.allowed) from None
-        now = self.clock()
+        one tells the provisioner to shut the kernel down. ``pool.decide`` decides."""
+        return self._kernel_command(c.KernelActivity(kernel_id, state, actor=actor), actor)
+
+    def _kernel_command(
+        self, command: c.ReleaseKernel | c.KernelActivity, actor: str
+    ) -> dict[str, Any]:
+        """Decide a command on the kernel's newest lease and apply it; answers its JSON."""
         with self.transaction() as (db, alloc):
-            row = self._kernel_row(db, kernel_id)
-            if row.state == "released":
-                return self._kernel_json(db, alloc, row)
-            row.keepalive = now
-            if row.state == "granted":
-                row.state, row.activated = "active", now
-                self._event(db, "activated", actor, row)
-            if state == "busy" and row.state in orm.LIVE_STATES:
-                row.last_input = now
-                if row.reclaim_deadline is not None and row.reclaim_kind is None:
-                    row.reclaim_deadline, row.reclaim_reason = None, None
-                    self._event(db, "kernel-notice-cancelled", actor, row)
+            row = self._newest_kernel_row(db, command.kernel_id)
+            facts, rows = self._lease_facts(db, alloc, [row]) if row is not None else ({}, {})
+            kernel = kernel_facts(row, facts.get(row.id)) if row is not None else None
+            state = PoolState(alloc, facts, kernel=kernel)
+            outcome = decided(state, command, self._now_s())
+            assert row is not None  # else refused
+            if isinstance(command, c.ReleaseKernel):
+                actor = actor or row.user
+            self._apply_effects(db, alloc, outcome.effects, actor, rows)
             return self._kernel_json(db, alloc, row)
 
     def reap_kernels(self, *, actor: str = "") -> list[str]:
         """The kernel reaper's round (``pool.kernels.kernel_verdict``): release the leases of
         kernels nobody reports any more (``orphaned``), give idle ones their notice, release
-        those whose notice ran out (``idle``). Returns the lease ids acted on."""
-        rules, now, actor = self.kernel_rules, self.clock(), actor or "system"
-        acted: list[str] = []
+        those whose notice ran out (``idle``). Returns the lease ids acted on. ``pool.decide``
+        decides (``rules.kernels``)."""
         with self.read() as db:
-            any_live = db.scalar(
-                select(orm.LeaseRow.id)
-                .where(
-                    orm.LeaseRow.holder == KERNEL_HOLDER, orm.LeaseRow.state.in_(orm.LIVE_STATES)
-                )
-                .limit(1)
-            )
+            any_live = db.scalar(select(orm.LeaseRow.id).where(*_live_kernels()).limit(1))
         if any_live is None:
-            return acted  # no write: most rounds of most pools
+            return []  # no write: most rounds of most pools
         with self.transaction() as (db, alloc):
             rows = db.scalars(
                 select(orm.LeaseRow)
-                .where(
-                    orm.LeaseRow.holder == KERNEL_HOLDER, orm.LeaseRow.state.in_(orm.LIVE_STATES)
-                )
+                .where(*_live_kernels())
                 .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
             ).all()
-            for row in rows:
-                start = row.granted or row.created
-                last_report = _latest(row.keepalive, start)
-                last_busy = _latest(row.last_input, start)
-                deadline = row.reclaim_deadline if row.reclaim_kind is None else None
-                verdict = kernel_verdict(
-                    epoch(now), epoch(last_report), epoch(last_busy),
-                    epoch(deadline) if deadline is not None else None, rules,
-                )  # fmt: skip
-                if verdict == "lost":
-                    self._finish(db, alloc, row, "orphaned", actor)
-                elif verdict == "reclaim":
-                    self._finish(db, alloc, row, "idle", actor)
-                elif verdict == "notice":
-                    row.reclaim_deadline = now + timedelta(seconds=rules.notice)
-                    row.reclaim_reason = idle_notice(
-                        (now - last_busy).total_seconds(), rules.notice
-                    )
-                    self._event(db, "kernel-notice", actor, row,
-                                {"deadline": ts(row.reclaim_deadline)})  # fmt: skip
-                else:
-                    continue
-                acted.append(row.id)
-        return acted
+            facts = LazyFacts(self, db, alloc, rows)
+            kernels = tuple(kernel_facts(row) for row in rows)
+            state = PoolState(alloc, facts, kernels=kernels, kernel_rules=self.kernel_rules)
+            outcome = decided(state, c.ReapKernels(actor=actor), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor or "system", facts.read)
+            return list(outcome.answer)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -208,9 +155,11 @@ class KernelStore(JobStore):
             )
         ).first()
 
-    def _kernel_row(self, db: Session, kernel_id: str) -> orm.LeaseRow:
-        row = (
-            self._live_kernel_row(db, kernel_id)
+    @classmethod
+    def _newest_kernel_row(cls, db: Session, kernel_id: str) -> orm.LeaseRow | None:
+        """The kernel's live lease, else its newest one (None: it has none)."""
+        return (
+            cls._live_kernel_row(db, kernel_id)
             or db.scalars(
                 select(orm.LeaseRow)
                 .where(
@@ -220,6 +169,9 @@ class KernelStore(JobStore):
                 .order_by(orm.LeaseRow.created.desc(), orm.LeaseRow.id.desc())
             ).first()
         )
+
+    def _kernel_row(self, db: Session, kernel_id: str) -> orm.LeaseRow:
+        row = self._newest_kernel_row(db, kernel_id)
         if row is None:
             raise kernel_not_found(kernel_id)
         return row
@@ -244,6 +196,19 @@ class KernelStore(JobStore):
 
 def _live_kernels() -> tuple[ColumnElement[bool], ...]:
     return (orm.LeaseRow.holder == KERNEL_HOLDER, orm.LeaseRow.state.in_(orm.LIVE_STATES))
+
+
+def kernel_facts(row: orm.LeaseRow, facts: LeaseFacts | None = None) -> KernelFacts:
+    """What the pool's rules read of a kernel's lease row (``facts``: its lease facts read
+    already, with its pending targets)."""
+    start = row.granted or row.created
+    own = row.reclaim_deadline if row.reclaim_kind is None else None  # the kernel's notice
+    return KernelFacts(
+        facts or lease_facts(row),
+        epoch(own) if own is not None else None,
+        epoch(_latest(row.keepalive, start)),
+        epoch(_latest(row.last_input, start)),
+    )
 
 
 def _latest(a: datetime | None, b: datetime) -> datetime:

@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import select
 
 from .. import orm
-from .errors import StoreError
+from ..pool import commands as c
+from ..pool.rules.jobs import KUBE_OUTCOMES as OUTCOMES
+from ..pool.rules.jobs import KUEUE, kueue_job_of
 from .jobs import ALIVE_STATES, JobStore
 
-KUEUE = "kueue"
-#: How a Workload ended, as the controller reports it.
-OUTCOMES = ("succeeded", "failed", "deleted", "evicted")
+__all__ = ["KUEUE", "OUTCOMES", "KueueJobStore"]
 
 
 class KueueJobStore(JobStore):
@@ -41,22 +41,12 @@ class KueueJobStore(JobStore):
         controller rejects the Workload), else a new one asking for ``offer`` (granted or
         queued; refused as ``SubmitJob`` is, e.g. ``unknown_class``): one lease per Workload
         however many rounds see it waiting."""
-        with self.locked() as alloc, self.read() as db:
-            for job in db.scalars(
-                select(orm.JobRow)
-                .where(orm.JobRow.runner == KUEUE, orm.JobRow.name == f"{namespace}/{name}")
-                .order_by(orm.JobRow.created.desc())
-            ):
-                if (job.runner_ref or {}).get("uid") != uid:
-                    continue
-                live = job.state in ("queued", *ALIVE_STATES)
-                if live or (job.state == "cancelled" and (job.reason or "").startswith("cancel")):
-                    return self._job_json(db, alloc, job)
-        ref = {"namespace": namespace, "name": name, "uid": uid}
-        return self._new_job(
-            user, offer, [], workload, f"{namespace}/{name}", None, (), None, None,
-            actor or f"kueue:{namespace}", runner=KUEUE, runner_ref=ref,
-        )  # fmt: skip
+        command = c.KueueJob(user, offer, workload, namespace, name, uid, actor=actor)
+        with self.locked() as alloc, self.read() as db:  # most rounds: it has its job
+            found = kueue_job_of(self._kueue_jobs(db, command), uid)
+            if found is not None:
+                return self._job_json(db, alloc, self._job_row(db, found))
+        return self._new_job(command, actor or f"kueue:{namespace}")
 
     def kueue_jobs(self) -> list[dict[str, Any]]:
         """The live jobs of Kueue Workloads (queued to preempting), oldest first."""
@@ -78,31 +68,8 @@ class KueueJobStore(JobStore):
         """The Workload ``succeeded`` or ``failed`` (Kueue's ``Finished``), was ``deleted``, or
         was ``evicted`` (after the pool's ``Retry`` of a preempting job: ``preempted``; by
         Kueue itself: ``cancelled``, Kueue queues it again and the pool sees a new request).
-        The job ends and its lease is released; an ended job stays as it is."""
-        if outcome not in OUTCOMES:
-            raise StoreError(
-                "invalid_field",
-                f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}",
-                field="outcome",
-                allowed=OUTCOMES,
-            )
-        now = self.clock()
-        with self.transaction() as (db, alloc):
-            job = self._job_row(db, job_id)
-            if job.state in orm.JOB_FINAL:
-                return self._job_json(db, alloc, job)
-            why = "cancelled" if job.state == "queued" else "stopped"
-            if job.state == "cancelling":  # the pool's cancel, carried out by Kueue
-                job.state, message = "cancelled", "cancelled in the pool"
-            elif outcome == "evicted" and job.state == "preempting":
-                job.state, why = "preempted", "preempted"
-            elif outcome in ("deleted", "evicted"):
-                job.state = "cancelled"
-            else:
-                job.state = outcome
-            job.ended = now
-            if job.state != "preempted" and (message or outcome != "succeeded"):
-                job.reason = message or f"workload {outcome}"
-            self._end_lease(db, alloc, job, why)
-            self._job_event(db, "job-ended", actor or "kueue", job, outcome=outcome)
-            return self._job_json(db, alloc, job)
+        The job ends and its lease is released; an ended job stays as it is. ``pool.decide``
+        decides (``rules.jobs``)."""
+        return self._job_command(
+            c.EndKubeJob(job_id, outcome, message, actor=actor), actor or "kueue"
+        )

@@ -77,17 +77,26 @@ class LeaseStore(Applier, ViewStore):
             replicas=replicas,
         )
         with self.transaction() as (db, alloc):
-            awaiting = self.awaiting_requests(db, user)
-            state = PoolState(
-                alloc,
-                holder=self._server_holder(db, alloc, user, server, awaiting),
-                awaiting=len(awaiting),
-                request_cap=self.max_requests_per_user,
-                new_id=uuid.uuid4().hex,
-            )
+            state = self._ask_state(db, alloc, user, server)
             outcome = decided(state, command, self._now_s())
             made = self._apply_effects(db, alloc, outcome.effects, actor)
             return self._lease_json(db, alloc, made[outcome.answer])
+
+    def _ask_state(
+        self, db: Session, alloc: Allocator, user: str, server: str, **more: Any
+    ) -> PoolState:
+        """What a new request for ``user``'s ``server`` reads (a server's, a job's, a
+        kernel's): the lease or request the server has, the user's requests awaiting
+        approval and the cap, the new request's id; ``more``: the asker's own facts."""
+        awaiting = self.awaiting_requests(db, user)
+        return PoolState(
+            alloc,
+            holder=self._server_holder(db, alloc, user, server, awaiting),
+            awaiting=len(awaiting),
+            request_cap=self.max_requests_per_user,
+            new_id=uuid.uuid4().hex,
+            **more,
+        )
 
     def _server_holder(
         self, db: Session, alloc: Allocator, user: str, server: str, awaiting: dict[str, str]

@@ -28,8 +28,9 @@ from ..model import Request, offer_priority
 from ..reclaim import Extend, Refuse, keepalive
 
 
-def _allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
-    """A new request: granted, queued, awaiting approval, or refused."""
+def allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """A new request: granted, queued, awaiting approval, or refused (a job's and a
+    kernel's too: ``rules.jobs``, ``rules.kernels``)."""
     alloc, new = state.alloc, NewLease(cmd.hub, cmd.resize_of)
     try:
         reason = check_ask(cmd.reason, cmd.duration)
@@ -186,7 +187,7 @@ def _resize(state: PoolState, cmd: Any, now: float) -> Outcome:
         hub=facts.hub,  # the restart into it is that hub's
         check_cap=cmd.check_cap,
     )
-    return _allocate(replace(state, holder=None), ask, now)
+    return allocate(replace(state, holder=None), ask, now)
 
 
 def _job_lease(facts: LeaseFacts, what: str) -> Refusal:
@@ -214,7 +215,7 @@ def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
 
 
 RULES: dict[type[c.Command], Rule] = {
-    c.Allocate: _allocate,
+    c.Allocate: allocate,
     c.Release: _release,
     c.Keepalive: _keepalive,
     c.Resize: _resize,
