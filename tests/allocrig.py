@@ -1,13 +1,16 @@
 """A small pool for the allocator's unit tests: two dynamic-MIG A100s and four H100s, the
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
-``test_borrowing.py``)."""
+``test_borrowing.py``); the facts a decision reads of a lease (``test_decide_reclaim.py``)."""
 
 from __future__ import annotations
 
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.facts import LeaseFacts
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
+from jupyterhub_gpupool.pool.noticefacts import Noticed
 from jupyterhub_gpupool.pool.quota import QuotaBook
+from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
 
 CATALOG = default_catalog()
 A100 = CATALOG.model("A100-80GB")
@@ -52,3 +55,46 @@ def granted(decision) -> Grant:
 def queued(decision) -> Queued:
     assert isinstance(decision, Queued), decision
     return decision
+
+
+# -- the facts a decision reads beyond the allocator (``pool.facts``) --------------------------
+
+
+def lease(lid: str, state: str = "active", **kw) -> LeaseFacts:
+    """A lease's facts (user ``u``, server named as the lease unless given)."""
+    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+
+
+def under_notice(
+    kind: str = "admin", deadline: float = 500.0, action: str = "stop", **kw
+) -> ReclaimState:
+    """A reclaim state with a ``kind`` notice ending at ``deadline`` (issued at 100)."""
+    return ReclaimState(reclaiming=Reclaiming(kind, deadline, "why", action, 100.0), **kw)
+
+
+def noticed(lid: str, state: str = "reclaiming", rs: ReclaimState | None = None, **kw) -> Noticed:
+    """A lease as the notice rules read it: under ``rs`` (an admin notice unless given), its
+    claim (``acting``, epoch seconds) and columns in ``kw``, the rest its ``LeaseFacts``."""
+    rs = under_notice() if rs is None and state == "reclaiming" else rs or ReclaimState()
+    rec = rs.reclaiming
+    own = {k: kw.pop(k) for k in ("action", "reason", "deadline", "acting", "since") if k in kw}
+    facts = lease(lid, state, reclaim_kind=rec.kind if rec else None, **kw)
+    return Noticed(
+        facts,
+        rs,
+        own.get("action", rec.action if rec else None),
+        own.get("reason", rec.reason if rec else None),
+        own.get("deadline", "2026-01-01T00:08:20Z" if rec else None),
+        own.get("acting"),
+        own.get("since"),
+    )
+
+
+def fingerprint(alloc: Allocator) -> tuple:
+    """What a decision must leave as it was: leases, waiters, devices and tallies."""
+    return (
+        sorted((le.id, le.node, le.slots, le.units, le.borrowed) for le in alloc.leases.values()),
+        sorted((w.request.id, w.reason, w.since) for w in alloc.waiters.values()),
+        [(g.uuid, g.whole_lease, sorted(g.shares.items())) for g in alloc.gpus.values()],
+        {k: v for k, v in alloc.quotas.held_user.items() if v},
+    )
