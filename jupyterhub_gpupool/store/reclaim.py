@@ -1,13 +1,14 @@
-"""Idle-GPU reclamation in the pool: the reclaimer's leader lock, its rounds (the pure rules of
-``pool.reclaim`` applied to the rows in one transaction), the outcome of an action, the user's
-"keep my GPU", the admin's policy override and the user's recent reclaims.
+"""Idle-GPU reclamation in the pool: the reclaimer's leader lock, its rounds (decided by
+``pool.decide``, ``pool.rules.reclaim`` over the pure rules of ``pool.reclaim``, and applied to
+the rows in one transaction), the outcome of an action, the user's "keep my GPU", the admin's
+policy override and the user's recent reclaims.
 
 The pool decides, the reclaimer sees and acts: a round gets what the reclaimer saw of each
 lease's server and user, adds the window's GPU samples stored in the database (every
-replica's: ``utilization_samples``, so any replica decides alike), plans with every lease's
-persisted ``ReclaimState`` and writes each decision back. An ``Act`` is *claimed* in the same
-transaction (``reclaim_acting``), and keepalive runs through the same writer, so one of them
-wins and the audit log says which.
+replica's: ``utilization_samples``, so any replica decides alike), and ``pool.decide`` plans
+with every lease's persisted ``ReclaimState``; the one applier writes each decision back. An
+``Act`` is *claimed* in the same transaction (``reclaim_acting``), and keepalive runs through
+the same writer, so one of them wins and the audit log says which.
 """
 
 from __future__ import annotations
