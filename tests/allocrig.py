@@ -1,7 +1,8 @@
 """A small pool for the allocator's unit tests: two dynamic-MIG A100s and four H100s, the
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
 ``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
-nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``)."""
+nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``); the facts a decision reads of a
+lease (``test_decide_reclaim.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
+from jupyterhub_gpupool.pool.noticefacts import Noticed
 from jupyterhub_gpupool.pool.quota import QuotaBook
+from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
 
 CATALOG = default_catalog()
 A100 = CATALOG.model("A100-80GB")
@@ -59,7 +62,37 @@ def queued(decision) -> Queued:
     return decision
 
 
-# -- what ``pool.decide`` reads (tests/unit/test_decide_jobs.py, test_decide_kernels.py) ---------
+# -- the facts a decision reads beyond the allocator (``pool.facts``) --------------------------
+
+
+def lease(lid: str, state: str = "active", **kw) -> LeaseFacts:
+    """A lease's facts (user ``u``, server named as the lease unless given)."""
+    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+
+
+def under_notice(
+    kind: str = "admin", deadline: float = 500.0, action: str = "stop", **kw
+) -> ReclaimState:
+    """A reclaim state with a ``kind`` notice ending at ``deadline`` (issued at 100)."""
+    return ReclaimState(reclaiming=Reclaiming(kind, deadline, "why", action, 100.0), **kw)
+
+
+def noticed(lid: str, state: str = "reclaiming", rs: ReclaimState | None = None, **kw) -> Noticed:
+    """A lease as the notice rules read it: under ``rs`` (an admin notice unless given), its
+    claim (``acting``, epoch seconds) and columns in ``kw``, the rest its ``LeaseFacts``."""
+    rs = under_notice() if rs is None and state == "reclaiming" else rs or ReclaimState()
+    rec = rs.reclaiming
+    own = {k: kw.pop(k) for k in ("action", "reason", "deadline", "acting", "since") if k in kw}
+    facts = lease(lid, state, reclaim_kind=rec.kind if rec else None, **kw)
+    return Noticed(
+        facts,
+        rs,
+        own.get("action", rec.action if rec else None),
+        own.get("reason", rec.reason if rec else None),
+        own.get("deadline", "2026-01-01T00:08:20Z" if rec else None),
+        own.get("acting"),
+        own.get("since"),
+    )
 
 
 def fingerprint(alloc: Allocator) -> tuple:
@@ -87,11 +120,6 @@ def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> R
     except Refusal as e:
         return e
     raise AssertionError(f"{command} was not refused")
-
-
-def lease(lid: str, state: str = "active", **kw) -> LeaseFacts:
-    """A lease's facts (``user`` u, ``server`` the id unless given)."""
-    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
 
 
 def job(jid: str, state: str = "running", lease_id: str | None = None, **kw) -> JobFacts:

@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import Allocator
+from .catalog import Catalog
 from .effects import Effect
 from .holders import Held
+from .idlesignal import Signals
 from .kernels import KernelRules
 from .model import Request
+from .noticefacts import Noticed, Shrinkable
 from .quota import QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
+from .reclaimpolicy import PolicySet
 from .workloads import WorkloadClass
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
@@ -152,6 +156,32 @@ class PoolState:
     #: ReapKernels: the live kernel leases, oldest first, and the reaper's timings.
     kernels: tuple[KernelFacts, ...] = ()
     kernel_rules: KernelRules = field(default_factory=KernelRules)
+    # -- reclaim and notices
+    #: ReclaimRound: the watched leases no one acts on (in the round's order), what is known
+    #: of each over the window (by id), the policies in effect, the leases whose action is
+    #: claimed, the bounds of stale data and of a claim, the shrinks' facts (by lease id),
+    #: the clusters the pool knows (a shrink's target asks for the lease's).
+    watched: tuple[LeaseInfo, ...] = ()
+    signals: Mapping[str, Signals] = field(default_factory=dict)
+    policies: PolicySet | None = None
+    claimed: tuple[Noticed, ...] = ()
+    stale_after: float = 120.0
+    claim_timeout: float = 600.0
+    shrinks: Mapping[str, Shrinkable] = field(default_factory=dict)
+    clusters: tuple[str, ...] = ()
+    #: AdminReclaim, ExtendNotice, CancelNotice, ReclaimOutcome, NoticeEnforced: the lease
+    #: (its facts in ``leases``); EnforceNotices: the overdue notices no one carries out;
+    #: BudgetRound: the live leases (in the order a spent budget gives its notices).
+    noticed: tuple[Noticed, ...] = ()
+    #: PutReclaimPolicy: the catalog a shrink target is checked with; ResetReclaimPolicy:
+    #: whether an administrator's section is in effect.
+    catalog: Catalog | None = None
+    policy_override: bool = False
+    #: BudgetRound: the budget warnings given in the periods running now ((subject, name,
+    #: level, when), epoch seconds).
+    warned: tuple[tuple[str, str, int, float], ...] = ()
+    #: AdminReclaim, CancelNotice: who asks (the notice's words name them).
+    actor: str = ""
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,11 @@ class Trial:
             grants.append(grant)
         return grants
 
+    def grant(self, grant: Grant) -> None:
+        """Place a new request's grant as ``Allocator.apply`` does (a round's shrink target:
+        the next shrink of the round sees it)."""
+        self._occupy(grant)
+
     def reasons(self) -> list[tuple[str, str]]:
         """(id, reason) of each waiter still waiting whose reason the trial changed."""
         waiters = self.alloc.waiters
@@ -118,7 +123,7 @@ class Trial:
 
     def _occupy(self, grant: Grant) -> None:
         a, lid = self.alloc, grant.request.id
-        waiter = a.waiters.pop(lid)
+        waiter = a.waiters.pop(lid, None)  # None: a new request's grant (``grant``)
         lease = Lease(
             lid,
             grant.request,
@@ -140,7 +145,8 @@ class Trial:
             a.quotas.remove(lease.request.user, lease.group, lease.units)
             a._unindex(lease)
             del a.leases[lid]
-            a.waiters[lid] = waiter
+            if waiter is not None:
+                a.waiters[lid] = waiter
 
         self._undo.append(back)
 

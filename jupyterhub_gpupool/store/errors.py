@@ -12,6 +12,16 @@ from ..pool.errors import Refusal
 class StoreError(Refusal):
     """A request the store refuses (``code``, ``message``, ``field``, ``allowed``)."""
 
+    @classmethod
+    def of(cls, refusal: Refusal) -> StoreError:
+        """The pool's refusal as the store's, its message as it is: it already names the field
+        and the allowed values, which ``__init__`` would add a second time."""
+        error = cls.__new__(cls)
+        Exception.__init__(error, refusal.message)
+        error.code, error.message = refusal.code, refusal.message
+        error.field, error.allowed = refusal.field, refusal.allowed
+        return error
+
 
 def lease_not_found(lease_id: str, field: str = "id") -> StoreError:
     """The refusal for a lease that does not exist, and for one the caller may not see:

@@ -23,8 +23,7 @@ reports the new layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,34 +31,46 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
+from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.dramig import NO_REPARTITION, made_by_claim
-from ..pool.effects import NoticeWithdrawn
 from ..pool.ending import admin_notice
+from ..pool.errors import Refusal
 from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
-from ..pool.reclaim import Reclaiming, enforced_release, withdraw
+from ..pool.noticefacts import Noticed
+from ..pool.reclaim import Reclaiming
 from ..pool.repartition import Held, parse_layout, plan_repartition
+from ..pool.rules.notices import (
+    ADMIN_ACTIONS,
+    MAX_GRACE,
+    check_admin_reclaim,
+    check_overdue,
+    check_seconds,
+    unclaimed,
+)
 from .admin import AdminStore
-from .apply import lease_facts
+from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
-from .reclaim import ReclaimStore, outcome_data
+from .reclaim import ReclaimStore, noticed
 from .rows import (
     epoch,
-    from_epoch,
     reclaim_state,
-    set_reclaim_state,
     ts,
 )
 
-#: What an admin's reclaim may do at its deadline.
-ADMIN_ACTIONS = ("stop", "release-gpu")
-#: The longest notice or extension an admin may give (a year, as for policies).
-MAX_GRACE = 366 * 86400.0
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
 #: reclaimer, which asks the lab to save everything first).
 ENFORCED_KINDS = ("admin", "drain", "exception", "budget")
+
+
+def _checked(check: Callable[..., None], *args: Any) -> None:
+    """A command's own check, before any lease is looked up (as the API answers)."""
+    try:
+        check(*args)
+    except Refusal as e:
+        raise StoreError.of(e) from None
 
 
 class OperateStore(PanelViews, ReclaimStore, AdminStore):
@@ -90,6 +101,23 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         self._apply_effects(db, alloc, outcome.effects, actor, rows)
         return str(outcome.answer)
 
+    def _notice_command(
+        self, db: Session, alloc: Allocator, lease_id: str, command: c.Command, actor: str
+    ) -> dict[str, Any]:
+        """An administrator's command on one lease's notice (``pool.decide``): the lease with
+        its pending targets and its offer's policy read first; the lease's JSON after."""
+        row = self.lease_row(db, lease_id)
+        facts, rows = self._lease_facts(db, alloc, [row])
+        policy = self.reclaim_policies(db, alloc.offers).for_offer(
+            alloc.offers.get(row.offer) or row.offer
+        )
+        state = PoolState(
+            alloc, facts, noticed=(noticed(row, facts[row.id]),), policy=policy, actor=actor
+        )
+        outcome = decided(state, command, self._now_s())
+        self._apply_effects(db, alloc, outcome.effects, actor, rows)
+        return self._lease_json(db, alloc, row)
+
     def admin_reclaim(
         self,
         lease_id: str,
@@ -101,113 +129,38 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Reclaim a live lease: a notice ending in ``grace`` seconds (default: the offer's
-        ``warn_before``), or (``immediately``) a release now with reason ``admin``."""
-        if action not in ADMIN_ACTIONS:
-            raise StoreError(
-                "invalid_field", f"unknown action {action!r}", field="action", allowed=ADMIN_ACTIONS
-            )
-        if grace is not None and not 0 <= grace <= MAX_GRACE:
-            raise StoreError("invalid_field", "must be 0 to 366 days in seconds", field="grace")
+        ``warn_before``), or (``immediately``) a release now with reason ``admin``
+        (``pool.decide``)."""
+        _checked(check_admin_reclaim, action, grace)
+        command = c.AdminReclaim(lease_id, immediately, grace, action, reason)
         with self.transaction() as (db, alloc):
-            row = self.lease_row(db, lease_id)
-            if row.state not in LIVE_STATES:
-                raise StoreError(
-                    "not_live",
-                    f"lease {lease_id} is {row.state}: there is no GPU to reclaim",
-                    field="id",
-                )
-            if row.reclaim_acting is not None and not immediately:
-                raise StoreError(
-                    "reclaim_in_progress",
-                    f"lease {lease_id} is being reclaimed now ({row.reclaim_action})",
-                    field="id",
-                )
-            if immediately:
-                self._finish(db, alloc, row, "admin", actor)
-                return self._lease_json(db, alloc, row)
-            if grace is None:
-                policy = self.reclaim_policies(db, alloc.offers).for_offer(
-                    alloc.offers.get(row.offer) or row.offer
-                )
-                grace = policy.warn_before
-            why = reason.strip() or f"an administrator ({actor or 'admin'}) reclaims this GPU"
-            deadline = self.clock() + timedelta(seconds=grace)
-            self._admin_notice(db, alloc, row, "admin", deadline, action, why, actor)
-            return self._lease_json(db, alloc, row)
+            return self._notice_command(db, alloc, lease_id, command, actor)
 
     def extend_notice(self, lease_id: str, seconds: float, *, actor: str = "") -> dict[str, Any]:
-        """Push a reclaim notice's deadline ``seconds`` later (from now, if it has passed)."""
-        if not 0 < seconds <= MAX_GRACE:
-            raise StoreError("invalid_field", "must be 1 s to 366 days", field="seconds")
+        """Push a reclaim notice's deadline ``seconds`` later (from now, if it has passed;
+        ``pool.decide``)."""
+        _checked(check_seconds, seconds)
         with self.transaction() as (db, alloc):
-            row = self.lease_row(db, lease_id)
-            state = reclaim_state(row)
-            if row.state != "reclaiming" or state.reclaiming is None:
-                raise StoreError(
-                    "no_notice", f"lease {lease_id} is under no reclaim notice", field="id"
-                )
-            if row.reclaim_acting is not None:
-                raise StoreError(
-                    "reclaim_in_progress",
-                    f"lease {lease_id} is being reclaimed now: too late to extend",
-                    field="id",
-                )
-            rec = state.reclaiming
-            deadline = max(rec.deadline, self._now_s()) + seconds
-            set_reclaim_state(row, replace(state, reclaiming=replace(rec, deadline=deadline)))
-            self._event(
-                db,
-                "reclaim-extended",
-                actor,
-                row,
-                {"by_admin": True, "seconds": seconds, "until": ts(from_epoch(deadline))},
-            )
-            return self._lease_json(db, alloc, row)
+            command = c.ExtendNotice(lease_id, seconds)
+            return self._notice_command(db, alloc, lease_id, command, actor)
 
     # -- cancel a notice ---------------------------------------------------------------------
-
-    def _withdraw(
-        self, db: Session, alloc: Allocator, row: orm.LeaseRow, why: str, actor: str
-    ) -> None:
-        """End ``row``'s notice (the pool's ``withdraw`` rule) and audit it for the user."""
-        state = reclaim_state(row)
-        rec = state.reclaiming
-        assert rec is not None
-        policy = self.reclaim_policies(db, alloc.offers).for_offer(
-            alloc.offers.get(row.offer) or row.offer
-        )
-        after = withdraw(state, self._now_s(), policy.extension)
-        effect = NoticeWithdrawn(row.id, after, why, rec.kind, rec.reason)
-        self._apply_effects(db, alloc, [effect], actor, {row.id: row})
 
     def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> dict[str, Any]:
         """An admin withdraws a lease's reclaim notice, whatever its kind (``no_notice`` when
         there is none; ``reclaim_in_progress`` once a round or the service claimed the
-        action: too late)."""
+        action: too late; ``pool.decide``)."""
         with self.transaction() as (db, alloc):
-            row = self.lease_row(db, lease_id)
-            if row.state != "reclaiming" or reclaim_state(row).reclaiming is None:
-                raise StoreError(
-                    "no_notice", f"lease {lease_id} is under no reclaim notice", field="id"
-                )
-            if row.reclaim_acting is not None:
-                raise StoreError(
-                    "reclaim_in_progress",
-                    f"lease {lease_id} is being reclaimed now: too late to cancel its notice",
-                    field="id",
-                )
-            who = actor.partition(":")[2] or actor or "admin"
-            why = reason.strip() or f"an administrator ({who}) withdrew the notice"
-            self._withdraw(db, alloc, row, why, actor)
-            return self._lease_json(db, alloc, row)
+            command = c.CancelNotice(lease_id, reason)
+            return self._notice_command(db, alloc, lease_id, command, actor)
 
     # -- overdue notices, carried out by the service ---------------------------------------
 
-    def _overdue(self, db: Session, overdue: float) -> list[orm.LeaseRow]:
-        """Live leases under an admin or drain notice whose deadline passed more than
-        ``overdue`` seconds ago, and that no one is carrying out (a claim older than
-        ``reclaim_claim_timeout`` is a claimer that died mid-action, as a round counts it).
-        Not a job's lease: no hub server to stop; its runner stops the job (``store/jobs.py``)."""
+    def _overdue(self, db: Session, overdue: float) -> tuple[list[orm.LeaseRow], list[Noticed]]:
+        """Live leases under an enforced notice whose deadline passed more than ``overdue``
+        seconds ago, and what the rules read of each (``pool.rules.notices.unclaimed`` keeps
+        those no one carries out). Not a job's lease: no hub server to stop; its runner stops
+        the job (``store/jobs.py``)."""
         now = self.clock()
         rows = db.scalars(
             select(orm.LeaseRow)
@@ -219,60 +172,31 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             )
             .order_by(orm.LeaseRow.reclaim_deadline, orm.LeaseRow.id)
         ).all()
-        stale = now - timedelta(seconds=self.reclaim_claim_timeout)
-        return [r for r in rows if r.reclaim_acting is None or r.reclaim_acting <= stale]
+        return list(rows), [noticed(r) for r in rows]
 
     def enforce_notices(self, overdue: float, *, actor: str = "") -> list[dict[str, Any]]:
         """Claim every admin or drain notice overdue by more than ``overdue`` seconds that no
-        reclaimer acts on, for the caller to stop its server (then ``notice_enforced``).
+        reclaimer acts on, for the caller to stop its server (then ``notice_enforced``;
+        ``pool.decide``).
 
         Claimed as a reclaim round claims an action (``reclaim_acting``, release reason
         ``admin``): a reclaimer's round and the user's keepalive then leave it alone, and the
         server's own stop releases it with that reason. Nothing overdue: nothing is written
         (the pool version stays, so the cached map and other replicas' allocators too).
         """
-        if not 0 <= overdue <= MAX_GRACE:
-            raise StoreError("invalid_field", "must be 0 to 366 days in seconds", field="overdue")
+        _checked(check_overdue, overdue)
         with self.read() as db:
-            if not self._overdue(db, overdue):
+            _, found = self._overdue(db, overdue)
+            if not unclaimed(found, self._now_s(), self.reclaim_claim_timeout):
                 return []
-        out = []
-        with self.transaction() as (db, _):
-            for row in self._overdue(db, overdue):
-                again = row.reclaim_acting is not None
-                release = enforced_release(row.reclaim_kind or "admin")
-                row.reclaim_acting, row.reclaim_release = self.clock(), release
-                why = (
-                    f"no reclaimer carried out the {row.reclaim_kind} notice within "
-                    f"{overdue:g} s of its deadline: the pool service stops the server"
-                )
-                self._event(
-                    db,
-                    "reclaim-acting",
-                    actor or "system",
-                    row,
-                    {
-                        "kind": row.reclaim_kind,
-                        "action": row.reclaim_action,
-                        "reason": row.reclaim_reason,
-                        "deadline": ts(row.reclaim_deadline),
-                        "release_reason": release,
-                        "enforced": why,
-                        "again": again,
-                    },
-                )
-                out.append(
-                    {
-                        "lease": row.id,
-                        "user": row.user,
-                        "server": row.server,
-                        "kind": row.reclaim_kind,
-                        "action": row.reclaim_action,
-                        "deadline": ts(row.reclaim_deadline),
-                        "reason": row.reclaim_reason,
-                    }
-                )
-        return out
+        with self.transaction() as (db, alloc):
+            rows, found = self._overdue(db, overdue)
+            state = PoolState(alloc, noticed=tuple(found), claim_timeout=self.reclaim_claim_timeout)
+            outcome = decided(state, c.EnforceNotices(overdue), self._now_s())
+            self._apply_effects(
+                db, alloc, outcome.effects, actor or "system", {r.id: r for r in rows}
+            )
+            return list(outcome.answer)
 
     def notice_enforced(
         self, lease_id: str, stopped: bool, detail: str = "", *, actor: str = ""
@@ -280,20 +204,12 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         """The service stopped the server of a notice it claimed (``stopped``): the lease is
         released (reason ``admin``, if the server's stop has not released it already). Not
         stopped (the hub refused, or it did not stop in time): the claim stays, so the notice
-        is tried again once the claim is older than ``reclaim_claim_timeout``."""
+        is tried again once the claim is older than ``reclaim_claim_timeout``
+        (``pool.decide``)."""
         with self.transaction() as (db, alloc):
-            row = self.acting_row(db, lease_id)
-            actor = actor or "system"
-            data = outcome_data(row, "done" if stopped else "failed", detail)
-            data["enforced"] = True
-            if stopped:
-                if row.state in LIVE_STATES:
-                    self._finish(db, alloc, row, row.reclaim_release or "admin", actor)
-                row.reclaim_acting = None
-                self._event(db, "reclaimed", actor, row, data)
-            else:
-                self._event(db, "reclaim-failed", actor, row, data)
-            return self._lease_json(db, alloc, row)
+            row = self.lease_row(db, lease_id)
+            command = c.NoticeEnforced(lease_id, stopped, detail)
+            return self._claim_ends(db, alloc, row, command, actor)
 
     # -- drain by a deadline ---------------------------------------------------------------
 

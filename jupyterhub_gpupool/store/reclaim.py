@@ -1,17 +1,19 @@
-"""Idle-GPU reclamation in the pool: the reclaimer's leader lock, its rounds (the pure rules of
-``pool.reclaim`` applied to the rows in one transaction), the outcome of an action, the user's
-"keep my GPU", the admin's policy override and the user's recent reclaims.
+"""Idle-GPU reclamation in the pool: the reclaimer's leader lock, its rounds (decided by
+``pool.decide``, ``pool.rules.reclaim`` over the pure rules of ``pool.reclaim``, and applied to
+the rows in one transaction), the outcome of an action, the user's "keep my GPU", the admin's
+policy override and the user's recent reclaims.
 
 The pool decides, the reclaimer sees and acts: a round gets what the reclaimer saw of each
 lease's server and user, adds the window's GPU samples stored in the database (every
-replica's: ``utilization_samples``, so any replica decides alike), plans with every lease's
-persisted ``ReclaimState`` and writes each decision back. An ``Act`` is *claimed* in the same
-transaction (``reclaim_acting``), and keepalive runs through the same writer, so one of them
-wins and the audit log says which.
+replica's: ``utilization_samples``, so any replica decides alike), and ``pool.decide`` plans
+with every lease's persisted ``ReclaimState``; the one applier writes each decision back. An
+``Act`` is *claimed* in the same transaction (``reclaim_acting``), and keepalive runs through
+the same writer, so one of them wins and the audit log says which.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import timedelta
@@ -21,38 +23,31 @@ from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
+from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.errors import ConfigError, PoolError
+from ..pool.errors import PoolError, Refusal
+from ..pool.facts import LeaseFacts, PoolState
 from ..pool.idlesignal import lab_presence
 from ..pool.kernels import KERNEL_HOLDER
-from ..pool.leases import LIVE_STATES
+from ..pool.noticefacts import Noticed, Shrinkable
 from ..pool.reclaim import (
-    Act,
-    Cancel,
-    Decision,
     GpuSample,
     KernelView,
-    NoAction,
-    Notice,
     PresenceView,
     ReclaimPolicy,
-    ReclaimState,
     Signals,
     gpu_signal_source,
-    notice_words,
-    parse_duration,
-    parse_policies,
-    plan_reclaims,
 )
-from ..pool.reclaimpolicy import DURATION_FIELDS
+from ..pool.rules.reclaim import check_result
 from ..pool.workloads import idle_reclaimable
+from .apply import TARGET_STATES, decided, lease_facts
 from .errors import StoreError
 from .presence import PresenceStore
 from .rows import (
     epoch,
     from_epoch,
     lease_info,
-    set_reclaim_state,
+    reclaim_state,
     ts,
     upsert_insert,
 )
@@ -65,8 +60,6 @@ Observation = tuple[KernelView | None, PresenceView | None]
 WATCHED = ("active", "reclaiming")
 #: Audit kinds of a finished reclaim (the user page's history).
 FINISHED = ("reclaimed", "reclaim-failed")
-#: The outcomes a reclaimer reports.
-FINISHED_RESULTS = ("done", "failed")
 #: Lease-ttl bounds of the leader lock (seconds).
 LEADER_TTL = (5.0, 600.0)
 
@@ -77,25 +70,6 @@ def policy_json(policy: ReclaimPolicy) -> dict[str, Any]:
     out["exempt_users"] = sorted(policy.exempt_users)
     out["exempt_groups"] = sorted(policy.exempt_groups)
     return out
-
-
-#: The longest duration a policy may name (a year): deadlines stay within the calendar.
-MAX_DURATION = 366 * 86400.0
-
-
-def _check_bounds(section: Mapping[str, Any]) -> None:
-    """Every duration of the section within ``MAX_DURATION`` (errors name the field)."""
-    levels: list[tuple[str, object]] = [("reclaim.default", section.get("default"))]
-    for group in ("priority_classes", "offers"):
-        for name, body in (section.get(group) or {}).items():
-            levels.append((f"reclaim.{group}.{name}", body))
-    for where, body in levels:
-        # parse_policies has checked the shape: each level is a mapping or absent
-        for key, value in body.items() if isinstance(body, Mapping) else ():
-            name = f"{where}.{key}"
-            too_long = key in DURATION_FIELDS and value is not None
-            if too_long and parse_duration(value, name) > MAX_DURATION:
-                raise ConfigError("must be at most 366 days", field=name)
 
 
 def _devices(row: orm.LeaseRow) -> list[Device]:
@@ -297,24 +271,60 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             policies = self.reclaim_policies(db, alloc.offers)
             if samples is None:
                 samples = window_samples(db, {d for r in free for d in _devices(r)}, start, end)
-            decisions = plan_reclaims(
-                [lease_info(r) for r in free],
-                {r.id: self._signals(alloc, r, window, observed.get(r.id), samples) for r in free},
-                policies,
-                alloc.queue(now),
-                alloc.quotas,
-                now,
-                offers=alloc.offers,
+            facts, shrinks = self._shrinkable(db, free)
+            state = PoolState(
+                alloc,
+                facts,
+                watched=tuple(lease_info(r) for r in free),
+                signals={
+                    r.id: self._signals(alloc, r, window, observed.get(r.id), samples) for r in free
+                },
+                policies=policies,
+                claimed=tuple(noticed(r) for r in claimed),
                 stale_after=self.reclaim_stale_after,
+                claim_timeout=self.reclaim_claim_timeout,
+                shrinks=shrinks,
+                clusters=tuple(self.file_config.clusters),
             )
-            by_id = {r.id: r for r in free}
-            answers = [self._apply(db, alloc, by_id[d.lease], d, actor) for d in decisions]
-            answers += [self._claimed(db, r, now, actor) for r in claimed]
+            command = c.ReclaimRound(holder, window, observed, samples)
+            outcome = decided(state, command, now)
+            by_id = {r.id: r for r in rows}
+            self._apply_effects(db, alloc, outcome.effects, actor or "system", by_id)
+            answers = [
+                self._answer(by_id[said.lease], said.kind, said.reason, **said.extra)
+                for said in outcome.answer
+            ]
             return {
                 "now": now,
                 "decisions": answers,
                 "stale": sum(1 for a in answers if a["kind"] == "stale"),
             }
+
+    def _shrinkable(
+        self, db: Session, rows: Sequence[orm.LeaseRow]
+    ) -> tuple[dict[str, LeaseFacts], dict[str, Shrinkable]]:
+        """What the shrink of each of ``rows`` under a shrink's notice reads, should the
+        round act on it (its target asked as ``commands.Resize`` asks it): its facts and its
+        original's (a bound resize target's), the id its target would get, and the live
+        target it already has. An action is its notice's, so no other lease shrinks."""
+        may = [r for r in rows if (r.reclaim_action or "").startswith("shrink:")]
+        if not may:
+            return {}, {}
+        pending: dict[str, str] = {}
+        for lid, of in db.execute(
+            select(orm.LeaseRow.id, orm.LeaseRow.resize_of).where(
+                orm.LeaseRow.resize_of.in_([r.id for r in may]),
+                orm.LeaseRow.state.in_(TARGET_STATES),
+            )
+        ):
+            if of is not None:
+                pending.setdefault(of, lid)
+        facts = {r.id: lease_facts(r) for r in may}
+        for r in may:
+            original = db.get(orm.LeaseRow, r.resize_of) if r.resize_of else None
+            if original is not None:
+                facts.setdefault(original.id, lease_facts(original))
+        return facts, {r.id: Shrinkable(uuid.uuid4().hex, pending.get(r.id)) for r in may}
 
     def _answer(self, row: orm.LeaseRow, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
         offer = self._allocator.offers.get(row.offer) if self._allocator is not None else None
@@ -331,148 +341,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         out.update({k: v for k, v in extra.items() if v is not None})
         return out
 
-    def _apply(
-        self, db: Session, alloc: Allocator, row: orm.LeaseRow, d: Decision, actor: str
-    ) -> dict[str, Any]:
-        """Persist one decision; audit notices, cancellations and claims with their evidence."""
-        evidence = asdict(d.evidence) if d.evidence is not None else None
-        actor = actor or "system"
-        if isinstance(d, Act):
-            return self._act(db, alloc, row, d, evidence, actor)
-        set_reclaim_state(row, d.state)
-        if isinstance(d, Notice):
-            rec = d.reclaiming
-            row.state = "reclaiming"
-            self._event(
-                db,
-                "reclaim-notice",
-                actor,
-                row,
-                {
-                    "kind": rec.kind,
-                    "deadline": ts(from_epoch(rec.deadline)),
-                    "reason": rec.reason,
-                    "action": rec.action,
-                    "pressure": rec.pressure,
-                    "for_request": rec.for_request,
-                    "evidence": evidence,
-                },
-            )
-            policy = self.reclaim_policies(db, alloc.offers).for_offer(
-                alloc.offers.get(row.offer) or row.offer
-            )
-            words = notice_words(rec.kind, d.state.extensions, policy.max_extensions, False)
-            return self._answer(
-                row,
-                "notice",
-                rec.reason,
-                action=rec.action,
-                deadline=ts(from_epoch(rec.deadline)),
-                evidence=evidence,
-                notice_kind=rec.kind,
-                heading=words["heading"],
-                keep=words["keep"],
-                why_not_kept=words["why_not_kept"],
-            )
-        if isinstance(d, Cancel):
-            row.state = "active"
-            self._event(
-                db, "reclaim-cancelled", actor, row, {"reason": d.reason, "evidence": evidence}
-            )
-            return self._answer(row, "cancel", d.reason, evidence=evidence)
-        assert isinstance(d, NoAction)
-        return self._answer(row, d.kind, d.reason, evidence=evidence)
-
-    def _act(
-        self,
-        db: Session,
-        alloc: Allocator,
-        row: orm.LeaseRow,
-        d: Act,
-        evidence: dict[str, Any] | None,
-        actor: str,
-    ) -> dict[str, Any]:
-        """Claim the action; a shrink first reserves its target (make-before-break), and
-        waits under notice while the smaller offer cannot be had at once."""
-        target: dict[str, Any] | None = None
-        shrink_to = d.action.partition(":")[2] if d.action.startswith("shrink:") else None
-        if shrink_to:
-            try:
-                target = self.resize(row.id, shrink_to, actor=actor, check_cap=False)
-            except StoreError as e:
-                why = f"{d.action} is not possible now ({e.message}); the notice stays"
-                return self._answer(row, "deferred", why, action=d.action, evidence=evidence)
-            if target["state"] != "granted":
-                self._finish(db, alloc, self.lease_row(db, target["id"]), "cancelled", actor)
-                why = f"{shrink_to} has no room now; the notice stays until it has"
-                return self._answer(row, "deferred", why, action=d.action, evidence=evidence)
-        set_reclaim_state(row, d.state)
-        row.reclaim_acting, row.reclaim_release = self.clock(), d.release_reason
-        row.reclaim_target = target["id"] if target else None
-        self._event(
-            db,
-            "reclaim-acting",
-            actor,
-            row,
-            {
-                "action": d.action,
-                "reason": d.reason,
-                "release_reason": d.release_reason,
-                "target_lease": row.reclaim_target,
-                "evidence": evidence,
-            },
-        )
-        return self._answer(
-            row,
-            "act",
-            d.reason,
-            action=d.action,
-            deadline=ts(row.reclaim_deadline),
-            release_reason=d.release_reason,
-            target_offer=shrink_to,
-            target_lease=row.reclaim_target,
-            evidence=evidence,
-        )
-
-    def _claimed(self, db: Session, row: orm.LeaseRow, now: float, actor: str) -> dict[str, Any]:
-        """A lease whose action was claimed: wait for its outcome, or hand the action out
-        again once the claim is older than ``reclaim_claim_timeout``."""
-        assert row.reclaim_acting is not None
-        since = epoch(row.reclaim_acting)
-        if now - since < self.reclaim_claim_timeout:
-            why = f"being reclaimed ({row.reclaim_action}) since {ts(row.reclaim_acting)}"
-            return self._answer(row, "none", why)
-        row.reclaim_acting = self.clock()
-        self._event(
-            db,
-            "reclaim-acting",
-            actor or "system",
-            row,
-            {"action": row.reclaim_action, "again": True, "claimed": ts(from_epoch(since))},
-        )
-        shrink_to = (row.reclaim_action or "").partition(":")[2] or None
-        return self._answer(
-            row,
-            "act",
-            row.reclaim_reason or "",
-            action=row.reclaim_action,
-            deadline=ts(row.reclaim_deadline),
-            release_reason=row.reclaim_release,
-            target_offer=shrink_to,
-            target_lease=row.reclaim_target,
-        )
-
     # -- the outcome of an action ------------------------------------------------------------
-
-    def acting_row(self, db: Session, lease_id: str) -> orm.LeaseRow:
-        """The lease whose claimed reclaim is being carried out (``not_acting`` otherwise):
-        the reclaimer and the service's own enforcement report their outcome on it."""
-        row = self.lease_row(db, lease_id)
-        if row.reclaim_acting is None:
-            raise StoreError(
-                "not_acting", f"no reclaim of lease {lease_id} is being carried out", field="id"
-            )
-        return row
 
     def reclaim_outcome(
         self,
@@ -485,36 +354,34 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """The reclaimer carried out (``done``) or could not carry out (``failed``) a claimed
-        action: the lease is released with its claimed reason, or goes back to its user."""
-        if result not in ("done", "failed"):
-            raise StoreError(
-                "invalid_field",
-                f"unknown result {result!r}",
-                field="result",
-                allowed=FINISHED_RESULTS,
-            )
-        saved = [str(p) for p in saved]
+        action: the lease is released with its claimed reason, or goes back to its user
+        (``pool.decide``)."""
+        try:
+            check_result(result)
+        except Refusal as e:
+            raise StoreError.of(e) from None
+        command = c.ReclaimOutcome(lease_id, holder, result, tuple(str(p) for p in saved), detail)
         with self.transaction() as (db, alloc):
             self._check_leader(db, holder)
-            row = self.acting_row(db, lease_id)
-            actor = actor or "system"
-            data = outcome_data(row, result, detail, target_lease=row.reclaim_target, saved=saved)
-            if result == "done":
-                if row.state in LIVE_STATES:
-                    self._finish(db, alloc, row, row.reclaim_release or "reclaimed-idle", actor)
-                row.reclaim_acting = None
-                self._event(db, "reclaimed", actor, row, data)
-            else:
-                target = db.get(orm.LeaseRow, row.reclaim_target) if row.reclaim_target else None
-                if target is not None and target.state in ("queued", *LIVE_STATES):
-                    self._finish(db, alloc, target, "cancelled", actor)
-                row.reclaim_acting = row.reclaim_release = row.reclaim_target = None
-                if row.state in LIVE_STATES:
-                    # the user keeps the GPU; the counts start again (with the grace after work)
-                    set_reclaim_state(row, ReclaimState(last_busy=self._now_s()))
-                    row.state = "active"
-                self._event(db, "reclaim-failed", actor, row, data)
-            return self._lease_json(db, alloc, row)
+            row = self.lease_row(db, lease_id)
+            return self._claim_ends(db, alloc, row, command, actor)
+
+    def _claim_ends(
+        self,
+        db: Session,
+        alloc: Allocator,
+        row: orm.LeaseRow,
+        command: c.ReclaimOutcome | c.NoticeEnforced,
+        actor: str,
+    ) -> dict[str, Any]:
+        """A claimed reclaim's outcome (the reclaimer's or the service's), decided and
+        applied; the lease's JSON after."""
+        target = db.get(orm.LeaseRow, row.reclaim_target) if row.reclaim_target else None
+        facts, read = self._lease_facts(db, alloc, [row] if target is None else [row, target])
+        state = PoolState(alloc, facts, noticed=(noticed(row, facts[row.id]),))
+        outcome = decided(state, command, self._now_s())
+        self._apply_effects(db, alloc, outcome.effects, actor or "system", read)
+        return self._lease_json(db, alloc, row)
 
     # -- the admin's policies ----------------------------------------------------------------
 
@@ -539,31 +406,17 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         """Replace the ``reclaim`` section (validated against today's offers; an error names
         ``reclaim.<level>.<field>``); it wins over the pool config file until deleted."""
         with self.transaction() as (db, alloc):
-            try:
-                parse_policies(section, alloc.offers, catalog=self.catalog)
-                _check_bounds(section)
-            except PoolError as e:
-                message = e.message
-                if e.allowed is not None and " (allowed:" in message:
-                    message = message[: message.rfind(" (allowed:")]
-                raise StoreError(
-                    "invalid_field", message, field=e.field or "reclaim", allowed=e.allowed
-                ) from None
-            row = db.get(orm.ReclaimPolicyRow, 1)
-            if row is None:
-                row = orm.ReclaimPolicyRow(id=1)
-                db.add(row)
-            row.spec, row.actor, row.updated = dict(section), actor, self.clock()
-            self._event(db, "reclaim-policy-set", actor, data={"reclaim": dict(section)})
+            state = PoolState(alloc, catalog=self.catalog)
+            outcome = decided(state, c.PutReclaimPolicy(section), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
         return self.reclaim_policy()
 
     def reset_reclaim_policy(self, *, actor: str = "") -> dict[str, Any]:
         """Drop the admin's override: the pool config file's section (or the defaults) apply."""
-        with self.transaction() as (db, _):
-            row = db.get(orm.ReclaimPolicyRow, 1)
-            if row is not None:
-                db.delete(row)
-                self._event(db, "reclaim-policy-reset", actor)
+        with self.transaction() as (db, alloc):
+            state = PoolState(alloc, policy_override=db.get(orm.ReclaimPolicyRow, 1) is not None)
+            outcome = decided(state, c.ResetReclaimPolicy(), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
         return self.reclaim_policy()
 
     # -- the user's page ---------------------------------------------------------------------
@@ -715,14 +568,15 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         return out
 
 
-def outcome_data(row: orm.LeaseRow, outcome: str, detail: str, **extra: Any) -> dict[str, Any]:
-    """The audit data of a reclaim's outcome: what was claimed, and how it ended."""
-    return {
-        "kind": row.reclaim_kind,
-        "action": row.reclaim_action,
-        "reason": row.reclaim_reason,
-        "release_reason": row.reclaim_release,
-        **extra,
-        "detail": detail,
-        "outcome": outcome,
-    }
+def noticed(row: orm.LeaseRow, facts: LeaseFacts | None = None) -> Noticed:
+    """What the notice rules read of a lease's row (``pool.noticefacts.Noticed``; ``facts``:
+    its facts with its pending targets, when the rule may end it)."""
+    return Noticed(
+        facts or lease_facts(row),
+        reclaim_state(row),
+        row.reclaim_action,
+        row.reclaim_reason,
+        ts(row.reclaim_deadline),
+        None if row.reclaim_acting is None else epoch(row.reclaim_acting),
+        ts(row.reclaim_acting),
+    )
