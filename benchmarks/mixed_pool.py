@@ -16,14 +16,27 @@ stops them; by default idle notebooks are reclaimed by the pool's default policy
 pool and in the split's notebook share alike).
 
     nice -n 15 python benchmarks/mixed_pool.py [--users 30] [--seeds 1,2,3] [--splits 5/6/1]
+
+``--days a-b`` (or ``--day N``, ``--all-days`` for the month's 30) replays those days of the
+trace instead of day 1, with the same notebooks and services each day; seed 1 and the splits
+3/8/1 and 5/6/1 unless told. It prints a row per day (the day's training ask, GPU-hours
+served by the one pool and each split, the gain, the notebook p95 waits, inference
+preemptions) and a summary (the gain's median and spread, the days the goal is met, the gain
+against the share of the ask the split already serves), and writes
+``benchmarks/results/mixed_pool_days.json``. ``--jobs 2`` replays two days at a time.
+
+    nice -n 15 python benchmarks/mixed_pool.py --all-days --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -38,10 +51,15 @@ from jupyterhub_gpupool.pool.workloads import (  # noqa: E402
     TRAINING,
 )
 from jupyterhub_gpupool.simulate import mixed  # noqa: E402
+from jupyterhub_gpupool.simulate.tables import aligned  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 TRACE = ROOT / mixed.DEFAULT_TRACE
 SPLITS = "3/8/1,4/7/1,5/6/1"
+#: The splits and seeds of a sweep over days (``--days``) unless told.
+DAY_SPLITS = "3/8/1,5/6/1"
+DAY_SEEDS = [1]
+GOAL = 0.25
 
 
 def _seeds(text: str) -> list[int]:
@@ -71,19 +89,209 @@ def _splits(text: str) -> list[dict[str, int]]:
     return out
 
 
+def _days(text: str) -> list[int]:
+    """``7`` or ``3-9``: days of the month's trace (0-29)."""
+    lo, _, hi = text.partition("-")
+    try:
+        days = list(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        days = []
+    if not days or days[0] not in mixed.DAYS or days[-1] not in mixed.DAYS:
+        first, last = mixed.DAYS[0], mixed.DAYS[-1]
+        raise argparse.ArgumentTypeError(
+            f"a day N or days A-B from {first} to {last}, e.g. 1 or {first}-{last}; got {text!r}"
+        )
+    return days
+
+
 def label(split: dict[str, int]) -> str:
     return "/".join(str(split[c]) for c in (INTERACTIVE, TRAINING, INFERENCE))
+
+
+def replay(
+    trace: str,
+    day: int,
+    seed: int,
+    users: int,
+    splits: Sequence[dict[str, int]],
+    waiter_preemption: bool,
+    idle_reclaim: bool,
+) -> dict[str, Any]:
+    """One day, one seed: the one pool once, each split; the figures and the verdicts."""
+    classes = dict(DEFAULT_CLASSES)
+    if not waiter_preemption:
+        classes[TRAINING] = replace(classes[TRAINING], preempt_for_waiters=False)
+    work, source = mixed.build(users, seed, trace, day)
+    one = mixed.Replay(work, "one-pool", splits[0], classes=classes, idle_reclaim=idle_reclaim)
+    figs = [one.run()]
+    verdicts = {}
+    for split in splits:
+        alone = mixed.Replay(work, "split", split, classes=classes, idle_reclaim=idle_reclaim)
+        fig = alone.run()
+        verdicts[label(split)] = mixed.verdict([figs[0], fig])
+        figs.append(replace(fig, mode=f"split {label(split)}"))
+    return {
+        "day": day,
+        "seed": seed,
+        "source": source,
+        "results": [asdict(f) for f in figs],
+        "verdicts": verdicts,
+    }
+
+
+def _replay(task: tuple[Any, ...]) -> dict[str, Any]:
+    return replay(*task)
+
+
+def day_row(run: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """A day's figures for the table: the ask, what each arm served, gain and waits."""
+    one, *splits = run["results"]
+    ask = one["training_demand_gpu_hours"]
+    row: dict[str, Any] = {
+        "day": run["day"],
+        "seed": run["seed"],
+        "trainings": one["trainings"],
+        "ask_gpu_hours": ask,
+        "one_pool_gpu_hours": one["training_gpu_hours"],
+        "one_pool_p95_s": one["notebook_wait_p95_s"],
+        "inference_preemptions": sum(r["preemptions"].get(INFERENCE, 0) for r in run["results"]),
+        "splits": {},
+    }
+    for name, fig in zip(names, splits, strict=True):
+        v = run["verdicts"][name]
+        served = fig["training_gpu_hours"]
+        row["splits"][name] = {
+            "gpu_hours": served,
+            "share_of_ask": served / ask if ask else 0.0,
+            # what serving the whole ask would gain: no way of pooling can gain more
+            "bound": ask / served - 1 if served else 0.0,
+            "gain": v["training_gain"],
+            "p95_s": fig["notebook_wait_p95_s"],
+            "gain_ok": v["training_ok"],
+            "wait_ok": v["wait_ok"],
+            "met": v["met"],
+        }
+    return row
+
+
+def day_table(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    head = ["day", "trainings", "ask GPU-h", "one pool GPU-h", "p95 s"]
+    for name in names:
+        head += [f"{name} GPU-h", "of ask", "gain", "bound", "p95 s", "goal"]
+    table = [[*head, "inference preempt."]]
+    for r in rows:
+        cells = [
+            f"{r['day']}" + (f" s{r['seed']}" if r["seed"] != 1 else ""),
+            f"{r['trainings']}",
+            f"{r['ask_gpu_hours']:.1f}",
+            f"{r['one_pool_gpu_hours']:.1f}",
+            f"{r['one_pool_p95_s']:.0f}",
+        ]
+        for name in names:
+            s = r["splits"][name]
+            goal = "met" if s["met"] else "gain" if not s["gain_ok"] else "wait"
+            cells += [
+                f"{s['gpu_hours']:.1f}",
+                f"{s['share_of_ask']:.0%}",
+                f"{s['gain']:+.0%}",
+                f"{s['bound']:+.0%}",
+                f"{s['p95_s']:.0f}",
+                goal,
+            ]
+        table.append([*cells, f"{r['inference_preemptions']}"])
+    return aligned(table)
+
+
+def summary(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """Per split: the gain's median and spread over the days, the days each condition of the
+    goal holds, and how the gain follows the share of the ask the split already serves."""
+    out: dict[str, Any] = {"days": len(rows)}
+    for name in names:
+        s = [r["splits"][name] for r in rows]
+        gains = sorted(x["gain"] for x in s)
+        shares = [x["share_of_ask"] for x in s]
+        varied = len(set(shares)) > 1 and len(set(gains)) > 1
+        q = statistics.quantiles(gains, n=4, method="inclusive") if len(gains) > 1 else gains * 3
+        out[name] = {
+            "gain_median": statistics.median(gains),
+            "gain_min": gains[0],
+            "gain_q1": q[0],
+            "gain_q3": q[-1],
+            "gain_max": gains[-1],
+            "days_gain_ok": [r["day"] for r, x in zip(rows, s, strict=True) if x["gain_ok"]],
+            "days_wait_ok": [r["day"] for r, x in zip(rows, s, strict=True) if x["wait_ok"]],
+            "days_met": [r["day"] for r, x in zip(rows, s, strict=True) if x["met"]],
+            "days_bound_below_goal": [
+                r["day"] for r, x in zip(rows, s, strict=True) if x["bound"] < GOAL
+            ],
+            "gain_vs_share_correlation": (
+                statistics.correlation(shares, [x["gain"] for x in s])
+                if len(s) > 2 and varied
+                else None
+            ),
+        }
+    out["inference_preemptions"] = sum(r["inference_preemptions"] for r in rows)
+    return out
+
+
+def format_summary(summ: dict[str, Any], names: Sequence[str]) -> str:
+    n = summ["days"]
+    lines = []
+    for name in names:
+        x = summ[name]
+        corr = x["gain_vs_share_correlation"]
+        lines.append(
+            f"split {name}: gain median {x['gain_median']:+.0%} (min {x['gain_min']:+.0%}, "
+            f"quartiles {x['gain_q1']:+.0%} / {x['gain_q3']:+.0%}, max {x['gain_max']:+.0%}); "
+            f"gain >= +{GOAL:.0%} on {len(x['days_gain_ok'])} of {n} days, notebook p95 no worse "
+            f"on {len(x['days_wait_ok'])}, goal met on {len(x['days_met'])}"
+            + (f" (days {', '.join(map(str, x['days_met']))})" if x["days_met"] else "")
+            + f"; serving the whole ask would gain under +{GOAL:.0%} on "
+            f"{len(x['days_bound_below_goal'])} days"
+            + (f"; gain vs the split's share of the ask: r = {corr:.2f}" if corr else "")
+        )
+    lines.append(f"inference preemptions over all days: {summ['inference_preemptions']}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--users", type=int, default=30, help="notebook users; default 30")
-    parser.add_argument("--seeds", type=_seeds, default=[1, 2, 3], help="default 1,2,3")
+    parser.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=None,
+        help="default 1,2,3 (with --days: 1)",
+    )
     parser.add_argument(
         "--splits",
         type=_splits,
-        default=_splits(SPLITS),
-        help=f"notebook/training/inference nodes of the split pools; default {SPLITS}",
+        default=None,
+        help=f"notebook/training/inference nodes of the split pools; default {SPLITS} "
+        f"(with --days: {DAY_SPLITS})",
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--days",
+        "--day",
+        type=_days,
+        default=None,
+        metavar="A-B",
+        help="replay these days of the trace (N or A-B), a row each; default day "
+        f"{mixed.DEFAULT_DAY} with the full tables",
+    )
+    which.add_argument(
+        "--all-days",
+        dest="days",
+        action="store_const",
+        const=list(mixed.DAYS),
+        help=f"replay every day of the month ({mixed.DAYS[0]}-{mixed.DAYS[-1]})",
+    )
+    parser.add_argument(
+        "--trace", default=str(TRACE), help=f"the trace; default {TRACE.relative_to(ROOT)}"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="days replayed at once (processes); default 1"
     )
     parser.add_argument(
         "--no-waiter-preemption",
@@ -96,49 +304,61 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="notebooks are never reclaimed for being idle (the pool's default reclaims them)",
     )
-    parser.add_argument("--out", default=str(RESULTS / "mixed_pool.json"), help="JSON path")
+    parser.add_argument("--out", default=None, help="JSON path")
     args = parser.parse_args(argv)
-    classes = dict(DEFAULT_CLASSES)
-    if args.no_waiter_preemption:
-        classes[TRAINING] = replace(classes[TRAINING], preempt_for_waiters=False)
+    sweep = args.days is not None
+    days = args.days if sweep else [mixed.DEFAULT_DAY]
+    seeds = args.seeds or (DAY_SEEDS if sweep else [1, 2, 3])
+    splits = args.splits or _splits(DAY_SPLITS if sweep else SPLITS)
+    names = [label(s) for s in splits]
+    out = Path(args.out or RESULTS / ("mixed_pool_days.json" if sweep else "mixed_pool.json"))
+    waiter = not args.no_waiter_preemption
+    tasks = [
+        (args.trace, d, seed, args.users, splits, waiter, args.idle_reclaim)
+        for d in days
+        for seed in seeds
+    ]
     began = time.perf_counter()
-    days: list[dict[str, Any]] = []
-    for seed in args.seeds:
-        work, source = mixed.build(args.users, seed, TRACE)
-        one = mixed.Replay(
-            work, "one-pool", args.splits[0], classes=classes, idle_reclaim=args.idle_reclaim
-        ).run()
-        figs, verdicts = [one], {}
-        for split in args.splits:
-            alone = mixed.Replay(
-                work, "split", split, classes=classes, idle_reclaim=args.idle_reclaim
-            ).run()
-            verdicts[label(split)] = mixed.verdict([one, alone])
-            figs.append(replace(alone, mode=f"split {label(split)}"))
-        print(f"\n{source}")
-        print(mixed.format_table(figs))
-        for name, v in verdicts.items():
-            print(f"split {name}:{mixed.format_verdict(v)}")
-        days.append({"seed": seed, "results": [asdict(f) for f in figs], "verdicts": verdicts})
-    print()
-    for split in args.splits:
-        name = label(split)
-        gains = ", ".join(f"{d['verdicts'][name]['training_gain']:+.0%}" for d in days)
-        met = sum(d["verdicts"][name]["met"] for d in days)
-        print(f"split {name}: training gain {gains}; goal met on {met} of {len(days)} days")
-    print(f"({time.perf_counter() - began:.1f} s)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    body = {
+    if args.jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(min(args.jobs, len(tasks))) as pool:
+            runs = list(pool.map(_replay, tasks))
+    else:
+        runs = [_replay(t) for t in tasks]
+    wall = time.perf_counter() - began
+    cpu = sum(r["seconds"] for run in runs for r in run["results"])
+    body: dict[str, Any] = {
         "users": args.users,
-        "trace": str(TRACE.relative_to(ROOT)),
-        "splits": [dict(s) for s in args.splits],
-        "preempt_for_waiters": classes[TRAINING].preempt_for_waiters,
+        "trace": args.trace,
+        "days_replayed": days,
+        "seeds": seeds,
+        "splits": [dict(s) for s in splits],
+        "preempt_for_waiters": waiter,
         "idle_reclaim": args.idle_reclaim,
         "gpus_per_node": mixed.GPUS_PER_NODE,
         "services": [list(s) for s in mixed.SERVICES],
-        "days": days,
+        "days": runs,
     }
+    if sweep:
+        rows = [day_row(run, names) for run in runs]
+        summ = summary(rows, names)
+        print(f"{args.users} notebook users (seeds {seeds}), trace {args.trace}")
+        print(day_table(rows, names))
+        print(format_summary(summ, names))
+        body |= {"rows": rows, "summary": summ}
+    else:
+        for run in runs:
+            print(f"\n{run['source']}")
+            figs = [mixed.Figures(**r) for r in run["results"]]
+            print(mixed.format_table(figs))
+            for name, v in run["verdicts"].items():
+                print(f"split {name}:{mixed.format_verdict(v)}")
+        print()
+        for name in names:
+            gains = ", ".join(f"{r['verdicts'][name]['training_gain']:+.0%}" for r in runs)
+            met = sum(r["verdicts"][name]["met"] for r in runs)
+            print(f"split {name}: training gain {gains}; goal met on {met} of {len(runs)} seeds")
+    print(f"({wall:.1f} s wall, {cpu:.1f} s CPU in the replays)")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(body, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import csv
 import heapq
 import itertools
 import json
@@ -57,7 +56,7 @@ from ..pool.reclaim import (
     parse_policies,
     plan_reclaims,
 )
-from . import reclaim
+from . import reclaim, sensei
 from .sessions import DAY, Segment, Session, generate, load_sessions
 from .tables import aligned
 
@@ -443,18 +442,15 @@ def trace_pool(nodes: int = TRACE_NODES, gpus: int = 8) -> Callable[[Sequence[Se
 
 def load_trace(path: str | Path, day_start_min: int | None = None) -> list[Session]:
     """Sessions from NotebookOS's Sensei-derived CSV (``job_id,num_gpu,submit_time,...,
-    duration,...,session``; times in minutes): each training is a GPU cell of its session, as
-    NotebookOS replays it. The day starts at the first submit's midnight (or
-    ``day_start_min``). A session opens 2 min before its first training and is stopped when its
-    last ends; between trainings the user works at an open tab for :data:`TRACE_INPUT`, then
-    is away with it open. Its offer is its largest training's GPU count (1, 4 or 8)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path}: no jobs")
-    missing = {"num_gpu", "submit_time", "duration", "session"} - set(rows[0])
-    if missing:
-        raise ValueError(f"{path}: missing column {sorted(missing)[0]}")
+    duration,...[,session]``; times in minutes; gzip-compressed if ``.gz``): each training is a
+    GPU cell of its session, as NotebookOS replays it. Without a ``session`` column the
+    sessions are derived over the whole file (``sensei.with_sessions``). The day starts at the
+    first submit's midnight (or ``day_start_min``; day ``N`` of the month: ``1440 N``); only
+    trainings submitted that day are read. A session opens 2 min before its first training
+    and is stopped when its last ends; between trainings the user works at an open tab for
+    :data:`TRACE_INPUT`, then is away with it open. Its offer is its largest training's GPU
+    count (1, 4 or 8)."""
+    rows = sensei.with_sessions(sensei.read_rows(path))
     base = day_start_min
     if base is None:
         base = min(int(r["submit_time"]) for r in rows) // 1440 * 1440

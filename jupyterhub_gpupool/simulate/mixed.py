@@ -10,10 +10,13 @@ A day of three workloads, replayed twice through the pool's allocator
   with the default policy, read each notebook lease from its session's activity and stop the
   idle ones after their notice; the user asks again at their next input and waits in the
   queue (``simulate.mixedidle``). The same in both ways of pooling.
-* *training*: NotebookOS's Sensei-derived trace (``benchmarks/data/notebookos-sensei/``, read
-  with ``simulate.kernels.load_trace``): each training is a job of its session's GPU count
-  (1, 4 or 8) submitted at its time and running its duration. Preemptible: on a notice it runs
-  to the deadline (the class's grace, 300 s), checkpoints and queues again for the rest.
+* *training*: a day of NotebookOS's Sensei-derived month-long trace
+  (``benchmarks/data/notebookos-sensei/``; ``day``, default 1, the trace's second day; read
+  with ``simulate.kernels.load_trace``): each training submitted that day is a job of its
+  session's GPU count (1, 4 or 8) submitted at its time and running its duration; the day
+  starts empty (what the day before left running is not carried over). Preemptible: on a
+  notice it runs to the deadline (the class's grace, 300 s), checkpoints and queues again for
+  the rest.
 * *inference*: a few services, each a fixed number of GPUs from morning to evening; never
   preempted.
 
@@ -39,6 +42,7 @@ import argparse
 import heapq
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -66,13 +70,17 @@ from ..pool.workloads import (
     request_priority,
     waiter_preemption_rank,
 )
-from . import reclaim
+from . import reclaim, sensei
 from .kernels import load_trace
 from .mixedidle import WINDOW, IdleReclaim, NotebookLife
 from .sessions import DAY, Session, generate
 from .tables import aligned
 
-DEFAULT_TRACE = "benchmarks/data/notebookos-sensei/sensei_june_day1.csv"
+DEFAULT_TRACE = "benchmarks/data/notebookos-sensei/sensei_june_60sec.csv"
+#: The trace's day replayed unless told (its second: what the first figures were measured on).
+DEFAULT_DAY = 1
+#: The month's days (0-29: June 2021, minutes since its first training).
+DAYS = range(30)
 GPUS_PER_NODE = 8
 #: Whole nodes of each workload's share in ``split`` (``one-pool`` has them all together).
 SPLIT = {INTERACTIVE: 3, TRAINING: 8, INFERENCE: 1}
@@ -505,10 +513,13 @@ def format_verdict(v: Mapping[str, Any]) -> str:
     )
 
 
-def report(figs: Sequence[Figures], source: str, split: Mapping[str, int]) -> dict[str, Any]:
+def report(
+    figs: Sequence[Figures], source: str, split: Mapping[str, int], day: int = DEFAULT_DAY
+) -> dict[str, Any]:
     """The JSON written by ``--json``."""
     return {
         "source": source,
+        "day": day,
         "split_nodes": dict(split),
         "idle_reclaim": all(f.idle_reclaim for f in figs),
         "gpus_per_node": GPUS_PER_NODE,
@@ -518,10 +529,19 @@ def report(figs: Sequence[Figures], source: str, split: Mapping[str, int]) -> di
     }
 
 
-def build(users: int, seed: int, trace: str | Path) -> tuple[list[Work], str]:
-    """The day's work: generated notebooks, the trace's trainings, the services."""
-    work = notebooks(generate(users, seed)) + trainings(load_trace(trace)) + services()
-    return work, f"{users} notebook users (seed {seed}), trace {trace}, {len(SERVICES)} services"
+def build(
+    users: int, seed: int, trace: str | Path, day: int = DEFAULT_DAY
+) -> tuple[list[Work], str]:
+    """The day's work: generated notebooks, the trainings the trace submits on ``day``
+    (minutes ``1440 day`` to ``1440 (day + 1)``), the services. The same notebooks and
+    services whatever the day."""
+    jobs = trainings(load_trace(trace, day_start_min=day * sensei.DAY_MIN))
+    if not jobs:
+        raise ValueError(f"{trace}: no training on day {day}")
+    work = notebooks(generate(users, seed)) + jobs + services()
+    return work, (
+        f"{users} notebook users (seed {seed}), trace {trace} day {day}, {len(SERVICES)} services"
+    )
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -544,6 +564,16 @@ def _grace(text: str) -> float:
     return value
 
 
+def _day(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value not in DAYS:
+        raise argparse.ArgumentTypeError(f"a day from {DAYS[0]} to {DAYS[-1]}, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``jupyterhub-gpupool simulate mixed``."""
     parser.add_argument(
@@ -554,8 +584,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="CSV",
         default=DEFAULT_TRACE,
-        help="NotebookOS's Sensei-derived training trace (one day, with a session column); "
-        f"default {DEFAULT_TRACE}",
+        help="NotebookOS's Sensei-derived training trace (the month, or a slice of it; "
+        f"sessions derived when it has no session column); default {DEFAULT_TRACE}",
+    )
+    parser.add_argument(
+        "--day",
+        type=_day,
+        default=DEFAULT_DAY,
+        metavar="N",
+        help=f"the trace's day replayed, {DAYS[0]}-{DAYS[-1]} (the trainings submitted in "
+        f"minutes 1440 N to 1440 (N + 1)); default {DEFAULT_DAY}",
     )
     for cls, flag in ((INTERACTIVE, "notebook"), (TRAINING, "training"), (INFERENCE, "inference")):
         parser.add_argument(
@@ -590,7 +628,11 @@ def run_cli(args: argparse.Namespace) -> int:
         TRAINING: args.training_nodes,
         INFERENCE: args.inference_nodes,
     }
-    work, source = build(args.users, args.seed, args.trace)
+    try:
+        work, source = build(args.users, args.seed, args.trace, args.day)
+    except (OSError, ValueError) as e:
+        print(f"simulate mixed: {e}", file=sys.stderr)
+        return 2
     figs = run_all(work, split, args.grace, idle_reclaim=args.idle_reclaim)
     print(source)
     print(
@@ -602,5 +644,6 @@ def run_cli(args: argparse.Namespace) -> int:
     print(format_verdict(verdict(figs)))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report(figs, source, split), indent=2) + "\n")
+        body = report(figs, source, split, args.day)
+        Path(args.json).write_text(json.dumps(body, indent=2) + "\n")
     return 0
