@@ -15,6 +15,7 @@ from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
 from .model import Request
+from .outside import OutsideHolds, Rebinding
 from .quota import QuotaSpec
 from .reclaim import ReclaimState
 
@@ -189,6 +190,49 @@ class SharingSet:
     modes: tuple[tuple[str, str], ...]
 
 
+# -- nodes and inventory
+
+
+@dataclass(frozen=True)
+class NodeReachable:
+    """A node's agent went silent (``reachable`` False: it takes nothing new, its leases
+    stay) or reports again (True: it takes grants again)."""
+
+    node: str
+    reachable: bool
+
+
+@dataclass(frozen=True)
+class DrainDeadline:
+    """A drain by a deadline was given (epoch seconds): ``noticed`` leases got its notice."""
+
+    node: str
+    deadline: float
+    noticed: int
+
+
+@dataclass(frozen=True)
+class OutsideSet:
+    """Pods the pool did not place hold these devices of ``node`` (``holds``: the marks
+    after; they take nothing new)."""
+
+    node: str
+    holds: OutsideHolds
+
+
+@dataclass(frozen=True)
+class Rebound:
+    """A lease's server runs on ``devices``: the lease, and the leases it swaps with
+    (``rebinding.others``; ``before``: their slot keys before), hold what their pods really
+    got; the node's outside marks follow (``rebinding.outside``)."""
+
+    lease_id: str
+    node: str
+    devices: tuple[str, ...]
+    rebinding: Rebinding
+    before: tuple[tuple[str, tuple[str, ...]], ...]
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -207,6 +251,10 @@ Effect = (
     | NodeFlagsSet
     | RequestApproved
     | SharingSet
+    | NodeReachable
+    | DrainDeadline
+    | OutsideSet
+    | Rebound
 )
 
 
@@ -231,6 +279,14 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
             alloc.set_gpu_sharing(uuid, mode)
     elif isinstance(effect, NodeFlagsSet):
         alloc.set_node_flags(effect.node, cordoned=effect.cordoned, draining=effect.draining)
+    elif isinstance(effect, NodeReachable):
+        if effect.node in alloc.nodes:
+            alloc.nodes[effect.node].unreachable = not effect.reachable
+            alloc.set_node_flags(effect.node)  # re-index it
+    elif isinstance(effect, OutsideSet):
+        alloc.set_outside(effect.node, effect.holds)
+    elif isinstance(effect, Rebound):
+        alloc.rebind(effect.lease_id, effect.rebinding, effect.node)
     elif isinstance(effect, (QuotaSet, QuotaReset)):
         book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
         if effect.spec is None:

@@ -11,6 +11,7 @@ from .allocator import Allocator
 from .effects import Effect
 from .holders import Held
 from .model import Request
+from .outside import OutsideHolds
 from .quota import QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
 
@@ -102,6 +103,14 @@ class PoolState:
     node_gpus: tuple[tuple[str, str, bool], ...] = ()
     #: LapseApprovals: the leases and requests whose approved duration ends some time.
     lapsing: tuple[Lapsing, ...] = ()
+    # -- nodes and inventory
+    #: DrainNode: the node's live leases (granted, then by id), each with its reclaim state.
+    on_node: tuple[tuple[LeaseFacts, ReclaimState], ...] = ()
+    #: MarkUnreachable: the nodes whose agents went silent; AddBusy: the node is unreachable.
+    silent: tuple[str, ...] = ()
+    unreachable: bool = False
+    #: SetOutside, Rebind: the node's outside marks now (its row's).
+    outside: OutsideHolds = field(default_factory=OutsideHolds)
 
 
 @dataclass(frozen=True)

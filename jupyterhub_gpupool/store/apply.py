@@ -31,6 +31,7 @@ from ..pool.decide import decide
 from ..pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
+    DrainDeadline,
     Effect,
     KeptAlive,
     LeaseActivated,
@@ -39,11 +40,14 @@ from ..pool.effects import (
     LeaseReleased,
     NewLease,
     NodeFlagsSet,
+    NodeReachable,
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
+    OutsideSet,
     QuotaReset,
     QuotaSet,
+    Rebound,
     RequestApproved,
     RequestDenied,
     SharingSet,
@@ -188,9 +192,100 @@ class Applier(StoreCore):
                         if getattr(effect, flag) is not None:
                             setattr(node, flag, getattr(effect, flag))
                 self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
+            elif isinstance(effect, (NodeReachable, DrainDeadline, OutsideSet, Rebound)):
+                self._node_changed(db, effect, actor, known)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made
+
+    # -- nodes and inventory ---------------------------------------------------------------
+
+    def _node_changed(
+        self,
+        db: Session,
+        effect: NodeReachable | DrainDeadline | OutsideSet | Rebound,
+        actor: str,
+        known: Mapping[str, orm.LeaseRow],
+    ) -> None:
+        """A node's reachability, drain deadline, outside marks, or a lease rebound on it."""
+        if isinstance(effect, Rebound):
+            self._rebound(db, effect, actor, known)
+            return
+        node = orm.NodeRow.find(db, effect.node)
+        if isinstance(effect, NodeReachable):
+            if node is None:
+                return
+            node.unreachable = not effect.reachable
+            data: dict[str, Any] = {"node": effect.node}
+            if effect.reachable:
+                self._event(db, "node-reachable", "system", data=data)
+            else:
+                data["last_seen"] = ts(node.last_seen)
+                self._event(db, "node-unreachable", "system", data=data)
+        elif isinstance(effect, DrainDeadline):
+            deadline = ts(from_epoch(effect.deadline))
+            data = {"node": effect.node, "deadline": deadline, "noticed": effect.noticed}
+            self._event(db, "node-drain-deadline", actor, data=data)
+        else:
+            holds = effect.holds
+            if node is not None:
+                node.outside = None if holds.empty else holds.to_json()
+            data = {
+                "node": effect.node,
+                "counts": dict(holds.counts),
+                "gpus": list(holds.gpus),
+                "instances": [list(i) for i in holds.instances],
+                "short": dict(holds.short),
+                "pods": list(holds.pods),
+                **({"conflicts": list(holds.conflicts)} if holds.conflicts else {}),
+            }
+            self._event(db, "outside-holds", actor, data=data)
+
+    def _rebound(
+        self, db: Session, effect: Rebound, actor: str, known: Mapping[str, orm.LeaseRow]
+    ) -> None:
+        """The slots of a lease rebound (and of those it swaps with) and the node's marks."""
+        result, lease_id = effect.rebinding, effect.lease_id
+        moving = {lease_id: result.slots, **result.others}
+        rows = {lid: known.get(lid) or self.lease_row(db, lid) for lid in moving}
+        for r in rows.values():
+            for slot in [s for s in r.slots if s.live]:
+                r.slots.remove(slot)  # delete-orphan: gone at the flush
+        db.flush()  # the old slots leave the unique index before the new ones enter it
+        for lid, r in rows.items():
+            for moved in moving[lid]:
+                r.slots.append(
+                    new_row(
+                        orm.LeaseSlotRow,
+                        slot_key=moved.key,
+                        gpu_uuid=moved.gpu,
+                        kind=moved.kind,
+                        profile=moved.profile,
+                        start=moved.start,
+                        milli=moved.milli,
+                        create=False,
+                        live=True,
+                    )
+                )
+        node_row = orm.NodeRow.find(db, effect.node)
+        if node_row is not None and (node_row.outside or not result.outside.empty):
+            node_row.outside = result.outside.to_json()
+        data = {
+            "node": effect.node,
+            "devices": list(effect.devices),
+            "moved": [list(m) for m in result.moved],
+            "swapped": sorted(result.others),
+        }
+        self._event(db, "rebound", actor, rows[lease_id], data)
+        before = dict(effect.before)
+        for lid in result.others:
+            keys = zip(before[lid], [s.key for s in moving[lid]], strict=True)
+            data = {
+                "node": effect.node,
+                "moved": [[a, b] for a, b in keys if a != b],
+                "swapped": [lease_id],
+            }
+            self._event(db, "rebound", actor, rows[lid], data)
 
     def _lease_changed(
         self,

@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
+from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.effects import NoticeWithdrawn
@@ -40,21 +41,23 @@ from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import Reclaiming, enforced_release, withdraw
 from ..pool.repartition import Held, parse_layout, plan_repartition
+from ..pool.rules.nodes import ADMIN_ACTIONS as NOTICE_ACTIONS
 from .admin import AdminStore
-from .apply import lease_facts
+from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
 from .reclaim import ReclaimStore, outcome_data
 from .rows import (
     epoch,
     from_epoch,
+    node_json,
     reclaim_state,
     set_reclaim_state,
     ts,
 )
 
 #: What an admin's reclaim may do at its deadline.
-ADMIN_ACTIONS = ("stop", "release-gpu")
+ADMIN_ACTIONS = NOTICE_ACTIONS
 #: The longest notice or extension an admin may give (a year, as for policies).
 MAX_GRACE = 366 * 86400.0
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
@@ -306,36 +309,32 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Drain a node: nothing new lands there; with a ``deadline``, every live lease on it
-        gets a ``drain`` notice ending then (a grant not yet bound is released now)."""
-        if action not in ADMIN_ACTIONS:
-            raise StoreError(
-                "invalid_field", f"unknown action {action!r}", field="action", allowed=ADMIN_ACTIONS
-            )
-        if deadline is not None and deadline <= self.clock():
-            raise StoreError("invalid_field", "the deadline has passed", field="deadline")
+        gets a ``drain`` notice ending then (a grant not yet bound is released now). Decided
+        by ``pool.decide`` (one rule: ``SetNode``'s flags, ``admin_notice``'s notices)."""
         with self.transaction() as (db, alloc):
-            out = self.set_node(name, "drain", actor=actor)
-            noticed = released = 0
-            if deadline is not None:
-                why = f"the node {name} is drained for maintenance by {ts(deadline)}"
-                rows = db.scalars(
-                    select(orm.LeaseRow)
-                    .where(orm.LeaseRow.node == name, orm.LeaseRow.state.in_(LIVE_STATES))
-                    .options(selectinload(orm.LeaseRow.slots))
-                    .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
-                ).all()
-                for row in rows:
-                    if row.reclaim_acting is not None:
-                        continue  # already leaving
-                    did = self._admin_notice(db, alloc, row, "drain", deadline, action, why, actor)
-                    noticed += did == "noticed"
-                    released += did == "released"
-                self._event(
-                    db,
-                    "node-drain-deadline",
-                    actor,
-                    data={"node": name, "deadline": ts(deadline), "noticed": noticed},
+            row = orm.NodeRow.find(db, name)
+            rows: list[orm.LeaseRow] = []
+            if row is not None and deadline is not None:
+                rows = list(
+                    db.scalars(
+                        select(orm.LeaseRow)
+                        .where(orm.LeaseRow.node == name, orm.LeaseRow.state.in_(LIVE_STATES))
+                        .options(selectinload(orm.LeaseRow.slots))
+                        .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+                    ).all()
                 )
+            # a grant is released: its pending targets go along (their facts are read too)
+            granted = [r for r in rows if r.state == "granted" and r.reclaim_acting is None]
+            facts, held = self._lease_facts(db, alloc, granted)
+            on_node = tuple((facts.get(r.id) or lease_facts(r), reclaim_state(r)) for r in rows)
+            state = PoolState(alloc, facts, node_known=row is not None, on_node=on_node)
+            command = c.DrainNode(name, deadline, action)
+            outcome = decided(state, command, self._now_s())
+            known = {**{r.id: r for r in rows}, **held}
+            self._apply_effects(db, alloc, outcome.effects, actor, known)
+            assert row is not None  # else refused
+            noticed, released = outcome.answer
+            out = node_json(row)
             return {**out, "deadline": ts(deadline), "noticed": noticed, "released": released}
 
     # -- MIG re-partition ------------------------------------------------------------------
