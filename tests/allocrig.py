@@ -1,11 +1,18 @@
 """A small pool for the allocator's unit tests: two dynamic-MIG A100s and four H100s, the
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
-``test_borrowing.py``)."""
+``test_borrowing.py``, ``test_decide_nodes.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.commands import Command
+from jupyterhub_gpupool.pool.decide import decide
+from jupyterhub_gpupool.pool.effects import Effect, apply_effect
+from jupyterhub_gpupool.pool.facts import Outcome, PoolState
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
 from jupyterhub_gpupool.pool.quota import QuotaBook
 
@@ -52,3 +59,49 @@ def granted(decision) -> Grant:
 def queued(decision) -> Queued:
     assert isinstance(decision, Queued), decision
     return decision
+
+
+# -- decide on nodes and inventory (tests/unit/test_decide_nodes.py) -------------------------
+
+
+def state_of(alloc: Allocator) -> tuple:
+    """Everything a node or inventory decision could touch: leases, waiters, devices (with
+    outside marks), node flags and tallies, the placement index and the quota tallies."""
+    return (
+        sorted(
+            (le.id, le.node, le.slots, le.units, le.group, le.borrowed)
+            for le in alloc.leases.values()
+        ),
+        sorted((w.request.id, w.reason, w.since, w.units) for w in alloc.waiters.values()),
+        [
+            (
+                g.uuid,
+                g.whole_lease,
+                sorted(g.shares.items()),
+                g.outside,
+                g.outside_by,
+                [(i.profile, i.start, i.uuid, i.lease) for i in g.instances],
+            )
+            for g in alloc.gpus.values()
+        ],
+        [
+            (n.name, n.cordoned, n.draining, n.unreachable, n.cpu_used, n.memory_used)
+            for n in alloc.nodes.values()
+        ],
+        sorted((name, alloc._sigs[sid]) for name, sid in alloc._node_sid.items()),
+        {k: v for k, v in alloc.quotas.held_user.items() if v},
+    )
+
+
+def decide_pure(alloc: Allocator, command: Command, now: float = 10.0, **facts: Any) -> Outcome:
+    """``pool.decide`` on ``alloc`` with the facts ``facts``, checking it changed nothing."""
+    before = state_of(alloc)
+    outcome = decide(PoolState(alloc, **facts), command, now)
+    assert state_of(alloc) == before
+    return outcome
+
+
+def apply_all(alloc: Allocator, effects: Iterable[Effect], now: float = 10.0) -> None:
+    """Apply ``effects`` to the allocator in order, as the store's applier does."""
+    for effect in effects:
+        apply_effect(alloc, effect, now)

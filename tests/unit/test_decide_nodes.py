@@ -1,0 +1,242 @@
+"""Nodes and inventory decided by ``pool.decide``: a drain by a deadline (flags and notices in
+one rule), a node's agent gone silent or back, outside marks and rebinding. Each checked on its
+effects or refusal, with the allocator left as it was, and, applied in order
+(``pool.effects.apply_effect``), leaving it as the allocator's own primitives would (the rows
+the applier writes are the store tests' part: ``test_store_operate.py``,
+``test_node_reachability.py``, ``test_store_outside.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from jupyterhub_gpupool.pool import commands as c
+from jupyterhub_gpupool.pool.decide import decide
+from jupyterhub_gpupool.pool.effects import (
+    DrainDeadline,
+    LeaseGranted,
+    LeaseReleased,
+    NodeFlagsSet,
+    NodeReachable,
+    NoticeGiven,
+    OutsideSet,
+    Rebound,
+)
+from jupyterhub_gpupool.pool.errors import Refusal
+from jupyterhub_gpupool.pool.facts import LeaseFacts, PoolState
+from jupyterhub_gpupool.pool.outside import OutsideHolds, place_outside
+from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
+from tests.allocrig import apply_all, decide_pure, granted, pool, queued, req, state_of
+
+#: The drain's deadline: 1000 s after the epoch, as the store's naive UTC times are.
+DEADLINE = datetime.fromtimestamp(1000.0, timezone.utc).replace(tzinfo=None)
+
+
+def facts(lid: str, state: str = "active", **kw) -> LeaseFacts:
+    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+
+
+def refusal(alloc, command, now: float = 10.0, **state) -> Refusal:
+    with pytest.raises(Refusal) as e:
+        decide(PoolState(alloc, **state), command, now)
+    return e.value
+
+
+def full_h(alloc, *states: str) -> tuple:
+    """Fill node ``h``'s four H100s with leases h0..h3 (their facts in ``states``)."""
+    for i in range(4):
+        granted(alloc.submit(req(f"h{i}", "h100", server=f"s{i}"), 0))
+    return tuple((facts(f"h{i}", s), ReclaimState()) for i, s in enumerate(states))
+
+
+# -- drain -----------------------------------------------------------------------------------
+
+
+def test_a_drain_without_a_deadline_is_its_flag():
+    out = decide_pure(pool(), c.DrainNode("h"), node_known=True)
+    assert out.answer == (0, 0)
+    assert out.effects == (NodeFlagsSet("h", "drain", None, True),)
+
+
+def test_a_drain_by_a_deadline_notices_bound_leases_and_releases_grants_not_elsewhere_served():
+    """A bound lease gets the drain notice; a grant not yet bound is released (``admin``) and
+    what it frees is not granted on the node being drained; the deadline is audited."""
+    alloc, twin = pool(), pool()
+    on_node = full_h(alloc, "active", "granted", "reclaiming", "active")
+    full_h(twin)
+    for a in (alloc, twin):
+        queued(a.submit(req("w", "h100", "v", server="sw"), 1.0))
+    out = decide_pure(alloc, c.DrainNode("h", DEADLINE, "release-gpu"), 100.0, node_known=True,
+                      on_node=on_node)  # fmt: skip
+    assert out.answer == (3, 1)
+    flags, first, released, *rest, last = out.effects
+    assert flags == NodeFlagsSet("h", "drain", None, True)
+    assert released == LeaseReleased("h1", "admin", "granted")
+    assert not any(isinstance(e, LeaseGranted) for e in out.effects)
+    notices = [first, *[e for e in rest if isinstance(e, NoticeGiven)]]
+    assert [n.lease_id for n in notices] == ["h0", "h2", "h3"]
+    rec = notices[0].state.reclaiming
+    assert rec == Reclaiming(
+        "drain",
+        1000.0,
+        "the node h is drained for maintenance by 1970-01-01T00:16:40Z",
+        "release-gpu",
+        100.0,
+    )
+    assert last == DrainDeadline("h", 1000.0, 3)
+    apply_all(alloc, out.effects, 100.0)
+    twin.set_node_flags("h", draining=True)
+    twin.release("h1", 100.0)
+    assert state_of(alloc) == state_of(twin) and "w" in alloc.waiters
+
+
+def test_a_drain_leaves_a_lease_already_leaving_and_never_pushes_a_drain_deadline_back():
+    alloc = pool()
+    earlier = Reclaiming("drain", 500.0, "the node h is drained", "stop", 50.0)
+    on_node = (
+        (facts("h0", reclaiming=True), ReclaimState()),
+        (facts("h1", "reclaiming", reclaim_kind="drain"), ReclaimState(reclaiming=earlier)),
+    )
+    full_h(alloc)
+    out = decide_pure(alloc, c.DrainNode("h", DEADLINE), 100.0, node_known=True, on_node=on_node)
+    assert out.answer == (1, 0)
+    (notice,) = [e for e in out.effects if isinstance(e, NoticeGiven)]
+    assert notice.lease_id == "h1" and notice.state.reclaiming.deadline == 500.0
+
+
+def test_a_granted_lease_released_by_a_drain_takes_its_pending_target_along():
+    alloc = pool()
+    full_h(alloc)
+    target = facts("h2", "granted", server="s1", resize_of="h1")
+    on_node = (
+        (facts("h1", "granted", targets=(target,)), ReclaimState()),
+        (target, ReclaimState()),
+    )
+    out = decide_pure(alloc, c.DrainNode("h", DEADLINE), 100.0, node_known=True, on_node=on_node)
+    ended = [e for e in out.effects if isinstance(e, LeaseReleased)]
+    assert ended == [
+        LeaseReleased("h1", "admin", "granted"),
+        LeaseReleased("h2", "admin", "granted"),
+    ]
+    assert out.answer == (0, 1)  # the target ended with its lease: not noticed after it
+
+
+@pytest.mark.parametrize(
+    ("cmd", "known", "code", "field"),
+    [
+        (c.DrainNode("h", None, "reboot"), True, "invalid_field", "action"),
+        (c.DrainNode("h", DEADLINE), True, "invalid_field", "deadline"),
+        (c.DrainNode("nope"), False, "not_found", "name"),
+    ],
+)
+def test_drain_refusals(cmd, known, code, field):
+    e = refusal(pool(), cmd, 1000.0, node_known=known)
+    assert (e.code, e.field) == (code, field)
+
+
+# -- reachability ----------------------------------------------------------------------------
+
+
+def test_silent_nodes_take_nothing_new_once_applied():
+    alloc = pool()
+    out = decide_pure(alloc, c.MarkUnreachable(DEADLINE), silent=("h",))
+    assert out.answer == ["h"] and out.effects == (NodeReachable("h", False),)
+    apply_all(alloc, out.effects)
+    assert alloc.nodes["h"].unreachable
+    queued(alloc.submit(req("w", "h100"), 11.0))
+
+
+def test_a_node_back_takes_grants_at_once():
+    alloc, twin = pool(), pool()
+    for a in (alloc, twin):
+        a.nodes["h"].unreachable = True
+        a.set_node_flags("h")
+        queued(a.submit(req("w", "h100"), 1.0))
+    cmd = c.AddBusy({}, node="h")
+    assert decide_pure(alloc, cmd).effects == ()  # its row says it is reachable: nothing
+    out = decide_pure(alloc, cmd, unreachable=True)
+    assert out.answer is True
+    assert out.effects[0] == NodeReachable("h", True)
+    assert isinstance(out.effects[1], LeaseGranted) and out.effects[1].grant.node == "h"
+    apply_all(alloc, out.effects)
+    twin.nodes["h"].unreachable = False
+    twin.set_node_flags("h")
+    twin.promote(10.0)
+    assert state_of(alloc) == state_of(twin)
+
+
+# -- outside marks ---------------------------------------------------------------------------
+
+
+def test_outside_marks_are_an_effect_and_take_nothing_new():
+    alloc = pool()
+    out = decide_pure(alloc, c.SetOutside("h", {"gpu": 3}, ("job-a",)), node_known=True)
+    (effect,) = out.effects
+    assert isinstance(effect, OutsideSet) and sorted(effect.holds.gpus) == ["h-H1", "h-H2", "h-H3"]
+    assert out.answer == effect.holds.to_json()
+    apply_all(alloc, out.effects)
+    granted(alloc.submit(req("a", "h100"), 11.0))
+    queued(alloc.submit(req("b", "h100"), 11.0))
+
+
+def test_saying_the_marks_there_are_changes_nothing():
+    alloc = pool()
+    holds = place_outside(alloc.nodes["h"], {"gpu": 1})
+    out = decide_pure(alloc, c.SetOutside("h", {"gpu": 1}), node_known=True, outside=holds)
+    assert out.effects == () and out.answer == holds.to_json()
+
+
+def test_a_mark_that_goes_serves_the_queue():
+    alloc, twin = pool(), pool()
+    holds = place_outside(alloc.nodes["h"], {"gpu": 4})
+    for a in (alloc, twin):
+        a.set_outside("h", holds)
+        queued(a.submit(req("w", "h100"), 1.0))
+    out = decide_pure(alloc, c.SetOutside("h", {"gpu": 2}), node_known=True, outside=holds)
+    marks, grant = out.effects
+    assert isinstance(marks, OutsideSet) and len(marks.holds.gpus) == 2
+    assert isinstance(grant, LeaseGranted) and grant.grant.slots[0].gpu == "h-H0"
+    apply_all(alloc, out.effects)
+    twin.set_outside("h", marks.holds)
+    twin.promote(10.0)
+    assert state_of(alloc) == state_of(twin)
+
+
+def test_outside_marks_on_an_unknown_node_are_refused():
+    assert refusal(pool(), c.SetOutside("nope", {"gpu": 1})).code == "not_found"
+
+
+# -- rebind ----------------------------------------------------------------------------------
+
+
+def test_a_rebind_swaps_with_the_lease_on_the_device_the_server_got():
+    alloc = pool()
+    granted(alloc.submit(req("a", "h100", server="sa"), 0))  # h-H0
+    granted(alloc.submit(req("b", "h100", server="sb"), 0))  # h-H1
+    out = decide_pure(alloc, c.Rebind("a", ["h-H1"]), leases={"a": facts("a")})
+    (effect,) = out.effects
+    assert isinstance(effect, Rebound) and out.answer is True
+    assert effect.before == (("b", (alloc.leases["b"].slots[0].key,)),)
+    assert sorted(effect.rebinding.others) == ["b"]
+    apply_all(alloc, out.effects)
+    assert alloc.leases["a"].slots[0].gpu == "h-H1" and alloc.leases["b"].slots[0].gpu == "h-H0"
+
+
+def test_a_rebind_to_what_the_lease_has_changes_nothing():
+    alloc = pool()
+    granted(alloc.submit(req("a", "h100"), 0))
+    out = decide_pure(alloc, c.Rebind("a", ["h-H0"]), leases={"a": facts("a")})
+    assert out == type(out)(False, ())
+
+
+def test_a_rebind_of_an_ended_lease_or_onto_an_unknown_device_is_refused():
+    alloc = pool()
+    granted(alloc.submit(req("a", "h100"), 0))
+    e = refusal(alloc, c.Rebind("a", ["h-H1"]), leases={"a": facts("a", "released")})
+    assert e.code == "not_live"
+    e = refusal(alloc, c.Rebind("a", ["GPU-x"]), leases={"a": facts("a")})
+    assert e.code == "unknown_device"
+    held = OutsideHolds()
+    e = refusal(alloc, c.Rebind("a", ["h-H1", "h-H2"]), leases={"a": facts("a")}, outside=held)
+    assert e.code == "device_mismatch"
