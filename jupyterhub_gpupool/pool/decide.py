@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import commands as c
 from .facts import Outcome, PoolState, Rule
-from .rules import approvals, inventory, leases, nodes, quotas
+from .rules import approvals, inventory, leases, mig, nodes, quotas
 
 
 def decide(state: PoolState, command: c.Command, now: float) -> Outcome:
@@ -39,6 +39,7 @@ _RULES: dict[type[c.Command], Rule] = {
     **nodes.RULES,
     **quotas.RULES,
     **inventory.RULES,
+    **mig.RULES,
 }
 
 #: Commands ``decide`` decides (the others still decide inside their store method).

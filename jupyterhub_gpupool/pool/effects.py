@@ -8,13 +8,14 @@ in order, the effects leave the allocator exactly as the decision saw it would b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
-from .model import Request
+from .model import MigInstance, Request
 from .outside import OutsideHolds, Rebinding
 from .quota import QuotaSpec
 from .reclaim import ReclaimState
@@ -233,6 +234,52 @@ class Rebound:
     before: tuple[tuple[str, tuple[str, ...]], ...]
 
 
+@dataclass(frozen=True)
+class GpuCordoned:
+    """A GPU is cordoned (a re-partition waits on it) or given back its cordon."""
+
+    gpu: str
+    cordoned: bool
+
+
+@dataclass(frozen=True)
+class RepartitionOpened:
+    """An administrator asks for a GPU's MIG ``layout`` (its row is written now; ``plan``:
+    the plan as the API answers it); ``was_cordoned``: the GPU's cordon before."""
+
+    node: str
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    method: str
+    was_cordoned: bool
+    plan: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class RepartitionApplying:
+    """Nothing is in the way of re-partition ``rep`` (0: the one opened by this command) of
+    ``gpu`` any more: it runs. ``instances``: the GPU's instances for the allocator once its
+    layout is written (the agent's way; None: the node's label, the layout comes with its
+    inventory)."""
+
+    rep: int
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    instances: tuple[MigInstance, ...] | None
+
+
+@dataclass(frozen=True)
+class RepartitionClosed:
+    """Re-partition ``rep`` ends (``done``, ``failed`` with ``error``, ``cancelled``); its
+    GPU gets back the cordon it had (``cordoned``; None: the GPU is gone)."""
+
+    rep: int
+    gpu: str
+    state: str
+    error: str | None
+    cordoned: bool | None
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -255,6 +302,10 @@ Effect = (
     | DrainDeadline
     | OutsideSet
     | Rebound
+    | GpuCordoned
+    | RepartitionOpened
+    | RepartitionApplying
+    | RepartitionClosed
 )
 
 
@@ -279,6 +330,13 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
             alloc.set_gpu_sharing(uuid, mode)
     elif isinstance(effect, NodeFlagsSet):
         alloc.set_node_flags(effect.node, cordoned=effect.cordoned, draining=effect.draining)
+    elif isinstance(effect, (QuotaSet, QuotaReset)):
+        book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
+        if effect.spec is None:
+            book.pop(effect.name, None)
+        else:
+            book[effect.name] = effect.spec
+    # -- nodes and inventory
     elif isinstance(effect, NodeReachable):
         if effect.node in alloc.nodes:
             alloc.nodes[effect.node].unreachable = not effect.reachable
@@ -287,9 +345,28 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         alloc.set_outside(effect.node, effect.holds)
     elif isinstance(effect, Rebound):
         alloc.rebind(effect.lease_id, effect.rebinding, effect.node)
-    elif isinstance(effect, (QuotaSet, QuotaReset)):
-        book = alloc.quotas.users if effect.kind == "user" else alloc.quotas.groups
-        if effect.spec is None:
-            book.pop(effect.name, None)
-        else:
-            book[effect.name] = effect.spec
+    elif isinstance(effect, (GpuCordoned, RepartitionClosed)):
+        if effect.cordoned is not None and effect.gpu in alloc.gpus:
+            set_gpu(alloc, effect.gpu, cordoned=effect.cordoned)
+    elif isinstance(effect, RepartitionApplying) and effect.gpu in alloc.gpus:
+        instances = effect.instances
+        if instances is not None:  # the agent's way: the layout is written now
+            set_gpu(alloc, effect.gpu, instances=[replace(i) for i in instances])
+
+
+def set_gpu(
+    alloc: Allocator,
+    uuid: str,
+    *,
+    cordoned: bool | None = None,
+    instances: list[MigInstance] | None = None,
+) -> None:
+    """Cordon a GPU or give it a new MIG layout (what the allocator would be rebuilt with
+    from the rows), and re-index its node."""
+    gpu = alloc.gpus[uuid]
+    if cordoned is not None:
+        gpu.cordoned = cordoned
+    if instances is not None:
+        gpu.instances = instances
+    alloc._never.clear()  # what is never placeable may change with a layout
+    alloc.set_node_flags(gpu.node)  # re-index it

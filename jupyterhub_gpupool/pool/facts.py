@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import Allocator
+from .catalog import GpuModel
 from .effects import Effect
 from .holders import Held
 from .model import Request
 from .outside import OutsideHolds
 from .quota import QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
+from .repartition import Held as GpuHeld
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
 RESTARTING = "restarting"
@@ -67,6 +69,43 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class MigGpu:
+    """A GPU as a re-partition reads its row: its instance rows ((profile, start, uuid,
+    failed creations, the last error)), what its node reported (``observed``: (profile,
+    start, uuid); None: nothing yet), and what holds it now (``pool.repartition.Held``)."""
+
+    uuid: str
+    node: str
+    model: GpuModel
+    mig_enabled: bool
+    dynamic: bool
+    cordoned: bool
+    instances: tuple[tuple[str, int, str | None, int, str | None], ...] = ()
+    observed: tuple[tuple[str, int, str | None], ...] | None = None
+    held: tuple[GpuHeld, ...] = ()
+    by_claim: bool = False  # the DRA driver's node: mig-parted must not run there
+
+    @property
+    def method(self) -> str:
+        """How the node gets a layout: its agent (dynamic MIG), else the node's label."""
+        return "agent" if self.dynamic and self.mig_enabled else "label"
+
+
+@dataclass(frozen=True)
+class Repartition:
+    """A re-partition's row (``id`` 0: the one the command opens)."""
+
+    id: int
+    node: str
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    method: str
+    state: str
+    was_cordoned: bool
+    actor: str = ""
+
+
+@dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
 
@@ -111,6 +150,14 @@ class PoolState:
     unreachable: bool = False
     #: SetOutside, Rebind: the node's outside marks now (its row's).
     outside: OutsideHolds = field(default_factory=OutsideHolds)
+    #: RequestRepartition: the GPU (None: not on that node) and its open re-partition; the
+    #: leases in the way, noticed (``on_node``, by id).
+    mig_gpu: MigGpu | None = None
+    open_repartition: Repartition | None = None
+    #: CancelRepartition, FailRepartition, AdvanceRepartitions: the re-partitions with their
+    #: GPU (None: gone), and the failed creations after which the node gives up.
+    repartitions: tuple[tuple[Repartition, MigGpu | None], ...] = ()
+    mig_attempts: int = 3
 
 
 @dataclass(frozen=True)

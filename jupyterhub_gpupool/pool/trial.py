@@ -124,6 +124,19 @@ class Trial:
 
         self._undo.append(back)
 
+    def set_gpu_cordon(self, uuid: str, cordoned: bool) -> None:
+        """Cordon a GPU (a re-partition waits on it), as the applier's ``GpuCordoned``."""
+        a, gpu = self.alloc, self.alloc.gpus[uuid]
+        was = gpu.cordoned
+        gpu.cordoned = cordoned
+        a.set_node_flags(gpu.node)
+
+        def back() -> None:
+            gpu.cordoned = was
+            a.set_node_flags(gpu.node)
+
+        self._undo.append(back)
+
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does; returns the grants."""
         a = self.alloc

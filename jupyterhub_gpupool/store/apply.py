@@ -33,6 +33,7 @@ from ..pool.effects import (
     BorrowedChanged,
     DrainDeadline,
     Effect,
+    GpuCordoned,
     KeptAlive,
     LeaseActivated,
     LeaseGranted,
@@ -48,6 +49,9 @@ from ..pool.effects import (
     QuotaReset,
     QuotaSet,
     Rebound,
+    RepartitionApplying,
+    RepartitionClosed,
+    RepartitionOpened,
     RequestApproved,
     RequestDenied,
     SharingSet,
@@ -194,6 +198,8 @@ class Applier(StoreCore):
                 self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
             elif isinstance(effect, (NodeReachable, DrainDeadline, OutsideSet, Rebound)):
                 self._node_changed(db, effect, actor, known)
+            elif isinstance(effect, _REPARTITIONS):
+                self._repartition_changed(db, effect, actor)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made
@@ -240,6 +246,76 @@ class Applier(StoreCore):
                 **({"conflicts": list(holds.conflicts)} if holds.conflicts else {}),
             }
             self._event(db, "outside-holds", actor, data=data)
+
+    def _repartition_changed(
+        self,
+        db: Session,
+        effect: GpuCordoned | RepartitionOpened | RepartitionApplying | RepartitionClosed,
+        actor: str,
+    ) -> None:
+        """A GPU's cordon, and a re-partition's row: opened, applying (the agent's GPU gets its
+        layout's instance rows), closed."""
+        now = self.clock()
+        g = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == effect.gpu))
+        if isinstance(effect, GpuCordoned):
+            if g is not None:
+                g.cordoned = effect.cordoned
+            return
+        if isinstance(effect, RepartitionOpened):
+            rep = orm.MigRepartitionRow(
+                node=effect.node,
+                gpu_uuid=effect.gpu,
+                layout=[{"profile": p, "start": s} for p, s in effect.layout],
+                method=effect.method,
+                state="waiting",
+                actor=actor,
+                created=now,
+                updated=now,
+                was_cordoned=effect.was_cordoned,
+            )
+            db.add(rep)
+            db.flush()
+            self._event(db, "mig-repartition", actor, data={"id": rep.id, **effect.plan})
+            return
+        rep = self.repartition_row(db, effect.rep, effect.gpu)
+        if isinstance(effect, RepartitionApplying):
+            rep.state, rep.updated = "applying", now
+            if effect.instances is not None and g is not None:
+                target = list(effect.layout)
+                kept = {
+                    (i.profile, i.start): i for i in g.instances if (i.profile, i.start) in target
+                }
+                if len(kept) != len(g.instances):
+                    g.instances = list(kept.values())
+                    db.flush()  # delete before inserting: a new instance may take a start
+                g.instances = [
+                    kept.get(key) or orm.MigInstanceRow(profile=key[0], start=key[1])
+                    for key in target
+                ]
+            self._event(db, "mig-repartition-applying", rep.actor, data=rep_data(rep))
+            return
+        rep.state, rep.error, rep.updated = effect.state, effect.error, now
+        if g is not None and effect.cordoned is not None:
+            g.cordoned = effect.cordoned
+        kind = {"done": "mig-repartitioned", "failed": "mig-failed"}.get(
+            effect.state, "mig-repartition-cancelled"
+        )
+        self._event(db, kind, actor, data={**rep_data(rep), "error": effect.error})
+
+    @staticmethod
+    def repartition_row(db: Session, rep_id: int, gpu: str) -> orm.MigRepartitionRow:
+        """Re-partition ``rep_id``'s row; 0: the open one of ``gpu`` (opened just now)."""
+        if rep_id:
+            found = db.get(orm.MigRepartitionRow, rep_id)
+        else:
+            found = db.scalar(
+                select(orm.MigRepartitionRow).where(
+                    orm.MigRepartitionRow.gpu_uuid == gpu,
+                    orm.MigRepartitionRow.state.in_(("waiting", "applying")),
+                )
+            )
+        assert found is not None  # the rule read it
+        return found
 
     def _rebound(
         self, db: Session, effect: Rebound, actor: str, known: Mapping[str, orm.LeaseRow]
@@ -596,6 +672,15 @@ class Applier(StoreCore):
             ):
                 found.append(target)
         return found
+
+
+#: The effects on a GPU's cordon and its re-partitions (``_repartition_changed``).
+_REPARTITIONS = (GpuCordoned, RepartitionOpened, RepartitionApplying, RepartitionClosed)
+
+
+def rep_data(rep: orm.MigRepartitionRow) -> dict[str, Any]:
+    """What a re-partition's audit events say of it."""
+    return {"id": rep.id, "node": rep.node, "gpu": rep.gpu_uuid, "layout": rep.layout}
 
 
 def decided(state: PoolState, command: c.Command, now: float) -> Outcome:

@@ -15,9 +15,8 @@ from .. import orm
 from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.dramig import made_by_claim
-from ..pool.errors import PoolError
-from ..pool.miglayout import validate_mig_layout
-from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
+from ..pool.migplan import with_retiring
+from ..pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.outside import OutsideHolds
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
@@ -43,15 +42,8 @@ def instances_of(catalog: Catalog, g: Any, instances: list[Any] | None = None) -
     out = [MigInstance(i.profile, i.start, i.uuid) for i in instances]
     if g.dynamic_mig and g.observed:
         model = catalog.model_for_nvml(g.model, g.memory_mib)
-        wanted = {(i.profile, i.start) for i in instances}
-        for o in g.observed:
-            if mig_key(o) in wanted:
-                continue
-            try:
-                validate_mig_layout(model, [(i.profile, i.start) for i in out] + [mig_key(o)])
-            except PoolError:
-                continue
-            out.append(MigInstance(o["profile"], o["start"], o.get("uuid"), RETIRING))
+        seen = [(*mig_key(o), o.get("uuid")) for o in g.observed]
+        out = with_retiring(model, out, seen)
     return out
 
 
