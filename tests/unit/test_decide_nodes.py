@@ -15,6 +15,7 @@ from jupyterhub_gpupool.pool import commands as c
 from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import (
     DrainDeadline,
+    GpuCordoned,
     LeaseGranted,
     LeaseReleased,
     NodeFlagsSet,
@@ -22,12 +23,16 @@ from jupyterhub_gpupool.pool.effects import (
     NoticeGiven,
     OutsideSet,
     Rebound,
+    RepartitionApplying,
+    RepartitionClosed,
+    RepartitionOpened,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
-from jupyterhub_gpupool.pool.facts import LeaseFacts, PoolState
+from jupyterhub_gpupool.pool.facts import LeaseFacts, MigGpu, PoolState, Repartition
 from jupyterhub_gpupool.pool.outside import OutsideHolds, place_outside
 from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
-from tests.allocrig import apply_all, decide_pure, granted, pool, queued, req, state_of
+from jupyterhub_gpupool.pool.repartition import Held as RHeld
+from tests.allocrig import A100, apply_all, decide_pure, granted, pool, queued, req, state_of
 
 #: The drain's deadline: 1000 s after the epoch, as the store's naive UTC times are.
 DEADLINE = datetime.fromtimestamp(1000.0, timezone.utc).replace(tzinfo=None)
@@ -240,3 +245,119 @@ def test_a_rebind_of_an_ended_lease_or_onto_an_unknown_device_is_refused():
     held = OutsideHolds()
     e = refusal(alloc, c.Rebind("a", ["h-H1", "h-H2"]), leases={"a": facts("a")}, outside=held)
     assert e.code == "device_mismatch"
+
+
+# -- re-partitions ---------------------------------------------------------------------------
+
+SEVEN = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+
+
+def a100(alloc, **kw) -> MigGpu:
+    """GPU ``mig-A0`` of the rig as a re-partition reads its row (what holds it: the
+    allocator's leases on it)."""
+    gpu = alloc.gpus["mig-A0"]
+    held = tuple(RHeld(i.profile, i.start, i.lease, "u") for i in gpu.instances if i.lease)
+    return MigGpu("mig-A0", "mig", A100, True, True, False, held=held, **kw)
+
+
+def rep(state: str = "waiting", method: str = "agent", layout=((("7g.80gb", 0),)), **kw):
+    cordoned = kw.pop("was_cordoned", False)
+    return Repartition(kw.pop("id", 4), "mig", "mig-A0", layout, method, state, cordoned, **kw)
+
+
+def test_a_repartition_with_nothing_in_the_way_cordons_the_gpu_and_runs_at_once():
+    alloc = pool()
+    cmd = c.RequestRepartition("mig", "mig-A0", SEVEN)
+    out = decide_pure(alloc, cmd, mig_gpu=a100(alloc))
+    opened, cordon, applying = out.effects
+    assert isinstance(opened, RepartitionOpened) and opened.method == "agent"
+    assert opened.layout == tuple(("1g.10gb", s) for s in range(7)) and not opened.was_cordoned
+    assert cordon == GpuCordoned("mig-A0", True)
+    assert isinstance(applying, RepartitionApplying) and applying.rep == 0
+    assert [(i.profile, i.start, i.lease) for i in applying.instances] == [
+        ("1g.10gb", s, None) for s in range(7)
+    ]
+    assert out.answer["ready"] is True
+    apply_all(alloc, out.effects)
+    gpu = alloc.gpus["mig-A0"]
+    assert gpu.cordoned and len(gpu.instances) == 7
+    granted(alloc.submit(req("n", "a100-1g"), 11.0))  # lands on the other GPU, not this one
+    assert alloc.leases["n"].slots[0].gpu == "mig-A1"
+
+
+def test_a_repartition_notices_the_leases_in_the_way_and_releases_a_grant_not_yet_bound():
+    """On ``mig-A0``: ``b`` bound (noticed, the re-partition waits for it) and ``g`` granted
+    (released now); ``x`` on the other GPU is not in the way."""
+    alloc = pool()
+    for lid in "bxg":
+        granted(alloc.submit(req(lid, "a100-3g", server=f"s{lid}"), 0))
+    assert [alloc.leases[lid].slots[0].gpu for lid in "bxg"] == ["mig-A0", "mig-A1", "mig-A0"]
+    on_node = (
+        (facts("b", "active"), ReclaimState()),
+        (facts("g", "granted"), ReclaimState()),
+    )
+    cmd = c.RequestRepartition("mig", "mig-A0", SEVEN, notice_seconds=600)
+    out = decide_pure(alloc, cmd, 100.0, mig_gpu=a100(alloc), on_node=on_node)
+    opened, cordon, notice, released = out.effects
+    assert isinstance(opened, RepartitionOpened) and cordon == GpuCordoned("mig-A0", True)
+    assert isinstance(notice, NoticeGiven) and notice.lease_id == "b"
+    rec = notice.state.reclaiming
+    assert (rec.kind, rec.deadline, rec.action) == ("admin", 700.0, "stop")
+    assert rec.reason == (
+        "an administrator re-partitions this GPU's MIG layout by 1970-01-01T00:11:40Z"
+    )
+    assert released == LeaseReleased("g", "admin", "granted")  # and it waits for b
+
+
+def test_repartition_refusals():
+    alloc = pool()
+    cmd = c.RequestRepartition("mig", "mig-A0", SEVEN)
+    assert refusal(alloc, cmd).code == "not_found"
+    assert refusal(alloc, cmd, mig_gpu=a100(alloc, by_claim=True)).code == "conflict"
+    e = refusal(alloc, cmd, mig_gpu=a100(alloc), open_repartition=rep())
+    assert e.code == "repartition_pending" and "in progress (#4, waiting)" in e.message
+    e = refusal(alloc, c.RequestRepartition("mig", "mig-A0", SEVEN, -1), mig_gpu=a100(alloc))
+    assert e.field == "notice_seconds"
+
+
+def test_a_waiting_repartition_is_cancelled_and_gives_the_gpu_its_cordon_back():
+    alloc = pool()
+    waiting = rep(was_cordoned=True)
+    out = decide_pure(alloc, c.CancelRepartition(4), repartitions=((waiting, a100(alloc)),))
+    assert out.effects == (RepartitionClosed(4, "mig-A0", "cancelled", None, True),)
+    applying = rep("applying")
+    e = refusal(alloc, c.CancelRepartition(4), repartitions=((applying, a100(alloc)),))
+    assert e.code == "repartition_applying"
+    assert refusal(alloc, c.CancelRepartition(9)).code == "not_found"
+
+
+def test_advancing_closes_what_the_node_made_fails_what_it_could_not_and_a_gone_gpu():
+    alloc = pool()
+    made = a100(
+        alloc, instances=(("7g.80gb", 0, "MIG-1", 0, None),), observed=(("7g.80gb", 0, "MIG-1"),)
+    )
+    not_yet = a100(alloc, instances=(("7g.80gb", 0, None, 0, None),))
+    gave_up = a100(alloc, instances=(("7g.80gb", 0, None, 3, "Occupied"),))
+    reps = (
+        (rep("applying", id=1), made),
+        (rep("applying", id=2), not_yet),
+        (rep("applying", id=3), gave_up),
+        (rep("applying", id=4), None),
+    )
+    out = decide_pure(alloc, c.AdvanceRepartitions(), repartitions=reps, mig_attempts=3)
+    assert out.answer == 3
+    assert out.effects == (
+        RepartitionClosed(1, "mig-A0", "done", None, False),
+        RepartitionClosed(3, "mig-A0", "failed", "the node could not create 7g.80gb@0", False),
+        RepartitionClosed(4, "mig-A0", "failed", "the GPU is gone", None),
+    )
+
+
+def test_a_label_repartition_fails_as_mig_manager_says_once():
+    alloc = pool()
+    applying = ((rep("applying", "label"), a100(alloc)),)
+    out = decide_pure(alloc, c.FailRepartition(4, "x" * 3000), repartitions=applying)
+    (closed,) = out.effects
+    assert closed.state == "failed" and closed.error == "x" * 2000
+    done = ((rep("done", "label"), a100(alloc)),)
+    assert decide_pure(alloc, c.FailRepartition(4, "again"), repartitions=done).effects == ()
