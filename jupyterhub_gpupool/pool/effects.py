@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 from .allocator import Allocator
 from .approval import Ask
@@ -280,6 +281,69 @@ class RepartitionClosed:
     cordoned: bool | None
 
 
+@dataclass(frozen=True)
+class MigCreated:
+    """A node made a wanted MIG instance (``uuid``): its lease (if any) is ready, and a grant
+    not yet bound (``renew``) gets its full grant time again, counted from now."""
+
+    node: str
+    gpu: str
+    profile: str
+    start: int
+    uuid: str | None
+    lease_id: str | None
+    renew: bool
+
+
+@dataclass(frozen=True)
+class MigFailed:
+    """A node's MIG action (``op``: create, destroy) failed, or the pool gives up on a creation
+    a busy instance blocks (``system``): audited (``mig-failed``; ``attempt``: the failures so
+    far), and told to the lease (``message``; None: left as it is)."""
+
+    node: str
+    gpu: str
+    op: str
+    profile: str
+    start: int
+    error: str | None
+    attempt: int | None = None
+    lease_id: str | None = None
+    message: str | None = None
+    system: bool = False
+
+
+@dataclass(frozen=True)
+class MigDestroyed:
+    """A node destroyed an instance the pool no longer wants (or found it gone)."""
+
+    node: str
+    gpu: str
+    profile: str
+    start: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class MigRowsSet:
+    """A GPU's instance rows ((profile, start, uuid, failed creations, the last error)) and
+    what its node reported (``observed``) after its results; ``instances``: the GPU's
+    instances for the allocator (what a rebuild from those rows would give it)."""
+
+    gpu: str
+    rows: tuple[tuple[str, int, str | None, int, str | None], ...]
+    observed: tuple[Mapping[str, Any], ...] | None
+    instances: tuple[MigInstance, ...]
+
+
+@dataclass(frozen=True)
+class LeaseNoted:
+    """What the user is told of a lease changes (its ``message``)."""
+
+    lease_id: str
+    message: str
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -306,6 +370,11 @@ Effect = (
     | RepartitionOpened
     | RepartitionApplying
     | RepartitionClosed
+    | MigCreated
+    | MigFailed
+    | MigDestroyed
+    | MigRowsSet
+    | LeaseNoted
 )
 
 
@@ -348,6 +417,8 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
     elif isinstance(effect, (GpuCordoned, RepartitionClosed)):
         if effect.cordoned is not None and effect.gpu in alloc.gpus:
             set_gpu(alloc, effect.gpu, cordoned=effect.cordoned)
+    elif isinstance(effect, MigRowsSet) and effect.gpu in alloc.gpus:
+        set_gpu(alloc, effect.gpu, instances=[replace(i) for i in effect.instances])
     elif isinstance(effect, RepartitionApplying) and effect.gpu in alloc.gpus:
         instances = effect.instances
         if instances is not None:  # the agent's way: the layout is written now

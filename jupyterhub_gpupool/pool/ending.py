@@ -157,3 +157,16 @@ def uncordon_withdrawals(
         why = f"the node {node} is back in service: the drain is called off"
         out.append(NoticeWithdrawn(facts.id, withdraw(rs, now, hold), why, rec.kind, rec.reason))
     return out
+
+
+def finish_in(
+    trial: Trial,
+    ending: Iterable[tuple[LeaseFacts, str]],
+    now: float,
+    effects: list[Effect],
+) -> None:
+    """``finishing`` in a trial a rule holds already (what it changed before counts): each
+    lease of ``ending`` not ended meanwhile ends for its reason. Appends the effects."""
+    for facts, reason in ending:
+        if facts.id not in trial.ended:
+            _finish_one(trial, facts, reason, now, effects)

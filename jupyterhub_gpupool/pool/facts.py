@@ -70,9 +70,10 @@ class Holder:
 
 @dataclass(frozen=True)
 class MigGpu:
-    """A GPU as a re-partition reads its row: its instance rows ((profile, start, uuid,
-    failed creations, the last error)), what its node reported (``observed``: (profile,
-    start, uuid); None: nothing yet), and what holds it now (``pool.repartition.Held``)."""
+    """A GPU as a re-partition or a node's MIG results read its row: its instance rows
+    ((profile, start, uuid, failed creations, the last error)), what its node reported
+    (``observed``: its JSON entries; None: nothing yet), and what holds it now
+    (``pool.repartition.Held``; read for a re-partition only)."""
 
     uuid: str
     node: str
@@ -81,7 +82,7 @@ class MigGpu:
     dynamic: bool
     cordoned: bool
     instances: tuple[tuple[str, int, str | None, int, str | None], ...] = ()
-    observed: tuple[tuple[str, int, str | None], ...] | None = None
+    observed: tuple[Mapping[str, Any], ...] | None = None
     held: tuple[GpuHeld, ...] = ()
     by_claim: bool = False  # the DRA driver's node: mig-parted must not run there
 
@@ -158,6 +159,10 @@ class PoolState:
     #: GPU (None: gone), and the failed creations after which the node gives up.
     repartitions: tuple[tuple[Repartition, MigGpu | None], ...] = ()
     mig_attempts: int = 3
+    #: MigResults: the node's GPUs (None: no such node), and the lease (id, state) holding
+    #: each MIG instance of theirs, by (GPU uuid, profile, start).
+    mig_node: tuple[MigGpu, ...] | None = None
+    mig_holders: Mapping[tuple[str, str, int], tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Rules (docs/source/howto/node-agent.md "Dynamic MIG"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +115,11 @@ def plan_node(
     for layout in layouts:
         actions += plan_gpu(layout, max_attempts).actions
     return actions
+
+
+def mig_key(entry: Mapping[str, Any]) -> tuple[str, int]:
+    """(profile, start) of an instance entry of what a node reported, or of a MIG result."""
+    return str(entry["profile"]), int(entry["start"])
 
 
 def with_retiring(

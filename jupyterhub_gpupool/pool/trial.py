@@ -137,6 +137,14 @@ class Trial:
 
         self._undo.append(back)
 
+    def set_instances(self, uuid: str, instances: list[MigInstance]) -> None:
+        """Give a GPU a new MIG layout, as the applier's ``MigRowsSet`` does (its instances
+        come back with their copy)."""
+        a, gpu = self.alloc, self.alloc.gpus[uuid]
+        self._touch_gpu(uuid)
+        gpu.instances[:] = instances
+        a.set_node_flags(gpu.node)
+
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does; returns the grants."""
         a = self.alloc

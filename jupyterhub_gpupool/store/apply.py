@@ -37,8 +37,13 @@ from ..pool.effects import (
     KeptAlive,
     LeaseActivated,
     LeaseGranted,
+    LeaseNoted,
     LeaseQueued,
     LeaseReleased,
+    MigCreated,
+    MigDestroyed,
+    MigFailed,
+    MigRowsSet,
     NewLease,
     NodeFlagsSet,
     NodeReachable,
@@ -200,6 +205,8 @@ class Applier(StoreCore):
                 self._node_changed(db, effect, actor, known)
             elif isinstance(effect, _REPARTITIONS):
                 self._repartition_changed(db, effect, actor)
+            elif isinstance(effect, (MigCreated, MigFailed, MigDestroyed, MigRowsSet, LeaseNoted)):
+                self._mig_changed(db, effect, actor, known)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made
@@ -301,6 +308,61 @@ class Applier(StoreCore):
             effect.state, "mig-repartition-cancelled"
         )
         self._event(db, kind, actor, data={**rep_data(rep), "error": effect.error})
+
+    def _mig_changed(
+        self,
+        db: Session,
+        effect: MigCreated | MigFailed | MigDestroyed | MigRowsSet | LeaseNoted,
+        actor: str,
+        known: Mapping[str, orm.LeaseRow],
+    ) -> None:
+        """What a node did with its MIG plan: audited, told to the leases, and the GPU's
+        instance rows and reported entries as they are after it."""
+        if isinstance(effect, LeaseNoted):
+            noted = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+            noted.message = effect.message
+            return
+        if isinstance(effect, MigRowsSet):
+            g = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == effect.gpu))
+            if g is None:
+                return
+            by_key = {(i.profile, i.start): i for i in g.instances}
+            keep = []
+            for profile, start, uuid, attempts, error in effect.rows:
+                row = by_key.get((profile, start)) or orm.MigInstanceRow(
+                    profile=profile, start=start
+                )
+                row.uuid, row.attempts, row.error = uuid, attempts, error
+                keep.append(row)
+            if any(r not in keep for r in g.instances):
+                # delete before inserting: a new instance may take a dropped one's start
+                g.instances = [r for r in g.instances if r in keep]
+                db.flush()
+            g.instances = keep
+            g.observed = None if effect.observed is None else [dict(o) for o in effect.observed]
+            return
+        data: dict[str, Any] = {"node": effect.node, "gpu": effect.gpu}
+        if isinstance(effect, MigDestroyed):
+            data |= {"op": "destroy", "profile": effect.profile, "start": effect.start}
+            self._event(db, "mig-destroyed", actor, None, {**data, "error": effect.error})
+            return
+        lease = None
+        if effect.lease_id is not None:
+            lease = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
+        if isinstance(effect, MigCreated):
+            if lease is not None and effect.renew:
+                lease.expires = self.clock() + timedelta(seconds=self.grant_timeout)
+                lease.message = None
+            data |= {"profile": effect.profile, "start": effect.start, "mig_uuid": effect.uuid}
+            self._event(db, "mig-created", "system", lease, data)
+            return
+        data |= {"op": effect.op, "profile": effect.profile, "start": effect.start}
+        data["error"] = effect.error
+        if effect.attempt is not None:
+            data["attempt"] = effect.attempt
+        self._event(db, "mig-failed", "system" if effect.system else actor, lease, data)
+        if lease is not None and effect.message is not None:
+            lease.message = effect.message
 
     @staticmethod
     def repartition_row(db: Session, rep_id: int, gpu: str) -> orm.MigRepartitionRow:

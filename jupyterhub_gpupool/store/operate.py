@@ -34,7 +34,6 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.dramig import made_by_claim
 from ..pool.effects import NoticeWithdrawn
 from ..pool.ending import admin_notice
 from ..pool.facts import MigGpu, PoolState, Repartition
@@ -46,7 +45,6 @@ from .admin import AdminStore
 from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
-from .rebuild import mig_key
 from .reclaim import ReclaimStore, outcome_data
 from .rows import (
     epoch,
@@ -396,28 +394,6 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         except StoreError:
             return None
 
-    def _mig_gpu(self, db: Session, alloc: Allocator, g: orm.GpuRow) -> MigGpu:
-        """What a re-partition's rule reads of a GPU's row (``pool.facts.MigGpu``)."""
-        where = alloc.nodes.get(g.node.name)
-        by_claim = where is not None and made_by_claim(
-            g.node.name, where.cluster, True, self.dra_dynamic_mig
-        )
-        observed = None
-        if g.observed is not None:
-            observed = tuple((*mig_key(o), o.get("uuid")) for o in g.observed)
-        return MigGpu(
-            g.uuid,
-            g.node.name,
-            self.catalog.model_for_nvml(g.model, g.memory_mib),
-            g.mig_enabled,
-            g.dynamic_mig,
-            g.cordoned,
-            tuple((i.profile, i.start, i.uuid, i.attempts, i.error) for i in g.instances),
-            observed,
-            tuple(self._held(db, g)),
-            by_claim,
-        )
-
     def _repartitions(
         self, db: Session, alloc: Allocator, reps: Iterable[orm.MigRepartitionRow]
     ) -> tuple[tuple[Repartition, MigGpu | None], ...]:
@@ -429,7 +405,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             facts = Repartition(
                 rep.id, rep.node, rep.gpu_uuid, layout, rep.method, rep.state, rep.was_cordoned
             )
-            out.append((facts, None if g is None else self._mig_gpu(db, alloc, g)))
+            out.append((facts, None if g is None else self._mig_gpu(g, self._held(db, g))))
         return tuple(out)
 
     def request_repartition(
@@ -446,7 +422,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         Decided by ``pool.decide`` (``pool.rules.mig``)."""
         with self.transaction() as (db, alloc):
             g = self._find_gpu(db, node, gpu)
-            mig_gpu = self._mig_gpu(db, alloc, g) if g is not None else None
+            mig_gpu = self._mig_gpu(g, self._held(db, g)) if g is not None else None
             open_ = None
             if g is not None:
                 row = db.scalar(

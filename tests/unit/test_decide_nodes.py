@@ -334,7 +334,9 @@ def test_a_waiting_repartition_is_cancelled_and_gives_the_gpu_its_cordon_back():
 def test_advancing_closes_what_the_node_made_fails_what_it_could_not_and_a_gone_gpu():
     alloc = pool()
     made = a100(
-        alloc, instances=(("7g.80gb", 0, "MIG-1", 0, None),), observed=(("7g.80gb", 0, "MIG-1"),)
+        alloc,
+        instances=(("7g.80gb", 0, "MIG-1", 0, None),),
+        observed=({"profile": "7g.80gb", "start": 0, "uuid": "MIG-1"},),
     )
     not_yet = a100(alloc, instances=(("7g.80gb", 0, None, 0, None),))
     gave_up = a100(alloc, instances=(("7g.80gb", 0, None, 3, "Occupied"),))

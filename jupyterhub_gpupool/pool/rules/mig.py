@@ -1,12 +1,14 @@
-"""MIG re-partitions: an administrator's new layout for a GPU (``RequestRepartition``), given
-up while it waits (``CancelRepartition``), run once nothing is in the way and closed when the
-node has it (``AdvanceRepartitions``), or failed as mig-manager says (``FailRepartition``).
-The plans are ``pool.repartition``'s; the allocator follows through effects (the GPU's cordon,
-its layout once written), never a rebuild."""
+"""Dynamic MIG: what a node did with its plan (``MigResults``); and re-partitions, an
+administrator's new layout for a GPU (``RequestRepartition``), given up while it waits
+(``CancelRepartition``), run once nothing is in the way and closed when the node has it
+(``AdvanceRepartitions``), or failed as mig-manager says (``FailRepartition``). The plans are
+``pool.migplan``'s and ``pool.repartition``'s; the allocator follows through effects (a GPU's
+cordon, its layout as the rows now say), never a rebuild."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,16 +17,22 @@ from ..dramig import NO_REPARTITION
 from ..effects import (
     Effect,
     GpuCordoned,
+    LeaseGranted,
+    LeaseNoted,
+    MigCreated,
+    MigDestroyed,
+    MigFailed,
+    MigRowsSet,
     RepartitionApplying,
     RepartitionClosed,
     RepartitionOpened,
     WaitReason,
 )
-from ..ending import notices_in
+from ..ending import finish_in, notices_in
 from ..errors import Refusal
-from ..facts import MigGpu, Outcome, PoolState, Repartition, Rule
+from ..facts import LeaseFacts, MigGpu, Outcome, PoolState, Repartition, Rule
 from ..leases import LIVE_STATES
-from ..migplan import with_retiring
+from ..migplan import GpuLayout, Seen, Wanted, mig_key, plan_gpu, with_retiring
 from ..model import RETIRING, MigInstance
 from ..reclaim import Reclaiming
 from ..repartition import parse_layout, plan_repartition
@@ -150,7 +158,7 @@ def _advance(state: PoolState, rep: Repartition, g: MigGpu) -> list[Effect]:
         if missing or failed:
             why = "the node could not create " + ", ".join(f"{p}@{s}" for p, s in missing or failed)
             return [_close(rep, g, "failed", why)]
-        observed = {(p, s) for p, s, _ in g.observed or ()}
+        observed = {mig_key(o) for o in g.observed or ()}
         if observed == set(target) and all(have[k][0] for k in target):
             return [_close(rep, g, "done", None)]
     elif g.mig_enabled and set(have) == set(target):
@@ -173,7 +181,7 @@ def _written(state: PoolState, g: MigGpu, target: list[tuple[str, int]]) -> tupl
         for p, s in target
     ]
     if g.dynamic and g.observed:
-        out = with_retiring(g.model, out, g.observed)
+        out = with_retiring(g.model, out, [(*mig_key(o), o.get("uuid")) for o in g.observed])
     return tuple(out)
 
 
@@ -187,7 +195,194 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+# -- what a node did with its plan ----------------------------------------------------------
+
+#: ``error`` of a creation the pool gives up on before asking the node: an instance the pool
+#: did not plan, with processes on it, holds its memory slices.
+OCCUPIED = "Occupied"
+
+
+@dataclass
+class _Gpu:
+    """One GPU's instance rows and reported entries as a node's results change them."""
+
+    facts: MigGpu
+    rows: dict[tuple[str, int], list[Any]]  # (profile, start) → [uuid, attempts, error]
+    observed: list[Mapping[str, Any]] | None
+
+
+class _Results:
+    """``MigResults`` worked through: the effects in order, the leases given up on."""
+
+    def __init__(self, state: PoolState, node: str) -> None:
+        self.state, self.node = state, node
+        self.effects: list[Effect] = []
+        self.gpus: dict[str, _Gpu] = {}
+        self.given_up: list[tuple[LeaseFacts, str]] = []
+        self.freed = False
+
+    def gpu(self, g: MigGpu) -> _Gpu:
+        if g.uuid not in self.gpus:
+            rows = {(p, s): [uuid, n, error] for p, s, uuid, n, error in g.instances}
+            observed = None if g.observed is None else list(g.observed)
+            self.gpus[g.uuid] = _Gpu(g, rows, observed)
+        return self.gpus[g.uuid]
+
+    def creation(self, w: _Gpu, key: tuple[str, int], r: Mapping[str, Any]) -> None:
+        g, row = w.facts, w.rows.get(key)
+        holder = self.state.mig_holders.get((g.uuid, *key))
+        if r["ok"]:
+            seen = {"profile": key[0], "start": key[1], "uuid": r.get("mig_uuid")}
+            w.observed = [o for o in w.observed or () if mig_key(o) != key] + [
+                {**seen, "processes": 0, "attempts": 0}
+            ]
+            if row is not None and (row[0] is None or row[0] != r.get("mig_uuid")):
+                row[:] = [r.get("mig_uuid"), 0, None]
+                lid, renew = (holder[0], holder[1] == "granted") if holder else (None, False)
+                made = MigCreated(self.node, g.uuid, *key, r.get("mig_uuid"), lid, renew)
+                self.effects.append(made)
+            return
+        error = r.get("error")
+        if row is None:  # nothing wanted there any more
+            self.effects.append(MigFailed(self.node, g.uuid, "create", *key, error))
+            return
+        row[1] += 1
+        row[2] = str(error or "Unknown")[:64]
+        lid = holder[0] if holder else None
+        message = None
+        if lid is not None:
+            message = (
+                f"Creating the MIG {key[0]} instance on node {self.node} failed: {row[2]} "
+                f"(attempt {row[1]} of {self.state.mig_attempts})"
+            )
+        failed = MigFailed(self.node, g.uuid, "create", *key, error, row[1], lid, message)
+        self.effects.append(failed)
+        if row[1] >= self.state.mig_attempts:
+            self.give_up(w, key, lid)
+
+    def destruction(self, w: _Gpu, key: tuple[str, int], r: Mapping[str, Any]) -> None:
+        error, g = r.get("error"), w.facts
+        if r["ok"] or error == "NotFound":
+            w.observed = [o for o in w.observed or () if mig_key(o) != key]
+            self.effects.append(MigDestroyed(self.node, g.uuid, *key, error))
+            self.freed = True
+            return
+        observed, attempt = [], None
+        for o in w.observed or ():
+            if mig_key(o) == key:
+                if error == "InUse":  # a process started: not before the node says it ended
+                    o = {**o, "processes": max(1, o.get("processes") or 0)}
+                else:
+                    o = {**o, "attempts": o.get("attempts", 0) + 1}
+                    attempt = o["attempts"]
+            observed.append(o)
+        w.observed = observed
+        self.effects.append(MigFailed(self.node, g.uuid, "destroy", *key, error, attempt))
+
+    def blocked(self, w: _Gpu) -> None:
+        """Give up at once on wanted instances a busy unwanted one makes impossible (never on
+        the DRA driver's GPUs: a claim, not the agent, makes the instance)."""
+        g = w.facts
+        if not (g.dynamic and g.mig_enabled) or w.observed is None or g.by_claim:
+            return
+        layout = GpuLayout(
+            g.uuid,
+            g.model,
+            tuple(Wanted(p, s, row[1]) for (p, s), row in w.rows.items()),
+            tuple(
+                Seen(*mig_key(o), o.get("uuid"), o.get("processes"), o.get("attempts", 0))
+                for o in w.observed
+            ),
+        )
+        for want in plan_gpu(layout, self.state.mig_attempts).blocked:
+            key = (want.profile, want.start)
+            w.rows[key][2] = OCCUPIED
+            holder = self.state.mig_holders.get((g.uuid, *key))
+            lid = holder[0] if holder else None
+            failed = MigFailed(self.node, g.uuid, "create", *key, OCCUPIED, None, lid, None, True)
+            self.effects.append(failed)
+            self.give_up(w, key, lid)
+
+    def give_up(self, w: _Gpu, key: tuple[str, int], lid: str | None) -> None:
+        """Stop trying to create ``key``: its grant is released (``mig-failed``), else the
+        pool just stops wanting it."""
+        facts = self.state.leases.get(lid) if lid is not None else None
+        ended = {f.id for f, _ in self.given_up}
+        if facts is None or facts.state not in LIVE_STATES or facts.id in ended:
+            del w.rows[key]
+            return
+        message = (
+            f"The node {self.node} could not create the MIG {key[0]} instance "
+            f"({w.rows[key][2]}); the grant was released: ask again"
+        )
+        self.effects.append(LeaseNoted(facts.id, message))
+        self.given_up.append((facts, "mig-failed"))
+
+    def layout(self, w: _Gpu) -> MigRowsSet:
+        """The GPU's rows after the results, and its instances for the allocator (the
+        holders stay on the instances they hold)."""
+        g = w.facts
+        rows = tuple((p, s, row[0], row[1], row[2]) for (p, s), row in w.rows.items())
+        held = (
+            {
+                (i.profile, i.start): i.lease
+                for i in self.state.alloc.gpus[g.uuid].instances
+                if i.lease != RETIRING
+            }
+            if g.uuid in self.state.alloc.gpus
+            else {}
+        )
+        instances = [MigInstance(p, s, uuid, held.get((p, s))) for p, s, uuid, _, _ in rows]
+        if g.dynamic and w.observed:
+            seen = [(*mig_key(o), o.get("uuid")) for o in w.observed]
+            instances = with_retiring(g.model, instances, seen)
+        observed = None if w.observed is None else tuple(w.observed)
+        return MigRowsSet(g.uuid, rows, observed, tuple(instances))
+
+
+def _mig_results(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """What a node's agent did with its plan (one result per action it applied). A creation
+    that worked makes its lease ready; one that failed is audited, told to the lease and
+    retried up to ``state.mig_attempts`` times, then its grant is released. A destruction that
+    worked (or found nothing) frees the memory slices, and the queue is served. ``InUse``
+    (processes appeared) is no failure: it waits for the next inventory. The GPUs' layouts
+    follow in the allocator (``MigRowsSet``). Answers how many results were taken."""
+    if state.mig_node is None:
+        raise Refusal("not_found", f"no node {cmd.node!r}", field="name")
+    gpus = {g.uuid: g for g in state.mig_node}
+    results = list(cmd.results)
+    for i, r in enumerate(results):
+        if r["gpu"] not in gpus:
+            raise Refusal(
+                "invalid_field",
+                f"results[{i}].gpu: not a GPU of node {cmd.node}",
+                field=f"results[{i}].gpu",
+            )
+    work = _Results(state, cmd.node)
+    for r in results:
+        w = work.gpu(gpus[r["gpu"]])
+        if r["op"] == "create":
+            work.creation(w, mig_key(r), r)
+        else:
+            work.destruction(w, mig_key(r), r)
+    for w in list(work.gpus.values()):
+        work.blocked(w)
+    effects = work.effects
+    layouts = [work.layout(w) for w in work.gpus.values()]
+    effects += layouts
+    with Trial(state.alloc) as trial:
+        for layout in layouts:
+            if layout.gpu in state.alloc.gpus:
+                trial.set_instances(layout.gpu, [replace(i) for i in layout.instances])
+        finish_in(trial, work.given_up, now, effects)
+        if work.freed:
+            effects += [LeaseGranted(g) for g in trial.promote(now)]
+        effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+    return Outcome({"accepted": len(results)}, tuple(effects))
+
+
 RULES: dict[type[c.Command], Rule] = {
+    c.MigResults: _mig_results,
     c.RequestRepartition: _request,
     c.CancelRepartition: _cancel,
     c.AdvanceRepartitions: _advance_all,
