@@ -7,6 +7,7 @@ the applier writes are the store tests' part: ``test_store_operate.py``,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -17,7 +18,12 @@ from jupyterhub_gpupool.pool.effects import (
     DrainDeadline,
     GpuCordoned,
     LeaseGranted,
+    LeaseNoted,
     LeaseReleased,
+    MigCreated,
+    MigDestroyed,
+    MigFailed,
+    MigRowsSet,
     NodeFlagsSet,
     NodeReachable,
     NoticeGiven,
@@ -29,6 +35,7 @@ from jupyterhub_gpupool.pool.effects import (
 )
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import LeaseFacts, MigGpu, PoolState, Repartition
+from jupyterhub_gpupool.pool.model import RETIRING, MigInstance
 from jupyterhub_gpupool.pool.outside import OutsideHolds, place_outside
 from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
 from jupyterhub_gpupool.pool.repartition import Held as RHeld
@@ -363,3 +370,83 @@ def test_a_label_repartition_fails_as_mig_manager_says_once():
     assert closed.state == "failed" and closed.error == "x" * 2000
     done = ((rep("done", "label"), a100(alloc)),)
     assert decide_pure(alloc, c.FailRepartition(4, "again"), repartitions=done).effects == ()
+
+
+# -- what a node did with its MIG plan ---------------------------------------------------------
+
+
+def one_grant(alloc) -> tuple:
+    """A 1g grant ``g`` planned on ``mig-A0``; the GPU as the rule reads it, and its holders."""
+    slot = granted(alloc.submit(req("g", "a100-1g", server="sg"), 0)).slots[0]
+    key = ("1g.10gb", slot.start)
+    gpu = replace(a100(alloc), held=(), instances=((*key, None, 0, None),), observed=())
+    return key, gpu, {("mig-A0", *key): ("g", "granted")}
+
+
+def result(key, op: str = "create", ok: bool = True, error=None, uuid=None) -> dict:
+    return {"gpu": "mig-A0", "op": op, "profile": key[0], "start": key[1], "ok": ok,
+            "error": error, "mig_uuid": uuid}  # fmt: skip
+
+
+def test_a_creation_that_worked_makes_the_grant_ready_and_the_instance_known():
+    alloc = pool()
+    key, gpu, holders = one_grant(alloc)
+    cmd = c.MigResults("mig", [result(key, uuid="MIG-1")])
+    out = decide_pure(alloc, cmd, mig_node=(gpu,), mig_holders=holders, leases={"g": facts("g")})
+    made, rows = out.effects
+    assert made == MigCreated("mig", "mig-A0", *key, "MIG-1", "g", True)
+    assert rows.rows == ((*key, "MIG-1", 0, None),)
+    assert rows.observed == ({"profile": key[0], "start": key[1], "uuid": "MIG-1",
+                              "processes": 0, "attempts": 0},)  # fmt: skip
+    assert out.answer == {"accepted": 1}
+    apply_all(alloc, out.effects)
+    (inst,) = alloc.gpus["mig-A0"].instances
+    assert (inst.uuid, inst.lease) == ("MIG-1", "g")
+
+
+def test_the_last_failed_creation_releases_the_grant():
+    alloc = pool()
+    key, gpu, holders = one_grant(alloc)
+    gpu = replace(gpu, instances=((*key, None, 2, "InsufficientResources"),))
+    cmd = c.MigResults("mig", [result(key, ok=False, error="InsufficientResources")])
+    lease = facts("g", "granted")
+    out = decide_pure(alloc, cmd, mig_node=(gpu,), mig_holders=holders, leases={"g": lease},
+                      mig_attempts=3)  # fmt: skip
+    failed, noted, rows, released = out.effects
+    assert isinstance(failed, MigFailed) and failed.attempt == 3 and failed.lease_id == "g"
+    assert "attempt 3 of 3" in failed.message
+    assert isinstance(noted, LeaseNoted) and "the grant was released" in noted.message
+    assert rows.rows == ((*key, None, 3, "InsufficientResources"),)
+    assert released == LeaseReleased("g", "mig-failed", "granted")
+    apply_all(alloc, out.effects)
+    assert alloc.leases == {} and alloc.gpus["mig-A0"].instances == []
+
+
+def test_a_destroyed_instance_frees_its_slices_and_the_queue_is_served():
+    """``mig-A0`` still has an unwanted 7g (``RETIRING``); the other GPU is full: a 3g waits
+    until the node destroys the 7g, then gets ``mig-A0``."""
+    alloc = pool()
+    seen = {"profile": "7g.80gb", "start": 0, "uuid": "MIG-old", "processes": 0, "attempts": 0}
+    apply_all(alloc, (MigRowsSet("mig-A0", (), (seen,), (MigInstance("7g.80gb", 0, "MIG-old",
+                                                                    RETIRING),)),))  # fmt: skip
+    for lid in ("x", "y"):
+        assert granted(alloc.submit(req(lid, "a100-3g", server=lid), 0)).slots[0].gpu == "mig-A1"
+    queued(alloc.submit(req("w", "a100-3g", "v", server="sw"), 1.0))
+    gpu = replace(a100(alloc), instances=(), observed=(seen,), held=())
+    cmd = c.MigResults("mig", [result(("7g.80gb", 0), op="destroy")])
+    out = decide_pure(alloc, cmd, mig_node=(gpu,))
+    destroyed, rows, grant = out.effects
+    assert destroyed == MigDestroyed("mig", "mig-A0", "7g.80gb", 0, None)
+    assert rows.observed == () and rows.instances == ()
+    assert isinstance(grant, LeaseGranted) and grant.grant.slots[0].gpu == "mig-A0"
+    apply_all(alloc, out.effects)
+    assert "w" in alloc.leases and alloc.gpus["mig-A0"].instances[0].lease == "w"
+
+
+def test_mig_results_refusals():
+    alloc = pool()
+    cmd = c.MigResults("mig", [result(("1g.10gb", 0))])
+    assert refusal(alloc, cmd).code == "not_found"
+    other = replace(a100(alloc), uuid="mig-A1")
+    e = refusal(alloc, cmd, mig_node=(other,))
+    assert (e.code, e.field) == ("invalid_field", "results[0].gpu")
