@@ -8,7 +8,8 @@ one transaction (``store/apply.py``); the service serializes the answer. A refus
 as a ``Refusal`` (its code, message, field and allowed values are the API's error body).
 
 The commands decided here are the keys of ``DECIDED``; their rules live in ``pool.rules``, one
-module per area (leases, approvals, nodes, quotas), over the view in ``pool.facts``.
+module per area (leases, approvals, nodes, quotas, inventory: outside marks and rebinding, mig:
+a node's MIG results and re-partitions), over the view in ``pool.facts``.
 ``pool.ending``'s ``finish`` and ``serve_queue`` are the same rules for the store's other
 callers that end a lease or serve the queue; its ``admin_notice`` gives an enforced notice (an
 admin's, a drain's, a budget's, a lapse's) for every caller that gives one, and
