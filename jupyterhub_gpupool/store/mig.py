@@ -3,7 +3,8 @@
 Two views of a dynamic GPU live side by side. ``MigInstanceRow``\\ s are the layout the pool
 *wants* (what the allocator places on: declared instances, instances planned for grants, held
 ones). ``GpuRow.observed`` is what the node last *reported*. ``pool.migplan`` turns the two
-into actions; this module feeds it and records the outcome:
+into actions; this module feeds it, and what a node did with it (``mig_results``) is decided
+by ``pool.decide`` (``pool.rules.mig``) and applied by the one applier:
 
 * a planned instance the node made gets its ``MIG-…`` uuid: the lease holding it is *ready*,
   and its grant gets the full ``grant_timeout`` again, counted from then;

@@ -18,7 +18,8 @@ A re-partition is a row (``MigRepartitionRow``) that waits, with the GPU cordone
 lease holds what must go; then the wanted layout is written (dynamic-MIG GPUs: the instance
 rows, which the node's agent gets through its ``mig-plan``) or handed to whoever applies the
 node's ``nvidia.com/mig.config`` label (``method: label``); it is ``done`` when the node
-reports the new layout.
+reports the new layout. A drain and the re-partition commands are decided by ``pool.decide``
+(``pool.rules.nodes``, ``pool.rules.mig``); the store gathers their facts and applies.
 """
 
 from __future__ import annotations
