@@ -171,11 +171,7 @@ def _written(state: PoolState, g: MigGpu, target: list[tuple[str, int]]) -> tupl
     as they are (with their uuid and holder), the new ones planned, and what the node still
     has that is no longer wanted held by ``RETIRING``."""
     rows = {(p, s): uuid for p, s, uuid, _, _ in g.instances}
-    held = {
-        (i.profile, i.start): i.lease
-        for i in state.alloc.gpus[g.uuid].instances
-        if i.lease != RETIRING
-    }
+    held = _holders(state, g.uuid)
     out = [
         MigInstance(p, s, rows.get((p, s)), held.get((p, s)) if (p, s) in rows else None)
         for p, s in target
@@ -183,6 +179,14 @@ def _written(state: PoolState, g: MigGpu, target: list[tuple[str, int]]) -> tupl
     if g.dynamic and g.observed:
         out = with_retiring(g.model, out, [(*mig_key(o), o.get("uuid")) for o in g.observed])
     return tuple(out)
+
+
+def _holders(state: PoolState, gpu: str) -> dict[tuple[str, int], str | None]:
+    """Who holds each MIG instance of ``gpu`` in the allocator (a lease, an outside mark),
+    by (profile, start); an instance retiring holds nothing it keeps."""
+    found = state.alloc.gpus.get(gpu)
+    instances = found.instances if found is not None else []
+    return {(i.profile, i.start): i.lease for i in instances if i.lease != RETIRING}
 
 
 def _close(rep: Repartition, g: MigGpu | None, to: str, error: str | None) -> RepartitionClosed:
@@ -323,15 +327,7 @@ class _Results:
         holders stay on the instances they hold)."""
         g = w.facts
         rows = tuple((p, s, row[0], row[1], row[2]) for (p, s), row in w.rows.items())
-        held = (
-            {
-                (i.profile, i.start): i.lease
-                for i in self.state.alloc.gpus[g.uuid].instances
-                if i.lease != RETIRING
-            }
-            if g.uuid in self.state.alloc.gpus
-            else {}
-        )
+        held = _holders(self.state, g.uuid)
         instances = [MigInstance(p, s, uuid, held.get((p, s))) for p, s, uuid, _, _ in rows]
         if g.dynamic and w.observed:
             seen = [(*mig_key(o), o.get("uuid")) for o in w.observed]
