@@ -2,14 +2,19 @@
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
 ``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
 nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``); the facts a decision reads of a
-lease (``test_decide_reclaim.py``)."""
+lease (``test_decide_reclaim.py``); the nodes' and inventory's decisions, checked to change
+nothing and applied as the store applies them (``test_decide_nodes.py``)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
 from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.pool.commands import Command
 from jupyterhub_gpupool.pool.decide import decide
+from jupyterhub_gpupool.pool.effects import Effect, apply_effect
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
@@ -125,3 +130,49 @@ def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> R
 def job(jid: str, state: str = "running", lease_id: str | None = None, **kw) -> JobFacts:
     """A job's facts (``user`` u; its lease ``lease_id``, the job's id with ``l-`` before)."""
     return JobFacts(jid, kw.pop("user", "u"), state, lease_id or f"l-{jid}", **kw)
+
+
+# -- decide on nodes and inventory (tests/unit/test_decide_nodes.py) -------------------------
+
+
+def state_of(alloc: Allocator) -> tuple:
+    """Everything a node or inventory decision could touch: leases, waiters, devices (with
+    outside marks), node flags and tallies, the placement index and the quota tallies."""
+    return (
+        sorted(
+            (le.id, le.node, le.slots, le.units, le.group, le.borrowed)
+            for le in alloc.leases.values()
+        ),
+        sorted((w.request.id, w.reason, w.since, w.units) for w in alloc.waiters.values()),
+        [
+            (
+                g.uuid,
+                g.whole_lease,
+                sorted(g.shares.items()),
+                g.outside,
+                g.outside_by,
+                [(i.profile, i.start, i.uuid, i.lease) for i in g.instances],
+            )
+            for g in alloc.gpus.values()
+        ],
+        [
+            (n.name, n.cordoned, n.draining, n.unreachable, n.cpu_used, n.memory_used)
+            for n in alloc.nodes.values()
+        ],
+        sorted((name, alloc._sigs[sid]) for name, sid in alloc._node_sid.items()),
+        {k: v for k, v in alloc.quotas.held_user.items() if v},
+    )
+
+
+def decide_pure(alloc: Allocator, command: Command, now: float = 10.0, **facts: Any) -> Outcome:
+    """``pool.decide`` on ``alloc`` with the facts ``facts``, checking it changed nothing."""
+    before = state_of(alloc)
+    outcome = decide(PoolState(alloc, **facts), command, now)
+    assert state_of(alloc) == before
+    return outcome
+
+
+def apply_all(alloc: Allocator, effects: Iterable[Effect], now: float = 10.0) -> None:
+    """Apply ``effects`` to the allocator in order, as the store's applier does."""
+    for effect in effects:
+        apply_effect(alloc, effect, now)

@@ -8,12 +8,13 @@ one transaction (``store/apply.py``); the service serializes the answer. A refus
 as a ``Refusal`` (its code, message, field and allowed values are the API's error body).
 
 The commands decided here are the keys of ``DECIDED``; their rules live in ``pool.rules``, one
-module per area (leases, approvals, nodes, quotas; jobs and kernels; reclaim: a reclaimer's
-round, an action's outcome and the reclaim policy; notices: an administrator's reclaim,
-extension and cancel, the service's claim of an overdue notice and a spent budget's notices),
-over the view in ``pool.facts``. A job's or a kernel's request is the lease rule's
-``allocate`` with its holder's effect after it; a job that ends takes its lease along
-(``JobEnded``), and a preemption round plays the ends as it goes (``ending.finish_in``).
+module per area, over the view in ``pool.facts``: leases; approvals; nodes (cordon, drain,
+reachability, sharing); quotas; jobs and kernels; reclaim (a reclaimer's round, an action's
+outcome, the reclaim policy); notices (an administrator's reclaim, extension and cancel, the
+service's claim of an overdue notice, a spent budget's notices); inventory (outside marks,
+rebinding); mig (a node's MIG results, re-partitions). A job's or a kernel's request is the
+lease rule's ``allocate`` with its holder's effect after it; a job that ends takes its lease
+along (``JobEnded``), and a preemption round plays the ends as it goes (``ending.finish_in``).
 ``pool.ending``'s ``finish`` and ``serve_queue`` are the same rules for the store's other
 callers that end a lease or serve the queue; its ``admin_notice`` gives an enforced notice (an
 admin's, a drain's, a budget's, a lapse's) for every caller that gives one, and
@@ -27,7 +28,18 @@ from __future__ import annotations
 
 from . import commands as c
 from .facts import Outcome, PoolState, Rule
-from .rules import approvals, jobs, kernels, leases, nodes, notices, quotas, reclaim
+from .rules import (
+    approvals,
+    inventory,
+    jobs,
+    kernels,
+    leases,
+    mig,
+    nodes,
+    notices,
+    quotas,
+    reclaim,
+)
 
 
 def decide(state: PoolState, command: c.Command, now: float) -> Outcome:
@@ -47,6 +59,8 @@ _RULES: dict[type[c.Command], Rule] = {
     **kernels.RULES,
     **reclaim.RULES,
     **notices.RULES,
+    **inventory.RULES,
+    **mig.RULES,
 }
 
 #: Commands ``decide`` decides (the others still decide inside their store method).

@@ -9,14 +9,15 @@ in order, the effects leave the allocator exactly as the decision saw it would b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
-from .model import Request
+from .model import MigInstance, Request
+from .outside import OutsideHolds, Rebinding
 from .quota import QuotaSpec
 from .reclaim import ReclaimState
 
@@ -398,6 +399,158 @@ class BudgetWarned:
     warning: Mapping[str, Any]
 
 
+# -- nodes and inventory
+
+
+@dataclass(frozen=True)
+class NodeReachable:
+    """A node's agent went silent (``reachable`` False: it takes nothing new, its leases
+    stay) or reports again (True: it takes grants again)."""
+
+    node: str
+    reachable: bool
+
+
+@dataclass(frozen=True)
+class DrainDeadline:
+    """A drain by a deadline was given (epoch seconds): ``noticed`` leases got its notice."""
+
+    node: str
+    deadline: float
+    noticed: int
+
+
+@dataclass(frozen=True)
+class OutsideSet:
+    """Pods the pool did not place hold these devices of ``node`` (``holds``: the marks
+    after; they take nothing new)."""
+
+    node: str
+    holds: OutsideHolds
+
+
+@dataclass(frozen=True)
+class Rebound:
+    """A lease's server runs on ``devices``: the lease, and the leases it swaps with
+    (``rebinding.others``; ``before``: their slot keys before), hold what their pods really
+    got; the node's outside marks follow (``rebinding.outside``)."""
+
+    lease_id: str
+    node: str
+    devices: tuple[str, ...]
+    rebinding: Rebinding
+    before: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True)
+class GpuCordoned:
+    """A GPU is cordoned (a re-partition waits on it) or given back its cordon."""
+
+    gpu: str
+    cordoned: bool
+
+
+@dataclass(frozen=True)
+class RepartitionOpened:
+    """An administrator asks for a GPU's MIG ``layout`` (its row is written now; ``plan``:
+    the plan as the API answers it); ``was_cordoned``: the GPU's cordon before."""
+
+    node: str
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    method: str
+    was_cordoned: bool
+    plan: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class RepartitionApplying:
+    """Nothing is in the way of re-partition ``rep`` (0: the one opened by this command) of
+    ``gpu`` any more: it runs. ``instances``: the GPU's instances for the allocator once its
+    layout is written (the agent's way; None: the node's label, the layout comes with its
+    inventory)."""
+
+    rep: int
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    instances: tuple[MigInstance, ...] | None
+
+
+@dataclass(frozen=True)
+class RepartitionClosed:
+    """Re-partition ``rep`` ends (``done``, ``failed`` with ``error``, ``cancelled``); its
+    GPU gets back the cordon it had (``cordoned``; None: the GPU is gone)."""
+
+    rep: int
+    gpu: str
+    state: str
+    error: str | None
+    cordoned: bool | None
+
+
+@dataclass(frozen=True)
+class MigCreated:
+    """A node made a wanted MIG instance (``uuid``): its lease (if any) is ready, and a grant
+    not yet bound (``renew``) gets its full grant time again, counted from now."""
+
+    node: str
+    gpu: str
+    profile: str
+    start: int
+    uuid: str | None
+    lease_id: str | None
+    renew: bool
+
+
+@dataclass(frozen=True)
+class MigFailed:
+    """A node's MIG action (``op``: create, destroy) failed, or the pool gives up on a creation
+    a busy instance blocks (``system``): audited (``mig-failed``; ``attempt``: the failures so
+    far), and told to the lease (``message``; None: left as it is)."""
+
+    node: str
+    gpu: str
+    op: str
+    profile: str
+    start: int
+    error: str | None
+    attempt: int | None = None
+    lease_id: str | None = None
+    message: str | None = None
+    system: bool = False
+
+
+@dataclass(frozen=True)
+class MigDestroyed:
+    """A node destroyed an instance the pool no longer wants (or found it gone)."""
+
+    node: str
+    gpu: str
+    profile: str
+    start: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class MigRowsSet:
+    """A GPU's instance rows ((profile, start, uuid, failed creations, the last error)) and
+    what its node reported (``observed``) after its results; ``instances``: the GPU's
+    instances for the allocator (what a rebuild from those rows would give it)."""
+
+    gpu: str
+    rows: tuple[tuple[str, int, str | None, int, str | None], ...]
+    observed: tuple[Mapping[str, Any], ...] | None
+    instances: tuple[MigInstance, ...]
+
+
+@dataclass(frozen=True)
+class LeaseNoted:
+    """What the user is told of a lease changes (its ``message``)."""
+
+    lease_id: str
+    message: str
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -435,6 +588,19 @@ Effect = (
     | ReclaimPolicySet
     | ReclaimPolicyReset
     | BudgetWarned
+    | NodeReachable
+    | DrainDeadline
+    | OutsideSet
+    | Rebound
+    | GpuCordoned
+    | RepartitionOpened
+    | RepartitionApplying
+    | RepartitionClosed
+    | MigCreated
+    | MigFailed
+    | MigDestroyed
+    | MigRowsSet
+    | LeaseNoted
 )
 
 
@@ -469,3 +635,39 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
             book.pop(effect.name, None)
         else:
             book[effect.name] = effect.spec
+    # -- nodes and inventory
+    elif isinstance(effect, NodeReachable):
+        if effect.node in alloc.nodes:
+            alloc.nodes[effect.node].unreachable = not effect.reachable
+            alloc.set_node_flags(effect.node)  # re-index it
+    elif isinstance(effect, OutsideSet):
+        alloc.set_outside(effect.node, effect.holds)
+    elif isinstance(effect, Rebound):
+        alloc.rebind(effect.lease_id, effect.rebinding, effect.node)
+    elif isinstance(effect, (GpuCordoned, RepartitionClosed)):
+        if effect.cordoned is not None and effect.gpu in alloc.gpus:
+            set_gpu(alloc, effect.gpu, cordoned=effect.cordoned)
+    elif isinstance(effect, MigRowsSet) and effect.gpu in alloc.gpus:
+        set_gpu(alloc, effect.gpu, instances=[replace(i) for i in effect.instances])
+    elif isinstance(effect, RepartitionApplying) and effect.gpu in alloc.gpus:
+        instances = effect.instances
+        if instances is not None:  # the agent's way: the layout is written now
+            set_gpu(alloc, effect.gpu, instances=[replace(i) for i in instances])
+
+
+def set_gpu(
+    alloc: Allocator,
+    uuid: str,
+    *,
+    cordoned: bool | None = None,
+    instances: list[MigInstance] | None = None,
+) -> None:
+    """Cordon a GPU or give it a new MIG layout (what the allocator would be rebuilt with
+    from the rows), and re-index its node."""
+    gpu = alloc.gpus[uuid]
+    if cordoned is not None:
+        gpu.cordoned = cordoned
+    if instances is not None:
+        gpu.instances = instances
+    alloc._never.clear()  # what is never placeable may change with a layout
+    alloc.set_node_flags(gpu.node)  # re-index it

@@ -110,10 +110,38 @@ def admin_notice(
     if facts.state == "granted":
         ended = finishing(state, [(facts, enforced_release(notice.kind))], now)
         return Outcome("released", ended)
+    return Outcome("noticed", (notice_given(facts, rs, notice),))
+
+
+def notice_given(facts: LeaseFacts, rs: ReclaimState, notice: Reclaiming) -> NoticeGiven:
+    """The enforced ``notice`` on a bound lease (a drain's deadline is never pushed back)."""
     rec = rs.reclaiming
     if rec is not None and notice.deadline > rec.deadline and facts.reclaim_kind == "drain":
         notice = replace(notice, deadline=rec.deadline)
-    return Outcome("noticed", (NoticeGiven(facts.id, replace(rs, reclaiming=notice)),))
+    return NoticeGiven(facts.id, replace(rs, reclaiming=notice))
+
+
+def notices_in(
+    trial: Trial,
+    given: Iterable[tuple[LeaseFacts, ReclaimState]],
+    notice: Reclaiming,
+    now: float,
+    effects: list[Effect],
+) -> tuple[int, int]:
+    """``admin_notice`` for many leases in one decision, in ``trial`` (so a grant released
+    sees what the earlier ones freed): a lease already leaving (a reclaim acts on it) or
+    ended by an earlier one is left alone. Appends the effects; (noticed, released)."""
+    noticed = released = 0
+    for facts, rs in given:
+        if facts.reclaiming or facts.id in trial.ended:
+            continue
+        if facts.state == "granted":
+            _finish_one(trial, facts, enforced_release(notice.kind), now, effects)
+            released += 1
+        else:
+            effects.append(notice_given(facts, rs, notice))
+            noticed += 1
+    return noticed, released
 
 
 def uncordon_withdrawals(
@@ -131,11 +159,16 @@ def uncordon_withdrawals(
     return out
 
 
-def finish_in(trial: Trial, facts: LeaseFacts, reason: str, now: float) -> tuple[Effect, ...]:
-    """``finishing`` of one lease inside the caller's trial, for a rule that ends leases as it
-    goes and reads the pool after each (``PreemptJobs``); the waiters' reasons are the
-    caller's to add, from its trial, at its end."""
-    effects: list[Effect] = []
-    if facts.id not in trial.ended:
-        _finish_one(trial, facts, reason, now, effects)
-    return tuple(effects)
+def finish_in(
+    trial: Trial,
+    ending: Iterable[tuple[LeaseFacts, str]],
+    now: float,
+    effects: list[Effect],
+) -> None:
+    """``finishing`` in a trial a rule holds already (what it changed before counts), for a
+    rule that ends leases as it goes and reads the pool after each (``PreemptJobs``, a MIG
+    result's give-ups): each lease of ``ending`` not ended meanwhile ends for its reason.
+    Appends the effects; the waiters' reasons are the caller's to add, from its trial."""
+    for facts, reason in ending:
+        if facts.id not in trial.ended:
+            _finish_one(trial, facts, reason, now, effects)

@@ -8,16 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import Allocator
-from .catalog import Catalog
+from .catalog import Catalog, GpuModel
 from .effects import Effect
 from .holders import Held
 from .idlesignal import Signals
 from .kernels import KernelRules
 from .model import Request
 from .noticefacts import Noticed, Shrinkable
+from .outside import OutsideHolds
 from .quota import QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
 from .reclaimpolicy import PolicySet
+from .repartition import Held as GpuHeld
 from .workloads import WorkloadClass
 
 #: ``LeaseFacts.reason`` of a granted resize target the service restarts the server into.
@@ -103,6 +105,44 @@ class KernelFacts:
 
 
 @dataclass(frozen=True)
+class MigGpu:
+    """A GPU as a re-partition or a node's MIG results read its row: its instance rows
+    ((profile, start, uuid, failed creations, the last error)), what its node reported
+    (``observed``: its JSON entries; None: nothing yet), and what holds it now
+    (``pool.repartition.Held``; read for a re-partition only)."""
+
+    uuid: str
+    node: str
+    model: GpuModel
+    mig_enabled: bool
+    dynamic: bool
+    cordoned: bool
+    instances: tuple[tuple[str, int, str | None, int, str | None], ...] = ()
+    observed: tuple[Mapping[str, Any], ...] | None = None
+    held: tuple[GpuHeld, ...] = ()
+    by_claim: bool = False  # the DRA driver's node: mig-parted must not run there
+
+    @property
+    def method(self) -> str:
+        """How the node gets a layout: its agent (dynamic MIG), else the node's label."""
+        return "agent" if self.dynamic and self.mig_enabled else "label"
+
+
+@dataclass(frozen=True)
+class Repartition:
+    """A re-partition's row (``id`` 0: the one the command opens)."""
+
+    id: int
+    node: str
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    method: str
+    state: str
+    was_cordoned: bool
+    actor: str = ""
+
+
+@dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
 
@@ -182,6 +222,26 @@ class PoolState:
     warned: tuple[tuple[str, str, int, float], ...] = ()
     #: AdminReclaim, CancelNotice: who asks (the notice's words name them).
     actor: str = ""
+    # -- nodes and inventory
+    #: DrainNode: the node's live leases (granted, then by id), each with its reclaim state.
+    on_node: tuple[tuple[LeaseFacts, ReclaimState], ...] = ()
+    #: MarkUnreachable: the nodes whose agents went silent; AddBusy: the node is unreachable.
+    silent: tuple[str, ...] = ()
+    unreachable: bool = False
+    #: SetOutside, Rebind: the node's outside marks now (its row's).
+    outside: OutsideHolds = field(default_factory=OutsideHolds)
+    #: RequestRepartition: the GPU (None: not on that node) and its open re-partition; the
+    #: leases in the way, noticed (``on_node``, by id).
+    mig_gpu: MigGpu | None = None
+    open_repartition: Repartition | None = None
+    #: CancelRepartition, FailRepartition, AdvanceRepartitions: the re-partitions with their
+    #: GPU (None: gone), and the failed creations after which the node gives up.
+    repartitions: tuple[tuple[Repartition, MigGpu | None], ...] = ()
+    mig_attempts: int = 3
+    #: MigResults: the node's GPUs (None: no such node), and the lease (id, state) holding
+    #: each MIG instance of theirs, by (GPU uuid, profile, start).
+    mig_node: tuple[MigGpu, ...] | None = None
+    mig_holders: Mapping[tuple[str, str, int], tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

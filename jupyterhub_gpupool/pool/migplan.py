@@ -20,12 +20,14 @@ Rules (docs/source/howto/node-agent.md "Dynamic MIG"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .catalog import GpuModel
 from .errors import PoolError
+from .miglayout import validate_mig_layout
+from .model import RETIRING, MigInstance
 
 #: Failed attempts at one action before the pool gives up on it (the store's default).
 MAX_ATTEMPTS = 3
@@ -113,3 +115,30 @@ def plan_node(
     for layout in layouts:
         actions += plan_gpu(layout, max_attempts).actions
     return actions
+
+
+def mig_key(entry: Mapping[str, Any]) -> tuple[str, int]:
+    """(profile, start) of an instance entry of what a node reported, or of a MIG result."""
+    return str(entry["profile"]), int(entry["start"])
+
+
+def with_retiring(
+    model: GpuModel,
+    instances: list[MigInstance],
+    observed: Iterable[tuple[str, int, str | None]],
+) -> list[MigInstance]:
+    """A dynamic GPU's instances for the allocator: the wanted ``instances``, and the unwanted
+    ones its node still has (``observed``: (profile, start, uuid)), held by ``RETIRING`` so
+    nothing goes over them. One in the way of a wanted instance (made by hand, found late) is
+    left out: the plan destroys it first, or fails the grant when it cannot go."""
+    out = list(instances)
+    wanted = {(i.profile, i.start) for i in instances}
+    for profile, start, uuid in observed:
+        if (profile, start) in wanted:
+            continue
+        try:
+            validate_mig_layout(model, [(i.profile, i.start) for i in out] + [(profile, start)])
+        except PoolError:
+            continue
+        out.append(MigInstance(profile, start, uuid, RETIRING))
+    return out

@@ -66,6 +66,11 @@ class Plan:
         }
 
 
+def delivery(dynamic_mig: bool, mig_enabled: bool) -> str:
+    """How a node gets a GPU's layout: its agent (dynamic MIG), else the node's label."""
+    return "agent" if dynamic_mig and mig_enabled else "label"
+
+
 def parse_layout(raw: object, where: str = "layout") -> list[tuple[str, int]]:
     """``[{"profile": "3g.40gb", "start": 0}, ...]`` as pairs (errors name the item's field)."""
     if not isinstance(raw, list):

@@ -19,6 +19,7 @@ from types import TracebackType
 from .allocator import Allocator
 from .decisions import Grant, Lease
 from .model import Gpu, MigInstance, Node
+from .outside import OutsideHolds
 from .queue import Waiter
 
 _GpuState = tuple[Gpu, list[MigInstance], list[str | None], str | None, dict[str, int]]
@@ -94,6 +95,56 @@ class Trial:
         a.set_gpu_sharing(uuid, sharing)
         self._undo.append(back)
 
+    def set_reachable(self, name: str, reachable: bool) -> None:
+        """A node's agent reports again (or went silent), as the applier's ``NodeReachable``
+        does."""
+        a, node = self.alloc, self.alloc.nodes[name]
+        was = node.unreachable
+        node.unreachable = not reachable
+        a.set_node_flags(name)
+
+        def back() -> None:
+            node.unreachable = was
+            a.set_node_flags(name)
+
+        self._undo.append(back)
+
+    def set_outside(self, name: str, holds: OutsideHolds) -> None:
+        """Mark a node's devices held outside as ``Allocator.set_outside`` does (its GPUs'
+        instances come back with their copies; the marks on whole GPUs here)."""
+        a, node = self.alloc, self.alloc.nodes[name]
+        for g in node.gpus:
+            self._touch_gpu(g.uuid)
+        marks = [(g, g.outside, g.outside_by) for g in node.gpus]
+        a.set_outside(name, holds)
+
+        def back() -> None:
+            for g, outside, by in marks:
+                g.outside, g.outside_by = outside, by
+
+        self._undo.append(back)
+
+    def set_gpu_cordon(self, uuid: str, cordoned: bool) -> None:
+        """Cordon a GPU (a re-partition waits on it), as the applier's ``GpuCordoned``."""
+        a, gpu = self.alloc, self.alloc.gpus[uuid]
+        was = gpu.cordoned
+        gpu.cordoned = cordoned
+        a.set_node_flags(gpu.node)
+
+        def back() -> None:
+            gpu.cordoned = was
+            a.set_node_flags(gpu.node)
+
+        self._undo.append(back)
+
+    def set_instances(self, uuid: str, instances: list[MigInstance]) -> None:
+        """Give a GPU a new MIG layout, as the applier's ``MigRowsSet`` does (its instances
+        come back with their copy)."""
+        a, gpu = self.alloc, self.alloc.gpus[uuid]
+        self._touch_gpu(uuid)
+        gpu.instances[:] = instances
+        a.set_node_flags(gpu.node)
+
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does; returns the grants."""
         a = self.alloc
@@ -161,13 +212,16 @@ class Trial:
         """Copy the state of the GPUs and node ``lease`` holds before anything changes them."""
         a = self.alloc
         for slot in lease.slots:
-            if slot.gpu not in self._gpus:
-                g = a.gpus[slot.gpu]
-                held = [i.lease for i in g.instances]
-                self._gpus[slot.gpu] = (g, list(g.instances), held, g.whole_lease, dict(g.shares))
+            self._touch_gpu(slot.gpu)
         if lease.node and lease.node not in self._nodes:
             node = a.nodes[lease.node]
             self._nodes[lease.node] = (node, node.cpu_used, node.memory_used)
+
+    def _touch_gpu(self, uuid: str) -> None:
+        if uuid not in self._gpus:
+            g = self.alloc.gpus[uuid]
+            held = [i.lease for i in g.instances]
+            self._gpus[uuid] = (g, list(g.instances), held, g.whole_lease, dict(g.shares))
 
     def undo(self) -> None:
         """Put the allocator back as it was before the trial (once)."""

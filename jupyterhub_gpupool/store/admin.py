@@ -33,7 +33,6 @@ from .rows import (
     reclaim_state,
     schedules,
     set_quota,
-    ts,
     upsert_insert,
 )
 from .utilization import SampleFields, put_samples
@@ -351,7 +350,7 @@ class AdminStore(MigStore, ViewStore):
                     row.last_seen = now
                     back = row.unreachable
         if back:
-            self._reachable_again(node or "")
+            self._reachable_again(c.AddBusy(usage, node, samples))
         return dropped
 
     def _record_usage(self, db: Session, facts: Mapping[tuple[str, datetime], BusyTime]) -> None:
@@ -382,39 +381,29 @@ class AdminStore(MigStore, ViewStore):
         for row in db.scalars(select(orm.LeaseRow).where(orm.LeaseRow.id.in_(sorted(known)))):
             row.busy_hours += per_lease[row.id] / 3600.0
 
-    def _reachable_again(self, name: str) -> None:
-        """An unreachable node's agent reports again: it takes grants again."""
+    def _reachable_again(self, command: c.AddBusy) -> None:
+        """An unreachable node's agent reports again (``pool.decide``): it takes grants
+        again, and the queue is served."""
         with self.transaction() as (db, alloc):
-            row = orm.NodeRow.find(db, name)
-            if row is None or not row.unreachable:
-                return
-            row.unreachable = False
-            if name in alloc.nodes:
-                alloc.nodes[name].unreachable = False
-                alloc.set_node_flags(name)  # re-index it as schedulable
-            self._event(db, "node-reachable", "system", data={"node": name})
-            self._serve_queue(db, alloc)
+            row = orm.NodeRow.find(db, command.node or "")
+            state = PoolState(alloc, unreachable=row is not None and row.unreachable)
+            outcome = decided(state, command, self._now_s())
+            self._apply_effects(db, alloc, outcome.effects)
 
     def mark_unreachable(self, silent_since: datetime) -> list[str]:
         """Nodes whose agent has said nothing since ``silent_since`` take no new grants
-        (their leases stay until an admin or the node decides); returns their names."""
+        (their leases stay until an admin or the node decides; ``pool.decide``); returns
+        their names."""
         with self.transaction() as (db, alloc):
-            rows = db.scalars(
-                select(orm.NodeRow).where(
+            silent = db.scalars(
+                select(orm.NodeRow.name).where(
                     orm.NodeRow.source == "agent",
                     orm.NodeRow.unreachable.is_(False),
                     orm.NodeRow.last_seen < silent_since,
                 )
             ).all()
-            for row in rows:
-                row.unreachable = True
-                if row.name in alloc.nodes:
-                    alloc.nodes[row.name].unreachable = True
-                    alloc.set_node_flags(row.name)  # re-index it as unschedulable
-                self._event(
-                    db,
-                    "node-unreachable",
-                    "system",
-                    data={"node": row.name, "last_seen": ts(row.last_seen)},
-                )
-            return [row.name for row in rows]
+            state = PoolState(alloc, silent=tuple(silent))
+            outcome = decided(state, c.MarkUnreachable(silent_since), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects)
+            names: list[str] = outcome.answer
+            return names

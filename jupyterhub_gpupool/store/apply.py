@@ -76,8 +76,8 @@ from ..pool.kernels import KERNEL_HOLDER
 from ..pool.model import Request
 from ..pool.workloads import JOB_HOLDER
 from .bulk import queue_release, stage_lease
-from .core import StoreCore
 from .errors import StoreError
+from .nodeapply import MIG_EFFECTS, NODE_EFFECTS, REPARTITION_EFFECTS, NodeApplier
 from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, ts
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
@@ -98,7 +98,7 @@ TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming
 __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "lease_facts"]
 
 
-class Applier(StoreCore):
+class Applier(NodeApplier):
     """Writes decisions into rows (the store's part every deciding module shares)."""
 
     def _record(
@@ -227,6 +227,13 @@ class Applier(StoreCore):
                 self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
             elif isinstance(effect, _RECLAIM_EFFECTS):
                 self._reclaim_applied(db, effect, actor, known)
+            # -- nodes and inventory (``store/nodeapply.py``)
+            elif isinstance(effect, NODE_EFFECTS):
+                self._node_changed(db, effect, actor, known)
+            elif isinstance(effect, REPARTITION_EFFECTS):
+                self._repartition_changed(db, effect, actor)
+            elif isinstance(effect, MIG_EFFECTS):
+                self._mig_changed(db, effect, actor, known)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made

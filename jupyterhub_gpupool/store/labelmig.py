@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import orm
-from .errors import StoreError
+from ..pool import commands as c
+from ..pool.facts import PoolState
+from .apply import decided
 from .operate import OperateStore
 
 
@@ -20,16 +22,12 @@ class LabelMigStore(OperateStore):
 
     def fail_repartition(self, rep_id: int, error: str, *, actor: str = "") -> dict[str, Any]:
         """Close an ``applying`` label re-partition as ``failed`` with ``error`` (a closed one
-        is answered as it is: the writer may report twice)."""
-        with self.transaction() as (db, _):
+        is answered as it is: the writer may report twice; ``pool.decide``)."""
+        with self.transaction() as (db, alloc):
             rep = db.get(orm.MigRepartitionRow, rep_id)
-            if rep is None:
-                raise StoreError("not_found", f"no re-partition {rep_id}", field="id")
-            try:
-                g = self._gpu_row(db, rep.node, rep.gpu_uuid)
-            except StoreError:
-                g = None
-            if rep.state == "applying" and rep.method == "label":
-                self._close(db, rep, g, "failed", error[:2000], actor or "system")
-                self._allocator = None
-            return self._repartition_json(db, rep, g)
+            reps = () if rep is None else self._repartitions(db, alloc, [rep])
+            state = PoolState(alloc, repartitions=reps)
+            outcome = decided(state, c.FailRepartition(rep_id, error), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor or "system")
+            assert rep is not None  # else refused
+            return self._repartition_json(db, rep, self._find_gpu(db, rep.node, rep.gpu_uuid))

@@ -3,7 +3,8 @@
 Two views of a dynamic GPU live side by side. ``MigInstanceRow``\\ s are the layout the pool
 *wants* (what the allocator places on: declared instances, instances planned for grants, held
 ones). ``GpuRow.observed`` is what the node last *reported*. ``pool.migplan`` turns the two
-into actions; this module feeds it and records the outcome:
+into actions; this module feeds it, and what a node did with it (``mig_results``) is decided
+by ``pool.decide`` (``pool.rules.mig``) and applied by the one applier:
 
 * a planned instance the node made gets its ``MIG-…`` uuid: the lease holding it is *ready*,
   and its grant gets the full ``grant_timeout`` again, counted from then;
@@ -18,7 +19,7 @@ into actions; this module feeds it and records the outcome:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -26,17 +27,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
-from ..pool.allocator import Allocator
+from ..pool import commands as c
 from ..pool.dramig import made_by_claim
-from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
+from ..pool.facts import MigGpu, PoolState
+from ..pool.migplan import GpuLayout, Seen, Wanted, mig_key, plan_gpu, plan_node
 from ..pool.model import Gpu, MigInstance
-from .apply import Applier
-from .errors import StoreError
-from .rebuild import mig_key as _key
-
-#: ``error`` of a creation the pool gives up on before asking the node: an instance the pool
-#: did not plan, with processes on it, holds its memory slices.
-OCCUPIED = "Occupied"
+from ..pool.repartition import Held
+from ..pool.rules.mig import OCCUPIED
+from .apply import Applier, LazyFacts, decided
 
 
 class MigStore(Applier):
@@ -112,7 +110,7 @@ class MigStore(Applier):
         for lease in lost:
             self._finish(db, None, lease, "node-lost", "system")
         if g.id is not None:
-            self._fail_blocked(db, None, g)
+            self._fail_blocked(db, g)
 
     def _made(
         self,
@@ -189,10 +187,28 @@ class MigStore(Applier):
 
     # -- what the node did ---------------------------------------------------------------------
 
+    def _mig_gpu(self, g: orm.GpuRow, held: Sequence[Held] = ()) -> MigGpu:
+        """What the MIG rules read of a GPU's row (``pool.facts.MigGpu``; ``held``: what
+        holds it now, for a re-partition)."""
+        by_claim = made_by_claim(g.node.name, g.node.cluster, True, self.dra_dynamic_mig)
+        return MigGpu(
+            g.uuid,
+            g.node.name,
+            self.catalog.model_for_nvml(g.model, g.memory_mib),
+            g.mig_enabled,
+            g.dynamic_mig,
+            g.cordoned,
+            tuple((i.profile, i.start, i.uuid, i.attempts, i.error) for i in g.instances),
+            None if g.observed is None else tuple(g.observed),
+            tuple(held),
+            by_claim,
+        )
+
     def mig_results(
         self, node: str, results: Iterable[Mapping[str, Any]], *, actor: str = ""
     ) -> dict[str, Any]:
-        """Record what a node's agent did with its plan (one result per action it applied).
+        """Record what a node's agent did with its plan (one result per action it applied;
+        ``pool.decide``: ``pool.rules.mig``).
 
         A creation that worked makes its lease ready; one that failed is audited, told to the
         lease and retried up to ``mig_attempts`` times. A destruction that worked (or found
@@ -202,32 +218,37 @@ class MigStore(Applier):
         results = list(results)
         with self.transaction() as (db, alloc):
             row = orm.NodeRow.find(db, node)
-            if row is None:
-                raise StoreError("not_found", f"no node {node!r}", field="name")
-            gpus = {g.uuid: g for g in row.gpus}
-            for i, r in enumerate(results):
-                if r["gpu"] not in gpus:
-                    raise StoreError(
-                        "invalid_field",
-                        f"results[{i}].gpu: not a GPU of node {node}",
-                        field=f"results[{i}].gpu",
+            gpus = None if row is None else tuple(self._mig_gpu(g) for g in row.gpus)
+            slots = []
+            if row is not None:
+                slots = list(
+                    db.scalars(
+                        select(orm.LeaseSlotRow)
+                        .where(
+                            orm.LeaseSlotRow.gpu_uuid.in_([g.uuid for g in row.gpus]),
+                            orm.LeaseSlotRow.live,
+                            orm.LeaseSlotRow.kind == "mig",
+                        )
+                        .options(selectinload(orm.LeaseSlotRow.lease))
                     )
-            freed = False
-            for r in results:
-                g = gpus[r["gpu"]]
-                if r["op"] == "create":
-                    self._creation(db, alloc, g, r, actor)
-                else:
-                    freed = self._destruction(db, g, r, actor) or freed
-            for g in {gpus[r["gpu"]] for r in results}:
-                self._fail_blocked(db, alloc, g)
-            db.flush()
-            # the layout changed under the allocator: rebuild it, then serve the queue with
-            # what destroyed instances freed
-            alloc = self._allocator = self._rebuild(db)
-            if freed:
-                self._serve_queue(db, alloc)
-            return {"accepted": len(results)}
+                )
+            holders = {
+                (s.gpu_uuid, s.profile or "", s.start or 0): (s.lease_id, s.lease.state)
+                for s in slots
+            }
+            leases = LazyFacts(self, db, alloc, [s.lease for s in slots])
+            state = PoolState(
+                alloc,
+                leases,
+                mig_node=gpus,
+                mig_holders=holders,
+                mig_attempts=self.mig_attempts,
+            )
+            outcome = decided(state, c.MigResults(node, results), self._now_s())
+            rows = {s.lease_id: s.lease for s in slots} | leases.read
+            self._apply_effects(db, alloc, outcome.effects, actor, rows)
+            answer: dict[str, Any] = outcome.answer
+            return answer
 
     def _holder(self, db: Session, gpu: str, profile: str, start: int) -> orm.LeaseSlotRow | None:
         return db.scalar(
@@ -240,73 +261,7 @@ class MigStore(Applier):
             )
         )
 
-    def _creation(
-        self, db: Session, alloc: Allocator, g: orm.GpuRow, r: Mapping[str, Any], actor: str
-    ) -> None:
-        key = _key(r)
-        row = next((i for i in g.instances if (i.profile, i.start) == key), None)
-        slot = self._holder(db, g.uuid, *key)
-        if r["ok"]:
-            seen = {"profile": key[0], "start": key[1], "uuid": r.get("mig_uuid")}
-            g.observed = [o for o in g.observed or () if _key(o) != key] + [
-                {**seen, "processes": 0, "attempts": 0}
-            ]
-            if row is not None and (row.uuid is None or row.uuid != r.get("mig_uuid")):
-                self._made(db, g, row, r.get("mig_uuid"), slot)
-            return
-        data = {
-            "node": g.node.name,
-            "gpu": g.uuid,
-            "op": "create",
-            "profile": key[0],
-            "start": key[1],
-            "error": r.get("error"),
-        }
-        if row is None:  # nothing wanted there any more
-            self._event(db, "mig-failed", actor, None, data)
-            return
-        row.attempts += 1
-        row.error = str(r.get("error") or "Unknown")[:64]
-        lease = slot.lease if slot is not None else None
-        self._event(db, "mig-failed", actor, lease, {**data, "attempt": row.attempts})
-        if lease is not None:
-            lease.message = (
-                f"Creating the MIG {key[0]} instance on node {g.node.name} failed: {row.error} "
-                f"(attempt {row.attempts} of {self.mig_attempts})"
-            )
-        if row.attempts >= self.mig_attempts:
-            self._give_up(db, alloc, g, row, lease)
-
-    def _destruction(self, db: Session, g: orm.GpuRow, r: Mapping[str, Any], actor: str) -> bool:
-        """Record a destruction; True when the memory slices are free now."""
-        key = _key(r)
-        error = r.get("error")
-        data = {
-            "node": g.node.name,
-            "gpu": g.uuid,
-            "op": "destroy",
-            "profile": key[0],
-            "start": key[1],
-            "error": error,
-        }
-        if r["ok"] or error == "NotFound":
-            g.observed = [o for o in g.observed or () if _key(o) != key]
-            self._event(db, "mig-destroyed", actor, None, data)
-            return True
-        observed = []
-        for o in g.observed or ():
-            if _key(o) == key:
-                if error == "InUse":  # a process started: not before the node says it ended
-                    o = {**o, "processes": max(1, o.get("processes") or 0)}
-                else:
-                    o = {**o, "attempts": o.get("attempts", 0) + 1}
-                    data["attempt"] = o["attempts"]
-            observed.append(o)
-        g.observed = observed
-        self._event(db, "mig-failed", actor, None, data)
-        return False
-
-    def _fail_blocked(self, db: Session, alloc: Allocator | None, g: orm.GpuRow) -> None:
+    def _fail_blocked(self, db: Session, g: orm.GpuRow) -> None:
         """Give up at once on wanted instances a busy unwanted one makes impossible (never on
         the DRA driver's GPUs: a claim, not the agent, makes the instance, wherever the
         scheduler finds room)."""
@@ -333,12 +288,11 @@ class MigStore(Applier):
                     "error": OCCUPIED,
                 },
             )
-            self._give_up(db, alloc, g, row, lease)
+            self._give_up(db, g, row, lease)
 
     def _give_up(
         self,
         db: Session,
-        alloc: Allocator | None,
         g: orm.GpuRow,
         row: orm.MigInstanceRow,
         lease: orm.LeaseRow | None,
@@ -352,7 +306,7 @@ class MigStore(Applier):
             f"The node {g.node.name} could not create the MIG {row.profile} instance "
             f"({row.error}); the grant was released: ask again"
         )
-        self._finish(db, alloc, lease, "mig-failed", "system")
+        self._finish(db, None, lease, "mig-failed", "system")
 
 
 def _observed(
@@ -360,7 +314,7 @@ def _observed(
 ) -> list[dict[str, Any]]:
     """A node's reported instances as ``GpuRow.observed`` entries; failed destructions are
     carried over for the same instance (same profile, start and uuid)."""
-    attempts = {(*_key(o), o.get("uuid")): o.get("attempts", 0) for o in before or ()}
+    attempts = {(*mig_key(o), o.get("uuid")): o.get("attempts", 0) for o in before or ()}
     return [
         {
             "profile": i.profile,

@@ -18,7 +18,8 @@ A re-partition is a row (``MigRepartitionRow``) that waits, with the GPU cordone
 lease holds what must go; then the wanted layout is written (dynamic-MIG GPUs: the instance
 rows, which the node's agent gets through its ``mig-plan``) or handed to whoever applies the
 node's ``nvidia.com/mig.config`` label (``method: label``); it is ``done`` when the node
-reports the new layout.
+reports the new layout. A drain and the re-partition commands are decided by ``pool.decide``
+(``pool.rules.nodes``, ``pool.rules.mig``); the store gathers their facts and applies.
 """
 
 from __future__ import annotations
@@ -33,17 +34,14 @@ from sqlalchemy.orm import Session, selectinload
 from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
-from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.ending import admin_notice
 from ..pool.errors import Refusal
-from ..pool.facts import PoolState
+from ..pool.facts import MigGpu, PoolState, Repartition
 from ..pool.leases import LIVE_STATES
 from ..pool.noticefacts import Noticed
 from ..pool.reclaim import Reclaiming
-from ..pool.repartition import Held, parse_layout, plan_repartition
+from ..pool.repartition import Held, delivery, parse_layout, plan_repartition
 from ..pool.rules.notices import (
-    ADMIN_ACTIONS,
-    MAX_GRACE,
     check_admin_reclaim,
     check_overdue,
     check_seconds,
@@ -56,6 +54,7 @@ from .panel import OPEN, PanelViews
 from .reclaim import ReclaimStore, noticed
 from .rows import (
     epoch,
+    node_json,
     reclaim_state,
     ts,
 )
@@ -222,36 +221,32 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Drain a node: nothing new lands there; with a ``deadline``, every live lease on it
-        gets a ``drain`` notice ending then (a grant not yet bound is released now)."""
-        if action not in ADMIN_ACTIONS:
-            raise StoreError(
-                "invalid_field", f"unknown action {action!r}", field="action", allowed=ADMIN_ACTIONS
-            )
-        if deadline is not None and deadline <= self.clock():
-            raise StoreError("invalid_field", "the deadline has passed", field="deadline")
+        gets a ``drain`` notice ending then (a grant not yet bound is released now). Decided
+        by ``pool.decide`` (one rule: ``SetNode``'s flags, ``admin_notice``'s notices)."""
         with self.transaction() as (db, alloc):
-            out = self.set_node(name, "drain", actor=actor)
-            noticed = released = 0
-            if deadline is not None:
-                why = f"the node {name} is drained for maintenance by {ts(deadline)}"
-                rows = db.scalars(
-                    select(orm.LeaseRow)
-                    .where(orm.LeaseRow.node == name, orm.LeaseRow.state.in_(LIVE_STATES))
-                    .options(selectinload(orm.LeaseRow.slots))
-                    .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
-                ).all()
-                for row in rows:
-                    if row.reclaim_acting is not None:
-                        continue  # already leaving
-                    did = self._admin_notice(db, alloc, row, "drain", deadline, action, why, actor)
-                    noticed += did == "noticed"
-                    released += did == "released"
-                self._event(
-                    db,
-                    "node-drain-deadline",
-                    actor,
-                    data={"node": name, "deadline": ts(deadline), "noticed": noticed},
+            row = orm.NodeRow.find(db, name)
+            rows: list[orm.LeaseRow] = []
+            if row is not None and deadline is not None:
+                rows = list(
+                    db.scalars(
+                        select(orm.LeaseRow)
+                        .where(orm.LeaseRow.node == name, orm.LeaseRow.state.in_(LIVE_STATES))
+                        .options(selectinload(orm.LeaseRow.slots))
+                        .order_by(orm.LeaseRow.granted, orm.LeaseRow.id)
+                    ).all()
                 )
+            # a grant is released: its pending targets go along (their facts are read too)
+            granted = [r for r in rows if r.state == "granted" and r.reclaim_acting is None]
+            facts, held = self._lease_facts(db, alloc, granted)
+            on_node = tuple((facts.get(r.id) or lease_facts(r), reclaim_state(r)) for r in rows)
+            state = PoolState(alloc, facts, node_known=row is not None, on_node=on_node)
+            command = c.DrainNode(name, deadline, action)
+            outcome = decided(state, command, self._now_s())
+            known = {**{r.id: r for r in rows}, **held}
+            self._apply_effects(db, alloc, outcome.effects, actor, known)
+            assert row is not None  # else refused
+            noticed, released = outcome.answer
+            out = node_json(row)
             return {**out, "deadline": ts(deadline), "noticed": noticed, "released": released}
 
     # -- MIG re-partition ------------------------------------------------------------------
@@ -296,8 +291,8 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
 
     @staticmethod
     def _method(g: orm.GpuRow) -> str:
-        """How the node gets the layout: its agent (dynamic MIG), else the node's label."""
-        return "agent" if g.dynamic_mig and g.mig_enabled else "label"
+        """How the node gets the layout (``pool.repartition.delivery``)."""
+        return delivery(g.dynamic_mig, g.mig_enabled)
 
     def repartition_plan(self, node: str, gpu: str, layout: object) -> dict[str, Any]:
         """The plan of a re-partition, without running it (the panel's preview)."""
@@ -305,6 +300,26 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         with self.read() as db:
             g = self._gpu_row(db, node, gpu)
             return {**self._plan(db, g, target).to_json(), "method": self._method(g)}
+
+    def _find_gpu(self, db: Session, node: str, gpu: str) -> orm.GpuRow | None:
+        try:
+            return self._gpu_row(db, node, gpu)
+        except StoreError:
+            return None
+
+    def _repartitions(
+        self, db: Session, alloc: Allocator, reps: Iterable[orm.MigRepartitionRow]
+    ) -> tuple[tuple[Repartition, MigGpu | None], ...]:
+        """The re-partitions' facts, each with its GPU's (None: gone)."""
+        out = []
+        for rep in reps:
+            g = self._find_gpu(db, rep.node, rep.gpu_uuid)
+            layout = tuple((i["profile"], i["start"]) for i in rep.layout)
+            facts = Repartition(
+                rep.id, rep.node, rep.gpu_uuid, layout, rep.method, rep.state, rep.was_cordoned
+            )
+            out.append((facts, None if g is None else self._mig_gpu(g, self._held(db, g))))
+        return tuple(out)
 
     def request_repartition(
         self,
@@ -316,78 +331,51 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         actor: str = "",
     ) -> dict[str, Any]:
         """Ask for ``layout`` on a GPU: it is cordoned and waits until nothing holds what must
-        go (with ``notice_seconds``, the leases in the way get admin notices ending then)."""
-        target = parse_layout(layout)
-        if notice_seconds is not None and not 0 <= notice_seconds <= MAX_GRACE:
-            raise StoreError(
-                "invalid_field", "must be 0 to 366 days in seconds", field="notice_seconds"
-            )
+        go (with ``notice_seconds``, the leases in the way get admin notices ending then).
+        Decided by ``pool.decide`` (``pool.rules.mig``)."""
         with self.transaction() as (db, alloc):
-            g = self._gpu_row(db, node, gpu)
-            where = alloc.nodes.get(node)
-            if where is not None and made_by_claim(node, where.cluster, True, self.dra_dynamic_mig):
-                # the driver's node: mig-parted must not run there, on any of its GPUs
-                why = NO_REPARTITION.format(gpu=gpu, node=node)
-                raise StoreError("conflict", why, field="gpu")
-            plan = self._plan(db, g, target)
-            open_ = db.scalar(
-                select(orm.MigRepartitionRow).where(
-                    orm.MigRepartitionRow.gpu_uuid == gpu, orm.MigRepartitionRow.state.in_(OPEN)
+            g = self._find_gpu(db, node, gpu)
+            mig_gpu = self._mig_gpu(g, self._held(db, g)) if g is not None else None
+            open_ = None
+            if g is not None:
+                row = db.scalar(
+                    select(orm.MigRepartitionRow).where(
+                        orm.MigRepartitionRow.gpu_uuid == gpu,
+                        orm.MigRepartitionRow.state.in_(OPEN),
+                    )
                 )
+                open_ = None if row is None else self._repartitions(db, alloc, [row])[0][0]
+            holders = [] if mig_gpu is None else sorted({h.lease for h in mig_gpu.held if h.lease})
+            rows = [self.lease_row(db, lid) for lid in holders]
+            # a grant is released: its pending targets go along (their facts are read too)
+            facts, known = self._lease_facts(db, alloc, [r for r in rows if r.state == "granted"])
+            on_node = tuple((facts.get(r.id) or lease_facts(r), reclaim_state(r)) for r in rows)
+            state = PoolState(
+                alloc, facts, mig_gpu=mig_gpu, open_repartition=open_, on_node=on_node
             )
-            if open_ is not None:
-                raise StoreError(
-                    "repartition_pending",
-                    f"GPU {gpu} has a re-partition in progress (#{open_.id}, {open_.state})",
-                    field="gpu",
-                )
-            now = self.clock()
-            rep = orm.MigRepartitionRow(
-                node=node,
-                gpu_uuid=gpu,
-                layout=[{"profile": p, "start": s} for p, s in plan.target],
-                method=self._method(g),
-                state="waiting",
-                actor=actor,
-                created=now,
-                updated=now,
-                was_cordoned=g.cordoned,
-            )
-            db.add(rep)
-            g.cordoned = True
-            db.flush()
-            self._event(db, "mig-repartition", actor, data={"id": rep.id, **plan.to_json()})
-            if notice_seconds is not None:
-                deadline = now + timedelta(seconds=notice_seconds)
-                why = f"an administrator re-partitions this GPU's MIG layout by {ts(deadline)}"
-                for lid in {h.lease for h in plan.in_way if h.lease}:
-                    row = self.lease_row(db, lid)
-                    if row.state in LIVE_STATES and row.reclaim_acting is None:
-                        self._admin_notice(db, alloc, row, "admin", deadline, "stop", why, actor)
-            self._advance(db, rep, g)
-            self._allocator = None  # a GPU's cordon and perhaps its layout changed: rebuild
+            command = c.RequestRepartition(node, gpu, layout, notice_seconds)
+            outcome = decided(state, command, self._now_s())
+            known |= {r.id: r for r in rows}
+            self._apply_effects(db, alloc, outcome.effects, actor, known)
+            assert g is not None  # else refused
+            rep = self.repartition_row(db, 0, gpu)
             return self._repartition_json(db, rep, g)
 
     def cancel_repartition(self, rep_id: int, *, actor: str = "") -> dict[str, Any]:
-        """Give up a re-partition still waiting (one being applied is the node's now)."""
-        with self.transaction() as (db, _):
+        """Give up a re-partition still waiting (one being applied is the node's now;
+        ``pool.decide``)."""
+        with self.transaction() as (db, alloc):
             rep = db.get(orm.MigRepartitionRow, rep_id)
-            if rep is None:
-                raise StoreError("not_found", f"no re-partition {rep_id}", field="id")
-            if rep.state != "waiting":
-                raise StoreError(
-                    "repartition_applying",
-                    f"re-partition {rep_id} is {rep.state}: it can no longer be cancelled",
-                    field="id",
-                )
-            g = self._gpu_row(db, rep.node, rep.gpu_uuid)
-            self._close(db, rep, g, "cancelled", None, actor)
-            self._allocator = None
-            return self._repartition_json(db, rep, g)
+            reps = () if rep is None else self._repartitions(db, alloc, [rep])
+            state = PoolState(alloc, repartitions=reps)
+            outcome = decided(state, c.CancelRepartition(rep_id), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor)
+            assert rep is not None  # else refused
+            return self._repartition_json(db, rep, self._find_gpu(db, rep.node, rep.gpu_uuid))
 
     def advance_repartitions(self) -> int:
         """Run the waiting re-partitions nothing is in the way of any more, and close those
-        the nodes finished (or failed); returns how many changed."""
+        the nodes finished (or failed); returns how many changed (``pool.decide``)."""
         with self.read() as db:
             if (
                 db.scalar(
@@ -396,80 +384,18 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
                 is None
             ):
                 return 0
-        changed = 0
-        with self.transaction() as (db, _):
-            for rep in db.scalars(
+        with self.transaction() as (db, alloc):
+            open_ = db.scalars(
                 select(orm.MigRepartitionRow).where(orm.MigRepartitionRow.state.in_(OPEN))
-            ).all():
-                try:
-                    g = self._gpu_row(db, rep.node, rep.gpu_uuid)
-                except StoreError:
-                    self._close(db, rep, None, "failed", "the GPU is gone", "system")
-                    changed += 1
-                    continue
-                before = rep.state
-                self._advance(db, rep, g)
-                changed += rep.state != before
-            if changed:
-                self._allocator = None
-        return changed
-
-    def _advance(self, db: Session, rep: orm.MigRepartitionRow, g: orm.GpuRow) -> None:
-        target = [(i["profile"], i["start"]) for i in rep.layout]
-        if rep.state == "waiting":
-            plan = self._plan(db, g, target)
-            if not plan.ready:
-                return
-            rep.state, rep.updated = "applying", self.clock()
-            if rep.method == "agent":
-                kept = {
-                    (i.profile, i.start): i for i in g.instances if (i.profile, i.start) in target
-                }
-                if len(kept) != len(g.instances):
-                    g.instances = list(kept.values())
-                    db.flush()  # delete before inserting: a new instance may take a start
-                g.instances = [
-                    kept.get(key) or orm.MigInstanceRow(profile=key[0], start=key[1])
-                    for key in target
-                ]
-            self._event(db, "mig-repartition-applying", rep.actor, data=self._rep_data(rep))
-            return
-        have = {(i.profile, i.start): i for i in g.instances}
-        if rep.method == "agent":
-            missing = [key for key in target if key not in have]
-            failed = [i for i in have.values() if i.error and i.attempts >= self.mig_attempts]
-            if missing or failed:
-                why = "the node could not create " + ", ".join(
-                    f"{p}@{s}" for p, s in missing or [(i.profile, i.start) for i in failed]
-                )
-                self._close(db, rep, g, "failed", why, "system")
-                return
-            observed = {(o["profile"], o["start"]) for o in g.observed or ()}
-            if observed == set(target) and all(have[k].uuid for k in target):
-                self._close(db, rep, g, "done", None, "system")
-        elif g.mig_enabled and set(have) == set(target):
-            self._close(db, rep, g, "done", None, "system")
-
-    def _close(
-        self,
-        db: Session,
-        rep: orm.MigRepartitionRow,
-        g: orm.GpuRow | None,
-        state: str,
-        error: str | None,
-        actor: str,
-    ) -> None:
-        rep.state, rep.error, rep.updated = state, error, self.clock()
-        if g is not None:
-            g.cordoned = rep.was_cordoned
-        kind = {"done": "mig-repartitioned", "failed": "mig-failed"}.get(
-            state, "mig-repartition-cancelled"
-        )
-        self._event(db, kind, actor, data={**self._rep_data(rep), "error": error})
-
-    @staticmethod
-    def _rep_data(rep: orm.MigRepartitionRow) -> dict[str, Any]:
-        return {"id": rep.id, "node": rep.node, "gpu": rep.gpu_uuid, "layout": rep.layout}
+            ).all()
+            state = PoolState(
+                alloc,
+                repartitions=self._repartitions(db, alloc, open_),
+                mig_attempts=self.mig_attempts,
+            )
+            outcome = decided(state, c.AdvanceRepartitions(), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, "system")
+            return int(outcome.answer)
 
     def _repartition_json(
         self, db: Session, rep: orm.MigRepartitionRow, g: orm.GpuRow | None

@@ -3,7 +3,7 @@ another replica's commits, and after the inventory or the config changed shape."
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -15,19 +15,13 @@ from .. import orm
 from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.dramig import made_by_claim
-from ..pool.errors import PoolError
-from ..pool.miglayout import validate_mig_layout
-from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
+from ..pool.migplan import mig_key, with_retiring
+from ..pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.outside import OutsideHolds
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
 from ..pool.quota import QuotaBook, QuotaSpec, period_start
 from .rows import epoch, held_hours
-
-
-def mig_key(entry: Mapping[str, Any]) -> tuple[str, int]:
-    """(profile, start) of an instance entry of ``GpuRow.observed`` or a MIG result."""
-    return str(entry["profile"]), int(entry["start"])
 
 
 def instances_of(catalog: Catalog, g: Any, instances: list[Any] | None = None) -> list[MigInstance]:
@@ -43,15 +37,8 @@ def instances_of(catalog: Catalog, g: Any, instances: list[Any] | None = None) -
     out = [MigInstance(i.profile, i.start, i.uuid) for i in instances]
     if g.dynamic_mig and g.observed:
         model = catalog.model_for_nvml(g.model, g.memory_mib)
-        wanted = {(i.profile, i.start) for i in instances}
-        for o in g.observed:
-            if mig_key(o) in wanted:
-                continue
-            try:
-                validate_mig_layout(model, [(i.profile, i.start) for i in out] + [mig_key(o)])
-            except PoolError:
-                continue
-            out.append(MigInstance(o["profile"], o["start"], o.get("uuid"), RETIRING))
+        seen = [(*mig_key(o), o.get("uuid")) for o in g.observed]
+        out = with_retiring(model, out, seen)
     return out
 
 

@@ -301,8 +301,8 @@ def test_a_quota_edit_is_its_flags_and_the_quota_and_the_preview_discards_them()
 
 
 def test_a_command_not_decided_here_says_so():
-    with pytest.raises(ValueError, match="SetOutside"):
-        decide(PoolState(pool()), c.SetOutside("h", {}), 0.0)
+    with pytest.raises(ValueError, match="WriteMinutes"):
+        decide(PoolState(pool()), c.WriteMinutes({}), 0.0)
 
 
 def test_the_architecture_page_lists_the_commands_decide_decides():

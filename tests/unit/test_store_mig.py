@@ -15,6 +15,7 @@ from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import gpu_uuid, parse_pool_config
 from jupyterhub_gpupool.service.ingest import node_from_inventory
 from jupyterhub_gpupool.store import Store
+from tests.allocrig import state_of
 from tests.fakes import StoreClock
 
 GPU = gpu_uuid("a100", 0)
@@ -264,3 +265,37 @@ def test_a_static_gpu_repartitioned_by_hand_is_taken_as_reported(store):
     report(store, {"profile": "3g.40gb", "start": 0, "uuid": "MIG-a"}, dynamic=False)
     report(store, {"profile": "1g.10gb", "start": 0, "uuid": "MIG-b"}, dynamic=False)
     assert instances(store) == [("1g.10gb", 0, "MIG-b", "present")]
+
+
+def test_the_allocator_follows_mig_results_as_a_rebuild_from_the_rows_would(store):
+    """A node's results change the allocator through their effects (the GPU's layout as the
+    rows now say, the releases, the queue), never a rebuild: after each it is what the rows
+    say."""
+
+    def as_the_rows_say() -> None:
+        with store.locked() as alloc, store.read() as db:
+            assert state_of(alloc) == state_of(store._rebuild(db))
+
+    report(store)
+    kept = store.allocate("alice", "a", "a100-1g")
+    ended = store.allocate("alice", "b", "a100-1g")
+    made, late = store.mig_plan("a100")
+    store.release(ended["id"])  # its instance is made all the same: the pool no longer wants it
+    store.mig_results("a100", [create_ok(made, "MIG-1"), create_ok(late, "MIG-late")])
+    as_the_rows_say()
+    assert store.lease(kept["id"])["ready"] is True
+    big = store.allocate("bob", "", "a100-7g")
+    assert big["state"] == "queued"
+    store.release(kept["id"])
+    destroys = store.mig_plan("a100")
+    assert {a["op"] for a in destroys} == {"destroy"} and len(destroys) == 2
+    store.mig_results(
+        "a100", [{**a, "ok": True, "error": None, "mig_uuid": None} for a in destroys]
+    )
+    assert store.lease(big["id"])["state"] == "granted"
+    as_the_rows_say()
+    for _ in range(3):
+        (action,) = store.mig_plan("a100")
+        store.mig_results("a100", [failed(action, "InsufficientResources")])
+        as_the_rows_say()
+    assert store.lease(big["id"])["state"] == "released"

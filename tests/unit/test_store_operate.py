@@ -18,6 +18,7 @@ from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.store import Store, StoreError
 from jupyterhub_gpupool.store.rows import epoch
+from tests.allocrig import state_of
 from tests.fakes import StoreClock, make_instances, make_store
 from tests.fakes import lease_events as events
 
@@ -357,3 +358,26 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
         assert body == fresh(), change
         assert store.map_view() == (version, body)  # and kept until the next change
     assert json.loads(body)["leases"][one["id"]]["notice"]["kind"] == "admin"
+
+
+def test_a_repartition_leaves_the_allocator_as_a_rebuild_from_its_rows_would(store):
+    """The allocator follows a re-partition through its effects (the GPU's cordon, the layout
+    written, the notice's release), never a rebuild: at each step it is what the rows say."""
+
+    def as_the_rows_say() -> None:
+        with store.locked() as alloc, store.read() as db:
+            assert state_of(alloc) == state_of(store._rebuild(db))
+
+    held = bound(store, "a100-3g", "alice")
+    granted = store.allocate("bob", "", "a100-3g")  # not bound yet: the notice releases it
+    assert granted["state"] == "granted"
+    layout = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    store.request_repartition("a100", A100, layout, notice_seconds=600, actor="user:admin")
+    assert store.lease(granted["id"])["state"] == "released"
+    as_the_rows_say()
+    store.release(held["id"])
+    assert store.advance_repartitions() == 1
+    as_the_rows_say()
+    make_instances(store)
+    assert store.advance_repartitions() == 1
+    as_the_rows_say()

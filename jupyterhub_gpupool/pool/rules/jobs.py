@@ -294,8 +294,9 @@ def _preempt(state: PoolState, cmd: Any, now: float) -> Outcome:
             reason = job.notice_reason or f"{job.notice_kind} notice"
             assert job.lease_id is not None
             if job.state == "granted":
-                end = finish_in(trial, state.leases[job.lease_id], "admin", now)
-                effects.append(JobEnded(job.id, "preempted", reason, lease=end))
+                end: list[Effect] = []
+                finish_in(trial, [(state.leases[job.lease_id], "admin")], now, end)
+                effects.append(JobEnded(job.id, "preempted", reason, lease=tuple(end)))
                 del alive[job.lease_id]
             else:
                 deadline = job.notice_deadline if job.notice_deadline is not None else now
@@ -344,9 +345,10 @@ def _for_waiters(
                 waiter.request.user, waiter.request.offer, long_waiter=node is not None
             )
             if job.state == "granted":  # never started: nothing to stop
-                end = finish_in(trial, state.leases[job.lease_id], "preempted", now)
+                ended: list[Effect] = []
+                finish_in(trial, [(state.leases[job.lease_id], "preempted")], now, ended)
                 data = (("for_request", wid),)
-                effects.append(JobEnded(job.id, "preempted", reason, lease=end, data=data))
+                effects.append(JobEnded(job.id, "preempted", reason, lease=tuple(ended), data=data))
                 alive[job.lease_id] = replace(job, state="preempted")
             else:
                 deadline = now + cls.grace

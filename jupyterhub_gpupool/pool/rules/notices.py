@@ -19,7 +19,7 @@ from ..noticefacts import Noticed
 from ..quota import QuotaSpec, period_start
 from ..reclaim import Reclaiming, enforced_release, withdraw
 
-#: What an admin's reclaim may do at its deadline.
+#: What an administrator's notice (a reclaim, a drain, a re-partition's) may do at its deadline.
 ADMIN_ACTIONS = ("stop", "release-gpu")
 #: The longest notice or extension an admin may give (a year, as for policies).
 MAX_GRACE = 366 * 86400.0
