@@ -71,6 +71,26 @@ class Demo:
                 os.kill(pid, signal.SIGKILL)
 
 
+def run_first_cell(page: Any, expected: str, output: Any = None) -> Any:
+    """Run the open notebook's first cell until ``output`` (its first output area unless
+    given) says ``expected``: a kernel not connected yet ignores the first run. Answers the
+    output."""
+    from playwright.sync_api import expect
+
+    if output is None:
+        output = page.locator(".jp-OutputArea-output").first
+    for attempt in range(3):
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            expect(output).to_contain_text(expected, timeout=30_000)
+            return output
+        except AssertionError:
+            if attempt == 2:
+                raise
+    return output
+
+
 def _pids_of(state: Path) -> list[int]:
     """Processes of this demo: started in its state folder or naming it on their command line
     (hub, proxy, pool service, single-user servers)."""

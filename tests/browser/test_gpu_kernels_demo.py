@@ -20,7 +20,7 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import CHROMIUM, Demo
+from tests.browser.conftest import CHROMIUM, Demo, run_first_cell
 from tests.demoproc import user_token
 from tests.fakes import request, wait_until
 
@@ -77,22 +77,6 @@ def kernel_button(page: Any, display: str, state: str) -> Any:
     return page.get_by_role("button", name=name)
 
 
-def run_cell(page: Any, expected: str) -> Any:
-    """Run the notebook's cell until its output says ``expected`` (a kernel not connected yet
-    ignores the first run); answers the output."""
-    output = page.locator(".jp-OutputArea-output").first
-    for attempt in range(3):
-        page.locator(".jp-Notebook .jp-Cell").first.click()
-        page.keyboard.press("Shift+Enter")
-        try:
-            expect(output).to_contain_text(expected, timeout=30_000)
-            return output
-        except AssertionError:
-            if attempt == 2:
-                raise
-    return output
-
-
 PRINT_DEVICE = "import os\nprint('device', os.environ['CUDA_VISIBLE_DEVICES'])"
 
 
@@ -105,7 +89,7 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     notebook(a_base, a_token, "gpu.ipynb", "gpupool-a100-1g", A100, PRINT_DEVICE)
     alice.goto(f"{a_base}/lab/tree/gpu.ipynb")
     expect(kernel_button(alice, A100, "Idle")).to_be_visible(timeout=LAB_TIMEOUT)
-    output = run_cell(alice, "device MIG-")
+    output = run_first_cell(alice, "device MIG-")
     expect(alice.locator("#jp-main-statusbar")).to_contain_text("GPU: CPU only")
     (lease,) = kernel_leases(demo, a_token)
     assert lease["offer"] == "a100-1g" and lease["state"] in ("granted", "active")
@@ -164,7 +148,7 @@ def test_a_cpu_server_runs_a_gpu_kernel_and_a_second_one_queues(
     expect(kernels).to_contain_text("running", timeout=30_000)
     (granted,) = kernel_leases(demo, b_token)
     assert granted["state"] in ("granted", "active") and granted["offer"] == "h100"
-    output = run_cell(bob, "device ")
+    output = run_first_cell(bob, "device ")
     assert output.inner_text().strip() == f"device {granted['devices'][0]['gpu']}"
     assert [k["offer"] for k in kernel_leases(demo, a_token)] == ["a100-1g"]
 

@@ -32,6 +32,7 @@ pytest.importorskip("jupyterlab_gpupool", reason="make test installs ./labextens
 
 from playwright.sync_api import Page, expect
 
+from tests.browser.conftest import run_first_cell
 from tests.fakes import (
     LAB_POOL,
     ROOT,
@@ -583,15 +584,7 @@ def test_the_widget_shows_the_same_inside_a_notebook(lab: Lab, alice: Page, shoo
     idle = alice.get_by_role("button", name=re.compile(r"Python 3 \(ipykernel\) \| Idle"))
     expect(idle).to_be_visible(timeout=60_000)
     output = alice.locator(".jp-OutputArea-output .widget-html-content").first
-    for attempt in range(3):  # a kernel not connected yet ignores the first run
-        alice.locator(".jp-Notebook .jp-Cell").first.click()
-        alice.keyboard.press("Shift+Enter")
-        try:
-            expect(output).to_contain_text("A100 1g.10gb", timeout=30_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+    run_first_cell(alice, "A100 1g.10gb", output)
     widget = alice.locator(".jp-OutputArea-output").first
     expect(widget).to_contain_text("GPU units in use")
     expect(widget.locator("meter")).not_to_have_count(0)

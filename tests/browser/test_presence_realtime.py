@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, start_demo
+from tests.browser.conftest import CHROMIUM, VIEWPORT, Demo, run_first_cell, start_demo
 from tests.demoproc import user_token
 from tests.fakes import KernelDriver, request, wait_until
 
@@ -273,16 +273,7 @@ def test_an_idle_gpu_kernel_is_noticed_in_its_open_tab_its_edit_saved_then_shut_
     page.goto(f"{demo.url}/user/bob/lab/tree/gpu.ipynb")
     idle = page.get_by_role("button", name=f"{GPU_DISPLAY} | Idle")
     expect(idle).to_be_visible(timeout=180_000)
-    output = page.locator(".jp-OutputArea-output").first
-    for attempt in range(3):  # a kernel not connected yet ignores the first run
-        page.locator(".jp-Notebook .jp-Cell").first.click()
-        page.keyboard.press("Shift+Enter")
-        try:
-            expect(output).to_contain_text("device MIG-", timeout=30_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+    run_first_cell(page, "device MIG-")
     leases = f"{demo.url}/services/gpupool/api/v1/kernels"
     [lease] = [k for k in request("GET", leases, token).json()["kernels"] if k["state"] == "active"]
     # an edit he never saves (autosave is off); then the tab stays open and untouched
