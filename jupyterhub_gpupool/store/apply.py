@@ -31,7 +31,6 @@ from ..pool.decide import decide
 from ..pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
-    BudgetWarned,
     Effect,
     JobCancelling,
     JobEnded,
@@ -52,17 +51,9 @@ from ..pool.effects import (
     NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
-    NoticeMoved,
     NoticeWithdrawn,
     QuotaReset,
     QuotaSet,
-    ReclaimCancelled,
-    ReclaimClaimed,
-    ReclaimCounted,
-    ReclaimEnded,
-    ReclaimNoticed,
-    ReclaimPolicyReset,
-    ReclaimPolicySet,
     RequestApproved,
     RequestDenied,
     SharingSet,
@@ -78,6 +69,7 @@ from ..pool.workloads import JOB_HOLDER
 from .bulk import queue_release, stage_lease
 from .errors import StoreError
 from .nodeapply import MIG_EFFECTS, NODE_EFFECTS, REPARTITION_EFFECTS, NodeApplier
+from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
 from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, ts
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
@@ -98,7 +90,7 @@ TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming
 __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "lease_facts"]
 
 
-class Applier(NodeApplier):
+class Applier(NodeApplier, ReclaimApplier):
     """Writes decisions into rows (the store's part every deciding module shares)."""
 
     def _record(
@@ -225,7 +217,7 @@ class Applier(NodeApplier):
                         if getattr(effect, flag) is not None:
                             setattr(node, flag, getattr(effect, flag))
                 self._event(db, f"node-{effect.action}", actor, data={"node": effect.node})
-            elif isinstance(effect, _RECLAIM_EFFECTS):
+            elif isinstance(effect, RECLAIM_EFFECTS):  # ``store/reclaimapply.py``
                 self._reclaim_applied(db, effect, actor, known)
             # -- nodes and inventory (``store/nodeapply.py``)
             elif isinstance(effect, NODE_EFFECTS):
@@ -310,70 +302,6 @@ class Applier(NodeApplier):
             ask.update(decision="denied", decided=ts(now), decided_by=actor, note=effect.reason)
             row.approval, row.message = ask, f"denied: {effect.reason}"
             self._event(db, "denied", actor, row, {"reason": effect.reason})
-
-    # -- reclaim and notices ---------------------------------------------------------------
-
-    def _reclaim_applied(
-        self, db: Session, effect: _ReclaimEffect, actor: str, known: Mapping[str, orm.LeaseRow]
-    ) -> None:
-        """A reclaim's or a notice's effect: the reclaim columns, the policy row, the audit."""
-        if isinstance(effect, ReclaimPolicySet):
-            policy = db.get(orm.ReclaimPolicyRow, 1)
-            if policy is None:
-                policy = orm.ReclaimPolicyRow(id=1)
-                db.add(policy)
-            policy.spec, policy.actor, policy.updated = dict(effect.section), actor, self.clock()
-            self._event(db, "reclaim-policy-set", actor, data={"reclaim": dict(effect.section)})
-            return
-        if isinstance(effect, ReclaimPolicyReset):
-            policy = db.get(orm.ReclaimPolicyRow, 1)
-            if policy is not None:
-                db.delete(policy)
-            self._event(db, "reclaim-policy-reset", actor)
-            return
-        if isinstance(effect, BudgetWarned):
-            self._event(db, "budget-warning", "system", data=dict(effect.warning))
-            return
-        row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
-        if isinstance(effect, ReclaimCounted):
-            set_reclaim_state(row, effect.state)
-        elif isinstance(effect, ReclaimNoticed):
-            rec = effect.state.reclaiming
-            assert rec is not None
-            set_reclaim_state(row, effect.state)
-            row.state = "reclaiming"
-            data: dict[str, Any] = {"kind": rec.kind, "deadline": ts(from_epoch(rec.deadline))}
-            data |= {"reason": rec.reason, "action": rec.action, "pressure": rec.pressure}
-            data |= {"for_request": rec.for_request, "evidence": effect.evidence}
-            self._event(db, "reclaim-notice", actor, row, data)
-        elif isinstance(effect, ReclaimCancelled):
-            set_reclaim_state(row, effect.state)
-            row.state = "active"
-            said = {"reason": effect.reason, "evidence": effect.evidence}
-            self._event(db, "reclaim-cancelled", actor, row, said)
-        elif isinstance(effect, ReclaimClaimed):
-            if effect.state is not None:
-                set_reclaim_state(row, effect.state)
-            row.reclaim_acting, row.reclaim_release = self.clock(), effect.release
-            row.reclaim_target = effect.target
-            self._event(db, "reclaim-acting", actor, row, dict(effect.data))
-        elif isinstance(effect, ReclaimEnded):
-            if effect.unclaimed:
-                row.reclaim_acting = None
-            if effect.forgotten:
-                row.reclaim_release = row.reclaim_target = None
-            if effect.state is not None:
-                set_reclaim_state(row, effect.state)
-                row.state = "active"
-            self._event(db, effect.kind, actor, row, dict(effect.data))
-        elif isinstance(effect, NoticeMoved):
-            rec = effect.state.reclaiming
-            assert rec is not None
-            set_reclaim_state(row, effect.state)
-            moved: dict[str, Any] = {"by_admin": True, "seconds": effect.seconds}
-            self._event(
-                db, "reclaim-extended", actor, row, {**moved, "until": ts(from_epoch(rec.deadline))}
-            )
 
     def _new_lease(
         self, request: Request, new: NewLease, group: str | None, units: Fraction
@@ -727,31 +655,6 @@ class Applier(NodeApplier):
             ):
                 found.append(target)
         return found
-
-
-_ReclaimEffect = (
-    ReclaimCounted
-    | ReclaimNoticed
-    | ReclaimCancelled
-    | ReclaimClaimed
-    | ReclaimEnded
-    | NoticeMoved
-    | ReclaimPolicySet
-    | ReclaimPolicyReset
-    | BudgetWarned
-)
-#: The effects of reclaims and notices (``Applier._reclaim_applied``).
-_RECLAIM_EFFECTS = (
-    ReclaimCounted,
-    ReclaimNoticed,
-    ReclaimCancelled,
-    ReclaimClaimed,
-    ReclaimEnded,
-    NoticeMoved,
-    ReclaimPolicySet,
-    ReclaimPolicyReset,
-    BudgetWarned,
-)
 
 
 def decided(state: PoolState, command: c.Command, now: float) -> Outcome:
