@@ -63,5 +63,28 @@ _RULES: dict[type[c.Command], Rule] = {
     **mig.RULES,
 }
 
-#: Commands ``decide`` decides (the others still decide inside their store method).
+#: Commands ``decide`` decides.
 DECIDED = frozenset(_RULES)
+#: Commands that take no decision: what the pool is told or keeps, written as it comes (a
+#: utilization sample's minutes and their pruning, a lab's presence, a server's URL, a job's
+#: output, a refusal counted for planning, the alerts' states, the reclaimer's leader lock).
+#: Later decisions read some of them as facts (presence, samples); none changes a lease, a
+#: device, a quota or the queue when it arrives.
+RECORDS = frozenset(
+    {
+        c.WriteMinutes,
+        c.PruneMinutes,
+        c.PruneSamples,
+        c.ReportPresence,
+        c.SetServerUrl,
+        c.AppendJobLog,
+        c.RecordRefusal,
+        c.RecordAlerts,
+        c.TakeLeader,
+        c.GiveUpLeader,
+    }
+)
+#: Commands that change the pool by writing rows the allocator is then rebuilt from (a config
+#: load, a node's inventory): not decided yet (``docs/source/reference/architecture.md`` says
+#: why).
+REBUILDS = frozenset({c.LoadConfig, c.PutInventory})

@@ -118,6 +118,14 @@ class LeaseActivated:
 
 
 @dataclass(frozen=True)
+class RestartMarked:
+    """The service restarts the server into this granted resize target: the end of the lease it
+    replaces (the server's stop) leaves the target alone (``facts.RESTARTING``)."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True)
 class NoticeExtended:
     """The user's "keep my GPU" ends an idle notice (``state``: the lease's reclaim state
     after); the lease is active again until the reclaimer's next notice."""
@@ -562,6 +570,7 @@ Effect = (
     | QuotaReset
     | KeptAlive
     | LeaseActivated
+    | RestartMarked
     | NoticeExtended
     | NoticeWithdrawn
     | NoticeGiven

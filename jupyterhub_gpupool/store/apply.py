@@ -56,6 +56,7 @@ from ..pool.effects import (
     QuotaSet,
     RequestApproved,
     RequestDenied,
+    RestartMarked,
     SharingSet,
     apply_effect,
 )
@@ -241,6 +242,7 @@ class Applier(NodeApplier, ReclaimApplier):
         changes = (
             KeptAlive,
             LeaseActivated,
+            RestartMarked,
             NoticeExtended,
             NoticeWithdrawn,
             NoticeGiven,
@@ -256,6 +258,8 @@ class Applier(NodeApplier, ReclaimApplier):
         elif isinstance(effect, LeaseActivated):
             row.state, row.activated, row.expires = "active", now, None
             self._event(db, "activated", actor, row)
+        elif isinstance(effect, RestartMarked):
+            row.reason = RESTARTING
         elif isinstance(effect, NoticeExtended):
             set_reclaim_state(row, effect.state)
             row.state, row.keepalive = "active", now

@@ -18,7 +18,7 @@ from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.facts import Holder, PoolState
 from ..pool.leases import LIVE_STATES, is_ready
-from .apply import RESTARTING, TARGET_STATES, Applier, decided, lease_facts
+from .apply import TARGET_STATES, Applier, decided, lease_facts
 from .bulk import staged_lease
 from .errors import StoreError
 from .rows import lease_info
@@ -216,8 +216,9 @@ class LeaseStore(Applier, ViewStore):
         the lease it replaces (the server's stop) then leaves the target alone."""
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
-            if row.state == "granted" and row.resize_of is not None:
-                row.reason = RESTARTING
+            facts = {lease_id: lease_facts(row)}
+            outcome = decided(PoolState(alloc, facts), c.MarkRestarting(lease_id), self._now_s())
+            self._apply_effects(db, alloc, outcome.effects, actor or "system", {lease_id: row})
             return self._lease_json(db, alloc, row)
 
     def expire_grants(self) -> int:

@@ -16,7 +16,7 @@ import pytest
 
 from jupyterhub_gpupool.pool import commands as c
 from jupyterhub_gpupool.pool.allocator import Allocator
-from jupyterhub_gpupool.pool.decide import DECIDED, decide
+from jupyterhub_gpupool.pool.decide import DECIDED, REBUILDS, RECORDS, decide
 from jupyterhub_gpupool.pool.effects import (
     AwaitingApproval,
     BorrowedChanged,
@@ -306,13 +306,30 @@ def test_a_command_not_decided_here_says_so():
 
 
 def test_the_architecture_page_lists_the_commands_decide_decides():
-    """``docs/source/reference/architecture.md`` says which commands go through ``decide``:
-    moving one more there fails here until the page says so."""
+    """``docs/source/reference/architecture.md`` says which commands go through ``decide``,
+    which are records and which rebuild: moving one fails here until the page says so."""
     page = (
         Path(__file__).resolve().parents[2] / "docs/source/reference/architecture.md"
     ).read_text()
-    line = page.split("Decided by `pool.decide` now:", 1)[1].split(".", 1)[0]
-    assert set(re.findall(r"`(\w+)`", line)) == {kind.__name__ for kind in DECIDED}
+    for lead, kinds in (
+        ("Decided by `pool.decide` now:", DECIDED),
+        ("Records, which take no decision:", RECORDS),
+        ("Rebuilds, not decided yet:", REBUILDS),
+    ):
+        line = page.split(lead, 1)[1].split(".", 1)[0]
+        assert set(re.findall(r"`(\w+)`", line)) == {kind.__name__ for kind in kinds}, lead
+
+
+def test_every_command_is_decided_a_record_or_a_rebuild_and_only_one():
+    """A new command must say which it is (``pool.decide``): a decision, a record or a
+    rebuild."""
+    kinds = {
+        v
+        for v in vars(c).values()
+        if isinstance(v, type) and issubclass(v, c.Command) and v is not c.Command
+    }
+    assert kinds == DECIDED | RECORDS | REBUILDS
+    assert not (DECIDED & RECORDS or DECIDED & REBUILDS or RECORDS & REBUILDS)
 
 
 def test_a_pending_target_the_release_itself_granted_goes_along_as_granted():

@@ -24,6 +24,7 @@ from jupyterhub_gpupool.pool.effects import (
     NoticeWithdrawn,
     RequestApproved,
     RequestDenied,
+    RestartMarked,
     SharingSet,
     apply_effect,
 )
@@ -523,3 +524,21 @@ def test_set_sharing_refusals():
     e = refusal(pool(), c.SetSharing("h", {"h-H0": "half"}), node_known=True, node_gpus=gpus)
     assert e.code == "invalid_field" and "half" in e.message
     assert refusal(pool(), c.SetSharing("h", {}), node_known=False).code == "not_found"
+
+
+# -- a restart into a resize target ----------------------------------------------------------
+
+
+def test_a_restart_marks_only_a_granted_resize_target():
+    """The service restarts a server into its granted target: that target is marked, so the
+    old lease's end leaves it alone; a lease that is no granted target (bound meanwhile, an
+    ordinary grant, released) is left as it is, and nothing else changes."""
+    alloc = pool()
+    target = facts("t", "granted", resize_of="old")
+    assert decided(alloc, c.MarkRestarting("t"), leases={"t": target}) == (RestartMarked("t"),)
+    for other in (
+        facts("t", "active", resize_of="old"),
+        facts("t", "granted"),
+        facts("t", "released", resize_of="old"),
+    ):
+        assert decided(alloc, c.MarkRestarting("t"), leases={"t": other}) == ()

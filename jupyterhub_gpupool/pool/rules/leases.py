@@ -18,6 +18,7 @@ from ..effects import (
     LeaseQueued,
     NewLease,
     NoticeExtended,
+    RestartMarked,
 )
 from ..ending import finishing, serve_queue
 from ..errors import PoolError, Refusal
@@ -214,6 +215,16 @@ def _promote(state: PoolState, cmd: Any, now: float) -> Outcome:
     return serve_queue(state.alloc, now)
 
 
+def _mark_restarting(state: PoolState, cmd: Any, now: float) -> Outcome:
+    """The service is restarting the server into the lease, a granted resize target: the end
+    of the lease it replaces then leaves it alone. Any other lease is left as it is (the
+    restart may have lost a race with its end or its bind); answers the lease's id."""
+    facts = state.leases[cmd.lease_id]
+    if facts.state == "granted" and facts.resize_of is not None:
+        return Outcome(cmd.lease_id, (RestartMarked(cmd.lease_id),))
+    return Outcome(cmd.lease_id)
+
+
 RULES: dict[type[c.Command], Rule] = {
     c.Allocate: allocate,
     c.Release: _release,
@@ -222,4 +233,5 @@ RULES: dict[type[c.Command], Rule] = {
     c.Reconcile: _reconcile,
     c.ExpireGrants: _expire,
     c.Promote: _promote,
+    c.MarkRestarting: _mark_restarting,
 }
