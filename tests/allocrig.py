@@ -100,25 +100,15 @@ def noticed(lid: str, state: str = "reclaiming", rs: ReclaimState | None = None,
     )
 
 
-def fingerprint(alloc: Allocator) -> tuple:
-    """What a decision must leave as it was: leases, waiters, devices and tallies."""
-    return (
-        sorted((le.id, le.node, le.slots, le.units, le.borrowed) for le in alloc.leases.values()),
-        sorted((w.request.id, w.reason, w.since) for w in alloc.waiters.values()),
-        [(g.uuid, g.whole_lease, sorted(g.shares.items())) for g in alloc.gpus.values()],
-        {k: v for k, v in alloc.quotas.held_user.items() if v},
-    )
-
-
-def decided(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> Outcome:
+def decided(alloc: Allocator, command: Command, now: float = 10.0, **facts: Any) -> Outcome:
     """``decide`` on ``alloc`` with the facts ``facts``, checking that it changed nothing."""
-    before = fingerprint(alloc)
+    before = state_of(alloc)
     outcome = decide(PoolState(alloc, **facts), command, now)
-    assert fingerprint(alloc) == before
+    assert state_of(alloc) == before
     return outcome
 
 
-def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> Refusal:
+def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts: Any) -> Refusal:
     """The refusal ``decide`` raises (and fails if it decides instead)."""
     try:
         decide(PoolState(alloc, **facts), command, now)
@@ -132,12 +122,13 @@ def job(jid: str, state: str = "running", lease_id: str | None = None, **kw) -> 
     return JobFacts(jid, kw.pop("user", "u"), state, lease_id or f"l-{jid}", **kw)
 
 
-# -- decide on nodes and inventory (tests/unit/test_decide_nodes.py) -------------------------
+# -- the allocator's whole state, and effects applied as the store applies them -----------------
 
 
 def state_of(alloc: Allocator) -> tuple:
-    """Everything a node or inventory decision could touch: leases, waiters, devices (with
-    outside marks), node flags and tallies, the placement index and the quota tallies."""
+    """Everything a decision could touch, and so must leave as it was: leases, waiters,
+    devices (with outside marks and MIG instances), node flags and tallies, the placement
+    index and the quota tallies."""
     return (
         sorted(
             (le.id, le.node, le.slots, le.units, le.group, le.borrowed)
@@ -162,14 +153,6 @@ def state_of(alloc: Allocator) -> tuple:
         sorted((name, alloc._sigs[sid]) for name, sid in alloc._node_sid.items()),
         {k: v for k, v in alloc.quotas.held_user.items() if v},
     )
-
-
-def decide_pure(alloc: Allocator, command: Command, now: float = 10.0, **facts: Any) -> Outcome:
-    """``pool.decide`` on ``alloc`` with the facts ``facts``, checking it changed nothing."""
-    before = state_of(alloc)
-    outcome = decide(PoolState(alloc, **facts), command, now)
-    assert state_of(alloc) == before
-    return outcome
 
 
 def apply_all(alloc: Allocator, effects: Iterable[Effect], now: float = 10.0) -> None:

@@ -27,56 +27,23 @@ from jupyterhub_gpupool.pool.effects import (
     QuotaReset,
     QuotaSet,
     WaitReason,
-    apply_effect,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
-from jupyterhub_gpupool.pool.facts import RESTARTING, Holder, LeaseFacts, PoolState
+from jupyterhub_gpupool.pool.facts import RESTARTING, Holder, PoolState
 from jupyterhub_gpupool.pool.quota import QUOTA_FIELDS, QuotaBook, QuotaSpec
 from jupyterhub_gpupool.pool.rules.quotas import quota_preview
-from tests.allocrig import granted, offers, pool, queued, req
-
-F = Fraction
-
-
-def fingerprint(alloc: Allocator) -> tuple:
-    """Everything the allocator decides from: leases, waiters, devices, nodes, tallies."""
-    return (
-        sorted(
-            (le.id, le.node, le.slots, le.units, le.group, le.borrowed)
-            for le in alloc.leases.values()
-        ),
-        sorted((w.request.id, w.reason, w.since, w.units) for w in alloc.waiters.values()),
-        [
-            (
-                g.uuid,
-                g.whole_lease,
-                sorted(g.shares.items()),
-                [(i.profile, i.start, i.uuid, i.lease) for i in g.instances],
-            )
-            for g in alloc.gpus.values()
-        ],
-        [(n.name, n.cpu_used, n.memory_used) for n in alloc.nodes.values()],
-        {k: v for k, v in alloc.quotas.held_user.items() if v},
-        {k: v for k, v in alloc.quotas.held_group.items() if v},
-        sorted((name, alloc._sigs[sid]) for name, sid in alloc._node_sid.items()),
-    )
+from tests.allocrig import apply_all, granted, lease, offers, pool, queued, req, state_of
+from tests.allocrig import decided as outcome_of
 
 
 def decided(alloc: Allocator, command: c.Command, now: float = 10.0, **facts) -> tuple:
-    """``decide`` on ``alloc``, checking that it changed nothing; returns the effects."""
-    before = fingerprint(alloc)
-    outcome = decide(PoolState(alloc, **facts), command, now)
-    assert fingerprint(alloc) == before
-    return outcome.effects
+    """``decide``'s effects on ``alloc`` (checked to change nothing)."""
+    return outcome_of(alloc, command, now, **facts).effects
 
 
-def apply_all(alloc: Allocator, effects: tuple, now: float = 10.0) -> None:
-    for effect in effects:
-        apply_effect(alloc, effect, now)
+facts = lease
 
-
-def facts(lid: str, state: str = "active", **kw) -> LeaseFacts:
-    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
+F = Fraction
 
 
 def full_h100s(alloc: Allocator, user: str = "u") -> None:
@@ -159,7 +126,7 @@ def test_a_release_serves_the_queue_with_what_it_frees():
     assert effects[1].grant.request.id == "w" and effects[1].grant.slots[0].gpu == "h-H2"
     apply_all(alloc, effects)
     assert [g.request.id for g in twin.release("h2", 10.0)] == ["w"]
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 def test_leaving_the_queue_or_withdrawing_is_said_so():
@@ -209,7 +176,7 @@ def test_expiry_releases_each_unbound_grant_and_serves_the_queue_once_each():
     apply_all(alloc, outcome.effects)
     twin.release("h0", 10.0)
     twin.release("h1", 10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 def test_promote_grants_what_a_raised_limit_lets_in_and_notes_why_others_wait():
@@ -265,7 +232,7 @@ def test_a_released_mig_instance_is_planned_over_only_in_the_trial():
     assert [type(e) for e in effects] == [LeaseReleased, LeaseGranted]
     apply_all(alloc, effects)
     twin.release("m0", 10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 # -- quota edits and their preview ------------------------------------------------------------
@@ -352,7 +319,7 @@ def test_a_pending_target_the_release_itself_granted_goes_along_as_granted():
     apply_all(alloc, effects)
     assert [g.request.id for g in twin.release("h0", 10.0)] == ["new"]
     twin.release("new", 10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 def test_a_quota_reset_goes_back_to_the_files_quota_or_none():

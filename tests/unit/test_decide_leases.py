@@ -29,7 +29,6 @@ from jupyterhub_gpupool.pool.effects import (
     apply_effect,
 )
 from jupyterhub_gpupool.pool.ending import admin_notice, uncordon_withdrawals
-from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import Lapsing, LeaseFacts, PoolState
 from jupyterhub_gpupool.pool.holders import (
     Held,
@@ -41,40 +40,21 @@ from jupyterhub_gpupool.pool.holders import (
 )
 from jupyterhub_gpupool.pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
 from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
-from tests.allocrig import granted, pool, queued, req
-
-
-def fingerprint(alloc) -> tuple:
-    """What a decision must leave as it was: leases, waiters, devices and tallies."""
-    return (
-        sorted((le.id, le.node, le.slots, le.units, le.borrowed) for le in alloc.leases.values()),
-        sorted((w.request.id, w.reason, w.since) for w in alloc.waiters.values()),
-        [(g.uuid, g.whole_lease, sorted(g.shares.items())) for g in alloc.gpus.values()],
-        {k: v for k, v in alloc.quotas.held_user.items() if v},
-    )
+from tests.allocrig import decided as outcome_of
+from tests.allocrig import granted, lease, pool, queued, refusal, req, state_of
 
 
 def decided(alloc, command: c.Command, now: float = 10.0, **facts) -> tuple:
-    """``decide`` on ``alloc``, checking that it changed nothing; returns the effects."""
-    before = fingerprint(alloc)
-    outcome = decide(PoolState(alloc, **facts), command, now)
-    assert fingerprint(alloc) == before
-    return outcome.effects
+    """``decide``'s effects on ``alloc`` (checked to change nothing)."""
+    return outcome_of(alloc, command, now, **facts).effects
+
+
+facts = lease
 
 
 def full_h100s(alloc, user: str = "u") -> None:
     for i in range(4):
         granted(alloc.submit(req(f"h{i}", "h100", user, server=f"s{i}"), 0))
-
-
-def facts(lid: str, state: str = "active", **kw) -> LeaseFacts:
-    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
-
-
-def refusal(alloc, command, now: float = 10.0, **state) -> Refusal:
-    with pytest.raises(Refusal) as e:
-        decide(PoolState(alloc, **state), command, now)
-    return e.value
 
 
 # -- keepalive -------------------------------------------------------------------------------
@@ -241,11 +221,11 @@ def test_reconcile_withdraws_only_requests_of_deleted_servers():
 def test_reconcile_of_nothing_changes_nothing():
     alloc = pool()
     granted(alloc.submit(req("L", "h100", "u", server="s"), 0))
-    before = fingerprint(alloc)
+    before = state_of(alloc)
     held = (Held("L", "u", "s", "active"),)
     outcome = decide(PoolState(alloc, held=held), c.Reconcile({("u", "s")}), 10.0)
     assert (outcome.answer, outcome.effects) == (0, ())
-    assert fingerprint(alloc) == before
+    assert state_of(alloc) == before
 
 
 def test_reconcile_effects_applied_leave_the_allocator_as_its_own_release_would():
@@ -258,7 +238,7 @@ def test_reconcile_effects_applied_leave_the_allocator_as_its_own_release_would(
     for effect in decide(state, c.Reconcile(set()), 10.0).effects:
         apply_effect(alloc, effect, 10.0)
     twin.release("h1", 10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 # -- the holders' rules ----------------------------------------------------------------------
@@ -409,7 +389,7 @@ def test_an_uncordon_gives_the_queue_the_nodes_room_at_once():
         apply_effect(alloc, effect, 10.0)
     twin.set_node_flags("h", cordoned=False, draining=False)
     twin.promote(10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 def test_a_cordon_only_sets_the_flag():
@@ -509,7 +489,7 @@ def test_a_gpu_advertised_shared_takes_the_waiting_share_at_once():
         apply_effect(alloc, effect, 10.0)
     twin.set_gpu_sharing("h-H1", "shared")
     twin.promote(10.0)
-    assert fingerprint(alloc) == fingerprint(twin)
+    assert state_of(alloc) == state_of(twin)
 
 
 def test_sharing_unchanged_or_on_a_mig_gpu_changes_nothing():

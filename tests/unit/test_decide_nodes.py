@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 import pytest
 
 from jupyterhub_gpupool.pool import commands as c
-from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import (
     DrainDeadline,
     GpuCordoned,
@@ -33,26 +32,17 @@ from jupyterhub_gpupool.pool.effects import (
     RepartitionClosed,
     RepartitionOpened,
 )
-from jupyterhub_gpupool.pool.errors import Refusal
-from jupyterhub_gpupool.pool.facts import LeaseFacts, MigGpu, PoolState, Repartition
+from jupyterhub_gpupool.pool.facts import MigGpu, Repartition
 from jupyterhub_gpupool.pool.model import RETIRING, MigInstance
 from jupyterhub_gpupool.pool.outside import OutsideHolds, place_outside
 from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
 from jupyterhub_gpupool.pool.repartition import Held as RHeld
-from tests.allocrig import A100, apply_all, decide_pure, granted, pool, queued, req, state_of
+from tests.allocrig import A100, apply_all, granted, pool, queued, refusal, req, state_of
+from tests.allocrig import decided as decide_pure
+from tests.allocrig import lease as facts
 
 #: The drain's deadline: 1000 s after the epoch, as the store's naive UTC times are.
 DEADLINE = datetime.fromtimestamp(1000.0, timezone.utc).replace(tzinfo=None)
-
-
-def facts(lid: str, state: str = "active", **kw) -> LeaseFacts:
-    return LeaseFacts(lid, kw.pop("user", "u"), kw.pop("server", lid), state, **kw)
-
-
-def refusal(alloc, command, now: float = 10.0, **state) -> Refusal:
-    with pytest.raises(Refusal) as e:
-        decide(PoolState(alloc, **state), command, now)
-    return e.value
 
 
 def full_h(alloc, *states: str) -> tuple:

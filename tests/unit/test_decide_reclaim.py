@@ -11,7 +11,6 @@ from fractions import Fraction
 import pytest
 
 from jupyterhub_gpupool.pool import commands as c
-from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import (
     BudgetWarned,
     LeaseGranted,
@@ -28,7 +27,6 @@ from jupyterhub_gpupool.pool.effects import (
     ReclaimPolicySet,
 )
 from jupyterhub_gpupool.pool.errors import Refusal
-from jupyterhub_gpupool.pool.facts import PoolState
 from jupyterhub_gpupool.pool.noticefacts import Shrinkable
 from jupyterhub_gpupool.pool.quota import QuotaSpec
 from jupyterhub_gpupool.pool.reclaim import LeaseInfo, ReclaimState
@@ -36,7 +34,7 @@ from jupyterhub_gpupool.pool.reclaimpolicy import PolicySet, ReclaimPolicy
 from jupyterhub_gpupool.pool.rules.reclaim import Said
 from tests.allocrig import (
     CATALOG,
-    fingerprint,
+    decided,
     granted,
     lease,
     noticed,
@@ -45,23 +43,19 @@ from tests.allocrig import (
     req,
     under_notice,
 )
+from tests.allocrig import refusal as refused
 
 #: 2026-01-01T00:00:00Z: the budget periods start at midnight.
 MIDNIGHT = 1767225600.0
 
 
 def outcome(alloc, command: c.Command, now: float = 1000.0, **facts):
-    """``decide`` on ``alloc``, checking that it changed nothing."""
-    before = fingerprint(alloc)
-    out = decide(PoolState(alloc, **facts), command, now)
-    assert fingerprint(alloc) == before
-    return out
+    """``decide`` on ``alloc`` at the round's time, checking that it changed nothing."""
+    return decided(alloc, command, now, **facts)
 
 
 def refusal(alloc, command, now: float = 1000.0, **facts) -> Refusal:
-    with pytest.raises(Refusal) as e:
-        decide(PoolState(alloc, **facts), command, now)
-    return e.value
+    return refused(alloc, command, now, **facts)
 
 
 def _round(alloc, watched, now: float = 1000.0, **facts):
