@@ -71,7 +71,7 @@ from .bulk import queue_release, stage_lease
 from .errors import StoreError
 from .nodeapply import MIG_EFFECTS, NODE_EFFECTS, REPARTITION_EFFECTS, NodeApplier
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
-from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, ts
+from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, slot_row, ts
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
 _JOBS_AND_KERNELS = (
@@ -124,19 +124,7 @@ class Applier(NodeApplier, ReclaimApplier):
                     gpu_row.instances.append(
                         orm.MigInstanceRow(profile=slot.profile, start=slot.start)
                     )
-            row.slots.append(
-                new_row(
-                    orm.LeaseSlotRow,
-                    slot_key=slot.key,
-                    gpu_uuid=slot.gpu,
-                    kind=slot.kind,
-                    profile=slot.profile,
-                    start=slot.start,
-                    milli=slot.milli,
-                    create=slot.create,
-                    live=True,
-                )
-            )
+            row.slots.append(slot_row(slot))
         self._event(
             db,
             "granted",

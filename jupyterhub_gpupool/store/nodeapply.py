@@ -30,7 +30,7 @@ from ..pool.effects import (
     RepartitionOpened,
 )
 from .core import StoreCore
-from .rows import from_epoch, new_row, ts
+from .rows import from_epoch, slot_row, ts
 
 #: The effects this part applies, by the method that applies them.
 NODE_EFFECTS = (NodeReachable, DrainDeadline, OutsideSet, Rebound)
@@ -220,19 +220,7 @@ class NodeApplier(StoreCore):
         db.flush()  # the old slots leave the unique index before the new ones enter it
         for lid, r in rows.items():
             for moved in moving[lid]:
-                r.slots.append(
-                    new_row(
-                        orm.LeaseSlotRow,
-                        slot_key=moved.key,
-                        gpu_uuid=moved.gpu,
-                        kind=moved.kind,
-                        profile=moved.profile,
-                        start=moved.start,
-                        milli=moved.milli,
-                        create=False,
-                        live=True,
-                    )
-                )
+                r.slots.append(slot_row(moved, create=False))
         node_row = orm.NodeRow.find(db, effect.node)
         if node_row is not None and (node_row.outside or not result.outside.empty):
             node_row.outside = result.outside.to_json()

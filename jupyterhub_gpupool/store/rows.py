@@ -18,6 +18,7 @@ from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.leases import mig_device
 from ..pool.model import Offer
+from ..pool.placement import Slot
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
 from ..pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
@@ -40,6 +41,22 @@ def new_row(cls: type[_Row], **values: Any) -> _Row:
     row = cast(_Row, inspect_mapped(cls).class_manager.new_instance())
     row.__dict__.update(values)
     return row
+
+
+def slot_row(slot: Slot, *, create: bool | None = None) -> orm.LeaseSlotRow:
+    """The live row of a lease's slot (``create``: whether its MIG instance is still to be
+    made; the slot's own plan unless given, False for a slot moved onto what exists)."""
+    return new_row(
+        orm.LeaseSlotRow,
+        slot_key=slot.key,
+        gpu_uuid=slot.gpu,
+        kind=slot.kind,
+        profile=slot.profile,
+        start=slot.start,
+        milli=slot.milli,
+        create=slot.create if create is None else create,
+        live=True,
+    )
 
 
 @functools.cache
