@@ -2,7 +2,7 @@
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
 ``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
 nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``); the facts a decision reads of a
-lease (``test_decide_reclaim.py``)."""
+lease (``test_decide_reclaim.py``); a headroom (``test_headroom.py``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from jupyterhub_gpupool.pool.commands import Command
 from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
+from jupyterhub_gpupool.pool.headroom import Headroom, headroom_for
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
 from jupyterhub_gpupool.pool.noticefacts import Noticed
 from jupyterhub_gpupool.pool.quota import QuotaBook
 from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
+from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES
 
 CATALOG = default_catalog()
 A100 = CATALOG.model("A100-80GB")
@@ -125,3 +127,12 @@ def refusal(alloc: Allocator, command: Command, now: float = 10.0, **facts) -> R
 def job(jid: str, state: str = "running", lease_id: str | None = None, **kw) -> JobFacts:
     """A job's facts (``user`` u; its lease ``lease_id``, the job's id with ``l-`` before)."""
     return JobFacts(jid, kw.pop("user", "u"), state, lease_id or f"l-{jid}", **kw)
+
+
+def kept(every: int = 0, **models: int) -> Headroom:
+    """The headroom ``borrowing: {keep_free: every}`` (or per model: ``H100_80GB=2`` names
+    ``H100-80GB``) kept from the default classes' preemptible one (training)."""
+    named = {name.replace("_", "-"): n for name, n in models.items()}
+    out = headroom_for(Headroom(every, named), DEFAULT_CLASSES)
+    assert out is not None
+    return out

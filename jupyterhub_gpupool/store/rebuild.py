@@ -16,6 +16,7 @@ from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.dramig import made_by_claim
 from ..pool.errors import PoolError
+from ..pool.headroom import Headroom
 from ..pool.miglayout import validate_mig_layout
 from ..pool.model import RETIRING, Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.outside import OutsideHolds
@@ -69,6 +70,7 @@ def request_of(row: Any) -> Request:
         tuple(row.clusters or ()),
         bool(row.exception),
         row.replicas or 1,
+        row.workload,
     )
 
 
@@ -164,9 +166,11 @@ def build_allocator(
     aging_interval: float,
     reserve_after: float,
     dra_dynamic_mig: Collection[str] = frozenset(),
+    headroom: Headroom | None = None,
 ) -> Allocator:
     """An allocator holding exactly what the rows say: inventory, offers, quotas, live
-    leases and the queue (``dra_dynamic_mig``: see ``inventory_of``)."""
+    leases and the queue (``dra_dynamic_mig``: see ``inventory_of``; ``headroom``: the pool
+    config's, ``pool.headroom``)."""
     nodes, offers = inventory_of(db, catalog, dra_dynamic_mig)
     allocator = Allocator(
         nodes,
@@ -174,6 +178,7 @@ def build_allocator(
         quota_book(db, now),
         aging_interval=aging_interval,
         reserve_after=reserve_after,
+        headroom=headroom,
     )
     live = db.scalars(
         select(orm.LeaseRow)
