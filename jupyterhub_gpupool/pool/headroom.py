@@ -172,10 +172,10 @@ def deficits(
     headroom: Headroom, free: Mapping[str, float], leaving: Mapping[str, float]
 ) -> dict[str, float]:
     """Units per model still missing from what it keeps free, counting ``leaving`` (units
-    already under a notice, not promised to a waiter) as free."""
-    models = set(free) | set(headroom.models)
+    already under a notice, not promised to a waiter) as free. Only the models ``free``
+    counts (those of schedulable nodes): a model the pool has none of misses nothing."""
     out = {}
-    for model in sorted(models):
+    for model in sorted(free):
         short = headroom.keep(model) - free.get(model, 0.0) - leaving.get(model, 0.0)
         if short > _EPS:
             out[model] = short

@@ -18,6 +18,7 @@ from jupyterhub_gpupool.pool.headroom import (
     HEADROOM,
     Borrower,
     Headroom,
+    deficits,
     headroom_for,
     parse_borrowing,
     refill,
@@ -313,3 +314,8 @@ def test_the_refill_takes_the_fewest_notices_then_the_fewest_gpus_youngest_first
     assert refill(h, free, {"H100-80GB": 2.0}, [b("y1", 1, 9)]) == []
     other = Borrower("a1", "A100-80GB", Fraction(1), 1)
     assert refill(h, free, {}, [other]) == []
+
+
+def test_a_model_the_pool_has_none_of_misses_nothing():
+    assert deficits(kept(H100_80GB=2), {}, {}) == {}
+    assert deficits(kept(H100_80GB=2), {"H100-80GB": 0.5}, {"H100-80GB": 1.0}) == {"H100-80GB": 0.5}
