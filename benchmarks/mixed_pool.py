@@ -13,7 +13,12 @@ no worse, no inference preemption) per seed and split, and writes
 ``classes.training.preempt_for_waiters: false`` (a long-waiting training only waits);
 ``--no-idle-reclaim`` replays without the reclaimer (notebooks hold their GPU until their user
 stops them; by default idle notebooks are reclaimed by the pool's default policy, in the one
-pool and in the split's notebook share alike).
+pool and in the split's notebook share alike). ``--keep-free N`` replays the one pool with
+``borrowing: {keep_free: N}`` (``pool.headroom``: borrowed training leaves N GPUs free, and
+is preempted to refill them when notebooks or services used them; the split pools as they
+are; the JSON is then ``..._keep_free_N.json``).
+
+    nice -n 15 python benchmarks/mixed_pool.py --all-days --jobs 2 --splits 3/8/1 --keep-free 2
 
     nice -n 15 python benchmarks/mixed_pool.py [--users 30] [--seeds 1,2,3] [--splits 5/6/1]
 
@@ -116,13 +121,22 @@ def replay(
     splits: Sequence[dict[str, int]],
     waiter_preemption: bool,
     idle_reclaim: bool,
+    keep_free: int = 0,
 ) -> dict[str, Any]:
-    """One day, one seed: the one pool once, each split; the figures and the verdicts."""
+    """One day, one seed: the one pool once (keeping ``keep_free`` GPUs from borrowed
+    training), each split; the figures and the verdicts."""
     classes = dict(DEFAULT_CLASSES)
     if not waiter_preemption:
         classes[TRAINING] = replace(classes[TRAINING], preempt_for_waiters=False)
     work, source = mixed.build(users, seed, trace, day)
-    one = mixed.Replay(work, "one-pool", splits[0], classes=classes, idle_reclaim=idle_reclaim)
+    one = mixed.Replay(
+        work,
+        "one-pool",
+        splits[0],
+        classes=classes,
+        idle_reclaim=idle_reclaim,
+        keep_free=keep_free,
+    )
     figs = [one.run()]
     verdicts = {}
     for split in splits:
@@ -133,6 +147,7 @@ def replay(
     return {
         "day": day,
         "seed": seed,
+        "keep_free": keep_free,
         "source": source,
         "results": [asdict(f) for f in figs],
         "verdicts": verdicts,
@@ -154,6 +169,7 @@ def day_row(run: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
         "ask_gpu_hours": ask,
         "one_pool_gpu_hours": one["training_gpu_hours"],
         "one_pool_p95_s": one["notebook_wait_p95_s"],
+        "headroom_preemptions": one.get("headroom_preemptions", 0),
         "inference_preemptions": sum(r["preemptions"].get(INFERENCE, 0) for r in run["results"]),
         "splits": {},
     }
@@ -230,7 +246,11 @@ def summary(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, A
                 else None
             ),
         }
+    p95 = sorted(r["one_pool_p95_s"] for r in rows)
+    out["one_pool_p95_min"], out["one_pool_p95_max"] = p95[0], p95[-1]
+    out["one_pool_p95_median"] = statistics.median(p95)
     out["inference_preemptions"] = sum(r["inference_preemptions"] for r in rows)
+    out["headroom_preemptions"] = sum(r.get("headroom_preemptions", 0) for r in rows)
     return out
 
 
@@ -250,6 +270,11 @@ def format_summary(summ: dict[str, Any], names: Sequence[str]) -> str:
             f"{len(x['days_bound_below_goal'])} days"
             + (f"; gain vs the split's share of the ask: r = {corr:.2f}" if corr else "")
         )
+    lines.append(
+        f"one pool notebook p95: median {summ['one_pool_p95_median']:.0f} s (min "
+        f"{summ['one_pool_p95_min']:.0f} s, max {summ['one_pool_p95_max']:.0f} s); training "
+        f"preemptions to refill the headroom: {summ['headroom_preemptions']}"
+    )
     lines.append(f"inference preemptions over all days: {summ['inference_preemptions']}")
     return "\n".join(lines)
 
@@ -304,17 +329,29 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="notebooks are never reclaimed for being idle (the pool's default reclaims them)",
     )
+    parser.add_argument(
+        "--keep-free",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the one pool keeps N GPUs free of borrowed training (borrowing: {keep_free: N}, "
+        "with its refill); default 0: none",
+    )
     parser.add_argument("--out", default=None, help="JSON path")
     args = parser.parse_args(argv)
+    if not 0 <= args.keep_free <= mixed.GPUS_PER_NODE * sum(mixed.SPLIT.values()):
+        parser.error(f"--keep-free: a whole number of GPUs the pool has, got {args.keep_free}")
     sweep = args.days is not None
     days = args.days if sweep else [mixed.DEFAULT_DAY]
     seeds = args.seeds or (DAY_SEEDS if sweep else [1, 2, 3])
     splits = args.splits or _splits(DAY_SPLITS if sweep else SPLITS)
     names = [label(s) for s in splits]
-    out = Path(args.out or RESULTS / ("mixed_pool_days.json" if sweep else "mixed_pool.json"))
+    stem = "mixed_pool_days" if sweep else "mixed_pool"
+    stem += f"_keep_free_{args.keep_free}" if args.keep_free else ""
+    out = Path(args.out or RESULTS / f"{stem}.json")
     waiter = not args.no_waiter_preemption
     tasks = [
-        (args.trace, d, seed, args.users, splits, waiter, args.idle_reclaim)
+        (args.trace, d, seed, args.users, splits, waiter, args.idle_reclaim, args.keep_free)
         for d in days
         for seed in seeds
     ]
@@ -334,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "splits": [dict(s) for s in splits],
         "preempt_for_waiters": waiter,
         "idle_reclaim": args.idle_reclaim,
+        "keep_free": args.keep_free,
         "gpus_per_node": mixed.GPUS_PER_NODE,
         "services": [list(s) for s in mixed.SERVICES],
         "days": runs,
@@ -341,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     if sweep:
         rows = [day_row(run, names) for run in runs]
         summ = summary(rows, names)
-        print(f"{args.users} notebook users (seeds {seeds}), trace {args.trace}")
+        print(
+            f"{args.users} notebook users (seeds {seeds}), trace {args.trace}"
+            + (f"; the one pool keeps {args.keep_free} GPUs free" if args.keep_free else "")
+        )
         print(day_table(rows, names))
         print(format_summary(summ, names))
         body |= {"rows": rows, "summary": summ}

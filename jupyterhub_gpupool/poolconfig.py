@@ -21,6 +21,8 @@ Example::
       models: {A100-80GB: {held: 2.40, busy: 1.90}, H100-80GB: 3.10}
     classes:
       training: {grace: 600, allowed_groups: [ml]}
+    borrowing:
+      keep_free: 2          # or per GPU model: {H100-80GB: 2}
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import yaml
 
 from .pool.catalog import Catalog
 from .pool.errors import ConfigError, PoolError
+from .pool.headroom import Headroom, parse_borrowing
 from .pool.limits import (
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
@@ -118,9 +121,23 @@ class PoolConfig:
     #: Workload classes (``classes:``; absent: interactive, training and inference with their
     #: defaults, ``pool.workloads.DEFAULT_CLASSES``).
     classes: Mapping[str, WorkloadClass] = field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    #: GPUs kept free of borrowing by preemptible classes (``borrowing: {keep_free}``; absent:
+    #: none, ``pool.headroom``); the classes it is kept from are added where it is used
+    #: (``headroom.headroom_for``).
+    borrowing: Headroom = field(default_factory=Headroom)
 
 
-_TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters", "prices", "classes"}
+_TOP = {
+    "nodes",
+    "offers",
+    "quotas",
+    "reclaim",
+    "simulation",
+    "clusters",
+    "prices",
+    "classes",
+    "borrowing",
+}
 _NODE = {"name", "cluster", "cpu_milli", "memory_mib", "gpus", "labels", "cordoned"}
 _GPU = {"model", "count", "uuid", "mig", "sharing", "memory_mib", "load"}
 _MIG = {"enabled", "dynamic", "instances"}
@@ -361,6 +378,7 @@ def parse_pool_config(raw: object, catalog: Catalog, *, kubernetes: bool = False
         clusters,
         parse_prices(raw.get("prices"), catalog.names),
         parse_classes(raw.get("classes")),
+        parse_borrowing(raw.get("borrowing"), catalog.names),
     )
 
 

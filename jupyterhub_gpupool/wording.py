@@ -61,6 +61,11 @@ def wait_text(reason: str | None, message: str | None, offer: str) -> str:
         return f"waiting for a free {offer}"
     if reason == "fairness":
         return f"waiting: the free {offer} is kept for requests waiting longer"
+    if reason == "headroom":
+        return (
+            f"waiting: the free {offer} is kept for notebooks and services "
+            "(borrowed capacity for this class leaves some GPUs free)"
+        )
     if reason == "quota":
         return f"waiting for room in the quota: {message}" if message else "waiting for quota"
     return message or "waiting"

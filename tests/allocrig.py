@@ -3,7 +3,8 @@ offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
 ``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
 nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``); the facts a decision reads of a
 lease (``test_decide_reclaim.py``); the nodes' and inventory's decisions, checked to change
-nothing and applied as the store applies them (``test_decide_nodes.py``)."""
+nothing and applied as the store applies them (``test_decide_nodes.py``); a headroom
+(``test_headroom.py``)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import Effect, apply_effect
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
+from jupyterhub_gpupool.pool.headroom import Headroom, headroom_for
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
 from jupyterhub_gpupool.pool.noticefacts import Noticed
 from jupyterhub_gpupool.pool.quota import QuotaBook
 from jupyterhub_gpupool.pool.reclaim import Reclaiming, ReclaimState
+from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES
 
 CATALOG = default_catalog()
 A100 = CATALOG.model("A100-80GB")
@@ -159,3 +162,12 @@ def apply_all(alloc: Allocator, effects: Iterable[Effect], now: float = 10.0) ->
     """Apply ``effects`` to the allocator in order, as the store's applier does."""
     for effect in effects:
         apply_effect(alloc, effect, now)
+
+
+def kept(every: int = 0, **models: int) -> Headroom:
+    """The headroom ``borrowing: {keep_free: every}`` (or per model: ``H100_80GB=2`` names
+    ``H100-80GB``) kept from the default classes' preemptible one (training)."""
+    named = {name.replace("_", "-"): n for name, n in models.items()}
+    out = headroom_for(Headroom(every, named), DEFAULT_CLASSES)
+    assert out is not None
+    return out

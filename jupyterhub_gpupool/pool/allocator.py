@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from fractions import Fraction
 from functools import partial
-from typing import Any, TypedDict
+from typing import Any
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
+from .capacity import Capacity
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
+from .headroom import HEADROOM, Headroom
 from .model import (
     RETIRING,
     Gpu,
@@ -31,7 +33,6 @@ from .model import (
     Node,
     Offer,
     Request,
-    offer_units,
     validate_node,
 )
 from .outside import OUTSIDE, OutsideHolds, Rebinding
@@ -45,7 +46,6 @@ from .reservation import (
     smaller_borrowed_units,
     usable,
 )
-from .scoring import NodeStates
 from .workloads import replicas_of
 
 __all__ = [
@@ -68,15 +68,7 @@ took up to 19 ms of CPU, at 256 about 8 ms (``benchmarks/allocator_scale.py``); 
 costs constant time."""
 
 
-class ModelCapacity(TypedDict):
-    """One GPU model's line of :meth:`Allocator.capacity_by_model`."""
-
-    model: str
-    gpus: int
-    free_units: float
-
-
-class Allocator(NodeStates):
+class Allocator(Capacity):
     """In-memory pool state plus the decision rules: placement, quotas, the fair queue and
     the lease lifecycle."""
 
@@ -92,6 +84,7 @@ class Allocator(NodeStates):
         demand_decay: float = 0.999,
         rescore_batch: int = 8,
         gc_freeze: bool | None = None,
+        headroom: Headroom | None = None,
     ) -> None:
         self.nodes: dict[str, Node] = {}
         self.gpus: dict[str, Gpu] = {}
@@ -103,6 +96,8 @@ class Allocator(NodeStates):
         self.waiters: dict[str, Waiter] = {}
         self.aging_interval = aging_interval
         self.reserve_after = reserve_after
+        #: GPUs kept from borrowing by preemptible classes (``pool.headroom``; None: none).
+        self.headroom = headroom
         self._never: dict[object, Rejected | None] = {}
         self._usable_cache: dict[Offer, dict[int, float | None]] = {}
         self._init_states(demand_refresh, demand_decay, rescore_batch)
@@ -166,22 +161,6 @@ class Allocator(NodeStates):
         self._reindex(self.nodes[gpu.node])
 
     # -- placement -------------------------------------------------------------------------
-
-    def units_for(self, offer: Offer, node: Node | None) -> Fraction:
-        """GPU units one grant of ``offer`` costs (on ``node``, else the cheapest model)."""
-        if node is not None and node.gpus:
-            model = node.gpus[0].model
-            for g in node.gpus:
-                if offer.allows_model(g.model.name):
-                    model = g.model
-                    break
-            return offer_units(offer, model)
-        models = [
-            g.model
-            for g in self.gpus.values()
-            if offer.allows_model(g.model.name) and (offer.kind != "mig" or g.mig_enabled)
-        ]
-        return min((offer_units(offer, m) for m in models), default=Fraction(0))
 
     def _offer_of(self, request: Request) -> Offer | None:
         """The offer ``request`` asks for, times its replicas (``workloads.replicas_of``)."""
@@ -341,6 +320,11 @@ class Allocator(NodeStates):
                 return self._queued(waiter, now, "capacity is reserved for requests waiting longer")
         if placed is None:
             return self._queued(waiter, now, f"no {offer.display_name or offer.name} is free now")
+        borrowed = verdict.borrowed and not request.exception  # an approved exception never is
+        placed, why = self._headroom_place(request, borrowed, offer, placed, held, clusters)
+        if placed is None or self.units_for(offer, placed[0]) != units:
+            waiter.reason = HEADROOM
+            return self._queued(waiter, now, why or "capacity is kept free (borrowing.keep_free)")
         node, choice = placed
         return Grant(
             request,
@@ -349,7 +333,7 @@ class Allocator(NodeStates):
             slots_for(node, self.shape_of(offer), choice),
             units,
             verdict.group,
-            verdict.borrowed and not request.exception,  # an approved exception never is
+            borrowed,
         )
 
     def _queued(self, waiter: Waiter, now: float, message: str) -> Queued:
@@ -582,6 +566,7 @@ class Allocator(NodeStates):
         only the waiters' reasons (why each one before it still waits)."""
         held: set[str] = set()
         covered: set[str] = set()
+        free: dict[str, float] | None = None  # per GPU model, for the headroom (once a pass)
         for waiter in self.queue(now):
             offer = self._offer_of(waiter.request)
             if offer is None:
@@ -592,6 +577,14 @@ class Allocator(NodeStates):
             )
             clusters = offer.served_in(waiter.request.clusters)
             placed = self._place(offer, frozenset(held), clusters) if verdict.ok else None
+            if placed is not None and self.headroom is not None:
+                free = self.free_by_model() if free is None else free
+                placed, _ = self._headroom_place(
+                    request, verdict.borrowed, offer, placed, frozenset(held), clusters, free
+                )
+                if placed is None:
+                    waiter.reason = HEADROOM
+                    continue
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"
                 if verdict.ok and held and self._place(offer, clusters=clusters) is not None:
@@ -645,7 +638,12 @@ class Allocator(NodeStates):
         def fits() -> bool:
             if node is None:
                 return self._place(offer, clusters=clusters) is not None
-            return self._fits_on(offer, node, clusters)
+            return self._fits_on(offer, node, clusters) and (  # and the headroom lets it
+                self._held_back_on(
+                    request, verdict.borrowed, offer, self.nodes[node], self.free_by_model()
+                )
+                is None
+            )
 
         if fits():
             return []
@@ -780,27 +778,3 @@ class Allocator(NodeStates):
         finally:
             for lease in reversed(placed):
                 self._vacate(lease)
-
-    # -- views -----------------------------------------------------------------------------
-
-    def capacity_by_model(self) -> dict[str, ModelCapacity]:
-        """Per GPU model: how many GPUs exist and their free units (0 where nothing new may go)."""
-        out: dict[str, ModelCapacity] = {}
-        for node in self.nodes.values():
-            for g in node.gpus:
-                m = out.setdefault(
-                    g.model.name, ModelCapacity(model=g.model.name, gpus=0, free_units=0.0)
-                )
-                m["gpus"] += 1
-                m["free_units"] += g.free_units() if node.schedulable else 0.0
-        return out
-
-    def capacity(self) -> Mapping[str, float]:
-        """Total and free GPU units of schedulable hardware."""
-        total = free = 0.0
-        for node in self.nodes.values():
-            for g in node.gpus:
-                if g.schedulable and node.schedulable:
-                    total += 1.0
-                    free += g.free_units()
-        return {"total": total, "free": free, "used": total - free}

@@ -29,7 +29,8 @@ class Grant:
 
 @dataclass(frozen=True)
 class Queued:
-    """Wait at ``position`` (1-based) for ``reason``: ``no_capacity``, ``quota``, ``fairness``."""
+    """Wait at ``position`` (1-based) for ``reason``: ``no_capacity``, ``quota``, ``fairness``,
+    ``headroom`` (``pool.headroom``)."""
 
     request: Request
     position: int

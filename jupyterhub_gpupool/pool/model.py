@@ -450,6 +450,9 @@ class Request:
     exception: bool = False
     #: Copies of the offer in one grant (an inference job's replicas, ``workloads.replicas_of``).
     replicas: int = 1
+    #: The workload class of a job's or kernel's request (None: a server's, ``interactive``);
+    #: the allocator reads it for the headroom (``pool.headroom``).
+    workload: str | None = None
 
     def __post_init__(self) -> None:
         if not self.user:

@@ -26,7 +26,10 @@ GPU, each service its GPUs, training nothing (everything it holds is borrowed). 
 event each queued request within guarantee of a non-preemptible class takes, in
 ``workloads.preemption_rank`` order, the leases ``Allocator.reclaimable_for`` names, as the
 ``PreemptJobs`` rule does (``pool.rules.jobs``; a lease promised to a waiter ahead is not
-taken twice).
+taken twice). With ``keep_free`` N (the pool config's ``borrowing: {keep_free: N}``,
+``pool.headroom``), the allocator grants borrowed training only while it leaves N GPUs free,
+and after the waiters the pass refills the headroom as the rule does (``headroom.refill``:
+borrowed trainings get their notice until N GPUs, with those leaving, are free again).
 
 ``split``: the same nodes cut into three allocators (notebooks / training / inference), each
 workload on its own share; nothing borrowed across, nothing preempted.
@@ -54,6 +57,7 @@ from typing import Any
 from ..pool.allocator import Allocator
 from ..pool.catalog import default_catalog
 from ..pool.decisions import Grant, Lease, Queued
+from ..pool.headroom import Borrower, Headroom, headroom_for, refill
 from ..pool.model import Gpu, Node, Request, parse_offer
 from ..pool.quota import QuotaBook, QuotaSpec
 from ..pool.reclaim import ReclaimState
@@ -149,6 +153,8 @@ class Figures:
 
     mode: str
     idle_reclaim: bool = True
+    #: GPUs the one pool keeps free of borrowed training (``borrowing.keep_free``)
+    keep_free: int = 0
     gpus: int = 0
     busy_share: float = 0.0
     held_gpu_hours: dict[str, float] = field(default_factory=dict)
@@ -166,6 +172,8 @@ class Figures:
     notebook_notices: int = 0
     notebook_reclaims: int = 0
     preemptions: dict[str, int] = field(default_factory=dict)
+    #: of the training preemptions, those the headroom's refill made (nobody waiting for them)
+    headroom_preemptions: int = 0
     training_done: int = 0
     trainings: int = 0
     seconds: float = 0.0
@@ -212,6 +220,7 @@ class Replay:
         classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
         gpus_per_node: int = GPUS_PER_NODE,
         idle_reclaim: bool = True,
+        keep_free: int = 0,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -229,7 +238,8 @@ class Replay:
         self.allocs: dict[str, Allocator] = {}
         if mode == "one-pool":
             nodes = _nodes("pool", sum(split.values()), gpus_per_node)
-            one = Allocator(nodes, self.offers.values(), quotas())
+            headroom = headroom_for(Headroom(keep_free), classes)
+            one = Allocator(nodes, self.offers.values(), quotas(), headroom=headroom)
             self.allocs = {c: one for c in split}
         else:
             for c, n in split.items():
@@ -241,7 +251,12 @@ class Replay:
         self.events: list[tuple[float, int, int, str, int, int]] = []
         self.seq = itertools.count()
         self.waits: list[float] = []
-        self.fig = Figures(mode, idle_reclaim, gpus=gpus_per_node * sum(split.values()))
+        self.fig = Figures(
+            mode,
+            idle_reclaim,
+            keep_free if mode == "one-pool" else 0,
+            gpus=gpus_per_node * sum(split.values()),
+        )
         self.fig.notebook_sessions = sum(w.cls == INTERACTIVE for w in work)
         #: the sessions the idle reclaimer watches, by item
         self.lives = {
@@ -309,7 +324,9 @@ class Replay:
         cls = self.classes[w.cls]
         offer = self.offers[w.offer]
         prio = request_priority(self.classes, cls, offer.priority)
-        req = Request(it.request, w.user, w.offer, server=w.id, priority=prio, arrival=t)
+        req = Request(
+            it.request, w.user, w.offer, server=w.id, priority=prio, arrival=t, workload=w.cls
+        )
         decision = self.allocs[w.cls].submit(req, t)
         if isinstance(decision, Grant):
             self.start(it, t)
@@ -377,9 +394,9 @@ class Replay:
         """Queued requests within guarantee of a non-preemptible class take what
         ``preemption_rank`` allows, and a long waiter of a class with ``preempt_for_waiters``
         what ``waiter_preemption_rank`` allows on the node held for it, in queue order
-        (``JobStore.preempt_jobs``'s pass)."""
+        (``JobStore.preempt_jobs``'s pass); then the headroom's refill, if any."""
         alloc = self.allocs[INTERACTIVE]
-        if not alloc.waiters:
+        if not alloc.waiters and alloc.headroom is None:
             return
         promised: set[str] = set()
         holds = alloc.holds(t)
@@ -425,6 +442,31 @@ class Replay:
                 it.leaving = True
                 self.fig.preemptions[it.work.cls] += 1
                 self.at(t + self.grace, "deadline", it.idx, it.version)
+        if alloc.headroom is not None:
+            self.refill(alloc, promised, t)
+
+    def refill(self, alloc: Allocator, promised: set[str], t: float) -> None:
+        """The ``PreemptJobs`` rule's refill (``rules.jobs._refill``): borrowed trainings get
+        their notice until the headroom, with the leases leaving for no waiter, is free."""
+        h = alloc.headroom
+        assert h is not None
+        leaving: dict[str, float] = {}
+        borrowers = []
+        for lease in alloc.leases.values():
+            it = self.by_request[lease.id]
+            model = alloc.gpus[lease.slots[0].gpu].model.name
+            if lease.id in promised:
+                continue
+            if it.leaving:
+                leaving[model] = leaving.get(model, 0.0) + float(lease.units)
+            elif h.held_back(it.work.cls, lease.borrowed):
+                borrowers.append(Borrower(lease.id, model, lease.units, lease.request.arrival))
+        for b in refill(h, alloc.free_by_model(), leaving, borrowers):
+            it = self.by_request[b.id]
+            it.leaving = True
+            self.fig.preemptions[it.work.cls] += 1
+            self.fig.headroom_preemptions += 1
+            self.at(t + self.grace, "deadline", it.idx, it.version)
 
     def finish(self) -> None:
         f = self.fig
@@ -448,10 +490,13 @@ def run_all(
     gpus_per_node: int = GPUS_PER_NODE,
     classes: Mapping[str, WorkloadClass] = DEFAULT_CLASSES,
     idle_reclaim: bool = True,
+    keep_free: int = 0,
 ) -> list[Figures]:
-    """The day in one pool and in the split pools (a fresh allocator each)."""
+    """The day in one pool (keeping ``keep_free`` GPUs from borrowed training) and in the
+    split pools (a fresh allocator each)."""
     return [
-        Replay(work, m, split, grace, classes, gpus_per_node, idle_reclaim).run() for m in MODES
+        Replay(work, m, split, grace, classes, gpus_per_node, idle_reclaim, keep_free).run()
+        for m in MODES
     ]
 
 
@@ -491,6 +536,7 @@ ROWS: tuple[Row, ...] = (
     ("notebook idle reclaims", lambda f: f"{f.notebook_reclaims}"),
     ("inference preemptions", lambda f: f"{f.preemptions.get(INFERENCE, 0)}"),
     ("training preemptions", lambda f: f"{f.preemptions.get(TRAINING, 0)}"),
+    ("  of them to refill the headroom", lambda f: f"{f.headroom_preemptions}"),
     ("notebook preemptions", lambda f: f"{f.preemptions.get(INTERACTIVE, 0)}"),
     ("inference GPU-h held", lambda f: f"{f.held_gpu_hours.get(INFERENCE, 0.0):.1f}"),
     ("notebook GPU-h held", lambda f: f"{f.held_gpu_hours.get(INTERACTIVE, 0.0):.1f}"),
@@ -574,6 +620,16 @@ def _day(text: str) -> int:
     return value
 
 
+def _keep_free(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"a whole number of GPUs from 0 to 1000, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``jupyterhub-gpupool simulate mixed``."""
     parser.add_argument(
@@ -618,6 +674,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="notebooks hold their GPU until their user stops them (no idle reclaim; the "
         "pool's default policy reclaims idle notebooks, in both ways of pooling alike)",
     )
+    parser.add_argument(
+        "--keep-free",
+        type=_keep_free,
+        default=0,
+        metavar="N",
+        help="GPUs the one pool keeps free of borrowed training (the pool config's "
+        "borrowing: {keep_free: N}); default 0: none",
+    )
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON here")
 
 
@@ -633,12 +697,15 @@ def run_cli(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         print(f"simulate mixed: {e}", file=sys.stderr)
         return 2
-    figs = run_all(work, split, args.grace, idle_reclaim=args.idle_reclaim)
+    figs = run_all(
+        work, split, args.grace, idle_reclaim=args.idle_reclaim, keep_free=args.keep_free
+    )
     print(source)
     print(
         "split: "
         + ", ".join(f"{c} {n} nodes" for c, n in split.items())
         + f" (x {GPUS_PER_NODE} H100); one-pool: all of them"
+        + (f", keeping {args.keep_free} GPUs from borrowed training" if args.keep_free else "")
     )
     print(format_table(figs))
     print(format_verdict(verdict(figs)))

@@ -31,6 +31,7 @@ from ..pool import commands
 from ..pool.allocator import Allocator
 from ..pool.catalog import Catalog
 from ..pool.errors import PoolError
+from ..pool.headroom import headroom_for
 from ..pool.migplan import MAX_ATTEMPTS
 from ..poolconfig import PoolConfig
 from . import changes, dispatch, snapshots
@@ -478,6 +479,7 @@ class StoreCore:
             aging_interval=self.aging_interval,
             reserve_after=self.reserve_after,
             dra_dynamic_mig=self.dra_dynamic_mig,
+            headroom=headroom_for(self.file_config.borrowing, self.file_config.classes),
         )
 
     # -- the audit log -----------------------------------------------------------------------

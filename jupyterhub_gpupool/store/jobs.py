@@ -26,6 +26,7 @@ from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.facts import JobFacts, PoolState
+from ..pool.headroom import deficits
 from ..pool.holders import Held, job_server, runner_silent
 from ..pool.rules.jobs import ALIVE_STATES, KUEUE
 from ..pool.rules.jobs import job_not_found as refused_job
@@ -292,8 +293,8 @@ class JobStore(LeaseStore):
 
     def _may_preempt(self) -> bool:
         """Whether a round could do anything: a job's lease under an administrator's notice,
-        or a request waiting while a job of a preemptible class runs (most rounds of most
-        pools: neither)."""
+        or a request waiting, or a GPU model short of its headroom (``pool.headroom``), while a
+        job of a preemptible class runs (most rounds of most pools: neither)."""
         preemptible = [c.name for c in self.classes.values() if c.preemptible]
         with self.read() as db:
             noticed = db.scalar(
@@ -304,7 +305,10 @@ class JobStore(LeaseStore):
             if noticed is not None:
                 return True
         with self.locked() as alloc:
-            if not any(w.reason != "quota" for w in alloc.waiters.values()):
+            short = alloc.headroom is not None and bool(
+                deficits(alloc.headroom, alloc.free_by_model(), {})
+            )
+            if not short and not any(w.reason != "quota" for w in alloc.waiters.values()):
                 return False
         with self.read() as db:
             return (

@@ -60,7 +60,7 @@ class Record:
     units: float
     busy_hours: float
     release_reason: str | None
-    waited_for: str | None  # quota / no_capacity / fairness, from the ``queued`` event
+    waited_for: str | None  # quota / no_capacity / fairness / headroom, from ``queued``
 
     @property
     def units_f(self) -> float:

@@ -15,6 +15,7 @@ from .. import orm
 from ..pool.allocator import Allocator, Lease
 from ..pool.catalog import Catalog
 from ..pool.dramig import made_by_claim
+from ..pool.headroom import Headroom
 from ..pool.migplan import mig_key, with_retiring
 from ..pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.outside import OutsideHolds
@@ -56,6 +57,7 @@ def request_of(row: Any) -> Request:
         tuple(row.clusters or ()),
         bool(row.exception),
         row.replicas or 1,
+        row.workload,
     )
 
 
@@ -151,9 +153,11 @@ def build_allocator(
     aging_interval: float,
     reserve_after: float,
     dra_dynamic_mig: Collection[str] = frozenset(),
+    headroom: Headroom | None = None,
 ) -> Allocator:
     """An allocator holding exactly what the rows say: inventory, offers, quotas, live
-    leases and the queue (``dra_dynamic_mig``: see ``inventory_of``)."""
+    leases and the queue (``dra_dynamic_mig``: see ``inventory_of``; ``headroom``: the pool
+    config's, ``pool.headroom``)."""
     nodes, offers = inventory_of(db, catalog, dra_dynamic_mig)
     allocator = Allocator(
         nodes,
@@ -161,6 +165,7 @@ def build_allocator(
         quota_book(db, now),
         aging_interval=aging_interval,
         reserve_after=reserve_after,
+        headroom=headroom,
     )
     live = db.scalars(
         select(orm.LeaseRow)

@@ -13,7 +13,17 @@ from jupyterhub_gpupool.pool.catalog import default_catalog
 from jupyterhub_gpupool.poolconfig import parse_pool_config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "source"
-TOP = {"nodes", "offers", "quotas", "reclaim", "simulation", "clusters", "prices", "classes"}
+TOP = {
+    "nodes",
+    "offers",
+    "quotas",
+    "reclaim",
+    "simulation",
+    "clusters",
+    "prices",
+    "classes",
+    "borrowing",
+}
 
 
 def pool_configs() -> list[tuple[str, dict]]:

@@ -2,7 +2,9 @@
 Kueue Workload's job, a cancel, the runner's and Kubernetes' reports, and preemption by the
 workload classes' rules (``pool.workloads``: a preemptible job makes way for a request
 within guarantee with its class's grace; a long waiter of a class with
-``preempt_for_waiters`` takes smaller borrowed preemptible leases on the node held for it).
+``preempt_for_waiters`` takes smaller borrowed preemptible leases on the node held for it;
+with a headroom, borrowed preemptible jobs make the GPUs it keeps free again:
+``pool.headroom``).
 
 A job that ends takes its lease along (``JobEnded`` carries that end's effects, the rule
 every caller that ends a lease follows: ``pool.ending``). ``AppendJobLog`` is not here: the
@@ -18,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import commands as c
+from ..allocator import Allocator
 from ..borrowing import owner_surplus
 from ..decisions import Lease
 from ..effects import (
@@ -35,7 +38,8 @@ from ..effects import (
 )
 from ..ending import finish_in, finishing
 from ..errors import PoolError, Refusal
-from ..facts import JobFacts, Outcome, PoolState, Rule
+from ..facts import JobFacts, LeaseFacts, Outcome, PoolState, Rule
+from ..headroom import HEADROOM, Borrower, refill, refill_reason
 from ..holders import JOB_FINAL, job_server
 from ..model import offer_priority
 from ..trial import Trial
@@ -129,7 +133,7 @@ def new_job(
         user, job_server(job_id), offer, group=group, groups=groups, priority=prio,
         replicas=copies, actor=actor,
     )  # fmt: skip
-    asked = allocate(state, ask, now)
+    asked = allocate(state, ask, now, cls.name)
     job = NewJob(
         job_id,
         user,
@@ -283,10 +287,14 @@ def _preempt(state: PoolState, cmd: Any, now: float) -> Outcome:
     what ``workloads.waiter_preemption_rank`` allows it on the node held for it: a running
     job gets its notice with its class's grace, a granted one ends at once. The ends are
     played as they go (a trial), so a later waiter sees what an earlier one freed; leases
-    already leaving count first and none is promised to two waiters."""
+    already leaving count first and none is promised to two waiters. Last, with a headroom
+    (``pool.headroom``), the refill: borrowed jobs of a preemptible class get their notice
+    until each GPU model's free units, with those already leaving for no waiter, are back to
+    what it keeps free (:func:`_refill`)."""
     effects: list[Effect] = []
     noticed: list[str] = []
     alive = {j.lease_id: j for j in state.jobs if j.lease_id is not None}
+    ended: list[Lease] = []  # leases ended at once (with nobody waiting, still held in the trial)
     with Trial(state.alloc) as trial:
         for job in state.jobs:
             if not job.lease_reclaiming or job.state not in ("granted", "running"):
@@ -294,19 +302,87 @@ def _preempt(state: PoolState, cmd: Any, now: float) -> Outcome:
             reason = job.notice_reason or f"{job.notice_kind} notice"
             assert job.lease_id is not None
             if job.state == "granted":
-                end: list[Effect] = []
-                finish_in(trial, [(state.leases[job.lease_id], "admin")], now, end)
-                effects.append(JobEnded(job.id, "preempted", reason, lease=tuple(end)))
+                if job.lease_id in trial.alloc.leases:
+                    ended.append(trial.alloc.leases[job.lease_id])
+                end = _end_now(trial, state.leases[job.lease_id], "admin", now)
+                effects.append(JobEnded(job.id, "preempted", reason, lease=end))
                 del alive[job.lease_id]
             else:
                 deadline = job.notice_deadline if job.notice_deadline is not None else now
                 effects.append(JobPreempting(job.id, deadline, reason, notice=job.notice_kind))
                 alive[job.lease_id] = replace(job, state="preempting")
             noticed.append(job.id)
-        if alive:
-            _for_waiters(state, trial, alive, now, effects, noticed)
+        promised = _for_waiters(state, trial, alive, now, effects, noticed) if alive else set()
+        if alive and trial.alloc.headroom is not None:
+            _refill(state, trial, alive, promised, ended, now, effects, noticed)
         effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
     return Outcome(noticed, tuple(effects))
+
+
+def _end_now(trial: Trial, facts: LeaseFacts, reason: str, now: float) -> tuple[Effect, ...]:
+    """The effects of ending one lease at once in the round's trial (``ending.finish_in``)."""
+    end: list[Effect] = []
+    finish_in(trial, [(facts, reason)], now, end)
+    return tuple(end)
+
+
+def _still_held(alloc: Allocator, lease: Lease) -> bool:
+    """Whether an ended lease's devices are still held in the trial (nobody was waiting)."""
+    for s in lease.slots:
+        gpu = alloc.gpus[s.gpu]
+        if gpu.whole_lease == lease.id or lease.id in gpu.shares:
+            return True
+        if any(i.lease == lease.id for i in gpu.instances):
+            return True
+    return False
+
+
+def _refill(
+    state: PoolState,
+    trial: Trial,
+    alive: dict[str, JobFacts],
+    promised: set[str],
+    ended: list[Lease],
+    now: float,
+    effects: list[Effect],
+    noticed: list[str],
+) -> None:
+    """The headroom's refill (``headroom.refill``): the borrowed jobs of a preemptible class
+    it names get their notice with their class's grace (a granted one ends at once). Counted
+    as free already: the units of jobs leaving (preempting, cancelling) that no waiter was
+    promised, and of leases this round ended whose devices the trial still holds."""
+    alloc = trial.alloc
+    h = alloc.headroom
+    assert h is not None
+
+    def model_of(lease: Lease) -> str:
+        return alloc.gpus[lease.slots[0].gpu].model.name if lease.slots else ""
+
+    leaving: dict[str, float] = {}
+    borrowers: list[Borrower] = []
+    for lid, job in alive.items():
+        lease = alloc.leases.get(lid)
+        if lease is None or lid in promised:
+            continue
+        if job.state in ("preempting", "cancelling"):
+            leaving[model_of(lease)] = leaving.get(model_of(lease), 0.0) + float(lease.units)
+        elif job.state in ("granted", "running") and h.held_back(job.workload, lease.borrowed):
+            borrowers.append(Borrower(lid, model_of(lease), lease.units, lease.request.arrival))
+    for lease in ended:
+        if _still_held(alloc, lease):
+            leaving[model_of(lease)] = leaving.get(model_of(lease), 0.0) + float(lease.units)
+    for b in refill(h, alloc.free_by_model(), leaving, borrowers):
+        job = alive[b.id]
+        reason = refill_reason(b.model, h.keep(b.model))
+        if job.state == "granted":  # never started: nothing to stop
+            end = _end_now(trial, state.leases[b.id], "preempted", now)
+            effects.append(JobEnded(job.id, "preempted", reason, lease=end))
+            alive[b.id] = replace(job, state="preempted")
+        else:
+            grace = lease_class(state.classes, job.workload).grace
+            effects.append(JobPreempting(job.id, now + grace, reason, grace=grace, notice=HEADROOM))
+            alive[b.id] = replace(job, state="preempting")
+        noticed.append(job.id)
 
 
 def _for_waiters(
@@ -316,7 +392,9 @@ def _for_waiters(
     now: float,
     effects: list[Effect],
     noticed: list[str],
-) -> None:
+) -> set[str]:
+    """Each waiter takes what its class may (``_preempt``); answers the leases promised to
+    waiters (the ones they wait for, already leaving or noticed now)."""
     alloc, promised = trial.alloc, set[str]()
     holds = alloc.holds(now)  # the node each long waiter holds
     for waiter in alloc.queue(now):
@@ -345,10 +423,9 @@ def _for_waiters(
                 waiter.request.user, waiter.request.offer, long_waiter=node is not None
             )
             if job.state == "granted":  # never started: nothing to stop
-                ended: list[Effect] = []
-                finish_in(trial, [(state.leases[job.lease_id], "preempted")], now, ended)
+                end = _end_now(trial, state.leases[job.lease_id], "preempted", now)
                 data = (("for_request", wid),)
-                effects.append(JobEnded(job.id, "preempted", reason, lease=tuple(ended), data=data))
+                effects.append(JobEnded(job.id, "preempted", reason, lease=end, data=data))
                 alive[job.lease_id] = replace(job, state="preempted")
             else:
                 deadline = now + cls.grace
@@ -357,6 +434,7 @@ def _for_waiters(
                 )
                 alive[job.lease_id] = replace(job, state="preempting")
             noticed.append(job.id)
+    return promised
 
 
 def _ranker(

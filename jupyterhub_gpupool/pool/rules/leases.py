@@ -29,9 +29,10 @@ from ..model import Request, offer_priority
 from ..reclaim import Extend, Refuse, keepalive
 
 
-def allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
+def allocate(state: PoolState, cmd: Any, now: float, workload: str | None = None) -> Outcome:
     """A new request: granted, queued, awaiting approval, or refused (a job's and a
-    kernel's too: ``rules.jobs``, ``rules.kernels``)."""
+    kernel's too: ``rules.jobs``, ``rules.kernels``; ``workload``: a job's class, which the
+    allocator's headroom reads, ``pool.headroom``)."""
     alloc, new = state.alloc, NewLease(cmd.hub, cmd.resize_of)
     try:
         reason = check_ask(cmd.reason, cmd.duration)
@@ -77,6 +78,7 @@ def allocate(state: PoolState, cmd: Any, now: float) -> Outcome:
             now,
             tuple(dict.fromkeys(cmd.clusters)),
             replicas=cmd.replicas,
+            workload=workload,
         )
     except PoolError as e:  # a refusal of this call alone, even inside a batch
         raise Refusal(e.code, e.message, field=e.field) from None

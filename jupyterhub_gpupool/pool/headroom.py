@@ -1,0 +1,233 @@
+"""Headroom: GPUs that borrowing by a preemptible class may not take (the pool config's
+``borrowing: {keep_free: N}``; off unless set).
+
+A preemptible class (training) borrows idle capacity and gives it back with a notice when
+someone within guarantee needs it. In a busy pool, borrowed training fills every free GPU, so
+a notebook within its guarantee waits for the notice's grace (the training's checkpoint,
+300 s by default) and a user's second server (beyond guarantee: nothing is taken for it)
+waits until a GPU frees. Headroom keeps ``keep_free`` GPUs of a model free of that borrowing
+(as Kueue's ``lendingLimit`` keeps capacity from being lent):
+
+* **the grant rule** (:meth:`Headroom.held_back`, :meth:`Headroom.breached`; the allocator's
+  ``decide`` and ``next_grant``): a *borrowed* grant to a *preemptible* class is not made if
+  it would leave fewer than ``keep_free`` free units of the GPU model it lands on; another
+  model the offer allows may take it, else it waits with the reason ``headroom``. Grants
+  within guarantee (a training with a quota of its own) and grants of classes that are never
+  preempted (interactive, inference) may use the headroom: it is kept *for* them;
+* **the refill** (:func:`refill`; the ``PreemptJobs`` rule, ``pool.rules.jobs``): when
+  non-preemptible grants used the headroom up, borrowed leases of a preemptible class get
+  their notice (their class's grace) until the free units, with those already leaving,
+  are back to ``keep_free``: the *next* notebook then finds a free GPU, rather than waiting
+  the grace. Without the refill the first ``keep_free`` arrivals of a busy hour use the
+  headroom and the next wait as before, for as long as the trainings run (hours).
+
+What it trades: ``keep_free`` GPUs of each model stay idle while nothing else asks (training
+served less), for notebooks and services that find a GPU at once while no more than
+``keep_free`` of them arrive within one grace period. Free units are counted as the pool's
+capacity view counts them (``Gpu.free_units``: a whole free GPU is 1, free MIG slices and
+shares their part; GPUs of cordoned, draining or unreachable nodes and unhealthy ones not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .errors import ConfigError, UnknownModel
+from .limits import MAX_GPUS, MAX_NAME, shown
+from .model import Node
+from .workloads import WorkloadClass
+
+#: The wait reason of a request held back by the headroom (``Queued.reason``).
+HEADROOM = "headroom"
+#: The fields of the ``borrowing:`` section.
+FIELDS = ("keep_free",)
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """GPUs per model kept from borrowing by the ``preemptible`` classes: ``every`` of each
+    model unless ``models`` names it."""
+
+    every: int = 0
+    models: Mapping[str, int] = field(default_factory=dict)
+    #: The preemptible workload classes (their borrowed grants are held back).
+    preemptible: frozenset[str] = frozenset()
+
+    def keep(self, model: str) -> int:
+        """GPUs of ``model`` kept free."""
+        return self.models.get(model, self.every)
+
+    @property
+    def on(self) -> bool:
+        """Whether anything is kept (some model, and a class it is kept from)."""
+        return bool(self.preemptible) and (self.every > 0 or any(self.models.values()))
+
+    def held_back(self, workload: str | None, borrowed: bool) -> bool:
+        """Whether a grant of class ``workload`` that ``borrowed`` is subject to the rule."""
+        return borrowed and workload in self.preemptible
+
+    def breached(self, free: Mapping[str, float], model: str, units: Fraction | float) -> bool:
+        """Whether taking ``units`` of ``model`` leaves fewer than it keeps free."""
+        keep = self.keep(model)
+        return keep > 0 and free.get(model, 0.0) - float(units) < keep - _EPS
+
+
+def parse_borrowing(raw: object, models: Collection[str], path: str = "borrowing") -> Headroom:
+    """The ``borrowing:`` section: ``keep_free: N`` (GPUs of every model) or ``keep_free:
+    {MODEL: N, ...}`` (the models named; the others keep none). N is a whole number of GPUs
+    from 0 to ``MAX_GPUS``; ``models`` are the catalog's names. The classes are added by
+    :func:`headroom_for`."""
+    if raw is None:
+        return Headroom()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"must be a mapping (keep_free), got {shown(raw)}", field=path)
+    unknown = set(raw) - set(FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {', '.join(sorted(map(str, unknown)))}",
+            field=path,
+            allowed=list(FIELDS),
+        )
+    value = raw.get("keep_free", 0)
+    if isinstance(value, Mapping):
+        out: dict[str, int] = {}
+        for model, n in value.items():
+            where = f"{path}.keep_free.{str(model)[:MAX_NAME]}"
+            if model not in models:
+                raise UnknownModel(
+                    f"unknown GPU model {shown(model)}", field=where, allowed=sorted(models)
+                )
+            out[str(model)] = _gpus(n, where)
+        return Headroom(0, out)
+    return Headroom(_gpus(value, f"{path}.keep_free"))
+
+
+def _gpus(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
+        raise ConfigError(
+            f"must be a whole number of GPUs from 0 to {MAX_GPUS:,} (or a mapping of GPU "
+            f"model → GPUs), got {shown(value)}",
+            field=where,
+        )
+    return value
+
+
+def headroom_for(
+    headroom: Headroom, classes: Mapping[str, WorkloadClass] | Iterable[WorkloadClass]
+) -> Headroom | None:
+    """``headroom`` kept from the preemptible ``classes``; None when it keeps nothing (the
+    allocator then decides as it always did)."""
+    values = classes.values() if isinstance(classes, Mapping) else classes
+    out = Headroom(
+        headroom.every,
+        dict(headroom.models),
+        frozenset(c.name for c in values if c.preemptible),
+    )
+    return out if out.on else None
+
+
+def free_by_model(states: Iterable[tuple[Node, int]]) -> dict[str, float]:
+    """Free units per GPU model of schedulable nodes, from ``(node, how many nodes are in its
+    state)`` pairs (one node of each state: the allocator's index)."""
+    out: dict[str, float] = {}
+    for node, count in states:
+        if not node.schedulable:
+            continue
+        for g in node.gpus:
+            out[g.model.name] = out.get(g.model.name, 0.0) + g.free_units() * count
+    return out
+
+
+def wait_message(model: str, keep: int) -> str:
+    """What a request held back says (its queue message)."""
+    return (
+        f"{keep} {model} GPU{'s are' if keep != 1 else ' is'} kept free for work that is never "
+        "preempted (borrowing.keep_free): borrowed capacity for a preemptible class waits "
+        "until more are free"
+    )
+
+
+def refill_reason(model: str, keep: int) -> str:
+    """What a refill's preemption notice says."""
+    return (
+        f"preempted: the pool keeps {keep} {model} GPU{'s' if keep != 1 else ''} free for "
+        "notebooks and services (borrowing.keep_free)"
+    )
+
+
+@dataclass(frozen=True)
+class Borrower:
+    """A borrowed lease of a preemptible class, as the refill sees it."""
+
+    id: str
+    model: str
+    units: Fraction
+    granted_at: float
+
+
+def deficits(
+    headroom: Headroom, free: Mapping[str, float], leaving: Mapping[str, float]
+) -> dict[str, float]:
+    """Units per model still missing from what it keeps free, counting ``leaving`` (units
+    already under a notice, not promised to a waiter) as free. Only the models ``free``
+    counts (those of schedulable nodes): a model the pool has none of misses nothing."""
+    out = {}
+    for model in sorted(free):
+        short = headroom.keep(model) - free.get(model, 0.0) - leaving.get(model, 0.0)
+        if short > _EPS:
+            out[model] = short
+    return out
+
+
+def refill(
+    headroom: Headroom,
+    free: Mapping[str, float],
+    leaving: Mapping[str, float],
+    borrowers: Iterable[Borrower],
+) -> list[Borrower]:
+    """The borrowed leases of a preemptible class that get a notice so each model's free
+    units (with those ``leaving``) are back to what it keeps free.
+
+    Per model short of its headroom, greedily: the smallest lease that covers what is still
+    missing (one notice, the fewest GPUs freed), else the largest (the fewest notices); the
+    youngest first among equals (the least work lost). Nothing for a model none can refill.
+    """
+    short = deficits(headroom, free, leaving)
+    if not short:
+        return []
+    by_model: dict[str, list[Borrower]] = {}
+    for b in borrowers:
+        if b.model in short:
+            by_model.setdefault(b.model, []).append(b)
+    out: list[Borrower] = []
+    for model, missing in short.items():
+        pool = sorted(by_model.get(model, []), key=lambda b: (-b.granted_at, b.id))
+        while missing > _EPS and pool:
+            covering = [b for b in pool if float(b.units) >= missing - _EPS]
+            pick = (
+                min(covering, key=lambda b: b.units)
+                if covering
+                else max(pool, key=lambda b: b.units)
+            )
+            pool.remove(pick)
+            out.append(pick)
+            missing -= float(pick.units)
+    return out
+
+
+__all__ = [
+    "FIELDS",
+    "HEADROOM",
+    "Borrower",
+    "Headroom",
+    "deficits",
+    "free_by_model",
+    "headroom_for",
+    "parse_borrowing",
+    "refill",
+    "refill_reason",
+    "wait_message",
+]
