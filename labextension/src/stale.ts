@@ -41,6 +41,36 @@ function clean(model: any): number {
   return n;
 }
 
+/**
+ * Run `fix` on an unmodified document model without leaving it "unsaved": the shared model
+ * reports the change when it gets to it (a later turn, much later on a loaded machine, and
+ * possibly in more than one report), so while the document is still exactly what the fix made
+ * of it (for `keepFor` ms) a dirty flag is put back; the user's first edit makes it differ, and
+ * from then on the flag is theirs. Returns what `fix` returns (0: nothing changed).
+ */
+export function fixQuietly(model: any, fix: () => number, keepFor = 60000): number {
+  let fixed: string | null = null;
+  const keepClean = (_: unknown, change: IChangedArgs<unknown>) => {
+    if (change.name !== 'dirty' || change.newValue !== true) {
+      return;
+    }
+    if (fixed === null || JSON.stringify(model.toJSON()) === fixed) {
+      model.dirty = false;
+    } else {
+      model.stateChanged.disconnect(keepClean);
+    }
+  };
+  model.stateChanged.connect(keepClean);
+  const n = fix();
+  if (!n) {
+    model.stateChanged.disconnect(keepClean);
+    return n;
+  }
+  fixed = JSON.stringify(model.toJSON());
+  window.setTimeout(() => model.stateChanged.disconnect(keepClean), keepFor);
+  return n;
+}
+
 /** If this page was loaded by a move: clean the notebooks it restores (for a minute). */
 export function cleanAfterMove(app: JupyterFrontEnd, docs: IDocumentManager | null): void {
   let moved: boolean;
@@ -69,20 +99,7 @@ export function cleanAfterMove(app: JupyterFrontEnd, docs: IDocumentManager | nu
           clean(model);
           return;
         }
-        // the shared model reports the change when it gets to it (a later turn, later still
-        // on a loaded machine): the dirty flag that report raises is put back, once
-        const keepClean = (_: unknown, change: IChangedArgs<unknown>) => {
-          if (change.name === 'dirty' && change.newValue === true) {
-            model.stateChanged.disconnect(keepClean);
-            model.dirty = false;
-          }
-        };
-        model.stateChanged.connect(keepClean);
-        if (!clean(model)) {
-          model.stateChanged.disconnect(keepClean);
-          return;
-        }
-        window.setTimeout(() => model.stateChanged.disconnect(keepClean), 10000);
+        fixQuietly(model, () => clean(model));
       });
     }
   };
