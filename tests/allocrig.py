@@ -1,10 +1,10 @@
 """A small pool for the allocator's unit tests: two dynamic-MIG A100s and four H100s, the
 offers over them, and the decision helpers (``tests/unit/test_allocator.py``,
 ``test_borrowing.py``); ``decide`` on a pool with the facts it reads, checked to change
-nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``); the facts a decision reads of a
-lease (``test_decide_reclaim.py``); the nodes' and inventory's decisions, checked to change
-nothing and applied as the store applies them (``test_decide_nodes.py``); a headroom
-(``test_headroom.py``)."""
+nothing (``test_decide_jobs.py``, ``test_decide_kernels.py``, ``test_decide_config.py``); the
+facts a decision reads of a lease (``test_decide_reclaim.py``); the nodes' and inventory's
+decisions, checked to change nothing and applied as the store applies them
+(``test_decide_nodes.py``); a headroom (``test_headroom.py``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,10 @@ module per area, over the view in ``pool.facts``: leases; approvals; nodes (cord
 reachability, sharing); quotas; jobs and kernels; reclaim (a reclaimer's round, an action's
 outcome, the reclaim policy); notices (an administrator's reclaim, extension and cancel, the
 service's claim of an overdue notice, a spent budget's notices); inventory (outside marks,
-rebinding); mig (a node's MIG results, re-partitions). A job's or a kernel's request is the
+rebinding); mig (a node's MIG results, re-partitions); config (a pool config's load: the
+offer, quota and node rows it writes, the requests and leases its removals end, then
+``AllocatorRebuilt``: the allocator is rebuilt from the rows, as it has no primitive to replace
+an offer table or a node). A job's or a kernel's request is the
 lease rule's ``allocate`` with its holder's effect after it; a job that ends takes its lease
 along (``JobEnded``), and a preemption round plays the ends as it goes (``ending.finish_in``).
 ``pool.ending``'s ``finish`` and ``serve_queue`` are the same rules for the store's other
@@ -30,6 +33,7 @@ from . import commands as c
 from .facts import Outcome, PoolState, Rule
 from .rules import (
     approvals,
+    config,
     inventory,
     jobs,
     kernels,
@@ -61,6 +65,7 @@ _RULES: dict[type[c.Command], Rule] = {
     **notices.RULES,
     **inventory.RULES,
     **mig.RULES,
+    **config.RULES,
 }
 
 #: Commands ``decide`` decides.
@@ -84,7 +89,7 @@ RECORDS = frozenset(
         c.GiveUpLeader,
     }
 )
-#: Commands that change the pool by writing rows the allocator is then rebuilt from (a config
-#: load, a node's inventory): not decided yet (``docs/source/reference/architecture.md`` says
-#: why).
-REBUILDS = frozenset({c.LoadConfig, c.PutInventory})
+#: Commands that change the pool by writing rows the allocator is then rebuilt from (a node's
+#: inventory), deciding inside the store as they write them: not decided yet
+#: (``docs/source/reference/architecture.md`` says why).
+REBUILDS = frozenset({c.PutInventory})

@@ -16,8 +16,9 @@ from typing import Any
 from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
-from .model import MigInstance, Request
+from .model import MigInstance, Node, Offer, Request
 from .outside import OutsideHolds, Rebinding
+from .pricing import Prices
 from .quota import QuotaSpec
 from .reclaim import ReclaimState
 
@@ -559,6 +560,66 @@ class LeaseNoted:
     message: str
 
 
+# -- the pool config (``LoadConfig``): rows written, then the allocator rebuilt from them
+
+
+@dataclass(frozen=True)
+class OfferLoaded:
+    """The config file's offer ``offer`` is written at ``position`` (a new row, or the file's
+    own row updated; an administrator's row by API is left as it is)."""
+
+    offer: Offer
+    position: int
+
+
+@dataclass(frozen=True)
+class OfferDropped:
+    """The file's offer row ``name`` goes: the config no longer lists it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class FileQuotaLoaded:
+    """The file's quota of a user, a group or the default (``kind``, ``name``) is written
+    (``spec``), or dropped (``None``); an administrator's by API is not touched."""
+
+    kind: str
+    name: str
+    spec: QuotaSpec | None
+
+
+@dataclass(frozen=True)
+class PricesLoaded:
+    """The config's prices are recorded over time (the store reconciles them with the
+    recorded schedules, ``pool.pricing.reconcile``: a past hour is never repriced)."""
+
+    prices: Prices
+
+
+@dataclass(frozen=True)
+class NodeDeclared:
+    """A node the config declares is written (added or updated, its GPUs and instances as
+    declared). The leases its GPUs lose come as their own ``LeaseReleased``."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
+class ConfigLoaded:
+    """The load is audited (``config-loaded``, how many offers and nodes)."""
+
+    offers: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class AllocatorRebuilt:
+    """The allocator is rebuilt from the rows on the next decision (it has no primitive to
+    replace an offer table or remove a node): the applier drops it, the effects before this
+    one are applied to the rows only."""
+
+
 Effect = (
     LeaseGranted
     | LeaseQueued
@@ -610,6 +671,13 @@ Effect = (
     | MigDestroyed
     | MigRowsSet
     | LeaseNoted
+    | OfferLoaded
+    | OfferDropped
+    | FileQuotaLoaded
+    | PricesLoaded
+    | NodeDeclared
+    | ConfigLoaded
+    | AllocatorRebuilt
 )
 
 

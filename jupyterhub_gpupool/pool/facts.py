@@ -143,6 +143,34 @@ class Repartition:
 
 
 @dataclass(frozen=True)
+class GpuRows:
+    """LoadConfig: a declared node's GPU as its row is now (``uuid``, MIG ``enabled``) and
+    the live leases holding it, in id order."""
+
+    uuid: str
+    mig_enabled: bool
+    leases: tuple[LeaseFacts, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigRows:
+    """LoadConfig: what the rows hold now that a config load may change."""
+
+    #: The offer rows' sources (``file`` | ``api``), by name.
+    offers: Mapping[str, str] = field(default_factory=dict)
+    #: The quota rows' sources, by (kind, name).
+    quotas: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: The queued requests (their offer in ``LeaseFacts.offer``), by id.
+    queued: tuple[LeaseFacts, ...] = ()
+    #: The currencies prices are recorded in.
+    currencies: frozenset[str] = frozenset()
+    #: Each declared node's GPUs now (in its row's order), by node name.
+    gpus: Mapping[str, tuple[GpuRows, ...]] = field(default_factory=dict)
+    #: The node each declared GPU belongs to now, by GPU uuid (absent: none yet).
+    owners: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
 
@@ -242,6 +270,9 @@ class PoolState:
     #: each MIG instance of theirs, by (GPU uuid, profile, start).
     mig_node: tuple[MigGpu, ...] | None = None
     mig_holders: Mapping[tuple[str, str, int], tuple[str, str]] = field(default_factory=dict)
+    # -- the pool config
+    #: LoadConfig: the rows the load changes.
+    config_rows: ConfigRows = field(default_factory=ConfigRows)
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,8 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool import commands as c
 from ..pool.dramig import made_by_claim
-from ..pool.errors import ConfigError
-from ..pool.facts import PoolState
+from ..pool.facts import ConfigRows, GpuRows, PoolState
 from ..pool.model import Node, validate_node
-from ..pool.pricing import reconcile
-from ..pool.quota import QuotaSpec
 from ..pool.sharing import reported_mode
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
@@ -29,10 +26,7 @@ from .mig import MigStore
 from .rows import (
     check_quota_kind,
     node_json,
-    offer_spec,
     reclaim_state,
-    schedules,
-    set_quota,
     upsert_insert,
 )
 from .utilization import SampleFields, put_samples
@@ -47,108 +41,50 @@ class AdminStore(MigStore, ViewStore):
     # -- the pool config file ----------------------------------------------------------------
 
     def load_config(self, config: PoolConfig) -> None:
-        """Make the database match the pool config file, except what admins changed by API.
+        """Make the database match the pool config file, except what admins changed by API
+        (``pool.decide``: ``pool.rules.config``).
 
         Nodes from the file are added or updated; offers and quotas with ``source='api'`` win
-        over the file until an admin resets them.
+        over the file until an admin resets them. The allocator is rebuilt from the rows on
+        the next decision.
         """
         self.file_config = config
-        with self.transaction() as (db, _):
-            for position, offer in enumerate(config.offers):
-                row = db.get(orm.OfferRow, offer.name)
-                spec = offer_spec(offer)
-                if row is None:
-                    db.add(
-                        orm.OfferRow(name=offer.name, spec=spec, source="file", position=position)
-                    )
-                elif row.source == "file":
-                    row.spec, row.position = spec, position
-            names = {o.name for o in config.offers}
-            for row in db.scalars(select(orm.OfferRow).where(orm.OfferRow.source == "file")):
-                if row.name not in names:
-                    db.delete(row)
-            db.flush()
-            # requests waiting for an offer that no longer exists would wait forever: end them
-            # (leases already held keep their slices until released)
-            kept = set(db.scalars(select(orm.OfferRow.name)))
-            for lease in db.scalars(
-                select(orm.LeaseRow).where(
-                    orm.LeaseRow.state == "queued", orm.LeaseRow.offer.not_in(kept)
-                )
-            ).all():
-                lease.message = f"the offer {lease.offer!r} was removed from the pool"
-                self._finish(db, None, lease, "cancelled", "system")
-            self._load_quotas(db, config)
-            self._record_prices(db, config)
-            for node in config.nodes:
-                self._upsert_node(db, node, source="config")
-            self._event(
-                db,
-                "config-loaded",
-                "system",
-                data={"offers": len(config.offers), "nodes": len(config.nodes)},
-            )
-            db.flush()
-            self._allocator = None  # offers, quotas and nodes changed: rebuild from the rows
+        with self.transaction() as (db, alloc):
+            state = PoolState(alloc, config_rows=self._config_rows(db, config))
+            outcome = decided(state, c.LoadConfig(config), self._now_s())
+            self._apply_effects(db, None, outcome.effects, "system")
 
-    def _record_prices(self, db: Session, config: PoolConfig) -> None:
-        """Record the config's prices over time (``pool.pricing.reconcile``): what was in force
-        before the next whole hour stays; a currency cannot change under recorded prices."""
-        rows = list(
-            db.scalars(select(orm.PriceRow).order_by(orm.PriceRow.model, orm.PriceRow.start))
+    def _config_rows(self, db: Session, config: PoolConfig) -> ConfigRows:
+        """What the rows hold now that loading ``config`` may change (``pool.facts``)."""
+        queued = db.scalars(
+            select(orm.LeaseRow)
+            .where(orm.LeaseRow.state == "queued")
+            .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
         )
-        recorded = schedules(rows)
-        currencies = {r.currency for r in rows}
-        currency = config.prices.currency if config.prices.schedule else None
-        if currencies and currency and currencies != {currency}:
-            raise ConfigError(
-                f"the recorded prices are in {', '.join(sorted(currencies))}: the currency cannot "
-                "change under them",
-                field="prices.currency",
-            )
-        wanted, ignored = reconcile(recorded, config.prices, self.clock())
-        if ignored:
-            log.warning(
-                "Prices in the pool config that would change past hours were not applied: %s",
-                "; ".join(ignored),
-            )
-        if wanted == recorded:
-            return
-        for row in rows:
-            db.delete(row)
-        db.flush()
-        for model, sched in wanted.items():
-            for start, price in sched:
-                db.add(
-                    orm.PriceRow(
-                        model=model,
-                        start=start,
-                        held=None if price is None else str(price.held),
-                        busy=None if price is None else str(price.busy),
-                        currency=currency or min(currencies, default="USD"),
+        declared = [g.uuid for n in config.nodes for g in n.gpus]
+        owners = db.execute(
+            select(orm.GpuRow.uuid, orm.NodeRow.name)
+            .join(orm.NodeRow)
+            .where(orm.GpuRow.uuid.in_(declared))
+        )
+        gpus: dict[str, tuple[GpuRows, ...]] = {}
+        for node in config.nodes:
+            row = orm.NodeRow.find(db, node.name)
+            if row is not None:
+                gpus[node.name] = tuple(
+                    GpuRows(
+                        g.uuid, g.mig_enabled, tuple(map(lease_facts, self._gpu_leases(db, g.uuid)))
                     )
+                    for g in row.gpus
                 )
-        self._event(db, "prices-recorded", "system", data={"ignored": ignored})
-
-    def _load_quotas(self, db: Session, config: PoolConfig) -> None:
-        wanted: dict[tuple[str, str], QuotaSpec] = {}
-        for name, spec in (config.users or {}).items():
-            wanted[("user", name)] = spec
-        for name, spec in (config.groups or {}).items():
-            wanted[("group", name)] = spec
-        if config.default is not None:
-            wanted[("default", "*")] = config.default
-        existing = {(q.kind, q.name): q for q in db.scalars(select(orm.QuotaRow))}
-        for key, spec in wanted.items():
-            row = existing.get(key)
-            if row is None:
-                row = orm.QuotaRow(kind=key[0], name=key[1], source="file")
-                db.add(row)
-            if row.source == "file":
-                set_quota(row, spec)
-        for key, row in existing.items():
-            if row.source == "file" and key not in wanted:
-                db.delete(row)
+        return ConfigRows(
+            offers={r.name: r.source for r in db.scalars(select(orm.OfferRow))},
+            quotas={(q.kind, q.name): q.source for q in db.scalars(select(orm.QuotaRow))},
+            queued=tuple(lease_facts(r) for r in queued),
+            currencies=frozenset(db.scalars(select(orm.PriceRow.currency).distinct())),
+            gpus=gpus,
+            owners={uuid: name for uuid, name in owners},
+        )
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -165,8 +101,12 @@ class AdminStore(MigStore, ViewStore):
             self._allocator = None  # inventory changed shape: rebuild on the next decision
             return node_json(row)
 
-    def _upsert_node(self, db: Session, node: Node, source: str) -> orm.NodeRow:
-        """Add or update a node (validated first: nothing invalid ever reaches the rows)."""
+    def _upsert_node(
+        self, db: Session, node: Node, source: str, *, lose: bool = True
+    ) -> orm.NodeRow:
+        """Add or update a node (validated first: nothing invalid ever reaches the rows).
+        ``lose``: end the leases on a GPU that vanished or switched its MIG mode (False: the
+        caller's decision ended them, ``pool.rules.config``)."""
         validate_node(node)
         row = orm.NodeRow.find(db, node.name)
         elsewhere = db.scalars(
@@ -195,7 +135,7 @@ class AdminStore(MigStore, ViewStore):
                 # the DRA driver's MIG is dynamic whatever an agent or the config says
                 gpu = replace(gpu, dynamic_mig=True)
             g = by_uuid.pop(gpu.uuid, None)
-            if g is not None and g.mig_enabled != gpu.mig_enabled:
+            if lose and g is not None and g.mig_enabled != gpu.mig_enabled:
                 # the GPU changed mode under its leases: they hold something that is gone
                 self._release_gpu_leases(db, g.uuid, "node-lost", "system")
             g = g or orm.GpuRow(uuid=gpu.uuid)
@@ -208,7 +148,7 @@ class AdminStore(MigStore, ViewStore):
             self._sync_instances(db, g, gpu, source)
             keep.append(g)
         row.gpus = keep
-        for gone in by_uuid.values():
+        for gone in by_uuid.values() if lose else ():
             self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
         return row
 
@@ -229,13 +169,19 @@ class AdminStore(MigStore, ViewStore):
             return changed
 
     def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
-        rows = db.scalars(
-            select(orm.LeaseRow)
-            .join(orm.LeaseSlotRow)
-            .where(orm.LeaseSlotRow.gpu_uuid == gpu_uuid, orm.LeaseSlotRow.live)
-        ).unique()
-        for row in rows:
+        for row in self._gpu_leases(db, gpu_uuid):
             self._finish(db, None, row, reason, actor)
+
+    def _gpu_leases(self, db: Session, gpu_uuid: str) -> list[orm.LeaseRow]:
+        """The live leases holding a slot of the GPU ``gpu_uuid``."""
+        return list(
+            db.scalars(
+                select(orm.LeaseRow)
+                .join(orm.LeaseSlotRow)
+                .where(orm.LeaseSlotRow.gpu_uuid == gpu_uuid, orm.LeaseSlotRow.live)
+                .order_by(orm.LeaseRow.id)
+            ).unique()
+        )
 
     def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
         """cordon / uncordon / drain a node (``pool.decide``); an uncordon serves the queue

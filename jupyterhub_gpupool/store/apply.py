@@ -16,7 +16,7 @@ lease, and ends when its lease ends another way than its runner's report. There 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -48,6 +48,7 @@ from ..pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
+    NodeDeclared,
     NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
@@ -68,6 +69,7 @@ from ..pool.kernels import KERNEL_HOLDER
 from ..pool.model import Request
 from ..pool.workloads import JOB_HOLDER
 from .bulk import queue_release, stage_lease
+from .configapply import CONFIG_EFFECTS, ConfigApplier
 from .errors import StoreError
 from .nodeapply import MIG_EFFECTS, NODE_EFFECTS, REPARTITION_EFFECTS, NodeApplier
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
@@ -91,8 +93,12 @@ TARGET_STATES = ("awaiting_approval", "queued", "granted", "active", "reclaiming
 __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "lease_facts"]
 
 
-class Applier(NodeApplier, ReclaimApplier):
+class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
     """Writes decisions into rows (the store's part every deciding module shares)."""
+
+    #: Writes a node's rows as its agent or the pool config has it (``AdminStore``'s, the
+    #: inventory's writer: ``_upsert_node(db, node, source, *, lose=True)``).
+    _upsert_node: Callable[..., orm.NodeRow]
 
     def _record(
         self, db: Session, row: orm.LeaseRow, decision: Grant | Queued, actor: str = ""
@@ -215,6 +221,11 @@ class Applier(NodeApplier, ReclaimApplier):
                 self._repartition_changed(db, effect, actor)
             elif isinstance(effect, MIG_EFFECTS):
                 self._mig_changed(db, effect, actor, known)
+            # -- the pool config (``store/configapply.py``)
+            elif isinstance(effect, CONFIG_EFFECTS):
+                self._config_changed(db, effect)
+            elif isinstance(effect, NodeDeclared):  # its lost leases come as their own effects
+                self._upsert_node(db, effect.node, "config", lose=False)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made

@@ -343,3 +343,24 @@ def test_a_request_queued_and_granted_in_one_batch_is_granted_in_the_rows(db_url
     fresh = make_store(db_url, clock)  # what the rows say, rebuilt
     assert fresh.lease(out[0]["id"])["state"] == "granted"
     assert fresh.allocate("carol", "", "h100")["state"] == "queued"
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        [{"model": "H100-80GB", "mig": {"enabled": True, "dynamic": True}}],  # mode switched
+        [],  # the GPU is gone from the file
+    ],
+)
+def test_a_config_load_that_takes_a_gpu_away_ends_its_lease_node_lost(db_url, clock, gpus):
+    upgrade(db_url)
+    store = make_store(db_url, clock)
+    held = store.allocate("alice", "", "h100")
+    mig = store.allocate("bob", "", "a100-1g")
+    assert (held["state"], mig["state"]) == ("granted", "granted")
+    nodes = [n if n["name"] != "h100" else {**n, "gpus": gpus} for n in POOL["nodes"]]
+    store = make_store(db_url, clock, pool={**POOL, "nodes": nodes})  # a restart, changed
+    ended = store.lease(held["id"])
+    assert ended["state"] == "released" and ended["release_reason"] == "node-lost"
+    assert store.lease(mig["id"])["state"] == "granted"  # another node's lease stays
+    assert events(store, held["id"])[-1] == "released"
