@@ -470,6 +470,11 @@ def test_a_move_from_1g_to_3g_restarts_onto_the_new_slice(lab: Lab, alice: Page,
     stale_widget_notebook(lab, "stale.ipynb")
     alice.goto(f"{lab.env.hub_url}/user/alice/lab/tree/stale.ipynb")
     expect(alice.locator(".jp-Notebook .jp-Cell")).to_have_count(1, timeout=LAB_TIMEOUT)
+    # the notebook is open on its kernel, as a user's is: JupyterLab writes the kernel's
+    # language_info into it (an edit of JupyterLab's, saved by the move's "Save and restart"),
+    # so after the move the only change is the lab's display fix, which must not dirty it
+    idle = alice.get_by_role("button", name=re.compile(r"Python 3 \(ipykernel\) \| Idle"))
+    expect(idle).to_be_visible(timeout=LAB_TIMEOUT)
     alice.context.add_init_script(BAR_LOG)
     alice.evaluate(f"() => {{ sessionStorage.removeItem('bar-log'); {BAR_LOG}; }}")
     bar = alice.locator(".jp-GPUPool-status-button")
