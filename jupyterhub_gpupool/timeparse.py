@@ -43,3 +43,13 @@ def parse_time(value: str | datetime | None, *, lenient: bool = False) -> dateti
         return moment.astimezone(timezone.utc)
     except OverflowError:  # 0001-01-01T00:00+01:00, 9999-12-31T23:59-01:00
         return _EARLIEST if moment.year == 1 else _LATEST
+
+
+def format_time(dt: datetime | None) -> str | None:
+    """``dt`` as the pool writes times: ISO 8601 with a ``Z`` (None stays None). A naive time
+    is UTC, as the database keeps it; formatted directly (a lease's JSON has up to seven)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        return dt.isoformat() + "Z"
+    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")

@@ -22,6 +22,7 @@ from ..pool.placement import Slot
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
 from ..pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
+from ..timeparse import format_time
 from .errors import StoreError
 
 _Row = TypeVar("_Row", bound=orm.Base)
@@ -87,14 +88,9 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def ts(dt: datetime | None) -> str | None:
-    """ISO 8601 with a ``Z`` (None stays None); a naive time is UTC, as the database keeps it
-    (formatted directly: the lease JSON has up to seven of these per answer)."""
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        return dt.isoformat() + "Z"
-    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+#: ISO 8601 with a ``Z`` (the one format, ``timeparse.format_time``), for the views that still
+#: build JSON in the store.
+ts = format_time
 
 
 def epoch(dt: datetime) -> float:

@@ -1,0 +1,10 @@
+"""Read models: typed, frozen views of what the pool holds (a lease, a job, a kernel, a node,
+a reclaim policy, a re-partition), each built by a plain function from the rows and the
+allocator held still.
+
+The store answers reads and write commands with them; it never decides the wire format. The
+service turns them into the API's JSON (``service/serialize/``), so a field's name or a time's
+text is chosen in one place, and a store test asserts on typed values rather than on strings.
+Times are the database's naive UTC ``datetime`` (``None`` where unset); the serializer writes
+them as ISO 8601 with a ``Z`` (``timeparse.format_time``).
+"""
