@@ -53,3 +53,8 @@ def format_time(dt: datetime | None) -> str | None:
     if dt.tzinfo is None:
         return dt.isoformat() + "Z"
     return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def format_epoch(at: float | None) -> str | None:
+    """Epoch seconds as the pool writes times (``format_time``; None stays None)."""
+    return None if at is None else format_time(datetime.fromtimestamp(at, timezone.utc))

@@ -37,6 +37,7 @@ from ..pool.alerts import (
 from ..pool.alerts import pool_facts as facts_of_pool
 from ..pool.commands import Command
 from ..store import Store
+from ..timeparse import format_epoch
 from .metrics import PoolMetrics, idle_day_hours
 from .notify import Notifier
 
@@ -100,11 +101,6 @@ class PoolAlerts(Configurable):
         )
 
 
-def iso(epoch: float) -> str:
-    """Epoch seconds as ISO 8601 UTC (``2026-03-02T09:15:00Z``)."""
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 class AlertMonitor:
     """Follows the alert conditions round by round; keeps those in force."""
 
@@ -141,7 +137,7 @@ class AlertMonitor:
         """The firing alerts, most severe first, then oldest first."""
         firing = [a for a in self.alerts.values() if a.firing]
         firing.sort(key=lambda a: (SEVERITIES.index(a.severity), a.since, a.kind, a.subject))
-        return [{**a.to_json(), "since": iso(a.since)} for a in firing]
+        return [{**a.to_json(), "since": format_epoch(a.since)} for a in firing]
 
     def gather(self, now: float) -> Facts:
         """What the conditions are decided on now, on the leading replica (blocking reads:
@@ -208,9 +204,9 @@ class AlertMonitor:
 
     def _tell(self, event: str, alert: Alert, now: float) -> None:
         """Notify admins and queue the audit event of one transition."""
-        payload = {**alert.to_json(), "since": iso(alert.since)}
+        payload = {**alert.to_json(), "since": format_epoch(alert.since)}
         if event == "alert-resolved":
-            payload["resolved"] = iso(now)
+            payload["resolved"] = format_epoch(now)
         level = logging.WARNING if event == "alert" else logging.INFO
         self.log.log(level, "Alert %s: %s (%s)", event, payload["summary"], alert.severity)
         self.notify(event, {}, **payload)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpupool.timeparse import parse_time
+from jupyterhub_gpupool.timeparse import format_epoch, format_time, parse_time
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -50,3 +50,15 @@ def test_garbage_raises_or_is_none_when_lenient(garbage):
 def test_an_offset_past_the_calendar_clamps_to_its_end():
     assert parse_time("0001-01-01T00:00:00+01:00") == datetime.min.replace(tzinfo=timezone.utc)
     assert parse_time("9999-12-31T23:59:00-01:00") == datetime.max.replace(tzinfo=timezone.utc)
+
+
+def test_the_pool_writes_utc_with_a_z():
+    """One text for every time the pool writes: naive (the database's UTC), aware in another
+    zone, or epoch seconds; microseconds only where there are some."""
+    naive = datetime(2026, 3, 2, 9, 15)
+    assert format_time(naive) == "2026-03-02T09:15:00Z"
+    paris = datetime(2026, 3, 2, 10, 15, 0, 250000, tzinfo=timezone(timedelta(hours=1)))
+    assert format_time(paris) == "2026-03-02T09:15:00.250000Z"
+    assert format_epoch(1772442900.0) == "2026-03-02T09:15:00Z"  # 20,514 days + 9 h 15 min
+    assert format_epoch(1772442900.5) == "2026-03-02T09:15:00.500000Z"
+    assert format_time(None) is None and format_epoch(None) is None

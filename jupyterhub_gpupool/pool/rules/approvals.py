@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any
 
+from ...timeparse import format_epoch
 from .. import commands as c
 from ..allocator import Allocator
 from ..approval import MAX_REASON, AskError, check_ask
@@ -148,18 +148,11 @@ def _lapse(state: PoolState, cmd: Any, now: float) -> Outcome:
         earlier = item.notice_deadline
         if facts.state == "reclaiming" and earlier is not None and earlier <= deadline:
             continue  # an earlier notice stands; this one comes if it is kept
-        why = f"the approved time for this GPU ends at {_to_the_second(item.lapses)}"
+        why = f"the approved time for this GPU ends at {format_epoch(math.floor(item.lapses))}"
         notice = Reclaiming("exception", deadline, why, "stop", now)
         notices += admin_notice(state, facts, item.reclaim, notice, now).effects
     ended = finishing(state, ending, now, "lapsed") if ending else ()
     return Outcome((len(notices), len(ending)), (*notices, *ended))
-
-
-def _to_the_second(at: float) -> str:
-    """An ISO time to the second (people read it), as the API writes times (``Z``)."""
-    return (
-        datetime.fromtimestamp(math.floor(at), timezone.utc).replace(tzinfo=None).isoformat() + "Z"
-    )
 
 
 RULES: dict[type[c.Command], Rule] = {

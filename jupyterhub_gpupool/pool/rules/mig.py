@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from typing import Any
 
+from ...timeparse import format_epoch
 from .. import commands as c
 from ..dramig import NO_REPARTITION
 from ..effects import (
@@ -74,7 +74,8 @@ def _request(state: PoolState, cmd: Any, now: float) -> Outcome:
         trial.set_gpu_cordon(g.uuid, True)
         if seconds is not None:
             deadline = now + seconds
-            why = f"an administrator re-partitions this GPU's MIG layout by {_iso(deadline)}"
+            by = format_epoch(deadline)
+            why = f"an administrator re-partitions this GPU's MIG layout by {by}"
             notice = Reclaiming("admin", deadline, why, "stop", now)
             in_way = {h.lease for h in plan.in_way if h.lease}
             given = sorted(
@@ -191,11 +192,6 @@ def _holders(state: PoolState, gpu: str) -> dict[tuple[str, int], str | None]:
 def _close(rep: Repartition, g: MigGpu | None, to: str, error: str | None) -> RepartitionClosed:
     """``rep`` ends in state ``to``: its GPU (if any) gets back the cordon it had."""
     return RepartitionClosed(rep.id, rep.gpu, to, error, None if g is None else rep.was_cordoned)
-
-
-def _iso(epoch: float) -> str:
-    """Epoch seconds as the API writes times (ISO 8601, UTC, with a ``Z``)."""
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 # -- what a node did with its plan ----------------------------------------------------------

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from ...timeparse import format_time
 from .. import commands as c
 from ..effects import (
     DrainDeadline,
@@ -104,7 +105,7 @@ def _drain_node(state: PoolState, cmd: Any, now: float) -> Outcome:
     effects: list[Effect] = [NodeFlagsSet(cmd.name, "drain", None, True)]
     if deadline is None:
         return Outcome((0, 0), tuple(effects))
-    why = f"the node {cmd.name} is drained for maintenance by {_iso(cmd.deadline)}"
+    why = f"the node {cmd.name} is drained for maintenance by {format_time(cmd.deadline)}"
     notice = Reclaiming("drain", deadline, why, cmd.action, now)
     with Trial(state.alloc) as trial:
         trial.set_node_flags(cmd.name, None, True)
@@ -138,13 +139,6 @@ def _add_busy(state: PoolState, cmd: Any, now: float) -> Outcome:
 def _epoch(dt: datetime) -> float:
     """Epoch seconds of a time (a naive one is UTC, as the store keeps it)."""
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
-
-
-def _iso(dt: datetime) -> str:
-    """ISO 8601 with a ``Z``, as the API writes times (a naive one is UTC)."""
-    if dt.tzinfo is None:
-        return dt.isoformat() + "Z"
-    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 RULES: dict[type[c.Command], Rule] = {

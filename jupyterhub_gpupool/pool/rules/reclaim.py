@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from typing import Any
 
+from ...timeparse import format_epoch
 from .. import commands as c
 from ..effects import (
     AwaitingApproval,
@@ -64,13 +64,6 @@ class Said:
     extra: Mapping[str, Any]
 
 
-def iso(at: float | None) -> str | None:
-    """Epoch seconds as the API writes a time (ISO 8601, microseconds, ``Z``)."""
-    if at is None:
-        return None
-    return datetime.fromtimestamp(at, timezone.utc).replace(tzinfo=None).isoformat() + "Z"
-
-
 # -- a round ---------------------------------------------------------------------------------
 
 
@@ -116,7 +109,7 @@ def _decided(
         words = notice_words(rec.kind, d.state.extensions, policy.max_extensions, False)
         extra = {
             "action": rec.action,
-            "deadline": iso(rec.deadline),
+            "deadline": format_epoch(rec.deadline),
             "evidence": evidence,
             "notice_kind": rec.kind,
             "heading": words["heading"],
@@ -175,7 +168,7 @@ def _act(
     rec = d.state.reclaiming
     extra = {
         "action": d.action,
-        "deadline": iso(rec.deadline if rec is not None else None),
+        "deadline": format_epoch(rec.deadline if rec is not None else None),
         "release_reason": d.release_reason,
         "target_offer": shrink_to,
         "target_lease": target,
