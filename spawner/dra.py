@@ -43,6 +43,7 @@ from jupyterhub_gpupool.kube.draselect import DRIVER as DRIVER
 from jupyterhub_gpupool.kube.draselect import GPU_CLASS as GPU_CLASS
 from jupyterhub_gpupool.kube.draselect import MIG_CLASS as MIG_CLASS
 from jupyterhub_gpupool.kube.draselect import device_selector as device_selector
+from jupyterhub_gpupool.kube.draselect import exact_device
 
 from .objects import LEASE_KEY, OFFER_KEY, PREFIX, label_value
 from .objects import check_lease as check_lease  # DRAClaims calls it as dra.check_lease
@@ -106,16 +107,6 @@ def _metadata(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str,
     return {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **labels}}
 
 
-def _one_device(slot: Mapping[str, Any], placed: bool) -> dict[str, Any]:
-    device_class, expression = device_selector(slot, placed)
-    return {
-        "deviceClassName": device_class,
-        "selectors": [{"cel": {"expression": expression}}],
-        "allocationMode": "ExactCount",
-        "count": 1,
-    }
-
-
 def fallback_slots(lease: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The devices the pool says the lease may fall back to (its ``fallback``: free devices of
     the same offer on the same node when the lease was read), checked to be of the lease's
@@ -151,12 +142,12 @@ def server_claim(
     alternatives = fallback_slots(lease)
     requests: list[dict[str, Any]] = []
     for i, slot in enumerate(lease["slots"]):
-        own = _one_device(slot, slot["gpu"] not in partitioned)
+        own = exact_device(slot, slot["gpu"] not in partitioned)
         if not alternatives:
             requests.append({"name": f"{SERVER_REF}-{i}", "exactly": own})
             continue
         subs = [{"name": GRANTED_SUB, **own}] + [
-            {"name": f"{FALLBACK_SUB}-{n}", **_one_device(alt, alt["gpu"] not in partitioned)}
+            {"name": f"{FALLBACK_SUB}-{n}", **exact_device(alt, alt["gpu"] not in partitioned)}
             for n, alt in enumerate(alternatives)
         ]
         requests.append({"name": f"{SERVER_REF}-{i}", "firstAvailable": subs})

@@ -61,6 +61,18 @@ def device_selector(slot: Mapping[str, Any], placed: bool = True) -> tuple[str, 
     return MIG_CLASS, " && ".join(parts)
 
 
+def exact_device(slot: Mapping[str, Any], placed: bool = True) -> dict[str, Any]:
+    """A claim request's body selecting exactly one device: ``slot``'s (``device_selector``),
+    for a server's claim and a job's alike."""
+    device_class, expression = device_selector(slot, placed)
+    return {
+        "deviceClassName": device_class,
+        "selectors": [{"cel": {"expression": expression}}],
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
+
+
 def devices_claim(
     devices: Iterable[Mapping[str, Any]], name: str, namespace: str, labels: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -75,14 +87,7 @@ def devices_claim(
             if mig
             else {"kind": "gpu", "gpu": d["gpu"]}
         )
-        device_class, expression = device_selector(slot)
-        one = {
-            "deviceClassName": device_class,
-            "selectors": [{"cel": {"expression": expression}}],
-            "allocationMode": "ExactCount",
-            "count": 1,
-        }
-        requests.append({"name": f"gpu-{i}", "exactly": one})
+        requests.append({"name": f"gpu-{i}", "exactly": exact_device(slot)})
     if not requests:
         raise ValueError(f"claim {name}: no device to select")
     return {
