@@ -172,7 +172,9 @@ def _synced(
     observed = None
     if gpu.mig_enabled:
         observed = _observed(was.observed if was is not None else None, reported.values())
-    rows = {(p, s): [uuid, n, error] for p, s, uuid, n, error in (was.instances if was else ())}
+    rows: _Rows = {
+        (p, s): [uuid, n, error] for p, s, uuid, n, error in (was.instances if was else ())
+    }
     keep: _Rows = {}
     gone: list[str] = []
     if gpu.mig_enabled and gpu.dynamic_mig:
@@ -192,7 +194,7 @@ def _synced(
             keep[key] = row
         return keep, observed, gone
     for key, inst in reported.items():
-        row = rows.pop(key, None) or [None, 0, None]
+        row = rows.pop(key) if key in rows else [None, 0, None]
         row[0] = inst.uuid or row[0]
         keep[key] = row
     for key, row in rows.items():
