@@ -11,8 +11,9 @@ The commands decided here are the keys of ``DECIDED``; their rules live in ``poo
 module per area, over the view in ``pool.facts``: leases; approvals; nodes (cordon, drain,
 reachability, sharing); quotas; jobs and kernels; reclaim (a reclaimer's round, an action's
 outcome, the reclaim policy); notices (an administrator's reclaim, extension and cancel, the
-service's claim of an overdue notice, a spent budget's notices); inventory (outside marks,
-rebinding); mig (a node's MIG results, re-partitions); config (a pool config's load: the
+service's claim of an overdue notice, a spent budget's notices); inventory (a node's
+inventory: the node put in place of its own, ``pool.nodeput``; outside marks, rebinding);
+mig (a node's MIG results, re-partitions); config (a pool config's load: the
 offer, quota and node rows it writes, the requests and leases its removals end, then
 ``AllocatorRebuilt``: the allocator is rebuilt from the rows, as it has no primitive to replace
 an offer table or a node). A job's or a kernel's request is the
@@ -89,7 +90,7 @@ RECORDS = frozenset(
         c.GiveUpLeader,
     }
 )
-#: Commands that change the pool by writing rows the allocator is then rebuilt from (a node's
-#: inventory), deciding inside the store as they write them: not decided yet
-#: (``docs/source/reference/architecture.md`` says why).
-REBUILDS = frozenset({c.PutInventory})
+#: Commands that change the pool by writing rows the allocator is then rebuilt from, deciding
+#: inside the store as they write them: none any more (a node's inventory is decided by
+#: ``rules.inventory``); kept so that a command that would be one must say so.
+REBUILDS: frozenset[type[c.Command]] = frozenset()

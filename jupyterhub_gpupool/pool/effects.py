@@ -17,6 +17,7 @@ from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
 from .model import MigInstance, Node, Offer, Request
+from .nodeput import put_node
 from .outside import OutsideHolds, Rebinding
 from .pricing import Prices
 from .quota import QuotaSpec
@@ -560,6 +561,30 @@ class LeaseNoted:
     message: str
 
 
+@dataclass(frozen=True)
+class NodeReported:
+    """An agent's inventory of a node is written: its row (added or updated), its GPUs' rows
+    (``node.gpus``, in order; a GPU the node no longer has goes) with, for each, its MIG
+    instance rows ((profile, start, uuid, failed creations, the last error)) and what the
+    node reported (``observed``). The allocator puts ``node`` (what a rebuild from those rows
+    gives) in place of its own (``pool.nodeput.put_node``, ``outside``: the node's marks).
+    The leases it loses come before it as their own ``LeaseReleased``."""
+
+    node: Node
+    rows: tuple[tuple[tuple[str, int, str | None, int, str | None], ...], ...]
+    observed: tuple[tuple[Mapping[str, Any], ...] | None, ...]
+    outside: OutsideHolds
+
+
+@dataclass(frozen=True)
+class InventoryTaken:
+    """A node's inventory is audited (``inventory``, by ``actor``: how many GPUs)."""
+
+    node: str
+    gpus: int
+    actor: str
+
+
 # -- the pool config (``LoadConfig``): rows written, then the allocator rebuilt from them
 
 
@@ -671,6 +696,8 @@ Effect = (
     | MigDestroyed
     | MigRowsSet
     | LeaseNoted
+    | NodeReported
+    | InventoryTaken
     | OfferLoaded
     | OfferDropped
     | FileQuotaLoaded
@@ -726,6 +753,8 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
             set_gpu(alloc, effect.gpu, cordoned=effect.cordoned)
     elif isinstance(effect, MigRowsSet) and effect.gpu in alloc.gpus:
         set_gpu(alloc, effect.gpu, instances=[replace(i) for i in effect.instances])
+    elif isinstance(effect, NodeReported):
+        put_node(alloc, effect.node, effect.outside)
     elif isinstance(effect, RepartitionApplying) and effect.gpu in alloc.gpus:
         instances = effect.instances
         if instances is not None:  # the agent's way: the layout is written now

@@ -143,6 +143,23 @@ class Repartition:
 
 
 @dataclass(frozen=True)
+class NodeRows:
+    """PutInventory: a node's rows as they are now: its flags, its GPUs as the MIG rules read
+    them (in the row's order) with each one's sharing mode, the ids of the live leases
+    holding each GPU (by uuid, in id order), and the lease holding each MIG instance
+    (by (GPU uuid, profile, start): its id, its state, whether the pool made the instance
+    for it)."""
+
+    unreachable: bool = False
+    cordoned: bool = False
+    draining: bool = False
+    gpus: tuple[MigGpu, ...] = ()
+    sharing: Mapping[str, str | None] = field(default_factory=dict)
+    leases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    slots: Mapping[tuple[str, str, int], tuple[str, str, bool]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class GpuRows:
     """LoadConfig: a declared node's GPU as its row is now (``uuid``, MIG ``enabled``) and
     the live leases holding it, in id order."""
@@ -270,6 +287,13 @@ class PoolState:
     #: each MIG instance of theirs, by (GPU uuid, profile, start).
     mig_node: tuple[MigGpu, ...] | None = None
     mig_holders: Mapping[tuple[str, str, int], tuple[str, str]] = field(default_factory=dict)
+    #: PutInventory: the node's rows (None: a new node; its lease facts in ``leases``, its
+    #: marks in ``outside``), the node each reported GPU of another node belongs to (by
+    #: uuid), the nodes and clusters whose MIG is the DRA driver's (``pool.dramig``), and
+    #: the clusters the pool knows (``clusters``).
+    node_rows: NodeRows | None = None
+    elsewhere: Mapping[str, str] = field(default_factory=dict)
+    dra: frozenset[str] = frozenset()
     # -- the pool config
     #: LoadConfig: the rows the load changes.
     config_rows: ConfigRows = field(default_factory=ConfigRows)

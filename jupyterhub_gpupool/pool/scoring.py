@@ -104,14 +104,7 @@ class NodeStates:
         self._rescore_batch = rescore_batch  # node states re-scored per decision (demand change)
 
     def _reindex(self, node: Node) -> None:
-        old = self._node_sid.pop(node.name, None)
-        if old is not None:
-            old_group = self._groups[old]
-            old_group.pop(node.name, None)
-            if not old_group:
-                del self._groups[old]  # only live states are scanned per decision
-                del self._group_heap[old]
-                self._dead.append(old)
+        self._unindex_node(node.name)
         if not node.schedulable:
             return
         sig = node.signature()
@@ -133,6 +126,17 @@ class NodeStates:
         group[node.name] = None
         heapq.heappush(self._group_heap[sid], (rank, node.name))
         self._node_sid[node.name] = sid
+
+    def _unindex_node(self, name: str) -> None:
+        """Take node ``name`` out of the index (it is re-indexed, or leaves the pool)."""
+        old = self._node_sid.pop(name, None)
+        if old is not None:
+            old_group = self._groups[old]
+            old_group.pop(name, None)
+            if not old_group:
+                del self._groups[old]  # only live states are scanned per decision
+                del self._group_heap[old]
+                self._dead.append(old)
 
     def _group_first(self, sid: int) -> tuple[int, str]:
         """(order, name) of the first node, in node order, of a live state."""

@@ -19,6 +19,7 @@ from types import TracebackType
 from .allocator import Allocator
 from .decisions import Grant, Lease
 from .model import Gpu, MigInstance, Node
+from .nodeput import put_back, put_node
 from .outside import OutsideHolds
 from .queue import Waiter
 
@@ -36,6 +37,9 @@ class Trial:
         self._nodes: dict[str, tuple[Node, int, int]] = {}
         self._undo: list[Callable[[], None]] = []
         self._reasons: dict[str, tuple[Waiter, str]] = {}
+        #: False: a release serves nobody (the rule serves the queue later, once it changed
+        #: the pool: an inventory's lost leases, before the node is put).
+        self.serving = True
 
     def __enter__(self) -> Trial:
         return self
@@ -145,8 +149,19 @@ class Trial:
         gpu.instances[:] = instances
         a.set_node_flags(gpu.node)
 
+    def put_node(self, node: Node, outside: OutsideHolds) -> None:
+        """Put ``node`` in place of the one of its name, as the applier's ``NodeReported``
+        (``pool.nodeput.put_node``; the node it replaces comes back, untouched by it)."""
+        a = self.alloc
+        gpus = list(a.gpus.items())
+        old = put_node(a, node, outside)
+        self._undo.append(lambda: put_back(a, node.name, old, gpus))
+
     def promote(self, now: float) -> list[Grant]:
-        """Serve the queue as ``Allocator.promote`` does; returns the grants."""
+        """Serve the queue as ``Allocator.promote`` does (unless not ``serving``); returns
+        the grants."""
+        if not self.serving:
+            return []
         a = self.alloc
         for lid, waiter in a.waiters.items():
             self._reasons.setdefault(lid, (waiter, waiter.reason))
@@ -242,7 +257,8 @@ class Trial:
         for node, cpu, memory in self._nodes.values():
             node.cpu_used, node.memory_used = cpu, memory
         for name in sorted(touched):
-            a._reindex(a.nodes[name])
+            if name in a.nodes:  # a node the trial added is gone again
+                a._reindex(a.nodes[name])
         self._undo, self._reasons, self._gpus, self._nodes = [], {}, {}, {}
 
 

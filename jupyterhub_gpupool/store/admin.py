@@ -10,18 +10,17 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool import commands as c
 from ..pool.dramig import made_by_claim
-from ..pool.facts import ConfigRows, GpuRows, PoolState
-from ..pool.model import Node, validate_node
-from ..pool.sharing import reported_mode
+from ..pool.facts import ConfigRows, GpuRows, NodeRows, PoolState
+from ..pool.model import Node
+from ..pool.outside import OutsideHolds
 from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
-from .apply import decided, lease_facts
-from .errors import StoreError
+from .apply import LazyFacts, decided, lease_facts
 from .mig import MigStore
 from .rows import (
     check_quota_kind,
@@ -89,67 +88,96 @@ class AdminStore(MigStore, ViewStore):
     # -- nodes -------------------------------------------------------------------------------
 
     def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
-        """An agent's report of a node: add or update it, release leases on vanished GPUs.
+        """An agent's report of a node: add or update it, end the leases on what it lost
+        (``pool.decide``: ``pool.rules.inventory``).
 
         A cluster the pool config does not list is refused (``unknown_cluster``, with the
         known ones): an agent pointed at the wrong pool, or a typo, must not add capacity."""
-        self.check_clusters([node.cluster], "cluster")
-        with self.transaction() as (db, _):
-            row = self._upsert_node(db, node, source="agent")
-            self._event(db, "inventory", actor, data={"node": node.name, "gpus": len(node.gpus)})
+        with self.transaction() as (db, alloc):
+            row = orm.NodeRow.find(db, node.name)
+            slots: list[orm.LeaseSlotRow] = []
+            if row is not None:
+                slots = list(
+                    db.scalars(
+                        select(orm.LeaseSlotRow)
+                        .where(
+                            orm.LeaseSlotRow.gpu_uuid.in_([g.uuid for g in row.gpus]),
+                            orm.LeaseSlotRow.live,
+                        )
+                        .options(selectinload(orm.LeaseSlotRow.lease))
+                        .order_by(orm.LeaseSlotRow.lease_id, orm.LeaseSlotRow.id)
+                    )
+                )
+            leases = LazyFacts(self, db, alloc, [s.lease for s in slots])
+            elsewhere = db.execute(
+                select(orm.GpuRow.uuid, orm.NodeRow.name)
+                .join(orm.NodeRow)
+                .where(
+                    orm.GpuRow.uuid.in_([g.uuid for g in node.gpus]),
+                    orm.NodeRow.name != node.name,
+                )
+            )
+            state = PoolState(
+                alloc,
+                leases,
+                outside=OutsideHolds.from_json(row.outside if row is not None else None),
+                mig_attempts=self.mig_attempts,
+                clusters=tuple(self.file_config.clusters),
+                node_rows=None if row is None else self._node_rows(row, slots),
+                elsewhere={uuid: name for uuid, name in elsewhere},
+                dra=frozenset(self.dra_dynamic_mig),
+            )
+            outcome = decided(state, c.PutInventory(node, actor=actor), self._now_s())
+            known = {s.lease_id: s.lease for s in slots} | leases.read
+            self._apply_effects(db, alloc, outcome.effects, "system", known)
+            row = orm.NodeRow.find(db, node.name)
+            assert row is not None  # written by the effects
             db.flush()
-            self._allocator = None  # inventory changed shape: rebuild on the next decision
             return node_json(row)
 
-    def _upsert_node(
-        self, db: Session, node: Node, source: str, *, lose: bool = True
-    ) -> orm.NodeRow:
-        """Add or update a node (validated first: nothing invalid ever reaches the rows).
-        ``lose``: end the leases on a GPU that vanished or switched its MIG mode (False: the
-        caller's decision ended them, ``pool.rules.config``)."""
-        validate_node(node)
+    def _node_rows(self, row: orm.NodeRow, slots: Sequence[orm.LeaseSlotRow]) -> NodeRows:
+        """What an inventory's rule reads of a node's rows (``pool.facts.NodeRows``; ``slots``:
+        the live slots on its GPUs, by lease id)."""
+        leases: dict[str, dict[str, None]] = {g.uuid: {} for g in row.gpus}
+        for s in slots:
+            leases[s.gpu_uuid][s.lease_id] = None
+        return NodeRows(
+            unreachable=row.unreachable,
+            cordoned=row.cordoned,
+            draining=row.draining,
+            gpus=tuple(self._mig_gpu(g) for g in row.gpus),
+            sharing={g.uuid: g.sharing for g in row.gpus},
+            leases={uuid: tuple(ids) for uuid, ids in leases.items()},
+            slots={
+                (s.gpu_uuid, s.profile or "", s.start or 0): (s.lease_id, s.lease.state, s.create)
+                for s in slots
+                if s.kind == "mig"
+            },
+        )
+
+    def _declare_node(self, db: Session, node: Node) -> orm.NodeRow:
+        """Write a node the pool config declares (``NodeDeclared``: the rule checked it; the
+        leases its GPUs lose end by their own effects)."""
         row = orm.NodeRow.find(db, node.name)
-        elsewhere = db.scalars(
-            select(orm.GpuRow)
-            .join(orm.NodeRow)
-            .where(orm.GpuRow.uuid.in_([g.uuid for g in node.gpus]), orm.NodeRow.name != node.name)
-        ).first()
-        if elsewhere is not None:
-            raise StoreError(
-                "gpu_elsewhere",
-                f"GPU {elsewhere.uuid} belongs to node {elsewhere.node.name}",
-                field="uuid",
-            )
         if row is None:
             row = orm.NodeRow(name=node.name, labels={})
             db.add(row)
         row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
-        row.labels, row.source, row.last_seen = dict(node.labels), source, self.clock()
-        if source == "agent" and row.unreachable:  # its agent is back
-            row.unreachable = False
-            self._event(db, "node-reachable", "system", data={"node": node.name})
+        row.labels, row.source, row.last_seen = dict(node.labels), "config", self.clock()
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:
             if made_by_claim(node.name, node.cluster, gpu.mig_enabled, self.dra_dynamic_mig):
-                # the DRA driver's MIG is dynamic whatever an agent or the config says
+                # the DRA driver's MIG is dynamic whatever the config says
                 gpu = replace(gpu, dynamic_mig=True)
-            g = by_uuid.pop(gpu.uuid, None)
-            if lose and g is not None and g.mig_enabled != gpu.mig_enabled:
-                # the GPU changed mode under its leases: they hold something that is gone
-                self._release_gpu_leases(db, g.uuid, "node-lost", "system")
-            g = g or orm.GpuRow(uuid=gpu.uuid)
+            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
             g.index, g.model = gpu.index, gpu.model.name
             g.memory_mib = round(gpu.model.memory_gb * 1024)
             g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
-            # an agent's "auto" is "not known here": the config's or the node's mode stays
-            g.sharing = reported_mode(gpu.sharing, g.sharing) if source == "agent" else gpu.sharing
-            g.healthy = gpu.healthy
-            self._sync_instances(db, g, gpu, source)
+            g.sharing, g.healthy = gpu.sharing, gpu.healthy
+            self._sync_instances(db, g, gpu)
             keep.append(g)
         row.gpus = keep
-        for gone in by_uuid.values() if lose else ():
-            self._release_gpu_leases(db, gone.uuid, "node-lost", "system")
         return row
 
     def set_sharing(
@@ -167,10 +195,6 @@ class AdminStore(MigStore, ViewStore):
             self._apply_effects(db, alloc, outcome.effects, actor)
             changed: dict[str, Any] = outcome.answer
             return changed
-
-    def _release_gpu_leases(self, db: Session, gpu_uuid: str, reason: str, actor: str) -> None:
-        for row in self._gpu_leases(db, gpu_uuid):
-            self._finish(db, None, row, reason, actor)
 
     def _gpu_leases(self, db: Session, gpu_uuid: str) -> list[orm.LeaseRow]:
         """The live leases holding a slot of the GPU ``gpu_uuid``."""

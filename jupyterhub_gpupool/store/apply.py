@@ -71,7 +71,13 @@ from ..pool.workloads import JOB_HOLDER
 from .bulk import queue_release, stage_lease
 from .configapply import CONFIG_EFFECTS, ConfigApplier
 from .errors import StoreError
-from .nodeapply import MIG_EFFECTS, NODE_EFFECTS, REPARTITION_EFFECTS, NodeApplier
+from .nodeapply import (
+    INVENTORY_EFFECTS,
+    MIG_EFFECTS,
+    NODE_EFFECTS,
+    REPARTITION_EFFECTS,
+    NodeApplier,
+)
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
 from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, slot_row, ts
 
@@ -96,9 +102,9 @@ __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "le
 class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
     """Writes decisions into rows (the store's part every deciding module shares)."""
 
-    #: Writes a node's rows as its agent or the pool config has it (``AdminStore``'s, the
-    #: inventory's writer: ``_upsert_node(db, node, source, *, lose=True)``).
-    _upsert_node: Callable[..., orm.NodeRow]
+    #: Writes a node's rows as the pool config declares it (``AdminStore._declare_node(db,
+    #: node)``).
+    _declare_node: Callable[..., orm.NodeRow]
 
     def _record(
         self, db: Session, row: orm.LeaseRow, decision: Grant | Queued, actor: str = ""
@@ -215,6 +221,8 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             elif isinstance(effect, RECLAIM_EFFECTS):  # ``store/reclaimapply.py``
                 self._reclaim_applied(db, effect, actor, known)
             # -- nodes and inventory (``store/nodeapply.py``)
+            elif isinstance(effect, INVENTORY_EFFECTS):
+                self._inventory_changed(db, effect)
             elif isinstance(effect, NODE_EFFECTS):
                 self._node_changed(db, effect, actor, known)
             elif isinstance(effect, REPARTITION_EFFECTS):
@@ -225,7 +233,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             elif isinstance(effect, CONFIG_EFFECTS):
                 self._config_changed(db, effect)
             elif isinstance(effect, NodeDeclared):  # its lost leases come as their own effects
-                self._upsert_node(db, effect.node, "config", lose=False)
+                self._declare_node(db, effect.node)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made

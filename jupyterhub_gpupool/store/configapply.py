@@ -1,7 +1,7 @@
 """The one applier's part for the pool config's load (``pool.rules.config``): the file's offer
 and quota rows, the prices recorded over time, the audit event, and the allocator dropped to
-be rebuilt from the rows. A declared node's rows are written by ``AdminStore._upsert_node``
-(``Applier._node_declared``). ``store/apply.py``'s ``_apply_effects`` calls these, in the
+be rebuilt from the rows. A declared node's rows are written by ``AdminStore._declare_node``
+(``NodeDeclared``). ``store/apply.py``'s ``_apply_effects`` calls these, in the
 effects' order, in the command's transaction."""
 
 from __future__ import annotations

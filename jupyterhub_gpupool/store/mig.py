@@ -20,7 +20,6 @@ by ``pool.decide`` (``pool.rules.mig``) and applied by the one applier:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import select
@@ -30,8 +29,8 @@ from .. import orm
 from ..pool import commands as c
 from ..pool.dramig import made_by_claim
 from ..pool.facts import MigGpu, PoolState
-from ..pool.migplan import GpuLayout, Seen, Wanted, mig_key, plan_gpu, plan_node
-from ..pool.model import Gpu, MigInstance
+from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
+from ..pool.model import Gpu
 from ..pool.repartition import Held
 from ..pool.rules.mig import OCCUPIED
 from .apply import Applier, LazyFacts, decided
@@ -40,23 +39,15 @@ from .apply import Applier, LazyFacts, decided
 class MigStore(Applier):
     """Dynamic MIG: the plan per node, and what the nodes did with it."""
 
-    # -- inventory -----------------------------------------------------------------------------
+    # -- a declared node ---------------------------------------------------------------------------
 
-    def _sync_instances(self, db: Session, g: orm.GpuRow, gpu: Gpu, source: str) -> None:
-        """Make a GPU's instance rows follow a report (an agent's inventory or the pool config).
-
-        Static MIG, and the pool config: the report is the layout, except that instances held
-        by live leases stay (the config does not know them; the agent will tell). Dynamic MIG
-        reported by its node: the pool's rows are the layout and the report only says which
-        exist (``observed``), so an instance the pool planned away is never taken back in. An
-        instance that vanished under a live lease loses it (``node-lost``), except a grant's
-        own, which is simply planned again.
-        """
+    def _sync_instances(self, db: Session, g: orm.GpuRow, gpu: Gpu) -> None:
+        """Make a declared GPU's instance rows follow the pool config: the config is the
+        layout, except that instances held by live leases stay (the config does not know
+        them; the agent will tell). An agent's report is ``pool.rules.inventory``'s."""
         reported = {(i.profile, i.start): i for i in gpu.instances}
-        if source == "agent":
-            g.observed = _observed(g.observed, gpu.instances) if gpu.mig_enabled else None
         rows = {(r.profile, r.start): r for r in g.instances}
-        held: dict[tuple[str, int], orm.LeaseSlotRow] = {}
+        held: set[tuple[str, int]] = set()
         # a GPU row added in this transaction has no id until the flush (the ORM types it set)
         if cast("int | None", g.id) is not None:
             for slot in db.scalars(
@@ -66,79 +57,21 @@ class MigStore(Applier):
                     orm.LeaseSlotRow.kind == "mig",
                 )
             ):
-                held[(slot.profile or "", slot.start or 0)] = slot
+                held.add((slot.profile or "", slot.start or 0))
         keep: list[orm.MigInstanceRow] = []
-        lost: list[orm.LeaseRow] = []
-        if source == "agent" and gpu.mig_enabled and gpu.dynamic_mig:
-            for key, row in rows.items():
-                inst, held_slot = reported.get(key), held.get(key)
-                if inst is not None:
-                    if inst.uuid is not None and row.uuid != inst.uuid:
-                        if held_slot is not None and row.uuid is None:  # a grant's instance is made
-                            self._made(db, g, row, inst.uuid, held_slot)
-                        else:
-                            row.uuid, row.attempts, row.error = inst.uuid, 0, None
-                elif row.uuid is not None:  # it existed and is gone
-                    row.uuid = None
-                    if held_slot is not None and not (
-                        held_slot.create and held_slot.lease.state == "granted"
-                    ):
-                        lost.append(held_slot.lease)
-                        continue
-                keep.append(row)
-        else:
-            for key, inst in reported.items():
-                found = rows.pop(key, None)
-                row = (
-                    found if found is not None else orm.MigInstanceRow(profile=key[0], start=key[1])
-                )
-                row.uuid = inst.uuid or row.uuid
-                keep.append(row)
-            for key, row in rows.items():
-                held_slot = held.get(key)
-                if held_slot is None:
-                    continue
-                if source == "config" or (held_slot.create and row.uuid is None):
-                    keep.append(row)  # the config knows nothing of it, or not made yet
-                else:  # a held instance vanished
-                    lost.append(held_slot.lease)
+        for key, inst in reported.items():
+            found = rows.pop(key, None)
+            row = found if found is not None else orm.MigInstanceRow(profile=key[0], start=key[1])
+            row.uuid = inst.uuid or row.uuid
+            keep.append(row)
+        keep += [row for key, row in rows.items() if key in held]
         if cast("int | None", g.id) is not None and any(r not in keep for r in g.instances):
             # delete before inserting: a new instance may take a dropped one's start (unique)
             g.instances = [r for r in g.instances if r in keep]
             db.flush()
         g.instances = keep
-        for lease in lost:
-            self._finish(db, None, lease, "node-lost", "system")
         if g.id is not None:
             self._fail_blocked(db, g)
-
-    def _made(
-        self,
-        db: Session,
-        g: orm.GpuRow,
-        row: orm.MigInstanceRow,
-        uuid: str | None,
-        slot: orm.LeaseSlotRow | None,
-    ) -> None:
-        """A wanted instance exists now: its lease is ready and gets its full grant time."""
-        row.uuid, row.attempts, row.error = uuid, 0, None
-        lease = slot.lease if slot is not None else None
-        if lease is not None and lease.state == "granted":
-            lease.expires = self.clock() + timedelta(seconds=self.grant_timeout)
-            lease.message = None
-        self._event(
-            db,
-            "mig-created",
-            "system",
-            lease,
-            {
-                "node": g.node.name,
-                "gpu": g.uuid,
-                "profile": row.profile,
-                "start": row.start,
-                "mig_uuid": uuid,
-            },
-        )
 
     # -- the plan ------------------------------------------------------------------------------
 
@@ -262,9 +195,11 @@ class MigStore(Applier):
         )
 
     def _fail_blocked(self, db: Session, g: orm.GpuRow) -> None:
-        """Give up at once on wanted instances a busy unwanted one makes impossible (never on
-        the DRA driver's GPUs: a claim, not the agent, makes the instance, wherever the
-        scheduler finds room)."""
+        """Give up at once on wanted instances a busy unwanted one makes impossible, on a GPU
+        the pool config declares (never on the DRA driver's GPUs: a claim, not the agent,
+        makes the instance, wherever the scheduler finds room). ``MigResults`` and an
+        inventory give up by ``pool.rules.mig.blocked_creations``; a config load ends with a
+        rebuild, so its give-ups change only the rows."""
         if not (g.dynamic_mig and g.mig_enabled) or g.observed is None:
             return
         if made_by_claim(g.node.name, g.node.cluster, g.mig_enabled, self.dra_dynamic_mig):
@@ -307,21 +242,3 @@ class MigStore(Applier):
             f"({row.error}); the grant was released: ask again"
         )
         self._finish(db, None, lease, "mig-failed", "system")
-
-
-def _observed(
-    before: list[dict[str, Any]] | None, instances: Iterable[MigInstance]
-) -> list[dict[str, Any]]:
-    """A node's reported instances as ``GpuRow.observed`` entries; failed destructions are
-    carried over for the same instance (same profile, start and uuid)."""
-    attempts = {(*mig_key(o), o.get("uuid")): o.get("attempts", 0) for o in before or ()}
-    return [
-        {
-            "profile": i.profile,
-            "start": i.start,
-            "uuid": i.uuid,
-            "processes": i.processes,
-            "attempts": attempts.get((i.profile, i.start, i.uuid), 0),
-        }
-        for i in instances
-    ]

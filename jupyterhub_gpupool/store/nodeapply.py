@@ -1,12 +1,13 @@
-"""The one applier's part for the nodes and inventory: the rows (and audit events) of a node's
-reachability, a drain's deadline, outside marks, a rebound lease, a GPU's cordon and its
-re-partitions, and what a node did with its MIG plan (``pool.effects``' "nodes and inventory"
-effects; the allocator's part is ``pool.effects.apply_effect``). ``store/apply.py``'s
-``_apply_effects`` calls these, in the effects' order, in the command's transaction."""
+"""The one applier's part for the nodes and inventory: the rows (and audit events) of an
+agent's inventory, a node's reachability, a drain's deadline, outside marks, a rebound lease,
+a GPU's cordon and its re-partitions, and what a node did with its MIG plan
+(``pool.effects``' "nodes and inventory" effects; the allocator's part is
+``pool.effects.apply_effect``). ``store/apply.py``'s ``_apply_effects`` calls these, in the
+effects' order, in the command's transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -17,12 +18,14 @@ from .. import orm
 from ..pool.effects import (
     DrainDeadline,
     GpuCordoned,
+    InventoryTaken,
     LeaseNoted,
     MigCreated,
     MigDestroyed,
     MigFailed,
     MigRowsSet,
     NodeReachable,
+    NodeReported,
     OutsideSet,
     Rebound,
     RepartitionApplying,
@@ -33,6 +36,7 @@ from .core import StoreCore
 from .rows import from_epoch, slot_row, ts
 
 #: The effects this part applies, by the method that applies them.
+INVENTORY_EFFECTS = (NodeReported, InventoryTaken)
 NODE_EFFECTS = (NodeReachable, DrainDeadline, OutsideSet, Rebound)
 MIG_EFFECTS = (MigCreated, MigFailed, MigDestroyed, MigRowsSet, LeaseNoted)
 REPARTITION_EFFECTS = (GpuCordoned, RepartitionOpened, RepartitionApplying, RepartitionClosed)
@@ -40,6 +44,33 @@ REPARTITION_EFFECTS = (GpuCordoned, RepartitionOpened, RepartitionApplying, Repa
 
 class NodeApplier(StoreCore):
     """Writes the nodes' and inventory's effects into rows."""
+
+    def _inventory_changed(self, db: Session, effect: NodeReported | InventoryTaken) -> None:
+        """An agent's inventory: the node's row and its GPUs' (a GPU it no longer has goes,
+        its leases ended before), their instance rows and reported entries; its audit."""
+        if isinstance(effect, InventoryTaken):
+            data = {"node": effect.node, "gpus": effect.gpus}
+            self._event(db, "inventory", effect.actor, data=data)
+            return
+        node = effect.node
+        row = orm.NodeRow.find(db, node.name)
+        if row is None:
+            row = orm.NodeRow(name=node.name, labels={})
+            db.add(row)
+        row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
+        row.labels, row.source, row.last_seen = dict(node.labels), "agent", self.clock()
+        by_uuid = {g.uuid: g for g in row.gpus}
+        keep = []
+        for gpu, rows, observed in zip(node.gpus, effect.rows, effect.observed, strict=True):
+            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
+            g.index, g.model = gpu.index, gpu.model.name
+            g.memory_mib = round(gpu.model.memory_gb * 1024)
+            g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
+            g.sharing, g.healthy = gpu.sharing, gpu.healthy
+            g.observed = None if observed is None else [dict(o) for o in observed]
+            set_instance_rows(db, g, rows)
+            keep.append(g)
+        row.gpus = keep
 
     def _node_changed(
         self,
@@ -154,19 +185,7 @@ class NodeApplier(StoreCore):
             g = db.scalar(select(orm.GpuRow).where(orm.GpuRow.uuid == effect.gpu))
             if g is None:
                 return
-            by_key = {(i.profile, i.start): i for i in g.instances}
-            keep = []
-            for profile, start, uuid, attempts, error in effect.rows:
-                row = by_key.get((profile, start)) or orm.MigInstanceRow(
-                    profile=profile, start=start
-                )
-                row.uuid, row.attempts, row.error = uuid, attempts, error
-                keep.append(row)
-            if any(r not in keep for r in g.instances):
-                # delete before inserting: a new instance may take a dropped one's start
-                g.instances = [r for r in g.instances if r in keep]
-                db.flush()
-            g.instances = keep
+            set_instance_rows(db, g, effect.rows)
             g.observed = None if effect.observed is None else [dict(o) for o in effect.observed]
             return
         data: dict[str, Any] = {"node": effect.node, "gpu": effect.gpu}
@@ -240,6 +259,24 @@ class NodeApplier(StoreCore):
                 "swapped": [lease_id],
             }
             self._event(db, "rebound", actor, rows[lid], data)
+
+
+def set_instance_rows(
+    db: Session, g: orm.GpuRow, rows: Iterable[tuple[str, int, str | None, int, str | None]]
+) -> None:
+    """A GPU's MIG instance rows become ``rows`` ((profile, start, uuid, failed creations,
+    the last error)): a row of the same (profile, start) is kept, the others go."""
+    by_key = {(i.profile, i.start): i for i in g.instances}
+    keep = []
+    for profile, start, uuid, attempts, error in rows:
+        row = by_key.get((profile, start)) or orm.MigInstanceRow(profile=profile, start=start)
+        row.uuid, row.attempts, row.error = uuid, attempts, error
+        keep.append(row)
+    if any(r not in keep for r in g.instances):
+        # delete before inserting: a new instance may take a dropped one's start
+        g.instances = [r for r in g.instances if r in keep]
+        db.flush()
+    g.instances = keep
 
 
 def rep_data(rep: orm.MigRepartitionRow) -> dict[str, Any]:

@@ -7,7 +7,7 @@ cordon, its layout as the rows now say), never a rebuild."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -329,6 +329,22 @@ class _Results:
             instances = with_retiring(g.model, instances, seen)
         observed = None if w.observed is None else tuple(w.observed)
         return MigRowsSet(g.uuid, rows, observed, tuple(instances))
+
+
+def blocked_creations(
+    state: PoolState,
+    node: str,
+    gpus: Iterable[tuple[MigGpu, dict[tuple[str, int], list[Any]], list[Mapping[str, Any]] | None]],
+) -> tuple[list[Effect], list[tuple[LeaseFacts, str]]]:
+    """``MigResults``' rule for the wanted instances a busy unwanted one makes impossible, on
+    GPUs whose rows an inventory just set ((the GPU, its rows by (profile, start) as
+    [uuid, failed creations, error], changed in place, what the node reported)): the
+    effects (``MigFailed``, what the leases are told) and the leases given up on
+    (``mig-failed``; the holders are ``state.mig_holders``, their facts ``state.leases``)."""
+    work = _Results(state, node)
+    for g, rows, observed in gpus:
+        work.blocked(_Gpu(g, rows, observed))
+    return work.effects, work.given_up
 
 
 def _mig_results(state: PoolState, cmd: Any, now: float) -> Outcome:
