@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..store.read.jobs import JobDevice
+
 API_VERSION = "resource.k8s.io/v1"
 #: The driver's name: the domain of its attributes and capacities, and its config's driver.
 DRIVER = "gpu.nvidia.com"
@@ -74,18 +76,18 @@ def exact_device(slot: Mapping[str, Any], placed: bool = True) -> dict[str, Any]
 
 
 def devices_claim(
-    devices: Iterable[Mapping[str, Any]], name: str, namespace: str, labels: Mapping[str, str]
+    devices: Iterable[JobDevice], name: str, namespace: str, labels: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The ResourceClaim of a job's granted ``devices`` (the job JSON's: ``gpu`` uuid, ``mig``
-    with ``profile`` and ``start`` or null): one request per device, each selecting exactly
-    it. Raises ``ValueError`` for no device."""
+    """The ResourceClaim of a job's granted ``devices`` (its ``gpu`` uuid, its ``mig`` with
+    ``profile`` and ``start`` or None): one request per device, each selecting exactly it.
+    Raises ``ValueError`` for no device."""
     requests = []
     for i, d in enumerate(devices):
-        mig = d.get("mig")
-        slot = (
-            {"kind": "mig", "gpu": d["gpu"], "profile": mig["profile"], "start": mig["start"]}
+        mig = d.mig
+        slot: dict[str, Any] = (
+            {"kind": "mig", "gpu": d.gpu, "profile": mig.profile, "start": mig.start}
             if mig
-            else {"kind": "gpu", "gpu": d["gpu"]}
+            else {"kind": "gpu", "gpu": d.gpu}
         )
         requests.append({"name": f"gpu-{i}", "exactly": exact_device(slot)})
     if not requests:

@@ -586,22 +586,22 @@ def test_a_training_job_is_never_idle_reclaimed(store, clock):
     while a server's idle lease beside it gets its notice."""
     job = store.submit_job("bob", "a100-1g", ["python", "train.py"])
     make_instances(store)
-    store.job_status(job["id"], "running")
+    store.job_status(job.id, "running")
     server = bound(store)
-    job_lease = store.lease(job["lease_id"])
+    job_lease = store.lease(job.lease_id)
     assert job_lease["state"] == "active"
     assert until(store, clock, server, "notice")
     for _ in range(20):
         decisions = step(store, clock, server, job_lease)
-        assert job["lease_id"] not in decisions
-    assert store.lease(job["lease_id"])["state"] == "active"
-    assert store.job(job["id"])["state"] == "running"
+        assert job.lease_id not in decisions
+    assert store.lease(job.lease_id)["state"] == "active"
+    assert store.job(job.id).state == "running"
 
 
 def test_the_reclaimer_is_not_given_job_leases_it_may_not_reclaim(store):
     job = store.submit_job("bob", "h100", ["python", "serve.py"], "inference")
-    store.job_status(job["id"], "running")
+    store.job_status(job.id, "running")
     server = bound(store, "a100-1g")
     leases, total = store.reclaim_leases()
     assert [le["id"] for le in leases] == [server["id"]] and total == 1
-    assert job["lease_id"] not in store.reclaim_devices()
+    assert job.lease_id not in store.reclaim_devices()

@@ -1,0 +1,127 @@
+"""The API's JSON of the store's read models (``service/serialize/``), against JSON written
+out by hand: every wire name and time text, so a renamed field or a changed time format
+fails here before a client sees it. The views cross the writer's process pipe, so they
+pickle."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import datetime
+
+from jupyterhub_gpupool.service.serialize.jobs import job_json
+from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig, JobView, stored_devices
+
+T0 = datetime(2026, 3, 2, 9, 15, 0)
+T1 = datetime(2026, 3, 2, 9, 16, 30, 250000)
+
+RUNNING_JOB = JobView(
+    id="j1",
+    user="bob",
+    group="ml",
+    name="train",
+    offer="a100-1g",
+    workload="training",
+    replicas=2,
+    command=("python", "train.py"),
+    cwd="/home/bob",
+    state="preempting",
+    position=None,
+    lease_id="l1",
+    node="gpu-1",
+    devices=(
+        JobDevice("GPU-a", 0, JobMig("1g.10gb", 3, "MIG-x")),
+        JobDevice("GPU-b", 1, None),
+    ),
+    created=T0,
+    started=T1,
+    ended=None,
+    exit_code=None,
+    notice_deadline=T1,
+    reason="preempted for alice",
+    runner="kueue",
+    runner_ref={"namespace": "ml", "name": "train", "uid": "u1"},
+    env={"SEED": "1"},
+)
+
+
+def test_a_running_jobs_json_with_devices_times_and_env():
+    assert job_json(RUNNING_JOB) == {
+        "id": "j1",
+        "user": "bob",
+        "group": "ml",
+        "name": "train",
+        "offer": "a100-1g",
+        "class": "training",
+        "replicas": 2,
+        "command": ["python", "train.py"],
+        "cwd": "/home/bob",
+        "state": "preempting",
+        "position": None,
+        "lease_id": "l1",
+        "node": "gpu-1",
+        "devices": [
+            {
+                "gpu": "GPU-a",
+                "index": 0,
+                "mig": {"profile": "1g.10gb", "start": 3, "uuid": "MIG-x"},
+            },
+            {"gpu": "GPU-b", "index": 1, "mig": None},
+        ],
+        "created": "2026-03-02T09:15:00Z",
+        "started": "2026-03-02T09:16:30.250000Z",
+        "ended": None,
+        "exit_code": None,
+        "notice_deadline": "2026-03-02T09:16:30.250000Z",
+        "reason": "preempted for alice",
+        "runner": "kueue",
+        "runner_ref": {"namespace": "ml", "name": "train", "uid": "u1"},
+        "env": {"SEED": "1"},
+    }
+
+
+def test_a_queued_jobs_json_has_its_position_and_no_env_key():
+    queued = JobView(
+        id="j2", user="ann", group=None, name="", offer="h100", workload="inference",
+        replicas=1, command=("serve",), cwd=None, state="queued", position=3, lease_id="l2",
+        node=None, devices=(), created=T0, started=None, ended=None, exit_code=None,
+        notice_deadline=None, reason=None, runner="local", runner_ref=None,
+    )  # fmt: skip
+    assert job_json(queued) == {
+        "id": "j2",
+        "user": "ann",
+        "group": None,
+        "name": "",
+        "offer": "h100",
+        "class": "inference",
+        "replicas": 1,
+        "command": ["serve"],
+        "cwd": None,
+        "state": "queued",
+        "position": 3,
+        "lease_id": "l2",
+        "node": None,
+        "devices": [],
+        "created": "2026-03-02T09:15:00Z",
+        "started": None,
+        "ended": None,
+        "exit_code": None,
+        "notice_deadline": None,
+        "reason": None,
+        "runner": "local",
+        "runner_ref": None,
+    }
+
+
+def test_a_jobs_recorded_devices_read_back_typed():
+    recorded = [
+        {"gpu": "GPU-a", "index": 2, "mig": {"profile": "3g.40gb", "start": 4, "uuid": None}},
+        {"gpu": "GPU-b", "index": None, "mig": None},
+    ]
+    assert stored_devices(recorded) == (
+        JobDevice("GPU-a", 2, JobMig("3g.40gb", 4, None)),
+        JobDevice("GPU-b", None, None),
+    )
+
+
+def test_views_pickle_across_the_writers_pipe():
+    assert pickle.loads(pickle.dumps(RUNNING_JOB)) == RUNNING_JOB
