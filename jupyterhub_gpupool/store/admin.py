@@ -23,9 +23,9 @@ from ..poolconfig import PoolConfig
 from .apply import decided, lease_facts
 from .errors import StoreError
 from .mig import MigStore
+from .read.nodes import NodeSetView, NodeView, node_set_view, node_view
 from .rows import (
     check_quota_kind,
-    node_json,
     reclaim_state,
     upsert_insert,
 )
@@ -88,7 +88,7 @@ class AdminStore(MigStore, ViewStore):
 
     # -- nodes -------------------------------------------------------------------------------
 
-    def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
+    def put_inventory(self, node: Node, *, actor: str = "") -> NodeView:
         """An agent's report of a node: add or update it, release leases on vanished GPUs.
 
         A cluster the pool config does not list is refused (``unknown_cluster``, with the
@@ -99,7 +99,7 @@ class AdminStore(MigStore, ViewStore):
             self._event(db, "inventory", actor, data={"node": node.name, "gpus": len(node.gpus)})
             db.flush()
             self._allocator = None  # inventory changed shape: rebuild on the next decision
-            return node_json(row)
+            return node_view(row)
 
     def _upsert_node(
         self, db: Session, node: Node, source: str, *, lose: bool = True
@@ -183,7 +183,7 @@ class AdminStore(MigStore, ViewStore):
             ).unique()
         )
 
-    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
+    def set_node(self, name: str, action: str, *, actor: str = "") -> NodeSetView:
         """cordon / uncordon / drain a node (``pool.decide``); an uncordon serves the queue
         and withdraws the drain notices of the node's leases that no one is carrying out yet:
         ``withdrawn`` lists them."""
@@ -212,9 +212,7 @@ class AdminStore(MigStore, ViewStore):
             outcome = decided(state, c.SetNode(name, action), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, {r.id: r for r in noticed})
             assert row is not None  # else refused
-            if action != "uncordon":
-                return node_json(row)
-            return {**node_json(row), "withdrawn": outcome.answer}
+            return node_set_view(row, outcome.answer if action == "uncordon" else None)
 
     # -- quotas ------------------------------------------------------------------------------
 

@@ -51,10 +51,10 @@ from .admin import AdminStore
 from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
+from .read.nodes import NodeDrainView, node_view
 from .reclaim import ReclaimStore, noticed
 from .rows import (
     epoch,
-    node_json,
     reclaim_state,
     ts,
 )
@@ -219,7 +219,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         *,
         action: str = "stop",
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> NodeDrainView:
         """Drain a node: nothing new lands there; with a ``deadline``, every live lease on it
         gets a ``drain`` notice ending then (a grant not yet bound is released now). Decided
         by ``pool.decide`` (one rule: ``SetNode``'s flags, ``admin_notice``'s notices)."""
@@ -246,8 +246,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             self._apply_effects(db, alloc, outcome.effects, actor, known)
             assert row is not None  # else refused
             noticed, released = outcome.answer
-            out = node_json(row)
-            return {**out, "deadline": ts(deadline), "noticed": noticed, "released": released}
+            return NodeDrainView(node_view(row), deadline, noticed, released)
 
     # -- MIG re-partition ------------------------------------------------------------------
 

@@ -8,8 +8,13 @@ from __future__ import annotations
 import pickle
 from datetime import datetime
 
+from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
 from jupyterhub_gpupool.service.serialize.jobs import job_json
+from jupyterhub_gpupool.service.serialize.nodes import node_drain_json, node_json, node_set_json
+from jupyterhub_gpupool.service.serialize.reclaim import reclaim_policy_json
 from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig, JobView, stored_devices
+from jupyterhub_gpupool.store.read.nodes import NodeDrainView, NodeSetView, NodeView
+from jupyterhub_gpupool.store.read.reclaim import ReclaimPolicyView
 
 T0 = datetime(2026, 3, 2, 9, 15, 0)
 T1 = datetime(2026, 3, 2, 9, 16, 30, 250000)
@@ -123,5 +128,103 @@ def test_a_jobs_recorded_devices_read_back_typed():
     )
 
 
+NODE = NodeView("gpu-1", "default", cordoned=True, draining=False, unreachable=False, gpus=8,
+                source="agent")  # fmt: skip
+NODE_JSON = {
+    "name": "gpu-1",
+    "cluster": "default",
+    "cordoned": True,
+    "draining": False,
+    "unreachable": False,
+    "gpus": 8,
+    "source": "agent",
+}
+
+
+def test_a_nodes_json():
+    assert node_json(NODE) == NODE_JSON
+
+
+def test_a_cordon_answers_the_node_and_an_uncordon_what_it_withdrew():
+    assert node_set_json(NodeSetView(NODE)) == NODE_JSON
+    assert node_set_json(NodeSetView(NODE, ("l1", "l2"))) == {
+        **NODE_JSON,
+        "withdrawn": ["l1", "l2"],
+    }
+    assert node_set_json(NodeSetView(NODE, ()))["withdrawn"] == []
+
+
+def test_a_drains_answer_has_its_deadline_and_counts():
+    assert node_drain_json(NodeDrainView(NODE, T0, noticed=2, released=1)) == {
+        **NODE_JSON,
+        "deadline": "2026-03-02T09:15:00Z",
+        "noticed": 2,
+        "released": 1,
+    }
+    assert node_drain_json(NodeDrainView(NODE, None, 0, 0))["deadline"] is None
+
+
+SHRINK = ReclaimPolicy(
+    idle_timeout=7200.0,
+    max_age=86400.0,
+    action="shrink:a100-1g",
+    exempt_users=frozenset({"zoe", "ann"}),
+    exempt_groups=frozenset({"staff"}),
+)
+POLICIES = ReclaimPolicyView(
+    source="api",
+    section={"default": {"idle_timeout": "2h"}},
+    default=ReclaimPolicy(),
+    offers={"a100-3g": SHRINK},
+)
+
+
+def test_the_reclaim_policies_json_resolves_every_field():
+    assert reclaim_policy_json(POLICIES) == {
+        "source": "api",
+        "reclaim": {"default": {"idle_timeout": "2h"}},
+        "effective": {
+            "default": {
+                "enabled": True,
+                "idle_timeout": 1800.0,
+                "pressure_idle_timeout": 1200.0,
+                "cpu_busy_timeout": 14400.0,
+                "warn_before": 600.0,
+                "max_extensions": 2,
+                "extension": 3600.0,
+                "max_age": None,
+                "busy_grace": 900.0,
+                "min_runtime": 1800.0,
+                "gpu_idle_threshold": 5.0,
+                "action": "stop",
+                "exempt_users": [],
+                "exempt_groups": [],
+                "reclaim_busy_borrowed": False,
+            },
+            "offers": {
+                "a100-3g": {
+                    "enabled": True,
+                    "idle_timeout": 7200.0,
+                    "pressure_idle_timeout": 1200.0,
+                    "cpu_busy_timeout": 14400.0,
+                    "warn_before": 600.0,
+                    "max_extensions": 2,
+                    "extension": 3600.0,
+                    "max_age": 86400.0,
+                    "busy_grace": 900.0,
+                    "min_runtime": 1800.0,
+                    "gpu_idle_threshold": 5.0,
+                    "action": "shrink:a100-1g",
+                    "exempt_users": ["ann", "zoe"],
+                    "exempt_groups": ["staff"],
+                    "reclaim_busy_borrowed": False,
+                }
+            },
+        },
+    }
+
+
 def test_views_pickle_across_the_writers_pipe():
-    assert pickle.loads(pickle.dumps(RUNNING_JOB)) == RUNNING_JOB
+    drained = NodeDrainView(NODE, T0, 2, 1)
+    for view in (RUNNING_JOB, NodeSetView(NODE, ("l1",)), drained, POLICIES):
+        assert pickle.loads(pickle.dumps(view)) == view

@@ -116,7 +116,7 @@ def test_drain_by_a_deadline_notices_every_lease_and_releases_unbound_grants(sto
     other = bound(store, "h100", "carol")
     deadline = clock() + timedelta(hours=2)
     out = store.drain_node("a100", deadline, actor="user:admin")
-    assert out["draining"] and out["noticed"] == 1 and out["released"] == 1
+    assert out.node.draining and out.noticed == 1 and out.released == 1
     lease = store.lease(held["id"])
     assert lease["state"] == "reclaiming" and lease["reclaim"]["kind"] == "drain"
     assert lease["reclaim"]["deadline"] == deadline.isoformat() + "Z"
