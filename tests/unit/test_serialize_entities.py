@@ -9,12 +9,15 @@ import pickle
 from datetime import datetime
 
 from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
+from jupyterhub_gpupool.pool.repartition import Held, Plan
 from jupyterhub_gpupool.service.serialize.jobs import job_json
 from jupyterhub_gpupool.service.serialize.nodes import node_drain_json, node_json, node_set_json
 from jupyterhub_gpupool.service.serialize.reclaim import reclaim_policy_json
+from jupyterhub_gpupool.service.serialize.repartitions import repartition_json
 from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig, JobView, stored_devices
 from jupyterhub_gpupool.store.read.nodes import NodeDrainView, NodeSetView, NodeView
 from jupyterhub_gpupool.store.read.reclaim import ReclaimPolicyView
+from jupyterhub_gpupool.store.read.repartitions import LayoutSlice, RepartitionView
 
 T0 = datetime(2026, 3, 2, 9, 15, 0)
 T1 = datetime(2026, 3, 2, 9, 16, 30, 250000)
@@ -224,7 +227,65 @@ def test_the_reclaim_policies_json_resolves_every_field():
     }
 
 
+WAITING = RepartitionView(
+    id=7,
+    node="a100",
+    gpu="GPU-a",
+    layout=(LayoutSlice("3g.40gb", 0), LayoutSlice("3g.40gb", 4)),
+    method="label",
+    state="waiting",
+    actor="user:admin",
+    created=T0,
+    updated=T1,
+    error=None,
+    plan=Plan(
+        gpu="GPU-a",
+        model="A100-80GB",
+        target=[("3g.40gb", 0), ("3g.40gb", 4)],
+        go=[Held("7g.80gb", 0, "l1", "alice")],
+        come=[("3g.40gb", 0), ("3g.40gb", 4)],
+        in_way=[Held("7g.80gb", 0, "l1", "alice")],
+    ),
+)
+
+
+def test_a_waiting_repartitions_json_has_its_plan():
+    held = {"profile": "7g.80gb", "start": 0, "lease": "l1", "user": "alice"}
+    two = [{"profile": "3g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]
+    assert repartition_json(WAITING) == {
+        "id": 7,
+        "node": "a100",
+        "gpu": "GPU-a",
+        "layout": two,
+        "method": "label",
+        "state": "waiting",
+        "actor": "user:admin",
+        "created": "2026-03-02T09:15:00Z",
+        "updated": "2026-03-02T09:16:30.250000Z",
+        "error": None,
+        "plan": {
+            "gpu": "GPU-a",
+            "model": "A100-80GB",
+            "layout": two,
+            "go": [held],
+            "come": two,
+            "keep": [],
+            "in_way": [held],
+            "ready": False,
+            "mig_config": {"3g.40gb": 2},
+        },
+    }
+
+
+def test_a_closed_repartitions_json_has_no_plan_and_says_why_it_failed():
+    failed = RepartitionView(7, "a100", "GPU-a", (LayoutSlice("7g.80gb", 0),), "agent",
+                             "failed", "user:admin", T0, T1, "no such profile", None)  # fmt: skip
+    out = repartition_json(failed)
+    assert out["plan"] is None and out["error"] == "no such profile"
+    assert out["layout"] == [{"profile": "7g.80gb", "start": 0}] and out["method"] == "agent"
+
+
 def test_views_pickle_across_the_writers_pipe():
     drained = NodeDrainView(NODE, T0, 2, 1)
-    for view in (RUNNING_JOB, NodeSetView(NODE, ("l1",)), drained, POLICIES):
+    for view in (RUNNING_JOB, NodeSetView(NODE, ("l1",)), drained, POLICIES, WAITING):
         assert pickle.loads(pickle.dumps(view)) == view
