@@ -33,7 +33,7 @@ from ..store.read.jobs import JobView
 from .client import KubeError
 from .draselect import API_VERSION as DRA_VERSION
 from .draselect import devices_claim
-from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of
+from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of, job_slots
 from .settings import OneAPIServer, api_traits
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
@@ -70,7 +70,7 @@ def _labels(job: JobView) -> dict[str, str]:
 def job_claim(job: JobView, namespace: str) -> dict[str, Any]:
     """The ResourceClaim (``resource.k8s.io/v1``) of the job's granted devices, each selected
     exactly; named like the job's object."""
-    return devices_claim(job.devices, object_name(job.id), namespace, _labels(job))
+    return devices_claim(job_slots(job), object_name(job.id), namespace, _labels(job))
 
 
 def uses_claim(job: JobView, backend: str) -> bool:

@@ -72,6 +72,17 @@ def devices_of(job: JobView) -> list[str]:
     return [(d.mig.uuid if d.mig is not None else None) or d.gpu for d in job.devices]
 
 
+def job_slots(job: JobView) -> list[dict[str, Any]]:
+    """The job's granted devices as the slots its claim selects (``draselect.devices_claim``):
+    a MIG instance by its GPU, profile and start, else the whole GPU."""
+    return [
+        {"kind": "mig", "gpu": d.gpu, "profile": d.mig.profile, "start": d.mig.start}
+        if d.mig is not None
+        else {"kind": "gpu", "gpu": d.gpu}
+        for d in job.devices
+    ]
+
+
 def pod_set_updates(
     workload: Mapping[str, Any], job: JobView, node_label: str
 ) -> list[dict[str, Any]]:
@@ -234,7 +245,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             return None
         namespace = str(wl["metadata"]["namespace"])
         labels = {**MANAGED, JOB_LABEL: job.id, LEASE_LABEL: str(job.lease_id)}
-        body = devices_claim(job.devices, name, namespace, labels)
+        body = devices_claim(job_slots(job), name, namespace, labels)
         try:
             await self.client().create(
                 f"/apis/{DRA_VERSION}/namespaces/{namespace}/resourceclaims", body
