@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from ...pool.reclaimpolicy import ReclaimPolicy
@@ -14,7 +14,7 @@ __all__ = ["policy_json", "reclaim_policy_json"]
 def policy_json(policy: ReclaimPolicy) -> dict[str, Any]:
     """A resolved policy: every field by its name, durations in seconds, the exempt users and
     groups as sorted lists."""
-    out = asdict(policy)
+    out = {f.name: getattr(policy, f.name) for f in fields(policy)}  # the pool's field order
     out["exempt_users"] = sorted(policy.exempt_users)
     out["exempt_groups"] = sorted(policy.exempt_groups)
     return out
