@@ -74,20 +74,12 @@ def exact_device(slot: Mapping[str, Any], placed: bool = True) -> dict[str, Any]
 
 
 def devices_claim(
-    devices: Iterable[Mapping[str, Any]], name: str, namespace: str, labels: Mapping[str, str]
+    slots: Iterable[Mapping[str, Any]], name: str, namespace: str, labels: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The ResourceClaim of a job's granted ``devices`` (the job JSON's: ``gpu`` uuid, ``mig``
-    with ``profile`` and ``start`` or null): one request per device, each selecting exactly
-    it. Raises ``ValueError`` for no device."""
-    requests = []
-    for i, d in enumerate(devices):
-        mig = d.get("mig")
-        slot = (
-            {"kind": "mig", "gpu": d["gpu"], "profile": mig["profile"], "start": mig["start"]}
-            if mig
-            else {"kind": "gpu", "gpu": d["gpu"]}
-        )
-        requests.append({"name": f"gpu-{i}", "exactly": exact_device(slot)})
+    """The ResourceClaim of a job's granted devices, as ``slots`` (``kind`` ``gpu`` or ``mig``,
+    the ``gpu`` uuid, a MIG instance's ``profile`` and ``start``; ``kube.kueue.job_slots``):
+    one request per device, each selecting exactly it. Raises ``ValueError`` for no device."""
+    requests = [{"name": f"gpu-{i}", "exactly": exact_device(slot)} for i, slot in enumerate(slots)]
     if not requests:
         raise ValueError(f"claim {name}: no device to select")
     return {

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from traitlets import Bool, Enum, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..pool import commands
+from ..store.read.jobs import JobView
 from .client import KubeError
 from .draselect import API_VERSION as DRA_VERSION
 from .draselect import devices_claim
-from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of
+from .kueue import DEVICES_ANNOTATION, JOB_LABEL, LEASE_LABEL, devices_of, job_slots
 from .settings import OneAPIServer, api_traits
 
 log = logging.getLogger("jupyterhub_gpupool.kube")
@@ -52,43 +52,41 @@ def object_name(job_id: str) -> str:
     return f"gpupool-job-{job_id[:20]}"
 
 
-def gpu_limits(job: Mapping[str, Any]) -> dict[str, str]:
+def gpu_limits(job: JobView) -> dict[str, str]:
     """The device plugin's resources for one replica's share of the granted devices (all of
     them for a job of one): a MIG instance by its profile, a whole GPU as ``nvidia.com/gpu``."""
     out: dict[str, int] = {}
-    for d in job.get("devices") or ():
-        mig = d.get("mig")
-        key = f"nvidia.com/mig-{mig['profile']}" if mig and mig.get("profile") else "nvidia.com/gpu"
+    for d in job.devices:
+        key = f"nvidia.com/mig-{d.mig.profile}" if d.mig and d.mig.profile else "nvidia.com/gpu"
         out[key] = out.get(key, 0) + 1
-    replicas = max(1, int(job.get("replicas") or 1))
+    replicas = max(1, job.replicas)
     return {k: str(max(1, v // replicas)) for k, v in out.items()}
 
 
-def _labels(job: Mapping[str, Any]) -> dict[str, str]:
-    return {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
+def _labels(job: JobView) -> dict[str, str]:
+    return {**MANAGED, JOB_LABEL: job.id, LEASE_LABEL: str(job.lease_id)}
 
 
-def job_claim(job: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+def job_claim(job: JobView, namespace: str) -> dict[str, Any]:
     """The ResourceClaim (``resource.k8s.io/v1``) of the job's granted devices, each selected
     exactly; named like the job's object."""
-    name = object_name(str(job["id"]))
-    return devices_claim(job.get("devices") or (), name, namespace, _labels(job))
+    return devices_claim(job_slots(job), object_name(job.id), namespace, _labels(job))
 
 
-def uses_claim(job: Mapping[str, Any], backend: str) -> bool:
+def uses_claim(job: JobView, backend: str) -> bool:
     """Whether the job's pods use its claim: with ``dra``, for a job of one replica (the pods
     of a Deployment share one claim, so replicas would share its devices: several replicas get
     the device plugin's limit of one copy each, on the granted node)."""
-    return backend == "dra" and max(1, int(job.get("replicas") or 1)) == 1
+    return backend == "dra" and max(1, job.replicas) == 1
 
 
 def manifest(
-    job: Mapping[str, Any], namespace: str, node_label: str, backend: str = "device-plugin"
+    job: JobView, namespace: str, node_label: str, backend: str = "device-plugin"
 ) -> dict[str, Any]:
     """The Job (or, for class ``inference``, the Deployment) that runs ``job``; with ``dra``
     its pods use the job's claim (:func:`job_claim`, :func:`uses_claim`) instead of the device
     plugin's limit."""
-    name = object_name(str(job["id"]))
+    name = object_name(job.id)
     claim = uses_claim(job, backend)
     labels = _labels(job)
     meta = {
@@ -97,22 +95,22 @@ def manifest(
         "labels": labels,
         "annotations": {DEVICES_ANNOTATION: ",".join(devices_of(job))},
     }
-    env = [{"name": k, "value": v} for k, v in sorted((job.get("env") or {}).items())]
-    env.append({"name": "GPUPOOL_JOB_ID", "value": str(job["id"])})
+    env = [{"name": k, "value": v} for k, v in sorted((job.env or {}).items())]
+    env.append({"name": "GPUPOOL_JOB_ID", "value": job.id})
     container: dict[str, Any] = {
         "name": "job",
-        "image": str((job.get("runner_ref") or {})["image"]),
+        "image": str((job.runner_ref or {})["image"]),
         "env": env,
         "resources": ({"claims": [{"name": CLAIM_REF}]} if claim else {"limits": gpu_limits(job)}),
     }
-    if job.get("command"):
-        container["command"] = list(job["command"])
-    inference = job.get("class") == "inference"
+    if job.command:
+        container["command"] = list(job.command)
+    inference = job.workload == "inference"
     pod: dict[str, Any] = {
         "metadata": {"labels": labels, "annotations": meta["annotations"]},
         "spec": {
             "restartPolicy": "Always" if inference else "Never",
-            "nodeSelector": {node_label: str(job["node"])},
+            "nodeSelector": {node_label: str(job.node)},
             "containers": [container],
         },
     }
@@ -124,8 +122,8 @@ def manifest(
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                "replicas": max(1, int(job.get("replicas") or 1)),
-                "selector": {"matchLabels": {JOB_LABEL: str(job["id"])}},
+                "replicas": max(1, job.replicas),
+                "selector": {"matchLabels": {JOB_LABEL: job.id}},
                 "template": pod,
             },
         }
@@ -199,7 +197,7 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
             log.warning("Kubernetes API (jobs): %s", e)
             return {}
         out: dict[str, str] = {}
-        live = {j["id"]: j for j in store.runner_jobs(RUNNER)}
+        live = {j.id: j for j in store.runner_jobs(RUNNER)}
         for job_id, (plural, obj) in found.items():
             if job_id not in live and (plural == "deployments" or not _finished(obj)):
                 out[job_id] = await self._delete(plural, obj)  # its lease ended another way
@@ -213,33 +211,29 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
                 log.warning("Kubernetes API (job claims): %s", e)
         for job in live.values():
             try:
-                done = await self._one(store, call, job, found.get(job["id"]))
+                done = await self._one(store, call, job, found.get(job.id))
             except KubeError as e:
-                log.warning("Kubernetes job %s: %s", job["id"], e)
+                log.warning("Kubernetes job %s: %s", job.id, e)
                 continue
             if done:
-                out[job["id"]] = done
+                out[job.id] = done
         return out
 
     async def _one(
-        self, store: Any, call: Call, job: dict[str, Any], have: tuple[str, dict[str, Any]] | None
+        self, store: Any, call: Call, job: JobView, have: tuple[str, dict[str, Any]] | None
     ) -> str | None:
-        state = job["state"]
+        state = job.state
         if state == "queued":
             return None
         plural, obj = have if have is not None else ("", {})
-        deadline = job.get("notice_deadline")
-        due = state == "preempting" and (
-            deadline is None
-            or store.clock()
-            >= datetime.fromisoformat(deadline.replace("Z", "+00:00")).replace(tzinfo=None)
-        )
+        deadline = job.notice_deadline
+        due = state == "preempting" and (deadline is None or store.clock() >= deadline)
         if state == "cancelling" or due:
             if have is not None:
                 await self._delete(plural, obj)
             await self._delete_claim(job)
             outcome = "evicted" if due else "deleted"
-            await call(commands.EndKubeJob(job["id"], outcome))
+            await call(commands.EndKubeJob(job.id, outcome))
             return "preempted" if due else "cancelled"
         if have is None:
             if state == "granted":
@@ -250,19 +244,19 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
                 await self.client().create(self._path(plural), body)
                 return "created"
             await self._delete_claim(job)
-            await call(commands.EndKubeJob(job["id"], "deleted", "deleted in Kubernetes"))
+            await call(commands.EndKubeJob(job.id, "deleted", "deleted in Kubernetes"))
             return "deleted"
         finished = _finished(obj)
         if finished is not None:
             await self._delete_claim(job)
-            await call(commands.EndKubeJob(job["id"], finished))
+            await call(commands.EndKubeJob(job.id, finished))
             return finished
         if state == "granted" and _runs(obj):
-            await call(commands.JobStatus(job["id"], "running"))
+            await call(commands.JobStatus(job.id, "running"))
             return "running"
         return None
 
-    async def _create_claim(self, job: Mapping[str, Any]) -> None:
+    async def _create_claim(self, job: JobView) -> None:
         """The job's claim; one left by a round that failed before its object is kept."""
         try:
             await self.client().create(self._path("resourceclaims"), job_claim(job, self.namespace))
@@ -270,9 +264,9 @@ class KubeJobs(OneAPIServer, LoggingConfigurable):
             if e.status != 409:
                 raise
 
-    async def _delete_claim(self, job: Mapping[str, Any]) -> None:
+    async def _delete_claim(self, job: JobView) -> None:
         if self.device_backend == "dra":
-            await self._delete("resourceclaims", {"metadata": {"name": object_name(job["id"])}})
+            await self._delete("resourceclaims", {"metadata": {"name": object_name(job.id)}})
 
     async def _delete(self, plural: str, obj: Mapping[str, Any]) -> str:
         try:

@@ -37,6 +37,8 @@ from traitlets.config import LoggingConfigurable
 
 from ..pool import commands
 from ..store.errors import StoreError
+from ..store.read.jobs import JobView
+from ..timeparse import format_time
 from .client import KubeError
 from .draselect import API_VERSION as DRA_VERSION
 from .draselect import devices_claim
@@ -65,17 +67,24 @@ def condition(workload: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def devices_of(job: Mapping[str, Any]) -> list[str]:
+def devices_of(job: JobView) -> list[str]:
     """The granted devices' ids: a MIG instance's uuid once made, else the GPU's."""
-    out = []
-    for d in job.get("devices") or ():
-        mig = d.get("mig") or {}
-        out.append(str(mig.get("uuid") or d["gpu"]))
-    return out
+    return [(d.mig.uuid if d.mig is not None else None) or d.gpu for d in job.devices]
+
+
+def job_slots(job: JobView) -> list[dict[str, Any]]:
+    """The job's granted devices as the slots its claim selects (``draselect.devices_claim``):
+    a MIG instance by its GPU, profile and start, else the whole GPU."""
+    return [
+        {"kind": "mig", "gpu": d.gpu, "profile": d.mig.profile, "start": d.mig.start}
+        if d.mig is not None
+        else {"kind": "gpu", "gpu": d.gpu}
+        for d in job.devices
+    ]
 
 
 def pod_set_updates(
-    workload: Mapping[str, Any], job: Mapping[str, Any], node_label: str
+    workload: Mapping[str, Any], job: JobView, node_label: str
 ) -> list[dict[str, Any]]:
     """For every pod set: a nodeSelector for the granted node, labels naming the lease and
     the job, an annotation naming the devices. (The device plugin picks the GPU on the node
@@ -83,9 +92,9 @@ def pod_set_updates(
     return [
         {
             "name": str(ps.get("name", "main")),
-            "labels": {LEASE_LABEL: str(job["lease_id"]), JOB_LABEL: str(job["id"])},
+            "labels": {LEASE_LABEL: str(job.lease_id), JOB_LABEL: job.id},
             "annotations": {DEVICES_ANNOTATION: ",".join(devices_of(job))},
-            "nodeSelector": {node_label: str(job["node"])},
+            "nodeSelector": {node_label: str(job.node)},
         }
         for ps in (workload.get("spec") or {}).get("podSets") or ({"name": "main"},)
     ]
@@ -116,12 +125,6 @@ def pool_claim(workload: Mapping[str, Any]) -> str | None:
 
 def _time(when: datetime) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
 
 
 class KueueAdmission(OneAPIServer, LoggingConfigurable):
@@ -183,7 +186,9 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         except KubeError as e:
             log.warning("Kubernetes API (Kueue): %s", e)
             return {}
-        jobs = {(j["runner_ref"] or {}).get("uid"): j for j in store.kueue_jobs()}
+        jobs: dict[str | None, JobView] = {
+            (j.runner_ref or {}).get("uid"): j for j in store.kueue_jobs()
+        }
         seen: set[str] = set()
         out: dict[str, str] = {}
         for wl in workloads:
@@ -202,10 +207,10 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
                 out[f"{meta.get('namespace')}/{meta['name']}"] = state
         for uid, job in jobs.items():
             if uid not in seen and checks:  # its Workload is gone
-                await call(commands.EndKubeJob(job["id"], "deleted", "workload deleted"))
-                out[job["name"]] = "deleted"
+                await call(commands.EndKubeJob(job.id, "deleted", "workload deleted"))
+                out[job.name] = "deleted"
         if self.device_backend == "dra":
-            await self._delete_claims({j["id"] for j in store.kueue_jobs()})
+            await self._delete_claims({j.id for j in store.kueue_jobs()})
         return out
 
     async def _delete_claims(self, live: set[str]) -> None:
@@ -229,7 +234,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         except KubeError as e:
             log.warning("Kubernetes API (Kueue claims): %s", e)
 
-    async def _make_claim(self, wl: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+    async def _make_claim(self, wl: Mapping[str, Any], job: JobView) -> str | None:
         """Make the Workload's pool claim (``dra``) for its granted devices; the refusal's
         message if it asks for one wrongly."""
         try:
@@ -239,8 +244,8 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         if name is None or self.device_backend != "dra":
             return None
         namespace = str(wl["metadata"]["namespace"])
-        labels = {**MANAGED, JOB_LABEL: str(job["id"]), LEASE_LABEL: str(job["lease_id"])}
-        body = devices_claim(job.get("devices") or (), name, namespace, labels)
+        labels = {**MANAGED, JOB_LABEL: job.id, LEASE_LABEL: str(job.lease_id)}
+        body = devices_claim(job_slots(job), name, namespace, labels)
         try:
             await self.client().create(
                 f"/apis/{DRA_VERSION}/namespaces/{namespace}/resourceclaims", body
@@ -256,7 +261,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         call: Call,
         wl: dict[str, Any],
         check: dict[str, Any],
-        job: dict[str, Any] | None,
+        job: JobView | None,
     ) -> str | None:
         meta = wl["metadata"]
         finished = condition(wl, "Finished")
@@ -264,20 +269,20 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
             if finished is not None:
                 ok = finished.get("reason") == "Succeeded"
                 message = "" if ok else str(finished.get("message") or "")
-                await call(commands.EndKubeJob(job["id"], "succeeded" if ok else "failed", message))
+                await call(commands.EndKubeJob(job.id, "succeeded" if ok else "failed", message))
                 return "finished"
             # admitted once (running), it lost its quota or Kueue reset the check to Pending:
             # Kueue evicted it (after the pool's Retry or Rejected, or for reasons of its own)
-            admitted_once = job["state"] in ("running", "preempting", "cancelling")
+            admitted_once = job.state in ("running", "preempting", "cancelling")
             if admitted_once and (
                 check.get("state") == "Pending" or condition(wl, "QuotaReserved") is None
             ):
                 evicted = condition(wl, "Evicted") or {}
                 why = str(evicted.get("message") or "evicted by Kueue")
-                await call(commands.EndKubeJob(job["id"], "evicted", why))
+                await call(commands.EndKubeJob(job.id, "evicted", why))
                 return "evicted"
-            if job["state"] == "granted" and condition(wl, "Admitted") is not None:
-                job = await call(commands.JobStatus(job["id"], "running"))
+            if job.state == "granted" and condition(wl, "Admitted") is not None:
+                job = await call(commands.JobStatus(job.id, "running"))
             return await self._answer(store, call, wl, check, job)
         if finished is not None or condition(wl, "QuotaReserved") is None:
             return None  # Kueue has not reserved quota yet, or it is over
@@ -317,7 +322,7 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         return await self._answer(store, call, wl, check, job)
 
     async def _answer(
-        self, store: Any, call: Call, wl: dict[str, Any], check: dict[str, Any], job: dict[str, Any]
+        self, store: Any, call: Call, wl: dict[str, Any], check: dict[str, Any], job: JobView
     ) -> str | None:
         """Set the check for the job's state; before ``Ready``, make the Workload's claim (a
         Workload asking for one wrongly is rejected and its job cancelled)."""
@@ -325,29 +330,30 @@ class KueueAdmission(OneAPIServer, LoggingConfigurable):
         if state == "Ready":
             wrong = await self._make_claim(wl, job)
             if wrong is not None:
-                await call(commands.CancelJob(job["id"]))
+                await call(commands.CancelJob(job.id))
                 return await self._set(wl, check, "Rejected", f"GPU pool: {wrong}", None)
         return await self._set(wl, check, state, message, updates)
 
     def _wanted(
-        self, store: Any, wl: dict[str, Any], job: dict[str, Any]
+        self, store: Any, wl: dict[str, Any], job: JobView
     ) -> tuple[str, str, list[dict[str, Any]] | None]:
         """The check's state, message and podSetUpdates for the job's state."""
-        state = job["state"]
+        state = job.state
         if state == "queued":
-            where = f"queued for {job['offer']}, position {job['position']}"
+            where = f"queued for {job.offer}, position {job.position}"
             return "Pending", f"GPU pool: {where}", None
         if state == "cancelling":
-            return "Rejected", f"GPU pool: job {job['id']} cancelled", None
+            return "Rejected", f"GPU pool: job {job.id} cancelled", None
         if state == "cancelled":
-            return "Rejected", f"GPU pool: {job.get('reason') or 'cancelled'}", None
+            return "Rejected", f"GPU pool: {job.reason or 'cancelled'}", None
         updates = pod_set_updates(wl, job, self.node_label)
-        node = f"GPU pool: lease {job['lease_id']} on {job['node']}"
+        node = f"GPU pool: lease {job.lease_id} on {job.node}"
         if state == "preempting":
-            deadline = _parse(job.get("notice_deadline"))
+            deadline = job.notice_deadline
             if deadline is None or store.clock() >= deadline:
-                return "Retry", f"GPU pool: preempted ({job.get('reason') or 'notice'})", None
-            return "Ready", f"{node}; preempting, notice until {job['notice_deadline']}", updates
+                return "Retry", f"GPU pool: preempted ({job.reason or 'notice'})", None
+            until = format_time(deadline)
+            return "Ready", f"{node}; preempting, notice until {until}", updates
         return "Ready", node, updates
 
     async def _set(

@@ -41,6 +41,7 @@ from ..pool import commands
 from ..pool.commands import Command
 from ..pool.dramig import NO_REPARTITION, made_by_claim
 from ..pool.model import MigInstance, Node
+from ..store.read.repartitions import RepartitionView
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
 from .settings import api_traits, make_client
@@ -138,10 +139,10 @@ class MigLabeller(LoggingConfigurable):
     async def step(self, store: Any, call: Call) -> dict[str, str]:
         """One round over the ``applying`` label re-partitions; ``call`` runs a command
         through the service's writer. Returns what happened per node (for logs and tests)."""
-        reps = [r for r in store.repartitions(state="applying") if r["method"] == "label"]
-        by_node: dict[str, list[dict[str, Any]]] = {}
+        reps = [r for r in store.repartitions(state="applying") if r.method == "label"]
+        by_node: dict[str, list[RepartitionView]] = {}
         for rep in reps:
-            by_node.setdefault(rep["node"], []).append(rep)
+            by_node.setdefault(rep.node, []).append(rep)
         out = {}
         for node, node_reps in by_node.items():
             try:
@@ -162,14 +163,14 @@ class MigLabeller(LoggingConfigurable):
             await call(commands.AdvanceRepartitions())
         return out
 
-    async def _fail(self, call: Call, reps: list[dict[str, Any]], why: str) -> None:
+    async def _fail(self, call: Call, reps: list[RepartitionView], why: str) -> None:
         for rep in reps:
-            await call(commands.FailRepartition(rep["id"], why, actor="kube"))
+            await call(commands.FailRepartition(rep.id, why, actor="kube"))
 
-    def _wanted(self, store: Any, node: str, reps: list[dict[str, Any]]) -> Node | None:
+    def _wanted(self, store: Any, node: str, reps: list[RepartitionView]) -> Node | None:
         """The node as it will be: the re-partitioned GPUs in their new layout, the rest as
         they are (copies: the allocator's own values are never touched)."""
-        layouts = {r["gpu"]: r["layout"] for r in reps}
+        layouts = {r.gpu: r.layout for r in reps}
         with store.locked() as alloc:
             found: Node | None = alloc.nodes.get(node)
             if found is None:
@@ -177,7 +178,7 @@ class MigLabeller(LoggingConfigurable):
             gpus = []
             for g in found.gpus:
                 if g.uuid in layouts:
-                    inst = [MigInstance(i["profile"], i["start"]) for i in layouts[g.uuid]]
+                    inst = [MigInstance(i.profile, i.start) for i in layouts[g.uuid]]
                 else:
                     inst = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
                 mig = bool(inst) if g.uuid in layouts else g.mig_enabled
@@ -186,7 +187,7 @@ class MigLabeller(LoggingConfigurable):
                 )
             return replace(found, gpus=gpus, labels=dict(found.labels), cpu_used=0, memory_used=0)
 
-    async def _node(self, store: Any, call: Call, name: str, reps: list[dict[str, Any]]) -> str:
+    async def _node(self, store: Any, call: Call, name: str, reps: list[RepartitionView]) -> str:
         wanted = self._wanted(store, name, reps)
         if wanted is None:
             await self._fail(call, reps, f"node {name} left the pool")
@@ -194,7 +195,7 @@ class MigLabeller(LoggingConfigurable):
         if made_by_claim(name, wanted.cluster, True, self.dra_dynamic_mig):
             # the DRA driver makes this node's MIG instances per claim: no label, ever (a
             # re-partition asked before the node was declared so ends here)
-            await self._fail(call, reps, NO_REPARTITION.format(gpu=reps[0]["gpu"], node=name))
+            await self._fail(call, reps, NO_REPARTITION.format(gpu=reps[0].gpu, node=name))
             return "failed"
         per_gpu = [kn.layout_counts((i.profile, i.start) for i in g.instances) for g in wanted.gpus]
         configs = self.all_configs(store)

@@ -4,6 +4,9 @@ Modules by responsibility, imports pointing one way (each only to those above it
 
 * ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
 * ``rows`` — conversions between rows and values;
+* ``read.jobs``, ``read.nodes``, ``read.reclaim``, ``read.repartitions`` — the answers for
+  jobs, nodes, reclaim policies and re-partitions: frozen views built by plain functions
+  (their JSON is ``service/serialize/``'s);
 * ``rebuild`` — the allocator built from the rows;
 * ``core`` — transactions, the pool lock, the allocator kept in step, the audit log;
 * ``apply`` — the one applier of the allocator's decisions;

@@ -22,9 +22,9 @@ from ..pool.usage import BusyTime, period_closed
 from ..poolconfig import PoolConfig
 from .apply import LazyFacts, decided, lease_facts
 from .mig import MigStore
+from .read.nodes import NodeSetView, NodeView, node_set_view, node_view
 from .rows import (
     check_quota_kind,
-    node_json,
     reclaim_state,
     upsert_insert,
 )
@@ -87,7 +87,7 @@ class AdminStore(MigStore, ViewStore):
 
     # -- nodes -------------------------------------------------------------------------------
 
-    def put_inventory(self, node: Node, *, actor: str = "") -> dict[str, Any]:
+    def put_inventory(self, node: Node, *, actor: str = "") -> NodeView:
         """An agent's report of a node: add or update it, end the leases on what it lost
         (``pool.decide``: ``pool.rules.inventory``).
 
@@ -133,7 +133,7 @@ class AdminStore(MigStore, ViewStore):
             row = orm.NodeRow.find(db, node.name)
             assert row is not None  # written by the effects
             db.flush()
-            return node_json(row)
+            return node_view(row)
 
     def _node_rows(self, row: orm.NodeRow, slots: Sequence[orm.LeaseSlotRow]) -> NodeRows:
         """What an inventory's rule reads of a node's rows (``pool.facts.NodeRows``; ``slots``:
@@ -207,7 +207,7 @@ class AdminStore(MigStore, ViewStore):
             ).unique()
         )
 
-    def set_node(self, name: str, action: str, *, actor: str = "") -> dict[str, Any]:
+    def set_node(self, name: str, action: str, *, actor: str = "") -> NodeSetView:
         """cordon / uncordon / drain a node (``pool.decide``); an uncordon serves the queue
         and withdraws the drain notices of the node's leases that no one is carrying out yet:
         ``withdrawn`` lists them."""
@@ -236,9 +236,7 @@ class AdminStore(MigStore, ViewStore):
             outcome = decided(state, c.SetNode(name, action), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, {r.id: r for r in noticed})
             assert row is not None  # else refused
-            if action != "uncordon":
-                return node_json(row)
-            return {**node_json(row), "withdrawn": outcome.answer}
+            return node_set_view(row, outcome.answer if action == "uncordon" else None)
 
     # -- quotas ------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ lease, and ends when its lease ends another way than its runner's report. There 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -78,8 +79,9 @@ from .nodeapply import (
     REPARTITION_EFFECTS,
     NodeApplier,
 )
+from .read.jobs import live_devices
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
-from .rows import from_epoch, mig_devices, new_row, set_quota, set_reclaim_state, slot_row, ts
+from .rows import from_epoch, new_row, set_quota, set_reclaim_state, slot_row, ts
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
 _JOBS_AND_KERNELS = (
@@ -432,28 +434,10 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
 
     @staticmethod
     def _job_devices(alloc: Allocator | None, row: orm.LeaseRow) -> list[dict[str, Any]]:
-        """What the job runs on: each GPU's uuid and index on its node, and its MIG instance
-        (profile, start, uuid once made) or null."""
-        if row.state not in orm.LIVE_STATES:
-            return []
-        mig = mig_devices(alloc, row)
-        out = []
-        for s in row.slots:
-            gpu = alloc.gpus.get(s.gpu_uuid) if alloc is not None else None
-            out.append(
-                {
-                    "gpu": s.gpu_uuid,
-                    "index": gpu.index if gpu is not None else None,
-                    "mig": None
-                    if s.kind != "mig"
-                    else {
-                        "profile": s.profile,
-                        "start": s.start,
-                        "uuid": mig.get((s.gpu_uuid, s.start), (None, False))[0],
-                    },
-                }
-            )
-        return out
+        """What the job runs on (``read.jobs.live_devices``), as its row keeps it: each GPU's
+        uuid and index on its node, and its MIG instance (profile, start, uuid once made) or
+        null."""
+        return [asdict(d) for d in live_devices(alloc, row)]
 
     # -- jobs and kernels --------------------------------------------------------------------
 

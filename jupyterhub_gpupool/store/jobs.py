@@ -34,7 +34,8 @@ from ..pool.workloads import JOB_HOLDER, WorkloadClass
 from .apply import LazyFacts, decided
 from .errors import StoreError
 from .leases import LeaseStore
-from .rows import epoch, ts
+from .read.jobs import JobView, job_view
+from .rows import epoch
 
 __all__ = ["ALIVE_STATES", "LOG_KEEP", "RUNNER_STATES", "JobStore", "job_facts", "job_not_found"]
 
@@ -105,7 +106,7 @@ class JobStore(LeaseStore):
         replicas: object = 1,
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> JobView:
         """Ask for ``offer`` for a job of class ``workload``: its lease is granted or queued
         like a server's; refusals are the allocation's, plus ``unknown_class``,
         ``class_not_allowed``, ``invalid_command``, ``invalid_env``, ``invalid_image`` and
@@ -118,7 +119,7 @@ class JobStore(LeaseStore):
         )  # fmt: skip
         return self._new_job(command_, actor)
 
-    def _new_job(self, command: c.SubmitJob | c.KueueJob, actor: str) -> dict[str, Any]:
+    def _new_job(self, command: c.SubmitJob | c.KueueJob, actor: str) -> JobView:
         """A job's row and its lease (granted or queued): ``pool.decide`` decides, on the
         facts an ask reads (``_ask_state``) and the workload classes; ``actor`` audits."""
         job_id = uuid.uuid4().hex
@@ -130,7 +131,7 @@ class JobStore(LeaseStore):
             outcome = decided(state, command, self._now_s())
             made = self._apply_effects(db, alloc, outcome.effects, actor)
             job = self._job_row(db, outcome.answer)
-            return self._job_json(db, alloc, job, made.get(job.lease_id or ""))
+            return self._job_view(db, alloc, job, made.get(job.lease_id or ""))
 
     def _kueue_jobs(self, db: Session, command: c.Command) -> tuple[JobFacts, ...]:
         """A Kueue Workload's jobs (by its name, newest first; none for another command)."""
@@ -146,7 +147,7 @@ class JobStore(LeaseStore):
         )
         return tuple(job_facts(j) for j in rows)
 
-    def list_jobs(self, user: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    def list_jobs(self, user: str | None = None, state: str | None = None) -> list[JobView]:
         """Jobs, newest first (``user`` None: everybody's)."""
         with self.locked() as alloc, self.read() as db:
             q = select(orm.JobRow)
@@ -155,12 +156,12 @@ class JobStore(LeaseStore):
             if state is not None:
                 q = q.where(orm.JobRow.state == state)
             rows = db.scalars(q.order_by(orm.JobRow.created.desc(), orm.JobRow.id).limit(1000))
-            return [self._job_json(db, alloc, j) for j in rows]
+            return [self._job_view(db, alloc, j) for j in rows]
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        """One job's JSON, or ``not_found``."""
+    def job(self, job_id: str) -> JobView:
+        """One job, or ``not_found``."""
         with self.locked() as alloc, self.read() as db:
-            return self._job_json(db, alloc, self._job_row(db, job_id))
+            return self._job_view(db, alloc, self._job_row(db, job_id))
 
     def job_owner(self, job_id: str) -> str:
         """Whose job it is (``not_found`` if none)."""
@@ -170,7 +171,7 @@ class JobStore(LeaseStore):
             raise job_not_found(job_id)
         return owner
 
-    def cancel_job(self, job_id: str, *, actor: str = "") -> dict[str, Any]:
+    def cancel_job(self, job_id: str, *, actor: str = "") -> JobView:
         """A queued or granted job ends at once (its lease released); a running one goes
         ``cancelling`` (its runner stops it and reports the exit); an ended one stays.
         ``pool.decide`` decides."""
@@ -178,9 +179,9 @@ class JobStore(LeaseStore):
 
     def _job_command(
         self, command: c.CancelJob | c.JobStatus | c.EndKubeJob, actor: str
-    ) -> dict[str, Any]:
+    ) -> JobView:
         """Decide a command on one job (with its lease's facts) and apply it; answers the
-        job's JSON."""
+        job."""
         with self.transaction() as (db, alloc):
             job = db.get(orm.JobRow, command.job_id)
             lease = self._lease_of(db, job) if job is not None else None
@@ -190,7 +191,7 @@ class JobStore(LeaseStore):
             outcome = decided(state, command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, rows)
             assert job is not None  # else refused
-            return self._job_json(db, alloc, job)
+            return self._job_view(db, alloc, job)
 
     def job_log(self, job_id: str, offset: int = 0) -> dict[str, Any]:
         """The job's output from ``offset`` (an offset before what is kept starts at the
@@ -208,7 +209,7 @@ class JobStore(LeaseStore):
 
     # -- the runner's side -------------------------------------------------------------------
 
-    def node_jobs(self, node: str) -> list[dict[str, Any]]:
+    def node_jobs(self, node: str) -> list[JobView]:
         """The jobs on ``node`` its runner acts on: to start, cancel or preempt."""
         with self.locked() as alloc, self.read() as db:
             rows = db.scalars(
@@ -220,7 +221,7 @@ class JobStore(LeaseStore):
                 )
                 .order_by(orm.JobRow.created, orm.JobRow.id)
             )
-            return [self._job_json(db, alloc, j, with_env=True) for j in rows]
+            return [self._job_view(db, alloc, j, with_env=True) for j in rows]
 
     def job_status(
         self,
@@ -230,7 +231,7 @@ class JobStore(LeaseStore):
         pid: int | None = None,
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> JobView:
         """The runner's report: ``running`` (also its heartbeat) or ``exited`` (the job ends:
         succeeded or failed by its exit code, cancelled or preempted if it was being stopped;
         the lease is released)."""
@@ -413,7 +414,7 @@ class JobStore(LeaseStore):
         if lease is not None and lease.state != "released":
             self._finish(db, alloc, lease, reason, "system")
 
-    def _job_json(
+    def _job_view(
         self,
         db: Session,
         alloc: Allocator | None,
@@ -421,38 +422,7 @@ class JobStore(LeaseStore):
         lease: orm.LeaseRow | None = None,
         *,
         with_env: bool = False,
-    ) -> dict[str, Any]:
+    ) -> JobView:
+        """``read.jobs.job_view`` of ``job`` with its lease (``lease``: read already)."""
         lease = lease or self._lease_of(db, job)
-        position = None
-        if lease is not None and lease.state == "queued" and alloc is not None:
-            position = alloc.position(lease.id, self._now_s())
-        devices = job.devices
-        if lease is not None and lease.state in orm.LIVE_STATES:
-            devices = self._job_devices(alloc, lease)
-        out: dict[str, Any] = {
-            "id": job.id,
-            "user": job.user,
-            "group": job.group,
-            "name": job.name,
-            "offer": job.offer,
-            "class": job.workload,
-            "replicas": lease.replicas if lease is not None else 1,
-            "command": list(job.command),
-            "cwd": job.cwd,
-            "state": job.state,
-            "position": position,
-            "lease_id": job.lease_id,
-            "node": job.node,
-            "devices": devices,
-            "created": ts(job.created),
-            "started": ts(job.started),
-            "ended": ts(job.ended),
-            "exit_code": job.exit_code,
-            "notice_deadline": ts(job.notice_deadline),
-            "reason": job.reason,
-            "runner": job.runner or "local",
-            "runner_ref": dict(job.runner_ref) if job.runner_ref else None,
-        }
-        if with_env:
-            out["env"] = dict(job.env or {})
-        return out
+        return job_view(job, lease, alloc, self._now_s(), with_env=with_env)

@@ -10,8 +10,6 @@ evicted → the job ends and its lease is released. The local runner never sees 
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 
 from .. import orm
@@ -19,6 +17,7 @@ from ..pool import commands as c
 from ..pool.rules.jobs import KUBE_OUTCOMES as OUTCOMES
 from ..pool.rules.jobs import KUEUE, kueue_job_of
 from .jobs import ALIVE_STATES, JobStore
+from .read.jobs import JobView
 
 __all__ = ["KUEUE", "OUTCOMES", "KueueJobStore"]
 
@@ -36,7 +35,7 @@ class KueueJobStore(JobStore):
         uid: str,
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> JobView:
         """The live job of the Workload ``uid`` (or the one a user cancelled in the pool: the
         controller rejects the Workload), else a new one asking for ``offer`` (granted or
         queued; refused as ``SubmitJob`` is, e.g. ``unknown_class``): one lease per Workload
@@ -45,14 +44,14 @@ class KueueJobStore(JobStore):
         with self.locked() as alloc, self.read() as db:  # most rounds: it has its job
             found = kueue_job_of(self._kueue_jobs(db, command), uid)
             if found is not None:
-                return self._job_json(db, alloc, self._job_row(db, found))
+                return self._job_view(db, alloc, self._job_row(db, found))
         return self._new_job(command, actor or f"kueue:{namespace}")
 
-    def kueue_jobs(self) -> list[dict[str, Any]]:
+    def kueue_jobs(self) -> list[JobView]:
         """The live jobs of Kueue Workloads (queued to preempting), oldest first."""
         return self.runner_jobs(KUEUE)
 
-    def runner_jobs(self, runner: str) -> list[dict[str, Any]]:
+    def runner_jobs(self, runner: str) -> list[JobView]:
         """The live jobs (queued to preempting) ``runner`` runs, oldest first, with env."""
         with self.locked() as alloc, self.read() as db:
             rows = db.scalars(
@@ -60,11 +59,11 @@ class KueueJobStore(JobStore):
                 .where(orm.JobRow.runner == runner, orm.JobRow.state.in_(("queued", *ALIVE_STATES)))
                 .order_by(orm.JobRow.created, orm.JobRow.id)
             )
-            return [self._job_json(db, alloc, j, with_env=True) for j in rows]
+            return [self._job_view(db, alloc, j, with_env=True) for j in rows]
 
     def end_kube_job(
         self, job_id: str, outcome: str, message: str = "", *, actor: str = ""
-    ) -> dict[str, Any]:
+    ) -> JobView:
         """The Workload ``succeeded`` or ``failed`` (Kueue's ``Finished``), was ``deleted``, or
         was ``evicted`` (after the pool's ``Retry`` of a preempting job: ``preempted``; by
         Kueue itself: ``cancelled``, Kueue queues it again and the pool sees a new request).

@@ -40,7 +40,7 @@ from ..pool.facts import MigGpu, PoolState, Repartition
 from ..pool.leases import LIVE_STATES
 from ..pool.noticefacts import Noticed
 from ..pool.reclaim import Reclaiming
-from ..pool.repartition import Held, delivery, parse_layout, plan_repartition
+from ..pool.repartition import Held, Plan, delivery, parse_layout, plan_repartition
 from ..pool.rules.notices import (
     check_admin_reclaim,
     check_overdue,
@@ -51,12 +51,12 @@ from .admin import AdminStore
 from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
+from .read.nodes import NodeDrainView, node_view
+from .read.repartitions import RepartitionView, layout_of, repartition_view
 from .reclaim import ReclaimStore, noticed
 from .rows import (
     epoch,
-    node_json,
     reclaim_state,
-    ts,
 )
 
 #: Notices the pool service carries out itself once overdue (an idle notice needs the
@@ -219,7 +219,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         *,
         action: str = "stop",
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> NodeDrainView:
         """Drain a node: nothing new lands there; with a ``deadline``, every live lease on it
         gets a ``drain`` notice ending then (a grant not yet bound is released now). Decided
         by ``pool.decide`` (one rule: ``SetNode``'s flags, ``admin_notice``'s notices)."""
@@ -246,8 +246,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             self._apply_effects(db, alloc, outcome.effects, actor, known)
             assert row is not None  # else refused
             noticed, released = outcome.answer
-            out = node_json(row)
-            return {**out, "deadline": ts(deadline), "noticed": noticed, "released": released}
+            return NodeDrainView(node_view(row), deadline, noticed, released)
 
     # -- MIG re-partition ------------------------------------------------------------------
 
@@ -285,7 +284,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         out += [Held(None, None, s.lease_id, s.lease.user) for s in slots if s.kind != "mig"]
         return out
 
-    def _plan(self, db: Session, g: orm.GpuRow, layout: Iterable[tuple[str, int]]) -> Any:
+    def _plan(self, db: Session, g: orm.GpuRow, layout: Iterable[tuple[str, int]]) -> Plan:
         model = self.catalog.model_for_nvml(g.model, g.memory_mib)
         return plan_repartition(g.uuid, model, g.mig_enabled, self._held(db, g), layout)
 
@@ -329,7 +328,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         *,
         notice_seconds: float | None = None,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> RepartitionView:
         """Ask for ``layout`` on a GPU: it is cordoned and waits until nothing holds what must
         go (with ``notice_seconds``, the leases in the way get admin notices ending then).
         Decided by ``pool.decide`` (``pool.rules.mig``)."""
@@ -359,9 +358,9 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             self._apply_effects(db, alloc, outcome.effects, actor, known)
             assert g is not None  # else refused
             rep = self.repartition_row(db, 0, gpu)
-            return self._repartition_json(db, rep, g)
+            return self._repartition_view(db, rep, g)
 
-    def cancel_repartition(self, rep_id: int, *, actor: str = "") -> dict[str, Any]:
+    def cancel_repartition(self, rep_id: int, *, actor: str = "") -> RepartitionView:
         """Give up a re-partition still waiting (one being applied is the node's now;
         ``pool.decide``)."""
         with self.transaction() as (db, alloc):
@@ -371,7 +370,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             outcome = decided(state, c.CancelRepartition(rep_id), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor)
             assert rep is not None  # else refused
-            return self._repartition_json(db, rep, self._find_gpu(db, rep.node, rep.gpu_uuid))
+            return self._repartition_view(db, rep, self._find_gpu(db, rep.node, rep.gpu_uuid))
 
     def advance_repartitions(self) -> int:
         """Run the waiting re-partitions nothing is in the way of any more, and close those
@@ -397,30 +396,19 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             self._apply_effects(db, alloc, outcome.effects, "system")
             return int(outcome.answer)
 
-    def _repartition_json(
+    def _repartition_view(
         self, db: Session, rep: orm.MigRepartitionRow, g: orm.GpuRow | None
-    ) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": rep.id,
-            "node": rep.node,
-            "gpu": rep.gpu_uuid,
-            "layout": rep.layout,
-            "method": rep.method,
-            "state": rep.state,
-            "actor": rep.actor,
-            "created": ts(rep.created),
-            "updated": ts(rep.updated),
-            "error": rep.error,
-            "plan": None,
-        }
+    ) -> RepartitionView:
+        """``read.repartitions.repartition_view`` of ``rep``, planned against ``g``'s holders
+        while it is open."""
+        plan = None
         if g is not None and rep.state in OPEN:
-            target = [(i["profile"], i["start"]) for i in rep.layout]
-            out["plan"] = self._plan(db, g, target).to_json()
-        return out
+            plan = self._plan(db, g, [(i.profile, i.start) for i in layout_of(rep)])
+        return repartition_view(rep, plan)
 
     def repartitions(
         self, node: str | None = None, state: str | None = None, limit: int = 200
-    ) -> list[dict[str, Any]]:
+    ) -> list[RepartitionView]:
         """Re-partitions, newest first (a label writer asks for ``state=applying``)."""
         if state is not None and state not in orm.REPARTITION_STATES:
             raise StoreError(
@@ -444,5 +432,5 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
                         g = self._gpu_row(db, rep.node, rep.gpu_uuid)
                     except StoreError:
                         g = None
-                out.append(self._repartition_json(db, rep, g))
+                out.append(self._repartition_view(db, rep, g))
             return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +33,6 @@ from ..pool.reclaim import (
     GpuSample,
     KernelView,
     PresenceView,
-    ReclaimPolicy,
     Signals,
     gpu_signal_source,
 )
@@ -43,6 +41,7 @@ from ..pool.workloads import idle_reclaimable
 from .apply import TARGET_STATES, decided, lease_facts
 from .errors import StoreError
 from .presence import PresenceStore
+from .read.reclaim import ReclaimPolicyView, reclaim_policy_view
 from .rows import (
     epoch,
     from_epoch,
@@ -62,14 +61,6 @@ WATCHED = ("active", "reclaiming")
 FINISHED = ("reclaimed", "reclaim-failed")
 #: Lease-ttl bounds of the leader lock (seconds).
 LEADER_TTL = (5.0, 600.0)
-
-
-def policy_json(policy: ReclaimPolicy) -> dict[str, Any]:
-    """A resolved policy as JSON (durations in seconds, name sets as sorted lists)."""
-    out = asdict(policy)
-    out["exempt_users"] = sorted(policy.exempt_users)
-    out["exempt_groups"] = sorted(policy.exempt_groups)
-    return out
 
 
 def _devices(row: orm.LeaseRow) -> list[Device]:
@@ -385,24 +376,17 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     # -- the admin's policies ----------------------------------------------------------------
 
-    def reclaim_policy(self) -> dict[str, Any]:
+    def reclaim_policy(self) -> ReclaimPolicyView:
         """The ``reclaim`` section in effect, where it comes from, and each offer's resolved
         policy."""
         with self.locked() as alloc, self.read() as db:
             section, source = self.reclaim_section(db)
             policies = self.reclaim_policies(db, alloc.offers)
-            return {
-                "source": source,
-                "reclaim": section or {},
-                "effective": {
-                    "default": policy_json(policies.default),
-                    "offers": {
-                        name: policy_json(policies.for_offer(o)) for name, o in alloc.offers.items()
-                    },
-                },
-            }
+            return reclaim_policy_view(section, source, policies, alloc.offers)
 
-    def put_reclaim_policy(self, section: Mapping[str, Any], *, actor: str = "") -> dict[str, Any]:
+    def put_reclaim_policy(
+        self, section: Mapping[str, Any], *, actor: str = ""
+    ) -> ReclaimPolicyView:
         """Replace the ``reclaim`` section (validated against today's offers; an error names
         ``reclaim.<level>.<field>``); it wins over the pool config file until deleted."""
         with self.transaction() as (db, alloc):
@@ -411,7 +395,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             self._apply_effects(db, alloc, outcome.effects, actor)
         return self.reclaim_policy()
 
-    def reset_reclaim_policy(self, *, actor: str = "") -> dict[str, Any]:
+    def reset_reclaim_policy(self, *, actor: str = "") -> ReclaimPolicyView:
         """Drop the admin's override: the pool config file's section (or the defaults) apply."""
         with self.transaction() as (db, alloc):
             state = PoolState(alloc, policy_override=db.get(orm.ReclaimPolicyRow, 1) is not None)

@@ -230,19 +230,6 @@ def offer_spec(offer: Offer) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v is not None}
 
 
-def node_json(row: orm.NodeRow) -> dict[str, Any]:
-    """A node as the admin endpoints answer it."""
-    return {
-        "name": row.name,
-        "cluster": row.cluster,
-        "cordoned": row.cordoned,
-        "draining": row.draining,
-        "unreachable": row.unreachable,
-        "gpus": len(row.gpus),
-        "source": row.source,
-    }
-
-
 def schedules(rows: Iterable[orm.PriceRow]) -> dict[str, Schedule]:
     """The recorded price rows as each model's schedule (by start)."""
     out: dict[str, list[tuple[datetime, ModelPrice | None]]] = {}

@@ -357,7 +357,7 @@ def test_a_re_partition_asked_before_the_node_was_declared_is_failed_not_labelle
     }
     store = make_store(db_url, StoreClock(), pool)  # not yet declared: a label re-partition
     rep = store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
-    assert rep["state"] == "applying" and rep["method"] == "label"
+    assert rep.state == "applying" and rep.method == "label"
     token = tmp_path / "token"
     with FakeKubeAPI([kube_node(NODE, config="all-1g.10gb")], token="t") as api:
         token.write_text("t\n")
@@ -377,5 +377,5 @@ def test_a_re_partition_asked_before_the_node_was_declared_is_failed_not_labelle
         assert asyncio.run(one_round()) == {NODE: "failed"}
         assert api.patches == []
     (done,) = store.repartitions()
-    assert done["state"] == "failed"
-    assert "made per claim by the NVIDIA DRA driver" in done["error"]
+    assert done.state == "failed"
+    assert "made per claim by the NVIDIA DRA driver" in done.error

@@ -91,7 +91,7 @@ def test_a_repartition_waits_for_leases_then_labels_waits_for_success_and_uncord
     held = store.allocate("alice", "", "a100-1g")
     assert held["state"] == "granted"
     rep = store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
-    assert rep["state"] == "waiting" and rep["method"] == "label" and cordoned(store)
+    assert rep.state == "waiting" and rep.method == "label" and cordoned(store)
 
     async def rounds(call):
         seen = [await labeller.step(store, call)]  # waiting for alice: not the labeller's yet
@@ -120,7 +120,7 @@ def test_a_repartition_waits_for_leases_then_labels_waits_for_success_and_uncord
     assert node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
     assert instances(store) == [("3g.40gb", 0), ("3g.40gb", 4)]
     (done,) = store.repartitions(node=NODE)
-    assert done["state"] == "done" and done["error"] is None
+    assert done.state == "done" and done.error is None
     assert not cordoned(store)
     assert store.allocate("bob", "", "a100-3g")["state"] == "granted"
 
@@ -129,7 +129,7 @@ def test_a_failed_mig_manager_is_surfaced_with_the_nodes_message(rig, kube):
     store, labeller = rig
     kube.failing["all-3g.40gb"] = "failed to destroy GPU instance 3: In use by another client"
     store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
-    assert store.repartitions(node=NODE)[0]["state"] == "applying"
+    assert store.repartitions(node=NODE)[0].state == "applying"
 
     async def rounds(call):
         seen = [await labeller.step(store, call)]
@@ -140,8 +140,8 @@ def test_a_failed_mig_manager_is_surfaced_with_the_nodes_message(rig, kube):
 
     assert run(store, labeller, rounds) == [{NODE: "labelled"}, {NODE: "failed"}]
     (rep,) = store.repartitions(node=NODE)
-    assert rep["state"] == "failed"
-    assert rep["error"] == (
+    assert rep.state == "failed"
+    assert rep.error == (
         "mig-manager set nvidia.com/mig.config.state=failed applying all-3g.40gb on node "
         "kube-a100: failed to destroy GPU instance 3: In use by another client"
     )
@@ -156,9 +156,8 @@ def test_a_layout_no_mig_parted_config_gives_fails_without_touching_the_node(rig
     store.request_repartition(NODE, GPU, mixed, actor="admin")
     assert run(store, labeller, lambda call: labeller.step(store, call)) == {NODE: "failed"}
     (rep,) = store.repartitions(node=NODE)
-    assert (
-        "no mig-parted config gives node kube-a100 the layout 1×3g.40gb, 1×1g.10gb"
-        in (rep["error"])
+    assert "no mig-parted config gives node kube-a100 the layout 1×3g.40gb, 1×1g.10gb" in (
+        rep.error
     )
     assert kube.patches == []
 
@@ -192,7 +191,7 @@ def test_a_node_the_api_server_does_not_have_fails_the_repartition(db_url, clock
         labeller = MigLabeller(enabled=True, api_host=kube.url, token_file=str(token))
         store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
         assert run(store, labeller, lambda call: labeller.step(store, call)) == {NODE: "failed"}
-    assert "not a node of the Kubernetes API" in store.repartitions(node=NODE)[0]["error"]
+    assert "not a node of the Kubernetes API" in store.repartitions(node=NODE)[0].error
 
 
 def test_an_api_server_that_is_away_changes_nothing(db_url, clock):
@@ -203,7 +202,7 @@ def test_an_api_server_that_is_away_changes_nothing(db_url, clock):
     labeller = MigLabeller(enabled=True, api_host=url)  # nobody listens there any more
     store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
     assert run(store, labeller, lambda call: labeller.step(store, call)) == {NODE: "unreachable"}
-    assert store.repartitions(node=NODE)[0]["state"] == "applying"
+    assert store.repartitions(node=NODE)[0].state == "applying"
 
 
 # -- the client and what nodes say -------------------------------------------------------------

@@ -115,9 +115,9 @@ def test_the_charts_rbac_lets_a_repartition_end_either_way(store, tmp_path, outc
     assert seen == [{NODE: "labelled"}, {NODE: outcome}, {}]
     assert rbac.refused == []  # every call the labeller made, the chart grants
     (rep,) = store.repartitions(node=NODE)
-    assert rep["state"] == outcome
+    assert rep.state == outcome
     if outcome == "failed":
-        assert rep["error"] == (
+        assert rep.error == (
             "mig-manager set nvidia.com/mig.config.state=failed applying all-3g.40gb on node "
             f"kube-a100: {FAILS}"
         )
@@ -140,8 +140,8 @@ def test_a_chart_without_events_list_fails_the_repartition_with_a_permission_err
         seen = run(store, labeller, rounds_until_mig_manager_answers(kube, labeller, store))
     assert seen == [{NODE: "labelled"}, {NODE: "failed"}, {}]
     (rep,) = store.repartitions(node=NODE)
-    assert rep["state"] == "failed"
-    error = rep["error"]
+    assert rep.state == "failed"
+    error = rep.error
     assert error.startswith(
         "mig-manager set nvidia.com/mig.config.state=failed applying all-3g.40gb on node "
         "kube-a100 (its events: the Kubernetes API refused the pool's service account"
@@ -169,8 +169,8 @@ def test_without_the_right_to_read_nodes_the_repartition_fails_at_once(store, tm
         assert kube.patches == []
     assert seen == {NODE: "failed"}
     (rep,) = store.repartitions(node=NODE)
-    assert 'nodes "kube-a100" is forbidden' in rep["error"]
-    assert 'cannot get resource "nodes"' in rep["error"]
+    assert 'nodes "kube-a100" is forbidden' in rep.error
+    assert 'cannot get resource "nodes"' in rep.error
     assert not cordoned(store)
 
 
@@ -181,7 +181,7 @@ def test_a_wrong_token_is_a_permission_error_too(store, tmp_path) -> None:
         store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
         seen = run(store, labeller, lambda call: labeller.step(store, call))
     assert seen == {NODE: "failed"}
-    assert "401 Unauthorized" in store.repartitions(node=NODE)[0]["error"]
+    assert "401 Unauthorized" in store.repartitions(node=NODE)[0].error
 
 
 # -- the authorizer itself, over HTTP -------------------------------------------------------
@@ -324,9 +324,9 @@ def test_one_pool_repartitions_each_clusters_nodes_through_that_clusters_api(
         {"eu-a100": "done", "us-a100": "failed"},
     ]
     assert eu_rbac.refused == [] and us_rbac.refused == []
-    by_node = {r["node"]: r for r in store.repartitions()}
-    assert by_node["eu-a100"]["state"] == "done"
-    assert by_node["us-a100"]["error"].endswith(": the us node's GPU is in use")
+    by_node = {r.node: r for r in store.repartitions()}
+    assert by_node["eu-a100"].state == "done"
+    assert by_node["us-a100"].error.endswith(": the us node's GPU is in use")
     assert instances(store, "eu-a100") == [("3g.40gb", 0), ("3g.40gb", 4)]
     assert not cordoned(store, "us-a100") and not cordoned(store, "eu-a100")
     assert kn.MIG_CONFIG in us.node("us-a100")["metadata"]["labels"]

@@ -93,15 +93,15 @@ def test_a_workload_is_admitted_on_a_job_lease_pinned_to_the_node(rig, kube):
     rounds = Rounds(store, ctl, kube)
     assert rounds() == {"ml/train-1": "Ready"}
     job = store.kueue_jobs()[0]
-    assert job["user"] == "trainer" and job["class"] == "training" and job["runner"] == "kueue"
-    assert job["runner_ref"] == {"namespace": "ml", "name": "train-1", "uid": wl["metadata"]["uid"]}
+    assert job.user == "trainer" and job.workload == "training" and job.runner == "kueue"
+    assert job.runner_ref == {"namespace": "ml", "name": "train-1", "uid": wl["metadata"]["uid"]}
     check = check_of(kube, "train-1")
-    assert check["state"] == "Ready" and job["lease_id"] in check["message"]
-    devices = job["devices"][0]["gpu"]
+    assert check["state"] == "Ready" and job.lease_id in check["message"]
+    devices = job.devices[0].gpu
     assert check["podSetUpdates"] == [
         {
             "name": ps,
-            "labels": {kq.LEASE_LABEL: job["lease_id"], kq.JOB_LABEL: job["id"]},
+            "labels": {kq.LEASE_LABEL: job.lease_id, kq.JOB_LABEL: job.id},
             "annotations": {kq.DEVICES_ANNOTATION: devices},
             "nodeSelector": {"kubernetes.io/hostname": "gpu-1"},
         }
@@ -119,18 +119,18 @@ def test_a_workload_is_admitted_on_a_job_lease_pinned_to_the_node(rig, kube):
     assert cond(kube, "train-1", "Admitted")
     patches = len([c for c in kube.calls if c[0] == "PATCH"])
     assert rounds() == {}
-    assert store.job(job["id"])["state"] == "running"
+    assert store.job(job.id).state == "running"
     assert len([c for c in kube.calls if c[0] == "PATCH"]) == patches
     # the runner timeout does not apply: the Workload is its liveness
     store.clock.advance(hours=1)
     store.reconcile(set())
-    assert store.job(job["id"])["state"] == "running"
+    assert store.job(job.id).state == "running"
     assert store.node_jobs("gpu-1") == []  # the local runner never sees it
     # it finishes: the job succeeds and the lease is released
     fk.finish(kube, "ml", "train-1")
     assert rounds() == {"ml/train-1": "finished"}
-    done = store.job(job["id"])
-    assert done["state"] == "succeeded" and store.lease(job["lease_id"])["state"] == "released"
+    done = store.job(job.id)
+    assert done.state == "succeeded" and store.lease(job.lease_id)["state"] == "released"
 
 
 def test_a_full_pool_keeps_the_check_pending_with_the_queue_position(rig, kube):
@@ -154,9 +154,9 @@ def test_a_full_pool_keeps_the_check_pending_with_the_queue_position(rig, kube):
     rounds(commands.Promote())  # the next housekeeping round serves the queue first
     assert check_of(kube, "second")["state"] == "Ready"
     assert check_of(kube, "third")["message"] == "GPU pool: queued for h100, position 1"
-    first = next(j for j in store.list_jobs() if j["name"] == "ml/first")
-    assert first["state"] == "cancelled" and first["reason"] == "workload deleted"
-    assert store.lease(first["lease_id"])["state"] == "released"
+    first = next(j for j in store.list_jobs() if j.name == "ml/first")
+    assert first.state == "cancelled" and first.reason == "workload deleted"
+    assert store.lease(first.lease_id)["state"] == "released"
 
 
 def test_refusals_reject_the_check_with_the_pools_message(rig, kube):
@@ -194,7 +194,7 @@ def test_a_workload_without_its_class_label_is_rejected_naming_it(rig, kube):
     fk.add(kube, fk.workload("ml", "noclass-2", [CHECK], {kq.OFFER_LABEL: "h100"}))
     ctl.default_class = "training"
     assert Rounds(store, ctl, kube)() == {"ml/noclass-2": "Ready"}
-    assert [j["class"] for j in store.kueue_jobs()] == ["training"]
+    assert [j.workload for j in store.kueue_jobs()] == ["training"]
 
 
 def test_preemption_is_a_notice_then_retry_which_kueue_evicts(rig, kube):
@@ -204,12 +204,12 @@ def test_preemption_is_a_notice_then_retry_which_kueue_evicts(rig, kube):
     rounds()
     rounds()  # admitted: running
     job = store.kueue_jobs()[0]
-    assert job["state"] == "running"
+    assert job.state == "running"
     # alice's notebook, within her guarantee, waits for the one GPU: the job gets its notice
     nb = commands.Allocate("alice", "nb", "h100")
     assert rounds(nb, commands.PreemptJobs()) == {"ml/train": "Ready"}
-    noticed = store.job(job["id"])
-    assert noticed["state"] == "preempting" and "alice" in noticed["reason"]
+    noticed = store.job(job.id)
+    assert noticed.state == "preempting" and "alice" in noticed.reason
     check = check_of(kube, "train")
     assert check["state"] == "Ready" and "preempting, notice until" in check["message"]
     assert cond(kube, "train", "Admitted")  # the pods keep running through the grace
@@ -221,15 +221,15 @@ def test_preemption_is_a_notice_then_retry_which_kueue_evicts(rig, kube):
     assert cond(kube, "train", "Evicted") and not cond(kube, "train", "Admitted")
     out = rounds()  # the pool sees the eviction: the job is preempted, alice is granted
     assert out["ml/train"] in ("evicted", "Pending")
-    ended = store.job(job["id"])
-    assert ended["state"] == "preempted" and "alice" in ended["reason"]
-    assert store.lease(job["lease_id"])["release_reason"] == "preempted"
+    ended = store.job(job.id)
+    assert ended.state == "preempted" and "alice" in ended.reason
+    assert store.lease(job.lease_id)["release_reason"] == "preempted"
     # Kueue queued the Workload again: once alice is served, it waits in the pool's queue
     rounds(commands.Promote())
     alice, _ = store.leases(user="alice")
     assert [x["state"] for x in alice] == ["granted"]
     again = store.kueue_jobs()
-    assert [j["state"] for j in again] == ["queued"] and again[0]["id"] != job["id"]
+    assert [j.state for j in again] == ["queued"] and again[0].id != job.id
     assert check_of(kube, "train")["state"] == "Pending"
     assert "position 1" in check_of(kube, "train")["message"]
 
@@ -241,11 +241,11 @@ def test_a_job_cancelled_in_the_pool_rejects_its_workload(rig, kube):
     rounds()
     rounds()
     job = store.kueue_jobs()[0]
-    assert rounds(commands.CancelJob(job["id"])) == {"ml/train": "Rejected"}
+    assert rounds(commands.CancelJob(job.id)) == {"ml/train": "Rejected"}
     rounds()  # Kueue deactivated and evicted it: the job is cancelled
-    ended = store.job(job["id"])
-    assert ended["state"] == "cancelled" and ended["reason"] == "cancelled in the pool"
-    assert store.lease(job["lease_id"])["state"] == "released"
+    ended = store.job(job.id)
+    assert ended.state == "cancelled" and ended.reason == "cancelled in the pool"
+    assert store.lease(job.lease_id)["state"] == "released"
     assert store.kueue_jobs() == []
 
 
@@ -255,9 +255,9 @@ def test_a_granted_job_cancelled_in_the_pool_is_evicted_then_rejected(rig, kube)
     fk.add(kube, fk.workload("ml", "train", [CHECK, "other"], LABELS))
     rounds()
     job = store.kueue_jobs()[0]
-    assert job["state"] == "granted"  # Ready, but the other check holds Kueue's admission
-    assert rounds(commands.CancelJob(job["id"])) == {"ml/train": "Retry"}
-    assert store.lease(job["lease_id"])["state"] == "released"
+    assert job.state == "granted"  # Ready, but the other check holds Kueue's admission
+    assert rounds(commands.CancelJob(job.id)) == {"ml/train": "Retry"}
+    assert store.lease(job.lease_id)["state"] == "released"
     assert rounds() == {"ml/train": "Rejected"}  # asked again: the pool's cancel stands
     assert "cancelled by" in check_of(kube, "train")["message"]
     assert store.kueue_jobs() == []
@@ -360,12 +360,12 @@ def test_with_dra_the_pool_makes_the_workloads_claim_for_the_granted_gpu(db_url,
         fk.add(kube, shared)
         assert rounds() == {"ml/train-2": "Ready", "ml/train-3": "Rejected"}
         assert "count 1" in check_of(kube, "train-3")["message"]
-        job = next(j for j in store.kueue_jobs() if j["name"] == "ml/train-2")
-        assert job["devices"][0]["gpu"] == uuids[1], "the test needs the second GPU granted"
+        job = next(j for j in store.kueue_jobs() if j.name == "ml/train-2")
+        assert job.devices[0].gpu == uuids[1], "the test needs the second GPU granted"
         claim = kube.objects[("resourceclaims", "ml", "gpupool-train-2")]
         for version in ("1.34", "1.35"):
             kubernetes_validate.validate(claim, desired_version=version, strict=True)
-        assert claim["metadata"]["labels"][kq.LEASE_LABEL] == job["lease_id"]
+        assert claim["metadata"]["labels"][kq.LEASE_LABEL] == job.lease_id
         # Kueue admits it; the Job controller's pod, pinned by the podSetUpdates' nodeSelector
         update = check_of(kube, "train-2")["podSetUpdates"][0]
         pod = {

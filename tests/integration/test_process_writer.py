@@ -82,7 +82,7 @@ def test_every_store_write_crosses_over_and_nothing_else(store, db_url):
             asyncio.run(writer.run(print))
         node = next(iter(store.file_config.nodes)).name
         done = asyncio.run(writer.run(commands.SetNode(node, "cordon", actor="t")))
-        assert done["name"] == node and done["cordoned"] is True
+        assert done.node.name == node and done.node.cordoned is True  # pickled back
         with pytest.raises(StoreError) as err:
             asyncio.run(writer.run(commands.SetNode("no-such-node", "cordon")))
         assert status_of(err.value) == 404 and err.value.field == "name"

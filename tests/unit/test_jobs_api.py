@@ -307,14 +307,14 @@ def test_a_restarted_pool_gives_runners_the_whole_timeout_again(db_url, clock):
     upgrade(db_url)
     store = make_store(db_url, clock, POOL)
     job = store.submit_job("trainer", "h100", ["python", "train.py"])
-    store.job_status(job["id"], "running")
+    store.job_status(job.id, "running")
     clock.advance(minutes=10)  # the pool is down for ten minutes
     restarted = make_store(db_url, clock, POOL)
     assert restarted.reconcile(set()) == 0
-    assert restarted.job(job["id"])["state"] == "running"
+    assert restarted.job(job.id).state == "running"
     clock.advance(seconds=121)
     assert restarted.reconcile(set()) == 1
-    assert restarted.job(job["id"])["reason"] == "runner_lost"
+    assert restarted.job(job.id).reason == "runner_lost"
 
 
 def test_a_preemption_round_with_nothing_to_do_writes_nothing(db_url, clock):

@@ -58,10 +58,10 @@ def test_uncordon_withdraws_the_drain_notices_and_lists_them(store, clock):
     other = bound(store, "h100", "carol")
     store.admin_reclaim(other["id"], grace=600, actor=ADMIN)  # another node, not a drain
     drained = store.drain_node("a100", clock() + timedelta(hours=2), actor=ADMIN)
-    assert drained["noticed"] == 2
+    assert drained.noticed == 2
     out = store.set_node("a100", "uncordon", actor=ADMIN)
-    assert not out["draining"] and not out["cordoned"]
-    assert sorted(out["withdrawn"]) == sorted([one["id"], two["id"]])
+    assert not out.node.draining and not out.node.cordoned
+    assert sorted(out.withdrawn or ()) == sorted([one["id"], two["id"]])
     for lease in (one, two):
         now = store.lease(lease["id"])
         assert now["state"] == "active" and now["reclaim"] is None
@@ -71,15 +71,15 @@ def test_uncordon_withdraws_the_drain_notices_and_lists_them(store, clock):
         assert "the node a100 is back in service" in event["data"]["reason"]
     assert store.lease(other["id"])["reclaim"]["kind"] == "admin"  # stands
     # an uncordon with nothing to withdraw says so, and a cordon has no such list
-    assert store.set_node("a100", "uncordon", actor=ADMIN)["withdrawn"] == []
-    assert "withdrawn" not in store.set_node("a100", "cordon", actor=ADMIN)
+    assert store.set_node("a100", "uncordon", actor=ADMIN).withdrawn == ()
+    assert store.set_node("a100", "cordon", actor=ADMIN).withdrawn is None
 
 
 def test_uncordon_leaves_an_admin_notice_on_the_node(store, clock):
     lease = bound(store, "a100-1g", "alice")
     store.set_node("a100", "cordon", actor=ADMIN)
     store.admin_reclaim(lease["id"], grace=600, actor=ADMIN)
-    assert store.set_node("a100", "uncordon", actor=ADMIN)["withdrawn"] == []
+    assert store.set_node("a100", "uncordon", actor=ADMIN).withdrawn == ()
     assert store.lease(lease["id"])["reclaim"]["kind"] == "admin"
 
 

@@ -116,7 +116,7 @@ def test_drain_by_a_deadline_notices_every_lease_and_releases_unbound_grants(sto
     other = bound(store, "h100", "carol")
     deadline = clock() + timedelta(hours=2)
     out = store.drain_node("a100", deadline, actor="user:admin")
-    assert out["draining"] and out["noticed"] == 1 and out["released"] == 1
+    assert out.node.draining and out.noticed == 1 and out.released == 1
     lease = store.lease(held["id"])
     assert lease["state"] == "reclaiming" and lease["reclaim"]["kind"] == "drain"
     assert lease["reclaim"]["deadline"] == deadline.isoformat() + "Z"
@@ -242,7 +242,7 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     held = bound(store, "a100-3g", "alice")
     layout = [{"profile": "1g.10gb", "start": s} for s in range(7)]
     rep = store.request_repartition("a100", A100, layout, actor="user:admin")
-    assert rep["state"] == "waiting" and rep["plan"]["in_way"][0]["lease"] == held["id"]
+    assert rep.state == "waiting" and rep.plan.in_way[0].lease == held["id"]
     with pytest.raises(StoreError) as e:
         store.request_repartition("a100", A100, layout)
     assert e.value.code == "repartition_pending"
@@ -252,7 +252,7 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     store.release(held["id"])
     assert store.advance_repartitions() == 1
     [now] = store.repartitions(node="a100")
-    assert now["state"] == "applying"
+    assert now.state == "applying"
     plan = store.mig_plan("a100")
     assert {(a["profile"], a["start"]) for a in plan if a["op"] == "create"} == {
         ("1g.10gb", s) for s in range(7)
@@ -260,7 +260,7 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     make_instances(store)  # the agent makes what the pool wants and reports it
     assert store.advance_repartitions() == 1
     [done] = store.repartitions(node="a100")
-    assert done["state"] == "done"
+    assert done.state == "done"
     gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
     assert {(i["profile"], i["start"]) for i in gpu["instances"]} == {
         ("1g.10gb", s) for s in range(7)
@@ -275,10 +275,10 @@ def test_a_waiting_repartition_is_cancelled_and_notices_the_leases_in_the_way(st
     rep = store.request_repartition("a100", A100, layout, notice_seconds=600, actor="user:admin")
     lease = store.lease(held["id"])
     assert lease["state"] == "reclaiming" and lease["reclaim"]["kind"] == "admin"
-    out = store.cancel_repartition(rep["id"], actor="user:admin")
-    assert out["state"] == "cancelled"
+    out = store.cancel_repartition(rep.id, actor="user:admin")
+    assert out.state == "cancelled"
     with pytest.raises(StoreError) as e:
-        store.cancel_repartition(rep["id"])
+        store.cancel_repartition(rep.id)
     assert e.value.code == "repartition_applying"
     gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
     assert not gpu["cordoned"]

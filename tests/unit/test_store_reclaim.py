@@ -498,24 +498,24 @@ def test_someone_waiting_shortens_the_idle_timeout(store, clock):
 
 def test_policy_override_is_validated_persisted_and_reset(url, store, clock):
     got = store.reclaim_policy()
-    assert got["source"] == "file" and got["reclaim"] == POLICY
-    assert got["effective"]["offers"]["a100-3g"]["action"] == "shrink:a100-1g"
+    assert got.source == "file" and got.section == POLICY
+    assert got.offers["a100-3g"].action == "shrink:a100-1g"
     e = refused(store.put_reclaim_policy, {"offers": {"h100": {"idle_timeout": -5}}})
     assert (e.code, e.field) == ("invalid_field", "reclaim.offers.h100.idle_timeout")
     e = refused(store.put_reclaim_policy, {"offers": {"nope": {}}})
     assert (e.code, e.field) == ("invalid_field", "reclaim.offers") and "nope" in e.message
     e = refused(store.put_reclaim_policy, {"offers": {"a100-1g": {"action": "shrink:h100"}}})
     assert e.field == "reclaim.offers.a100-1g.action"
-    assert store.reclaim_policy()["source"] == "file"
+    assert store.reclaim_policy().source == "file"
 
     put = store.put_reclaim_policy({"default": {"idle_timeout": "2h"}}, actor="user:admin")
-    assert put["source"] == "api" and put["effective"]["default"]["idle_timeout"] == 7200.0
+    assert put.source == "api" and put.default.idle_timeout == 7200.0
     restarted = make_store(url, clock, pool=POOL)
-    assert restarted.reclaim_policy()["source"] == "api"  # in the database: survives restarts
+    assert restarted.reclaim_policy().source == "api"  # in the database: survives restarts
     lease = bound(restarted)
     for _ in range(30):  # 2 h idle timeout now: no notice within 30 minutes
         assert step(restarted, clock, lease)[lease["id"]]["kind"] == "none"
-    assert restarted.reset_reclaim_policy()["source"] == "file"
+    assert restarted.reset_reclaim_policy().source == "file"
 
 
 def test_pool_config_reclaim_errors_name_the_field(url, clock):
@@ -524,8 +524,8 @@ def test_pool_config_reclaim_errors_name_the_field(url, clock):
         make_store(url, clock, pool=bad)
     assert e.value.field == "reclaim.default.warn_before"
     plain = make_store(url, clock)  # no reclaim section: the defaults, reclaim on
-    assert plain.reclaim_policy()["source"] == "default"
-    assert plain.reclaim_policy()["effective"]["default"]["enabled"] is True
+    assert plain.reclaim_policy().source == "default"
+    assert plain.reclaim_policy().default.enabled is True
 
 
 # -- the reclaimer's view ----------------------------------------------------------------------
@@ -586,22 +586,22 @@ def test_a_training_job_is_never_idle_reclaimed(store, clock):
     while a server's idle lease beside it gets its notice."""
     job = store.submit_job("bob", "a100-1g", ["python", "train.py"])
     make_instances(store)
-    store.job_status(job["id"], "running")
+    store.job_status(job.id, "running")
     server = bound(store)
-    job_lease = store.lease(job["lease_id"])
+    job_lease = store.lease(job.lease_id)
     assert job_lease["state"] == "active"
     assert until(store, clock, server, "notice")
     for _ in range(20):
         decisions = step(store, clock, server, job_lease)
-        assert job["lease_id"] not in decisions
-    assert store.lease(job["lease_id"])["state"] == "active"
-    assert store.job(job["id"])["state"] == "running"
+        assert job.lease_id not in decisions
+    assert store.lease(job.lease_id)["state"] == "active"
+    assert store.job(job.id).state == "running"
 
 
 def test_the_reclaimer_is_not_given_job_leases_it_may_not_reclaim(store):
     job = store.submit_job("bob", "h100", ["python", "serve.py"], "inference")
-    store.job_status(job["id"], "running")
+    store.job_status(job.id, "running")
     server = bound(store, "a100-1g")
     leases, total = store.reclaim_leases()
     assert [le["id"] for le in leases] == [server["id"]] and total == 1
-    assert job["lease_id"] not in store.reclaim_devices()
+    assert job.lease_id not in store.reclaim_devices()

@@ -11,6 +11,7 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
+from ..serialize.nodes import node_drain_json, node_set_json
 from .base import MAX_STR, APIError, APIHandler, needs, time_field
 
 
@@ -94,27 +95,21 @@ class NodeActionHandler(APIHandler):
                 field = sorted(body)[0]
                 raise APIError("invalid_field", f"only a drain takes {field}", field=field)
             out = await self.writer.run(commands.SetNode(name, action, actor=actor))
-            for lease_id in out.get("withdrawn", ()):  # an uncordon's withdrawn drain notices
+            for lease_id in out.withdrawn or ():  # an uncordon's withdrawn drain notices
                 lease = self.store.lease(lease_id)
                 why = f"the node {name} is back in service"
                 self.settings["notify"](
                     "notice-cancelled", lease, by=self.identity.name, reason=why
                 )
-            self.write_json(out)
+            self.write_json(node_set_json(out))
             return
         deadline = None
         if body.get("deadline") is not None:
             deadline = time_field(body["deadline"], "deadline")
-        self.write_json(
-            await self.writer.run(
-                commands.DrainNode(
-                    name,
-                    deadline,
-                    action=body.get("action", "stop"),
-                    actor=actor,
-                )
-            )
+        drained = await self.writer.run(
+            commands.DrainNode(name, deadline, action=body.get("action", "stop"), actor=actor)
         )
+        self.write_json(node_drain_json(drained))
 
 
 class UsageHandler(APIHandler):

@@ -13,6 +13,7 @@ from typing import Any
 from ...pool import commands
 from ...timeparse import parse_time
 from ..ingest import InventoryError, ingest, node_from_inventory
+from ..serialize.nodes import node_json
 from ..utilization import Sample, lease_util_pairs
 from .base import MAX_STR, APIError, APIHandler, needs
 
@@ -77,7 +78,7 @@ class InventoryHandler(APIHandler):
         except InventoryError as e:
             raise APIError("invalid_field", e.detail, field=e.field, allowed=e.allowed) from None
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.PutInventory(node, actor=actor)))
+        self.write_json(node_json(await self.writer.run(commands.PutInventory(node, actor=actor))))
 
 
 class SamplesHandler(APIHandler):

@@ -13,6 +13,7 @@ from ...orm import JOB_STATES
 from ...pool import commands
 from ...pool.errors import PoolError
 from ...store.jobs import job_not_found
+from ..serialize.jobs import job_json
 from .base import APIError, APIHandler, needs
 
 
@@ -90,8 +91,8 @@ class JobsHandler(APIHandler):
             ):
                 await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
-        self.set_header("Location", f"{self.request.path.rstrip('/')}/{job['id']}")
-        self.write_json(job, 201)
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{job.id}")
+        self.write_json(job_json(job), 201)
 
     @needs("use", "list jobs")
     def get(self) -> None:
@@ -106,7 +107,8 @@ class JobsHandler(APIHandler):
             raise APIError(
                 "invalid_state", f"no job state {state!r}", field="state", allowed=JOB_STATES
             )
-        self.write_json({"jobs": self.store.list_jobs(user=user, state=state)})
+        jobs = self.store.list_jobs(user=user, state=state)
+        self.write_json({"jobs": [job_json(j) for j in jobs]})
 
 
 class JobHandler(_JobHandler):
@@ -117,13 +119,13 @@ class JobHandler(_JobHandler):
     @needs("use", "read jobs")
     def get(self, job_id: str) -> None:
         self._check(job_id)
-        self.write_json(self.store.job(job_id))
+        self.write_json(job_json(self.store.job(job_id)))
 
     @needs("use", "cancel jobs")
     async def delete(self, job_id: str) -> None:
         self._check(job_id)
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.CancelJob(job_id, actor=actor)))
+        self.write_json(job_json(await self.writer.run(commands.CancelJob(job_id, actor=actor))))
 
 
 class JobLogsHandler(_JobHandler):
@@ -170,13 +172,12 @@ class JobStatusHandler(APIHandler):
                 allowed=["running", "exited"],
             )
         actor = self.identity.describe()
-        self.write_json(
-            await self.writer.run(
-                commands.JobStatus(
-                    job_id, body["state"], body.get("exit_code"), body.get("pid"), actor=actor
-                )
+        job = await self.writer.run(
+            commands.JobStatus(
+                job_id, body["state"], body.get("exit_code"), body.get("pid"), actor=actor
             )
         )
+        self.write_json(job_json(job))
 
 
 class NodeJobsHandler(APIHandler):
@@ -186,7 +187,7 @@ class NodeJobsHandler(APIHandler):
 
     @needs("agent", "read a node's jobs")
     def get(self, name: str) -> None:
-        self.write_json({"jobs": self.store.node_jobs(name)})
+        self.write_json({"jobs": [job_json(j) for j in self.store.node_jobs(name)]})
 
 
 default_handlers = [

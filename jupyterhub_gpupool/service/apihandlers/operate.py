@@ -12,6 +12,7 @@ from datetime import timedelta
 from ...pool import commands
 from ...store import utcnow
 from ...store.rows import epoch
+from ..serialize.repartitions import repartition_json
 from .base import APIError, APIHandler, needs
 
 
@@ -112,7 +113,7 @@ class NodeRepartitionHandler(APIHandler):
                 actor=self.identity.describe(),
             )
         )
-        self.write_json(rep, 201)
+        self.write_json(repartition_json(rep), 201)
 
 
 class RepartitionsHandler(APIHandler):
@@ -124,11 +125,14 @@ class RepartitionsHandler(APIHandler):
     def get(self) -> None:
         self.write_json(
             {
-                "items": self.store.repartitions(
-                    node=self.get_argument("node", None),
-                    state=self.get_argument("state", None),
-                    limit=self.int_arg("limit", 200, low=1, high=1000),
-                )
+                "items": [
+                    repartition_json(r)
+                    for r in self.store.repartitions(
+                        node=self.get_argument("node", None),
+                        state=self.get_argument("state", None),
+                        limit=self.int_arg("limit", 200, low=1, high=1000),
+                    )
+                ]
             }
         )
 
@@ -142,11 +146,10 @@ class RepartitionHandler(APIHandler):
     async def delete(self, rep_id: str) -> None:
         if not rep_id.isdigit() or len(rep_id) > 9:
             raise APIError("not_found", f"no re-partition {rep_id!r}", field="id")
-        self.write_json(
-            await self.writer.run(
-                commands.CancelRepartition(int(rep_id), actor=self.identity.describe())
-            )
+        rep = await self.writer.run(
+            commands.CancelRepartition(int(rep_id), actor=self.identity.describe())
         )
+        self.write_json(repartition_json(rep))
 
 
 class PoolMapHandler(APIHandler):

@@ -15,6 +15,7 @@ from typing import Any, Literal, overload
 from ...pool import commands
 from ...pool.reclaim import KERNEL_STATES, KernelView, PresenceView
 from ...store.reclaim import Observation
+from ..serialize.reclaim import reclaim_policy_json
 from .base import APIError, APIHandler, needs
 
 #: At most this many files in one outcome's ``saved``, each at most this long.
@@ -217,22 +218,20 @@ class PoliciesHandler(APIHandler):
 
     @needs("admin", "read reclaim policies")
     def get(self) -> None:
-        self.write_json(self.store.reclaim_policy())
+        self.write_json(reclaim_policy_json(self.store.reclaim_policy()))
 
     @needs("admin", "change reclaim policies")
     async def put(self) -> None:
         body = self.json_body(
             {"default": (dict, False), "priority_classes": (dict, False), "offers": (dict, False)}
         )
-        self.write_json(
-            await self.writer.run(commands.PutReclaimPolicy(body, actor=self.identity.describe()))
-        )
+        put = await self.writer.run(commands.PutReclaimPolicy(body, actor=self.identity.describe()))
+        self.write_json(reclaim_policy_json(put))
 
     @needs("admin", "change reclaim policies")
     async def delete(self) -> None:
-        self.write_json(
-            await self.writer.run(commands.ResetReclaimPolicy(actor=self.identity.describe()))
-        )
+        reset = await self.writer.run(commands.ResetReclaimPolicy(actor=self.identity.describe()))
+        self.write_json(reclaim_policy_json(reset))
 
 
 default_handlers = [

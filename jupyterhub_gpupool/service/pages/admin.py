@@ -62,10 +62,10 @@ class LeasesPage(AdminPage):
             created = le["created"]
             le["waited_s"] = (now - naive_utc(created)).total_seconds() if created else 0.0
         # a job's queued lease is named by its job (class, name), not its ``job:<id>`` server
-        jobs = {j["lease_id"]: j for j in self.store.list_jobs(state="queued")}
+        jobs = {j.lease_id: j for j in self.store.list_jobs(state="queued")}
         for le in queued:
             job = jobs.get(le["id"])
-            le["job"], le["class"] = (job["name"], job["class"]) if job else (None, INTERACTIVE)
+            le["job"], le["class"] = (job.name, job.workload) if job else (None, INTERACTIVE)
         leases = sorted(self.store.live_leases().values(), key=lambda le: -le["idle_s"])
         self.render_page(
             "admin_leases.html",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -41,14 +42,15 @@ CSP = (
 )
 
 
-def when(iso: str | None) -> str:
-    """An ISO timestamp from the store as people read it: 2026-03-02 09:15 UTC."""
+def when(iso: str | datetime | None) -> str:
+    """A time (ISO text, or a read model's naive UTC ``datetime``) as people read it:
+    2026-03-02 09:15 UTC."""
     if not iso:
         return ""
     try:
         moment = parse_time(iso)
     except ValueError:
-        return iso
+        return str(iso)
     return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
 
 

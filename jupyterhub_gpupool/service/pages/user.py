@@ -18,6 +18,7 @@ from ...pool import commands
 from ...pool.codes import describe
 from ...pool.errors import PoolError
 from ...store import StoreError
+from ...store.read.jobs import JobView
 from ...wording import last_hour_text
 from .base import PageHandler
 
@@ -65,12 +66,12 @@ def done_text(action: str | None, names: dict[str, str] | None = None) -> str:
     return "Stopped your server"
 
 
-def user_jobs(jobs: list[dict[str, Any]], ended: int = ENDED_JOBS) -> list[dict[str, Any]]:
+def user_jobs(jobs: list[JobView], ended: int = ENDED_JOBS) -> list[JobView]:
     """The jobs the page lists (newest first): every one not ended, and the last ``ended``
     that did, so the page stays short for a user with thousands of finished jobs."""
     out, done = [], 0
     for j in jobs:
-        if j["state"] in JOB_FINAL:
+        if j.state in JOB_FINAL:
             done += 1
             if done > ended:
                 continue
@@ -129,7 +130,7 @@ class UserPageHandler(PageHandler):
             history_json=json.dumps(history),
             decided=decided,
             jobs=jobs,
-            job_of={j["lease_id"]: j for j in jobs if j["lease_id"]},
+            job_of={j.lease_id: j for j in jobs if j.lease_id},
             cancellable=CANCELLABLE,
             api_url=f"{self.request.protocol}://{self.request.host}{self.prefix}api/v1/users/me",
         )
