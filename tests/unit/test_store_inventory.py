@@ -81,7 +81,7 @@ def test_a_new_node_serves_the_queue_and_a_lost_gpu_ends_its_lease(store):
     waiting = store.allocate("carol", "c", "h100")
     assert waiting["state"] == "queued"
     answer = report(store, "h2", h100("GPU-new", 0))
-    assert answer["name"] == "h2" and answer["gpus"] == 1
+    assert answer.name == "h2" and answer.gpus == 1
     assert store.lease(waiting["id"])["node"] == "h2"
     on = {first["slots"][0]["gpu"]: first["id"], second["slots"][0]["gpu"]: second["id"]}
     report(store, "h100", h100(h0, 0))  # h1 is gone: its lease holds nothing any more
