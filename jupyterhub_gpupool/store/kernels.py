@@ -23,6 +23,7 @@ from ..pool.allocator import Allocator
 from ..pool.facts import KernelFacts, LeaseFacts, PoolState
 from ..pool.kernels import KERNEL_HOLDER, KERNEL_PREFIX, KernelRules, kernel_server
 from ..pool.rules.kernels import kernel_not_found as refused_kernel
+from ..service.serialize.leases import lease_json
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .jobs import JobStore
@@ -179,7 +180,9 @@ class KernelStore(JobStore):
     def _kernel_json(
         self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
     ) -> dict[str, Any]:
-        out = self._lease_json(db, alloc, row)
+        # the lease's JSON until the kernel has its own read model (issue 34: the kernels'
+        # move to store/read and service/serialize ends this store → service import)
+        out = lease_json(self._lease_view(db, alloc, row))
         notice = None
         if row.reclaim_deadline is not None and row.reclaim_kind is None:
             notice = {"deadline": ts(row.reclaim_deadline), "message": row.reclaim_reason}
