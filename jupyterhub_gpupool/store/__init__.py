@@ -4,10 +4,13 @@ Modules by responsibility, imports pointing one way (each only to those above it
 
 * ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
 * ``rows`` — conversions between rows and values;
+* ``read`` — the read models: typed, frozen views (``read.leases.LeaseView``) built by plain
+  functions, which the store answers with and the service serializes (``service/serialize/``);
 * ``rebuild`` — the allocator built from the rows;
 * ``core`` — transactions, the pool lock, the allocator kept in step, the audit log;
 * ``apply`` — the one applier of the allocator's decisions;
-* ``views`` — read-only views (leases, offers, users, inventory, audit, usage);
+* ``views`` — read-only views (leases, offers, users, inventory, audit, usage), the leases as
+  read models;
 * ``leases`` — the lease lifecycle; ``mig`` — dynamic MIG; ``admin`` — config, nodes,
   quotas; ``utilization`` — minute aggregates;
 * ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my
