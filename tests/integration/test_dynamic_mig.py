@@ -198,11 +198,11 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
             )
             sampled = rig.telemetry.samples
             lease = await rig.write(commands.Allocate("alice", "", "a100-1g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
+            await rig.until(lambda: rig.store.lease(lease["id"]).ready, "the instance")
             # no round of samples ran meanwhile: the grant woke the loop, it did not wait for
             # the next sample tick (an hour away)
             assert rig.telemetry.samples == sampled
-            (slot,) = rig.store.lease(lease["id"])["slots"]
+            (slot,) = rig.store.lease(lease["id"]).slots
             assert rig.on_node()[(slot["gpu"], slot["start"])] == (
                 slot["profile"],
                 slot["mig_uuid"],
@@ -219,8 +219,8 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
         rig.start()
         try:
             lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
-            (slot,) = rig.store.lease(lease["id"])["slots"]
+            await rig.until(lambda: rig.store.lease(lease["id"]).ready, "the instance")
+            (slot,) = rig.store.lease(lease["id"]).slots
             where = (slot["gpu"], slot["start"])
             await rig.rounds(1)  # the creating step is over: its inventory shows no process
             pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
@@ -257,8 +257,8 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
             lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
-            (slot,) = rig.store.lease(lease["id"])["slots"]
+            await rig.until(lambda: rig.store.lease(lease["id"]).ready, "the instance")
+            (slot,) = rig.store.lease(lease["id"]).slots
             assert rig.on_node() == {
                 (slot["gpu"], slot["start"]): (slot["profile"], slot["mig_uuid"], 0)
             }

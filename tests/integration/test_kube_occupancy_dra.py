@@ -201,7 +201,7 @@ def test_a_gpu_a_training_claim_holds_is_never_granted_until_the_claim_is_gone(
     assert quiet == {}
     assert freed[NODE]["gpus"] == [] and freed[NODE]["pods"] == []
     after = store.lease(bob["id"])
-    assert after["state"] == "granted" and after["slots"][0]["gpu"] == X
+    assert after.state == "granted" and after.slots[0].gpu == X
 
 
 def test_a_mig_slice_a_claim_holds_and_devices_no_slice_publishes_are_outside(
@@ -269,7 +269,7 @@ def test_a_device_a_pool_lease_holds_is_a_conflict_said_not_hidden(
     assert marked[NODE]["gpus"] == [] and marked[NODE]["short"] == {"gpu": 1}
     (conflict,) = marked[NODE]["conflicts"]
     assert X in conflict and "ml/train-0-gpu" in conflict and alice["id"] in conflict
-    assert store.lease(alice["id"])["slots"][0]["gpu"] == X
+    assert store.lease(alice["id"]).slots[0].gpu == X
 
 
 def test_without_the_charts_dra_rules_the_reader_is_refused_and_changes_nothing(

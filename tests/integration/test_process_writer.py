@@ -58,7 +58,7 @@ def test_results_refusals_and_events_cross_over(store, db_url):
         assert ("granted", a["id"]) in seen and ("granted", b["id"]) in seen
         # the service's own store reads what the child committed, and its views are told to
         # catch up: they never show less than the decisions already answered
-        assert store.lease(a["id"])["state"] == "granted"
+        assert store.lease(a["id"]).state == "granted"
         store.view_lag = 3600.0  # no help from the timer
         with store.locked() as alloc:
             assert a["id"] in alloc.leases and b["id"] in alloc.leases

@@ -78,7 +78,7 @@ def error(r: Response) -> dict[str, Any]:
 
 def lease_of_alice(api: Service) -> dict:
     lease = api.store.allocate("alice", "", "h100")
-    return api.store.keepalive(lease["id"])
+    return api.store.keepalive(lease.id)
 
 
 def round_(api: Service, clock: StoreClock, lease: dict, *, util: float = 0.0, who="reclaimer"):
@@ -142,17 +142,17 @@ def test_who_may_call_what(api):
         for what, body, *want in MATRIX:
             method, path = what.split(" ")
             status = want[column]
-            names = {"who": who or "anon", "id": lease["id"]}
+            names = {"who": who or "anon", "id": lease.id}
             r = api.call(who, method, _fill(path, **names), _fill(body, **names))
             if r.status != status:
                 wrong.append(f"{method} {path} as {who}: {r.status} (want {status}) {r.body!r}")
             elif status >= 400:
                 error(r)  # a JSON error body with a code
     assert not wrong, "\n".join(wrong)
-    assert api.call("reclaimer", "DELETE", f"allocations/{lease['id']}").status == 403
+    assert api.call("reclaimer", "DELETE", f"allocations/{lease.id}").status == 403
     # alice's "keep my GPU" on her lease; bob gets the 404 of a lease that does not exist
-    assert api.call("bob", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 404
-    assert api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 200
+    assert api.call("bob", "POST", f"allocations/{lease.id}/keepalive", {}).status == 404
+    assert api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {}).status == 200
 
 
 # -- the flow ----------------------------------------------------------------------------------
@@ -177,12 +177,12 @@ def test_notice_keep_act_outcome_over_http(api, clock):
     watched = api.ok("reclaimer", "GET", "reclaim/leases?limit=10")
     assert watched["total"] == 1 and watched["items"][0]["reclaim"]["kind"] == "idle"
 
-    kept = api.ok("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    kept = api.ok("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert kept["state"] == "active" and kept["reclaim"] is None
     for _ in range(30):
         if round_(api, clock, lease)["kind"] == "notice":
             break
-    limit = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    limit = api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert limit.status == 409
     assert error(limit)["code"] == "extension_limit" and error(limit)["allowed"] == [1]
 
@@ -191,13 +191,13 @@ def test_notice_keep_act_outcome_over_http(api, clock):
         if act["kind"] == "act":
             break
     assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
-    late = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    late = api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert late.status == 409 and error(late)["code"] == "reclaim_in_progress"
 
     outcome = {"holder": "r1", "result": "done", "saved": ["nb.ipynb"], "detail": "saved"}
-    done = api.ok("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    done = api.ok("reclaimer", "POST", f"reclaim/leases/{lease.id}/outcome", outcome)
     assert done["state"] == "released" and done["release_reason"] == "reclaimed-idle"
-    again = api.call("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    again = api.call("reclaimer", "POST", f"reclaim/leases/{lease.id}/outcome", outcome)
     assert again.status == 409 and error(again)["code"] == "not_acting"
     (past,) = api.ok("alice", "GET", "users/me")["reclaims"]
     assert past["saved"] == ["nb.ipynb"] and past["outcome"] == "done"
@@ -224,7 +224,7 @@ def test_a_round_without_samples_or_observations_decides_nothing(api, clock):
         body = {"holder": "r1", "window": {"start": now - 60, "end": now}}
         answer = api.ok("reclaimer", "POST", "reclaim/rounds", body)
         assert answer["stale"] == 1 and answer["decisions"][0]["kind"] == "stale"
-    assert api.store.lease(lease["id"])["state"] == "active"
+    assert api.store.lease(lease.id).state == "active"
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_bad_input_gets_a_json_error_naming_the_field(api):
     wrong = []
     for method, path, body, status, code, field in BAD:
         who = "admin" if "policies" in path else "reclaimer"
-        r = api.call(who, method, path.replace("{id}", lease["id"]), body)
+        r = api.call(who, method, path.replace("{id}", lease.id), body)
         got = (r.status, *(lambda e: (e["code"], e.get("field")))(error(r)))
         if got != (status, code, field):
             wrong.append(f"{method} {path} {body}: {got} != {(status, code, field)}")
@@ -329,7 +329,7 @@ def test_a_share_is_judged_by_its_own_processes_over_http(shared_api, clock):
     next to bob's busy one, and counts towards its idle timeout; bob's does not."""
     api = shared_api
     leases = {
-        u: api.store.keepalive(api.store.allocate(u, "", "quarter")["id"]) for u in ("alice", "bob")
+        u: api.store.keepalive(api.store.allocate(u, "", "quarter").id) for u in ("alice", "bob")
     }
     alice, bob = leases["alice"], leases["bob"]
     gpu = alice["slots"][0]["gpu"]

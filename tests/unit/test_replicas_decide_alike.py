@@ -132,8 +132,8 @@ def run(
             lease = store.allocate(user, "", offer)
             if offer.startswith("a100"):
                 make_instances(store)
-            leases[label] = store.keepalive(lease["id"])
-        label_of = {lease["id"]: label for label, lease in leases.items()}
+            leases[label] = store.keepalive(lease.id)
+        label_of = {lease.id: label for label, lease in leases.items()}
         out: list[dict[str, tuple]] = []
         for n in range(ROUNDS):
             clock.advance(minutes=1)
@@ -151,7 +151,7 @@ def run(
             body = {
                 "holder": "r1",
                 "window": {"start": now - 60, "end": now},
-                "observed": {lease["id"]: seen for lease in leases.values()},
+                "observed": {lease.id: seen for lease in leases.values()},
             }
             answer = ok(decides, "reclaimer", "POST", "reclaim/rounds", body)
             out.append(
@@ -170,7 +170,7 @@ def run(
             start = clock() - timedelta(hours=1)
             recorded = store.busy_time([le["id"] for le in leases.values()], start, clock())
             for label, lease in leases.items():
-                busy[label] = sum(b for b, _ in recorded.get(lease["id"], {}).values())
+                busy[label] = sum(b for b, _ in recorded.get(lease.id, {}).values())
         return out
     finally:
         for service in services:

@@ -47,14 +47,14 @@ def _story(store: Store, clock: StoreClock) -> tuple[list[Any], list[str], dict[
     made = store.run_batch(
         [commands.Allocate(u, "", "h100", actor=u) for u in ("alice", "bob", "carol")]
     )
-    store.keepalive(made[0]["id"], actor="alice")  # active; bob's and carol's only granted
+    store.keepalive(made[0].id, actor="alice")  # active; bob's and carol's only granted
     clock.advance(seconds=30)
     with orm_loads() as loaded:
         out = store.run_batch(
             [
-                commands.Release(made[0]["id"], actor="alice"),
+                commands.Release(made[0].id, actor="alice"),
                 commands.Allocate("dave", "", "h100", actor="dave"),
-                commands.Release(made[1]["id"], reason="cancelled", actor="bob"),
+                commands.Release(made[1].id, reason="cancelled", actor="bob"),
             ]
         )
     names = {r["id"]: r["user"] for r in (*made, *out)}
@@ -110,8 +110,8 @@ def test_leases_something_else_could_read_are_loaded_as_rows(pg_url):
             [commands.Release(a["id"]), commands.Release(a["id"], reason="cancelled")]
         )
     assert loaded == [a["id"]]
-    assert [r["state"] for r in twice] == ["released", "released"]
-    assert twice[1]["release_reason"] == "stopped"  # the second found it released already
+    assert [r.state for r in twice] == ["released", "released"]
+    assert twice[1].release_reason == "stopped"  # the second found it released already
     with orm_loads() as loaded:
         bound, released = store.run_batch([commands.Keepalive(b["id"]), commands.Release(c["id"])])
     assert sorted(loaded) == sorted([b["id"], c["id"]])

@@ -56,10 +56,10 @@ class Pool:
     def hold(self, user: str, offer: str, group: str | None = None) -> dict:
         groups = (group,) if group else ()
         lease = self.store.allocate(user, "", offer, group=group, groups=groups)
-        assert lease["state"] == "granted", lease
+        assert lease.state == "granted", lease
         if offer.startswith("a100"):
             make_instances(self.store)
-        self.store.keepalive(lease["id"])
+        self.store.keepalive(lease.id)
         return lease
 
     def sample(self, lease: dict, util: float | None, memory: int = 0, procs: int | None = None):
