@@ -17,8 +17,10 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
+from jupyterhub_gpupool.service.serialize.leases import watched_lease_json
 from jupyterhub_gpupool.service.utilization import MinuteStats
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView, ReclaimView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import STORE_POOL, StoreClock, make_instances, make_store
 from tests.fakes import lease_events as events
@@ -54,7 +56,9 @@ def store(url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+def bound(
+    store: Store, offer: str = "h100", user: str = "alice", server: str = ""
+) -> LeaseView:
     """A lease bound by its server (``active``)."""
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
@@ -62,14 +66,14 @@ def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = 
     return store.keepalive(lease.id)
 
 
-def devices(lease: dict) -> list[tuple[str, int | None]]:
-    return [(s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]]
+def devices(lease: LeaseView) -> list[tuple[str, int | None]]:
+    return [(s.gpu, s.start if s.kind == "mig" else None) for s in lease.slots]
 
 
 def step(
     store: Store,
     clock: StoreClock,
-    *leases: dict,
+    *leases: LeaseView,
     util: float = 0.0,
     kernel: str = "idle",
     typing: bool = False,
@@ -93,7 +97,7 @@ def step(
     observed, by_device = {}, {}
     for lease in leases:
         if seen:
-            observed[lease["id"]] = (
+            observed[lease.id] = (
                 KernelView(now, kernel, None),
                 PresenceView(now, now - 1 if typing else None, 1),
             )
@@ -106,10 +110,12 @@ def step(
     return {d["lease"]: d for d in answer["decisions"]}
 
 
-def until(store: Store, clock: StoreClock, lease: dict, kind: str, limit: int = 60, **kw: Any):
+def until(
+    store: Store, clock: StoreClock, lease: LeaseView, kind: str, limit: int = 60, **kw: Any
+):
     """Rounds a minute apart until the lease's decision is ``kind``; returns it."""
     for _ in range(limit):
-        d = step(store, clock, lease, **kw)[lease["id"]]
+        d = step(store, clock, lease, **kw)[lease.id]
         if d["kind"] == kind:
             return d
     raise AssertionError(f"no {kind} within {limit} rounds (last: {d})")
@@ -131,21 +137,21 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
     assert clock() == clock().replace(hour=9, minute=8)  # 10 min idle, 2 min notice ahead
     shown = store.lease(lease.id)
     assert shown.state == "reclaiming"
-    assert shown.reclaim == {
-        "heading": "Idle GPU: it will be reclaimed",
-        "keep": True,
-        "why_not_kept": None,
-        "kind": "idle",
-        "deadline": "2026-03-02T09:10:00Z",
-        "reason": notice["reason"],
-        "action": "stop",
-        "issued": "2026-03-02T09:08:00Z",
-        "pressure": False,
-        "extensions": 0,
-        "max_extensions": 1,
-        "extendable": True,
-        "acting": False,
-    }
+    assert shown.reclaim == ReclaimView(
+        heading="Idle GPU: it will be reclaimed",
+        keep=True,
+        why_not_kept=None,
+        kind="idle",
+        deadline=datetime(2026, 3, 2, 9, 10),
+        reason=notice["reason"],
+        action="stop",
+        issued=datetime(2026, 3, 2, 9, 8),
+        pressure=False,
+        extensions=0,
+        max_extensions=1,
+        extendable=True,
+        acting=False,
+    )
     me = store.user("alice")
     assert me["notices"][0]["reason"] == notice["reason"]
     assert me["notices"][0]["action"] == "stop" and me["notices"][0]["lease"] == lease.id
@@ -308,7 +314,8 @@ def test_a_restart_mid_grace_keeps_the_deadline_and_acts_at_it(url, store, clock
     assert again.lease(lease.id).reclaim.deadline == deadline
     assert step(again, clock, lease)[lease.id]["kind"] == "noticed"
     act = step(again, clock, lease)[lease.id]
-    assert act["kind"] == "act" and act["deadline"] == deadline == "2026-03-02T09:10:00Z"
+    assert deadline == datetime(2026, 3, 2, 9, 10)
+    assert act["kind"] == "act" and act["deadline"] == "2026-03-02T09:10:00Z"
 
 
 def test_stale_data_never_acts(store, clock):
@@ -535,12 +542,12 @@ def test_watched_leases_and_devices(store, clock):
     lease = bound(store)
     granted = store.allocate("bob", "", "a100-1g")  # not bound yet: not watched
     items, total = store.reclaim_leases()
-    assert total == 1 and items[0]["id"] == lease.id and items[0]["reclaim"] is None
-    assert set(items[0]) == {"id", "user", "server", "offer", "state", "node", "granted_at",
+    assert total == 1 and items[0].id == lease.id and items[0].reclaim is None
+    assert set(watched_lease_json(items[0])) == {"id", "user", "server", "offer", "state", "node", "granted_at",
                              "server_url", "reclaim"}  # fmt: skip
     assert store.reclaim_devices() == {lease.id: devices(lease)}
     until(store, clock, lease, "notice")
-    assert store.reclaim_leases()[0][0]["reclaim"]["kind"] == "idle"
+    assert store.reclaim_leases()[0][0].reclaim.kind == "idle"
     assert store.reclaiming_count() == 1
     assert granted.id not in store.reclaim_devices()
 
@@ -552,19 +559,19 @@ def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
     """Once the server's lab announced itself, what the reclaimer saw as input no longer
     counts (an open tab's polling, the hub's stamps): only the lab's reports do."""
     quiet, typing = bound(store), bound(store, "a100-3g", user="bob")
-    assert store.report_presence(quiet["id"], None)["source"] == "lab"
-    assert store.report_presence(typing["id"], None)["last_input"] is None
+    assert store.report_presence(quiet.id, None)["source"] == "lab"
+    assert store.report_presence(typing.id, None)["last_input"] is None
     # the reclaimer "sees" fresh input for both (as the hub's last_activity would say)
     for minute in range(40):
         # the lab: input 5 s ago, reported once in each minute's window
-        report = lambda: store.report_presence(typing["id"], 5.0)  # noqa: E731
+        report = lambda: store.report_presence(typing.id, 5.0)  # noqa: E731
         decisions = step(store, clock, quiet, typing, typing=True, during=report)
-        assert decisions[typing["id"]]["kind"] != "notice", (minute, decisions)
-        if decisions[quiet["id"]]["kind"] == "notice":
+        assert decisions[typing.id]["kind"] != "notice", (minute, decisions)
+        if decisions[quiet.id]["kind"] == "notice":
             break
     else:
         raise AssertionError("the untouched lab's lease never got a notice")
-    assert "idle" in decisions[quiet["id"]]["reason"]
+    assert "idle" in decisions[quiet.id]["reason"]
 
 
 def test_a_lab_report_never_moves_input_back_and_is_checked(store, clock):
@@ -603,5 +610,5 @@ def test_the_reclaimer_is_not_given_job_leases_it_may_not_reclaim(store):
     store.job_status(job["id"], "running")
     server = bound(store, "a100-1g")
     leases, total = store.reclaim_leases()
-    assert [le["id"] for le in leases] == [server.id] and total == 1
+    assert [le.id for le in leases] == [server.id] and total == 1
     assert job["lease_id"] not in store.reclaim_devices()
