@@ -56,9 +56,7 @@ def store(url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(
-    store: Store, offer: str = "h100", user: str = "alice", server: str = ""
-) -> LeaseView:
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> LeaseView:
     """A lease bound by its server (``active``)."""
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
@@ -110,9 +108,7 @@ def step(
     return {d["lease"]: d for d in answer["decisions"]}
 
 
-def until(
-    store: Store, clock: StoreClock, lease: LeaseView, kind: str, limit: int = 60, **kw: Any
-):
+def until(store: Store, clock: StoreClock, lease: LeaseView, kind: str, limit: int = 60, **kw: Any):
     """Rounds a minute apart until the lease's decision is ``kind``; returns it."""
     for _ in range(limit):
         d = step(store, clock, lease, **kw)[lease.id]
