@@ -13,6 +13,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import StoreClock, make_instances, make_store
 
@@ -28,23 +29,23 @@ def store(db_url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> LeaseView:
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
         make_instances(store)
     return store.keepalive(lease.id)
 
 
-def idle_round(store: Store, clock: StoreClock, lease: dict, minutes: float = 1) -> dict:
+def idle_round(store: Store, clock: StoreClock, lease: LeaseView, minutes: float = 1) -> dict:
     """``minutes`` later, a round in which the GPU, the kernel and the user are all idle."""
     clock.advance(minutes=minutes)
     store.take_leader(HOLDER, 600)
     now = epoch(clock())
-    gpu = lease["slots"][0]["gpu"]
-    seen = {lease["id"]: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
+    gpu = lease.slots[0].gpu
+    seen = {lease.id: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
     samples = {(gpu, None): [GpuSample(now - 59, 0.0, 10), GpuSample(now, 0.0, 10)]}
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
 
 
 def cancelled(store: Store, lease_id: str) -> list[dict]:
