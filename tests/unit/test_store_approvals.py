@@ -15,6 +15,7 @@ from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.quota import QuotaSpec
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import APPROVAL_POOL as POOL
 from tests.fakes import StoreClock, make_store
@@ -38,17 +39,17 @@ def refused(call, *args, **kwargs) -> StoreError:
     return e.value
 
 
-def quiet_round(store: Store, clock: StoreClock, lease: dict) -> dict:
+def quiet_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
     """A reclaim round with the lease's GPU busy and its user typing."""
     now = epoch(clock())
-    seen = {lease["id"]: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
+    seen = {lease.id: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
     samples = {
-        (s["gpu"], None): [GpuSample(now - 30, 95.0, 1000), GpuSample(now, 95.0, 1000)]
-        for s in lease["slots"]
+        (s.gpu, None): [GpuSample(now - 30, 95.0, 1000), GpuSample(now, 95.0, 1000)]
+        for s in lease.slots
     }
     store.take_leader(HOLDER, 600)
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
 
 
 # -- an offer that needs approval ---------------------------------------------------------
@@ -58,7 +59,7 @@ def test_an_offer_needing_approval_waits_holding_nothing_until_approved(store):
     e = refused(store.allocate, "admin", "", "big")
     assert (e.code, e.field) == ("missing_field", "reason")
     ask = store.allocate("admin", "", "big", reason="  the paper deadline  ", actor="user:admin")
-    assert ask.state == "awaiting_approval" and ask.slots == [] and not ask.ready
+    assert ask.state == "awaiting_approval" and ask.slots == () and not ask.ready
     assert ask.approval["reason"] == "the paper deadline"
     assert ask.approval["required_by"] == ["offer"] and ask.approval["decision"] is None
     # nothing is held meanwhile: somebody else takes a GPU, and it is in nobody's queue
