@@ -17,6 +17,7 @@ from jupyterhub_gpupool.pool.errors import PoolError
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.allocrig import state_of
 from tests.fakes import StoreClock, make_instances, make_store
@@ -34,21 +35,21 @@ def store(db_url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> LeaseView:
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
         make_instances(store)
     return store.keepalive(lease.id)
 
 
-def busy_round(store: Store, clock: StoreClock, lease: dict) -> dict:
+def busy_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
     """A round in which the lease's GPU is busy and its user typing: nothing idle about it."""
     now = epoch(clock())
-    seen = {lease["id"]: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
-    gpu = lease["slots"][0]["gpu"]
+    seen = {lease.id: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
+    gpu = lease.slots[0].gpu
     samples = {(gpu, None): [GpuSample(now - 30, 95.0, 1000), GpuSample(now, 95.0, 1000)]}
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
 
 
 def test_reclaim_now_gives_notice_and_the_round_acts_at_the_deadline_even_on_a_busy_gpu(
