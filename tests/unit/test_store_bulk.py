@@ -280,13 +280,13 @@ def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_
         ).scalar()
     assert ended >= 1
     try:
-        store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
+        store.run_batch([commands.Release(a.id), commands.Release(b.id)])
     except sa.exc.OperationalError:
         pass
     else:
         raise AssertionError("a batch on a lost connection did not fail")
-    assert store.lease(a["id"]).state == "granted"  # nothing of it was written
-    out = store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
+    assert store.lease(a.id).state == "granted"  # nothing of it was written
+    out = store.run_batch([commands.Release(a.id), commands.Release(b.id)])
     assert [r.state for r in out] == ["released", "released"]
 
 
