@@ -94,10 +94,10 @@ def test_a_grant_waits_for_its_instance_then_is_ready_with_a_fresh_expiry(store,
     lease = store.allocate("alice", "", "a100-1g")
     assert lease.state == "granted" and lease.ready is False
     (slot,) = lease.slots
-    assert slot["mig_uuid"] is None
+    assert slot.mig_uuid is None
     (action,) = store.mig_plan("a100")
-    assert action == {"op": "create", "gpu": GPU, "profile": "1g.10gb", "start": slot["start"]}
-    assert instances(store) == [("1g.10gb", slot["start"], None, "planned")]
+    assert action == {"op": "create", "gpu": GPU, "profile": "1g.10gb", "start": slot.start}
+    assert instances(store) == [("1g.10gb", slot.start, None, "planned")]
     clock.advance(seconds=200)
     assert store.mig_results("a100", [create_ok(action, "MIG-new")]) == {"accepted": 1}
     ready = store.lease(lease.id)
@@ -106,7 +106,7 @@ def test_a_grant_waits_for_its_instance_then_is_ready_with_a_fresh_expiry(store,
     assert ready.expires == datetime(2026, 3, 2, 9, 8, 20)
     assert store.mig_plan("a100") == []
     # the next inventory confirms it: nothing changes, no second event
-    report(store, {"profile": "1g.10gb", "start": slot["start"], "uuid": "MIG-new"})
+    report(store, {"profile": "1g.10gb", "start": slot.start, "uuid": "MIG-new"})
     assert store.lease(lease.id).ready is True
     assert kinds(store) == [("mig-created", None)]
     assert store.mig_plan("a100") == []
