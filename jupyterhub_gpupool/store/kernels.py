@@ -23,7 +23,6 @@ from ..pool.allocator import Allocator
 from ..pool.facts import KernelFacts, LeaseFacts, PoolState
 from ..pool.kernels import KERNEL_HOLDER, KERNEL_PREFIX, KernelRules, kernel_server
 from ..pool.rules.kernels import kernel_not_found as refused_kernel
-from ..service.serialize.leases import lease_json
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .jobs import JobStore
@@ -181,7 +180,11 @@ class KernelStore(JobStore):
         self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
     ) -> dict[str, Any]:
         # the lease's JSON until the kernel has its own read model (issue 34: the kernels'
-        # move to store/read and service/serialize ends this store → service import)
+        # move to store/read and service/serialize ends this store → service import). Lazy:
+        # service.serialize imports store.read, whose package's __init__ imports this module,
+        # so a top-level import fails whenever the serializer is imported before the store
+        from ..service.serialize.leases import lease_json
+
         out = lease_json(self._lease_view(db, alloc, row))
         notice = None
         if row.reclaim_deadline is not None and row.reclaim_kind is None:
