@@ -539,8 +539,9 @@ def test_watched_leases_and_devices(store, clock):
     granted = store.allocate("bob", "", "a100-1g")  # not bound yet: not watched
     items, total = store.reclaim_leases()
     assert total == 1 and items[0].id == lease.id and items[0].reclaim is None
-    assert set(watched_lease_json(items[0])) == {"id", "user", "server", "offer", "state", "node", "granted_at",
-                             "server_url", "reclaim"}  # fmt: skip
+    assert set(watched_lease_json(items[0])) == {
+        "id", "user", "server", "offer", "state", "node", "granted_at", "server_url", "reclaim"
+    }  # fmt: skip
     assert store.reclaim_devices() == {lease.id: devices(lease)}
     until(store, clock, lease, "notice")
     assert store.reclaim_leases()[0][0].reclaim.kind == "idle"
