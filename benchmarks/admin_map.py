@@ -107,7 +107,7 @@ def populate(db_url: str, pool: Path) -> int:
     made = 0
     for offer, i in asks:
         lease = store.allocate(f"user{i % 400:03d}", f"{offer}-{i}", offer)
-        made += lease["state"] == "granted"
+        made += lease.state == "granted"
     return made
 
 

@@ -48,6 +48,7 @@ def lease_answers() -> tuple[dict[str, Any], dict[str, Any]]:
     from jupyterhub_gpupool.dbutil import make_engine, upgrade
     from jupyterhub_gpupool.pool.catalog import default_catalog
     from jupyterhub_gpupool.poolconfig import parse_pool_config
+    from jupyterhub_gpupool.service.serialize.leases import lease_json
     from jupyterhub_gpupool.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,8 +57,8 @@ def lease_answers() -> tuple[dict[str, Any], dict[str, Any]]:
         catalog = default_catalog()
         store = Store(make_engine(url), catalog)
         store.load_config(parse_pool_config(yaml.safe_load(pool_yaml()), catalog))
-        granted = store.allocate("bench0", "s0", "h100")
-        released = store.release(granted["id"])
+        granted = lease_json(store.allocate("bench0", "s0", "h100"))
+        released = lease_json(store.release(granted["id"]))
         store.engine.dispose()
     return granted, released
 

@@ -106,8 +106,8 @@ def in_process(db: str, args: argparse.Namespace) -> dict[str, Any]:
                 lease = store.allocate(f"bench{i % 32}", f"s{i}", OFFER, actor="bench")
                 t1 = time.perf_counter()
                 phase[0] = "release"
-                store.lease_holder(lease["id"])  # the DELETE handler's scope check
-                store.release(lease["id"], actor="bench")
+                store.lease_holder(lease.id)  # the DELETE handler's scope check
+                store.release(lease.id, actor="bench")
                 t2 = time.perf_counter()
                 if i >= warm:
                     alloc_ms.append(1000 * (t1 - t0))

@@ -653,9 +653,7 @@ class PoolService(StrictCommandLine):
         """(user, server) of requests awaiting approval whose server (or user) the pool's own
         hub no longer has: deleted while the request waited, which no spawner's stop reports
         (a server waiting for approval is not running). One hub lookup per such user."""
-        waiting = {
-            (a["user"], a["server"]) for a in self.store.awaiting_approval() if a["hub"] is None
-        }
+        waiting = {(a.user, a.server) for a in self.store.awaiting_approval() if a.hub is None}
         deleted: set[tuple[str, str]] = set()
         for user in sorted({u for u, _ in waiting}):
             names = await self.hub.server_names(user)

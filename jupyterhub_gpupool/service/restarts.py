@@ -22,6 +22,7 @@ from typing import Any
 from ..hubclient import HubClient, HubUnavailable
 from ..pool import commands
 from ..store import Store
+from ..store.read.leases import LeaseView
 
 #: The ``user_options`` key the pool's spawners read (``spawner/base.py``'s ``OPTION``).
 OFFER_OPTION = "gpupool_offer"
@@ -67,9 +68,9 @@ class Restarts:
         #: how each restart ended: lease id → waiting | restarting | done | gone | failed: …
         self.outcomes: dict[str, str] = {}
 
-    def request(self, lease: dict[str, Any]) -> str:
+    def request(self, lease: LeaseView) -> str:
         """Start waiting for ``lease`` (idempotent: asking twice waits once)."""
-        lid = lease["id"]
+        lid = lease.id
         task = self.tasks.get(lid)
         if task is None or task.done():
             self.outcomes[lid] = "waiting"
@@ -97,20 +98,20 @@ class Restarts:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def _run(self, lease: dict[str, Any]) -> None:
-        lid, user, server = lease["id"], lease["user"], lease["server"]
+    async def _run(self, lease: LeaseView) -> None:
+        lid, user, server = lease.id, lease.user, lease.server
         loop = asyncio.get_running_loop()
         asked = loop.time()
         deadline = asked + self.max_wait
         try:
             while True:
                 now = self.store.lease(lid)
-                if now["state"] == "released":
+                if now.state == "released":
                     self._end(lid, "gone")  # cancelled, denied, expired: nothing to do
                     return
-                if now["state"] == "granted" and now.get("ready", True):
+                if now.state == "granted" and now.ready:
                     break
-                if now["state"] == "active":
+                if now.state == "active":
                     self._end(lid, "gone")  # bound already (the server restarted elsewhere)
                     return
                 if loop.time() > deadline:
@@ -121,7 +122,7 @@ class Restarts:
             # the grace counts from the ask: a target granted later (a hand-off from the
             # queue) answered its page long ago and goes at once
             await asyncio.sleep(max(0.0, asked + self.grace - loop.time()))
-            self.log.info("Restarting %s/%s into lease %s (%s)", user, server, lid, now["offer"])
+            self.log.info("Restarting %s/%s into lease %s (%s)", user, server, lid, now.offer)
             # the stop releases the lease this one replaces; marked, the target stays
             await self._mark_restarting(lid)
             await self.hub.stop_server(user, server)
@@ -130,7 +131,7 @@ class Restarts:
             ):
                 self._end(lid, f"failed: the server did not stop within {self.stop_timeout:g} s")
                 return
-            await self.hub.start_server(user, server, {OFFER_OPTION: now["offer"]})
+            await self.hub.start_server(user, server, {OFFER_OPTION: now.offer})
             if not await self.hub.wait_server(
                 user, server, running=True, timeout=self.start_timeout, poll=self.hub_poll
             ):

@@ -4,13 +4,14 @@ Modules by responsibility, imports pointing one way (each only to those above it
 
 * ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
 * ``rows`` — conversions between rows and values;
-* ``read.jobs``, ``read.nodes``, ``read.reclaim``, ``read.repartitions`` — the answers for
-  jobs, nodes, reclaim policies and re-partitions: frozen views built by plain functions
-  (their JSON is ``service/serialize/``'s);
+* ``read`` — the read models of leases, jobs, nodes, reclaim policies and re-partitions
+  (``read.leases.LeaseView``, ...): typed, frozen views built by plain functions, which the
+  store answers with and the service serializes (``service/serialize/``);
 * ``rebuild`` — the allocator built from the rows;
 * ``core`` — transactions, the pool lock, the allocator kept in step, the audit log;
 * ``apply`` — the one applier of the allocator's decisions;
-* ``views`` — read-only views (leases, offers, users, inventory, audit, usage);
+* ``views`` — read-only views (leases, offers, users, inventory, audit, usage), the leases as
+  read models;
 * ``leases`` — the lease lifecycle; ``mig`` — dynamic MIG; ``admin`` — config, nodes,
   quotas; ``utilization`` — minute aggregates;
 * ``reclaim`` — idle-GPU reclamation: the reclaimer's leader lock, rounds, outcomes, "keep my

@@ -26,6 +26,7 @@ from ..pool.rules.approvals import approval_note, denial_reason, not_awaiting
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .labelmig import LabelMigStore
+from .read.leases import LeaseView
 from .rebuild import request_of
 from .rows import epoch, reclaim_state
 
@@ -49,7 +50,7 @@ class ApprovalStore(LabelMigStore):
         offer: str | None = None,
         note: str = "",
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """Approve a waiting request: it joins the queue (or is granted now). ``duration`` may
         only shorten what was asked; ``offer`` may only be a smaller one of the same kind
         (``pool.decide`` decides)."""
@@ -69,9 +70,9 @@ class ApprovalStore(LabelMigStore):
             command = c.Approve(lease_id, duration, offer, note)
             outcome = decided(state, command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, {row.id: row})
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)
 
-    def deny(self, lease_id: str, reason: object, *, actor: str = "") -> dict[str, Any]:
+    def deny(self, lease_id: str, reason: object, *, actor: str = "") -> LeaseView:
         """Deny a waiting request with a reason the user sees: it ends (``denied``;
         ``pool.decide`` decides)."""
         try:
@@ -84,9 +85,9 @@ class ApprovalStore(LabelMigStore):
             command = c.Deny(lease_id, said)
             outcome = decided(PoolState(alloc, facts), command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, rows)
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)
 
-    def awaiting_approval(self) -> list[dict[str, Any]]:
+    def awaiting_approval(self) -> list[LeaseView]:
         """Every request waiting for a decision, oldest first (the admins' list)."""
         with self.read() as db:
             rows = db.scalars(
@@ -94,7 +95,7 @@ class ApprovalStore(LabelMigStore):
                 .where(orm.LeaseRow.state == "awaiting_approval")
                 .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
             ).all()
-            return [self._lease_json(db, None, r) for r in rows]
+            return [self._lease_view(db, None, r) for r in rows]
 
     def lapse_approvals(self) -> tuple[int, int]:
         """Housekeeping (``pool.decide``): a live lease whose approved duration ends within its

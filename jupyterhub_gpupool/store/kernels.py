@@ -179,7 +179,13 @@ class KernelStore(JobStore):
     def _kernel_json(
         self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
     ) -> dict[str, Any]:
-        out = self._lease_json(db, alloc, row)
+        # the lease's JSON until the kernel has its own read model (issue 34: the kernels'
+        # move to store/read and service/serialize ends this store → service import). Lazy:
+        # service.serialize imports store.read, whose package's __init__ imports this module,
+        # so a top-level import fails whenever the serializer is imported before the store
+        from ..service.serialize.leases import lease_json
+
+        out = lease_json(self._lease_view(db, alloc, row))
         notice = None
         if row.reclaim_deadline is not None and row.reclaim_kind is None:
             notice = {"deadline": ts(row.reclaim_deadline), "message": row.reclaim_reason}

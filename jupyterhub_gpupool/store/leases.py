@@ -21,12 +21,13 @@ from ..pool.leases import LIVE_STATES, is_ready
 from .apply import TARGET_STATES, Applier, decided, lease_facts
 from .bulk import staged_lease
 from .errors import StoreError
+from .read.leases import LeaseView
 from .rows import lease_info
 from .views import ViewStore
 
 
 class LeaseStore(Applier, ViewStore):
-    """Leases: every method decides in one transaction and answers the lease JSON."""
+    """Leases: every method decides in one transaction and answers the lease (``LeaseView``)."""
 
     def allocate(
         self,
@@ -45,7 +46,7 @@ class LeaseStore(Applier, ViewStore):
         hub: str | None = None,
         check_cap: bool = True,
         replicas: int = 1,
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """Ask for ``offer`` for ``user``'s ``server``: a granted or queued lease, one awaiting
         an administrator's approval, or StoreError.
 
@@ -80,7 +81,7 @@ class LeaseStore(Applier, ViewStore):
             state = self._ask_state(db, alloc, user, server)
             outcome = decided(state, command, self._now_s())
             made = self._apply_effects(db, alloc, outcome.effects, actor)
-            return self._lease_json(db, alloc, made[outcome.answer])
+            return self._lease_view(db, alloc, made[outcome.answer])
 
     def _ask_state(
         self, db: Session, alloc: Allocator, user: str, server: str, **more: Any
@@ -121,7 +122,7 @@ class LeaseStore(Applier, ViewStore):
                 return obj.hub
         return db.scalar(select(orm.LeaseRow.hub).where(orm.LeaseRow.id == lease_id))
 
-    def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> dict[str, Any]:
+    def release(self, lease_id: str, *, reason: str = "stopped", actor: str = "") -> LeaseView:
         """End a lease (or leave the queue) and serve the queue with what it frees."""
         if reason not in orm.RELEASE_REASONS:
             raise StoreError(
@@ -136,9 +137,9 @@ class LeaseStore(Applier, ViewStore):
             command = c.Release(lease_id, reason)
             outcome = decided(PoolState(alloc, facts), command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, rows)
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)
 
-    def keepalive(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+    def keepalive(self, lease_id: str, *, actor: str = "") -> LeaseView:
         """The lease's server runs: bind a grant (granted → active), note liveness; binding
         the new lease of a resize releases the old one (make-before-break). On a lease under
         notice, the user's "keep my GPU": extends within the policy's extensions, or refuses
@@ -161,11 +162,11 @@ class LeaseStore(Applier, ViewStore):
             state = PoolState(alloc, facts, policy=policy)
             outcome = decided(state, c.Keepalive(lease_id), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, known)
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)
 
     def resize(
         self, lease_id: str, offer: str, *, actor: str = "", check_cap: bool = True
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """Reserve ``offer`` for the lease's server; the old lease stays until the new one binds
         (``pool.decide``: a new request, ``resize_of`` the lease).
 
@@ -197,7 +198,7 @@ class LeaseStore(Applier, ViewStore):
             )
             outcome = decided(state, c.Resize(lease_id, offer, check_cap), self._now_s())
             made = self._apply_effects(db, alloc, outcome.effects, actor)
-            return self._lease_json(db, alloc, made[outcome.answer])
+            return self._lease_view(db, alloc, made[outcome.answer])
 
     @staticmethod
     def target_of(db: Session, lease_id: str) -> orm.LeaseRow | None:
@@ -211,7 +212,7 @@ class LeaseStore(Applier, ViewStore):
             .limit(1)
         )
 
-    def mark_restarting(self, lease_id: str, *, actor: str = "") -> dict[str, Any]:
+    def mark_restarting(self, lease_id: str, *, actor: str = "") -> LeaseView:
         """The service is restarting the server into this granted target: the release of
         the lease it replaces (the server's stop) then leaves the target alone."""
         with self.transaction() as (db, alloc):
@@ -219,7 +220,7 @@ class LeaseStore(Applier, ViewStore):
             facts = {lease_id: lease_facts(row)}
             outcome = decided(PoolState(alloc, facts), c.MarkRestarting(lease_id), self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor or "system", {lease_id: row})
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)
 
     def expire_grants(self) -> int:
         """Release grants no server bound in time; returns how many."""

@@ -51,6 +51,7 @@ from .admin import AdminStore
 from .apply import decided, lease_facts
 from .errors import StoreError
 from .panel import OPEN, PanelViews
+from .read.leases import LeaseView
 from .read.nodes import NodeDrainView, node_view
 from .read.repartitions import RepartitionView, layout_of, repartition_view
 from .reclaim import ReclaimStore, noticed
@@ -102,9 +103,9 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
 
     def _notice_command(
         self, db: Session, alloc: Allocator, lease_id: str, command: c.Command, actor: str
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """An administrator's command on one lease's notice (``pool.decide``): the lease with
-        its pending targets and its offer's policy read first; the lease's JSON after."""
+        its pending targets and its offer's policy read first; the lease after."""
         row = self.lease_row(db, lease_id)
         facts, rows = self._lease_facts(db, alloc, [row])
         policy = self.reclaim_policies(db, alloc.offers).for_offer(
@@ -115,7 +116,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         )
         outcome = decided(state, command, self._now_s())
         self._apply_effects(db, alloc, outcome.effects, actor, rows)
-        return self._lease_json(db, alloc, row)
+        return self._lease_view(db, alloc, row)
 
     def admin_reclaim(
         self,
@@ -126,7 +127,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         action: str = "stop",
         reason: str = "",
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """Reclaim a live lease: a notice ending in ``grace`` seconds (default: the offer's
         ``warn_before``), or (``immediately``) a release now with reason ``admin``
         (``pool.decide``)."""
@@ -135,7 +136,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         with self.transaction() as (db, alloc):
             return self._notice_command(db, alloc, lease_id, command, actor)
 
-    def extend_notice(self, lease_id: str, seconds: float, *, actor: str = "") -> dict[str, Any]:
+    def extend_notice(self, lease_id: str, seconds: float, *, actor: str = "") -> LeaseView:
         """Push a reclaim notice's deadline ``seconds`` later (from now, if it has passed;
         ``pool.decide``)."""
         _checked(check_seconds, seconds)
@@ -145,7 +146,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
 
     # -- cancel a notice ---------------------------------------------------------------------
 
-    def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> dict[str, Any]:
+    def cancel_notice(self, lease_id: str, reason: str = "", *, actor: str = "") -> LeaseView:
         """An admin withdraws a lease's reclaim notice, whatever its kind (``no_notice`` when
         there is none; ``reclaim_in_progress`` once a round or the service claimed the
         action: too late; ``pool.decide``)."""
@@ -199,7 +200,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
 
     def notice_enforced(
         self, lease_id: str, stopped: bool, detail: str = "", *, actor: str = ""
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """The service stopped the server of a notice it claimed (``stopped``): the lease is
         released (reason ``admin``, if the server's stop has not released it already). Not
         stopped (the hub refused, or it did not stop in time): the claim stays, so the notice

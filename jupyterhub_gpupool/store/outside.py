@@ -19,6 +19,7 @@ from ..pool.facts import PoolState
 from ..pool.outside import Held, OutsideHolds
 from .apply import decided, lease_facts
 from .leases import LeaseStore
+from .read.leases import LeaseView
 
 
 class OutsideStore(LeaseStore):
@@ -52,7 +53,7 @@ class OutsideStore(LeaseStore):
         exclusive: bool = False,
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """The lease's server runs on ``devices`` (GPU uuids, MIG device uuids, replica ids)
         of its node, not on what the pool chose: the lease holds those from now on (and what
         held them takes what it leaves; ``exclusive``: a device another lease holds is
@@ -66,4 +67,4 @@ class OutsideStore(LeaseStore):
             command = c.Rebind(lease_id, devices, exclusive)
             outcome = decided(state, command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor, {lease_id: row})
-            return self._lease_json(db, alloc, row)
+            return self._lease_view(db, alloc, row)

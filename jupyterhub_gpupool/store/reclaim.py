@@ -41,6 +41,7 @@ from ..pool.workloads import idle_reclaimable
 from .apply import TARGET_STATES, decided, lease_facts
 from .errors import StoreError
 from .presence import PresenceStore
+from .read.leases import LeaseView, WatchedLeaseView, watched_lease_view
 from .read.reclaim import ReclaimPolicyView, reclaim_policy_view
 from .rows import (
     epoch,
@@ -148,7 +149,9 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             or_(orm.LeaseRow.holder.is_(None), orm.LeaseRow.holder != KERNEL_HOLDER),
         )
 
-    def reclaim_leases(self, offset: int = 0, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
+    def reclaim_leases(
+        self, offset: int = 0, limit: int = 200
+    ) -> tuple[list[WatchedLeaseView], int]:
         """Live leases the reclaimer watches (``active``, ``reclaiming``), oldest grant first."""
         with self.locked() as alloc, self.read() as db:
             q = select(orm.LeaseRow).where(self._watched())
@@ -157,18 +160,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 q.order_by(orm.LeaseRow.granted, orm.LeaseRow.id).offset(offset).limit(limit)
             ).all()
             return [
-                {
-                    "id": r.id,
-                    "user": r.user,
-                    "server": r.server,
-                    "offer": r.offer,
-                    "state": r.state,
-                    "node": r.node,
-                    "granted_at": ts(r.granted),
-                    # where to read the server without the proxy (None: through it)
-                    "server_url": r.server_url,
-                    "reclaim": self._reclaim_json(db, alloc, r) if r.reclaim_kind else None,
-                }
+                watched_lease_view(r, self._reclaim_view(db, alloc, r) if r.reclaim_kind else None)
                 for r in rows
             ], total
 
@@ -343,7 +335,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         detail: str = "",
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """The reclaimer carried out (``done``) or could not carry out (``failed``) a claimed
         action: the lease is released with its claimed reason, or goes back to its user
         (``pool.decide``)."""
@@ -364,15 +356,15 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         row: orm.LeaseRow,
         command: c.ReclaimOutcome | c.NoticeEnforced,
         actor: str,
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         """A claimed reclaim's outcome (the reclaimer's or the service's), decided and
-        applied; the lease's JSON after."""
+        applied; the lease after."""
         target = db.get(orm.LeaseRow, row.reclaim_target) if row.reclaim_target else None
         facts, read = self._lease_facts(db, alloc, [row] if target is None else [row, target])
         state = PoolState(alloc, facts, noticed=(noticed(row, facts[row.id]),))
         outcome = decided(state, command, self._now_s())
         self._apply_effects(db, alloc, outcome.effects, actor or "system", read)
-        return self._lease_json(db, alloc, row)
+        return self._lease_view(db, alloc, row)
 
     # -- the admin's policies ----------------------------------------------------------------
 
@@ -410,22 +402,22 @@ class ReclaimStore(PresenceStore, UtilizationStore):
     ) -> dict[str, Any]:
         """A user's quota, use, leases and notices (the leases of ``hub`` only, when given:
         quota and use are the user's across the hubs), and the user's recent reclaims and
-        withdrawn notices."""
+        withdrawn notices; ``leases`` are ``LeaseView``s (the service writes their JSON)."""
         with self.locked() as alloc:
             leases, _ = self.leases(user=name, limit=100, hub=hub)
-            live = [le for le in leases if le["state"] != "released"]
+            live = [le for le in leases if le.state != "released"]
             spec = alloc.quotas.user_spec(name)
             notices = [
                 {
-                    "lease": le["id"],
+                    "lease": le.id,
                     "kind": "reclaim",
-                    "message": le["reclaim"]["reason"],
-                    "reason": le["reclaim"]["reason"],
-                    "action": le["reclaim"]["action"],
-                    "deadline": le["reclaim"]["deadline"],
+                    "message": le.reclaim.reason,
+                    "reason": le.reclaim.reason,
+                    "action": le.reclaim.action,
+                    "deadline": ts(le.reclaim.deadline),
                 }
                 for le in live
-                if le["reclaim"]
+                if le.reclaim
             ]
             out = {
                 "name": name,

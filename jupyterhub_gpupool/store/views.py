@@ -16,16 +16,14 @@ from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
-from ..pool.fallback import fallback_devices
-from ..pool.leases import is_ready
 from ..pool.model import RETIRING, Gpu, MigInstance, Offer
 from ..pool.outside import OUTSIDE
 from ..pool.queue import estimate_wait
-from ..pool.reclaim import notice_words
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
-from .rows import check_quota_kind, mig_devices, offer_spec, reclaim_state, ts
+from .read.leases import LeaseView, ReclaimView, lease_view, reclaim_view
+from .rows import check_quota_kind, mig_devices, offer_spec, ts
 
 log = logging.getLogger("jupyterhub_gpupool.store")
 
@@ -51,10 +49,10 @@ class ViewStore(StoreCore):
 
     # -- leases ------------------------------------------------------------------------------
 
-    def lease(self, lease_id: str) -> dict[str, Any]:
-        """One lease as JSON."""
+    def lease(self, lease_id: str) -> LeaseView:
+        """One lease."""
         with self.locked() as alloc, self.read() as db:
-            return self._lease_json(db, alloc, self.lease_row(db, lease_id))
+            return self._lease_view(db, alloc, self.lease_row(db, lease_id))
 
     def lease_holder(self, lease_id: str) -> tuple[str, str | None]:
         """The user a lease belongs to and the hub it came from (None: the pool's own), for
@@ -88,7 +86,7 @@ class ViewStore(StoreCore):
         offset: int = 0,
         limit: int = 200,
         hub: str | EveryHub | None = EVERY_HUB,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[LeaseView], int]:
         """Leases, newest first, filtered (``hub``: only those from that hub; None: the pool's
         own); returns (page, total)."""
         if state is not None and state not in orm.LEASE_STATES:
@@ -122,114 +120,44 @@ class ViewStore(StoreCore):
                 now = self._now_s()
                 positions = {w.request.id: i for i, w in enumerate(alloc.queue(now), 1)}
                 rates = {}
-            return [self._lease_json(db, alloc, r, positions, rates) for r in rows], total
+            return [self._lease_view(db, alloc, r, positions, rates) for r in rows], total
 
-    def _lease_json(
+    def _lease_view(
         self,
         db: Session,
         alloc: Allocator | None,
         row: orm.LeaseRow,
         positions: Mapping[str, int] | None = None,
         rates: dict[str, float] | None = None,
-    ) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": row.id,
-            "user": row.user,
-            "server": row.server,
-            "offer": row.offer,
-            "group": row.group,
-            "state": row.state,
-            "reason": row.reason,
-            "message": row.message,
-            "units": row.units_f,
-            "borrowed": row.borrowed,
-            "node": row.node,
-            "model": row.model,
-            "created": ts(row.created),
-            "granted": ts(row.granted),
-            "activated": ts(row.activated),
-            "released": ts(row.released),
-            "release_reason": row.release_reason,
-            "expires": ts(row.expires),
-            "resize_of": row.resize_of,
-            "hub": row.hub,
-            "position": None,
-            "eta_seconds": None,
-            "reclaim": None,
-            "approval": row.approval,
-            "exception": bool(row.exception),
-            "lapses": ts(row.lapses),
-            "slots": [
-                {
-                    "gpu": s.gpu_uuid,
-                    "kind": s.kind,
-                    "profile": s.profile,
-                    "start": s.start,
-                    "milli": s.milli,
-                    "mig_uuid": None,
-                }
-                for s in row.slots
-            ],
-        }
-        if row.reclaim_deadline is not None and row.reclaim_kind is not None:
-            out["reclaim"] = self._reclaim_json(db, alloc, row)
-        if row.state == "queued" and alloc is not None:
-            pos = (
-                alloc.position(row.id, self._now_s())
-                if positions is None
-                else positions.get(row.id)
-            )
-            out["position"] = pos
-            if pos is not None:
-                if rates is None:
-                    rate = self._release_rate(db, row.offer)
-                else:
-                    if row.offer not in rates:
-                        rates[row.offer] = self._release_rate(db, row.offer)
-                    rate = rates[row.offer]
-                out["eta_seconds"] = estimate_wait(pos, rate)
-        devices = self._mig_devices(alloc, row)
-        for s in out["slots"]:
-            if s["kind"] == "mig" and row.state in orm.LIVE_STATES:
-                s["mig_uuid"] = devices[(s["gpu"], s["start"])][0]
-        out["ready"] = is_ready(row.state, (made for _, made in devices.values()))
-        node = alloc.nodes.get(row.node) if alloc is not None and row.node else None
-        out["cluster"] = node.cluster if node is not None else None
-        lease = alloc.leases.get(row.id) if alloc is not None else None
-        offer = alloc.offers.get(row.offer) if alloc is not None else None
-        if row.state == "granted" and node is not None and lease is not None and offer:
-            alternatives = fallback_devices(node, offer, lease.slots)
-            if alternatives:  # for the server's claim (DRA firstAvailable): free right now
-                out["fallback"] = [
-                    {"gpu": s.gpu, "kind": s.kind, "profile": s.profile, "start": s.start}
-                    for s in alternatives
-                ]
-        return out
+    ) -> LeaseView:
+        """``row``'s view (``read.leases.lease_view``) with what it reads from the store: the
+        release rates (kept in ``rates`` across a page) and the offers' reclaim policies."""
 
-    def _reclaim_json(
-        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
-    ) -> dict[str, Any]:
+        def release_rate(offer: str) -> float:
+            if rates is None:
+                return self._release_rate(db, offer)
+            if offer not in rates:
+                rates[offer] = self._release_rate(db, offer)
+            return rates[offer]
+
+        return lease_view(
+            alloc,
+            row,
+            now=self._now_s(),
+            release_rate=release_rate,
+            max_extensions=lambda offer: self._max_extensions(db, alloc, offer),
+            positions=positions,
+        )
+
+    def _reclaim_view(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> ReclaimView:
         """The notice of a ``reclaiming`` lease as the user and the reclaimer see it."""
+        return reclaim_view(row, self._max_extensions(db, alloc, row.offer))
+
+    def _max_extensions(self, db: Session, alloc: Allocator | None, offer: str) -> int:
+        """``offer``'s reclaim policy's most extensions of a notice."""
         offers = alloc.offers if alloc is not None else {}
-        policy = self.reclaim_policies(db, offers).for_offer(offers.get(row.offer) or row.offer)
-        extensions = reclaim_state(row).extensions
-        acting = row.reclaim_acting is not None
-        words = notice_words(row.reclaim_kind or "", extensions, policy.max_extensions, acting)
-        return {
-            **words,
-            "kind": row.reclaim_kind,
-            "deadline": ts(row.reclaim_deadline),
-            "reason": row.reclaim_reason,
-            "action": row.reclaim_action,
-            "issued": ts(row.reclaim_issued),
-            "pressure": bool(row.reclaim_pressure),
-            "extensions": extensions,
-            "max_extensions": policy.max_extensions,
-            "extendable": row.reclaim_acting is None
-            and row.reclaim_kind in ("idle", "cpu")
-            and extensions < policy.max_extensions,
-            "acting": row.reclaim_acting is not None,
-        }
+        policy = self.reclaim_policies(db, offers).for_offer(offers.get(offer) or offer)
+        return policy.max_extensions
 
     def reclaim_section(self, db: Session) -> tuple[dict[str, Any] | None, str]:
         """The ``reclaim`` section in effect as written, and where it comes from: ``api`` (the

@@ -865,12 +865,12 @@ def test_database_checks_detect_double_grants(tmp_path: Path) -> None:
     store.load_config(parse_pool_config(yaml.safe_load(POOL_YAML), catalog))
     a = store.allocate("alice", "s1", "a100-3g")
     b = store.allocate("bob", "s1", "t4-half")
-    assert a["state"] == b["state"] == "granted"
+    assert a.state == b.state == "granted"
     db = plain_engine(url)
     assert db_violations(db) == []
     assert audit_replay_conflicts(db)[0] == []
-    a100 = a["slots"][0]["gpu"]
-    t4 = b["slots"][0]["gpu"]
+    a100 = a.slots[0].gpu
+    t4 = b.slots[0].gpu
     with db.begin() as conn:
         for lease, state in (("x1", "granted"), ("x2", "granted"), ("x3", "released")):
             conn.execute(
@@ -887,7 +887,7 @@ def test_database_checks_detect_double_grants(tmp_path: Path) -> None:
             ' "create", live) VALUES (:lease, :key, :gpu, :kind, :profile, :start, :milli, 0, 1)'
         )
         # a 1g.10gb inside alice's 3g.40gb (4 slices): a different slot_key, same slices
-        inside = a["slots"][0]["start"] + 2
+        inside = a.slots[0].start + 2
         conn.execute(
             slot,
             {
@@ -933,8 +933,8 @@ def test_database_checks_detect_double_grants(tmp_path: Path) -> None:
         )
     found = db_violations(db)
     assert any("x3 is released" in p for p in found), found
-    assert any("x1" in p and a["id"] in p for p in found), found
-    assert any("x2" in p and b["id"] in p for p in found), found
+    assert any("x1" in p and a.id in p for p in found), found
+    assert any("x2" in p and b.id in p for p in found), found
     assert any("total 1250 milli" in p for p in found), found
     replayed, _ = audit_replay_conflicts(db)
     assert any("x1" in p for p in replayed), replayed

@@ -198,14 +198,14 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
             )
             sampled = rig.telemetry.samples
             lease = await rig.write(commands.Allocate("alice", "", "a100-1g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
+            await rig.until(lambda: rig.store.lease(lease.id).ready, "the instance")
             # no round of samples ran meanwhile: the grant woke the loop, it did not wait for
             # the next sample tick (an hour away)
             assert rig.telemetry.samples == sampled
-            (slot,) = rig.store.lease(lease["id"])["slots"]
-            assert rig.on_node()[(slot["gpu"], slot["start"])] == (
-                slot["profile"],
-                slot["mig_uuid"],
+            (slot,) = rig.store.lease(lease.id).slots
+            assert rig.on_node()[(slot.gpu, slot.start)] == (
+                slot.profile,
+                slot.mig_uuid,
                 0,
             )
         finally:
@@ -219,17 +219,17 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
         rig.start()
         try:
             lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
-            (slot,) = rig.store.lease(lease["id"])["slots"]
-            where = (slot["gpu"], slot["start"])
+            await rig.until(lambda: rig.store.lease(lease.id).ready, "the instance")
+            (slot,) = rig.store.lease(lease.id).slots
+            where = (slot.gpu, slot.start)
             await rig.rounds(1)  # the creating step is over: its inventory shows no process
-            pid = rig.sim.add_process(slot["mig_uuid"], used_mib=2048)
-            await rig.write(commands.Release(lease["id"]))
+            pid = rig.sim.add_process(slot.mig_uuid, used_mib=2048)
+            await rig.write(commands.Release(lease.id))
             # the pool's last inventory showed no process: it asks, the node re-checks and
             # refuses (InUse); then it waits for the node to say the process is gone
             await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
             await rig.rounds(3)  # several rounds of the loop
-            assert rig.on_node()[where] == (slot["profile"], slot["mig_uuid"], 1)
+            assert rig.on_node()[where] == (slot.profile, slot.mig_uuid, 1)
             assert rig.store.mig_plan(NODE) == []
             rig.sim.remove_process(pid)
             await rig.telemetry.check_inventory(NODE)  # the node reports the process gone
@@ -257,12 +257,10 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
                 hand = {"op": "create", "gpu": gpu, "profile": "7g.80gb", "start": 0}
                 assert rig.by_hand(hand)["ok"]
             lease = await rig.write(commands.Allocate("alice", "", "a100-3g"))
-            await rig.until(lambda: rig.store.lease(lease["id"])["ready"], "the instance")
-            (slot,) = rig.store.lease(lease["id"])["slots"]
-            assert rig.on_node() == {
-                (slot["gpu"], slot["start"]): (slot["profile"], slot["mig_uuid"], 0)
-            }
-            items, _ = rig.store.events(lease=lease["id"])
+            await rig.until(lambda: rig.store.lease(lease.id).ready, "the instance")
+            (slot,) = rig.store.lease(lease.id).slots
+            assert rig.on_node() == {(slot.gpu, slot.start): (slot.profile, slot.mig_uuid, 0)}
+            items, _ = rig.store.events(lease=lease.id)
             failures = [e["data"] for e in items if e["kind"] == "mig-failed"]
             assert [f["error"] for f in failures] == ["InsufficientResources"]
         finally:
@@ -283,11 +281,11 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
                 rig.sim.add_process(rig.by_hand(hand)["mig_uuid"])
             lease = await rig.write(commands.Allocate("alice", "", "a100-1g"))
             gone = await rig.until(
-                lambda: (le := rig.store.lease(lease["id"]))["state"] == "released" and le,
+                lambda: (le := rig.store.lease(lease.id)).state == "released" and le,
                 "the grant released",
             )
-            assert gone["release_reason"] == "mig-failed", gone
-            assert "could not create" in gone["message"]
+            assert gone.release_reason == "mig-failed", gone
+            assert "could not create" in gone.message
             # nothing the pool does touches the busy instances (the loop goes on after it)
             await rig.rounds(2)
             assert sorted(p for p, _, _ in rig.on_node().values()) == ["7g.80gb", "7g.80gb"]

@@ -231,12 +231,12 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     }
     store = make_store(db_url, StoreClock(), pool, dra_dynamic_mig=[NODE])
     lease = store.allocate("alice", "", "a100-1g")
-    assert lease["state"] == "granted" and lease["ready"]
-    assert store.keepalive(lease["id"])["state"] == "active"  # nothing to wait for
+    assert lease.state == "granted" and lease.ready
+    assert store.keepalive(lease.id).state == "active"  # nothing to wait for
     assert store.mig_plan(NODE) == []
     # the scheduler put the claim's instance elsewhere than the pool planned, over the planned
     # place; the node's agent sees it busy: the grant is not given up (a claim makes instances)
-    start = lease["slots"][0]["start"]
+    start = lease.slots[0].start
     busy = {"profile": "3g.40gb", "start": 0 if start < 4 else 4, "processes": 1}
     report = {
         "gpus": [
@@ -250,7 +250,7 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
         ]
     }
     store.put_inventory(node_from_inventory(NODE, report, default_catalog()), actor="agent")
-    assert store.lease(lease["id"])["state"] == "active"
+    assert store.lease(lease.id).state == "active"
     assert store.events(kind="mig-failed")[0] == []
     with pytest.raises(StoreError) as info:
         store.request_repartition(NODE, A100, [{"profile": "7g.80gb", "start": 0}])
@@ -262,7 +262,7 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     assert info.value.code == "conflict"
     # the same GPU without the setting is a static MIG GPU with no instance: the ask waits
     other = make_store(db_url, StoreClock(), pool)
-    assert other.allocate("bob", "", "a100-1g")["state"] == "queued"
+    assert other.allocate("bob", "", "a100-1g").state == "queued"
 
 
 def test_the_hubs_rights_for_dra_are_z2jhs_role_and_the_example(pool, kube):

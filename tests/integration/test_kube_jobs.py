@@ -90,7 +90,7 @@ def test_a_granted_job_becomes_a_pinned_batch_job_and_ends_with_it(rig):
     fa.job_ends(kube, NS, name, ok=True)
     assert rounds(store, runner) == {job.id: "succeeded"}
     assert store.job(job.id).state == "succeeded"
-    assert store.lease(job.lease_id)["state"] == "released"
+    assert store.lease(job.lease_id).state == "released"
 
 
 def test_a_failed_job_fails_and_inference_is_a_deployment(rig):
@@ -128,7 +128,7 @@ def test_preemption_deletes_the_job_at_the_notice_deadline(rig):
     assert rounds(store, runner) == {victim.id: "preempted"}
     assert ("jobs", NS, kj.object_name(victim.id)) not in kube.objects
     assert store.job(victim.id).state == "preempted"
-    assert store.lease(victim.lease_id)["release_reason"] == "preempted"
+    assert store.lease(victim.lease_id).release_reason == "preempted"
 
 
 def test_an_admins_release_deletes_the_object_and_a_bad_image_is_refused(rig):

@@ -89,14 +89,14 @@ def cordoned(store) -> bool:
 def test_a_repartition_waits_for_leases_then_labels_waits_for_success_and_uncordons(rig, kube):
     store, labeller = rig
     held = store.allocate("alice", "", "a100-1g")
-    assert held["state"] == "granted"
+    assert held.state == "granted"
     rep = store.request_repartition(NODE, GPU, TWO_3G, actor="admin")
     assert rep.state == "waiting" and rep.method == "label" and cordoned(store)
 
     async def rounds(call):
         seen = [await labeller.step(store, call)]  # waiting for alice: not the labeller's yet
         assert kube.patches == []
-        await call(commands.Release(held["id"]))
+        await call(commands.Release(held.id))
         await call(commands.AdvanceRepartitions())
         seen.append(await labeller.step(store, call))  # label it
         seen.append(await labeller.step(store, call))  # mig-manager did not start
@@ -122,7 +122,7 @@ def test_a_repartition_waits_for_leases_then_labels_waits_for_success_and_uncord
     (done,) = store.repartitions(node=NODE)
     assert done.state == "done" and done.error is None
     assert not cordoned(store)
-    assert store.allocate("bob", "", "a100-3g")["state"] == "granted"
+    assert store.allocate("bob", "", "a100-3g").state == "granted"
 
 
 def test_a_failed_mig_manager_is_surfaced_with_the_nodes_message(rig, kube):

@@ -90,7 +90,7 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
         alice = await call(commands.Allocate("alice", "", "a100"))
         bob = await call(commands.Allocate("bob", "", "a100"))
         # alice's server runs on the GPU the pool gave her; her pod is the pool's own
-        create(kube, "jhub", pod("jupyter-alice", 1, lease=alice["id"]))
+        create(kube, "jhub", pod("jupyter-alice", 1, lease=alice.id))
         quiet = await occupancy.step(store, call)
         kube.terminate("ml", "train-0")
         freed = await occupancy.step(store, call)
@@ -115,12 +115,12 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
             "pods": ["ml/train-0"],
         }
     }
-    assert alice["state"] == "granted" and alice["slots"][0]["gpu"] == gpu_uuid(NODE, 0)
-    assert bob["state"] == "queued"  # the other GPU is the training pod's
+    assert alice.state == "granted" and alice.slots[0].gpu == gpu_uuid(NODE, 0)
+    assert bob.state == "queued"  # the other GPU is the training pod's
     assert quiet == {}  # nothing changed: nothing written
     assert freed[NODE]["gpus"] == [] and freed[NODE]["pods"] == []
-    after = store.lease(bob["id"])
-    assert after["state"] == "granted" and after["slots"][0]["gpu"] == gpu_uuid(NODE, 1)
+    after = store.lease(bob.id)
+    assert after.state == "granted" and after.slots[0].gpu == gpu_uuid(NODE, 1)
     kinds = [e["kind"] for e in store.events(limit=50)[0]]
     assert kinds.count("outside-holds") == 2
     # the map shows the mark while it stands (none now)
@@ -181,7 +181,7 @@ def test_mig_slices_an_inference_pod_holds_are_never_granted(db_url: str, tmp_pa
         marked, granted = asyncio.run(go())
     assert marked[MIG_NODE]["counts"] == {"1g.10gb": 5}
     assert len(marked[MIG_NODE]["instances"]) == 5
-    assert [g["state"] for g in granted] == ["granted", "granted", "queued"]
+    assert [g.state for g in granted] == ["granted", "granted", "queued"]
     gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
     states = sorted(i["state"] for i in gpu["instances"])
     assert states == ["outside"] * 5 + ["present"] * 2

@@ -191,8 +191,8 @@ def test_a_gpu_a_training_claim_holds_is_never_granted_until_the_claim_is_gone(
     assert first[NODE]["gpus"] == [X] and first[NODE]["pods"] == [holder]
     assert first[NODE]["by"] == {X: holder} and first[NODE]["conflicts"] == []
     assert first[MIG_NODE]["instances"] == [] and first[MIG_NODE]["pods"] == []
-    assert alice["state"] == "granted" and alice["slots"][0]["gpu"] == Y
-    assert bob["state"] == "queued"
+    assert alice.state == "granted" and alice.slots[0].gpu == Y
+    assert bob.state == "queued"
     (h100,) = [n for c in shown["clusters"] for n in c["nodes"] if n["name"] == NODE]
     assert [(g["outside"], g["outside_by"]) for g in h100["gpus"]] == [
         (True, [holder]),
@@ -200,8 +200,8 @@ def test_a_gpu_a_training_claim_holds_is_never_granted_until_the_claim_is_gone(
     ]
     assert quiet == {}
     assert freed[NODE]["gpus"] == [] and freed[NODE]["pods"] == []
-    after = store.lease(bob["id"])
-    assert after["state"] == "granted" and after["slots"][0]["gpu"] == X
+    after = store.lease(bob.id)
+    assert after.state == "granted" and after.slots[0].gpu == X
 
 
 def test_a_mig_slice_a_claim_holds_and_devices_no_slice_publishes_are_outside(
@@ -238,9 +238,9 @@ def test_a_mig_slice_a_claim_holds_and_devices_no_slice_publishes_are_outside(
     assert marked[MIG_NODE]["counts"] == {"1g.10gb": 1}
     assert marked[NODE]["gpus"] == [Y]
     assert marked[NODE]["pods"] == ["(not published by the DRA driver)"]
-    assert [g["state"] for g in granted] == ["granted", "granted", "queued"]
-    assert sorted(g["slots"][0]["start"] for g in granted[:2]) == [1, 2]
-    assert whole["slots"][0]["gpu"] == X
+    assert [g.state for g in granted] == ["granted", "granted", "queued"]
+    assert sorted(g.slots[0].start for g in granted[:2]) == [1, 2]
+    assert whole.slots[0].gpu == X
 
 
 def test_a_device_a_pool_lease_holds_is_a_conflict_said_not_hidden(
@@ -265,11 +265,11 @@ def test_a_device_a_pool_lease_holds_is_a_conflict_said_not_hidden(
                 await occupancy.close()
 
         alice, marked = run(store, rounds)
-    assert alice["slots"][0]["gpu"] == X
+    assert alice.slots[0].gpu == X
     assert marked[NODE]["gpus"] == [] and marked[NODE]["short"] == {"gpu": 1}
     (conflict,) = marked[NODE]["conflicts"]
-    assert X in conflict and "ml/train-0-gpu" in conflict and alice["id"] in conflict
-    assert store.lease(alice["id"])["slots"][0]["gpu"] == X
+    assert X in conflict and "ml/train-0-gpu" in conflict and alice.id in conflict
+    assert store.lease(alice.id).slots[0].gpu == X
 
 
 def test_without_the_charts_dra_rules_the_reader_is_refused_and_changes_nothing(

@@ -102,9 +102,9 @@ def test_shares_go_only_where_the_plugin_time_slices_and_follow_the_node(rig, ku
     assert run(store, sharing, first_round) == {}
 
     share = store.allocate("alice", "", "l4-q")
-    assert share["state"] == "granted" and share["node"] == SLICED
+    assert share.state == "granted" and share.node == SLICED
     gpu = store.allocate("bob", "", "l4")
-    assert gpu["state"] == "granted" and gpu["node"] == PLAIN
+    assert gpu.state == "granted" and gpu.node == PLAIN
 
     # an agent's report (NVML cannot see the plugin's config: sharing auto) keeps the modes
     report = {
@@ -125,7 +125,7 @@ def test_shares_go_only_where_the_plugin_time_slices_and_follow_the_node(rig, ku
         kube.nodes[SLICED]["status"][where]["nvidia.com/gpu"] = "2"
     run(store, sharing, first_round)
     assert modes(store, SLICED) == ["exclusive", "exclusive"]
-    assert store.lease(share["id"])["state"] == "granted"
+    assert store.lease(share.id).state == "granted"
     with pytest.raises(StoreError) as info:
         store.allocate("carol", "", "l4-q")
     assert info.value.code == "no_such_hardware"
@@ -133,7 +133,7 @@ def test_shares_go_only_where_the_plugin_time_slices_and_follow_the_node(rig, ku
         "offer: no node in the pool offers shared GPUs (time-slicing) for offer 'l4-q'"
     )
     # whole GPUs are served there now
-    assert store.allocate("dave", "", "l4")["node"] in (PLAIN, SLICED)
+    assert store.allocate("dave", "", "l4").node in (PLAIN, SLICED)
 
 
 def test_an_api_server_that_refuses_changes_nothing(rig, kube, tmp_path):

@@ -130,7 +130,7 @@ def test_a_workload_is_admitted_on_a_job_lease_pinned_to_the_node(rig, kube):
     fk.finish(kube, "ml", "train-1")
     assert rounds() == {"ml/train-1": "finished"}
     done = store.job(job.id)
-    assert done.state == "succeeded" and store.lease(job.lease_id)["state"] == "released"
+    assert done.state == "succeeded" and store.lease(job.lease_id).state == "released"
 
 
 def test_a_full_pool_keeps_the_check_pending_with_the_queue_position(rig, kube):
@@ -156,7 +156,7 @@ def test_a_full_pool_keeps_the_check_pending_with_the_queue_position(rig, kube):
     assert check_of(kube, "third")["message"] == "GPU pool: queued for h100, position 1"
     first = next(j for j in store.list_jobs() if j.name == "ml/first")
     assert first.state == "cancelled" and first.reason == "workload deleted"
-    assert store.lease(first.lease_id)["state"] == "released"
+    assert store.lease(first.lease_id).state == "released"
 
 
 def test_refusals_reject_the_check_with_the_pools_message(rig, kube):
@@ -223,11 +223,11 @@ def test_preemption_is_a_notice_then_retry_which_kueue_evicts(rig, kube):
     assert out["ml/train"] in ("evicted", "Pending")
     ended = store.job(job.id)
     assert ended.state == "preempted" and "alice" in ended.reason
-    assert store.lease(job.lease_id)["release_reason"] == "preempted"
+    assert store.lease(job.lease_id).release_reason == "preempted"
     # Kueue queued the Workload again: once alice is served, it waits in the pool's queue
     rounds(commands.Promote())
     alice, _ = store.leases(user="alice")
-    assert [x["state"] for x in alice] == ["granted"]
+    assert [x.state for x in alice] == ["granted"]
     again = store.kueue_jobs()
     assert [j.state for j in again] == ["queued"] and again[0].id != job.id
     assert check_of(kube, "train")["state"] == "Pending"
@@ -245,7 +245,7 @@ def test_a_job_cancelled_in_the_pool_rejects_its_workload(rig, kube):
     rounds()  # Kueue deactivated and evicted it: the job is cancelled
     ended = store.job(job.id)
     assert ended.state == "cancelled" and ended.reason == "cancelled in the pool"
-    assert store.lease(job.lease_id)["state"] == "released"
+    assert store.lease(job.lease_id).state == "released"
     assert store.kueue_jobs() == []
 
 
@@ -257,7 +257,7 @@ def test_a_granted_job_cancelled_in_the_pool_is_evicted_then_rejected(rig, kube)
     job = store.kueue_jobs()[0]
     assert job.state == "granted"  # Ready, but the other check holds Kueue's admission
     assert rounds(commands.CancelJob(job.id)) == {"ml/train": "Retry"}
-    assert store.lease(job.lease_id)["state"] == "released"
+    assert store.lease(job.lease_id).state == "released"
     assert rounds() == {"ml/train": "Rejected"}  # asked again: the pool's cancel stands
     assert "cancelled by" in check_of(kube, "train")["message"]
     assert store.kueue_jobs() == []

@@ -15,6 +15,7 @@ from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.service.writer import ProcessBatchWriter
 from jupyterhub_gpupool.store import Store, StoreError, utcnow
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from tests.fakes import make_store
 
 
@@ -47,25 +48,25 @@ def test_results_refusals_and_events_cross_over(store, db_url):
             return a, b, missing, bad
 
         a, b, missing, bad = asyncio.run(scenario())
-        assert a["state"] == "granted" and a["user"] == "alice" and a["slots"]
-        assert b["state"] == "granted" and b["node"] == "h100"
+        assert a.state == "granted" and a.user == "alice" and a.slots
+        assert b.state == "granted" and b.node == "h100"
         # refusals keep status, code, field and allowed values, as the thread writer raises them
         assert isinstance(missing, StoreError) and status_of(missing) == 404
         assert missing.to_dict()["error"]["code"] == "not_found"
         assert isinstance(bad, StoreError) and (status_of(bad), bad.field) == (422, "offer")
         assert "h100" in bad.to_dict()["error"]["allowed"]
         # the listeners of the service's store heard the child's events, after its commit
-        assert ("granted", a["id"]) in seen and ("granted", b["id"]) in seen
+        assert ("granted", a.id) in seen and ("granted", b.id) in seen
         # the service's own store reads what the child committed, and its views are told to
         # catch up: they never show less than the decisions already answered
-        assert store.lease(a["id"])["state"] == "granted"
+        assert store.lease(a.id).state == "granted"
         store.view_lag = 3600.0  # no help from the timer
         with store.locked() as alloc:
-            assert a["id"] in alloc.leases and b["id"] in alloc.leases
-        released = asyncio.run(writer.run(commands.Release(a["id"], actor="t")))
-        assert released["state"] == "released"
+            assert a.id in alloc.leases and b.id in alloc.leases
+        released = asyncio.run(writer.run(commands.Release(a.id, actor="t")))
+        assert released.state == "released"
         with store.locked() as alloc:
-            assert a["id"] not in alloc.leases
+            assert a.id not in alloc.leases
     finally:
         writer.stop()
     assert not writer._child.is_alive()
@@ -109,9 +110,9 @@ def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):
         # the new child starts from the database: it knows alice's lease, and serves bob
         with pytest.raises(StoreError) as err:
             asyncio.run(writer.run(commands.Allocate("alice", "", "a100-1g", actor="t")))
-        assert err.value.code == "already_allocated" and first["id"] in str(err.value)
+        assert err.value.code == "already_allocated" and first.id in str(err.value)
         bob = asyncio.run(writer.run(commands.Allocate("bob", "", "a100-1g", actor="t")))
-        assert bob["state"] == "granted"
+        assert bob.state == "granted"
     finally:
         writer.stop()
 
@@ -138,7 +139,7 @@ def test_the_loop_sends_what_it_read_together_and_what_piled_up_at_once(store, d
                 return writer.run(commands.Allocate(user, "", "a100-1g", actor="t"))
 
             first = await asyncio.gather(*(ask(f"u{i}") for i in range(5)))
-            releases = (writer.run(commands.Release(r["id"], actor="t")) for r in first)
+            releases = (writer.run(commands.Release(r.id, actor="t")) for r in first)
             return await asyncio.gather(
                 *releases, *(ask(f"v{i}") for i in range(6)), return_exceptions=True
             )
@@ -147,7 +148,7 @@ def test_the_loop_sends_what_it_read_together_and_what_piled_up_at_once(store, d
     finally:
         writer.stop()
     assert not any(isinstance(r, BaseException) and not isinstance(r, StoreError) for r in out)
-    assert [r["state"] for r in out[:5]] == ["released"] * 5
+    assert [r.state for r in out[:5]] == ["released"] * 5
     assert batches == [5, 8, 3]
     assert threads == {threading.get_ident()}  # asyncio.run ran the loop on this thread
 
@@ -158,7 +159,7 @@ def test_stop_finishes_what_is_pending(store, db_url, where):
     the loop's own thread (it waits for the child itself): nothing asked is dropped."""
     writer = started(store, db_url)
 
-    async def scenario() -> dict:
+    async def scenario() -> LeaseView:
         task = asyncio.ensure_future(writer.run(commands.Allocate("alice", "", "a100-1g")))
         # one yield to the loop (no wall-clock wait): the task makes its call, which is now
         # pending, its dispatch scheduled for the loop's next pass
@@ -171,7 +172,7 @@ def test_stop_finishes_what_is_pending(store, db_url, where):
         return await task
 
     lease = asyncio.run(scenario())
-    assert lease["state"] == "granted"
+    assert lease.state == "granted"
     assert not writer._child.is_alive()
     with store.locked() as alloc:
-        assert lease["id"] in alloc.leases
+        assert lease.id in alloc.leases

@@ -138,7 +138,7 @@ def test_pool_facts_read_the_queue_health_and_budgets(store, clock):
     assert facts.unhealthy_gpus == [f"h100/{gpu_uuid('h100', 0)}"]
     store.put_inventory(node_from_inventory("h100", _inv(True), store.catalog))
     held = store.allocate("ada", "", "h100", groups=["ml"], group="ml")
-    store.keepalive(held["id"])
+    store.keepalive(held.id)
     store.allocate("bo", "", "h100")
     clock.advance(minutes=90)
     store.budget_refresh = 0  # recount the budget hours at the next write
@@ -359,7 +359,7 @@ def test_the_rules_metrics_say_what_the_service_judges(tmp_path: Path, clock):
     store = make_store(url, clock, pool=POOL)
     metrics = PoolMetrics(usage_refresh=0)
     held = store.allocate("ada", "", "h100", groups=["ml"], group="ml")
-    store.keepalive(held["id"])
+    store.keepalive(held.id)
     store.allocate("bo", "", "h100")
     clock.advance(minutes=90)
     store.budget_refresh = 0

@@ -35,7 +35,7 @@ def started(db_url, clock, action):
     store = make_store(db_url, clock, pool_with(action))
     store.budget_refresh = 0  # recount the used hours at every write (the tests move the clock)
     lease = store.allocate("alice", "a", "h100")
-    store.keepalive(lease["id"])
+    store.keepalive(lease.id)
     return store, lease
 
 
@@ -53,7 +53,7 @@ def test_warnings_at_80_and_100_percent_once_each(db_url, clock):
     [w100] = store.budget_round()
     assert w100["level"] == 100
     # refuse: no new grant, but the running lease goes on
-    assert store.lease(lease["id"])["state"] == "active"
+    assert store.lease(lease.id).state == "active"
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "b", "a100-1g")
     assert e.value.code == "budget_exhausted"
@@ -62,7 +62,7 @@ def test_warnings_at_80_and_100_percent_once_each(db_url, clock):
 def test_a_grant_never_starts_with_less_than_the_minimum_left(db_url, clock):
     store, lease = started(db_url, clock, "refuse")
     clock.advance(hours=9, minutes=40)  # 9.67 of 10 used: 0.33 left, under the 0.5 minimum
-    store.release(lease["id"])
+    store.release(lease.id)
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "b", "a100-1g")
     assert e.value.code == "budget_exhausted"
@@ -72,27 +72,27 @@ def test_notify_warns_and_refuses_nothing(db_url, clock):
     store, lease = started(db_url, clock, "notify")
     clock.advance(hours=11)
     assert [w["level"] for w in store.budget_round()] == [100]
-    assert store.allocate("alice", "b", "a100-1g")["state"] == "granted"
-    assert store.lease(lease["id"])["reclaim"] is None
+    assert store.allocate("alice", "b", "a100-1g").state == "granted"
+    assert store.lease(lease.id).reclaim is None
 
 
 def test_stop_gives_a_budget_notice_and_the_lease_ends_budget(db_url, clock):
     store, lease = started(db_url, clock, "stop")
     clock.advance(hours=10)
     assert [w["level"] for w in store.budget_round(600)] == [100]
-    out = store.lease(lease["id"])
-    assert out["state"] == "reclaiming"
-    assert (out["reclaim"]["kind"], out["reclaim"]["action"]) == ("budget", "stop")
-    assert "budget" in out["reclaim"]["reason"] and "saved" in out["reclaim"]["reason"]
-    assert store.user("alice")["notices"][0]["lease"] == lease["id"]  # the user page, the lab
+    out = store.lease(lease.id)
+    assert out.state == "reclaiming"
+    assert (out.reclaim.kind, out.reclaim.action) == ("budget", "stop")
+    assert "budget" in out.reclaim.reason and "saved" in out.reclaim.reason
+    assert store.user("alice")["notices"][0]["lease"] == lease.id  # the user page, the lab
     store.budget_round(600)  # once: the deadline stays
-    assert store.lease(lease["id"])["reclaim"]["deadline"] == out["reclaim"]["deadline"]
+    assert store.lease(lease.id).reclaim.deadline == out.reclaim.deadline
     # no reclaimer running: the service carries the notice out past its deadline
     clock.advance(seconds=600 + 121)
     [claimed] = store.enforce_notices(120, actor=SERVICE)
     assert claimed["kind"] == "budget"
-    done = store.notice_enforced(lease["id"], True, actor=SERVICE)
-    assert done["state"] == "released" and done["release_reason"] == "budget"
+    done = store.notice_enforced(lease.id, True, actor=SERVICE)
+    assert done.state == "released" and done.release_reason == "budget"
 
 
 def test_the_user_page_warns_from_80_percent(db_url, clock):

@@ -43,14 +43,14 @@ def record_month(url: str, days: int = 30, *, reclaimed: bool = False):
     for d in range(days):
         clock.now = DAY1 + timedelta(days=d, hours=9)
         leases = [store.allocate(f"user{i}", "", "h100") for i in range(3)]
-        assert [x["state"] for x in leases] == ["granted", "queued", "queued"]
+        assert [x.state for x in leases] == ["granted", "queued", "queued"]
         for _ in leases:  # the fair queue picks who is next: whoever is granted goes
-            [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
-            store.keepalive(lease["id"])
-            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
+            [lease] = [x for x in leases if store.lease(x.id).state == "granted"]
+            store.keepalive(lease.id)
+            store.add_busy(busy_from(lease.id, store.clock(), 0.5))
             clock.advance(hours=1)
             reason = "reclaimed-idle" if reclaimed else "stopped"
-            store.release(lease["id"], reason=reason)  # the next one is granted now
+            store.release(lease.id, reason=reason)  # the next one is granted now
     clock.now = UNTIL
     return store
 
@@ -90,7 +90,7 @@ def test_capacity_tells_quota_from_capacity(tmp_path):
         {**POOL["nodes"][0], "gpus": [{"model": "H100-80GB", "count": 2}]}]})  # fmt: skip
     store.allocate("ann", "one", "h100")
     second = store.allocate("ann", "two", "h100")  # free GPU, but ann's limit is 1
-    assert second["state"] == "queued" and second["reason"] == "quota"
+    assert second.state == "queued" and second.reason == "quota"
     [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
     assert day["queued_for_quota"] == 1 and day["queued_for_capacity"] == 0
 
@@ -247,13 +247,13 @@ def test_what_if_a_fixed_mig_layout(tmp_path, capsys):
             gone = [a | {"ok": True, "error": None} for a in store.mig_plan("a100")]
             store.mig_results("a100", [a for a in gone if a["op"] == "destroy"])
             make_instances(store)
-            live = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
+            live = [x for x in leases if store.lease(x.id).state == "granted"]
             for lease in live:
-                store.keepalive(lease["id"])
+                store.keepalive(lease.id)
             clock.advance(hours=1)
             for lease in live:
-                store.release(lease["id"])
-        assert all(store.lease(x["id"])["state"] == "released" for x in leases)
+                store.release(lease.id)
+        assert all(store.lease(x.id).state == "released" for x in leases)
     clock.now = datetime(2026, 11, 4)
     same = what_if(store, 3, Change(layouts={"a100": "dynamic"}))["offers"]["a100-3g"]
     assert same["recorded"]["wait_p95_min"] == same["what_if"]["wait_p95_min"] == 60.0
@@ -343,7 +343,7 @@ def test_a_new_install_says_in_words_what_the_replay_needs_and_takes_hours(tmp_p
     )
     assert recorded_words(None, clock())[1:] == ("hours", 1)
     lease = store.allocate("alice", "", "h100")
-    store.keepalive(lease["id"])
+    store.keepalive(lease.id)
     clock.advance(minutes=20)
     with pytest.raises(WhatIfError) as e:
         what_if(store, 1, Change())
@@ -353,7 +353,7 @@ def test_a_new_install_says_in_words_what_the_replay_needs_and_takes_hours(tmp_p
     )
     clock.advance(hours=5)
     store.allocate("bob", "", "h100")  # waits for alice's: within the last 5 hours
-    store.release(lease["id"])
+    store.release(lease.id)
     clock.advance(minutes=1)
     for days in (1, 30):
         with pytest.raises(WhatIfError) as e:

@@ -96,11 +96,11 @@ def hold(store, clock: StoreClock, user: str, offer: str, minutes: float, busy_h
     lease = store.allocate(user, "", offer)
     if offer.startswith("a100"):
         make_instances(store)  # the dynamic-MIG node's agent makes the instance
-    store.keepalive(lease["id"])
+    store.keepalive(lease.id)
     if busy_h:
-        store.add_busy(busy_from(lease["id"], clock(), busy_h))
+        store.add_busy(busy_from(lease.id, clock(), busy_h))
     clock.advance(minutes=minutes)
-    return store.release(lease["id"])
+    return store.release(lease.id)
 
 
 def test_usage_costs_round_per_row_and_the_total_is_their_sum(store, clock):
@@ -133,7 +133,7 @@ def test_busy_hours_cost_the_lower_price_and_unpriced_models_are_flagged(store, 
     assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == 0.0
     lease = store.allocate("alice", "", "a100-3g")
     clock.advance(hours=2)
-    store.release(lease["id"])
+    store.release(lease.id)
     [row] = store.usage(start, clock(), "offer")
     assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == pytest.approx(1.0)
 

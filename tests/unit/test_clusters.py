@@ -98,26 +98,26 @@ def test_an_agent_of_an_unknown_cluster_is_refused_with_the_known_list(store):
 
 def test_a_hub_is_granted_only_in_its_clusters(store):
     us = store.allocate("alice", "", "h100", clusters=["us"])
-    assert us["state"] == "granted" and us["node"] == "us-1" and us["cluster"] == "us"
+    assert us.state == "granted" and us.node == "us-1" and us.cluster == "us"
     # the only us GPU is taken: a us hub waits although eu has one free
     waiting = store.allocate("bob", "", "h100", clusters=["us"])
-    assert waiting["state"] == "queued" and waiting["cluster"] is None
+    assert waiting.state == "queued" and waiting.cluster is None
     eu = store.allocate("carol", "", "h100", clusters=["eu"])
-    assert eu["node"] == "eu-1" and eu["cluster"] == "eu"
+    assert eu.node == "eu-1" and eu.cluster == "eu"
     # the us GPU comes free: it goes to the us waiter
-    store.release(us["id"])
-    assert store.lease(waiting["id"])["node"] == "us-1"
+    store.release(us.id)
+    assert store.lease(waiting.id).node == "us-1"
 
 
 def test_a_hub_without_clusters_is_granted_anywhere(store):
-    nodes = {store.allocate(u, "", "h100")["node"] for u in ("alice", "bob")}
+    nodes = {store.allocate(u, "", "h100").node for u in ("alice", "bob")}
     assert nodes == {"eu-1", "us-1"}
 
 
 def test_an_offer_restricted_to_a_cluster_is_placed_only_there(store):
     first = store.allocate("alice", "", "h100-eu")
-    assert first["node"] == "eu-1"
-    assert store.allocate("bob", "", "h100-eu")["state"] == "queued"  # us-1 is free, not eu
+    assert first.node == "eu-1"
+    assert store.allocate("bob", "", "h100-eu").state == "queued"  # us-1 is free, not eu
 
 
 def test_an_offer_a_hub_cannot_serve_is_refused_naming_where_it_runs(store):
@@ -139,8 +139,8 @@ def test_a_queued_request_keeps_its_clusters_across_a_restart(db_url, clock, sto
     waiting = store.allocate("bob", "", "h100", clusters=["us"])
     hold_eu = store.allocate("carol", "", "h100", clusters=["eu"])
     again = make_store(db_url, clock, POOL)  # a new process: the allocator rebuilt from rows
-    again.release(hold_eu["id"])  # eu frees up: not for the us waiter
-    assert again.lease(waiting["id"])["state"] == "queued"
+    again.release(hold_eu.id)  # eu frees up: not for the us waiter
+    assert again.lease(waiting.id).state == "queued"
 
 
 def test_offers_for_a_hub_are_those_it_can_serve_counted_there(store):

@@ -63,22 +63,22 @@ def test_a_lease_keeps_its_hub_and_reconcile_keeps_other_hubs_leases(store):
     own = store.allocate("alice", "", "a100-1g")
     other = store.allocate("bob", "", "a100-1g", hub=US)
     queued = store.allocate("carol", "", "a100-7g", hub=US)
-    assert (own["hub"], other["hub"], queued["hub"]) == (None, US, US)
-    assert queued["state"] == "queued"
+    assert (own.hub, other.hub, queued.hub) == (None, US, US)
+    assert queued.state == "queued"
     # the pool's hub runs none of these servers: only its own lease goes
     assert store.reconcile(set()) == 1
-    assert store.lease(own["id"])["release_reason"] == "stopped"
-    assert store.lease(other["id"])["state"] == "granted"
-    assert store.lease(queued["id"])["state"] == "queued"
+    assert store.lease(own.id).release_reason == "stopped"
+    assert store.lease(other.id).state == "granted"
+    assert store.lease(queued.id).state == "queued"
     items, _ = store.events()
     assert items[-1]["kind"] == "reconciled" and items[-1]["data"] == {"released": 1}
     # a resize target is its hub's too
-    target = store.resize(other["id"], "a100-3g")
-    assert target["hub"] == US and target["resize_of"] == other["id"]
+    target = store.resize(other.id, "a100-3g")
+    assert target.hub == US and target.resize_of == other.id
     # the listing filters by hub (None: the pool's own)
     listed, total = store.leases(hub=US)
-    assert total == 3 and {le["id"] for le in listed} == {other["id"], queued["id"], target["id"]}
-    assert {le["id"] for le in store.leases(hub=None)[0]} == {own["id"]}
+    assert total == 3 and {le.id for le in listed} == {other.id, queued.id, target.id}
+    assert {le.id for le in store.leases(hub=None)[0]} == {own.id}
     assert store.leases()[1] == 4
 
 
@@ -88,10 +88,10 @@ def test_a_server_held_through_another_hub_is_refused_without_its_lease(store):
         store.allocate("alice", "", "a100-1g")
     assert e.value.code == "already_allocated" and e.value.field == "server"
     assert "another hub" in e.value.message and "user names are the pool's keys" in e.value.message
-    assert theirs["id"] not in e.value.message
+    assert theirs.id not in e.value.message
     with pytest.raises(StoreError) as e:  # the same hub asking again is told which lease
         store.allocate("alice", "", "a100-1g", hub=US)
-    assert theirs["id"] in e.value.message
+    assert theirs.id in e.value.message
 
 
 def test_a_spawner_reaches_its_own_hubs_leases_only(svc):

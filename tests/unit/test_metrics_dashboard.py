@@ -102,8 +102,8 @@ def store(db_url, clock):
 def test_cost_and_idle_share_per_group_are_the_usage_report(store, clock):
     clock.now = clock.now.replace(day=2)
     a = store.allocate("alice", "", "h100", group="ml", groups=["ml"])
-    store.keepalive(a["id"])
-    store.add_busy(busy_from(a["id"], store.clock(), 0.25))
+    store.keepalive(a.id)
+    store.add_busy(busy_from(a.id, store.clock(), 0.25))
     metrics = PoolMetrics(usage_refresh=0)
     clock.advance(hours=1)
     text = metrics.render(store).decode()
@@ -117,9 +117,9 @@ def test_cost_and_idle_share_per_group_are_the_usage_report(store, clock):
     assert samples["gpupool_group_idle_share", (("group", "ml"),)] == 0.75
     # 0.75 idle h + 0.25 busy h at 2.50 = 2.50 (no busy price: the held price)
     assert samples["gpupool_group_cost", (("currency", "EUR"), ("group", "ml"))] == 2.5
-    store.release(a["id"])
+    store.release(a.id)
     b = store.allocate("bob", "", "h100")
-    store.keepalive(b["id"])
+    store.keepalive(b.id)
     clock.advance(hours=1)
     text = metrics.render(store).decode()
     assert f'gpupool_group_held_units{{group="{NO_GROUP}"}} 1.0' in text

@@ -35,7 +35,7 @@ def _pool_node(store: Store, name: str) -> dict:
 def test_a_silent_agent_makes_its_node_unreachable_and_a_report_brings_it_back(store, clock):
     _report(store)  # the node is an agent's now (config nodes without an agent are never marked)
     held = store.allocate("alice", "", "h100")
-    assert held["state"] == "granted"
+    assert held.state == "granted"
     clock.advance(seconds=60)
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == []  # not silent long
     store.add_busy({}, node="h100")  # samples: the agent is alive
@@ -46,14 +46,14 @@ def test_a_silent_agent_makes_its_node_unreachable_and_a_report_brings_it_back(s
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == []  # marked once
     assert _pool_node(store, "h100")["unreachable"] is True
     # its lease stays; nothing new is granted there: bob waits
-    assert store.lease(held["id"])["state"] == "granted"
-    store.release(held["id"])
+    assert store.lease(held.id).state == "granted"
+    store.release(held.id)
     waiting = store.allocate("bob", "", "h100")
-    assert waiting["state"] == "queued"
+    assert waiting.state == "queued"
     # the agent reports again: reachable, and bob gets the GPU at once
     store.add_busy({}, node="h100")
     assert _pool_node(store, "h100")["unreachable"] is False
-    assert store.lease(waiting["id"])["state"] == "granted"
+    assert store.lease(waiting.id).state == "granted"
     kinds = [e["kind"] for e in store.events(limit=1000)[0]]
     assert kinds.count("node-unreachable") == 1 and kinds.count("node-reachable") == 1
 
@@ -64,10 +64,10 @@ def test_an_inventory_report_also_brings_a_node_back(store, clock):
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == ["h100"]
     _report(store)
     assert _pool_node(store, "h100")["unreachable"] is False
-    assert store.allocate("alice", "", "h100")["state"] == "granted"
+    assert store.allocate("alice", "", "h100").state == "granted"
 
 
 def test_nodes_without_an_agent_are_never_marked(store, clock):
     clock.advance(days=1)
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == []
-    assert store.allocate("alice", "", "h100")["state"] == "granted"
+    assert store.allocate("alice", "", "h100").state == "granted"

@@ -112,10 +112,10 @@ def store(db_url):
 def test_every_hour_is_priced_at_the_price_in_force_then(store):
     clock = store.clock
     lease = store.allocate("ann", "", "h100")
-    store.keepalive(lease["id"])
-    store.add_busy(busy_from(lease["id"], clock(), 1.0))  # 22:00–23:00 busy
+    store.keepalive(lease.id)
+    store.add_busy(busy_from(lease.id, clock(), 1.0))  # 22:00–23:00 busy
     clock.advance(hours=4)  # held 22:00 → 02:00: 2 h before the change, 2 h after
-    store.release(lease["id"])
+    store.release(lease.id)
     body = store.usage_report(datetime(2026, 11, 1), datetime(2026, 12, 1), "user")
     [row] = body["items"]
     # before: 1 idle × 2 + 1 busy × 1 = 3; after: 2 idle × 4 = 8; one line item: 11.00
@@ -129,9 +129,9 @@ def test_every_hour_is_priced_at_the_price_in_force_then(store):
 def test_changing_a_price_never_changes_a_past_hours_cost(store, db_url):
     clock = store.clock
     lease = store.allocate("ann", "", "h100")
-    store.keepalive(lease["id"])
+    store.keepalive(lease.id)
     clock.advance(hours=3)
-    store.release(lease["id"])  # 22:00 → 01:00: 2 h at 2, 1 h at 4 = 8.00
+    store.release(lease.id)  # 22:00 → 01:00: 2 h at 2, 1 h at 4 = 8.00
     clock.now = datetime(2026, 11, 20, 10, 20)
     first = store.usage_report(datetime(2026, 11, 1), datetime(2026, 11, 20, 11), "user")
     assert first["items"][0]["cost"] == "8.00"
@@ -146,7 +146,7 @@ def test_changing_a_price_never_changes_a_past_hours_cost(store, db_url):
     # the new price applies from the next whole hour (11:00), to hours that come
     later = store.allocate("bob", "", "h100")
     clock.now = datetime(2026, 11, 20, 12, 0)
-    store.release(later["id"])  # 10:20 → 12:00: 40 min at 4, then 1 h at 7
+    store.release(later.id)  # 10:20 → 12:00: 40 min at 4, then 1 h at 7
     [bob] = [r for r in store.usage(datetime(2026, 11, 20), clock(), "user") if r["user"] == "bob"]
     assert bob["cost"] == "9.67"  # 0.666667 × 4 + 1 × 7 = 9.666668, rounded once
 

@@ -17,6 +17,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, RECLAIM, SPAWN, USE
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import STORE_POOL, InProcessService, Response, StoreClock, make_store, request
 
@@ -56,12 +57,12 @@ class Service(InProcessService):
         assert r.status == 200, f"{method} {path}: {r.status} {r.body[:300]!r}"
         return r.json()
 
-    def samples(self, lease: dict, t0: float, t1: float, util: float = 0.0) -> None:
+    def samples(self, lease: LeaseView, t0: float, t1: float, util: float = 0.0) -> None:
         """Telemetry of the lease's GPU over [t0, t1], posted by its node's agent (the round
         reads it from the database)."""
-        gpu = lease["slots"][0]["gpu"]
+        gpu = lease.slots[0].gpu
         batch = [{"gpu": gpu, "ts": t, "util": util, "memory_used_mib": 100} for t in (t0 + 1, t1)]
-        self.ok("agent", "POST", f"nodes/{lease['node']}/samples", {"samples": batch})
+        self.ok("agent", "POST", f"nodes/{lease.node}/samples", {"samples": batch})
 
 
 @pytest.fixture
@@ -76,12 +77,14 @@ def error(r: Response) -> dict[str, Any]:
     return r.json()["error"]
 
 
-def lease_of_alice(api: Service) -> dict:
+def lease_of_alice(api: Service) -> LeaseView:
     lease = api.store.allocate("alice", "", "h100")
-    return api.store.keepalive(lease["id"])
+    return api.store.keepalive(lease.id)
 
 
-def round_(api: Service, clock: StoreClock, lease: dict, *, util: float = 0.0, who="reclaimer"):
+def round_(
+    api: Service, clock: StoreClock, lease: LeaseView, *, util: float = 0.0, who="reclaimer"
+):
     """A minute later, a round seeing alice's server idle and alice away."""
     clock.advance(minutes=1)
     api.ok(who, "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})  # renewed each round
@@ -94,10 +97,10 @@ def round_(api: Service, clock: StoreClock, lease: dict, *, util: float = 0.0, w
     body = {
         "holder": "r1",
         "window": {"start": now - 60, "end": now},
-        "observed": {lease["id"]: seen},
+        "observed": {lease.id: seen},
     }
     answer = api.ok(who, "POST", "reclaim/rounds", body)
-    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
 
 
 # -- who may call what -------------------------------------------------------------------------
@@ -142,17 +145,17 @@ def test_who_may_call_what(api):
         for what, body, *want in MATRIX:
             method, path = what.split(" ")
             status = want[column]
-            names = {"who": who or "anon", "id": lease["id"]}
+            names = {"who": who or "anon", "id": lease.id}
             r = api.call(who, method, _fill(path, **names), _fill(body, **names))
             if r.status != status:
                 wrong.append(f"{method} {path} as {who}: {r.status} (want {status}) {r.body!r}")
             elif status >= 400:
                 error(r)  # a JSON error body with a code
     assert not wrong, "\n".join(wrong)
-    assert api.call("reclaimer", "DELETE", f"allocations/{lease['id']}").status == 403
+    assert api.call("reclaimer", "DELETE", f"allocations/{lease.id}").status == 403
     # alice's "keep my GPU" on her lease; bob gets the 404 of a lease that does not exist
-    assert api.call("bob", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 404
-    assert api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {}).status == 200
+    assert api.call("bob", "POST", f"allocations/{lease.id}/keepalive", {}).status == 404
+    assert api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {}).status == 200
 
 
 # -- the flow ----------------------------------------------------------------------------------
@@ -177,12 +180,12 @@ def test_notice_keep_act_outcome_over_http(api, clock):
     watched = api.ok("reclaimer", "GET", "reclaim/leases?limit=10")
     assert watched["total"] == 1 and watched["items"][0]["reclaim"]["kind"] == "idle"
 
-    kept = api.ok("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    kept = api.ok("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert kept["state"] == "active" and kept["reclaim"] is None
     for _ in range(30):
         if round_(api, clock, lease)["kind"] == "notice":
             break
-    limit = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    limit = api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert limit.status == 409
     assert error(limit)["code"] == "extension_limit" and error(limit)["allowed"] == [1]
 
@@ -191,13 +194,13 @@ def test_notice_keep_act_outcome_over_http(api, clock):
         if act["kind"] == "act":
             break
     assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
-    late = api.call("alice", "POST", f"allocations/{lease['id']}/keepalive", {})
+    late = api.call("alice", "POST", f"allocations/{lease.id}/keepalive", {})
     assert late.status == 409 and error(late)["code"] == "reclaim_in_progress"
 
     outcome = {"holder": "r1", "result": "done", "saved": ["nb.ipynb"], "detail": "saved"}
-    done = api.ok("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    done = api.ok("reclaimer", "POST", f"reclaim/leases/{lease.id}/outcome", outcome)
     assert done["state"] == "released" and done["release_reason"] == "reclaimed-idle"
-    again = api.call("reclaimer", "POST", f"reclaim/leases/{lease['id']}/outcome", outcome)
+    again = api.call("reclaimer", "POST", f"reclaim/leases/{lease.id}/outcome", outcome)
     assert again.status == 409 and error(again)["code"] == "not_acting"
     (past,) = api.ok("alice", "GET", "users/me")["reclaims"]
     assert past["saved"] == ["nb.ipynb"] and past["outcome"] == "done"
@@ -224,7 +227,7 @@ def test_a_round_without_samples_or_observations_decides_nothing(api, clock):
         body = {"holder": "r1", "window": {"start": now - 60, "end": now}}
         answer = api.ok("reclaimer", "POST", "reclaim/rounds", body)
         assert answer["stale"] == 1 and answer["decisions"][0]["kind"] == "stale"
-    assert api.store.lease(lease["id"])["state"] == "active"
+    assert api.store.lease(lease.id).state == "active"
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -286,7 +289,7 @@ def test_bad_input_gets_a_json_error_naming_the_field(api):
     wrong = []
     for method, path, body, status, code, field in BAD:
         who = "admin" if "policies" in path else "reclaimer"
-        r = api.call(who, method, path.replace("{id}", lease["id"]), body)
+        r = api.call(who, method, path.replace("{id}", lease.id), body)
         got = (r.status, *(lambda e: (e["code"], e.get("field")))(error(r)))
         if got != (status, code, field):
             wrong.append(f"{method} {path} {body}: {got} != {(status, code, field)}")
@@ -329,15 +332,15 @@ def test_a_share_is_judged_by_its_own_processes_over_http(shared_api, clock):
     next to bob's busy one, and counts towards its idle timeout; bob's does not."""
     api = shared_api
     leases = {
-        u: api.store.keepalive(api.store.allocate(u, "", "quarter")["id"]) for u in ("alice", "bob")
+        u: api.store.keepalive(api.store.allocate(u, "", "quarter").id) for u in ("alice", "bob")
     }
     alice, bob = leases["alice"], leases["bob"]
-    gpu = alice["slots"][0]["gpu"]
-    assert bob["slots"][0]["gpu"] == gpu  # neighbours on one L4
+    gpu = alice.slots[0].gpu
+    assert bob.slots[0].gpu == gpu  # neighbours on one L4
     api.ok("reclaimer", "POST", "reclaim/leader", {"holder": "r1", "ttl": 600})
     clock.advance(minutes=1)
     now = epoch(clock())
-    per_lease = {bob["id"]: 70.0, alice["id"]: 0.0}
+    per_lease = {bob.id: 70.0, alice.id: 0.0}
     batch = [
         {"gpu": gpu, "ts": t, "util": 70.0, "memory_used_mib": 4000, "lease_util": per_lease}
         for t in (now - 59, now)
@@ -350,14 +353,14 @@ def test_a_share_is_judged_by_its_own_processes_over_http(shared_api, clock):
     body = {
         "holder": "r1",
         "window": {"start": now - 60, "end": now},
-        "observed": {alice["id"]: seen, bob["id"]: seen},
+        "observed": {alice.id: seen, bob.id: seen},
     }
     got = {d["lease"]: d for d in api.ok("reclaimer", "POST", "reclaim/rounds", body)["decisions"]}
-    assert got[alice["id"]]["evidence"]["gpu"] == "idle"
-    assert got[bob["id"]]["evidence"]["gpu"] == "busy"
+    assert got[alice.id]["evidence"]["gpu"] == "idle"
+    assert got[bob.id]["evidence"]["gpu"] == "busy"
 
-    bad = [{"gpu": gpu, "ts": now, "util": 5.0, "lease_util": {alice["id"]: 150}}]
+    bad = [{"gpu": gpu, "ts": now, "util": 5.0, "lease_util": {alice.id: 150}}]
     r = api.call("agent", "POST", "nodes/l4/samples", {"samples": bad})
-    assert r.status == 422 and error(r)["field"] == f"samples[0].lease_util.{alice['id']}"
+    assert r.status == 422 and error(r)["field"] == f"samples[0].lease_util.{alice.id}"
     r = api.call("agent", "POST", "nodes/l4/samples", {"samples": [{**bad[0], "lease_util": 3}]})
     assert r.status == 422 and error(r)["field"] == "samples[0].lease_util"

@@ -23,6 +23,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.service.scopes import AGENT, RECLAIM
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.conftest import PG_ADMIN_URL
 from tests.fakes import InProcessService, StoreClock, make_instances, make_store
@@ -72,34 +73,34 @@ def ok(service: InProcessService, who: str, method: str, path: str, body: object
     return r.json()
 
 
-def batches(leases: dict[str, dict], k: int, ts: float) -> dict[str, list[dict[str, Any]]]:
+def batches(leases: dict[str, LeaseView], k: int, ts: float) -> dict[str, list[dict[str, Any]]]:
     """The k-th sample of the window (at ``ts``) of every lease's device, by node: what its
     agent posts. The odd ones carry the work the even ones do not show, and the reverse."""
     odd = k % 2 == 1
     by_node: dict[str, list[dict[str, Any]]] = {"h100": [], "l4": [], "a100": []}
     for label in ("idle", "busy-on-odd", "busy-on-even"):
         busy = (label == "busy-on-odd" and odd) or (label == "busy-on-even" and not odd)
-        gpu = leases[label]["slots"][0]["gpu"]
+        gpu = leases[label].slots[0].gpu
         by_node["h100"].append({"gpu": gpu, "ts": ts, "util": 80.0 if busy else 0.0})
     share_busy, share_idle = leases["share-busy-on-odd"], leases["share-idle"]
-    own = {share_busy["id"]: 70.0} if odd else {}  # per-process: only the busy share's own
+    own = {share_busy.id: 70.0} if odd else {}  # per-process: only the busy share's own
     by_node["l4"].append(
         {
-            "gpu": share_busy["slots"][0]["gpu"],
+            "gpu": share_busy.slots[0].gpu,
             "ts": ts,
             "util": 70.0 if odd else 0.0,
             "memory_used_mib": 4000,
             "lease_util": own,
         }
     )
-    assert share_idle["slots"][0]["gpu"] == share_busy["slots"][0]["gpu"]
-    mig = leases["mig-moving"]["slots"][0]
+    assert share_idle.slots[0].gpu == share_busy.slots[0].gpu
+    mig = leases["mig-moving"].slots[0]
     # MIG without utilization (A100: no GPM): a process holds memory; it moves by 400 MiB
     # between the two replicas' samples, never within one replica's
     by_node["a100"].append(
         {
-            "gpu": mig["gpu"],
-            "start": mig["start"],
+            "gpu": mig.gpu,
+            "start": mig.start,
             "ts": ts,
             "util": None,
             "memory_used_mib": 2400 if odd else 2000,
@@ -127,13 +128,13 @@ def run(
         service.__enter__()
     try:
         store = stores[0]
-        leases: dict[str, dict] = {}
+        leases: dict[str, LeaseView] = {}
         for label, (user, offer) in LEASES.items():
             lease = store.allocate(user, "", offer)
             if offer.startswith("a100"):
                 make_instances(store)
-            leases[label] = store.keepalive(lease["id"])
-        label_of = {lease["id"]: label for label, lease in leases.items()}
+            leases[label] = store.keepalive(lease.id)
+        label_of = {lease.id: label for label, lease in leases.items()}
         out: list[dict[str, tuple]] = []
         for n in range(ROUNDS):
             clock.advance(minutes=1)
@@ -151,7 +152,7 @@ def run(
             body = {
                 "holder": "r1",
                 "window": {"start": now - 60, "end": now},
-                "observed": {lease["id"]: seen for lease in leases.values()},
+                "observed": {lease.id: seen for lease in leases.values()},
             }
             answer = ok(decides, "reclaimer", "POST", "reclaim/rounds", body)
             out.append(
@@ -168,9 +169,9 @@ def run(
             )
         if busy is not None:
             start = clock() - timedelta(hours=1)
-            recorded = store.busy_time([le["id"] for le in leases.values()], start, clock())
+            recorded = store.busy_time([le.id for le in leases.values()], start, clock())
             for label, lease in leases.items():
-                busy[label] = sum(b for b, _ in recorded.get(lease["id"], {}).values())
+                busy[label] = sum(b for b, _ in recorded.get(lease.id, {}).values())
         return out
     finally:
         for service in services:
@@ -256,16 +257,16 @@ def test_a_sample_posted_to_both_replicas_counts_once(new_pg_url):
     for service in services:
         service.__enter__()
     try:
-        lease = stores[0].keepalive(stores[0].allocate("u1", "", "h100")["id"])
-        gpu = lease["slots"][0]["gpu"]
+        lease = stores[0].keepalive(stores[0].allocate("u1", "", "h100").id)
+        gpu = lease.slots[0].gpu
         clock.advance(minutes=1)
         now = epoch(clock())
         for ts in (now - 20, now - 10, now):
             sample = {"gpu": gpu, "ts": ts, "util": 90.0}
             for service in services:  # an agent's retry that reached the other replica too
                 ok(service, "agent", "POST", "nodes/h100/samples", {"samples": [sample]})
-        recorded = stores[1].busy_time([lease["id"]], clock() - timedelta(hours=1), clock())
-        assert sum(b for b, _ in recorded[lease["id"]].values()) == pytest.approx(20.0)
+        recorded = stores[1].busy_time([lease.id], clock() - timedelta(hours=1), clock())
+        assert sum(b for b, _ in recorded[lease.id].values()) == pytest.approx(20.0)
     finally:
         for service in services:
             service.__exit__(None, None, None)

@@ -3,7 +3,7 @@ resize, restart, accounting and the database's own no-double-grant guarantee."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -29,30 +29,30 @@ def store(db_url: str, clock: StoreClock) -> Store:
 
 def test_lifecycle_granted_active_released(store, clock):
     lease = store.allocate("alice", "", "h100")
-    assert lease["state"] == "granted" and lease["node"] == "h100"
-    assert lease["expires"] == "2026-03-02T09:05:00Z"
+    assert lease.state == "granted" and lease.node == "h100"
+    assert lease.expires == datetime(2026, 3, 2, 9, 5)
     clock.advance(seconds=30)
-    active = store.keepalive(lease["id"])
-    assert active["state"] == "active" and active["activated"] == "2026-03-02T09:00:30Z"
-    assert active["expires"] is None
-    done = store.release(lease["id"])
-    assert done["state"] == "released" and done["release_reason"] == "stopped"
-    assert all(s["gpu"] for s in done["slots"])
-    assert events(store, lease["id"]) == ["granted", "activated", "released"]
+    active = store.keepalive(lease.id)
+    assert active.state == "active" and active.activated == datetime(2026, 3, 2, 9, 0, 30)
+    assert active.expires is None
+    done = store.release(lease.id)
+    assert done.state == "released" and done.release_reason == "stopped"
+    assert all(s.gpu for s in done.slots)
+    assert events(store, lease.id) == ["granted", "activated", "released"]
     # releasing twice is harmless and changes nothing
-    assert store.release(lease["id"])["released"] == done["released"]
+    assert store.release(lease.id).released == done.released
 
 
 def test_release_promotes_the_waiter_in_the_same_transaction(store):
     first = store.allocate("alice", "", "h100")
     waiting = store.allocate("bob", "", "h100")
-    assert waiting["state"] == "queued" and waiting["position"] == 1
-    assert waiting["reason"] == "no_capacity"
-    store.release(first["id"])
-    promoted = store.lease(waiting["id"])
-    assert promoted["state"] == "granted"
-    assert promoted["slots"][0]["gpu"] == first["slots"][0]["gpu"]
-    assert events(store, waiting["id"]) == ["queued", "granted"]
+    assert waiting.state == "queued" and waiting.position == 1
+    assert waiting.reason == "no_capacity"
+    store.release(first.id)
+    promoted = store.lease(waiting.id)
+    assert promoted.state == "granted"
+    assert promoted.slots[0].gpu == first.slots[0].gpu
+    assert events(store, waiting.id) == ["queued", "granted"]
 
 
 def test_unbound_grant_expires_and_frees_the_slice(store, clock):
@@ -62,27 +62,27 @@ def test_unbound_grant_expires_and_frees_the_slice(store, clock):
     assert store.expire_grants() == 0
     clock.advance(seconds=2)
     assert store.expire_grants() == 1
-    assert store.lease(lease["id"])["release_reason"] == "expired"
-    assert store.lease(waiting["id"])["state"] == "granted"
+    assert store.lease(lease.id).release_reason == "expired"
+    assert store.lease(waiting.id).state == "granted"
 
 
 def test_active_lease_never_expires(store, clock):
     lease = store.allocate("alice", "", "h100")
-    store.keepalive(lease["id"])
+    store.keepalive(lease.id)
     clock.advance(hours=10)
     assert store.expire_grants() == 0
-    assert store.lease(lease["id"])["state"] == "active"
+    assert store.lease(lease.id).state == "active"
 
 
 def test_reconcile_releases_servers_the_hub_no_longer_runs(store):
     kept = store.allocate("alice", "", "a100-1g")
     gone = store.allocate("bob", "gpu", "a100-1g")
     queued_gone = store.allocate("carol", "", "a100-7g")
-    assert queued_gone["state"] == "queued"
+    assert queued_gone.state == "queued"
     assert store.reconcile({("alice", "")}) == 2
-    assert store.lease(kept["id"])["state"] == "granted"
-    assert store.lease(gone["id"])["release_reason"] == "stopped"
-    assert store.lease(queued_gone["id"])["release_reason"] == "cancelled"
+    assert store.lease(kept.id).state == "granted"
+    assert store.lease(gone.id).release_reason == "stopped"
+    assert store.lease(queued_gone.id).release_reason == "cancelled"
     items, _ = store.events()
     assert items[-1]["kind"] == "reconciled" and items[-1]["data"] == {"released": 2}
 
@@ -92,25 +92,25 @@ def test_a_server_gets_one_lease(store):
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "", "a100-3g")
     assert status_of(e.value) == 409 and e.value.code == "already_allocated"
-    assert store.allocate("alice", "other", "a100-1g")["state"] == "granted"
+    assert store.allocate("alice", "other", "a100-1g").state == "granted"
 
 
 def test_resize_is_make_before_break(store):
     old = store.allocate("alice", "", "a100-1g")
     with pytest.raises(StoreError) as e:  # dynamic MIG: nothing to bind before the node made it
-        store.keepalive(old["id"])
+        store.keepalive(old.id)
     assert (status_of(e.value), e.value.code) == (409, "not_ready")
-    assert store.lease(old["id"])["state"] == "granted"
+    assert store.lease(old.id).state == "granted"
     make_instances(store)
-    store.keepalive(old["id"])
-    new = store.resize(old["id"], "a100-3g")
-    assert new["state"] == "granted" and new["resize_of"] == old["id"]
-    assert store.lease(old["id"])["state"] == "active"  # still has what she had
+    store.keepalive(old.id)
+    new = store.resize(old.id, "a100-3g")
+    assert new.state == "granted" and new.resize_of == old.id
+    assert store.lease(old.id).state == "active"  # still has what she had
     make_instances(store)
-    store.keepalive(new["id"])  # the restarted server binds the new slice
-    assert store.lease(old["id"])["release_reason"] == "resized"
+    store.keepalive(new.id)  # the restarted server binds the new slice
+    assert store.lease(old.id).release_reason == "resized"
     with pytest.raises(StoreError) as e:
-        store.resize(new["id"], "a100-3g")
+        store.resize(new.id, "a100-3g")
     assert e.value.code == "same_offer" and status_of(e.value) == 422
 
 
@@ -118,13 +118,13 @@ def test_resize_that_cannot_be_met_keeps_the_old_lease(store):
     old = store.allocate("alice", "", "h100")
     before = store.leases()
     with pytest.raises(StoreError) as e:
-        store.resize(old["id"], "h100x2")  # the node has one H100
+        store.resize(old.id, "h100x2")  # the node has one H100
     assert e.value.code == "exceeds_node_size" and e.value.field == "count"
     assert store.leases() == before
-    queued = store.resize(old["id"], "a100-7g")  # possible, just not now? it is free: granted
-    assert queued["state"] == "granted"
+    queued = store.resize(old.id, "a100-7g")  # possible, just not now? it is free: granted
+    assert queued.state == "granted"
     with pytest.raises(StoreError) as e:
-        store.resize(old["id"], "a100-1g")
+        store.resize(old.id, "a100-1g")
     assert e.value.code == "resize_pending"
 
 
@@ -134,11 +134,11 @@ def test_restart_rebuilds_the_same_occupancy(db_url, store, clock):
     store.allocate("carol", "", "a100-7g")  # queued behind them
     again = make_store(db_url, clock)
     c = again.allocate("dan", "", "a100-1g")
-    taken = {(s["gpu"], s["start"]) for le in (a, b) for s in le["slots"]}
-    assert c["state"] == "granted"
-    assert (c["slots"][0]["gpu"], c["slots"][0]["start"]) not in taken
+    taken = {(s.gpu, s.start) for le in (a, b) for s in le.slots}
+    assert c.state == "granted"
+    assert (c.slots[0].gpu, c.slots[0].start) not in taken
     with again.locked() as alloc:
-        assert alloc.position(store.leases(user="carol")[0][0]["id"], 0) == 1
+        assert alloc.position(store.leases(user="carol")[0][0].id, 0) == 1
 
 
 def test_two_replicas_never_double_grant(db_url, store, clock):
@@ -147,14 +147,14 @@ def test_two_replicas_never_double_grant(db_url, store, clock):
     for i in range(8):
         s = store if i % 2 else other
         leases.append(s.allocate(f"u{i}", "", "a100-1g"))
-    granted = [le for le in leases if le["state"] == "granted"]
+    granted = [le for le in leases if le.state == "granted"]
     assert len(granted) == 7  # 7 × 1g on one A100
-    assert len({s["start"] for le in granted for s in le["slots"]}) == 7
+    assert len({s.start for le in granted for s in le.slots}) == 7
 
 
 def test_database_refuses_a_second_live_holder(store, db_url):
     lease = store.allocate("alice", "", "h100")
-    slot = lease["slots"][0]
+    slot = lease.slots[0]
     engine = make_engine(db_url)
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
         conn.execute(
@@ -165,8 +165,8 @@ def test_database_refuses_a_second_live_holder(store, db_url):
         conn.execute(
             sa.insert(orm.LeaseSlotRow).values(
                 lease_id="forged",
-                slot_key=slot["gpu"],
-                gpu_uuid=slot["gpu"],
+                slot_key=slot.gpu,
+                gpu_uuid=slot.gpu,
                 kind="gpu",
                 milli=1000,
                 create=False,
@@ -178,10 +178,10 @@ def test_database_refuses_a_second_live_holder(store, db_url):
 def test_quota_lowered_below_use_marks_borrowed(store):
     a = store.allocate("alice", "", "h100")
     b = store.allocate("alice", "nb2", "a100-3g")
-    assert not store.lease(a["id"])["borrowed"]  # 1 unit within the guarantee of 1
-    assert store.lease(b["id"])["borrowed"]
+    assert not store.lease(a.id).borrowed  # 1 unit within the guarantee of 1
+    assert store.lease(b.id).borrowed
     store.put_quota("users", "alice", {"guarantee": 0.5, "limit": 4})
-    assert store.lease(a["id"])["borrowed"]  # now beyond the new guarantee
+    assert store.lease(a.id).borrowed  # now beyond the new guarantee
     assert store.get_quota("users", "alice")["source"] == "api"
 
 
@@ -211,7 +211,7 @@ def test_quota_reset_returns_to_the_file(db_url, clock):
         "budget_minimum": 0.0,
     }
     assert store.reset_quota("users", "bob")["source"] == "none"
-    assert store.allocate("bob", "", "h100")["state"] == "granted"  # bob's limit 0 is gone
+    assert store.allocate("bob", "", "h100").state == "granted"  # bob's limit 0 is gone
 
 
 def test_bad_quota_is_refused_unchanged(store):
@@ -229,16 +229,16 @@ def test_usage_matches_a_hand_computed_example(store, clock):
     clock.advance(hours=1)
     bob = store.allocate("bob", "", "a100-3g")
     clock.advance(hours=1)
-    store.release(alice["id"])
+    store.release(alice.id)
     clock.advance(hours=2)
-    store.release(bob["id"])
+    store.release(bob.id)
     clock.advance(hours=3)
     rows = store.usage(T0 + timedelta(hours=1), T0 + timedelta(hours=3), "user")
     held = {r["user"]: r["held_unit_hours"] for r in rows}
     assert held == {"alice": 1.0, "bob": 1.0, "carol": round(2 / 7, 6)}
     by_offer = {r["offer"]: r["leases"] for r in store.usage(T0, clock(), "offer")}
     assert by_offer == {"h100": 1, "a100-3g": 1, "a100-1g": 1}
-    assert store.lease(carol["id"])["state"] == "granted"
+    assert store.lease(carol.id).state == "granted"
 
 
 def test_usage_rejects_bad_arguments(store):
@@ -273,7 +273,7 @@ def test_migration_0012_drops_offer_keys_nothing_read(db_url, clock):
         spec = conn.execute(sa.select(orm.OfferRow.spec).where(orm.OfferRow.name == "old-h100"))
         assert spec.scalar_one() == {"name": "old-h100", "kind": "gpu", "models": ["H100-80GB"]}
     store = make_store(db_url, clock)
-    assert store.allocate("alice", "", "old-h100")["state"] == "granted"
+    assert store.allocate("alice", "", "old-h100").state == "granted"
 
 
 def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, clock):
@@ -281,16 +281,16 @@ def test_offer_removed_from_config_keeps_held_leases_and_ends_waiters(db_url, cl
     store = make_store(db_url, clock)
     held = store.allocate("alice", "", "h100")
     waiting = store.allocate("bob", "", "h100")
-    assert (held["state"], waiting["state"]) == ("granted", "queued")
+    assert (held.state, waiting.state) == ("granted", "queued")
     without = {**POOL, "offers": [o for o in POOL["offers"] if o["name"] != "h100"]}
     store = make_store(db_url, clock, pool=without)  # a restart with the offer gone
-    assert store.lease(held["id"])["state"] == "granted"  # the holder keeps the GPU
-    ended = store.lease(waiting["id"])
-    assert ended["state"] == "released" and ended["release_reason"] == "cancelled"
-    assert "removed from the pool" in ended["message"]
+    assert store.lease(held.id).state == "granted"  # the holder keeps the GPU
+    ended = store.lease(waiting.id)
+    assert ended.state == "released" and ended.release_reason == "cancelled"
+    assert "removed from the pool" in ended.message
     assert "h100" not in [o["name"] for o in store.offers_for("alice", [])]
-    assert store.release(held["id"])["state"] == "released"
-    assert store.allocate("carol", "", "a100-1g")["state"] == "granted"
+    assert store.release(held.id).state == "released"
+    assert store.allocate("carol", "", "a100-1g").state == "granted"
     with pytest.raises(StoreError) as info:
         store.allocate("carol", "x", "h100")
     assert status_of(info.value) == 422
@@ -309,22 +309,22 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
     store = make_store(db_url, clock, pool)
     assert store.user("alice")["used_unit_hours"] == 0  # nothing used reads 0, not null
     first = store.allocate("alice", "a", "h100")  # 1 unit
-    store.keepalive(first["id"])
+    store.keepalive(first.id)
     clock.advance(minutes=90)
     second = store.allocate("alice", "b", "a100-1g")  # 1.5 of 2 hours used: still fine
-    assert second["state"] == "granted"
-    store.release(second["id"])
+    assert second.state == "granted"
+    store.release(second.id)
     clock.advance(minutes=45)  # 2.25 hours used by the H100 alone
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "c", "a100-1g")
     assert (status_of(e.value), e.value.code) == (422, "budget_exhausted")  # as every quota's
     assert store.user("alice")["used_unit_hours"] == pytest.approx(2.25)
     assert store.user("bob")["used_unit_hours"] is None  # no budget applies to him
-    assert store.allocate("bob", "", "a100-1g")["state"] == "granted"  # others are unaffected
+    assert store.allocate("bob", "", "a100-1g").state == "granted"  # others are unaffected
     # a new day, a new budget
-    store.release(first["id"])
+    store.release(first.id)
     clock.advance(hours=24)
-    assert store.allocate("alice", "d", "a100-1g")["state"] == "granted"
+    assert store.allocate("alice", "d", "a100-1g").state == "granted"
 
 
 def test_a_request_queued_and_granted_in_one_batch_is_granted_in_the_rows(db_url, clock):
@@ -335,14 +335,14 @@ def test_a_request_queued_and_granted_in_one_batch_is_granted_in_the_rows(db_url
     upgrade(db_url)
     store = make_store(db_url, clock)
     first = store.allocate("alice", "", "h100")  # the pool's one H100
-    out = store.run_batch([commands.Allocate("bob", "", "h100"), commands.Release(first["id"])])
-    assert [r["state"] for r in out] == ["queued", "released"]
-    lease = store.lease(out[0]["id"])
-    assert lease["state"] == "granted" and [s["kind"] for s in lease["slots"]] == ["gpu"]
-    assert events(store, out[0]["id"])[-1] == "granted"
+    out = store.run_batch([commands.Allocate("bob", "", "h100"), commands.Release(first.id)])
+    assert [r.state for r in out] == ["queued", "released"]
+    lease = store.lease(out[0].id)
+    assert lease.state == "granted" and [s.kind for s in lease.slots] == ["gpu"]
+    assert events(store, out[0].id)[-1] == "granted"
     fresh = make_store(db_url, clock)  # what the rows say, rebuilt
-    assert fresh.lease(out[0]["id"])["state"] == "granted"
-    assert fresh.allocate("carol", "", "h100")["state"] == "queued"
+    assert fresh.lease(out[0].id).state == "granted"
+    assert fresh.allocate("carol", "", "h100").state == "queued"
 
 
 @pytest.mark.parametrize(
@@ -357,10 +357,10 @@ def test_a_config_load_that_takes_a_gpu_away_ends_its_lease_node_lost(db_url, cl
     store = make_store(db_url, clock)
     held = store.allocate("alice", "", "h100")
     mig = store.allocate("bob", "", "a100-1g")
-    assert (held["state"], mig["state"]) == ("granted", "granted")
+    assert (held.state, mig.state) == ("granted", "granted")
     nodes = [n if n["name"] != "h100" else {**n, "gpus": gpus} for n in POOL["nodes"]]
     store = make_store(db_url, clock, pool={**POOL, "nodes": nodes})  # a restart, changed
-    ended = store.lease(held["id"])
-    assert ended["state"] == "released" and ended["release_reason"] == "node-lost"
-    assert store.lease(mig["id"])["state"] == "granted"  # another node's lease stays
-    assert events(store, held["id"])[-1] == "released"
+    ended = store.lease(held.id)
+    assert ended.state == "released" and ended.release_reason == "node-lost"
+    assert store.lease(mig.id).state == "granted"  # another node's lease stays
+    assert events(store, held.id)[-1] == "released"

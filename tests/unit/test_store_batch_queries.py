@@ -30,7 +30,7 @@ def test_a_batch_looks_up_requests_awaiting_approval_once(db_url, clock):
     upgrade(db_url)
     store = make_store(db_url, clock, APPROVAL_POOL)
     ask = store.allocate("admin", "", "big", reason="the paper deadline")
-    assert ask["state"] == "awaiting_approval"
+    assert ask.state == "awaiting_approval"
     sent = state_selects(store)
     out = store.run_batch(
         [
@@ -41,14 +41,14 @@ def test_a_batch_looks_up_requests_awaiting_approval_once(db_url, clock):
         ]
     )
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
-    assert ask["id"] in out[0].message
-    assert [r["state"] for r in out[1:]] == ["granted"] * 3
+    assert ask.id in out[0].message
+    assert [r.state for r in out[1:]] == ["granted"] * 3
     assert len(sent) == 1, sent  # one query for the four allocates (was one each)
     # outside a batch, an allocate asks the database itself: the same refusal
     try:
         store.allocate("admin", "", "h100")
     except StoreError as e:
-        assert e.code == "already_allocated" and ask["id"] in e.message
+        assert e.code == "already_allocated" and ask.id in e.message
     else:
         raise AssertionError("a second request for a server awaiting approval was accepted")
 
@@ -59,12 +59,12 @@ def test_a_request_withdrawn_earlier_in_the_batch_no_longer_blocks_its_server(db
     ask = store.allocate("admin", "", "big", reason="the paper deadline")
     out = store.run_batch(
         [
-            commands.Release(ask["id"]),
+            commands.Release(ask.id),
             commands.Allocate("admin", "", "h100"),
         ]
     )
-    assert out[0]["state"] == "released" and out[0]["release_reason"] == "withdrawn"
-    assert out[1]["state"] == "granted"  # as when the two calls run one after the other
+    assert out[0].state == "released" and out[0].release_reason == "withdrawn"
+    assert out[1].state == "granted"  # as when the two calls run one after the other
 
 
 def test_an_allocator_rebuilt_from_the_rows_matches_the_one_kept_in_step(db_url, clock):
@@ -78,7 +78,7 @@ def test_an_allocator_rebuilt_from_the_rows_matches_the_one_kept_in_step(db_url,
     store._allocator = None  # the next look rebuilds it from the rows
     assert store.pool(detail=True) == before
     grant = store.allocate("dave", "", "a100-1g")  # placed beside the existing instances
-    assert grant["state"] == "granted" and grant["slots"][0]["start"] is not None
+    assert grant.state == "granted" and grant.slots[0].start is not None
 
 
 def test_a_request_asked_earlier_in_the_batch_blocks_its_server_after_a_flush(db_url, clock):
@@ -99,10 +99,10 @@ def test_a_request_asked_earlier_in_the_batch_blocks_its_server_after_a_flush(db
         ]
     )
     out.insert(1, None)  # where the flush was
-    assert out[0]["state"] == "awaiting_approval"
+    assert out[0].state == "awaiting_approval"
     assert isinstance(out[2], StoreError) and out[2].code == "already_allocated"
-    assert out[0]["id"] in out[2].message
-    assert [a["id"] for a in store.awaiting_approval()] == [out[0]["id"]]
+    assert out[0].id in out[2].message
+    assert [a.id for a in store.awaiting_approval()] == [out[0].id]
 
 
 def test_whose_a_lease_is_comes_from_memory_once_known(db_url, clock):
@@ -120,10 +120,10 @@ def test_whose_a_lease_is_comes_from_memory_once_known(db_url, clock):
             sent.append(statement)
 
     sa.event.listen(store.engine, "before_cursor_execute", note)
-    store.note_holder(noted["id"], noted["user"], noted["hub"])
-    assert store.lease_holder(noted["id"]) == ("dana", None) and sent == []
-    assert store.lease_holder(unseen["id"]) == ("dana", None) and len(sent) == 1
-    assert store.lease_holder(unseen["id"]) == ("dana", None) and len(sent) == 1
+    store.note_holder(noted.id, noted.user, noted.hub)
+    assert store.lease_holder(noted.id) == ("dana", None) and sent == []
+    assert store.lease_holder(unseen.id) == ("dana", None) and len(sent) == 1
+    assert store.lease_holder(unseen.id) == ("dana", None) and len(sent) == 1
     try:
         store.lease_holder("no-such-lease")
     except StoreError as e:
@@ -145,16 +145,16 @@ def test_a_batch_counts_requests_against_the_cap_without_a_query_per_allocate(db
             commands.Allocate("admin", "a", "h100"),  # 1 awaiting + 0 held: granted
             commands.Allocate("admin", "b", "big", reason="a second paper"),  # 2 of 3
             commands.Allocate("admin", "c", "h100"),  # 2 awaiting + 1 held: at the cap
-            commands.Release(ask["id"]),  # withdrawn: one fewer
+            commands.Release(ask.id),  # withdrawn: one fewer
             commands.Allocate("admin", "d", "h100"),
             commands.Allocate("admin", "e", "h100"),  # at the cap again
         ]
     )
-    assert out[0]["state"] == "granted"
-    assert out[1]["state"] == "awaiting_approval"
+    assert out[0].state == "granted"
+    assert out[1].state == "awaiting_approval"
     assert isinstance(out[2], StoreError) and out[2].code == "too_many_requests"
-    assert out[3]["state"] == "released"
-    assert out[4]["state"] == "granted"
+    assert out[3].state == "released"
+    assert out[4].state == "granted"
     assert isinstance(out[5], StoreError) and out[5].code == "too_many_requests"
     assert len(sent) == 1, sent  # the prefetch; no count per allocate
     # outside a batch the count asks the database: the same answer
@@ -176,13 +176,13 @@ def test_a_pool_with_no_request_awaiting_approval_skips_the_lookup(db_url, clock
     store.pool(detail=False)  # caught up with the replica's config load: rebuilt, and looked once
     sent = state_selects(store)
     out = store.run_batch([commands.Allocate("dana", f"s{i}", "h100") for i in range(3)])
-    assert [r["state"] for r in out] == ["granted"] * 3
+    assert [r.state for r in out] == ["granted"] * 3
     assert sent == []  # no lookup of requests awaiting approval, no count per allocate
     ask = replica.allocate("admin", "", "big", reason="the paper deadline")
-    assert ask["state"] == "awaiting_approval"
+    assert ask.state == "awaiting_approval"
     out = store.run_batch([commands.Allocate("admin", "", "h100")])
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"
-    assert ask["id"] in out[0].message
+    assert ask.id in out[0].message
     # the rebuild (its live leases, then the check), then the batch's lookup
     assert len(sent) == 3 and "IN (" in sent[-1].upper(), sent
     # its own ask: the next batch looks them up again (in the same batch, the ask's note)
@@ -192,7 +192,7 @@ def test_a_pool_with_no_request_awaiting_approval_skips_the_lookup(db_url, clock
             commands.Allocate("dana", "big", "h100"),
         ]
     )
-    assert out[0]["state"] == "awaiting_approval"
+    assert out[0].state == "awaiting_approval"
     assert isinstance(out[1], StoreError) and out[1].code == "already_allocated"
     out = store.run_batch([commands.Allocate("dana", "big", "h100")])
     assert isinstance(out[0], StoreError) and out[0].code == "already_allocated"

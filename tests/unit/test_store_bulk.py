@@ -35,7 +35,7 @@ def story(store: Store, clock: StoreClock) -> dict[str, str]:
     ids: dict[str, str] = {}
 
     def grant(user: str, offer: str) -> None:
-        ids[user] = store.allocate(user, "", offer, actor=AWKWARD)["id"]
+        ids[user] = store.allocate(user, "", offer, actor=AWKWARD).id
 
     out = store.run_batch(
         [
@@ -48,8 +48,8 @@ def story(store: Store, clock: StoreClock) -> dict[str, str]:
             )
         ]
     )
-    ids.update({r["user"]: r["id"] for r in out})
-    assert [r["state"] for r in out] == ["granted", "granted", "granted", "queued"]
+    ids.update({r.user: r.id for r in out})
+    assert [r.state for r in out] == ["granted", "granted", "granted", "queued"]
     make_instances(store)  # the MIG instances exist: their leases can be bound
     store.run_batch([commands.Keepalive(ids[u], actor=u) for u in ("alice", "bob")])
     clock.advance(seconds=30)
@@ -63,8 +63,8 @@ def story(store: Store, clock: StoreClock) -> dict[str, str]:
             commands.Allocate("ivy", "", "a100-7g", actor="ivy", groups=["ml"]),
         ]
     )
-    ids["erin"], ids["ivy"] = out[0]["id"], out[3]["id"]
-    assert [r["state"] for r in out] == ["granted", "released", "released", "queued"]
+    ids["erin"], ids["ivy"] = out[0].id, out[3].id
+    assert [r.state for r in out] == ["granted", "released", "released", "queued"]
     clock.advance(seconds=30)
     store.admin_reclaim(ids["bob"], grace=600, actor="root")  # a notice with a deadline
     store.admin_reclaim(ids["bob"], immediately=True, actor="root")  # the deadline goes
@@ -185,10 +185,10 @@ def test_a_batch_takes_two_round_trips_whatever_its_size(pg_url, clock, tmp_path
     sa.event.listen(store.engine, "checkin", lambda c, _r: returned.append(c.autocommit))
     with protocol_trace(store, trace):
         out = store.run_batch(
-            [commands.Release(r["id"]) for r in out]
+            [commands.Release(r.id) for r in out]
             + [commands.Allocate(f"v{i}", "", "h100") for i in range(4)]  # the freed GPUs
         )
-    assert [r["state"] for r in out] == ["released"] * 4 + ["granted"] * 4
+    assert [r.state for r in out] == ["released"] * 4 + ["granted"] * 4
     trips = round_trips(trace)
     assert len(trips) == 2, trips
     start, end = (" ".join(" ".join(t).split()).upper() for t in trips)
@@ -243,7 +243,7 @@ def test_a_batch_whose_pipelined_commit_fails_is_rolled_back_whole(pg_url, clock
     try:
         store.run_batch(
             [
-                commands.Release(kept["id"]),
+                commands.Release(kept.id),
                 commands.Allocate("bob", "", "h100"),  # the slot mallory holds
             ]
         )
@@ -254,10 +254,10 @@ def test_a_batch_whose_pipelined_commit_fails_is_rolled_back_whole(pg_url, clock
     with store.read() as db:
         assert db.execute(sa.text("SELECT count(*) FROM events")).scalar() == before
         states = dict(db.execute(sa.text("SELECT id, state FROM leases")).all())
-    assert states == {kept["id"]: "granted", "forged": "granted"}  # nothing of the batch
+    assert states == {kept.id: "granted", "forged": "granted"}  # nothing of the batch
     # the store goes on: its allocator is rebuilt from the rows, mallory's slot included
-    assert store.allocate("bob", "", "h100")["state"] == "queued"
-    assert store.release(kept["id"])["state"] == "released"
+    assert store.allocate("bob", "", "h100").state == "queued"
+    assert store.release(kept.id).state == "released"
 
 
 def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_reconnects(
@@ -280,14 +280,14 @@ def test_a_batch_whose_connection_is_lost_fails_as_sqlalchemy_says_and_the_next_
         ).scalar()
     assert ended >= 1
     try:
-        store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
+        store.run_batch([commands.Release(a.id), commands.Release(b.id)])
     except sa.exc.OperationalError:
         pass
     else:
         raise AssertionError("a batch on a lost connection did not fail")
-    assert store.lease(a["id"])["state"] == "granted"  # nothing of it was written
-    out = store.run_batch([commands.Release(a["id"]), commands.Release(b["id"])])
-    assert [r["state"] for r in out] == ["released", "released"]
+    assert store.lease(a.id).state == "granted"  # nothing of it was written
+    out = store.run_batch([commands.Release(a.id), commands.Release(b.id)])
+    assert [r.state for r in out] == ["released", "released"]
 
 
 def test_a_new_lease_is_inserted_without_its_null_columns():
@@ -369,5 +369,5 @@ def test_a_new_pools_tables_are_analysed_once_after_its_first_grants(db_url, clo
     out += store.run_batch([commands.Allocate("u2", "", "h100")])
     assert store.analyse_after is None  # once per process
     assert not never_analysed() & addressed
-    assert [r["state"] for r in out] == ["granted"] * 3
+    assert [r.state for r in out] == ["granted"] * 3
     assert analyse_if_never(store.engine, tuple(addressed)) == []  # nothing left to do

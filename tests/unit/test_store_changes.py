@@ -113,8 +113,8 @@ def batch(store: Store, rng: random.Random, live: dict[str, str], n: int) -> Non
             continue
         if isinstance(cmd, commands.Release):
             live.pop(cmd.lease_id, None)
-        elif out["state"] in ("granted", "queued"):
-            live[out["id"]] = out["state"]
+        elif out.state in ("granted", "queued"):
+            live[out.id] = out.state
 
 
 def test_two_deciders_catch_up_without_rebuilding(pair, clock):
@@ -156,7 +156,7 @@ def test_other_changes_and_mig_leases_rebuild(pair):
     assert b.rebuilds == before + 2
 
     catch_ups = b.catch_ups
-    a.run_batch([commands.Release(lease["id"])])
+    a.run_batch([commands.Release(lease.id)])
     assert caught_up(b) == rebuilt(b)
     assert (b.rebuilds, b.catch_ups) == (before + 2, catch_ups + 1)
 

@@ -17,6 +17,7 @@ from jupyterhub_gpupool.pool.errors import PoolError
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.allocrig import state_of
 from tests.fakes import StoreClock, make_instances, make_store
@@ -34,52 +35,52 @@ def store(db_url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> LeaseView:
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
         make_instances(store)
-    return store.keepalive(lease["id"])
+    return store.keepalive(lease.id)
 
 
-def busy_round(store: Store, clock: StoreClock, lease: dict) -> dict:
+def busy_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
     """A round in which the lease's GPU is busy and its user typing: nothing idle about it."""
     now = epoch(clock())
-    seen = {lease["id"]: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
-    gpu = lease["slots"][0]["gpu"]
+    seen = {lease.id: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
+    gpu = lease.slots[0].gpu
     samples = {(gpu, None): [GpuSample(now - 30, 95.0, 1000), GpuSample(now, 95.0, 1000)]}
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease["id"]]
+    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
 
 
 def test_reclaim_now_gives_notice_and_the_round_acts_at_the_deadline_even_on_a_busy_gpu(
     store, clock
 ):
     lease = bound(store)
-    out = store.admin_reclaim(lease["id"], grace=300, actor="user:admin")
-    assert out["state"] == "reclaiming"
-    assert out["reclaim"]["kind"] == "admin" and not out["reclaim"]["extendable"]
-    assert "user:admin" in out["reclaim"]["reason"]
+    out = store.admin_reclaim(lease.id, grace=300, actor="user:admin")
+    assert out.state == "reclaiming"
+    assert out.reclaim.kind == "admin" and not out.reclaim.extendable
+    assert "user:admin" in out.reclaim.reason
     # the user cannot keep it
     with pytest.raises(StoreError) as e:
-        store.keepalive(lease["id"], actor="user:alice")
+        store.keepalive(lease.id, actor="user:alice")
     assert e.value.code == "not_extendable"
     assert busy_round(store, clock, lease)["kind"] == "noticed"  # a busy GPU does not cancel
     clock.advance(seconds=301)
     store.take_leader(HOLDER, 600)
     d = busy_round(store, clock, lease)
     assert d["kind"] == "act" and d["release_reason"] == "admin"
-    done = store.reclaim_outcome(lease["id"], HOLDER, "done", saved=["a.ipynb"])
-    assert done["state"] == "released" and done["release_reason"] == "admin"
-    items, _ = store.events(lease=lease["id"], kind="reclaim-notice")
+    done = store.reclaim_outcome(lease.id, HOLDER, "done", saved=["a.ipynb"])
+    assert done.state == "released" and done.release_reason == "admin"
+    items, _ = store.events(lease=lease.id, kind="reclaim-notice")
     assert [e["actor"] for e in items] == ["user:admin"]
 
 
 def test_reclaim_immediately_releases_with_reason_admin(store):
     lease = bound(store)
-    out = store.admin_reclaim(lease["id"], immediately=True, actor="user:admin")
-    assert out["state"] == "released" and out["release_reason"] == "admin"
+    out = store.admin_reclaim(lease.id, immediately=True, actor="user:admin")
+    assert out.state == "released" and out.release_reason == "admin"
     with pytest.raises(StoreError) as e:
-        store.admin_reclaim(lease["id"], actor="user:admin")
+        store.admin_reclaim(lease.id, actor="user:admin")
     assert e.value.code == "not_live"
     with pytest.raises(StoreError) as e:
         store.admin_reclaim("nope", actor="user:admin")
@@ -90,22 +91,22 @@ def test_reclaim_now_refuses_bad_values_naming_the_field(store):
     lease = bound(store)
     for kw, field in (({"action": "explode"}, "action"), ({"grace": -1}, "grace")):
         with pytest.raises(StoreError) as e:
-            store.admin_reclaim(lease["id"], **kw)
+            store.admin_reclaim(lease.id, **kw)
         assert e.value.field == field
-    assert store.lease(lease["id"])["state"] == "active"  # nothing changed
+    assert store.lease(lease.id).state == "active"  # nothing changed
 
 
 def test_an_admin_extends_a_notice(store, clock):
     lease = bound(store)
-    store.admin_reclaim(lease["id"], grace=60, actor="user:admin")
-    before = store.lease(lease["id"])["reclaim"]["deadline"]
-    out = store.extend_notice(lease["id"], 3600, actor="user:admin")
-    assert out["reclaim"]["deadline"] > before
-    assert out["reclaim"]["deadline"] == (clock() + timedelta(seconds=3660)).isoformat() + "Z"
-    assert "reclaim-extended" in events(store, lease["id"])
+    store.admin_reclaim(lease.id, grace=60, actor="user:admin")
+    before = store.lease(lease.id).reclaim.deadline
+    out = store.extend_notice(lease.id, 3600, actor="user:admin")
+    assert out.reclaim.deadline > before
+    assert out.reclaim.deadline == clock() + timedelta(seconds=3660)
+    assert "reclaim-extended" in events(store, lease.id)
     other = store.allocate("bob", "b", "h100")  # h100 taken: bob queues
     with pytest.raises(StoreError) as e:
-        store.extend_notice(other["id"], 60)
+        store.extend_notice(other.id, 60)
     assert e.value.code == "no_notice"
 
 
@@ -117,13 +118,13 @@ def test_drain_by_a_deadline_notices_every_lease_and_releases_unbound_grants(sto
     deadline = clock() + timedelta(hours=2)
     out = store.drain_node("a100", deadline, actor="user:admin")
     assert out.node.draining and out.noticed == 1 and out.released == 1
-    lease = store.lease(held["id"])
-    assert lease["state"] == "reclaiming" and lease["reclaim"]["kind"] == "drain"
-    assert lease["reclaim"]["deadline"] == deadline.isoformat() + "Z"
-    assert store.lease(grant["id"])["release_reason"] == "admin"
-    assert store.lease(other["id"])["state"] == "active"  # another node
+    lease = store.lease(held.id)
+    assert lease.state == "reclaiming" and lease.reclaim.kind == "drain"
+    assert lease.reclaim.deadline == deadline
+    assert store.lease(grant.id).release_reason == "admin"
+    assert store.lease(other.id).state == "active"  # another node
     # nothing new lands there
-    assert store.allocate("dave", "", "a100-1g")["state"] == "queued"
+    assert store.allocate("dave", "", "a100-1g").state == "queued"
     with pytest.raises(StoreError) as e:
         store.drain_node("a100", clock() - timedelta(seconds=1))
     assert e.value.field == "deadline"
@@ -135,7 +136,7 @@ SERVICE = "service:gpupool"
 def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(store, clock):
     held = bound(store, "h100", "alice", "one")
     idle = bound(store, "a100-1g", "bob", "idle")
-    store.admin_reclaim(idle["id"], grace=60, actor="user:admin")  # an admin notice: enforced
+    store.admin_reclaim(idle.id, grace=60, actor="user:admin")  # an admin notice: enforced
     deadline = clock() + timedelta(minutes=10)
     store.drain_node("h100", deadline, actor="user:admin")
     version = store.map_view()[0]
@@ -143,12 +144,12 @@ def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(st
     clock.advance(minutes=11)  # past both deadlines, by less than 120 s for the drain
     assert store.map_view()[0] == version  # nothing written: the pool version stays
     claimed = store.enforce_notices(120, actor=SERVICE)
-    assert [c["lease"] for c in claimed] == [idle["id"]]  # 10 min past; the drain 1 min
+    assert [c["lease"] for c in claimed] == [idle.id]  # 10 min past; the drain 1 min
     clock.advance(seconds=61)
     claimed = store.enforce_notices(120, actor=SERVICE)
     assert claimed == [
         {
-            "lease": held["id"],
+            "lease": held.id,
             "user": "alice",
             "server": "one",
             "kind": "drain",
@@ -158,31 +159,31 @@ def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(st
         }
     ]
     assert store.enforce_notices(120, actor=SERVICE) == []  # claimed: not handed out twice
-    lease = store.lease(held["id"])
-    assert lease["reclaim"]["acting"] and not lease["reclaim"]["extendable"]
+    lease = store.lease(held.id)
+    assert lease.reclaim.acting and not lease.reclaim.extendable
     with pytest.raises(StoreError) as e:  # the user cannot keep it any more
-        store.keepalive(held["id"], actor="user:alice")
+        store.keepalive(held.id, actor="user:alice")
     assert e.value.code in ("reclaim_in_progress", "not_extendable")
     # the server's stop (the spawner's release) says why the lease ended
-    assert store.release(held["id"], reason="stopped")["release_reason"] == "admin"
-    done = store.notice_enforced(held["id"], True, actor=SERVICE)
-    assert done["state"] == "released" and done["release_reason"] == "admin"
+    assert store.release(held.id, reason="stopped").release_reason == "admin"
+    done = store.notice_enforced(held.id, True, actor=SERVICE)
+    assert done.state == "released" and done.release_reason == "admin"
     # the server already gone: the service's report releases it, reason admin
-    out = store.notice_enforced(idle["id"], True, actor=SERVICE)
-    assert out["state"] == "released" and out["release_reason"] == "admin"
-    acting, _ = store.events(lease=held["id"], kind="reclaim-acting")
+    out = store.notice_enforced(idle.id, True, actor=SERVICE)
+    assert out.state == "released" and out.release_reason == "admin"
+    acting, _ = store.events(lease=held.id, kind="reclaim-acting")
     assert [e["actor"] for e in acting] == [SERVICE]
     assert "no reclaimer carried out the drain notice within 120 s" in acting[0]["data"]["enforced"]
-    reclaimed, _ = store.events(lease=held["id"], kind="reclaimed")
+    reclaimed, _ = store.events(lease=held.id, kind="reclaimed")
     assert reclaimed[0]["actor"] == SERVICE and reclaimed[0]["data"]["outcome"] == "done"
     with pytest.raises(StoreError) as e:
-        store.notice_enforced(held["id"], True)
+        store.notice_enforced(held.id, True)
     assert e.value.code == "not_acting"
 
 
 def test_the_service_leaves_a_notice_a_reclaimer_acts_on_and_idle_notices_alone(store, clock):
     lease = bound(store)
-    store.admin_reclaim(lease["id"], grace=60, actor="user:admin")
+    store.admin_reclaim(lease.id, grace=60, actor="user:admin")
     clock.advance(seconds=61)
     store.take_leader(HOLDER, 600)
     assert busy_round(store, clock, lease)["kind"] == "act"  # the reclaimer claims it
@@ -190,12 +191,12 @@ def test_the_service_leaves_a_notice_a_reclaimer_acts_on_and_idle_notices_alone(
     assert store.enforce_notices(60, actor=SERVICE) == []  # it is the reclaimer's
     # a claim older than reclaim_claim_timeout: the reclaimer died mid-action
     clock.advance(seconds=store.reclaim_claim_timeout)
-    assert [c["lease"] for c in store.enforce_notices(60, actor=SERVICE)] == [lease["id"]]
+    assert [c["lease"] for c in store.enforce_notices(60, actor=SERVICE)] == [lease.id]
     # the hub could not stop the server: the claim stays (tried again after the timeout)
-    failed = store.notice_enforced(lease["id"], False, "the hub answered 503", actor=SERVICE)
-    assert failed["state"] == "reclaiming" and failed["reclaim"]["acting"]
+    failed = store.notice_enforced(lease.id, False, "the hub answered 503", actor=SERVICE)
+    assert failed.state == "reclaiming" and failed.reclaim.acting
     assert store.enforce_notices(60, actor=SERVICE) == []
-    assert "reclaim-failed" in events(store, lease["id"])
+    assert "reclaim-failed" in events(store, lease.id)
     with pytest.raises(StoreError) as e:
         store.enforce_notices(-1)
     assert e.value.field == "overdue"
@@ -204,30 +205,30 @@ def test_the_service_leaves_a_notice_a_reclaimer_acts_on_and_idle_notices_alone(
 def test_an_idle_notice_past_its_deadline_stays_the_reclaimers(store, clock):
     """It needs the lab's save-all first, which only the reclaimer does."""
     lease = bound(store)
-    gpu = lease["slots"][0]["gpu"]
+    gpu = lease.slots[0].gpu
     for _ in range(300):  # rounds a minute apart: an idle GPU, an idle kernel, nobody there
         clock.advance(minutes=1)
         store.take_leader(HOLDER, 600)
         now = epoch(clock())
-        seen = {lease["id"]: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
+        seen = {lease.id: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
         samples = {(gpu, None): [GpuSample(now - 59, 0.0, 10), GpuSample(now, 0.0, 10)]}
         store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-        if store.lease(lease["id"])["state"] == "reclaiming":
+        if store.lease(lease.id).state == "reclaiming":
             break
-    notice = store.lease(lease["id"])["reclaim"]
-    assert notice["kind"] == "idle"
+    notice = store.lease(lease.id).reclaim
+    assert notice.kind == "idle"
     clock.advance(days=1)
     assert store.enforce_notices(0, actor=SERVICE) == []
 
 
 def test_repartition_preview_names_what_goes_comes_and_the_leases_in_the_way(store):
     held = bound(store, "a100-3g", "alice")
-    start = held["slots"][0]["start"]
+    start = held.slots[0].start
     plan = store.repartition_plan(
         "a100", A100, [{"profile": "1g.10gb", "start": s} for s in range(7)]
     )
     assert plan["method"] == "agent" and not plan["ready"]
-    assert [h["lease"] for h in plan["in_way"]] == [held["id"]]
+    assert [h["lease"] for h in plan["in_way"]] == [held.id]
     assert {(g["profile"], g["start"]) for g in plan["go"]} == {("3g.40gb", start)}
     assert len(plan["come"]) == 7 and plan["mig_config"] == {"1g.10gb": 7}
     with pytest.raises(PoolError) as e:  # NVIDIA's rules: 1g.10gb cannot start at 7
@@ -242,14 +243,14 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     held = bound(store, "a100-3g", "alice")
     layout = [{"profile": "1g.10gb", "start": s} for s in range(7)]
     rep = store.request_repartition("a100", A100, layout, actor="user:admin")
-    assert rep.state == "waiting" and rep.plan.in_way[0].lease == held["id"]
+    assert rep.state == "waiting" and rep.plan.in_way[0].lease == held.id
     with pytest.raises(StoreError) as e:
         store.request_repartition("a100", A100, layout)
     assert e.value.code == "repartition_pending"
     # the GPU is cordoned meanwhile: a new ask queues rather than lands in the way
-    assert store.allocate("bob", "", "a100-1g")["state"] == "queued"
+    assert store.allocate("bob", "", "a100-1g").state == "queued"
     assert store.advance_repartitions() == 0
-    store.release(held["id"])
+    store.release(held.id)
     assert store.advance_repartitions() == 1
     [now] = store.repartitions(node="a100")
     assert now.state == "applying"
@@ -273,8 +274,8 @@ def test_a_waiting_repartition_is_cancelled_and_notices_the_leases_in_the_way(st
     held = bound(store, "a100-3g", "alice")
     layout = [{"profile": "7g.80gb", "start": 0}]
     rep = store.request_repartition("a100", A100, layout, notice_seconds=600, actor="user:admin")
-    lease = store.lease(held["id"])
-    assert lease["state"] == "reclaiming" and lease["reclaim"]["kind"] == "admin"
+    lease = store.lease(held.id)
+    assert lease.state == "reclaiming" and lease.reclaim.kind == "admin"
     out = store.cancel_repartition(rep.id, actor="user:admin")
     assert out.state == "cancelled"
     with pytest.raises(StoreError) as e:
@@ -293,15 +294,15 @@ def test_unit_history_counts_held_and_queued_units(store, clock):
     used, queued = store.unit_series(start, clock(), 900)
     assert used == [1.0] * 5  # held from the first sample on
     assert queued == [0.0, 0.0, 1.0, 1.0, 1.0]  # bob waits from the half hour on
-    assert waiting["state"] == "queued"
+    assert waiting.state == "queued"
 
 
 def test_the_audit_log_filters_by_kind_and_time_newest_first(store, clock):
     lease = bound(store)
     clock.advance(minutes=5)
-    store.release(lease["id"])
+    store.release(lease.id)
     items, total = store.events(kind="released")
-    assert total == 1 and items[0]["lease"] == lease["id"]
+    assert total == 1 and items[0]["lease"] == lease.id
     later, _ = store.events(since=clock() - timedelta(minutes=1))
     assert [e["kind"] for e in later] == ["released"]
     newest, _ = store.events(newest_first=True, limit=1)
@@ -315,10 +316,10 @@ def test_the_map_is_cached_until_the_pool_changes(store):
     version2, body2 = store.map_view()
     assert version2 != version
     data = json.loads(body2)
-    assert data["leases"][lease["id"]]["user"] == "alice"
+    assert data["leases"][lease.id]["user"] == "alice"
     gpus = {g["uuid"]: g for c in data["clusters"] for n in c["nodes"] for g in n["gpus"]}
-    held = gpus[lease["slots"][0]["gpu"]]
-    assert held["holders"] == [{"lease": lease["id"], "kind": "gpu", "milli": 1000}]
+    held = gpus[lease.slots[0].gpu]
+    assert held["holders"] == [{"lease": lease.id, "kind": "gpu", "milli": 1000}]
     assert data["totals"]["used"] == 1.0 and gpus[A100]["memory_slices"] == 8
 
 
@@ -342,13 +343,13 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
     changes = [
         lambda: store.allocate("dave", "", "a100-1g"),  # a grant: a planned instance
         lambda: make_instances(store),  # the instances exist
-        lambda: store.admin_reclaim(one["id"], grace=600, actor="user:admin"),  # a notice
+        lambda: store.admin_reclaim(one.id, grace=600, actor="user:admin"),  # a notice
         lambda: store.set_node("h100", "cordon", actor="user:admin"),
-        lambda: store.release(whole["id"]),
+        lambda: store.release(whole.id),
         lambda: store.request_repartition(
             "a100", A100, [{"profile": "7g.80gb", "start": 0}], actor="user:admin"
         ),
-        lambda: store.release(two["id"]),
+        lambda: store.release(two.id),
         lambda: clock.advance(minutes=5),  # times move, nothing else: the text stays
     ]
     for change in changes:
@@ -357,7 +358,7 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
         assert store._map_text.encoded[0] <= 1  # each touches one GPU: the other is reused
         assert body == fresh(), change
         assert store.map_view() == (version, body)  # and kept until the next change
-    assert json.loads(body)["leases"][one["id"]]["notice"]["kind"] == "admin"
+    assert json.loads(body)["leases"][one.id]["notice"]["kind"] == "admin"
 
 
 def test_a_repartition_leaves_the_allocator_as_a_rebuild_from_its_rows_would(store):
@@ -370,12 +371,12 @@ def test_a_repartition_leaves_the_allocator_as_a_rebuild_from_its_rows_would(sto
 
     held = bound(store, "a100-3g", "alice")
     granted = store.allocate("bob", "", "a100-3g")  # not bound yet: the notice releases it
-    assert granted["state"] == "granted"
+    assert granted.state == "granted"
     layout = [{"profile": "1g.10gb", "start": s} for s in range(7)]
     store.request_repartition("a100", A100, layout, notice_seconds=600, actor="user:admin")
-    assert store.lease(granted["id"])["state"] == "released"
+    assert store.lease(granted.id).state == "released"
     as_the_rows_say()
-    store.release(held["id"])
+    store.release(held.id)
     assert store.advance_repartitions() == 1
     as_the_rows_say()
     make_instances(store)

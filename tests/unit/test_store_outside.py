@@ -20,15 +20,15 @@ POOL = {
 
 
 def gpus_of(store, lease_id: str) -> list[str]:
-    return [s["gpu"] for s in store.lease(lease_id)["slots"]]
+    return [s.gpu for s in store.lease(lease_id).slots]
 
 
 def test_rebinding_swaps_leases_and_marks_and_a_rebuilt_store_agrees(db_url: str):
     upgrade(db_url)
     clock = StoreClock()
     store = make_store(db_url, clock, POOL)
-    a = store.allocate("alice", "", "a100")["id"]
-    b = store.allocate("bob", "", "a100")["id"]
+    a = store.allocate("alice", "", "a100").id
+    b = store.allocate("bob", "", "a100").id
     assert (gpus_of(store, a), gpus_of(store, b)) == ([G0], [G1])
     held = store.set_outside(NODE, {"gpu": 1}, ["ml/train-0"])
     assert held["gpus"] == [G2]
@@ -45,16 +45,16 @@ def test_rebinding_swaps_leases_and_marks_and_a_rebuilt_store_agrees(db_url: str
         assert [(g.whole_lease, g.outside) for g in gpus] == [(b, False), (None, True), (a, False)]
     # nothing is free: carol waits; the training pod ends and carol gets GPU 1
     carol = again.allocate("carol", "", "a100")
-    assert carol["state"] == "queued"
+    assert carol.state == "queued"
     again.set_outside(NODE, {}, [])
-    assert again.lease(carol["id"])["state"] == "granted"
-    assert gpus_of(again, carol["id"]) == [G1]
+    assert again.lease(carol.id).state == "granted"
+    assert gpus_of(again, carol.id) == [G1]
 
 
 def test_rebinding_refuses_what_the_lease_cannot_be(db_url: str):
     upgrade(db_url)
     store = make_store(db_url, StoreClock(), POOL)
-    a = store.allocate("alice", "", "a100")["id"]
+    a = store.allocate("alice", "", "a100").id
     with pytest.raises(Refusal) as e:
         store.rebind(a, ["GPU-not-here"])
     assert e.value.code == "unknown_device"

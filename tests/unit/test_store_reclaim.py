@@ -17,8 +17,10 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
+from jupyterhub_gpupool.service.serialize.leases import watched_lease_json
 from jupyterhub_gpupool.service.utilization import MinuteStats
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.leases import LeaseView, ReclaimView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import STORE_POOL, StoreClock, make_instances, make_store
 from tests.fakes import lease_events as events
@@ -54,22 +56,22 @@ def store(url: str, clock: StoreClock) -> Store:
     return store
 
 
-def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> dict:
+def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = "") -> LeaseView:
     """A lease bound by its server (``active``)."""
     lease = store.allocate(user, server, offer)
     if offer.startswith("a100"):
         make_instances(store)
-    return store.keepalive(lease["id"])
+    return store.keepalive(lease.id)
 
 
-def devices(lease: dict) -> list[tuple[str, int | None]]:
-    return [(s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]]
+def devices(lease: LeaseView) -> list[tuple[str, int | None]]:
+    return [(s.gpu, s.start if s.kind == "mig" else None) for s in lease.slots]
 
 
 def step(
     store: Store,
     clock: StoreClock,
-    *leases: dict,
+    *leases: LeaseView,
     util: float = 0.0,
     kernel: str = "idle",
     typing: bool = False,
@@ -93,7 +95,7 @@ def step(
     observed, by_device = {}, {}
     for lease in leases:
         if seen:
-            observed[lease["id"]] = (
+            observed[lease.id] = (
                 KernelView(now, kernel, None),
                 PresenceView(now, now - 1 if typing else None, 1),
             )
@@ -106,10 +108,10 @@ def step(
     return {d["lease"]: d for d in answer["decisions"]}
 
 
-def until(store: Store, clock: StoreClock, lease: dict, kind: str, limit: int = 60, **kw: Any):
+def until(store: Store, clock: StoreClock, lease: LeaseView, kind: str, limit: int = 60, **kw: Any):
     """Rounds a minute apart until the lease's decision is ``kind``; returns it."""
     for _ in range(limit):
-        d = step(store, clock, lease, **kw)[lease["id"]]
+        d = step(store, clock, lease, **kw)[lease.id]
         if d["kind"] == kind:
             return d
     raise AssertionError(f"no {kind} within {limit} rounds (last: {d})")
@@ -129,60 +131,60 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
     notice = until(store, clock, lease, "notice")
     assert notice["action"] == "stop" and notice["evidence"]["verdict"] == "idle"
     assert clock() == clock().replace(hour=9, minute=8)  # 10 min idle, 2 min notice ahead
-    shown = store.lease(lease["id"])
-    assert shown["state"] == "reclaiming"
-    assert shown["reclaim"] == {
-        "heading": "Idle GPU: it will be reclaimed",
-        "keep": True,
-        "why_not_kept": None,
-        "kind": "idle",
-        "deadline": "2026-03-02T09:10:00Z",
-        "reason": notice["reason"],
-        "action": "stop",
-        "issued": "2026-03-02T09:08:00Z",
-        "pressure": False,
-        "extensions": 0,
-        "max_extensions": 1,
-        "extendable": True,
-        "acting": False,
-    }
+    shown = store.lease(lease.id)
+    assert shown.state == "reclaiming"
+    assert shown.reclaim == ReclaimView(
+        heading="Idle GPU: it will be reclaimed",
+        keep=True,
+        why_not_kept=None,
+        kind="idle",
+        deadline=datetime(2026, 3, 2, 9, 10),
+        reason=notice["reason"],
+        action="stop",
+        issued=datetime(2026, 3, 2, 9, 8),
+        pressure=False,
+        extensions=0,
+        max_extensions=1,
+        extendable=True,
+        acting=False,
+    )
     me = store.user("alice")
     assert me["notices"][0]["reason"] == notice["reason"]
-    assert me["notices"][0]["action"] == "stop" and me["notices"][0]["lease"] == lease["id"]
+    assert me["notices"][0]["action"] == "stop" and me["notices"][0]["lease"] == lease.id
 
-    kept = store.keepalive(lease["id"], actor="user:alice")
-    assert kept["state"] == "active" and kept["reclaim"] is None
-    assert events(store, lease["id"])[-2:] == ["reclaim-notice", "reclaim-extended"]
+    kept = store.keepalive(lease.id, actor="user:alice")
+    assert kept.state == "active" and kept.reclaim is None
+    assert events(store, lease.id)[-2:] == ["reclaim-notice", "reclaim-extended"]
     # the extension holds the next notice back for 10 minutes (and the counts start again)
     again = until(store, clock, lease, "notice")
     assert clock() >= clock().replace(hour=9, minute=16)
-    assert store.lease(lease["id"])["reclaim"]["extendable"] is False
-    e = refused(store.keepalive, lease["id"])
+    assert store.lease(lease.id).reclaim.extendable is False
+    e = refused(store.keepalive, lease.id)
     assert (e.code, e.allowed) == ("extension_limit", [1]) and "1 extensions" in e.message
-    assert store.lease(lease["id"])["state"] == "reclaiming"
+    assert store.lease(lease.id).state == "reclaiming"
     assert again["kind"] == "notice"
 
 
 def test_a_notice_is_cancelled_when_the_gpu_works_again(store, clock):
     lease = bound(store)
     until(store, clock, lease, "notice")
-    d = step(store, clock, lease, util=80.0)[lease["id"]]
+    d = step(store, clock, lease, util=80.0)[lease.id]
     assert d["kind"] == "cancel" and d["reason"] == "the GPU got busy again"
     assert d["evidence"]["gpu"] == "busy"
-    assert store.lease(lease["id"])["state"] == "active"
-    assert store.lease(lease["id"])["reclaim"] is None
-    kinds = events(store, lease["id"])
+    assert store.lease(lease.id).state == "active"
+    assert store.lease(lease.id).reclaim is None
+    kinds = events(store, lease.id)
     assert kinds[-2:] == ["reclaim-notice", "reclaim-cancelled"]
-    data = store.events(lease=lease["id"])[0][-1]["data"]
+    data = store.events(lease=lease.id)[0][-1]["data"]
     assert data["evidence"]["gpu"] == "busy" and data["reason"] == "the GPU got busy again"
 
 
 def test_a_busy_kernel_on_a_busy_gpu_is_never_reclaimed(store, clock):
     lease = bound(store)
     for _ in range(40):
-        d = step(store, clock, lease, util=90.0, kernel="busy")[lease["id"]]
+        d = step(store, clock, lease, util=90.0, kernel="busy")[lease.id]
         assert d["kind"] == "none", d
-    assert store.lease(lease["id"])["state"] == "active"
+    assert store.lease(lease.id).state == "active"
 
 
 # -- the action and the race with keepalive --------------------------------------------------
@@ -194,12 +196,12 @@ def test_act_claims_the_lease_and_keepalive_then_loses(store, clock):
     act = until(store, clock, lease, "act")
     assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
     assert act["deadline"] == "2026-03-02T09:10:00Z" and act["evidence"]["verdict"] == "idle"
-    assert store.lease(lease["id"])["reclaim"]["acting"] is True
-    e = refused(store.keepalive, lease["id"])
+    assert store.lease(lease.id).reclaim.acting is True
+    e = refused(store.keepalive, lease.id)
     assert e.code == "reclaim_in_progress"
-    assert events(store, lease["id"])[-1] == "reclaim-acting"  # the act won, and says so
+    assert events(store, lease.id)[-1] == "reclaim-acting"  # the act won, and says so
     # a claimed lease is not decided again while its outcome is awaited
-    d = step(store, clock, lease)[lease["id"]]
+    d = step(store, clock, lease)[lease.id]
     assert d["kind"] == "none" and "being reclaimed" in d["reason"]
 
 
@@ -207,50 +209,50 @@ def test_keepalive_first_and_the_round_does_not_act(store, clock):
     lease = bound(store)
     until(store, clock, lease, "notice")
     clock.advance(minutes=2)  # at the deadline the user presses "keep my GPU" first
-    store.keepalive(lease["id"], actor="user:alice")
-    d = step(store, clock, lease, minutes=0.5)[lease["id"]]
+    store.keepalive(lease.id, actor="user:alice")
+    d = step(store, clock, lease, minutes=0.5)[lease.id]
     assert d["kind"] == "none"
-    assert store.lease(lease["id"])["state"] == "active"
-    assert "reclaim-acting" not in events(store, lease["id"])
-    assert events(store, lease["id"])[-1] == "reclaim-extended"
+    assert store.lease(lease.id).state == "active"
+    assert "reclaim-acting" not in events(store, lease.id)
+    assert events(store, lease.id)[-1] == "reclaim-extended"
 
 
 def test_a_claim_without_outcome_is_handed_out_again(store, clock):
     lease = bound(store)
     first = until(store, clock, lease, "act")
     for _ in range(14):  # the reclaimer that claimed it died; nothing for 15 minutes
-        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
-    again = step(store, clock, lease)[lease["id"]]
+        assert step(store, clock, lease)[lease.id]["kind"] == "none"
+    again = step(store, clock, lease)[lease.id]
     assert again["kind"] == "act" and again["action"] == first["action"]
-    assert events(store, lease["id"])[-2:] == ["reclaim-acting", "reclaim-acting"]
+    assert events(store, lease.id)[-2:] == ["reclaim-acting", "reclaim-acting"]
 
 
 def test_release_of_a_claimed_lease_records_the_claimed_reason(store, clock):
     lease = bound(store)
     until(store, clock, lease, "act")
     # the spawner's stop during the action releases it as "stopped"
-    done = store.release(lease["id"], reason="stopped", actor="service:spawner")
-    assert done["release_reason"] == "reclaimed-idle"
+    done = store.release(lease.id, reason="stopped", actor="service:spawner")
+    assert done.release_reason == "reclaimed-idle"
     # the reclaimer's outcome comes after: the lease stays released as it was
-    after = store.reclaim_outcome(lease["id"], HOLDER, "done", ["work.ipynb"], "saved 1 file")
-    assert after["release_reason"] == "reclaimed-idle" and after["state"] == "released"
-    assert events(store, lease["id"])[-2:] == ["released", "reclaimed"]
+    after = store.reclaim_outcome(lease.id, HOLDER, "done", ["work.ipynb"], "saved 1 file")
+    assert after.release_reason == "reclaimed-idle" and after.state == "released"
+    assert events(store, lease.id)[-2:] == ["released", "reclaimed"]
 
 
 def test_outcome_done_releases_and_the_user_sees_it(store, clock):
     lease = bound(store)
-    gpu = lease["slots"][0]["gpu"]
+    gpu = lease.slots[0].gpu
     until(store, clock, lease, "act")
     minute = clock().replace(minute=5, second=0)
     stats = MinuteStats(1, 1, 40.0, 40.0, 2048)
     store.write_minutes({(gpu, -1, minute): stats})
-    done = store.reclaim_outcome(lease["id"], HOLDER, "done", ["a.ipynb", "b.py"], "saved 2")
-    assert done["state"] == "released" and done["release_reason"] == "reclaimed-idle"
-    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "done")
+    done = store.reclaim_outcome(lease.id, HOLDER, "done", ["a.ipynb", "b.py"], "saved 2")
+    assert done.state == "released" and done.release_reason == "reclaimed-idle"
+    e = refused(store.reclaim_outcome, lease.id, HOLDER, "done")
     assert e.code == "not_acting"
     (past,) = store.user("alice")["reclaims"]
     assert past == {
-        "lease": lease["id"],
+        "lease": lease.id,
         "offer": "h100",
         "server": "",
         "at": "2026-03-02T09:10:00Z",
@@ -274,14 +276,14 @@ def test_outcome_failed_keeps_the_lease_and_withdraws_the_shrink_target(store, c
     act = until(store, clock, lease, "act")
     assert act["action"] == "shrink:a100-1g" and act["target_offer"] == "a100-1g"
     target = store.lease(act["target_lease"])
-    assert target["state"] == "granted" and target["resize_of"] == lease["id"]
-    failed = store.reclaim_outcome(lease["id"], HOLDER, "failed", [], "the restart timed out")
-    assert failed["state"] == "active" and failed["reclaim"] is None
-    assert store.lease(target["id"])["release_reason"] == "cancelled"
-    assert events(store, lease["id"])[-1] == "reclaim-failed"
+    assert target.state == "granted" and target.resize_of == lease.id
+    failed = store.reclaim_outcome(lease.id, HOLDER, "failed", [], "the restart timed out")
+    assert failed.state == "active" and failed.reclaim is None
+    assert store.lease(target.id).release_reason == "cancelled"
+    assert events(store, lease.id)[-1] == "reclaim-failed"
     # the counts start again: no new notice before another 8 idle minutes
     for _ in range(7):
-        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
+        assert step(store, clock, lease)[lease.id]["kind"] == "none"
     (past,) = store.user("alice")["reclaims"]
     assert past["outcome"] == "failed" and past["detail"] == "the restart timed out"
 
@@ -292,9 +294,9 @@ def test_shrink_done_binds_the_target_and_releases_the_old_lease_as_reclaimed(st
     make_instances(store)
     # the spawner restarts the server on the reserved target: binding it ends the old one
     store.keepalive(act["target_lease"])
-    assert store.lease(lease["id"])["release_reason"] == "reclaimed-idle"
-    store.reclaim_outcome(lease["id"], HOLDER, "done", ["x.ipynb"])
-    assert store.lease(act["target_lease"])["state"] == "active"
+    assert store.lease(lease.id).release_reason == "reclaimed-idle"
+    store.reclaim_outcome(lease.id, HOLDER, "done", ["x.ipynb"])
+    assert store.lease(act["target_lease"]).state == "active"
 
 
 # -- faults: a restart, stale data, the leader -------------------------------------------------
@@ -303,12 +305,13 @@ def test_shrink_done_binds_the_target_and_releases_the_old_lease_as_reclaimed(st
 def test_a_restart_mid_grace_keeps_the_deadline_and_acts_at_it(url, store, clock):
     lease = bound(store)
     until(store, clock, lease, "notice")
-    deadline = store.lease(lease["id"])["reclaim"]["deadline"]
+    deadline = store.lease(lease.id).reclaim.deadline
     again = make_store(url, clock, pool=POOL)  # a new service process on the same database
-    assert again.lease(lease["id"])["reclaim"]["deadline"] == deadline
-    assert step(again, clock, lease)[lease["id"]]["kind"] == "noticed"
-    act = step(again, clock, lease)[lease["id"]]
-    assert act["kind"] == "act" and act["deadline"] == deadline == "2026-03-02T09:10:00Z"
+    assert again.lease(lease.id).reclaim.deadline == deadline
+    assert step(again, clock, lease)[lease.id]["kind"] == "noticed"
+    act = step(again, clock, lease)[lease.id]
+    assert deadline == datetime(2026, 3, 2, 9, 10)
+    assert act["kind"] == "act" and act["deadline"] == "2026-03-02T09:10:00Z"
 
 
 def test_stale_data_never_acts(store, clock):
@@ -316,17 +319,17 @@ def test_stale_data_never_acts(store, clock):
     until(store, clock, lease, "notice")
     # past the deadline, but the user's server was not reached: nothing happens
     for _ in range(5):
-        d = step(store, clock, lease, seen=False)[lease["id"]]
+        d = step(store, clock, lease, seen=False)[lease.id]
         assert d["kind"] == "stale" and "not reached" in d["reason"]
     # no GPU samples in the window: nothing happens either
-    d = step(store, clock, lease, samples=False)[lease["id"]]
+    d = step(store, clock, lease, samples=False)[lease.id]
     assert d["kind"] == "stale" and "telemetry" in d["reason"]
     # a window that ended long ago
     now = epoch(clock())
     answer = store.reclaim_round(HOLDER, (now - 900, now - 600), {}, {})
     assert answer["stale"] == 1
-    assert store.lease(lease["id"])["reclaim"]["acting"] is False
-    assert "reclaim-acting" not in events(store, lease["id"])
+    assert store.lease(lease.id).reclaim.acting is False
+    assert "reclaim-acting" not in events(store, lease.id)
 
 
 def test_stale_counts_restart_so_fresh_data_must_show_idleness_again(store, clock):
@@ -335,7 +338,7 @@ def test_stale_counts_restart_so_fresh_data_must_show_idleness_again(store, cloc
         step(store, clock, lease)
     step(store, clock, lease, seen=False)
     for _ in range(7):
-        assert step(store, clock, lease)[lease["id"]]["kind"] == "none"
+        assert step(store, clock, lease)[lease.id]["kind"] == "none"
 
 
 def test_leader_lock(url, store, clock):
@@ -372,11 +375,11 @@ def test_two_replicas_racing_for_the_lead_get_one_leader(url, clock):
 
 def test_outcome_needs_a_claim_and_the_lead(store, clock):
     lease = bound(store)
-    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "done")
+    e = refused(store.reclaim_outcome, lease.id, HOLDER, "done")
     assert e.code == "not_acting"
-    e = refused(store.reclaim_outcome, lease["id"], "someone-else", "done")
+    e = refused(store.reclaim_outcome, lease.id, "someone-else", "done")
     assert e.code == "not_leader"
-    e = refused(store.reclaim_outcome, lease["id"], HOLDER, "maybe")
+    e = refused(store.reclaim_outcome, lease.id, HOLDER, "maybe")
     assert (e.code, e.field) == ("invalid_field", "result")
 
 
@@ -387,13 +390,13 @@ def test_a_max_age_notice_cannot_be_kept(store, clock):
     store.put_reclaim_policy({"default": {**POLICY["default"], "max_age": "1h"}})
     lease = bound(store)
     for _ in range(60):
-        d = step(store, clock, lease, util=80.0)[lease["id"]]
+        d = step(store, clock, lease, util=80.0)[lease.id]
         if d["kind"] == "notice":
             break
-    assert store.lease(lease["id"])["reclaim"]["kind"] == "max_age"
-    e = refused(store.keepalive, lease["id"])
+    assert store.lease(lease.id).reclaim.kind == "max_age"
+    e = refused(store.keepalive, lease.id)
     assert e.code == "not_extendable"
-    assert store.lease(lease["id"])["reclaim"]["extendable"] is False
+    assert store.lease(lease.id).reclaim.extendable is False
 
 
 def test_an_approved_exception_is_not_taken_back_as_borrowed_capacity(store, clock):
@@ -402,35 +405,35 @@ def test_an_approved_exception_is_not_taken_back_as_borrowed_capacity(store, clo
     idle rules, with notice)."""
     store.put_quota("users", "bob", {"guarantee": 0, "limit": 0.5, "exception": 1})
     ask = store.allocate("bob", "", "h100", reason="deadline", duration=86400)
-    lease = store.keepalive(store.approve(ask["id"], actor="user:admin")["id"])
-    assert lease["borrowed"] is False and lease["exception"] is True  # never borrowed
+    lease = store.keepalive(store.approve(ask.id, actor="user:admin").id)
+    assert lease.borrowed is False and lease.exception is True  # never borrowed
     waiter = store.allocate("alice", "", "h100")
-    assert waiter["state"] == "queued"
-    d = step(store, clock, lease)[lease["id"]]  # idle: a borrowed lease would get notice now
+    assert waiter.state == "queued"
+    d = step(store, clock, lease)[lease.id]  # idle: a borrowed lease would get notice now
     assert d["kind"] == "none", d
     for _ in range(3):
         step(store, clock, lease)
-        rec = store.lease(lease["id"])["reclaim"]
-        assert rec is None or rec["kind"] != "borrowed", rec
+        rec = store.lease(lease.id).reclaim
+        assert rec is None or rec.kind != "borrowed", rec
 
 
 def test_borrowed_capacity_goes_to_a_waiter_within_guarantee(store, clock):
     store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
     lease = bound(store, user="bob")
-    assert lease["borrowed"] is True
+    assert lease.borrowed is True
     step(store, clock, lease, util=80.0)  # working: a busy borrowed lease is not taken
     waiter = store.allocate("alice", "", "h100")
-    assert waiter["state"] == "queued"
-    d = step(store, clock, lease, util=80.0)[lease["id"]]
+    assert waiter.state == "queued"
+    d = step(store, clock, lease, util=80.0)[lease.id]
     assert d["kind"] == "none"
-    d = step(store, clock, lease)[lease["id"]]  # idle now: notice for the waiter
+    d = step(store, clock, lease)[lease.id]  # idle now: notice for the waiter
     assert d["kind"] == "notice" and "alice" in d["reason"]
-    rec = store.lease(lease["id"])["reclaim"]
-    assert rec["kind"] == "borrowed" and rec["pressure"] is True and rec["extendable"] is False
-    e = refused(store.keepalive, lease["id"])
+    rec = store.lease(lease.id).reclaim
+    assert rec.kind == "borrowed" and rec.pressure is True and rec.extendable is False
+    e = refused(store.keepalive, lease.id)
     assert e.code == "not_extendable"
-    store.release(waiter["id"])  # alice gives up: the notice goes
-    d = step(store, clock, lease)[lease["id"]]
+    store.release(waiter.id)  # alice gives up: the notice goes
+    d = step(store, clock, lease)[lease.id]
     assert d["kind"] == "cancel" and "withdrawn" in d["reason"]
 
 
@@ -449,17 +452,17 @@ def test_a_quota_change_makes_a_running_lease_borrowed_and_the_short_pressure_ti
     notice under pressure comes in the same round when the pressure timeout is that short."""
     store.put_reclaim_policy({"default": SHORT})
     lease = bound(store, user="bob")
-    assert lease["borrowed"] is False  # within the default guarantee of 1
+    assert lease.borrowed is False  # within the default guarantee of 1
     store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
-    assert store.lease(lease["id"])["borrowed"] is True  # re-derived by the quota change
+    assert store.lease(lease.id).borrowed is True  # re-derived by the quota change
     waiter = store.allocate("alice", "", "h100")
-    assert waiter["state"] == "queued"
+    assert waiter.state == "queued"
     for _ in range(6):  # well past min_runtime, the GPU at work: no notice of any kind
-        d = step(store, clock, lease, util=80.0)[lease["id"]]
+        d = step(store, clock, lease, util=80.0)[lease.id]
         assert d["kind"] == "none", d
-    d = step(store, clock, lease)[lease["id"]]
+    d = step(store, clock, lease)[lease.id]
     assert d["kind"] == "notice" and d["evidence"]["pressure"] is True, d
-    assert store.lease(lease["id"])["reclaim"]["kind"] == "idle"
+    assert store.lease(lease.id).reclaim.kind == "idle"
 
 
 def test_an_admin_may_let_borrowed_reclaim_take_a_busy_gpu(store, clock):
@@ -469,19 +472,19 @@ def test_an_admin_may_let_borrowed_reclaim_take_a_busy_gpu(store, clock):
     store.put_reclaim_policy({"default": {**SHORT, "reclaim_busy_borrowed": True}})
     store.put_quota("users", "bob", {"guarantee": 0, "limit": 4})
     lease = bound(store, user="bob")
-    assert lease["borrowed"] is True
+    assert lease.borrowed is True
     waiter = store.allocate("alice", "", "h100")
-    kinds = [step(store, clock, lease, util=80.0)[lease["id"]]["kind"] for _ in range(3)]
+    kinds = [step(store, clock, lease, util=80.0)[lease.id]["kind"] for _ in range(3)]
     assert kinds == ["none", "none", "notice"], kinds  # min_runtime: 3 minutes
-    rec = store.lease(lease["id"])["reclaim"]
-    assert rec["kind"] == "borrowed" and rec["extendable"] is False
-    assert "alice (within guarantee) waits for" in rec["reason"]
-    assert refused(store.keepalive, lease["id"]).code == "not_extendable"
+    rec = store.lease(lease.id).reclaim
+    assert rec.kind == "borrowed" and rec.extendable is False
+    assert "alice (within guarantee) waits for" in rec.reason
+    assert refused(store.keepalive, lease.id).code == "not_extendable"
     act = until(store, clock, lease, "act", util=80.0)
     assert act["release_reason"] == "reclaimed-borrowed"
-    store.reclaim_outcome(lease["id"], HOLDER, "done")
-    assert store.lease(lease["id"])["state"] == "released"
-    assert store.lease(waiter["id"])["state"] == "granted"
+    store.reclaim_outcome(lease.id, HOLDER, "done")
+    assert store.lease(lease.id).state == "released"
+    assert store.lease(waiter.id).state == "granted"
 
 
 def test_someone_waiting_shortens_the_idle_timeout(store, clock):
@@ -490,7 +493,7 @@ def test_someone_waiting_shortens_the_idle_timeout(store, clock):
     notice = until(store, clock, lease, "notice")
     assert clock() == clock().replace(hour=9, minute=3)  # 5 min pressure timeout, 2 ahead
     assert notice["evidence"]["pressure"] is True
-    assert store.lease(lease["id"])["reclaim"]["pressure"] is True
+    assert store.lease(lease.id).reclaim.pressure is True
 
 
 # -- policies --------------------------------------------------------------------------------
@@ -514,7 +517,7 @@ def test_policy_override_is_validated_persisted_and_reset(url, store, clock):
     assert restarted.reclaim_policy().source == "api"  # in the database: survives restarts
     lease = bound(restarted)
     for _ in range(30):  # 2 h idle timeout now: no notice within 30 minutes
-        assert step(restarted, clock, lease)[lease["id"]]["kind"] == "none"
+        assert step(restarted, clock, lease)[lease.id]["kind"] == "none"
     assert restarted.reset_reclaim_policy().source == "file"
 
 
@@ -535,14 +538,15 @@ def test_watched_leases_and_devices(store, clock):
     lease = bound(store)
     granted = store.allocate("bob", "", "a100-1g")  # not bound yet: not watched
     items, total = store.reclaim_leases()
-    assert total == 1 and items[0]["id"] == lease["id"] and items[0]["reclaim"] is None
-    assert set(items[0]) == {"id", "user", "server", "offer", "state", "node", "granted_at",
-                             "server_url", "reclaim"}  # fmt: skip
-    assert store.reclaim_devices() == {lease["id"]: devices(lease)}
+    assert total == 1 and items[0].id == lease.id and items[0].reclaim is None
+    assert set(watched_lease_json(items[0])) == {
+        "id", "user", "server", "offer", "state", "node", "granted_at", "server_url", "reclaim"
+    }  # fmt: skip
+    assert store.reclaim_devices() == {lease.id: devices(lease)}
     until(store, clock, lease, "notice")
-    assert store.reclaim_leases()[0][0]["reclaim"]["kind"] == "idle"
+    assert store.reclaim_leases()[0][0].reclaim.kind == "idle"
     assert store.reclaiming_count() == 1
-    assert granted["id"] not in store.reclaim_devices()
+    assert granted.id not in store.reclaim_devices()
 
 
 # -- presence from the lab -------------------------------------------------------------------
@@ -552,32 +556,32 @@ def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
     """Once the server's lab announced itself, what the reclaimer saw as input no longer
     counts (an open tab's polling, the hub's stamps): only the lab's reports do."""
     quiet, typing = bound(store), bound(store, "a100-3g", user="bob")
-    assert store.report_presence(quiet["id"], None)["source"] == "lab"
-    assert store.report_presence(typing["id"], None)["last_input"] is None
+    assert store.report_presence(quiet.id, None)["source"] == "lab"
+    assert store.report_presence(typing.id, None)["last_input"] is None
     # the reclaimer "sees" fresh input for both (as the hub's last_activity would say)
     for minute in range(40):
         # the lab: input 5 s ago, reported once in each minute's window
-        report = lambda: store.report_presence(typing["id"], 5.0)  # noqa: E731
+        report = lambda: store.report_presence(typing.id, 5.0)  # noqa: E731
         decisions = step(store, clock, quiet, typing, typing=True, during=report)
-        assert decisions[typing["id"]]["kind"] != "notice", (minute, decisions)
-        if decisions[quiet["id"]]["kind"] == "notice":
+        assert decisions[typing.id]["kind"] != "notice", (minute, decisions)
+        if decisions[quiet.id]["kind"] == "notice":
             break
     else:
         raise AssertionError("the untouched lab's lease never got a notice")
-    assert "idle" in decisions[quiet["id"]]["reason"]
+    assert "idle" in decisions[quiet.id]["reason"]
 
 
 def test_a_lab_report_never_moves_input_back_and_is_checked(store, clock):
     lease = bound(store)
     now = epoch(clock())
-    first = store.report_presence(lease["id"], 0.0)["last_input"]
+    first = store.report_presence(lease.id, 0.0)["last_input"]
     assert first is not None
     assert abs(datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - now) < 1
-    assert store.report_presence(lease["id"], 300.0)["last_input"] == first  # an old input
+    assert store.report_presence(lease.id, 300.0)["last_input"] == first  # an old input
     for bad in (-1.0, 601.0):
-        assert refused(store.report_presence, lease["id"], bad).field == "idle_for"
-    store.release(lease["id"])
-    assert refused(store.report_presence, lease["id"], 1.0).code == "not_live"
+        assert refused(store.report_presence, lease.id, bad).field == "idle_for"
+    store.release(lease.id)
+    assert refused(store.report_presence, lease.id, 1.0).code == "not_live"
     assert refused(store.report_presence, "nope", 1.0).code == "not_found"
 
 
@@ -589,12 +593,12 @@ def test_a_training_job_is_never_idle_reclaimed(store, clock):
     store.job_status(job.id, "running")
     server = bound(store)
     job_lease = store.lease(job.lease_id)
-    assert job_lease["state"] == "active"
+    assert job_lease.state == "active"
     assert until(store, clock, server, "notice")
     for _ in range(20):
         decisions = step(store, clock, server, job_lease)
         assert job.lease_id not in decisions
-    assert store.lease(job.lease_id)["state"] == "active"
+    assert store.lease(job.lease_id).state == "active"
     assert store.job(job.id).state == "running"
 
 
@@ -603,5 +607,5 @@ def test_the_reclaimer_is_not_given_job_leases_it_may_not_reclaim(store):
     store.job_status(job.id, "running")
     server = bound(store, "a100-1g")
     leases, total = store.reclaim_leases()
-    assert [le["id"] for le in leases] == [server["id"]] and total == 1
+    assert [le.id for le in leases] == [server.id] and total == 1
     assert job.lease_id not in store.reclaim_devices()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,10 +34,13 @@ def orm_loads() -> Iterator[list[str]]:
 
 
 def _named(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with lease ids replaced by their users' names (ids are random)."""
+    """``value`` with lease ids replaced by their users' names (ids are random); a view (a
+    ``LeaseView``, its slots) as a dict of its every field."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return _named(asdict(value), names)
     if isinstance(value, dict):
         return {k: _named(v, names) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_named(v, names) for v in value]
     return names.get(value, value) if isinstance(value, str) else value
 
@@ -47,17 +51,17 @@ def _story(store: Store, clock: StoreClock) -> tuple[list[Any], list[str], dict[
     made = store.run_batch(
         [commands.Allocate(u, "", "h100", actor=u) for u in ("alice", "bob", "carol")]
     )
-    store.keepalive(made[0]["id"], actor="alice")  # active; bob's and carol's only granted
+    store.keepalive(made[0].id, actor="alice")  # active; bob's and carol's only granted
     clock.advance(seconds=30)
     with orm_loads() as loaded:
         out = store.run_batch(
             [
-                commands.Release(made[0]["id"], actor="alice"),
+                commands.Release(made[0].id, actor="alice"),
                 commands.Allocate("dave", "", "h100", actor="dave"),
-                commands.Release(made[1]["id"], reason="cancelled", actor="bob"),
+                commands.Release(made[1].id, reason="cancelled", actor="bob"),
             ]
         )
-    names = {r["id"]: r["user"] for r in (*made, *out)}
+    names = {r.id: r.user for r in (*made, *out)}
     return out, loaded, names
 
 
@@ -107,23 +111,23 @@ def test_leases_something_else_could_read_are_loaded_as_rows(pg_url):
     )
     with orm_loads() as loaded:
         twice = store.run_batch(
-            [commands.Release(a["id"]), commands.Release(a["id"], reason="cancelled")]
+            [commands.Release(a.id), commands.Release(a.id, reason="cancelled")]
         )
-    assert loaded == [a["id"]]
-    assert [r["state"] for r in twice] == ["released", "released"]
-    assert twice[1]["release_reason"] == "stopped"  # the second found it released already
+    assert loaded == [a.id]
+    assert [r.state for r in twice] == ["released", "released"]
+    assert twice[1].release_reason == "stopped"  # the second found it released already
     with orm_loads() as loaded:
-        bound, released = store.run_batch([commands.Keepalive(b["id"]), commands.Release(c["id"])])
-    assert sorted(loaded) == sorted([b["id"], c["id"]])
-    assert (bound["state"], released["state"]) == ("active", "released")
-    store.admin_reclaim(d["id"], grace=600, actor="root")  # a notice with a deadline
+        bound, released = store.run_batch([commands.Keepalive(b.id), commands.Release(c.id)])
+    assert sorted(loaded) == sorted([b.id, c.id])
+    assert (bound.state, released.state) == ("active", "released")
+    store.admin_reclaim(d.id, grace=600, actor="root")  # a notice with a deadline
     with orm_loads() as loaded:
-        (out,) = store.run_batch([commands.Release(d["id"])])
-    assert loaded == [d["id"]] and out["state"] == "released"
+        (out,) = store.run_batch([commands.Release(d.id)])
+    assert loaded == [d.id] and out.state == "released"
     with store.read() as db:
         kinds = db.scalars(
             sa.select(orm.EventRow.kind).where(
-                orm.EventRow.lease_id == a["id"], orm.EventRow.kind == "released"
+                orm.EventRow.lease_id == a.id, orm.EventRow.kind == "released"
             )
         ).all()
     assert kinds == ["released"]  # released once, however often asked

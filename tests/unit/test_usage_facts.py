@@ -24,6 +24,7 @@ from jupyterhub_gpupool.pool.usage import CLOSE_GRACE
 from jupyterhub_gpupool.service.ingest import ingest
 from jupyterhub_gpupool.service.scopes import ADMIN
 from jupyterhub_gpupool.service.utilization import Sample, UtilizationBuffer
+from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import (
     BILL_POOL,
@@ -53,22 +54,24 @@ class Pool:
         self.store = make_store(url, clock, pool=POOL)
         self.buffer = UtilizationBuffer(window=86400)
 
-    def hold(self, user: str, offer: str, group: str | None = None) -> dict:
+    def hold(self, user: str, offer: str, group: str | None = None) -> LeaseView:
         groups = (group,) if group else ()
         lease = self.store.allocate(user, "", offer, group=group, groups=groups)
-        assert lease["state"] == "granted", lease
+        assert lease.state == "granted", lease
         if offer.startswith("a100"):
             make_instances(self.store)
-        self.store.keepalive(lease["id"])
+        self.store.keepalive(lease.id)
         return lease
 
-    def sample(self, lease: dict, util: float | None, memory: int = 0, procs: int | None = None):
+    def sample(
+        self, lease: LeaseView, util: float | None, memory: int = 0, procs: int | None = None
+    ):
         """One sample of each of the lease's devices at the clock's time."""
         ts = epoch(self.clock())
-        batch = [Sample(ts, s["gpu"], s.get("start"), util, memory, procs) for s in lease["slots"]]
+        batch = [Sample(ts, s.gpu, s.start, util, memory, procs) for s in lease.slots]
         return self.store.add_busy(ingest(self.store, self.buffer, batch, 5.0))
 
-    def run(self, lease: dict, minutes: int, **sample) -> None:
+    def run(self, lease: LeaseView, minutes: int, **sample) -> None:
         """Sample the lease's devices every minute for ``minutes`` (the clock moves on)."""
         for _ in range(minutes):
             self.clock.advance(minutes=1)
@@ -96,25 +99,25 @@ def test_each_gpu_of_a_two_gpu_lease_is_counted_once(pool, clock):
     lease = pool.hold("ann", "h100x2")
     pool.sample(lease, util=90.0)
     pool.run(lease, 120, util=90.0)
-    pool.store.release(lease["id"])
+    pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "ann")
     assert r["held_unit_hours"] == 4.0
     assert r["busy_unit_hours"] == 4.0 and r["estimated_busy_unit_hours"] == 0.0
     assert r["cost"] == "6.00"  # 4 busy unit-hours at 1.50
     with pool.store.read() as db:  # the lease's running total (what-if replays read it)
-        assert db.get(orm.LeaseRow, lease["id"]).busy_hours == pytest.approx(2.0)
+        assert db.get(orm.LeaseRow, lease.id).busy_hours == pytest.approx(2.0)
 
 
 def test_one_busy_gpu_of_two_is_half_the_lease(pool, clock):
     t0 = clock()
     lease = pool.hold("ann", "h100x2")
-    gpus = [s["gpu"] for s in lease["slots"]]
+    gpus = [s.gpu for s in lease.slots]
     for m in range(61):  # the first GPU busy, the second idle, for an hour
         clock.now = t0 + timedelta(minutes=m)
         ts = epoch(clock())
         batch = [Sample(ts, gpus[0], None, 80.0, 0), Sample(ts, gpus[1], None, 0.0, 0)]
         pool.store.add_busy(ingest(pool.store, pool.buffer, batch, 5.0))
-    pool.store.release(lease["id"])
+    pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "ann")
     assert (r["held_unit_hours"], r["busy_unit_hours"]) == (2.0, 1.0)
     assert r["cost"] == "3.50"  # 1 idle unit-hour at 2 + 1 busy at 1.50
@@ -128,7 +131,7 @@ def test_a100_slices_are_busy_by_memory_and_processes_and_it_is_marked_estimated
     pool.sample(lease, util=None, memory=0, procs=0)
     pool.run(lease, 30, util=None, memory=9000, procs=1)
     pool.run(lease, 30, util=None, memory=0, procs=0)
-    pool.store.release(lease["id"])
+    pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "bob")
     assert r["held_unit_hours"] == round(1 / 7, 6)  # 0.142857
     assert r["busy_unit_hours"] == round(0.5 / 7, 6) == r["estimated_busy_unit_hours"]
@@ -143,7 +146,7 @@ def test_busy_time_is_placed_in_the_hour_it_happened(pool, clock):
     pool.sample(lease, util=90.0)
     pool.run(lease, 30, util=90.0)
     pool.run(lease, 90, util=0.0)
-    pool.store.release(lease["id"])
+    pool.store.release(lease.id)
     octo = row(pool.store, datetime(2026, 10, 1), NOV, "user", "ann")
     nov = row(pool.store, NOV, DEC, "user", "ann")
     assert (octo["held_unit_hours"], octo["busy_unit_hours"]) == (1.0, 0.5)
@@ -159,9 +162,9 @@ def test_a_closed_month_takes_no_late_fact(pool, clock):
     lease = pool.hold("ann", "h100")
     last_hour = datetime(2026, 11, 30, 23, 0)
     clock.now = DEC + CLOSE_GRACE - timedelta(seconds=1)  # still open: a backlog is taken
-    assert pool.store.add_busy({(lease["id"], last_hour): (60.0, 0.0)}) == 0
+    assert pool.store.add_busy({(lease.id, last_hour): (60.0, 0.0)}) == 0
     clock.now = DEC + CLOSE_GRACE  # closed now: dropped
-    assert pool.store.add_busy({(lease["id"], last_hour): (60.0, 0.0)}) == 1
+    assert pool.store.add_busy({(lease.id, last_hour): (60.0, 0.0)}) == 1
     assert row(pool.store, NOV, DEC, "user", "ann")["busy_unit_hours"] == round(60 / 3600, 6)
 
 
@@ -176,16 +179,16 @@ def november(pool: Pool, clock: StoreClock) -> dict[str, str]:
     pool.sample(ann, util=90.0)
     pool.run(ann, 30, util=90.0)
     clock.now = datetime(2026, 11, 1, 1, 0)
-    pool.store.release(ann["id"])
+    pool.store.release(ann.id)
     clock.now = datetime(2026, 11, 10, 9, 0)
     bob = pool.hold("bob", "a100-1g")
     pool.sample(bob, util=None, procs=0)
     pool.run(bob, 40, util=None, memory=4000, procs=1)
     pool.run(bob, 20, util=None, memory=0, procs=0)
-    pool.store.release(bob["id"])
+    pool.store.release(bob.id)
     cem = pool.hold("cem", "a100-3g", "cv")
     clock.advance(minutes=200)
-    pool.store.release(cem["id"])
+    pool.store.release(cem.id)
     clock.now = datetime(2026, 11, 30, 22, 0)
     dan = pool.hold("dan", "h100x2", "ml")
     pool.sample(dan, util=50.0)
@@ -226,13 +229,13 @@ def test_november_reads_byte_identically_after_december_happens(pool, clock, tmp
     pool.run(dan, 60, util=95.0)
     repriced = {**PRICES, "models": {"H100-80GB": 7, "A100-80GB": {"held": 1, "busy": 0.5}}}
     make_store(pool.url, clock, pool={**POOL, "prices": repriced})  # a restart, new prices
-    assert pool.store.add_busy({(dan["id"], datetime(2026, 11, 30, 23, 0)): (600.0, 0.0)}) == 1
+    assert pool.store.add_busy({(dan.id, datetime(2026, 11, 30, 23, 0)): (600.0, 0.0)}) == 1
     eve = pool.hold("eve", "h100", "ml")
     pool.sample(eve, util=80.0)
     pool.run(eve, 45, util=80.0)
-    pool.store.release(eve["id"])
+    pool.store.release(eve.id)
     clock.now = datetime(2026, 12, 20, 12, 0)
-    pool.store.release(dan["id"])
+    pool.store.release(dan.id)
     second = readings(pool, tmp_path, "second")
     assert second == first
     assert Decimal(row(pool.store, DEC, clock(), "user", "dan")["cost"]) > 0  # December moved

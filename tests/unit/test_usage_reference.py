@@ -214,14 +214,14 @@ def run_month(month: list[dict], section: dict, url: str) -> tuple[object, list[
             groups = (spec["group"],) if spec["group"] else ()
             got = store.allocate(spec["user"], f"s{i}", spec["offer"], group=spec["group"],
                                  groups=groups)  # fmt: skip
-            if got["state"] != "granted":
-                store.release(got["id"])  # no room: withdrawn, it held nothing
+            if got.state != "granted":
+                store.release(got.id)  # no room: withdrawn, it held nothing
                 continue
             if spec["offer"].startswith("a100"):
                 make_instances(store)
-            store.keepalive(got["id"])
-            ids[i] = got["id"]
-            devices = [(s["gpu"], s.get("start")) for s in got["slots"]]
+            store.keepalive(got.id)
+            ids[i] = got.id
+            devices = [(s.gpu, s.start) for s in got.slots]
             t1 = t + spec["minutes"] * 60
             refs[i] = Ref(spec["user"], spec["group"], spec["offer"], devices, t, t1)
         elif kind == 0:

@@ -183,18 +183,16 @@ def test_busy_hours_of_shares_follow_their_own_processes(sqlite_url, demo_pool_f
     store.load_config(load_pool_config(str(demo_pool_file), catalog))
     busy_share = store.allocate("alice", "", "t4-quarter")
     idle_share = store.allocate("bob", "", "t4-quarter")
-    gpu = busy_share["slots"][0]["gpu"]
-    assert idle_share["slots"][0]["gpu"] == gpu
-    own = ((busy_share["id"], 60.0), (idle_share["id"], 0.0))
+    gpu = busy_share.slots[0].gpu
+    assert idle_share.slots[0].gpu == gpu
+    own = ((busy_share.id, 60.0), (idle_share.id, 0.0))
     buffer = UtilizationBuffer()
     batch = [Sample(T0 + t, gpu, None, 60.0, 0, lease_util=own) for t in (0, 30)]
-    assert per_lease(ingest(store, buffer, batch, 5.0)) == {
-        busy_share["id"]: pytest.approx(30 / 3600)
-    }
+    assert per_lease(ingest(store, buffer, batch, 5.0)) == {busy_share.id: pytest.approx(30 / 3600)}
     fallback = [Sample(T0 + 60, gpu, None, 60.0, 0)]
     assert per_lease(ingest(store, buffer, fallback, 5.0)) == {
-        busy_share["id"]: pytest.approx(30 / 3600),
-        idle_share["id"]: pytest.approx(30 / 3600),
+        busy_share.id: pytest.approx(30 / 3600),
+        idle_share.id: pytest.approx(30 / 3600),
     }
 
 
@@ -204,10 +202,10 @@ def test_ingest_counts_a_retried_sample_once(sqlite_url, demo_pool_file):
     store = Store(make_engine(sqlite_url), catalog)
     store.load_config(load_pool_config(str(demo_pool_file), catalog))
     lease = store.allocate("alice", "", "h100")
-    gpu = lease["slots"][0]["gpu"]
+    gpu = lease.slots[0].gpu
     buffer, minutes = UtilizationBuffer(), MinuteAggregator()
     batch = [s(T0, 50.0, gpu=gpu), s(T0 + 30, 50.0, gpu=gpu)]
     busy = per_lease(ingest(store, buffer, batch, 5.0, minutes))
-    assert busy == {lease["id"]: pytest.approx(30 / 3600)}
+    assert busy == {lease.id: pytest.approx(30 / 3600)}
     assert ingest(store, buffer, batch, 5.0, minutes) == {}  # an agent's retry
     assert minutes.pending[(gpu, -1, M0)].samples == 2

@@ -11,6 +11,7 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
+from ..serialize.leases import lease_json
 from ..serialize.nodes import node_drain_json, node_set_json
 from .base import MAX_STR, APIError, APIHandler, needs, time_field
 
@@ -96,7 +97,7 @@ class NodeActionHandler(APIHandler):
                 raise APIError("invalid_field", f"only a drain takes {field}", field=field)
             out = await self.writer.run(commands.SetNode(name, action, actor=actor))
             for lease_id in out.withdrawn or ():  # an uncordon's withdrawn drain notices
-                lease = self.store.lease(lease_id)
+                lease = lease_json(self.store.lease(lease_id))
                 why = f"the node {name} is back in service"
                 self.settings["notify"](
                     "notice-cancelled", lease, by=self.identity.name, reason=why

@@ -9,6 +9,8 @@ from ...pool import commands
 from ...pool.errors import PoolError
 from ...poolconfig import DNS_LABEL
 from ...store import lease_not_found
+from ...store.read.leases import LeaseView
+from ..serialize.leases import lease_json, leases_json
 from .base import APIError, APIHandler, needs
 
 
@@ -86,11 +88,12 @@ class AllocationsHandler(APIHandler):
         except PoolError as e:  # counted for capacity planning (no lease row is written)
             await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
-        self.store.note_holder(lease["id"], lease["user"], lease.get("hub"))
-        if lease["state"] == "awaiting_approval":
-            self.settings["notify"]("approval-requested", lease)
-        self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease['id']}")
-        self.write_json(lease, 201)
+        self.store.note_holder(lease.id, lease.user, lease.hub)
+        out = lease_json(lease)
+        if lease.state == "awaiting_approval":
+            self.settings["notify"]("approval-requested", out)
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{lease.id}")
+        self.write_json(out, 201)
 
     async def _allocate(
         self,
@@ -100,9 +103,9 @@ class AllocationsHandler(APIHandler):
         member_of: list[str],
         priority: int | None,
         clusters: list[str],
-    ) -> dict[str, Any]:
+    ) -> LeaseView:
         ident = self.identity
-        answer: dict[str, Any] = await self.writer.run(
+        answer: LeaseView = await self.writer.run(
             commands.Allocate(
                 user,
                 server,
@@ -153,7 +156,7 @@ class AllocationsHandler(APIHandler):
             limit=limit,
             **self.lease_hub_filter,
         )
-        self.write_page(items, total, offset, limit)
+        self.write_page(leases_json(items), total, offset, limit)
 
 
 class _LeaseHandler(APIHandler):
@@ -182,7 +185,7 @@ class AllocationHandler(_LeaseHandler):
     def get(self, lease_id: str) -> None:
         # the reclaimer reads a shrink's reserved target before it stops the server
         self._check(lease_id, reading=True)
-        self.write_json(self.store.lease(lease_id))
+        self.write_json(lease_json(self.store.lease(lease_id)))
 
     @needs("use", "release leases")
     async def delete(self, lease_id: str) -> None:
@@ -194,7 +197,7 @@ class AllocationHandler(_LeaseHandler):
         released = await self.writer.run(commands.Release(lease_id, reason=reason, actor=actor))
         # the release served the queue: a restart waiting on a target it granted goes now
         self.settings["restarts"].wake()
-        self.write_json(released)
+        self.write_json(lease_json(released))
 
 
 class ResizeHandler(_LeaseHandler):
@@ -208,7 +211,7 @@ class ResizeHandler(_LeaseHandler):
         body = self.json_body({"offer": (str, True)})
         actor = self.identity.describe()
         lease = await self.writer.run(commands.Resize(lease_id, body["offer"], actor=actor))
-        self.write_json(lease, 201)
+        self.write_json(lease_json(lease), 201)
 
 
 class KeepaliveHandler(_LeaseHandler):
@@ -221,7 +224,8 @@ class KeepaliveHandler(_LeaseHandler):
         self._check(lease_id)
         self.json_body({})
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.Keepalive(lease_id, actor=actor)))
+        lease = await self.writer.run(commands.Keepalive(lease_id, actor=actor))
+        self.write_json(lease_json(lease))
 
 
 class PresenceHandler(_LeaseHandler):
@@ -288,9 +292,8 @@ class DeviceHandler(_LeaseHandler):
             )
         actor = ident.describe()
         exclusive = bool(body.get("exclusive", False))
-        self.write_json(
-            await self.writer.run(commands.Rebind(lease_id, devices, exclusive, actor=actor))
-        )
+        lease = await self.writer.run(commands.Rebind(lease_id, devices, exclusive, actor=actor))
+        self.write_json(lease_json(lease))
 
 
 default_handlers = [

@@ -5,6 +5,7 @@ waiting requests is ``GET allocations?state=awaiting_approval``."""
 from __future__ import annotations
 
 from ...pool import commands
+from ..serialize.leases import lease_json
 from .base import APIHandler, needs
 
 
@@ -31,8 +32,9 @@ class ApproveHandler(APIHandler):
                 actor=self.identity.describe(),
             )
         )
-        self.settings["notify"]("approved", lease, by=self.identity.name)
-        self.write_json(lease)
+        out = lease_json(lease)
+        self.settings["notify"]("approved", out, by=self.identity.name)
+        self.write_json(out)
 
 
 class DenyHandler(APIHandler):
@@ -46,8 +48,9 @@ class DenyHandler(APIHandler):
         lease = await self.writer.run(
             commands.Deny(lease_id, body["reason"], actor=self.identity.describe())
         )
-        self.settings["notify"]("denied", lease, by=self.identity.name)
-        self.write_json(lease)
+        out = lease_json(lease)
+        self.settings["notify"]("denied", out, by=self.identity.name)
+        self.write_json(out)
 
 
 default_handlers = [

@@ -12,6 +12,7 @@ from datetime import timedelta
 from ...pool import commands
 from ...store import utcnow
 from ...store.rows import epoch
+from ..serialize.leases import lease_json
 from ..serialize.repartitions import repartition_json
 from .base import APIError, APIHandler, needs
 
@@ -31,18 +32,17 @@ class ReclaimNowHandler(APIHandler):
                 "reason": (str, False),
             }
         )
-        self.write_json(
-            await self.writer.run(
-                commands.AdminReclaim(
-                    lease_id,
-                    immediately=body.get("immediately", False),
-                    grace=body.get("grace"),
-                    action=body.get("action", "stop"),
-                    reason=body.get("reason", ""),
-                    actor=self.identity.describe(),
-                )
+        lease = await self.writer.run(
+            commands.AdminReclaim(
+                lease_id,
+                immediately=body.get("immediately", False),
+                grace=body.get("grace"),
+                action=body.get("action", "stop"),
+                reason=body.get("reason", ""),
+                actor=self.identity.describe(),
             )
         )
+        self.write_json(lease_json(lease))
 
 
 class ExtendNoticeHandler(APIHandler):
@@ -53,15 +53,10 @@ class ExtendNoticeHandler(APIHandler):
     @needs("admin", "extend reclaim notices")
     async def post(self, lease_id: str) -> None:
         body = self.json_body({"seconds": ((int, float), True)})
-        self.write_json(
-            await self.writer.run(
-                commands.ExtendNotice(
-                    lease_id,
-                    float(body["seconds"]),
-                    actor=self.identity.describe(),
-                )
-            )
+        lease = await self.writer.run(
+            commands.ExtendNotice(lease_id, float(body["seconds"]), actor=self.identity.describe())
         )
+        self.write_json(lease_json(lease))
 
 
 class CancelNoticeHandler(APIHandler):
@@ -82,8 +77,9 @@ class CancelNoticeHandler(APIHandler):
             )
         )
         reason = body.get("reason", "").strip() or "no reason given"
-        self.settings["notify"]("notice-cancelled", lease, by=self.identity.name, reason=reason)
-        self.write_json(lease)
+        out = lease_json(lease)
+        self.settings["notify"]("notice-cancelled", out, by=self.identity.name, reason=reason)
+        self.write_json(out)
 
 
 class NodeRepartitionHandler(APIHandler):

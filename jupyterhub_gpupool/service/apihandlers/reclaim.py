@@ -15,6 +15,7 @@ from typing import Any, Literal, overload
 from ...pool import commands
 from ...pool.reclaim import KERNEL_STATES, KernelView, PresenceView
 from ...store.reclaim import Observation
+from ..serialize.leases import lease_json, watched_lease_json
 from ..serialize.reclaim import reclaim_policy_json
 from .base import APIError, APIHandler, needs
 
@@ -147,7 +148,7 @@ class ReclaimLeasesHandler(APIHandler):
     def get(self) -> None:
         offset, limit = self.page_args()
         items, total = self.store.reclaim_leases(offset, limit)
-        self.write_page(items, total, offset, limit)
+        self.write_page([watched_lease_json(v) for v in items], total, offset, limit)
 
 
 class RoundHandler(APIHandler):
@@ -197,18 +198,17 @@ class OutcomeHandler(APIHandler):
                     f"saved[{i}] must be a path of at most {MAX_PATH} characters",
                     field=f"saved[{i}]",
                 )
-        self.write_json(
-            await self.writer.run(
-                commands.ReclaimOutcome(
-                    lease_id,
-                    body["holder"],
-                    body["result"],
-                    saved,
-                    body.get("detail", ""),
-                    actor=self.identity.describe(),
-                )
+        lease = await self.writer.run(
+            commands.ReclaimOutcome(
+                lease_id,
+                body["holder"],
+                body["result"],
+                saved,
+                body.get("detail", ""),
+                actor=self.identity.describe(),
             )
         )
+        self.write_json(lease_json(lease))
 
 
 class PoliciesHandler(APIHandler):

@@ -19,14 +19,14 @@ class RestartHandler(_LeaseHandler):
         self._check(lease_id)
         self.json_body({})
         lease = self.store.lease(lease_id)
-        if lease["state"] not in WAITING:
+        if lease.state not in WAITING:
             raise APIError(
                 "not_live",
-                f"lease {lease_id} is {lease['state']}: there is nothing to restart into",
+                f"lease {lease_id} is {lease.state}: there is nothing to restart into",
                 field="id",
             )
         try:
-            server = await self.settings["hub"].server(lease["user"], lease["server"])
+            server = await self.settings["hub"].server(lease.user, lease.server)
         except HubUnavailable as e:
             raise APIError(
                 "hub_unavailable", f"JupyterHub did not answer ({e}); try again"
@@ -34,7 +34,7 @@ class RestartHandler(_LeaseHandler):
         if server is None:
             raise APIError(
                 "unknown_server",
-                f"{lease['user']} has no running server {lease['server']!r} to restart",
+                f"{lease.user} has no running server {lease.server!r} to restart",
                 field="id",
             )
         state = self.settings["restarts"].request(lease)

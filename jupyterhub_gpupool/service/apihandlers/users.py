@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timezone
 
 from ...store import StoreError, lease_not_found
-from ...timeparse import parse_time
+from ..serialize.leases import leases_json
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
 
@@ -25,7 +25,8 @@ class UserHandler(APIHandler):
             name = ident.name
         self.require(ident.may_use_for(name), f"see {name}'s quota")
         groups = ident.groups if name == ident.name else ()
-        self.write_json(self.store.user(name, groups, **self.lease_hub_filter))
+        me = self.store.user(name, groups, **self.lease_hub_filter)
+        self.write_json({**me, "leases": leases_json(me["leases"])})
 
 
 class PoolHandler(APIHandler):
@@ -80,10 +81,8 @@ class UtilizationHandler(APIHandler):
             if not visible:
                 raise lease_not_found(lease_id, "lease")
             lease = self.store.lease(lease_id)
-            devices = [
-                (s["gpu"], s["start"] if s["kind"] == "mig" else None) for s in lease["slots"]
-            ]
-            window = (_minute_or_none(lease["granted"]), _minute_or_none(lease["released"]))
+            devices = [(s.gpu, s.start if s.kind == "mig" else None) for s in lease.slots]
+            window = (_minute_or_none(lease.granted), _minute_or_none(lease.released))
         samples = buffer.series(devices, since)
         out: dict[str, object] = {"lease": lease_id, "samples": [s.to_json() for s in samples]}
         if resolution == "minute" or (resolution is None and since < now - buffer.window):
@@ -97,12 +96,11 @@ class UtilizationHandler(APIHandler):
         self.write_json(out)
 
 
-def _minute_or_none(iso: str | None) -> datetime | None:
-    """The naive UTC minute of an ISO timestamp from the store (None stays None)."""
-    if iso is None:
+def _minute_or_none(moment: datetime | None) -> datetime | None:
+    """The naive UTC minute of a time from the store (naive UTC; None stays None)."""
+    if moment is None:
         return None
-    moment = parse_time(iso)
-    return None if moment is None else minute_of(moment.timestamp())
+    return minute_of(moment.replace(tzinfo=timezone.utc).timestamp())
 
 
 default_handlers = [

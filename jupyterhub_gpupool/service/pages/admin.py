@@ -20,6 +20,7 @@ from ...pool.workloads import INTERACTIVE
 from ...timeparse import parse_time
 from ...wording import estimate_text, wait_text
 from ..apihandlers.base import time_field
+from ..serialize.leases import leases_json
 from .base import PageHandler
 
 #: Audit events per page.
@@ -55,7 +56,8 @@ class LeasesPage(AdminPage):
 
     @web.authenticated
     def get(self) -> None:
-        queued, _ = self.store.leases(state="queued", limit=1000)
+        views, _ = self.store.leases(state="queued", limit=1000)
+        queued = leases_json(views)
         queued.sort(key=lambda le: (le["position"] is None, le["position"] or 0))
         now = self.store.clock()
         for le in queued:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tornado import web
 
+from ..serialize.leases import leases_json
 from .admin import AdminPage, naive_utc
 
 
@@ -19,7 +20,7 @@ class ApprovalsPage(AdminPage):
         by_name = {o["name"]: o for o in offers}
         now = self.store.clock()
         asks: list[dict[str, Any]] = []
-        for le in self.store.awaiting_approval():
+        for le in leases_json(self.store.awaiting_approval()):
             ask = le.get("approval") or {}
             asked = ask.get("asked")
             mine = by_name.get(le["offer"], {})

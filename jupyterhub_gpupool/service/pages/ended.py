@@ -20,6 +20,7 @@ from markupsafe import Markup
 from tornado import web
 
 from ...store import StoreError
+from ..serialize.leases import lease_json
 from .base import PageHandler
 from .user import done_text
 
@@ -74,7 +75,7 @@ class LeaseEndPage(PageHandler):
             holder = None
         if holder != name:
             raise web.HTTPError(404, "you have no such lease")
-        lease = self.store.lease(lease_id)
+        lease = lease_json(self.store.lease(lease_id))
         groups = tuple(model.get("groups") or ())
         names = {
             o["name"]: o.get("display_name") or o["name"]

@@ -20,6 +20,7 @@ from ...pool.errors import PoolError
 from ...store import StoreError
 from ...store.read.jobs import JobView
 from ...wording import last_hour_text
+from ..serialize.leases import leases_json
 from .base import PageHandler
 
 #: Ended jobs the page lists (the newest); the API and ``job list`` give all.
@@ -93,6 +94,7 @@ class UserPageHandler(PageHandler):
         name = model["name"]
         groups = tuple(model.get("groups") or ())
         me = self.store.user(name, groups, hub=None)  # a user of the pool's hub: its leases
+        me = {**me, "leases": leases_json(me["leases"])}
         offers = {o["name"]: o for o in self.store.offers_for(name, groups)}
         names = {n: o.get("display_name") or n for n, o in offers.items()}
         leases = me.get("leases") or []
@@ -108,7 +110,7 @@ class UserPageHandler(PageHandler):
         jobs = user_jobs(self.store.list_jobs(user=name))
         history = self.store.user_history(name, days=30)
         recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
-        decided = [le for le in recent if le.get("approval")][:10]  # asks that ended
+        decided = leases_json([le for le in recent if le.approval][:10])  # asks that ended
         self.render_page(
             "user.html",
             me=me,
