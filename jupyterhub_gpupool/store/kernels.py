@@ -21,12 +21,13 @@ from .. import orm
 from ..pool import commands as c
 from ..pool.allocator import Allocator
 from ..pool.facts import KernelFacts, LeaseFacts, PoolState
-from ..pool.kernels import KERNEL_HOLDER, KERNEL_PREFIX, KernelRules, kernel_server
+from ..pool.kernels import KERNEL_HOLDER, KernelRules, kernel_server
 from ..pool.rules.kernels import kernel_not_found as refused_kernel
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .jobs import JobStore
-from .rows import epoch, ts
+from .read.kernels import KernelView, kernel_view
+from .rows import epoch
 
 
 def kernel_not_found(kernel_id: str) -> StoreError:
@@ -52,7 +53,7 @@ class KernelStore(JobStore):
         groups: tuple[str, ...] | list[str] = (),
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> KernelView:
         """Ask for ``offer`` for the kernel ``kernel_id``: granted or queued like a server's
         lease (the same quota). Asking again for a kernel that holds or waits for the same
         offer answers that lease (a restart keeps its GPU); another offer is refused
@@ -69,9 +70,9 @@ class KernelStore(JobStore):
             outcome = decided(state, command, self._now_s())
             made = self._apply_effects(db, alloc, outcome.effects, actor)
             row = made.get(outcome.answer) or self.lease_row(db, outcome.answer)
-            return self._kernel_json(db, alloc, row)
+            return self._kernel_view(db, alloc, row)
 
-    def kernels(self, user: str | None = None) -> list[dict[str, Any]]:
+    def kernels(self, user: str | None = None) -> list[KernelView]:
         """Kernel leases not released yet, oldest first (``user`` None: everybody's)."""
         with self.locked() as alloc, self.read() as db:
             q = select(orm.LeaseRow).where(
@@ -81,24 +82,24 @@ class KernelStore(JobStore):
             if user is not None:
                 q = q.where(orm.LeaseRow.user == user)
             rows = db.scalars(q.order_by(orm.LeaseRow.created, orm.LeaseRow.id).limit(1000))
-            return [self._kernel_json(db, alloc, r) for r in rows]
+            return [self._kernel_view(db, alloc, r) for r in rows]
 
-    def kernel(self, kernel_id: str) -> dict[str, Any]:
+    def kernel(self, kernel_id: str) -> KernelView:
         """The kernel's newest lease (a released one says why it ended)."""
         with self.locked() as alloc, self.read() as db:
-            return self._kernel_json(db, alloc, self._kernel_row(db, kernel_id))
+            return self._kernel_view(db, alloc, self._kernel_row(db, kernel_id))
 
     def kernel_owner(self, kernel_id: str) -> str:
         """Whose kernel it is (``not_found`` if none)."""
         with self.read() as db:
             return self._kernel_row(db, kernel_id).user
 
-    def release_kernel(self, kernel_id: str, *, actor: str = "") -> dict[str, Any]:
+    def release_kernel(self, kernel_id: str, *, actor: str = "") -> KernelView:
         """End the kernel's lease (shut down, restarted with another offer, cancelled while
         queued); an ended one stays as it is. ``pool.decide`` decides (``rules.kernels``)."""
         return self._kernel_command(c.ReleaseKernel(kernel_id, actor=actor), actor)
 
-    def kernel_activity(self, kernel_id: str, state: str, *, actor: str = "") -> dict[str, Any]:
+    def kernel_activity(self, kernel_id: str, state: str, *, actor: str = "") -> KernelView:
         """The provisioner's report (its heartbeat): the kernel is alive and ``busy``
         (executing: its idle notice, if any, is cancelled), ``idle`` or ``starting``. The
         first report of a granted kernel activates its lease. Answers the lease: a released
@@ -107,8 +108,8 @@ class KernelStore(JobStore):
 
     def _kernel_command(
         self, command: c.ReleaseKernel | c.KernelActivity, actor: str
-    ) -> dict[str, Any]:
-        """Decide a command on the kernel's newest lease and apply it; answers its JSON."""
+    ) -> KernelView:
+        """Decide a command on the kernel's newest lease and apply it; answers its view."""
         with self.transaction() as (db, alloc):
             row = self._newest_kernel_row(db, command.kernel_id)
             facts, rows = self._lease_facts(db, alloc, [row]) if row is not None else ({}, {})
@@ -119,7 +120,7 @@ class KernelStore(JobStore):
             if isinstance(command, c.ReleaseKernel):
                 actor = actor or row.user
             self._apply_effects(db, alloc, outcome.effects, actor, rows)
-            return self._kernel_json(db, alloc, row)
+            return self._kernel_view(db, alloc, row)
 
     def reap_kernels(self, *, actor: str = "") -> list[str]:
         """The kernel reaper's round (``pool.kernels.kernel_verdict``): release the leases of
@@ -176,28 +177,8 @@ class KernelStore(JobStore):
             raise kernel_not_found(kernel_id)
         return row
 
-    def _kernel_json(
-        self, db: Session, alloc: Allocator | None, row: orm.LeaseRow
-    ) -> dict[str, Any]:
-        # the lease's JSON until the kernel has its own read model (issue 34: the kernels'
-        # move to store/read and service/serialize ends this store → service import). Lazy:
-        # service.serialize imports store.read, whose package's __init__ imports this module,
-        # so a top-level import fails whenever the serializer is imported before the store
-        from ..service.serialize.leases import lease_json
-
-        out = lease_json(self._lease_view(db, alloc, row))
-        notice = None
-        if row.reclaim_deadline is not None and row.reclaim_kind is None:
-            notice = {"deadline": ts(row.reclaim_deadline), "message": row.reclaim_reason}
-        return {
-            **out,
-            "kernel_id": row.server[len(KERNEL_PREFIX) :],
-            "lease_id": row.id,
-            "devices": self._job_devices(alloc, row),
-            "last_report": ts(row.keepalive),
-            "last_busy": ts(row.last_input),
-            "notice": notice,
-        }
+    def _kernel_view(self, db: Session, alloc: Allocator | None, row: orm.LeaseRow) -> KernelView:
+        return kernel_view(self._lease_view(db, alloc, row), alloc, row)
 
 
 def _live_kernels() -> tuple[ColumnElement[bool], ...]:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import pickle
 from datetime import datetime
 
+from jupyterhub_gpupool.service.serialize.kernels import kernel_json
 from jupyterhub_gpupool.service.serialize.leases import (
     lease_json,
     leases_json,
     watched_lease_json,
 )
+from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig
+from jupyterhub_gpupool.store.read.kernels import KernelNotice, KernelView
 from jupyterhub_gpupool.store.read.leases import (
     FallbackView,
     LeaseView,
@@ -277,3 +280,50 @@ def test_views_pickle_as_they_are():
         approval={"reason": "x"},
     )
     assert pickle.loads(pickle.dumps(lease)) == lease
+
+
+def test_a_kernel_is_its_lease_with_the_kernels_own_fields():
+    """A GPU kernel's JSON: the lease's, then the kernel's id, devices, reports and notice."""
+    lease = view(
+        id="L7",
+        server="kernel:k-1",
+        state="active",
+        slots=(SlotView("GPU-a", "mig", "1g.10gb", 3, 1000, "MIG-3"),),
+        ready=True,
+    )
+    kernel = KernelView(
+        lease=lease,
+        kernel_id="k-1",
+        devices=(JobDevice("GPU-a", 0, JobMig("1g.10gb", 3, "MIG-3")),),
+        last_report=datetime(2026, 3, 2, 9, 30),
+        last_busy=datetime(2026, 3, 2, 9, 20),
+        notice=KernelNotice(datetime(2026, 3, 2, 9, 40), "no cell has run for 20 min"),
+    )
+    assert kernel_json(kernel) == {
+        **COMMON,
+        "id": "L7",
+        "server": "kernel:k-1",
+        "state": "active",
+        "slots": [
+            {
+                "gpu": "GPU-a",
+                "kind": "mig",
+                "profile": "1g.10gb",
+                "start": 3,
+                "milli": 1000,
+                "mig_uuid": "MIG-3",
+            }
+        ],
+        "ready": True,
+        "kernel_id": "k-1",
+        "lease_id": "L7",
+        "devices": [
+            {"gpu": "GPU-a", "index": 0, "mig": {"profile": "1g.10gb", "start": 3, "uuid": "MIG-3"}}
+        ],
+        "last_report": "2026-03-02T09:30:00Z",
+        "last_busy": "2026-03-02T09:20:00Z",
+        "notice": {"deadline": "2026-03-02T09:40:00Z", "message": "no cell has run for 20 min"},
+    }
+    quiet = KernelView(lease, "k-1", (), None, None, None)
+    assert kernel_json(quiet)["notice"] is None and kernel_json(quiet)["devices"] == []
+    assert pickle.loads(pickle.dumps(kernel)) == kernel

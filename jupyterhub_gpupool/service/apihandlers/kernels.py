@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...pool import commands
 from ...pool.errors import PoolError
 from ...store.kernels import kernel_not_found
+from ..serialize.kernels import kernel_json
 from .base import APIError, APIHandler, needs
 
 
@@ -58,7 +59,7 @@ class KernelsHandler(APIHandler):
                 await self.writer.run(commands.RecordRefusal(body["offer"], e.code))
             raise
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{body['kernel_id']}")
-        self.write_json(kernel, 201)
+        self.write_json(kernel_json(kernel), 201)
 
     @needs("use", "list GPU kernels")
     def get(self) -> None:
@@ -68,7 +69,7 @@ class KernelsHandler(APIHandler):
             user = ident.name
         if user is not None:
             self.require(ident.may_use_for(user), f"see {user}'s GPU kernels")
-        self.write_json({"kernels": self.store.kernels(user=user)})
+        self.write_json({"kernels": [kernel_json(k) for k in self.store.kernels(user=user)]})
 
 
 class KernelHandler(_KernelHandler):
@@ -79,13 +80,14 @@ class KernelHandler(_KernelHandler):
     @needs("use", "read GPU kernels")
     def get(self, kernel_id: str) -> None:
         self._check(kernel_id)
-        self.write_json(self.store.kernel(kernel_id))
+        self.write_json(kernel_json(self.store.kernel(kernel_id)))
 
     @needs("use", "release GPU kernels")
     async def delete(self, kernel_id: str) -> None:
         self._check(kernel_id)
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.ReleaseKernel(kernel_id, actor=actor)))
+        released = await self.writer.run(commands.ReleaseKernel(kernel_id, actor=actor))
+        self.write_json(kernel_json(released))
 
 
 class KernelActivityHandler(_KernelHandler):
@@ -99,7 +101,11 @@ class KernelActivityHandler(_KernelHandler):
         body = self.json_body({"state": (str, True)})
         actor = self.identity.describe()
         self.write_json(
-            await self.writer.run(commands.KernelActivity(kernel_id, body["state"], actor=actor))
+            kernel_json(
+                await self.writer.run(
+                    commands.KernelActivity(kernel_id, body["state"], actor=actor)
+                )
+            )
         )
 
 
