@@ -14,6 +14,7 @@ from jupyterhub_gpupool.poolconfig import gpu_uuid, parse_pool_config
 from jupyterhub_gpupool.service.ingest import node_from_inventory
 from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.store.errors import StoreError
+from jupyterhub_gpupool.store.read.nodes import NodeView
 from tests.allocrig import state_of
 from tests.fakes import StoreClock
 
@@ -61,7 +62,7 @@ def a100(*instances: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def report(store: Store, name: str, *gpus: dict[str, Any]) -> dict[str, Any]:
+def report(store: Store, name: str, *gpus: dict[str, Any]) -> NodeView:
     """``name``'s agent reports these GPUs; the allocator is then what the rows say."""
     answer = store.put_inventory(node_from_inventory(name, {"gpus": list(gpus)}, store.catalog))
     with store.locked() as alloc, store.read() as db:
@@ -71,7 +72,7 @@ def report(store: Store, name: str, *gpus: dict[str, Any]) -> dict[str, Any]:
 
 def released(store: Store, lease_id: str) -> str | None:
     lease = store.lease(lease_id)
-    return lease["release_reason"] if lease["state"] == "released" else None
+    return lease.release_reason if lease.state == "released" else None
 
 
 def test_a_new_node_serves_the_queue_and_a_lost_gpu_ends_its_lease(store):
@@ -79,11 +80,11 @@ def test_a_new_node_serves_the_queue_and_a_lost_gpu_ends_its_lease(store):
     first = store.allocate("alice", "a", "h100")
     second = store.allocate("bob", "b", "h100")
     waiting = store.allocate("carol", "c", "h100")
-    assert waiting["state"] == "queued"
+    assert waiting.state == "queued"
     answer = report(store, "h2", h100("GPU-new", 0))
     assert answer.name == "h2" and answer.gpus == 1
-    assert store.lease(waiting["id"])["node"] == "h2"
-    on = {first["slots"][0]["gpu"]: first["id"], second["slots"][0]["gpu"]: second["id"]}
+    assert store.lease(waiting.id).node == "h2"
+    on = {first.slots[0].gpu: first.id, second.slots[0].gpu: second.id}
     report(store, "h100", h100(h0, 0))  # h1 is gone: its lease holds nothing any more
     assert released(store, on[h1]) == "node-lost" and released(store, on[h0]) is None
     report(store, "h100", h100(h0, 0, mig=True))  # it switched to MIG under its lease
@@ -95,12 +96,12 @@ def test_a_new_node_serves_the_queue_and_a_lost_gpu_ends_its_lease(store):
 def test_a_dynamic_gpu_s_instances_follow_its_reports(store):
     report(store, "a100", a100())
     made = store.allocate("alice", "a", "a100-1g")
-    start = made["slots"][0]["start"]
+    start = made.slots[0].start
     report(store, "a100", a100({"profile": "1g.10gb", "start": start, "uuid": "MIG-1"}))
-    assert store.lease(made["id"])["ready"] is True
-    store.keepalive(made["id"])
+    assert store.lease(made.id).ready is True
+    store.keepalive(made.id)
     report(store, "a100", a100())  # the instance vanished under its bound lease
-    assert released(store, made["id"]) == "node-lost"
+    assert released(store, made.id) == "node-lost"
 
 
 def test_a_creation_a_busy_instance_blocks_is_given_up_at_once(store):
@@ -108,7 +109,7 @@ def test_a_creation_a_busy_instance_blocks_is_given_up_at_once(store):
     planned = store.allocate("alice", "a", "a100-1g")
     busy = {"profile": "7g.80gb", "start": 0, "uuid": "MIG-busy", "processes": 2}
     report(store, "a100", a100(busy))
-    assert released(store, planned["id"]) == "mig-failed"
+    assert released(store, planned.id) == "mig-failed"
     failed = [e for e in store.events(limit=100)[0] if e["kind"] == "mig-failed"]
     assert failed and failed[0]["data"]["error"] == "Occupied"
 
