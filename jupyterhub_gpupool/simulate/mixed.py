@@ -405,7 +405,7 @@ class Replay:
         but for quota and no GPU model is short of its headroom."""
         alloc = self.allocs[INTERACTIVE]
         if not any(w.reason != "quota" for w in alloc.waiters.values()) and not (
-            alloc.headroom is not None and deficits(alloc.headroom, alloc.free_by_model(), {})
+            alloc.headroom is not None and deficits(alloc.headroom, alloc.headroom_free(t)[0], {})
         ):
             return
         state = preempt_state(alloc, self.rule_classes, self._live(alloc))
