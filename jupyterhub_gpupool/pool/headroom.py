@@ -85,6 +85,13 @@ class Headroom:
         """Whether a grant of class ``workload`` that ``borrowed`` is subject to the rule."""
         return borrowed and workload in self.preemptible
 
+    def describe(self) -> str:
+        """``keep_free 2``, ``keep_free H100-80GB 3, A100-80GB 1`` or ``none``."""
+        if self.models:
+            kept = ", ".join(f"{m} {n}" for m, n in self.models.items() if n)
+            return f"keep_free {kept}" if kept else "none"
+        return f"keep_free {self.every}" if self.every else "none"
+
     def holds_out(self, priority: int) -> bool:
         """Whether a node held for a long waiter of effective ``priority`` is out of the
         count: the waiter ranks ahead of any new ask of a class never preempted (a notebook
