@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
-from .capacity import Capacity
+from .capacity import Capacity, HeadroomCount
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
@@ -232,6 +232,18 @@ class Allocator(Capacity):
                 out[w.request.id] = node
         return out
 
+    def headroom_free(self, now: float) -> HeadroomCount:
+        """The headroom's count (``pool.headroom``): free units per GPU model less those of
+        the nodes held for long waiters aged past a notebook's ask (``Headroom.holds_out``:
+        no such ask may use them), and those nodes."""
+        h, aging = self.headroom, self.aging_interval
+        held = frozenset(
+            node
+            for rid, node in self.holds(now).items()
+            if h is not None and h.holds_out(self.waiters[rid].effective_priority(now, aging))
+        )
+        return self.free_by_model(held), held
+
     def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> str | None:
         """Hold a node for a long waiter unless one is held for its models already."""
         offer = self._offer_of(waiter.request)
@@ -321,7 +333,9 @@ class Allocator(Capacity):
         if placed is None:
             return self._queued(waiter, now, f"no {offer.display_name or offer.name} is free now")
         borrowed = verdict.borrowed and not request.exception  # an approved exception never is
-        placed, why = self._headroom_place(request, borrowed, offer, placed, held, clusters)
+        placed, why = self._headroom_place(
+            request, borrowed, offer, placed, held, clusters, partial(self.headroom_free, now)
+        )
         if placed is None or self.units_for(offer, placed[0]) != units:
             waiter.reason = HEADROOM
             return self._queued(waiter, now, why or "capacity is kept free (borrowing.keep_free)")
@@ -566,7 +580,13 @@ class Allocator(Capacity):
         only the waiters' reasons (why each one before it still waits)."""
         held: set[str] = set()
         covered: set[str] = set()
-        free: dict[str, float] | None = None  # per GPU model, for the headroom (once a pass)
+        counted: list[HeadroomCount] = []  # the headroom's count, once a pass
+
+        def count() -> HeadroomCount:
+            if not counted:
+                counted.append(self.headroom_free(now))
+            return counted[0]
+
         for waiter in self.queue(now):
             offer = self._offer_of(waiter.request)
             if offer is None:
@@ -578,9 +598,8 @@ class Allocator(Capacity):
             clusters = offer.served_in(waiter.request.clusters)
             placed = self._place(offer, frozenset(held), clusters) if verdict.ok else None
             if placed is not None and self.headroom is not None:
-                free = self.free_by_model() if free is None else free
                 placed, _ = self._headroom_place(
-                    request, verdict.borrowed, offer, placed, frozenset(held), clusters, free
+                    request, verdict.borrowed, offer, placed, frozenset(held), clusters, count
                 )
                 if placed is None:
                     waiter.reason = HEADROOM
@@ -640,7 +659,7 @@ class Allocator(Capacity):
                 return self._place(offer, clusters=clusters) is not None
             return self._fits_on(offer, node, clusters) and (  # and the headroom lets it
                 self._held_back_on(
-                    request, verdict.borrowed, offer, self.nodes[node], self.free_by_model()
+                    request, verdict.borrowed, offer, self.nodes[node], self.headroom_free(now)
                 )
                 is None
             )

@@ -9,7 +9,7 @@ places with); the allocator keeps the inventory (``gpus``), the leases and the q
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from fractions import Fraction
 from typing import TypedDict
 
@@ -17,6 +17,10 @@ from .headroom import Headroom, free_by_model, wait_message
 from .model import Gpu, Node, Offer, Request, offer_units
 from .placement import NodeChoice
 from .scoring import NodeStates
+
+#: The headroom's count: free units per GPU model, and the nodes held for long waiters it
+#: leaves out (``Allocator.headroom_free``).
+HeadroomCount = tuple[Mapping[str, float], frozenset[str]]
 
 
 class ModelCapacity(TypedDict):
@@ -75,18 +79,25 @@ class Capacity(NodeStates):
                     free += g.free_units()
         return {"total": total, "free": free, "used": total - free}
 
-    def free_by_model(self) -> dict[str, float]:
-        """Free units per GPU model of schedulable nodes (one node of each state counted)."""
+    def free_by_model(self, held: Collection[str] = ()) -> dict[str, float]:
+        """Free units per GPU model of schedulable nodes (one node of each state counted),
+        less those of the ``held`` nodes (the headroom's count: ``Allocator.headroom_free``)."""
         groups = self._groups
-        return free_by_model((self.nodes[self._group_first(s)[1]], len(groups[s])) for s in groups)
+        return free_by_model(
+            ((self.nodes[self._group_first(s)[1]], len(groups[s])) for s in groups),
+            [self.nodes[n] for n in held if n in self.nodes],
+        )
 
     def _held_back_on(
-        self, request: Request, borrowed: bool, offer: Offer, node: Node, free: Mapping[str, float]
+        self, request: Request, borrowed: bool, offer: Offer, node: Node, count: HeadroomCount
     ) -> str | None:
         """The GPU model a grant of ``offer`` on ``node`` would leave short of its headroom,
-        or None (also when the rule does not apply to ``request``)."""
+        or None (also when the rule does not apply to ``request``, and on a node held for a
+        long waiter: what is free there is no headroom). ``count``: the headroom's free units
+        per model and the held nodes they leave out."""
         h = self.headroom
-        if h is None or not h.held_back(request.workload, borrowed):
+        free, held = count
+        if h is None or not h.held_back(request.workload, borrowed) or node.name in held:
             return None
         model = next((g.model.name for g in node.gpus if offer.allows_model(g.model.name)), "")
         return model if h.breached(free, model, self.units_for(offer, node)) else None
@@ -99,23 +110,30 @@ class Capacity(NodeStates):
         placed: tuple[Node, NodeChoice],
         exclude: frozenset[str],
         clusters: frozenset[str] | None,
-        free: Mapping[str, float] | None = None,
+        count: Callable[[], HeadroomCount],
     ) -> tuple[tuple[Node, NodeChoice] | None, str]:
         """``placed``, or a node of another model the offer allows that the grant leaves
-        enough of, or (None, why it waits): a borrowed grant of a preemptible class leaves
-        each model's ``keep_free`` units free."""
+        enough of (or a node held for a long waiter, whose free units are no headroom), or
+        (None, why it waits): a borrowed grant of a preemptible class leaves each model's
+        ``keep_free`` units free. ``count``: the headroom's count (asked only when the rule
+        applies)."""
         h = self.headroom
         if h is None or not h.held_back(request.workload, borrowed):
             return placed, ""
-        free = self.free_by_model() if free is None else free
+        counted = count()
+        free, held = counted
         full: set[str] = set()
-        while (model := self._held_back_on(request, borrowed, offer, placed[0], free)) is not None:
+        while (
+            model := self._held_back_on(request, borrowed, offer, placed[0], counted)
+        ) is not None:
             full.add(model)
             why = wait_message(model, h.keep(model))
-            if all(m in full for m in free if offer.allows_model(m)):
+            if not held and all(m in full for m in free if offer.allows_model(m)):
                 return None, why
             exclude |= {
-                n for n, x in self.nodes.items() if any(g.model.name in full for g in x.gpus)
+                n
+                for n, x in self.nodes.items()
+                if n not in held and any(g.model.name in full for g in x.gpus)
             }
             found = self._place(offer, exclude, clusters)
             if found is None:

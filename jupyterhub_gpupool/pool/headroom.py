@@ -21,6 +21,19 @@ waits until a GPU frees. Headroom keeps ``keep_free`` GPUs of a model free of th
   the grace. Without the refill the first ``keep_free`` arrivals of a busy hour use the
   headroom and the next wait as before, for as long as the trainings run (hours).
 
+**Held nodes** (:meth:`Allocator.headroom_free`): the free units of a node the allocator holds
+for a long waiter (``pool.reservation``: the starvation guard keeps later waiters off it
+until the waiter fits) are not counted as headroom once that waiter has aged past the
+priority of every class never preempted (:meth:`Headroom.holds_out`): a notebook or a
+service asking then ranks after it and may not use them. Without that, on a loaded day a
+large training waiting past the notebooks' priority (one level per ``aging_interval``: 50
+levels, about 8.3 h) holds a node, the GPUs freed there count as the headroom, nothing is
+refilled, and notebooks wait behind it. (Before it has aged that far a notebook ranks ahead
+and may take them: they count.) A grant on a held node (to the waiter it
+is held for, or one ranked ahead of it) takes nothing from the headroom and is never held
+back by it; the refill gives no notice to a lease on a held node (what it frees is not
+headroom), and counts none leaving there.
+
 What it trades: ``keep_free`` GPUs of each model stay idle while nothing else asks (training
 served less), for notebooks and services that find a GPU at once while no more than
 ``keep_free`` of them arrive within one grace period. Free units are counted as the pool's
@@ -37,7 +50,7 @@ from fractions import Fraction
 from .errors import ConfigError, UnknownModel
 from .limits import MAX_GPUS, MAX_NAME, shown
 from .model import Node
-from .workloads import WorkloadClass
+from .workloads import INTERACTIVE, WorkloadClass
 
 #: The wait reason of a request held back by the headroom (``Queued.reason``).
 HEADROOM = "headroom"
@@ -55,6 +68,9 @@ class Headroom:
     models: Mapping[str, int] = field(default_factory=dict)
     #: The preemptible workload classes (their borrowed grants are held back).
     preemptible: frozenset[str] = frozenset()
+    #: The lowest queue priority of a class never preempted (``workloads.request_priority``
+    #: at offer priority 0): a node held for a waiter aged above it is out of the count.
+    kept_for: int = 0
 
     def keep(self, model: str) -> int:
         """GPUs of ``model`` kept free."""
@@ -68,6 +84,19 @@ class Headroom:
     def held_back(self, workload: str | None, borrowed: bool) -> bool:
         """Whether a grant of class ``workload`` that ``borrowed`` is subject to the rule."""
         return borrowed and workload in self.preemptible
+
+    def describe(self) -> str:
+        """``keep_free 2``, ``keep_free H100-80GB 3, A100-80GB 1`` or ``none``."""
+        if self.models:
+            kept = ", ".join(f"{m} {n}" for m, n in self.models.items() if n)
+            return f"keep_free {kept}" if kept else "none"
+        return f"keep_free {self.every}" if self.every else "none"
+
+    def holds_out(self, priority: int) -> bool:
+        """Whether a node held for a long waiter of effective ``priority`` is out of the
+        count: the waiter ranks ahead of any new ask of a class never preempted (a notebook
+        within guarantee is served first at the same level), so no such ask may use it."""
+        return priority > self.kept_for
 
     def breached(self, free: Mapping[str, float], model: str, units: Fraction | float) -> bool:
         """Whether taking ``units`` of ``model`` leaves fewer than it keeps free."""
@@ -120,24 +149,34 @@ def headroom_for(
 ) -> Headroom | None:
     """``headroom`` kept from the preemptible ``classes``; None when it keeps nothing (the
     allocator then decides as it always did)."""
-    values = classes.values() if isinstance(classes, Mapping) else classes
+    values = list(classes.values() if isinstance(classes, Mapping) else classes)
+    base = next((c.priority for c in values if c.name == INTERACTIVE), 0)
     out = Headroom(
         headroom.every,
         dict(headroom.models),
         frozenset(c.name for c in values if c.preemptible),
+        min((c.priority - base for c in values if not c.preemptible), default=0),
     )
     return out if out.on else None
 
 
-def free_by_model(states: Iterable[tuple[Node, int]]) -> dict[str, float]:
+def free_by_model(
+    states: Iterable[tuple[Node, int]], held: Iterable[Node] = ()
+) -> dict[str, float]:
     """Free units per GPU model of schedulable nodes, from ``(node, how many nodes are in its
-    state)`` pairs (one node of each state: the allocator's index)."""
+    state)`` pairs (one node of each state: the allocator's index), less those of the
+    ``held`` nodes (each one of the nodes counted: the headroom's count leaves out a node
+    held for a long waiter)."""
     out: dict[str, float] = {}
     for node, count in states:
         if not node.schedulable:
             continue
         for g in node.gpus:
             out[g.model.name] = out.get(g.model.name, 0.0) + g.free_units() * count
+    for node in held:
+        if node.schedulable:
+            for g in node.gpus:
+                out[g.model.name] -= g.free_units()
     return out
 
 

@@ -23,13 +23,15 @@ A day of three workloads, replayed twice through the pool's allocator
 ``one-pool``: every GPU in one allocator. A request's priority is
 ``workloads.request_priority`` (training −50, inference +25); notebook users are guaranteed one
 GPU, each service its GPUs, training nothing (everything it holds is borrowed). After every
-event each queued request within guarantee of a non-preemptible class takes, in
-``workloads.preemption_rank`` order, the leases ``Allocator.reclaimable_for`` names, as the
-``PreemptJobs`` rule does (``pool.rules.jobs``; a lease promised to a waiter ahead is not
-taken twice). With ``keep_free`` N (the pool config's ``borrowing: {keep_free: N}``,
-``pool.headroom``), the allocator grants borrowed training only while it leaves N GPUs free,
-and after the waiters the pass refills the headroom as the rule does (``headroom.refill``:
-borrowed trainings get their notice until N GPUs, with those leaving, are free again).
+event the pool's own ``PreemptJobs`` rule decides (``pool.rules.jobs`` through
+``pool.decide``, on the facts the store gathers for it: :func:`preempt_state`) and its
+notices are played: each queued request within guarantee of a non-preemptible class takes,
+in ``workloads.preemption_rank`` order, the leases ``Allocator.reclaimable_for`` names (a
+lease promised to a waiter ahead is not taken twice), a long-waiting training what
+``waiter_preemption_rank`` allows on the node held for it; with ``keep_free`` N (the pool
+config's ``borrowing: {keep_free: N}``, ``pool.headroom``), the allocator grants borrowed
+training only while it leaves N GPUs free, and the rule's refill gives borrowed trainings
+their notice until N GPUs, with those leaving, are free again.
 
 ``split``: the same nodes cut into three allocators (notebooks / training / inference), each
 workload on its own share; nothing borrowed across, nothing preempted.
@@ -48,7 +50,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from statistics import median, quantiles
@@ -56,8 +58,12 @@ from typing import Any
 
 from ..pool.allocator import Allocator
 from ..pool.catalog import default_catalog
-from ..pool.decisions import Grant, Lease, Queued
-from ..pool.headroom import Borrower, Headroom, headroom_for, refill
+from ..pool.commands import PreemptJobs
+from ..pool.decide import decide
+from ..pool.decisions import Grant, Queued
+from ..pool.effects import JobPreempting, WaitReason, apply_effect
+from ..pool.facts import JobFacts, PoolState
+from ..pool.headroom import HEADROOM, Headroom, deficits, headroom_for
 from ..pool.model import Gpu, Node, Request, parse_offer
 from ..pool.quota import QuotaBook, QuotaSpec
 from ..pool.reclaim import ReclaimState
@@ -67,12 +73,9 @@ from ..pool.workloads import (
     INTERACTIVE,
     MAX_GRACE,
     TRAINING,
-    Holder,
     WorkloadClass,
     idle_reclaimable,
-    preemption_rank,
     request_priority,
-    waiter_preemption_rank,
 )
 from . import reclaim, sensei
 from .kernels import load_trace
@@ -225,7 +228,11 @@ class Replay:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.classes = mode, classes
-        self.grace = classes[TRAINING].grace if grace is None else grace
+        if grace is not None and grace != int(grace):
+            raise ValueError(f"grace: whole seconds, as a class's grace is; got {grace}")
+        self.grace = classes[TRAINING].grace if grace is None else int(grace)
+        #: the classes the preemption rule reads: training's grace the replay's
+        self.rule_classes = {**classes, TRAINING: replace(classes[TRAINING], grace=self.grace)}
         catalog = default_catalog()
         self.offers = {o.name: o for o in (parse_offer(raw, catalog) for raw in OFFERS)}
         guarantees = {w.user: Fraction(w.gpus) for w in work if w.cls == INFERENCE}
@@ -391,82 +398,37 @@ class Replay:
     # -- preemption (one pool) -------------------------------------------------------------
 
     def preempt(self, t: float) -> None:
-        """Queued requests within guarantee of a non-preemptible class take what
-        ``preemption_rank`` allows, and a long waiter of a class with ``preempt_for_waiters``
-        what ``waiter_preemption_rank`` allows on the node held for it, in queue order
-        (``JobStore.preempt_jobs``'s pass); then the headroom's refill, if any."""
+        """A ``PreemptJobs`` round (``pool.rules.jobs`` through ``pool.decide``, on the facts
+        the store gathers for it: :func:`preempt_state`), its effects played on the replay: a
+        noticed training runs to the notice's deadline, then checkpoints and queues again.
+        Skipped when it could do nothing (as ``JobStore.preempt_jobs`` skips it): nobody waits
+        but for quota and no GPU model is short of its headroom."""
         alloc = self.allocs[INTERACTIVE]
-        if not alloc.waiters and alloc.headroom is None:
+        if not any(w.reason != "quota" for w in alloc.waiters.values()) and not (
+            alloc.headroom is not None and deficits(alloc.headroom, alloc.headroom_free(t)[0], {})
+        ):
             return
-        promised: set[str] = set()
-        holds = alloc.holds(t)
-        for waiter in alloc.queue(t):
-            if waiter.reason == "quota" or waiter.request.id not in alloc.waiters:
-                continue
-            requester = self.classes[self.by_request[waiter.request.id].work.cls]
-            node = None
-            if requester.preemptible:  # only a long waiter, on the node held for it
-                node = holds.get(waiter.request.id)
-                if node is None or not requester.preempt_for_waiters:
-                    continue
-
-            def rank(
-                lease: Lease,
-                requester: WorkloadClass = requester,
-                promised: set[str] = promised,
-                units: Fraction | None = waiter.units if node is not None else None,
-            ) -> Any:
-                if lease.id in promised:
-                    return None
-                it = self.by_request[lease.id]
-                if it.work.cls == INTERACTIVE:
-                    return None  # a server is no job: this pass never stops one
-                holder = Holder(
-                    lease.id,
-                    self.classes[it.work.cls],
-                    lease.borrowed,
-                    lease.request.arrival,
-                    leaving=it.leaving,
-                    units=lease.units,
-                )
-                if units is not None:
-                    return waiter_preemption_rank(holder, requester, units, t)
-                return preemption_rank(holder, requester, t)
-
-            victims = alloc.reclaimable_for(waiter.request, t, rank, node)
-            promised |= set(victims)
-            for v in victims:
-                it = self.by_request[v]
-                if it.leaving:
-                    continue
+        state = preempt_state(alloc, self.rule_classes, self._live(alloc))
+        for effect in decide(state, PreemptJobs(actor="replay"), t).effects:
+            if isinstance(effect, JobPreempting):
+                it = self.by_request[effect.job_id]
                 it.leaving = True
                 self.fig.preemptions[it.work.cls] += 1
-                self.at(t + self.grace, "deadline", it.idx, it.version)
-        if alloc.headroom is not None:
-            self.refill(alloc, promised, t)
+                if effect.notice == HEADROOM:
+                    self.fig.headroom_preemptions += 1
+                self.at(effect.deadline, "deadline", it.idx, it.version)
+            elif isinstance(effect, WaitReason):
+                apply_effect(alloc, effect, t)
+            else:  # a job granted but not started ends at once: none here (all start at grant)
+                raise AssertionError(f"the replay does not play {effect!r}")
 
-    def refill(self, alloc: Allocator, promised: set[str], t: float) -> None:
-        """The ``PreemptJobs`` rule's refill (``rules.jobs._refill``): borrowed trainings get
-        their notice until the headroom, with the leases leaving for no waiter, is free."""
-        h = alloc.headroom
-        assert h is not None
-        leaving: dict[str, float] = {}
-        borrowers = []
-        for lease in alloc.leases.values():
-            it = self.by_request[lease.id]
-            model = alloc.gpus[lease.slots[0].gpu].model.name
-            if lease.id in promised:
-                continue
-            if it.leaving:
-                leaving[model] = leaving.get(model, 0.0) + float(lease.units)
-            elif h.held_back(it.work.cls, lease.borrowed):
-                borrowers.append(Borrower(lease.id, model, lease.units, lease.request.arrival))
-        for b in refill(h, alloc.free_by_model(), leaving, borrowers):
-            it = self.by_request[b.id]
-            it.leaving = True
-            self.fig.preemptions[it.work.cls] += 1
-            self.fig.headroom_preemptions += 1
-            self.at(t + self.grace, "deadline", it.idx, it.version)
+    def _live(self, alloc: Allocator) -> dict[str, tuple[str, str, bool]]:
+        """(user, class, leaving) of each lease and waiter of ``alloc``, by request id."""
+        out = {}
+        for lid in itertools.chain(alloc.leases, alloc.waiters):
+            it = self.by_request[lid]
+            out[lid] = (it.work.user, it.work.cls, it.leaving)
+        return out
 
     def finish(self) -> None:
         f = self.fig
@@ -481,6 +443,28 @@ class Replay:
             )
             f.notebook_wait_max_s = max(self.waits)
             f.notebooks_queued = sum(w > 0 for w in self.waits)
+
+
+def preempt_state(
+    alloc: Allocator,
+    classes: Mapping[str, WorkloadClass],
+    holders: Mapping[str, tuple[str, str, bool]],
+) -> PoolState:
+    """What the ``PreemptJobs`` rule reads, as ``JobStore.preempt_jobs`` gathers it from the
+    rows: the live jobs (every lease of a class other than notebooks': a job starts running
+    at its grant here, and is ``preempting`` once noticed), oldest first, and the class of
+    each lease and waiter. ``holders``: (user, class, leaving) by lease or request id."""
+    jobs = sorted(
+        (lid for lid, (_, cls, _) in holders.items() if lid in alloc.leases and cls != INTERACTIVE),
+        key=lambda lid: (alloc.leases[lid].request.arrival, lid),
+    )
+    facts = tuple(
+        JobFacts(lid, user, "preempting" if leaving else "running", lid, cls)
+        for lid in jobs
+        for user, cls, leaving in (holders[lid],)
+    )
+    workloads: dict[str, str | None] = {lid: cls for lid, (_, cls, _) in holders.items()}
+    return PoolState(alloc, classes=classes, jobs=facts, workloads=workloads)
 
 
 def run_all(
@@ -600,13 +584,13 @@ def _nodes_arg(text: str) -> int:
     return value
 
 
-def _grace(text: str) -> float:
+def _grace(text: str) -> int:
     try:
-        value = float(text)
+        value = int(text)
     except ValueError:
-        value = -1.0
+        value = -1
     if not 0 <= value <= MAX_GRACE:
-        raise argparse.ArgumentTypeError(f"seconds from 0 to {MAX_GRACE}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"whole seconds from 0 to {MAX_GRACE}, got {text!r}")
     return value
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..pool.allocator import Allocator, Grant, Queued
 from ..pool.errors import PoolError
+from ..pool.headroom import HEADROOM, Headroom, headroom_for, parse_borrowing
 from ..pool.miglayout import mig_new_starts
 from ..pool.model import Gpu, MigInstance, Node, Offer, Request
 from ..pool.reclaimpolicy import PolicySet
@@ -58,6 +59,8 @@ class Change:
     policy: PolicySet | None = None
     #: node → the MIG layout of each of its MIG-capable GPUs (profiles), or ``dynamic``.
     layouts: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
+    #: The ``borrowing:`` section replayed (``keep_free``; None: the pool config's).
+    keep_free: Headroom | None = None
 
     def describe(self) -> str:
         """``+2 A100-80GB, -node gpu-b, policy`` (for the report's heading)."""
@@ -67,6 +70,8 @@ class Change:
             parts.append(f"{node} MIG {layout if isinstance(layout, str) else '+'.join(layout)}")
         if self.policy is not None:
             parts.append("reclaim policy from file")
+        if self.keep_free is not None:
+            parts.append(f"borrowing {self.keep_free.describe()}")
         return ", ".join(parts) or "nothing (the recorded pool)"
 
 
@@ -178,6 +183,8 @@ class _Run:
     granted: float | None = None
     units: float = 0.0
     done: bool = False
+    #: it waited, some of the time, for GPUs the headroom keeps (reason ``headroom``)
+    for_headroom: bool = False
 
 
 def hold_seconds(rec: Any, end: datetime, old: PolicySet, new: PolicySet | None) -> float:
@@ -203,13 +210,16 @@ def replay(
     *,
     old_policy: PolicySet,
     new_policy: PolicySet | None = None,
+    headroom: Headroom | None = None,
 ) -> list[dict[str, Any]]:
-    """Re-ask every record of [start, end) of an allocator on ``nodes``; each request's
+    """Re-ask every record of [start, end) of an allocator on ``nodes`` (keeping ``headroom``
+    from borrowing by the preemptible classes: ``pool.headroom``'s grant rule); each request's
     outcome: offer, whether it counts (asked within the window), its wait (seconds), whether
-    it was served, and unit-hours held and busy within the window."""
+    it was served, whether it waited for the headroom, and unit-hours held and busy within the
+    window."""
     t0 = start.timestamp()
     t_end = end.timestamp()
-    alloc = Allocator(nodes, offers, quotas)
+    alloc = Allocator(nodes, offers, quotas, headroom=headroom)
     runs: dict[str, _Run] = {}
     events: list[tuple[float, int, str, str]] = []
     seq = 0
@@ -259,6 +269,7 @@ def replay(
                 rec.priority,
                 run.arrival,
                 rec.clusters,
+                workload=rec.workload,
             )
             decision = alloc.submit(req, t)
             if isinstance(decision, Grant):
@@ -273,6 +284,10 @@ def replay(
             run.done = True
             for g in alloc.release(rid, t):
                 grant(g, t)
+        if headroom is not None:  # who waits for the headroom now (a pass may change it)
+            for wid, waiter in alloc.waiters.items():
+                if waiter.reason == HEADROOM:
+                    runs[wid].for_headroom = True
     out = []
     for run in runs.values():
         rec = run.rec
@@ -295,6 +310,7 @@ def replay(
                 "served": run.granted is not None,
                 "refused": run.granted is None and run.done and run.patience is None,
                 "wait": max(0.0, wait_to - run.arrival),
+                "for_headroom": run.for_headroom,
                 "held_unit_hours": held * run.units,
                 "busy_unit_hours": busy * run.units,
             }
@@ -321,6 +337,7 @@ def recorded(records: Sequence[Any], start: datetime, end: datetime) -> list[dic
                 "served": rec.granted is not None and rec.granted < end,
                 "refused": False,
                 "wait": rec.wait(end),
+                "for_headroom": rec.waited_for == HEADROOM,
                 "held_unit_hours": held * rec.units,
                 "busy_unit_hours": busy * rec.units,
             }
@@ -329,8 +346,8 @@ def recorded(records: Sequence[Any], start: datetime, end: datetime) -> list[dic
 
 
 def summarize(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per offer and for ``*`` (all): requests, served, still waiting or refused, p50/p95 wait
-    (minutes), unit-hours held and the idle share."""
+    """Per offer and for ``*`` (all): requests, served, still waiting or refused, those that
+    waited for the headroom, p50/p95 wait (minutes), unit-hours held and the idle share."""
     from ..store.planning import wait_figures
 
     groups: dict[str, list[Mapping[str, Any]]] = {}
@@ -348,6 +365,7 @@ def summarize(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
             "served": sum(o["served"] for o in asked),
             "unserved": sum(not o["served"] for o in asked),
             "refused": sum(o["refused"] for o in asked),
+            "headroom_waits": sum(o["for_headroom"] for o in asked),
             **wait_figures(o["wait"] for o in asked),
             "held_unit_hours": round(held, 3),
             "idle_share": round((held - busy) / held, 4) if held else 0.0,
@@ -435,6 +453,8 @@ def what_if(
         old_policy = store.reclaim_policies(db, {o.name: o for o in offers})
         book = quota_book(db, end)
     inventory = changed_inventory(nodes, offers, change, store.catalog)
+    config = store.file_config
+    kept = config.borrowing if change.keep_free is None else change.keep_free
     then = summarize(recorded(records, start, end))
     now = summarize(
         replay(
@@ -446,6 +466,7 @@ def what_if(
             end,
             old_policy=old_policy,
             new_policy=change.policy,
+            headroom=headroom_for(kept, config.classes),
         )
     )
     return {
@@ -454,6 +475,7 @@ def what_if(
         "days": days if hours is None else None,
         "hours": hours if hours is not None else days * 24,
         "change": change.describe(),
+        "headroom": {"configured": config.borrowing.describe(), "what_if": kept.describe()},
         "offers": {
             o: {"recorded": then.get(o), "what_if": now.get(o)}
             for o in sorted(set(then) | set(now))
@@ -495,6 +517,15 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"{str(a.get('unserved', 0)) + ' → ' + str(b.get('unserved', 0)):>11}  "
             f"{pct(a.get('idle_share', 0)) + ' → ' + pct(b.get('idle_share', 0)):>15}"
         )
+    kept = result.get("headroom") or {"configured": "none", "what_if": "none"}
+    every = result["offers"].get("*") or {}
+    a, b = every.get("recorded") or {}, every.get("what_if") or {}
+    waits = a.get("headroom_waits", 0), b.get("headroom_waits", 0)
+    if any(waits) or set(kept.values()) != {"none"}:
+        lines.append(
+            f"headroom (borrowing): {kept['configured']} → {kept['what_if']}; requests that "
+            f"waited for it: {waits[0]} → {waits[1]}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -533,6 +564,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="a reclaim policy (YAML: a pool config's reclaim: section, or a file with one)",
+    )
+    parser.add_argument(
+        "--keep-free",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay with borrowing: {keep_free: N} (N GPUs of every model kept from borrowed "
+        "training; 0: none) instead of the pool config's",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -579,7 +618,13 @@ def run_cli(args: argparse.Namespace) -> int:
 
                 _, offers = inventory_of(db, store.catalog)
             policy = load_policy(args.policy, {o.name: o for o in offers}, store.catalog)
-        change = Change(add, tuple(args.remove), policy, parse_layouts(args.mig_layout))
+        kept = None
+        if args.keep_free is not None:
+            try:
+                kept = parse_borrowing({"keep_free": args.keep_free}, store.catalog.names)
+            except PoolError as e:
+                raise WhatIfError(f"--keep-free: {e.message}", "keep_free") from None
+        change = Change(add, tuple(args.remove), policy, parse_layouts(args.mig_layout), kept)
         result = what_if(store, args.days, change, until, hours=args.hours)
     except (WhatIfError, ReportError) as e:
         print(f"jupyterhub-gpupool simulate what-if: error: {e}", file=sys.stderr)

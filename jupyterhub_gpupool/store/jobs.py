@@ -307,7 +307,7 @@ class JobStore(LeaseStore):
                 return True
         with self.locked() as alloc:
             short = alloc.headroom is not None and bool(
-                deficits(alloc.headroom, alloc.free_by_model(), {})
+                deficits(alloc.headroom, alloc.headroom_free(self._now_s())[0], {})
             )
             if not short and not any(w.reason != "quota" for w in alloc.waiters.values()):
                 return False

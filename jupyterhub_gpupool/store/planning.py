@@ -61,6 +61,7 @@ class Record:
     busy_hours: float
     release_reason: str | None
     waited_for: str | None  # quota / no_capacity / fairness / headroom, from ``queued``
+    workload: str | None = None  # a job's or kernel's class (a hub server's: none)
 
     @property
     def units_f(self) -> float:
@@ -144,6 +145,7 @@ class PlanningStore(ChargebackStore):
                 r.busy_hours,
                 r.release_reason,
                 reasons.get(r.id),
+                r.workload,
             )
             for r in rows
             if (queued := queued_at(r)) is not None

@@ -10,17 +10,33 @@ with two more, all 0. With the node removed, nothing is served.
 from __future__ import annotations
 
 import json
+from copy import deepcopy
+from dataclasses import replace
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 import pytest
 import yaml
 
 from jupyterhub_gpupool.cli import main
 from jupyterhub_gpupool.dbutil import upgrade
+from jupyterhub_gpupool.pool.catalog import default_catalog
+from jupyterhub_gpupool.pool.headroom import Headroom, headroom_for
+from jupyterhub_gpupool.pool.model import Gpu, Node, parse_offer
+from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
+from jupyterhub_gpupool.pool.reclaimpolicy import PolicySet
 from jupyterhub_gpupool.pool.usage import busy_from
+from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES, TRAINING
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
-from jupyterhub_gpupool.simulate.whatif import Change, WhatIfError, what_if
-from jupyterhub_gpupool.store.planning import nearest_rank
+from jupyterhub_gpupool.simulate.whatif import (
+    Change,
+    WhatIfError,
+    recorded,
+    replay,
+    summarize,
+    what_if,
+)
+from jupyterhub_gpupool.store.planning import Record, nearest_rank
 from tests.fakes import InProcessService, StoreClock, make_store, write_pool
 
 POOL = {
@@ -33,6 +49,7 @@ POOL = {
     "reclaim": {"default": {"idle_timeout": "1h", "pressure_idle_timeout": "20m"}},
 }  # fmt: skip
 DAY1 = datetime(2026, 11, 1)
+CATALOG = default_catalog()
 UNTIL = datetime(2026, 12, 1)
 
 
@@ -386,3 +403,69 @@ def test_a_new_install_says_in_words_what_the_replay_needs_and_takes_hours(tmp_p
         ):
             r = api.call("admin", "POST", "capacity/what-if", bad)
             assert r.status in (400, 422) and r.json()["error"]["field"] == field, r.body
+
+
+# -- the headroom (borrowing: {keep_free}) ------------------------------------------------------
+
+
+def kept_day() -> tuple[list, list, list, QuotaBook]:
+    """Two H100s; two borrowed trainings (0:00 for 2 h, 0:10 for 30 min) and a notebook (1:00 for
+    2 h), as recorded with no headroom: nobody waited."""
+    h100 = CATALOG.model("H100-80GB")
+    nodes = [Node("n", gpus=[Gpu(f"n-{i}", i, h100) for i in range(2)])]
+    offers = [parse_offer({"name": "h100", "kind": "gpu", "models": ["H100-80GB"]}, CATALOG)]
+
+    def rec(rid: str, user: str, at: float, hours: float, workload: str | None) -> Record:
+        asked = DAY1 + timedelta(hours=at)
+        return Record(
+            rid, user, f"s-{rid}", "h100", None, (), (), 0 if workload is None else -50, asked,
+            asked, asked + timedelta(hours=hours), 1.0, hours / 2, "stopped", None, workload,
+        )  # fmt: skip
+
+    records = [
+        rec("t1", "trainer", 0, 2, TRAINING),
+        rec("t2", "trainer", 1 / 6, 0.5, TRAINING),
+        rec("nb", "alice", 1, 2, None),
+    ]
+    book = QuotaBook(users={"alice": QuotaSpec(guarantee=Fraction(1))})
+    return records, nodes, offers, book
+
+
+def test_the_replay_keeps_the_headroom_and_counts_who_waited_for_it():
+    records, nodes, offers, book = kept_day()
+    end = DAY1 + timedelta(days=1)
+    policy = PolicySet()
+
+    def run(headroom):
+        out = replay(records, deepcopy(nodes), offers, book, DAY1, end, old_policy=policy,
+                     headroom=headroom)  # fmt: skip
+        return sorted((o["wait"], o["for_headroom"]) for o in out), summarize(out)["*"]
+
+    waits, figures = run(None)
+    assert waits == [(0.0, False)] * 3 and figures["headroom_waits"] == 0  # nobody waits
+    # keeping one: t2 would take the last GPU and waits (headroom); the notebook finds the
+    # kept one at 1:00; t1 ends at 2:00 (one free: still kept), the notebook at 3:00: t2 runs
+    waits, figures = run(headroom_for(Headroom(1), DEFAULT_CLASSES))
+    assert waits == [(0.0, False), (0.0, False), (3 * 3600 - 600.0, True)]
+    assert figures["headroom_waits"] == 1 and figures["served"] == 3
+    # what happened is read from the queued events' reasons
+    assert summarize(recorded(records, DAY1, end))["*"]["headroom_waits"] == 0
+    held_back = [records[0], replace(records[1], waited_for="headroom"), records[2]]
+    assert summarize(recorded(held_back, DAY1, end))["*"]["headroom_waits"] == 1
+
+
+def test_what_if_says_the_headroom_setting_and_its_waits(month, capsys):
+    url, store = month
+    result = what_if(store, 30, Change(keep_free=Headroom(1)), UNTIL)
+    assert result["headroom"] == {"configured": "none", "what_if": "keep_free 1"}
+    assert result["change"] == "borrowing keep_free 1"
+    # the month is notebooks only: nothing borrowed by training, nothing held back
+    assert result["offers"]["h100"]["what_if"]["headroom_waits"] == 0
+    rc = main(["simulate", "what-if", "--from", url, "--until", "2026-12-01",
+               "--keep-free", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "headroom (borrowing): none → keep_free 2; requests that waited for it: 0 → 0" in out
+    plain = main(["simulate", "what-if", "--from", url, "--until", "2026-12-01"])
+    assert plain == 0 and "headroom" not in capsys.readouterr().out
+    assert Headroom(0, {"H100-80GB": 3, "A100-80GB": 0}).describe() == "keep_free H100-80GB 3"

@@ -319,3 +319,94 @@ def test_the_refill_takes_the_fewest_notices_then_the_fewest_gpus_youngest_first
 def test_a_model_the_pool_has_none_of_misses_nothing():
     assert deficits(kept(H100_80GB=2), {}, {}) == {}
     assert deficits(kept(H100_80GB=2), {"H100-80GB": 0.5}, {"H100-80GB": 1.0}) == {"H100-80GB": 0.5}
+
+
+# -- a node held for a long waiter --------------------------------------------------------------
+
+
+def held_pool() -> Allocator:
+    """Nodes ``a`` and ``b`` of two H100s, one kept free: trainings j0, j1 on ``a``, j2 on
+    ``b``; j3 (two GPUs, at its class's queue priority -50) waits from 3 s and holds ``b``
+    (long at once; one level of aging every 10 s)."""
+    alloc = Allocator(
+        [h100_node("a", 2), h100_node("b", 2)],
+        offers(),
+        quotas(),
+        headroom=kept(1),
+        reserve_after=0,
+        aging_interval=10,
+    )
+    for i in range(3):
+        granted(train(alloc, i))
+    pair = req("l-j3", "h100x2", "trainer", server="job:j3", priority=-50, arrival=3.0)
+    queued(alloc.submit(replace(pair, workload=TRAINING), 3.0))
+    assert {lid: x.node for lid, x in alloc.leases.items()} == {
+        "l-j0": "a",
+        "l-j1": "a",
+        "l-j2": "b",
+    }
+    return alloc
+
+
+AGED = 3.0 + 51 * 10  # j3 at -50 + 51: above the notebooks' 0
+YOUNG = 3.0 + 50 * 10  # at 0: a notebook asking now is still served first
+
+
+def test_free_units_on_a_held_node_are_out_of_the_count_once_its_waiter_outranks_notebooks():
+    alloc = held_pool()
+    assert alloc.holds(YOUNG) == alloc.holds(AGED) == {"l-j3": "b"}
+    assert alloc.headroom_free(YOUNG) == ({"H100-80GB": 1.0}, frozenset())
+    assert alloc.headroom_free(AGED) == ({"H100-80GB": 0.0}, frozenset({"b"}))
+    assert alloc.free_by_model() == {"H100-80GB": 1.0}  # the capacity view counts every node
+
+
+def test_a_held_node_aged_past_notebooks_is_refilled_elsewhere_and_its_waiter_takes_it():
+    alloc = held_pool()
+    workloads = {f"l-j{i}": TRAINING for i in range(4)}
+    jobs = tuple(job(f"j{i}", user="trainer", workload=TRAINING) for i in range(3))
+    # young: b's free GPU is the headroom: j3 may not take it (nothing preempted for it) and
+    # nothing is missing
+    young = decided(alloc, c.PreemptJobs(), YOUNG, classes=CLASSES, jobs=jobs, workloads=workloads)
+    assert young.effects == ()
+    # aged: b is j3's alone; j2 makes way for it there, and the youngest training elsewhere
+    # (j1 on a) refills the kept GPU where a notebook may use it
+    aged = decided(alloc, c.PreemptJobs(), AGED, classes=CLASSES, jobs=jobs, workloads=workloads)
+    first, second = aged.effects
+    assert isinstance(first, JobPreempting) and (first.job_id, first.for_request) == ("j2", "l-j3")
+    assert isinstance(second, JobPreempting) and (second.job_id, second.notice) == ("j1", HEADROOM)
+    # the grant rule: once j2 is gone, j3 takes b, though no other GPU is free (b's are no
+    # headroom); young, it would wait for the headroom
+    young_pool = held_pool()
+    assert young_pool.release("l-j2", YOUNG) == []
+    assert young_pool.waiters["l-j3"].reason == HEADROOM
+    (grant,) = alloc.release("l-j2", AGED)
+    assert (grant.request.id, grant.node) == ("l-j3", "b")
+
+
+def test_the_refill_neither_notices_nor_counts_leaving_a_lease_on_a_held_node():
+    # j3 only waits (no preempt_for_waiters): the refill alone. j2, the youngest, is on b:
+    # what it frees is j3's, not the headroom, so j1 on a gets the notice; j2 already leaving
+    # does not make up the kept GPU either
+    waits = {**CLASSES, TRAINING: replace(CLASSES[TRAINING], preempt_for_waiters=False)}
+    workloads = {f"l-j{i}": TRAINING for i in range(4)}
+    for j2 in ("running", "preempting"):
+        alloc = held_pool()
+        jobs = tuple(
+            job(f"j{i}", j2 if i == 2 else "running", user="trainer", workload=TRAINING)
+            for i in range(3)
+        )
+        out = decided(alloc, c.PreemptJobs(), AGED, classes=waits, jobs=jobs, workloads=workloads)
+        assert out.answer == ["j1"]
+        # young, b's free GPU counts: nothing is missing
+        young = decided(
+            alloc, c.PreemptJobs(), YOUNG, classes=waits, jobs=jobs, workloads=workloads
+        )
+        assert young.answer == []
+
+
+def test_the_count_leaves_a_held_node_out_above_the_lowest_never_preempted_class():
+    assert kept(1).kept_for == 0  # notebooks (100) under inference (125), relative to 100
+    low = parse_classes({"batch": {"priority": 80}})
+    h = headroom_for(Headroom(1), low)
+    assert h is not None and h.kept_for == -20
+    assert h.holds_out(-19) and not h.holds_out(-20)

@@ -350,7 +350,9 @@ def _refill(
     """The headroom's refill (``headroom.refill``): the borrowed jobs of a preemptible class
     it names get their notice with their class's grace (a granted one ends at once). Counted
     as free already: the units of jobs leaving (preempting, cancelling) that no waiter was
-    promised, and of leases this round ended whose devices the trial still holds."""
+    promised, and of leases this round ended whose devices the trial still holds; not
+    counted, nor noticed, what is on a node held for a long waiter (``Allocator.headroom_free``:
+    what is free there is no headroom)."""
     alloc = trial.alloc
     h = alloc.headroom
     assert h is not None
@@ -358,20 +360,21 @@ def _refill(
     def model_of(lease: Lease) -> str:
         return alloc.gpus[lease.slots[0].gpu].model.name if lease.slots else ""
 
+    free, held = alloc.headroom_free(now)
     leaving: dict[str, float] = {}
     borrowers: list[Borrower] = []
     for lid, job in alive.items():
         lease = alloc.leases.get(lid)
-        if lease is None or lid in promised:
-            continue
+        if lease is None or lid in promised or lease.node in held:
+            continue  # a held node's units are no headroom, freed or not
         if job.state in ("preempting", "cancelling"):
             leaving[model_of(lease)] = leaving.get(model_of(lease), 0.0) + float(lease.units)
         elif job.state in ("granted", "running") and h.held_back(job.workload, lease.borrowed):
             borrowers.append(Borrower(lid, model_of(lease), lease.units, lease.request.arrival))
     for lease in ended:
-        if _still_held(alloc, lease):
+        if lease.node not in held and _still_held(alloc, lease):
             leaving[model_of(lease)] = leaving.get(model_of(lease), 0.0) + float(lease.units)
-    for b in refill(h, alloc.free_by_model(), leaving, borrowers):
+    for b in refill(h, free, leaving, borrowers):
         job = alive[b.id]
         reason = refill_reason(b.model, h.keep(b.model))
         if job.state == "granted":  # never started: nothing to stop
