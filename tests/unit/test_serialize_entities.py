@@ -14,11 +14,13 @@ from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
 from jupyterhub_gpupool.pool.repartition import Held, Plan
 from jupyterhub_gpupool.service.serialize.jobs import job_json
 from jupyterhub_gpupool.service.serialize.nodes import node_drain_json, node_json, node_set_json
+from jupyterhub_gpupool.service.serialize.presence import presence_json
 from jupyterhub_gpupool.service.serialize.quotas import quota_json
 from jupyterhub_gpupool.service.serialize.reclaim import reclaim_policy_json
 from jupyterhub_gpupool.service.serialize.repartitions import repartition_json
 from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig, JobView, stored_devices
 from jupyterhub_gpupool.store.read.nodes import NodeDrainView, NodeSetView, NodeView
+from jupyterhub_gpupool.store.read.presence import PresenceView
 from jupyterhub_gpupool.store.read.quotas import QuotaView
 from jupyterhub_gpupool.store.read.reclaim import ReclaimPolicyView
 from jupyterhub_gpupool.store.read.repartitions import LayoutSlice, RepartitionView
@@ -347,8 +349,30 @@ def test_no_quota_is_json_nulls_and_the_defaults():
     }
 
 
+def test_a_lab_reports_presence_json_has_its_last_input():
+    assert presence_json(PresenceView("l1", "lab", T1)) == {
+        "lease": "l1",
+        "source": "lab",
+        "last_input": "2026-03-02T09:16:30.250000Z",
+    }
+    assert presence_json(PresenceView("l1", None, None)) == {
+        "lease": "l1",
+        "source": None,
+        "last_input": None,
+    }
+
+
 def test_views_pickle_across_the_writers_pipe():
     drained = NodeDrainView(NODE, T0, 2, 1)
-    views = (RUNNING_JOB, NodeSetView(NODE, ("l1",)), drained, POLICIES, WAITING, BUDGETED)
+    presence = PresenceView("l1", "lab", T1)
+    views = (
+        RUNNING_JOB,
+        NodeSetView(NODE, ("l1",)),
+        drained,
+        POLICIES,
+        WAITING,
+        BUDGETED,
+        presence,
+    )
     for view in views:
         assert pickle.loads(pickle.dumps(view)) == view
