@@ -16,7 +16,7 @@ from .kernels import KernelRules
 from .model import Request
 from .noticefacts import Noticed, Shrinkable
 from .outside import OutsideHolds
-from .quota import QuotaSpec
+from .quota import QuotaInEffect, QuotaSpec
 from .reclaim import LeaseInfo, ReclaimPolicy, ReclaimState
 from .reclaimpolicy import PolicySet
 from .repartition import Held as GpuHeld
@@ -201,8 +201,8 @@ class PoolState:
     request_cap: int = 0
     #: Allocate: the id of the new request (drawn by the store: decide draws nothing).
     new_id: str = ""
-    #: PatchQuota: the quota in effect now (its fields by name).
-    quota: Mapping[str, Any] | None = None
+    #: PatchQuota: the quota in effect now.
+    quota: QuotaInEffect | None = None
     #: ResetQuota: whether an API override is in effect, and the config file's quota.
     quota_override: bool = False
     file_quota: QuotaSpec | None = None

@@ -177,6 +177,21 @@ class QuotaSpec:
 
 
 @dataclass(frozen=True)
+class QuotaInEffect:
+    """A user's or group's quota in effect and where it comes from: what ``GET quotas/...``
+    reads, a quota edit answers, and ``PatchQuota`` edits the fields of (so its rule reads a
+    typed value, not the API's JSON)."""
+
+    name: str
+    #: ``user`` or ``group``.
+    kind: str
+    #: ``api`` (an admin's override), ``file`` (the pool config), ``default`` (a user without
+    #: a quota of their own) or ``none`` (no quota: the spec's defaults).
+    source: str
+    spec: QuotaSpec
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The quota answer for one request."""
 

@@ -4,9 +4,10 @@ Modules by responsibility, imports pointing one way (each only to those above it
 
 * ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
 * ``rows`` — conversions between rows and values;
-* ``read`` — the read models of leases, GPU kernels, jobs, nodes, reclaim policies and
-  re-partitions (``read.leases.LeaseView``, ...): typed, frozen views built by plain
-  functions, which the store answers with and the service serializes (``service/serialize/``);
+* ``read`` — the read models of leases, GPU kernels, jobs, nodes, reclaim policies,
+  re-partitions, quotas and presence reports (``read.leases.LeaseView``, ...): typed, frozen
+  views built by plain functions, which the store answers with and the service serializes
+  (``service/serialize/``);
 * ``rebuild`` — the allocator built from the rows;
 * ``core`` — transactions, the pool lock, the allocator kept in step, the audit log;
 * ``apply`` — the one applier of the allocator's decisions;

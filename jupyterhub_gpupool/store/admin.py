@@ -23,6 +23,7 @@ from ..poolconfig import PoolConfig
 from .apply import LazyFacts, decided, lease_facts
 from .mig import MigStore
 from .read.nodes import NodeSetView, NodeView, node_set_view, node_view
+from .read.quotas import QuotaView
 from .rows import (
     check_quota_kind,
     reclaim_state,
@@ -242,19 +243,19 @@ class AdminStore(MigStore, ViewStore):
 
     def put_quota(
         self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
-    ) -> dict[str, Any]:
+    ) -> QuotaView:
         """Set a user's or group's quota by API (wins over the file). Lowering it below current
         use is allowed: the leases beyond the new guarantee become borrowed."""
         return self._set_quota(c.PutQuota(kind, name, raw), actor)
 
     def patch_quota(
         self, kind: str, name: str, raw: Mapping[str, object], *, actor: str = ""
-    ) -> dict[str, Any]:
+    ) -> QuotaView:
         """Change only the fields ``raw`` names of the quota now in effect for a user or group
         (their own, the file's, or for a user the default) and store it by API."""
         return self._set_quota(c.PatchQuota(kind, name, raw), actor)
 
-    def _set_quota(self, command: c.PutQuota | c.PatchQuota, actor: str) -> dict[str, Any]:
+    def _set_quota(self, command: c.PutQuota | c.PatchQuota, actor: str) -> QuotaView:
         """Decide a quota edit (``pool.decide``) and apply it."""
         check_quota_kind(command.kind)
         with self.transaction() as (db, alloc):  # holds the pool lock: nobody changes it between
@@ -263,10 +264,10 @@ class AdminStore(MigStore, ViewStore):
                 current = self.get_quota(command.kind, command.name)
             outcome = decided(PoolState(alloc, quota=current), command, self._now_s())
             self._apply_effects(db, alloc, outcome.effects, actor)
-            answer: dict[str, Any] = outcome.answer
+            answer: QuotaView = outcome.answer  # the rule's QuotaInEffect
             return answer
 
-    def reset_quota(self, kind: str, name: str, *, actor: str = "") -> dict[str, Any]:
+    def reset_quota(self, kind: str, name: str, *, actor: str = "") -> QuotaView:
         """Drop an admin's API override: the pool config file's quota (or the default) applies."""
         k = check_quota_kind(kind)
         from_file = (self.file_config.users if k == "user" else self.file_config.groups) or {}

@@ -187,7 +187,14 @@ class PanelViews(BusyTimeStore):
                 q = self.get_quota(kind + "s", name)
                 held = alloc.quotas.held(name) if kind == "user" else alloc.quotas.group_held(name)
                 out.append(
-                    {**q, "held": float(held), "borrowed_units": borrowed.get((kind, name), 0.0)}
+                    {
+                        "name": q.name,
+                        "kind": q.kind,
+                        "source": q.source,
+                        **q.spec.to_dict(),
+                        "held": float(held),
+                        "borrowed_units": borrowed.get((kind, name), 0.0),
+                    }
                 )
             return out
 

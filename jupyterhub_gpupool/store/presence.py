@@ -21,7 +21,8 @@ from ..pool.idlesignal import MAX_REPORTED_IDLE, reported_input
 from ..pool.leases import LIVE_STATES
 from .errors import StoreError
 from .leases import LeaseStore
-from .rows import epoch, from_epoch, ts
+from .read.presence import PresenceView, presence_view
+from .rows import epoch, from_epoch
 
 #: The longest server address kept (the column's size).
 MAX_SERVER_URL = 2048
@@ -41,15 +42,6 @@ def check_server_url(url: str) -> str:
             field="url",
         )
     return url if url.endswith("/") else url + "/"
-
-
-def presence_json(row: orm.LeaseRow) -> dict[str, Any]:
-    """A lease's presence as the lab reported it (``source`` None: no lab reports)."""
-    return {
-        "lease": row.id,
-        "source": row.presence_source,
-        "last_input": ts(row.last_input),
-    }
 
 
 class PresenceStore(LeaseStore):
@@ -74,7 +66,7 @@ class PresenceStore(LeaseStore):
 
     def report_presence(
         self, lease_id: str, idle_for: float | None, *, actor: str = ""
-    ) -> dict[str, Any]:
+    ) -> PresenceView:
         """The lab's report: the user's last input was ``idle_for`` seconds ago (None: the lab
         runs and will report input; nothing yet). Not audited: a lab may report once a minute.
         """
@@ -90,4 +82,4 @@ class PresenceStore(LeaseStore):
             if idle_for is not None:
                 previous = epoch(row.last_input) if row.last_input is not None else None
                 row.last_input = from_epoch(reported_input(previous, self._now_s(), idle_for))
-            return presence_json(row)
+            return presence_view(row)

@@ -21,7 +21,8 @@ from ..pool.model import Gpu, MigInstance, Node, Offer, Request, parse_offer
 from ..pool.outside import OutsideHolds
 from ..pool.placement import Slot
 from ..pool.queue import Waiter
-from ..pool.quota import QuotaBook, QuotaSpec, period_start
+from ..pool.quota import QuotaBook, period_start
+from .read.quotas import quota_spec
 from .rows import epoch, held_hours
 
 
@@ -93,18 +94,7 @@ def quota_book(db: Session, now: datetime) -> QuotaBook:
     """Every quota row, and the budget hours used this period."""
     book = QuotaBook()
     for q in db.scalars(select(orm.QuotaRow)):
-        spec = QuotaSpec.parse(
-            {
-                "guarantee": q.guarantee,
-                "limit": q.limit,
-                "budget": q.budget,
-                "period": q.period,
-                "exception": q.exception,
-                "budget_action": q.budget_action,
-                "budget_minimum": q.budget_minimum,
-            },
-            f"quotas.{q.kind}s.{q.name}",
-        )
+        spec = quota_spec(q)
         if q.kind == "user":
             book.users[q.name] = spec
         elif q.kind == "group":

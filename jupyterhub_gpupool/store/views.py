@@ -23,6 +23,7 @@ from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
 from .read.leases import LeaseView, ReclaimView, lease_view, reclaim_view
+from .read.quotas import QuotaView, quota_view
 from .rows import check_quota_kind, mig_devices, offer_spec, ts
 
 log = logging.getLogger("jupyterhub_gpupool.store")
@@ -268,8 +269,9 @@ class ViewStore(StoreCore):
                 )
             return out
 
-    def get_quota(self, kind: str, name: str) -> dict[str, Any]:
-        """A user's or group's effective quota and where it comes from."""
+    def get_quota(self, kind: str, name: str) -> QuotaView:
+        """A user's or group's effective quota and where it comes from: their own row, else
+        for a user the default's, else none."""
         k = check_quota_kind(kind)
         with self.read() as db:
             row = db.scalar(
@@ -280,26 +282,7 @@ class ViewStore(StoreCore):
                 src = "default" if row is not None else "none"
             else:
                 src = row.source if row else "none"
-            spec = {
-                "guarantee": 0.0,
-                "limit": None,
-                "budget": None,
-                "period": "month",
-                "exception": None,
-                "budget_action": "refuse",
-                "budget_minimum": 0.0,
-            }
-            if row is not None:
-                spec = {
-                    "guarantee": row.guarantee,
-                    "limit": row.limit,
-                    "budget": row.budget,
-                    "period": row.period,
-                    "exception": row.exception,
-                    "budget_action": row.budget_action,
-                    "budget_minimum": row.budget_minimum,
-                }
-            return {"name": name, "kind": k, "source": src, **spec}
+            return quota_view(k, name, row, src)
 
     # -- the pool --------------------------------------------------------------------------
 

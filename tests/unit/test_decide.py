@@ -30,7 +30,7 @@ from jupyterhub_gpupool.pool.effects import (
 )
 from jupyterhub_gpupool.pool.errors import Refusal
 from jupyterhub_gpupool.pool.facts import RESTARTING, Holder, PoolState
-from jupyterhub_gpupool.pool.quota import QUOTA_FIELDS, QuotaBook, QuotaSpec
+from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaInEffect, QuotaSpec
 from jupyterhub_gpupool.pool.rules.quotas import quota_preview
 from tests.allocrig import apply_all, granted, lease, offers, pool, queued, req, state_of
 from tests.allocrig import decided as outcome_of
@@ -238,15 +238,11 @@ def test_a_released_mig_instance_is_planned_over_only_in_the_trial():
 # -- quota edits and their preview ------------------------------------------------------------
 
 
-def quota_fields(spec: QuotaSpec) -> dict:
-    return {k: spec.to_dict()[k] for k in QUOTA_FIELDS}
-
-
 def test_a_quota_edit_is_its_flags_and_the_quota_and_the_preview_discards_them():
     alloc = pool(QuotaBook(users={"u": QuotaSpec(guarantee=F(3))}))
     for i in range(3):
         granted(alloc.submit(req(f"u{i}", "h100", "u", server=f"s{i}", arrival=float(i)), 0))
-    current = quota_fields(QuotaSpec(guarantee=F(3)))
+    current = QuotaInEffect("u", "user", "api", QuotaSpec(guarantee=F(3)))
     cmd = c.PatchQuota("users", "u", {"guarantee": 1})
     effects = decided(alloc, cmd, quota=current)
     assert effects[:2] == (BorrowedChanged("u1", True), BorrowedChanged("u2", True))
@@ -260,7 +256,7 @@ def test_a_quota_edit_is_its_flags_and_the_quota_and_the_preview_discards_them()
     assert alloc.quotas.users["u"].guarantee == 1
     assert sorted(lid for lid, le in alloc.leases.items() if le.borrowed) == ["u1", "u2"]
     put = decide(PoolState(alloc), c.PutQuota("users", "u", {"guarantee": 3}), 0.0)
-    assert put.answer["source"] == "api" and put.answer["guarantee"] == 3
+    assert put.answer.source == "api" and put.answer.spec.guarantee == 3
     assert [e for e in put.effects if isinstance(e, BorrowedChanged)] == [
         BorrowedChanged("u1", False),
         BorrowedChanged("u2", False),

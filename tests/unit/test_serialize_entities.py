@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import pickle
 from datetime import datetime
+from fractions import Fraction
 
+from jupyterhub_gpupool.pool.quota import QuotaSpec
 from jupyterhub_gpupool.pool.reclaimpolicy import ReclaimPolicy
 from jupyterhub_gpupool.pool.repartition import Held, Plan
 from jupyterhub_gpupool.service.serialize.jobs import job_json
 from jupyterhub_gpupool.service.serialize.nodes import node_drain_json, node_json, node_set_json
+from jupyterhub_gpupool.service.serialize.presence import presence_json
+from jupyterhub_gpupool.service.serialize.quotas import quota_json
 from jupyterhub_gpupool.service.serialize.reclaim import reclaim_policy_json
 from jupyterhub_gpupool.service.serialize.repartitions import repartition_json
 from jupyterhub_gpupool.store.read.jobs import JobDevice, JobMig, JobView, stored_devices
 from jupyterhub_gpupool.store.read.nodes import NodeDrainView, NodeSetView, NodeView
+from jupyterhub_gpupool.store.read.presence import PresenceView
+from jupyterhub_gpupool.store.read.quotas import QuotaView
 from jupyterhub_gpupool.store.read.reclaim import ReclaimPolicyView
 from jupyterhub_gpupool.store.read.repartitions import LayoutSlice, RepartitionView
 
@@ -285,7 +291,88 @@ def test_a_closed_repartitions_json_has_no_plan_and_says_why_it_failed():
     assert out["layout"] == [{"profile": "7g.80gb", "start": 0}] and out["method"] == "agent"
 
 
+BUDGETED = QuotaView(
+    name="ml",
+    kind="group",
+    source="api",
+    spec=QuotaSpec(
+        guarantee=Fraction(1, 2),
+        limit=Fraction(3),
+        budget=Fraction(40),
+        period="week",
+        exception=Fraction(4),
+        budget_action="stop",
+        budget_minimum=Fraction(1, 4),
+    ),
+)
+
+
+def test_a_quotas_json_has_every_field_in_units_and_its_source():
+    assert quota_json(BUDGETED) == {
+        "name": "ml",
+        "kind": "group",
+        "source": "api",
+        "guarantee": 0.5,
+        "limit": 3.0,
+        "budget": 40.0,
+        "period": "week",
+        "exception": 4.0,
+        "budget_action": "stop",
+        "budget_minimum": 0.25,
+    }
+    assert list(quota_json(BUDGETED)) == [
+        "name",
+        "kind",
+        "source",
+        "guarantee",
+        "limit",
+        "budget",
+        "period",
+        "exception",
+        "budget_action",
+        "budget_minimum",
+    ]  # the order the API has always written
+
+
+def test_no_quota_is_json_nulls_and_the_defaults():
+    assert quota_json(QuotaView("bob", "user", "none", QuotaSpec())) == {
+        "name": "bob",
+        "kind": "user",
+        "source": "none",
+        "guarantee": 0.0,
+        "limit": None,
+        "budget": None,
+        "period": "month",
+        "exception": None,
+        "budget_action": "refuse",
+        "budget_minimum": 0.0,
+    }
+
+
+def test_a_lab_reports_presence_json_has_its_last_input():
+    assert presence_json(PresenceView("l1", "lab", T1)) == {
+        "lease": "l1",
+        "source": "lab",
+        "last_input": "2026-03-02T09:16:30.250000Z",
+    }
+    assert presence_json(PresenceView("l1", None, None)) == {
+        "lease": "l1",
+        "source": None,
+        "last_input": None,
+    }
+
+
 def test_views_pickle_across_the_writers_pipe():
     drained = NodeDrainView(NODE, T0, 2, 1)
-    for view in (RUNNING_JOB, NodeSetView(NODE, ("l1",)), drained, POLICIES, WAITING):
+    presence = PresenceView("l1", "lab", T1)
+    views = (
+        RUNNING_JOB,
+        NodeSetView(NODE, ("l1",)),
+        drained,
+        POLICIES,
+        WAITING,
+        BUDGETED,
+        presence,
+    )
+    for view in views:
         assert pickle.loads(pickle.dumps(view)) == view

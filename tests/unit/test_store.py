@@ -4,6 +4,7 @@ resize, restart, accounting and the database's own no-double-grant guarantee."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 import pytest
 import sqlalchemy as sa
@@ -13,8 +14,10 @@ from alembic.migration import MigrationContext
 from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import make_engine, upgrade
 from jupyterhub_gpupool.pool import commands
+from jupyterhub_gpupool.pool.quota import QuotaSpec
 from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.quotas import QuotaView
 from tests.fakes import STORE_POOL as POOL
 from tests.fakes import STORE_T0 as T0
 from tests.fakes import StoreClock, make_instances, make_store
@@ -182,14 +185,14 @@ def test_quota_lowered_below_use_marks_borrowed(store):
     assert store.lease(b.id).borrowed
     store.put_quota("users", "alice", {"guarantee": 0.5, "limit": 4})
     assert store.lease(a.id).borrowed  # now beyond the new guarantee
-    assert store.get_quota("users", "alice")["source"] == "api"
+    assert store.get_quota("users", "alice").source == "api"
 
 
 def test_api_quota_wins_over_the_file(db_url, store, clock):
     pool = {**POOL, "quotas": {"users": {"alice": {"limit": 1}}}}
     store.put_quota("users", "alice", {"guarantee": 0, "limit": 3})
     make_store(db_url, clock, pool)
-    assert store.get_quota("users", "alice")["limit"] == 3
+    assert store.get_quota("users", "alice").spec.limit == 3
 
 
 def test_quota_reset_returns_to_the_file(db_url, clock):
@@ -198,19 +201,21 @@ def test_quota_reset_returns_to_the_file(db_url, clock):
     store = make_store(db_url, clock, pool)
     store.put_quota("users", "alice", {"guarantee": 0, "limit": 3})
     store.put_quota("users", "bob", {"limit": 0})
-    assert store.reset_quota("users", "alice") == {
-        "name": "alice",
-        "kind": "user",
-        "source": "file",
-        "guarantee": 1.0,
-        "limit": 1.0,
-        "budget": None,
-        "period": "month",
-        "exception": None,
-        "budget_action": "refuse",
-        "budget_minimum": 0.0,
-    }
-    assert store.reset_quota("users", "bob")["source"] == "none"
+    assert store.reset_quota("users", "alice") == QuotaView(
+        name="alice",
+        kind="user",
+        source="file",
+        spec=QuotaSpec(
+            guarantee=Fraction(1),
+            limit=Fraction(1),
+            budget=None,
+            period="month",
+            exception=None,
+            budget_action="refuse",
+            budget_minimum=Fraction(0),
+        ),
+    )
+    assert store.reset_quota("users", "bob").source == "none"
     assert store.allocate("bob", "", "h100").state == "granted"  # bob's limit 0 is gone
 
 
@@ -218,7 +223,7 @@ def test_bad_quota_is_refused_unchanged(store):
     with pytest.raises(Exception) as e:
         store.put_quota("users", "alice", {"limit": -1})
     assert "quotas.users.alice.limit" in str(e.value)
-    assert store.get_quota("users", "alice")["source"] == "default"
+    assert store.get_quota("users", "alice").source == "default"
 
 
 def test_usage_matches_a_hand_computed_example(store, clock):

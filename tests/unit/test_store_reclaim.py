@@ -556,8 +556,8 @@ def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
     """Once the server's lab announced itself, what the reclaimer saw as input no longer
     counts (an open tab's polling, the hub's stamps): only the lab's reports do."""
     quiet, typing = bound(store), bound(store, "a100-3g", user="bob")
-    assert store.report_presence(quiet.id, None)["source"] == "lab"
-    assert store.report_presence(typing.id, None)["last_input"] is None
+    assert store.report_presence(quiet.id, None).source == "lab"
+    assert store.report_presence(typing.id, None).last_input is None
     # the reclaimer "sees" fresh input for both (as the hub's last_activity would say)
     for minute in range(40):
         # the lab: input 5 s ago, reported once in each minute's window
@@ -574,10 +574,10 @@ def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
 def test_a_lab_report_never_moves_input_back_and_is_checked(store, clock):
     lease = bound(store)
     now = epoch(clock())
-    first = store.report_presence(lease.id, 0.0)["last_input"]
+    first = store.report_presence(lease.id, 0.0).last_input
     assert first is not None
-    assert abs(datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - now) < 1
-    assert store.report_presence(lease.id, 300.0)["last_input"] == first  # an old input
+    assert abs(epoch(first) - now) < 1
+    assert store.report_presence(lease.id, 300.0).last_input == first  # an old input
     for bad in (-1.0, 601.0):
         assert refused(store.report_presence, lease.id, bad).field == "idle_for"
     store.release(lease.id)

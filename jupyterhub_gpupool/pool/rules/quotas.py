@@ -10,23 +10,23 @@ from .. import commands as c
 from ..allocator import Allocator
 from ..effects import BorrowedChanged, Effect, QuotaReset, QuotaSet
 from ..facts import Outcome, PoolState, Rule
-from ..quota import QUOTA_FIELDS, QuotaSpec
+from ..quota import QUOTA_FIELDS, QuotaInEffect, QuotaSpec
 
 
 def _put_quota(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Set a user's or group's quota by API (``cmd.kind``: ``users`` or ``groups``). Lowering
-    it below current use is allowed: the leases beyond the new guarantee become borrowed."""
+    it below current use is allowed: the leases beyond the new guarantee become borrowed.
+    Answers the quota now in effect (``QuotaInEffect``, source ``api``)."""
     raw = cmd.raw
     if isinstance(cmd, c.PatchQuota):  # only the fields named, over the quota in effect
-        current = state.quota or {}
+        current = (state.quota.spec if state.quota is not None else QuotaSpec()).to_dict()
         raw = {**{k: current[k] for k in QUOTA_FIELDS}, **raw}
     kind = cmd.kind[:-1]
     spec = QuotaSpec.parse(raw, f"quotas.{cmd.kind}.{cmd.name}")
     flags = borrowed_if(state.alloc, kind, cmd.name, spec.guarantee)
     effects: list[Effect] = [BorrowedChanged(lid, b) for lid, b in flags]
     effects.append(QuotaSet(kind, cmd.name, spec))
-    answer = {"name": cmd.name, "kind": kind, "source": "api", **spec.to_dict()}
-    return Outcome(answer, tuple(effects))
+    return Outcome(QuotaInEffect(cmd.name, kind, "api", spec), tuple(effects))
 
 
 def _reset_quota(state: PoolState, cmd: Any, now: float) -> Outcome:

@@ -13,6 +13,7 @@ from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
 from ..serialize.leases import lease_json
 from ..serialize.nodes import node_drain_json, node_set_json
+from ..serialize.quotas import quota_json
 from .base import MAX_STR, APIError, APIHandler, needs, time_field
 
 
@@ -23,7 +24,7 @@ class QuotaHandler(APIHandler):
 
     @needs("admin", "read quotas")
     def get(self, kind: str, name: str) -> None:
-        self.write_json(self.store.get_quota(kind, name))
+        self.write_json(quota_json(self.store.get_quota(kind, name)))
 
     @needs("admin", "change quotas")
     async def put(self, kind: str, name: str) -> None:
@@ -43,7 +44,8 @@ class QuotaHandler(APIHandler):
             }
         )
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.PutQuota(kind, name, body, actor=actor)))
+        quota = await self.writer.run(commands.PutQuota(kind, name, body, actor=actor))
+        self.write_json(quota_json(quota))
 
     @needs("admin", "change quotas")
     async def patch(self, kind: str, name: str) -> None:
@@ -62,7 +64,8 @@ class QuotaHandler(APIHandler):
             }
         )
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.PatchQuota(kind, name, body, actor=actor)))
+        quota = await self.writer.run(commands.PatchQuota(kind, name, body, actor=actor))
+        self.write_json(quota_json(quota))
 
     @staticmethod
     def _check_name(name: str) -> None:
@@ -77,7 +80,8 @@ class QuotaHandler(APIHandler):
     async def delete(self, kind: str, name: str) -> None:
         """Reset: drop the API override so the pool config file's quota applies again."""
         actor = self.identity.describe()
-        self.write_json(await self.writer.run(commands.ResetQuota(kind, name, actor=actor)))
+        quota = await self.writer.run(commands.ResetQuota(kind, name, actor=actor))
+        self.write_json(quota_json(quota))
 
 
 class NodeActionHandler(APIHandler):

@@ -11,6 +11,7 @@ from ...poolconfig import DNS_LABEL
 from ...store import lease_not_found
 from ...store.read.leases import LeaseView
 from ..serialize.leases import lease_json, leases_json
+from ..serialize.presence import presence_json
 from .base import APIError, APIHandler, needs
 
 
@@ -239,9 +240,10 @@ class PresenceHandler(_LeaseHandler):
         self._check(lease_id)
         body = self.json_body({"idle_for": ((int, float, type(None)), True)})
         actor = self.identity.describe()
-        self.write_json(
-            await self.writer.run(commands.ReportPresence(lease_id, body["idle_for"], actor=actor))
+        presence = await self.writer.run(
+            commands.ReportPresence(lease_id, body["idle_for"], actor=actor)
         )
+        self.write_json(presence_json(presence))
 
 
 class ServerAddressHandler(_LeaseHandler):
