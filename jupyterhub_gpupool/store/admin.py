@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
@@ -26,6 +26,8 @@ from .read.nodes import NodeSetView, NodeView, node_set_view, node_view
 from .read.quotas import QuotaView
 from .rows import (
     check_quota_kind,
+    live_slots,
+    node_row,
     reclaim_state,
     upsert_insert,
 )
@@ -98,17 +100,7 @@ class AdminStore(MigStore, ViewStore):
             row = orm.NodeRow.find(db, node.name)
             slots: list[orm.LeaseSlotRow] = []
             if row is not None:
-                slots = list(
-                    db.scalars(
-                        select(orm.LeaseSlotRow)
-                        .where(
-                            orm.LeaseSlotRow.gpu_uuid.in_([g.uuid for g in row.gpus]),
-                            orm.LeaseSlotRow.live,
-                        )
-                        .options(selectinload(orm.LeaseSlotRow.lease))
-                        .order_by(orm.LeaseSlotRow.lease_id, orm.LeaseSlotRow.id)
-                    )
-                )
+                slots = live_slots(db, (g.uuid for g in row.gpus))
             leases = LazyFacts(self, db, alloc, [s.lease for s in slots])
             elsewhere = db.execute(
                 select(orm.GpuRow.uuid, orm.NodeRow.name)
@@ -159,12 +151,7 @@ class AdminStore(MigStore, ViewStore):
     def _declare_node(self, db: Session, node: Node) -> orm.NodeRow:
         """Write a node the pool config declares (``NodeDeclared``: the rule checked it; the
         leases its GPUs lose end by their own effects)."""
-        row = orm.NodeRow.find(db, node.name)
-        if row is None:
-            row = orm.NodeRow(name=node.name, labels={})
-            db.add(row)
-        row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
-        row.labels, row.source, row.last_seen = dict(node.labels), "config", self.clock()
+        row = node_row(db, node, "config", self.clock())
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu in node.gpus:

@@ -34,6 +34,7 @@ from ..pool.model import Gpu
 from ..pool.repartition import Held
 from ..pool.rules.mig import OCCUPIED
 from .apply import Applier, LazyFacts, decided
+from .rows import live_slots
 
 
 class MigStore(Applier):
@@ -154,17 +155,7 @@ class MigStore(Applier):
             gpus = None if row is None else tuple(self._mig_gpu(g) for g in row.gpus)
             slots = []
             if row is not None:
-                slots = list(
-                    db.scalars(
-                        select(orm.LeaseSlotRow)
-                        .where(
-                            orm.LeaseSlotRow.gpu_uuid.in_([g.uuid for g in row.gpus]),
-                            orm.LeaseSlotRow.live,
-                            orm.LeaseSlotRow.kind == "mig",
-                        )
-                        .options(selectinload(orm.LeaseSlotRow.lease))
-                    )
-                )
+                slots = live_slots(db, (g.uuid for g in row.gpus), mig_only=True)
             holders = {
                 (s.gpu_uuid, s.profile or "", s.start or 0): (s.lease_id, s.lease.state)
                 for s in slots

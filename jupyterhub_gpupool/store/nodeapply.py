@@ -33,7 +33,7 @@ from ..pool.effects import (
     RepartitionOpened,
 )
 from .core import StoreCore
-from .rows import from_epoch, slot_row, ts
+from .rows import from_epoch, node_row, slot_row, ts
 
 #: The effects this part applies, by the method that applies them.
 INVENTORY_EFFECTS = (NodeReported, InventoryTaken)
@@ -53,12 +53,7 @@ class NodeApplier(StoreCore):
             self._event(db, "inventory", effect.actor, data=data)
             return
         node = effect.node
-        row = orm.NodeRow.find(db, node.name)
-        if row is None:
-            row = orm.NodeRow(name=node.name, labels={})
-            db.add(row)
-        row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
-        row.labels, row.source, row.last_seen = dict(node.labels), "agent", self.clock()
+        row = node_row(db, node, "agent", self.clock())
         by_uuid = {g.uuid: g for g in row.gpus}
         keep = []
         for gpu, rows, observed in zip(node.gpus, effect.rows, effect.observed, strict=True):

@@ -9,15 +9,15 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, select
 from sqlalchemy import inspect as inspect_mapped
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.leases import mig_device
-from ..pool.model import Offer
+from ..pool.model import Node, Offer
 from ..pool.placement import Slot
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
@@ -245,3 +245,29 @@ def upsert_insert(db: Session, mapped: type[orm.Base]) -> postgresql.Insert | sq
     if db.get_bind().dialect.name == "postgresql":
         return postgresql.insert(mapped)
     return sqlite.insert(mapped)
+
+
+def node_row(db: Session, node: Node, source: str, now: datetime) -> orm.NodeRow:
+    """``node``'s row (made if new) with what ``source`` (``agent``, ``config``) says of the
+    node itself at ``now``; its GPUs' rows are the caller's to write."""
+    row = orm.NodeRow.find(db, node.name)
+    if row is None:
+        row = orm.NodeRow(name=node.name, labels={})
+        db.add(row)
+    row.cluster, row.cpu_milli, row.memory_mib = node.cluster, node.cpu_milli, node.memory_mib
+    row.labels, row.source, row.last_seen = dict(node.labels), source, now
+    return row
+
+
+def live_slots(
+    db: Session, gpus: Iterable[str], *, mig_only: bool = False
+) -> list[orm.LeaseSlotRow]:
+    """The live slots on ``gpus`` (a node's), their leases loaded, by lease: what an
+    inventory's or a MIG result's rule reads of who holds what."""
+    q = select(orm.LeaseSlotRow).where(
+        orm.LeaseSlotRow.gpu_uuid.in_(list(gpus)), orm.LeaseSlotRow.live
+    )
+    if mig_only:
+        q = q.where(orm.LeaseSlotRow.kind == "mig")
+    q = q.options(selectinload(orm.LeaseSlotRow.lease))
+    return list(db.scalars(q.order_by(orm.LeaseSlotRow.lease_id, orm.LeaseSlotRow.id)))
