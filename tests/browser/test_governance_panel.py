@@ -77,20 +77,20 @@ def record_week(url: str, day0: datetime) -> None:
         clock.now = day0 + timedelta(days=d, hours=9)
         leases = [store.allocate(user, "", "h100", group="ml", groups=("ml",)) for user in
                   ("ann", "bob", "cem")]  # fmt: skip
-        assert [x["state"] for x in leases] == ["granted", "queued", "queued"]
+        assert [x.state for x in leases] == ["granted", "queued", "queued"]
         for _ in leases:  # whoever is granted holds it an hour, half busy, and stops
-            [lease] = [x for x in leases if store.lease(x["id"])["state"] == "granted"]
-            store.keepalive(lease["id"])
-            store.add_busy(busy_from(lease["id"], store.clock(), 0.5))
+            [lease] = [x for x in leases if store.lease(x.id).state == "granted"]
+            store.keepalive(lease.id)
+            store.add_busy(busy_from(lease.id, store.clock(), 0.5))
             clock.advance(hours=1)
-            store.release(lease["id"])
+            store.release(lease.id)
         if d % 3 == 0:  # hostile names hold the A100 idle, one after another
             clock.now = day0 + timedelta(days=d, hours=14)
             for name in HOSTILE:
                 lease = store.allocate(name, "", "a100", group=name, groups=(name,))
-                store.keepalive(lease["id"])
+                store.keepalive(lease.id)
                 clock.advance(minutes=17)
-                store.release(lease["id"])
+                store.release(lease.id)
     store.engine.dispose()
 
 
