@@ -86,15 +86,18 @@ ESTIMATED_NOTE = (
 
 
 def build(store: Any, start: datetime, end: datetime, top: int = 10) -> dict[str, Any]:
-    """Every figure of the report (the usage API's, for each grouping)."""
-    sections = {by: store.usage_report(start, end, by) for by in SECTIONS}
+    """Every figure of the report: the usage API's JSON for each grouping and of the idle
+    holders (``service/serialize/usage.py``, so the file shows the API's figures as written)."""
+    from .service.serialize.usage import idle_holders_json, usage_report_json
+
+    sections = {by: usage_report_json(store.usage_report(start, end, by)) for by in SECTIONS}
     return {
         "from": start,
         "to": end,
         "currency": store.prices.currency,
         "prices": sections["group"]["prices"],
         "sections": sections,
-        "idle": store.idle_holders(start, end, top),
+        "idle": idle_holders_json(store.idle_holders(start, end, top)),
     }
 
 

@@ -41,6 +41,7 @@ from ..pool.errors import PoolError
 from ..pool.kernels import KernelRules
 from ..poolconfig import load_pool_config
 from ..store import Store
+from ..store.read.budgets import BudgetWarningView
 from ..strictcli import StrictCommandLine
 from .alerts import AlertMonitor, PoolAlerts
 from .apihandlers.base import MAX_BODY
@@ -50,6 +51,7 @@ from .minutes import MinuteFlusher
 from .notify import Notifier, resolve_hook
 from .restarts import Restarts
 from .routes import routes
+from .serialize.budgets import budget_warning_json
 from .telemetry_loop import LocalTelemetry, nvml_reader, sim_nodes
 from .utilization import MinuteAggregator, UtilizationBuffer
 from .writer import BatchWriter, ProcessBatchWriter, Writer, settle_garbage_collector
@@ -665,10 +667,10 @@ class PoolService(StrictCommandLine):
         interval = self.reconcile_interval
         return interval > 0 and now - self._reconciled_at >= interval
 
-    async def budget_step(self) -> list[dict[str, Any]]:
+    async def budget_step(self) -> list[BudgetWarningView]:
         """Budgets: warnings at 80 % and 100 % (to the notify_hook, once per level and period);
         a spent ``stop`` budget's running leases get a notice. Returns the new warnings."""
-        warnings: list[dict[str, Any]] = await self.writer.run(
+        warnings: list[BudgetWarningView] = await self.writer.run(
             commands.BudgetRound(self.budget_warn_before)
         )
         if not warnings:
@@ -676,7 +678,7 @@ class PoolService(StrictCommandLine):
         if self.notifier is None:
             self.notifier = Notifier(resolve_hook(self.notify_hook), self.notify_timeout, self.log)
         for w in warnings:
-            self.notifier("budget-warning", {"id": "", w["subject"]: w["name"]}, **w)
+            self.notifier("budget-warning", {"id": "", w.subject: w.name}, **budget_warning_json(w))
         return warnings
 
     async def housekeeping(self) -> None:

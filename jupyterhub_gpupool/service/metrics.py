@@ -291,12 +291,13 @@ class PoolMetrics:
             self.group_idle_day.labels(group=group).set(hours)
         for gauge in (self.group_held, self.group_busy, self.group_idle_share, self.group_cost):
             gauge.clear()
-        for row in report["items"]:
-            group = NO_GROUP if row["kind"] == "no-group" else row["group"]
-            self.group_held.labels(group=group).set(row["held_unit_hours"])
-            self.group_busy.labels(group=group).set(row["busy_unit_hours"])
-            self.group_idle_share.labels(group=group).set(row["idle_share"])
-            self.group_cost.labels(group=group, currency=report["currency"]).set(float(row["cost"]))
+        for row in report.items:
+            group = NO_GROUP if row.kind == "no-group" else row.key
+            figures = row.figures
+            self.group_held.labels(group=group).set(float(figures.held))
+            self.group_busy.labels(group=group).set(float(figures.busy))
+            self.group_idle_share.labels(group=group).set(figures.idle_share)
+            self.group_cost.labels(group=group, currency=report.currency).set(float(figures.cost))
 
 
 def idle_day_hours(store: Store, now: datetime) -> dict[str, float]:
@@ -304,6 +305,6 @@ def idle_day_hours(store: Store, now: datetime) -> dict[str, float]:
     ``now``: held minus busy, as the usage report counts them."""
     report = store.usage_report(now - timedelta(days=1), now, "group")
     return {
-        (row["group"] or NO_GROUP): max(0.0, row["held_unit_hours"] - row["busy_unit_hours"])
-        for row in report["items"]
+        (row.key or NO_GROUP): max(0.0, float(row.figures.held) - float(row.figures.busy))
+        for row in report.items
     }

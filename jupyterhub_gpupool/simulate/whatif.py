@@ -348,7 +348,7 @@ def recorded(records: Sequence[Any], start: datetime, end: datetime) -> list[dic
 def summarize(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per offer and for ``*`` (all): requests, served, still waiting or refused, those that
     waited for the headroom, p50/p95 wait (minutes), unit-hours held and the idle share."""
-    from ..store.planning import wait_figures
+    from ..store.read.planning import wait_figures
 
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for o in outcomes:
@@ -360,13 +360,15 @@ def summarize(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
         asked = [o for o in rows if o["counted"]]
         held = sum(o["held_unit_hours"] for o in rows)
         busy = sum(o["busy_unit_hours"] for o in rows)
+        waits = wait_figures(o["wait"] for o in asked)
         out[offer] = {
             "requests": len(asked),
             "served": sum(o["served"] for o in asked),
             "unserved": sum(not o["served"] for o in asked),
             "refused": sum(o["refused"] for o in asked),
             "headroom_waits": sum(o["for_headroom"] for o in asked),
-            **wait_figures(o["wait"] for o in asked),
+            "wait_p50_min": waits.p50_min,
+            "wait_p95_min": waits.p95_min,
             "held_unit_hours": round(held, 3),
             "idle_share": round((held - busy) / held, 4) if held else 0.0,
         }

@@ -12,7 +12,6 @@ level is said once per period whichever replica leads; the service passes them t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import select
 
@@ -23,6 +22,7 @@ from ..pool.leases import LIVE_STATES
 from ..pool.quota import PERIODS, period_start
 from .apply import LazyFacts, decided
 from .operate import OperateStore
+from .read.budgets import BudgetWarningView, budget_warning_view
 from .reclaim import noticed
 from .rows import epoch
 
@@ -30,7 +30,7 @@ from .rows import epoch
 class BudgetStore(OperateStore):
     """The budget round of the leader's housekeeping."""
 
-    def budget_round(self, warn_before: float = 600.0) -> list[dict[str, Any]]:
+    def budget_round(self, warn_before: float = 600.0) -> list[BudgetWarningView]:
         """Warn each user and group whose budget use crossed 80 % or 100 % this period (once per
         level and period), and give the running leases of a spent ``stop`` budget a notice
         ending ``warn_before`` seconds from now (``pool.decide``). Returns the new warnings."""
@@ -63,4 +63,4 @@ class BudgetStore(OperateStore):
             outcome = decided(state, c.BudgetRound(warn_before), self._now_s())
             read = {**{r.id: r for r in rows}, **lazy.read}
             self._apply_effects(db, alloc, outcome.effects, "system", read)
-            return list(outcome.answer)
+            return [budget_warning_view(w) for w in outcome.answer]

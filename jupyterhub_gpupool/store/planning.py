@@ -11,12 +11,9 @@ day and offer (``record_refusal``, ``orm.RefusalRow``) instead.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Any
 
 from sqlalchemy import or_, select
 
@@ -24,6 +21,11 @@ from .. import orm
 from ..timeparse import parse_time
 from .chargeback import ChargebackStore, lease_figures
 from .errors import StoreError
+from .read.planning import (
+    CapacityDayView,
+    DayCell,
+    capacity_day_view,
+)
 from .rows import from_epoch, upsert_insert
 
 DAY = timedelta(days=1)
@@ -31,15 +33,6 @@ DAY = timedelta(days=1)
 #: hardware's (more or other hardware would have). Malformed asks are neither.
 QUOTA_REFUSALS = ("no_quota", "exceeds_limit", "budget_exhausted", "exceeds_exception_ceiling")
 CAPACITY_REFUSALS = ("no_such_hardware", "exceeds_node_size", "cluster_not_served")
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-quantile by nearest rank: the smallest value at least ``q`` of them are at or
-    below (a wait someone really had; None for no values)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 @dataclass(frozen=True)
@@ -86,16 +79,6 @@ def queued_at(row: orm.LeaseRow) -> datetime | None:
         parse_time(ask.get("decided"), lenient=True) if ask.get("decision") == "approved" else None
     )
     return None if decided is None else from_epoch(decided.timestamp())
-
-
-def wait_figures(waits: Iterable[float]) -> dict[str, float | None]:
-    """p50 and p95 waits in minutes (nearest rank), rounded to 0.1 min."""
-    w = list(waits)
-    p50, p95 = nearest_rank(w, 0.5), nearest_rank(w, 0.95)
-    return {
-        "wait_p50_min": None if p50 is None else round(p50 / 60, 1),
-        "wait_p95_min": None if p95 is None else round(p95 / 60, 1),
-    }
 
 
 class PlanningStore(ChargebackStore):
@@ -196,11 +179,11 @@ class PlanningStore(ChargebackStore):
 
     def capacity(
         self, start: datetime, end: datetime, offer: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Per offer and UTC day within [start, end): requests, demand (unit-hours held plus
-        unit-hours waited), held, busy and idle unit-hours, the idle share, the p50/p95 queue
-        wait of the day's requests, how many waited for quota and for capacity, and how many
-        were refused outright by quota and by capacity."""
+    ) -> tuple[CapacityDayView, ...]:
+        """Per offer and UTC day within [start, end), by offer then day: requests, demand
+        (unit-hours held plus unit-hours waited), held, busy and idle unit-hours, the idle
+        share, the p50/p95 queue wait of the day's requests, how many waited for quota and for
+        capacity, and how many were refused outright by quota and by capacity."""
         if end <= start:
             raise StoreError("invalid_range", "'to' must be after 'from'", field="to")
         if end - start > timedelta(days=366):
@@ -217,14 +200,10 @@ class PlanningStore(ChargebackStore):
         while d < end:
             days.append(d)
             d += DAY
-        acc: dict[tuple[str, datetime], dict[str, Any]] = {}
+        acc: dict[tuple[str, datetime], DayCell] = {}
 
-        def cell(o: str, day: datetime) -> dict[str, Any]:
-            return acc.setdefault(
-                (o, day),
-                {"requests": 0, "held": 0.0, "busy": 0.0, "waiting": 0.0, "waits": []}
-                | {"quota": 0, "capacity": 0},
-            )
+        def cell(o: str, day: datetime) -> DayCell:
+            return acc.setdefault((o, day), DayCell())
 
         records = self.records(start, end)
         busy_time = self.busy_time((r.id for r in records if r.granted), start, end)
@@ -238,43 +217,25 @@ class PlanningStore(ChargebackStore):
                     held, busy = lease_figures(rec, busy_time.get(rec.id, {}), lo, hi, now)
                     if held:
                         c = cell(rec.offer, day)
-                        c["held"] += float(held)
-                        c["busy"] += float(busy)
+                        c.held += float(held)
+                        c.busy += float(busy)
                 wait_to = min(rec.granted or rec.released or now, hi)
                 waited = (wait_to - max(rec.created, lo)).total_seconds()
                 if waited > 0:
-                    cell(rec.offer, day)["waiting"] += waited / 3600 * u
+                    cell(rec.offer, day).waiting += waited / 3600 * u
             if rec.created >= start:
                 day = datetime(rec.created.year, rec.created.month, rec.created.day)
                 c = cell(rec.offer, day)
-                c["requests"] += 1
-                c["waits"].append(rec.wait(now))
+                c.requests += 1
+                c.waits.append(rec.wait(now))
                 if rec.waited_for == "quota":
-                    c["quota"] += 1
+                    c.quota += 1
                 elif rec.waited_for is not None:
-                    c["capacity"] += 1
+                    c.capacity += 1
         refused = self._refusals(start, end, offer)
         for key in refused:
             cell(*key)
-        out = []
-        for (o, day), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-            by_quota, by_capacity = refused.get((o, day), (0, 0))
-            held = c["held"]
-            out.append(
-                {
-                    "offer": o,
-                    "day": day.date().isoformat(),
-                    "requests": c["requests"],
-                    "demand_unit_hours": round(held + c["waiting"], 6),
-                    "held_unit_hours": round(held, 6),
-                    "busy_unit_hours": round(c["busy"], 6),
-                    "waiting_unit_hours": round(c["waiting"], 6),
-                    "idle_share": round((held - c["busy"]) / held, 4) if held else 0.0,
-                    **wait_figures(c["waits"]),
-                    "queued_for_quota": c["quota"],
-                    "queued_for_capacity": c["capacity"],
-                    "refused_by_quota": by_quota,
-                    "refused_by_capacity": by_capacity,
-                }
-            )
-        return out
+        return tuple(
+            capacity_day_view(o, day, c, refused.get((o, day), (0, 0)))
+            for (o, day), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+        )

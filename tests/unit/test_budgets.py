@@ -45,13 +45,13 @@ def test_warnings_at_80_and_100_percent_once_each(db_url, clock):
     assert store.budget_round() == []  # 7 of 10: nothing yet
     clock.advance(hours=1)
     [w80] = store.budget_round()
-    assert (w80["subject"], w80["name"], w80["level"], w80["action"]) == ("user", "alice", 80,
-                                                                          "refuse")  # fmt: skip
-    assert w80["used_unit_hours"] == 8.0 and w80["budget"] == 10.0
+    assert (w80.subject, w80.name, w80.level, w80.action) == ("user", "alice", 80, "refuse")
+    assert w80.used_unit_hours == 8.0 and w80.budget == 10.0
+    assert (w80.period, w80.period_start) == ("month", datetime(2026, 11, 1))
     assert store.budget_round() == []  # said once
     clock.advance(hours=2)
     [w100] = store.budget_round()
-    assert w100["level"] == 100
+    assert w100.level == 100
     # refuse: no new grant, but the running lease goes on
     assert store.lease(lease.id).state == "active"
     with pytest.raises(StoreError) as e:
@@ -71,7 +71,7 @@ def test_a_grant_never_starts_with_less_than_the_minimum_left(db_url, clock):
 def test_notify_warns_and_refuses_nothing(db_url, clock):
     store, lease = started(db_url, clock, "notify")
     clock.advance(hours=11)
-    assert [w["level"] for w in store.budget_round()] == [100]
+    assert [w.level for w in store.budget_round()] == [100]
     assert store.allocate("alice", "b", "a100-1g").state == "granted"
     assert store.lease(lease.id).reclaim is None
 
@@ -79,7 +79,7 @@ def test_notify_warns_and_refuses_nothing(db_url, clock):
 def test_stop_gives_a_budget_notice_and_the_lease_ends_budget(db_url, clock):
     store, lease = started(db_url, clock, "stop")
     clock.advance(hours=10)
-    assert [w["level"] for w in store.budget_round(600)] == [100]
+    assert [w.level for w in store.budget_round(600)] == [100]
     out = store.lease(lease.id)
     assert out.state == "reclaiming"
     assert (out.reclaim.kind, out.reclaim.action) == ("budget", "stop")
@@ -131,9 +131,10 @@ def test_the_services_housekeeping_tells_the_notify_hook(db_url, clock):
             done = asyncio.run_coroutine_threadsafe(service.svc.budget_step(), service.loop)
             return done.result(timeout=60)
 
-        assert [w["level"] for w in step()] == [100]
+        assert [w.level for w in step()] == [100]
         assert step() == []  # once per level and period
         asyncio.run_coroutine_threadsafe(service.svc.notifier.drain(), service.loop).result(60)
     [(event, lease, details)] = heard
     assert (event, lease) == ("budget-warning", {"id": "", "user": "alice"})
     assert details["level"] == 100 and details["action"] == "stop" and details["for"] == "user"
+    assert (details["period_start"], details["used_unit_hours"]) == ("2026-11-01T00:00:00Z", 10.0)

@@ -36,7 +36,8 @@ from jupyterhub_gpupool.simulate.whatif import (
     summarize,
     what_if,
 )
-from jupyterhub_gpupool.store.planning import Record, nearest_rank
+from jupyterhub_gpupool.store.planning import Record
+from jupyterhub_gpupool.store.read.planning import WaitFigures, nearest_rank, wait_figures
 from tests.fakes import InProcessService, StoreClock, make_store, write_pool
 
 POOL = {
@@ -85,18 +86,25 @@ def test_nearest_rank():
     assert nearest_rank([], 0.5) is None
 
 
+def test_wait_figures_in_minutes_to_a_tenth():
+    assert wait_figures([30, 90, 3600, 7263]) == WaitFigures(p50_min=1.5, p95_min=121.0)
+    assert wait_figures([]) == WaitFigures(None, None)
+
+
 def test_capacity_per_offer_and_day(month):
     _, store = month
     days = store.capacity(DAY1, UNTIL)
-    assert len(days) == 30 and {d["offer"] for d in days} == {"h100"}
+    assert len(days) == 30 and {d.offer for d in days} == {"h100"}
     first = days[0]
-    assert first["day"] == "2026-11-01" and first["requests"] == 3
-    assert first["held_unit_hours"] == 3.0 and first["busy_unit_hours"] == 1.5
-    assert first["idle_share"] == 0.5
+    assert first.day == datetime(2026, 11, 1) and first.requests == 3
+    assert days[1].day == datetime(2026, 11, 2)
+    assert first.held_unit_hours == 3.0 and first.busy_unit_hours == 1.5
+    assert first.idle_share == 0.5
     # waiting: one request 1 h, one 2 h → 3 unit-hours waited; demand = held + waited
-    assert first["waiting_unit_hours"] == 3.0 and first["demand_unit_hours"] == 6.0
-    assert first["wait_p50_min"] == 60.0 and first["wait_p95_min"] == 120.0
-    assert first["queued_for_capacity"] == 2 and first["queued_for_quota"] == 0
+    assert first.waiting_unit_hours == 3.0 and first.demand_unit_hours == 6.0
+    assert first.waits == WaitFigures(p50_min=60.0, p95_min=120.0)
+    assert first.queued_for_capacity == 2 and first.queued_for_quota == 0
+    assert (first.refused_by_quota, first.refused_by_capacity) == (0, 0)
 
 
 def test_capacity_tells_quota_from_capacity(tmp_path):
@@ -109,7 +117,7 @@ def test_capacity_tells_quota_from_capacity(tmp_path):
     second = store.allocate("ann", "two", "h100")  # free GPU, but ann's limit is 1
     assert second.state == "queued" and second.reason == "quota"
     [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
-    assert day["queued_for_quota"] == 1 and day["queued_for_capacity"] == 0
+    assert day.queued_for_quota == 1 and day.queued_for_capacity == 0
 
 
 def test_what_if_more_gpus_shortens_the_waits_as_constructed(month):
@@ -335,8 +343,9 @@ def test_a_refusal_count_is_one_row_per_day_offer_and_code(db_url):
         assert store.record_refusal("h100", "exceeds_limit")
     assert store.record_refusal("h100", "no_such_hardware")
     [day] = store.capacity(DAY1, DAY1 + timedelta(days=1))
-    assert (day["refused_by_quota"], day["refused_by_capacity"]) == (3, 1)
-    assert day["requests"] == 0  # refusals are not requests with a lease
+    assert (day.refused_by_quota, day.refused_by_capacity) == (3, 1)
+    assert day.requests == 0  # refusals are not requests with a lease
+    assert day.waits == WaitFigures(None, None)  # no request: no wait
 
 
 # -- a new install: less than a day recorded, said in words ------------------------------------

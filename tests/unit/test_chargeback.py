@@ -110,11 +110,16 @@ def test_usage_costs_round_per_row_and_the_total_is_their_sum(store, clock):
     for user in ("ann", "bob", "cem"):
         hold(store, clock, user, "h100", 20)
     body = store.usage_report(start, clock(), "user")
-    assert body["currency"] == "EUR"
-    assert [r["cost"] for r in body["items"]] == ["0.33", "0.33", "0.33"]
-    assert body["total"]["cost"] == "0.99"
-    assert body["total"]["held_unit_hours"] == 0.999999  # the rows as shown, added
-    assert body["total"]["leases"] == 3
+    assert body.currency == "EUR" and body.by == "user"
+    assert [(r.key, r.kind) for r in body.items] == [
+        ("ann", "user"),
+        ("bob", "user"),
+        ("cem", "user"),
+    ]
+    assert [r.figures.cost for r in body.items] == [Decimal("0.33")] * 3
+    assert body.total.cost == Decimal("0.99")
+    assert body.total.held == Decimal("0.999999")  # the rows as shown, added
+    assert body.total.leases == 3
 
 
 def test_busy_hours_cost_the_lower_price_and_unpriced_models_are_flagged(store, clock):
@@ -123,19 +128,20 @@ def test_busy_hours_cost_the_lower_price_and_unpriced_models_are_flagged(store, 
     start = clock()
     hold(store, clock, "alice", "a100-3g", 120, busy_h=1.0)
     [row] = store.usage(start, clock(), "offer")
-    assert row["held_unit_hours"] == pytest.approx(1.0)
-    assert row["busy_unit_hours"] == pytest.approx(0.5)
-    assert row["idle_share"] == pytest.approx(0.5)
-    assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == 0.0
+    assert row.key == "a100-3g" and row.kind == "offer"
+    assert row.figures.held == Decimal("1.000000")
+    assert row.figures.busy == Decimal("0.500000")
+    assert row.figures.idle_share == 0.5
+    assert row.figures.cost == Decimal("2.50") and row.figures.unpriced == 0
     # prices removed from the config: the past keeps its prices, the hours from now are unpriced
     store.load_config(parse_pool_config({**STORE_POOL, "prices": None}, default_catalog()))
     [row] = store.usage(start, clock(), "offer")
-    assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == 0.0
+    assert row.figures.cost == Decimal("2.50") and row.figures.unpriced == 0
     lease = store.allocate("alice", "", "a100-3g")
     clock.advance(hours=2)
     store.release(lease.id)
     [row] = store.usage(start, clock(), "offer")
-    assert row["cost"] == "2.50" and row["unpriced_unit_hours"] == pytest.approx(1.0)
+    assert row.figures.cost == Decimal("2.50") and row.figures.unpriced == Decimal(1)
 
 
 def test_top_idle_holders_most_idle_first(store, clock):
@@ -144,10 +150,10 @@ def test_top_idle_holders_most_idle_first(store, clock):
     hold(store, clock, "idle-ida", "h100", 90)
     hold(store, clock, "some-sam", "h100", 60, busy_h=0.5)
     holders = store.idle_holders(start, clock(), 10)
-    assert [h["user"] for h in holders] == ["idle-ida", "some-sam"]
-    assert holders[0]["idle_unit_hours"] == pytest.approx(1.5)
-    assert holders[0]["idle_cost"] == "1.50" and holders[1]["idle_share"] == 0.5
-    assert [h["user"] for h in store.idle_holders(start, clock(), 1)] == ["idle-ida"]
+    assert [h.user for h in holders] == ["idle-ida", "some-sam"]
+    assert holders[0].idle == Decimal("1.5") and holders[0].leases == 1
+    assert holders[0].idle_cost == Decimal("1.50") and holders[1].idle_share == 0.5
+    assert [h.user for h in store.idle_holders(start, clock(), 1)] == ["idle-ida"]
 
 
 # -- the API: JSON and CSV to the cent -------------------------------------------------------
@@ -205,7 +211,7 @@ def test_report_csv_has_the_usage_figures_of_the_month(november, tmp_path, capsy
     assert users["bob"]["cost"] == "0.50" and users["<b>eve</b>"]["cost"] == "1.50"
     api = store.usage_report(NOV, datetime(2026, 12, 1), "group")
     [group_total] = [r for r in rows if r["section"] == "group" and r["kind"] == "total"]
-    assert group_total["cost"] == api["total"]["cost"] == "3.00"
+    assert group_total["cost"] == "3.00" and api.total.cost == Decimal("3.00")
     idle = [r["name"] for r in rows if r["section"] == "idle-holders"]
     assert idle == ["ann", "<b>eve</b>"]  # 1 unit-hour idle, then 0.5; bob half busy
 

@@ -16,6 +16,7 @@ from jupyterhub_gpupool.pool.pricing import ALWAYS, ModelPrice, Prices, parse_pr
 from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.poolconfig import parse_pool_config
 from jupyterhub_gpupool.service.scopes import ADMIN
+from jupyterhub_gpupool.store.read.usage import PriceUsedView
 from tests.fakes import BILL_POOL, InProcessService, StoreClock, make_store, request
 
 MODELS = default_catalog().names
@@ -117,13 +118,13 @@ def test_every_hour_is_priced_at_the_price_in_force_then(store):
     clock.advance(hours=4)  # held 22:00 → 02:00: 2 h before the change, 2 h after
     store.release(lease.id)
     body = store.usage_report(datetime(2026, 11, 1), datetime(2026, 12, 1), "user")
-    [row] = body["items"]
+    [row] = body.items
     # before: 1 idle × 2 + 1 busy × 1 = 3; after: 2 idle × 4 = 8; one line item: 11.00
-    assert row["cost"] == "11.00" and row["held_unit_hours"] == 4.0
-    assert body["prices"] == [
-        {"model": "H100-80GB", "from": None, "held": "2", "busy": "1"},
-        {"model": "H100-80GB", "from": "2026-11-15T00:00:00Z", "held": "4", "busy": "3"},
-    ]
+    assert row.figures.cost == Decimal("11.00") and row.figures.held == 4
+    assert body.prices == (
+        PriceUsedView("H100-80GB", None, Decimal(2), Decimal(1)),
+        PriceUsedView("H100-80GB", datetime(2026, 11, 15), Decimal(4), Decimal(3)),
+    )
 
 
 def test_changing_a_price_never_changes_a_past_hours_cost(store, db_url):
@@ -134,7 +135,7 @@ def test_changing_a_price_never_changes_a_past_hours_cost(store, db_url):
     store.release(lease.id)  # 22:00 → 01:00: 2 h at 2, 1 h at 4 = 8.00
     clock.now = datetime(2026, 11, 20, 10, 20)
     first = store.usage_report(datetime(2026, 11, 1), datetime(2026, 11, 20, 11), "user")
-    assert first["items"][0]["cost"] == "8.00"
+    assert first.items[0].figures.cost == Decimal("8.00")
     # the admin edits the config: a new price, and an attempt at rewriting the past
     for models in (
         {"H100-80GB": 9},
@@ -147,8 +148,8 @@ def test_changing_a_price_never_changes_a_past_hours_cost(store, db_url):
     later = store.allocate("bob", "", "h100")
     clock.now = datetime(2026, 11, 20, 12, 0)
     store.release(later.id)  # 10:20 → 12:00: 40 min at 4, then 1 h at 7
-    [bob] = [r for r in store.usage(datetime(2026, 11, 20), clock(), "user") if r["user"] == "bob"]
-    assert bob["cost"] == "9.67"  # 0.666667 × 4 + 1 × 7 = 9.666668, rounded once
+    [bob] = [r for r in store.usage(datetime(2026, 11, 20), clock(), "user") if r.key == "bob"]
+    assert bob.figures.cost == Decimal("9.67")  # 0.666667 × 4 + 1 × 7 = 9.666668, rounded once
 
 
 def test_the_api_and_panel_show_the_price_table_over_time(store, db_url):

@@ -4,6 +4,7 @@ resize, restart, accounting and the database's own no-double-grant guarantee."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -239,9 +240,9 @@ def test_usage_matches_a_hand_computed_example(store, clock):
     store.release(bob.id)
     clock.advance(hours=3)
     rows = store.usage(T0 + timedelta(hours=1), T0 + timedelta(hours=3), "user")
-    held = {r["user"]: r["held_unit_hours"] for r in rows}
-    assert held == {"alice": 1.0, "bob": 1.0, "carol": round(2 / 7, 6)}
-    by_offer = {r["offer"]: r["leases"] for r in store.usage(T0, clock(), "offer")}
+    held = {r.key: r.figures.held for r in rows}
+    assert held == {"alice": 1, "bob": 1, "carol": Decimal("0.285714")}  # 2/7
+    by_offer = {r.key: r.figures.leases for r in store.usage(T0, clock(), "offer")}
     assert by_offer == {"h100": 1, "a100-3g": 1, "a100-1g": 1}
     assert store.lease(carol.id).state == "granted"
 

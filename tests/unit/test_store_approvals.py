@@ -278,10 +278,10 @@ def test_time_awaiting_approval_is_not_a_queue_wait(store, clock):
     assert store.approve(waited.id, actor="user:root").state == "granted"
     clock.advance(hours=1)
     store.release(waited.id)
-    (day,) = [d for d in store.capacity(start, clock()) if d["offer"] == "big"]
-    assert day["requests"] == 1  # the denied one is not demand for capacity
-    assert (day["wait_p50_min"], day["wait_p95_min"]) == (0.0, 0.0)  # granted on approval
-    assert day["held_unit_hours"] == pytest.approx(4.0)
+    (day,) = [d for d in store.capacity(start, clock()) if d.offer == "big"]
+    assert day.requests == 1  # the denied one is not demand for capacity
+    assert (day.waits.p50_min, day.waits.p95_min) == (0.0, 0.0)  # granted on approval
+    assert day.held_unit_hours == pytest.approx(4.0)
 
 
 def test_reconcile_withdraws_requests_of_deleted_servers_and_keeps_stopped_ones(store):

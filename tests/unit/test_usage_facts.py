@@ -23,6 +23,7 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.usage import CLOSE_GRACE
 from jupyterhub_gpupool.service.ingest import ingest
 from jupyterhub_gpupool.service.scopes import ADMIN
+from jupyterhub_gpupool.service.serialize.usage import usage_report_json
 from jupyterhub_gpupool.service.utilization import Sample, UtilizationBuffer
 from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
@@ -85,8 +86,9 @@ def pool(db_url, clock):
 
 
 def row(store, start, end, by, key):
-    [r] = [r for r in store.usage(start, end, by) if r[by] == key]
-    return r
+    """The figures of the usage row ``key`` grouped ``by``."""
+    [r] = [r for r in store.usage(start, end, by) if r.key == key]
+    return r.figures
 
 
 # -- facts placed in time ---------------------------------------------------------------------
@@ -101,9 +103,9 @@ def test_each_gpu_of_a_two_gpu_lease_is_counted_once(pool, clock):
     pool.run(lease, 120, util=90.0)
     pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "ann")
-    assert r["held_unit_hours"] == 4.0
-    assert r["busy_unit_hours"] == 4.0 and r["estimated_busy_unit_hours"] == 0.0
-    assert r["cost"] == "6.00"  # 4 busy unit-hours at 1.50
+    assert r.held == 4
+    assert r.busy == 4 and r.estimated == 0
+    assert r.cost == Decimal("6.00")  # 4 busy unit-hours at 1.50
     with pool.store.read() as db:  # the lease's running total (what-if replays read it)
         assert db.get(orm.LeaseRow, lease.id).busy_hours == pytest.approx(2.0)
 
@@ -119,8 +121,8 @@ def test_one_busy_gpu_of_two_is_half_the_lease(pool, clock):
         pool.store.add_busy(ingest(pool.store, pool.buffer, batch, 5.0))
     pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "ann")
-    assert (r["held_unit_hours"], r["busy_unit_hours"]) == (2.0, 1.0)
-    assert r["cost"] == "3.50"  # 1 idle unit-hour at 2 + 1 busy at 1.50
+    assert (r.held, r.busy) == (2, 1)
+    assert r.cost == Decimal("3.50")  # 1 idle unit-hour at 2 + 1 busy at 1.50
 
 
 def test_a100_slices_are_busy_by_memory_and_processes_and_it_is_marked_estimated(pool, clock):
@@ -133,10 +135,10 @@ def test_a100_slices_are_busy_by_memory_and_processes_and_it_is_marked_estimated
     pool.run(lease, 30, util=None, memory=0, procs=0)
     pool.store.release(lease.id)
     r = row(pool.store, t0, clock(), "user", "bob")
-    assert r["held_unit_hours"] == round(1 / 7, 6)  # 0.142857
-    assert r["busy_unit_hours"] == round(0.5 / 7, 6) == r["estimated_busy_unit_hours"]
+    assert r.held == Decimal("0.142857")  # 1/7
+    assert r.busy == Decimal("0.071429") == r.estimated  # 0.5/7
     # idle 0.071428 at 3 + busy 0.071429 at 2: 0.214284 + 0.142858 = 0.357142 → 0.36
-    assert r["cost"] == "0.36"
+    assert r.cost == Decimal("0.36")
 
 
 def test_busy_time_is_placed_in_the_hour_it_happened(pool, clock):
@@ -149,12 +151,12 @@ def test_busy_time_is_placed_in_the_hour_it_happened(pool, clock):
     pool.store.release(lease.id)
     octo = row(pool.store, datetime(2026, 10, 1), NOV, "user", "ann")
     nov = row(pool.store, NOV, DEC, "user", "ann")
-    assert (octo["held_unit_hours"], octo["busy_unit_hours"]) == (1.0, 0.5)
-    assert (nov["held_unit_hours"], nov["busy_unit_hours"]) == (1.0, 0.0)  # not half of it
+    assert (octo.held, octo.busy) == (1, Decimal("0.5"))
+    assert (nov.held, nov.busy) == (1, 0)  # not half of it
     # and a range that cuts an hour gets the share of its busy time it holds of the hour
     half = row(pool.store, datetime(2026, 10, 31, 23, 0), datetime(2026, 10, 31, 23, 15),
                "user", "ann")  # fmt: skip
-    assert (half["held_unit_hours"], half["busy_unit_hours"]) == (0.25, 0.125)
+    assert (half.held, half.busy) == (Decimal("0.25"), Decimal("0.125"))
 
 
 def test_a_closed_month_takes_no_late_fact(pool, clock):
@@ -165,7 +167,7 @@ def test_a_closed_month_takes_no_late_fact(pool, clock):
     assert pool.store.add_busy({(lease.id, last_hour): (60.0, 0.0)}) == 0
     clock.now = DEC + CLOSE_GRACE  # closed now: dropped
     assert pool.store.add_busy({(lease.id, last_hour): (60.0, 0.0)}) == 1
-    assert row(pool.store, NOV, DEC, "user", "ann")["busy_unit_hours"] == round(60 / 3600, 6)
+    assert row(pool.store, NOV, DEC, "user", "ann").busy == Decimal("0.016667")  # 60 s
 
 
 # -- a finished month reads identically forever ----------------------------------------------
@@ -238,7 +240,7 @@ def test_november_reads_byte_identically_after_december_happens(pool, clock, tmp
     pool.store.release(dan.id)
     second = readings(pool, tmp_path, "second")
     assert second == first
-    assert Decimal(row(pool.store, DEC, clock(), "user", "dan")["cost"]) > 0  # December moved
+    assert row(pool.store, DEC, clock(), "user", "dan").cost > 0  # December moved
 
 
 # -- one rounding rule: every format and grouping agrees ------------------------------------------
@@ -306,15 +308,15 @@ def test_the_worked_example_of_the_docs(pool, clock):
     for that month, row by row and in total, and by group the same total."""
     november(pool, clock)
     clock.now = DEC + CLOSE_GRACE
-    body = pool.store.usage_report(NOV, DEC, "user")
+    body = usage_report_json(pool.store.usage_report(NOV, DEC, "user"))  # as the API shows it
     cols = ("held_unit_hours", "busy_unit_hours", "estimated_busy_unit_hours", "cost")
     got = [[i["user"], *(str(i[c]) for c in cols)] for i in body["items"]]
     got.append(["total", *(str(body["total"][c]) for c in cols)])
     assert got == docs_example()
     groups = pool.store.usage_report(NOV, DEC, "group")
-    assert [(g["group"], g["cost"]) for g in groups["items"]] == [
-        ("cv", "5.00"),
-        ("ml", "8.00"),
-        ("(no group)", "0.33"),
+    assert [(g.key, g.kind, g.figures.cost) for g in groups.items] == [
+        ("cv", "group", Decimal("5.00")),
+        ("ml", "group", Decimal("8.00")),
+        ("(no group)", "no-group", Decimal("0.33")),
     ]
-    assert groups["total"]["cost"] == body["total"]["cost"] == "13.33"
+    assert groups.total.cost == Decimal(body["total"]["cost"]) == Decimal("13.33")

@@ -262,19 +262,19 @@ def test_the_services_bill_equals_the_reference_computed_from_the_docs(month, ra
         for by in BY:
             body = store.usage_report(NOV, DEC, by)  # type: ignore[attr-defined]
             expected = reference_rows(refs, by, raw_prices)
-            got = {i[by]: i for i in body["items"]}
+            got = {i.key: i.figures for i in body.items}
             assert sorted(got) == sorted(expected)
             for key, want in expected.items():
                 have = got[key]
-                assert have["leases"] == want["leases"], key
-                assert Decimal(str(have["held_unit_hours"])) == want["held"], key
-                assert Decimal(str(have["busy_unit_hours"])) == want["busy"], key
-                assert Decimal(str(have["estimated_busy_unit_hours"])) == want["estimated"], key
-                assert Decimal(str(have["unpriced_unit_hours"])) == want["unpriced"], key
-                assert Decimal(have["cost"]) == want["cost"], key
+                assert have.leases == want["leases"], key
+                assert have.held == want["held"], key
+                assert have.busy == want["busy"], key
+                assert have.estimated == want["estimated"], key
+                assert have.unpriced == want["unpriced"], key
+                assert have.cost == want["cost"], key
             want_cost = sum((r["cost"] for r in expected.values()), Decimal(0))
-            assert Decimal(body["total"]["cost"]) == want_cost
-            totals.add((body["total"]["cost"], body["total"]["held_unit_hours"]))
+            assert body.total.cost == want_cost
+            totals.add((body.total.cost, body.total.held))
         assert len(totals) == 1  # every grouping, the same total
 
 

@@ -11,9 +11,11 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
+from ...timeparse import format_time
 from ..serialize.leases import lease_json
 from ..serialize.nodes import node_drain_json, node_set_json
 from ..serialize.quotas import quota_json
+from ..serialize.usage import idle_holders_json, usage_report_json, usage_rows_json
 from .base import MAX_STR, APIError, APIHandler, needs, time_field
 
 
@@ -137,15 +139,13 @@ class UsageHandler(APIHandler):
             )
         report = self.store.usage_report(start, end, by)
         if fmt == "json":
-            self.write_json(
-                {"from": start.isoformat() + "Z", "to": end.isoformat() + "Z", "by": by} | report
-            )
+            self.write_json(usage_report_json(report))
             return
         out = io.StringIO()
         named = [by, "name"] if by == "job" else [by]  # a job's row: its id and its name
         writer = csv.DictWriter(out, [*named, "kind", *USAGE_COLUMNS], lineterminator="\n")
         writer.writeheader()
-        writer.writerows(report["items"])
+        writer.writerows(usage_rows_json(report.items, by))
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="gpu-usage-by-{by}.csv"')
         self.finish(out.getvalue())
@@ -164,10 +164,10 @@ class IdleHoldersHandler(APIHandler):
         items = self.store.idle_holders(start, end, limit)
         self.write_json(
             {
-                "from": start.isoformat() + "Z",
-                "to": end.isoformat() + "Z",
+                "from": format_time(start),
+                "to": format_time(end),
                 "currency": self.store.prices.currency,
-                "items": items,
+                "items": idle_holders_json(items),
             }
         )
 

@@ -14,6 +14,8 @@ from ...pool.reclaimpolicy import parse_policies
 from ...simulate.whatif import Change, WhatIfError, parse_add, what_if
 from ...store import utcnow
 from ...store.rebuild import inventory_of
+from ...timeparse import format_time
+from ..serialize.planning import capacity_json
 from .base import APIError, APIHandler, needs, time_field
 
 #: The longest what-if window (days): a year of 400 requests a day replays in about 20 s of
@@ -33,7 +35,7 @@ class CapacityHandler(APIHandler):
         offer = self.get_argument("offer", None)
         items = self.store.capacity(start, end, offer)
         self.write_json(
-            {"from": start.isoformat() + "Z", "to": end.isoformat() + "Z"} | {"items": items}
+            {"from": format_time(start), "to": format_time(end), "items": capacity_json(items)}
         )
 
 

@@ -2,7 +2,8 @@
 what-if replay. Each page needs ``custom:gpupool:admin`` (``AdminPage``).
 
 The usage and capacity pages are rendered from the very store calls the API answers with
-(``usage_report``, ``idle_holders``, ``capacity``), so the tables show the API's figures for the
+(``usage_report``, ``idle_holders``, ``capacity``), serialized as the API serializes them
+(``service/serialize/usage.py``, ``planning.py``), so the tables show the API's figures for the
 same range; their charts draw the same rows (a JSON ``data-`` attribute, read by the page's
 script). The CSV download and the what-if replay are REST API calls from the script (with the
 hub's XSRF token): ``GET usage?format=csv`` and ``POST capacity/what-if``.
@@ -19,6 +20,8 @@ from tornado import web
 
 from ...pool.errors import PoolError
 from ..apihandlers.base import time_field
+from ..serialize.planning import capacity_json
+from ..serialize.usage import idle_holders_json, usage_report_json
 from .admin import AdminPage
 
 #: How the usage page may group its rows (the API's ``by``).
@@ -76,8 +79,8 @@ class UsagePage(RangePage):
         report: dict[str, Any] = {"currency": self.store.prices.currency, "items": []}
         holders: list[dict[str, Any]] = []
         try:
-            report = self.store.usage_report(start, end, by)
-            holders = self.store.idle_holders(start, end, IDLE_HOLDERS)
+            report = usage_report_json(self.store.usage_report(start, end, by))
+            holders = idle_holders_json(self.store.idle_holders(start, end, IDLE_HOLDERS))
         except PoolError as e:  # 'to' not after 'from': said above the form's table
             error = f"{e.field}: {e.message}" if e.field else e.message
         query = {"from": start.isoformat() + "Z", "to": end.isoformat() + "Z", "by": by}
@@ -114,7 +117,7 @@ class CapacityPage(RangePage):
         offer = self.get_argument("offer", "").strip() or None
         items: list[dict[str, Any]] = []
         try:
-            items = self.store.capacity(start, end, offer)
+            items = capacity_json(self.store.capacity(start, end, offer))
         except PoolError as e:
             error = f"{e.field}: {e.message}" if e.field else e.message
         self.render_page(
