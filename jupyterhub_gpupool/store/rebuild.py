@@ -229,6 +229,6 @@ def inventory_of(
         )
     offers = [
         parse_offer(r.spec, catalog)
-        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
+        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position, orm.OfferRow.name))
     ]
     return nodes, offers
