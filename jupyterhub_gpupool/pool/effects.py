@@ -18,7 +18,7 @@ from .approval import Ask
 from .decisions import Grant, Queued
 from .headroom import Headroom
 from .model import MigInstance, Node, Offer, Request
-from .nodeput import put_node
+from .nodeput import put_node, set_gpu
 from .offertable import drop_offer, order_offers, put_offer, refresh_demand, set_quota
 from .outside import OutsideHolds, Rebinding
 from .pricing import Prices
@@ -592,9 +592,8 @@ class InventoryTaken:
 
 @dataclass(frozen=True)
 class OfferLoaded:
-    """The config file's offer ``offer`` is written at ``position`` (a new row, or the file's
-    own row updated; an administrator's row by API is left as it is); the allocator's offer
-    of its name becomes it (``pool.offertable.put_offer``)."""
+    """The file's offer ``offer`` is written at ``position`` (a new row, or the file's own row
+    updated) and put in the allocator's table (``pool.offertable.put_offer``)."""
 
     offer: Offer
     position: int
@@ -602,16 +601,14 @@ class OfferLoaded:
 
 @dataclass(frozen=True)
 class OfferDropped:
-    """The file's offer row ``name`` goes: the config no longer lists it, nor the allocator's
-    table (``pool.offertable.drop_offer``); its queued requests ended before."""
+    """The file's offer row ``name`` goes, and the allocator's offer (its requests end after)."""
 
     name: str
 
 
 @dataclass(frozen=True)
 class OffersOrdered:
-    """After the offers' loads and drops: the allocator's table in its rows' order
-    (``names``), the demand re-weighed over it (``pool.offertable``). Rows: nothing."""
+    """The allocator's offer table in its rows' order, the demand re-weighed over it."""
 
     names: tuple[str, ...]
 
@@ -626,8 +623,7 @@ class HeadroomSet:
 @dataclass(frozen=True)
 class FileQuotaLoaded:
     """The file's quota of a user, a group or the default (``kind``, ``name``) is written
-    (``spec``), or dropped (``None``); an administrator's by API is not touched. The
-    allocator's quota book follows (``pool.offertable.set_quota``)."""
+    (``spec``), or dropped (``None``), in the rows and the allocator's quota book."""
 
     kind: str
     name: str
@@ -644,12 +640,8 @@ class PricesLoaded:
 
 @dataclass(frozen=True)
 class NodeDeclared:
-    """A node the config declares is written (added or updated): its row, its GPUs' rows
-    (``node.gpus``, in order; a GPU it no longer declares goes) with, for each, its MIG
-    instance rows ((profile, start, uuid, failed creations, the last error)); what the node
-    reported stays. The allocator puts ``node`` (what a rebuild from those rows gives) in
-    place of its own (``pool.nodeput.put_node``, ``outside``: the node's marks). The leases
-    it loses come before it as their own ``LeaseReleased``."""
+    """A declared node's rows are written as ``NodeReported``'s (what the node reported
+    stays), and ``node`` put in place of the allocator's (``pool.nodeput.put_node``)."""
 
     node: Node
     rows: tuple[tuple[tuple[str, int, str | None, int, str | None], ...], ...]
@@ -791,21 +783,3 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         instances = effect.instances
         if instances is not None:  # the agent's way: the layout is written now
             set_gpu(alloc, effect.gpu, instances=[replace(i) for i in instances])
-
-
-def set_gpu(
-    alloc: Allocator,
-    uuid: str,
-    *,
-    cordoned: bool | None = None,
-    instances: list[MigInstance] | None = None,
-) -> None:
-    """Cordon a GPU or give it a new MIG layout (what the allocator would be rebuilt with
-    from the rows), and re-index its node."""
-    gpu = alloc.gpus[uuid]
-    if cordoned is not None:
-        gpu.cordoned = cordoned
-    if instances is not None:
-        gpu.instances = instances
-    alloc._never.clear()  # what is never placeable may change with a layout
-    alloc.set_node_flags(gpu.node)  # re-index it

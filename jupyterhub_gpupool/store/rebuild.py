@@ -1,5 +1,6 @@
 """The allocator, built from the rows: what a process decides with after a restart, after
-another replica's commits, and after the inventory or the config changed shape."""
+another replica's commits, and after a transaction that failed (every command of this process
+changes it in place)."""
 
 from __future__ import annotations
 

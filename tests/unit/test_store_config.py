@@ -153,7 +153,10 @@ def test_a_declared_gpu_removed_or_switched_ends_its_lease_node_lost(store, kind
     first = store.allocate("alice", "a", "h100")
     second = store.allocate("bob", "b", "h100")
     waiting = store.allocate("carol", "c", "h100")
-    on = {store.lease(first.id).slots[0].gpu: first.id, store.lease(second.id).slots[0].gpu: second.id}
+    on = {
+        store.lease(first.id).slots[0].gpu: first.id,
+        store.lease(second.id).slots[0].gpu: second.id,
+    }
     if kind == "removed":
         gpus = [{"model": "H100-80GB", "count": 1}]  # h100's GPU 1 is gone
     else:

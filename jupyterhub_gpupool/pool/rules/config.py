@@ -129,29 +129,6 @@ def _check_node(owners: dict[str, str], node: Node) -> None:
     owners.update(dict.fromkeys(declared, node.name))
 
 
-def _quotas(rows: ConfigRows, config: Any) -> list[Effect]:
-    """The file's quotas: written where no administrator's stands, dropped where the file no
-    longer has them (in the rows' order)."""
-    wanted: dict[tuple[str, str], QuotaSpec] = {}
-    for name, spec in (config.users or {}).items():
-        wanted[("user", name)] = spec
-    for name, spec in (config.groups or {}).items():
-        wanted[("group", name)] = spec
-    if config.default is not None:
-        wanted[("default", "*")] = config.default
-    effects: list[Effect] = [
-        FileQuotaLoaded(kind, name, spec)
-        for (kind, name), spec in wanted.items()
-        if rows.quotas.get((kind, name), "file") == "file"
-    ]
-    effects += [
-        FileQuotaLoaded(kind, name, None)
-        for (kind, name), source in rows.quotas.items()
-        if source == "file" and (kind, name) not in wanted
-    ]
-    return effects
-
-
 def _quotas(rows: ConfigRows, config: Any) -> list[FileQuotaLoaded]:
     """The file's quotas: written where no administrator's stands, dropped where the file no
     longer has them (in the rows' order)."""
@@ -267,8 +244,11 @@ def _layout(gpu: Gpu, old: Any, was: NodeRows | None, ended: set[str]) -> _Rows:
     if old is not None and was is not None:
         rows = {(p, s): [uuid, n, error] for p, s, uuid, n, error in old.instances}
         _drop_made_for(rows, gpu.uuid, was, ended)
-        held = {(p, s) for (u, p, s), (lid, _, _) in was.slots.items() if u == gpu.uuid}
-        held = {k for k in held if was.slots[(gpu.uuid, *k)][0] not in ended}
+        held = {
+            (p, s)
+            for (u, p, s), (lid, _, _) in was.slots.items()
+            if u == gpu.uuid and lid not in ended
+        }
     keep: _Rows = {}
     for inst in gpu.instances:
         key = (inst.profile, inst.start)
