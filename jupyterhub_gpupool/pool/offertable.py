@@ -131,10 +131,14 @@ class TableTrial:
         self.undo()
 
     def put_offer(self, offer: Offer) -> bool:
+        if self.alloc.offers.get(offer.name) == offer:
+            return False
         self._note(offer.name)
         return put_offer(self.alloc, offer)
 
     def drop_offer(self, name: str) -> bool:
+        if name not in self.alloc.offers:
+            return False
         self._note(name)
         return drop_offer(self.alloc, name)
 
@@ -162,11 +166,12 @@ class TableTrial:
         changed = [(n, a.offers.get(n)) for n in self._changed]
         a.offers.clear()
         a.offers.update(self._offers)
-        for name, offer in changed:
+        for name, offer in changed:  # what was derived from the offers played
             a._shapes.pop(name, None)
-            a._never.clear()
             if offer is not None:
                 a._usable_cache.pop(offer, None)
+        if changed:
+            a._never.clear()
         users, groups, default = self._quotas
         a.quotas.users.clear()
         a.quotas.users.update(users)

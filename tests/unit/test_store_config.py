@@ -228,3 +228,14 @@ def test_a_refused_config_changes_nothing(store):
     with store.locked() as alloc:
         assert whole(alloc) == before
     assert store.lease(held.id).state == "granted"
+
+
+def test_the_headroom_follows_the_file(store):
+    with store.locked() as alloc:
+        assert alloc.headroom is None
+    load(store, pool(borrowing={"keep_free": 1}))
+    with store.locked() as alloc:
+        assert alloc.headroom is not None and alloc.headroom.every == 1
+    load(store, POOL)
+    with store.locked() as alloc:
+        assert alloc.headroom is None
