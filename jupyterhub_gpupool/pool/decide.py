@@ -13,11 +13,10 @@ reachability, sharing); quotas; jobs and kernels; reclaim (a reclaimer's round, 
 outcome, the reclaim policy); notices (an administrator's reclaim, extension and cancel, the
 service's claim of an overdue notice, a spent budget's notices); inventory (a node's
 inventory: the node put in place of its own, ``pool.nodeput``; outside marks, rebinding);
-mig (a node's MIG results, re-partitions); config (a pool config's load: the
-offer, quota and node rows it writes, the requests and leases its removals end, then
-``AllocatorRebuilt``: the allocator is rebuilt from the rows, as it has no primitive to replace
-an offer table or a node). A job's or a kernel's request is the
-lease rule's ``allocate`` with its holder's effect after it; a job that ends takes its lease
+mig (a node's MIG results, re-partitions); config (a pool config's load: the offer, quota and
+node rows it writes, the requests and leases its removals end, the allocator changed in place,
+``pool.offertable`` and ``pool.nodeput``, and the queue served). A job's or a kernel's request
+is the lease rule's ``allocate`` with its holder's effect after it; a job that ends takes its lease
 along (``JobEnded``), and a preemption round plays the ends as it goes (``ending.finish_in``).
 ``pool.ending``'s ``finish`` and ``serve_queue`` are the same rules for the store's other
 callers that end a lease or serve the queue; its ``admin_notice`` gives an enforced notice (an

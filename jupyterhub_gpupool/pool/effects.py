@@ -16,8 +16,10 @@ from typing import Any
 from .allocator import Allocator
 from .approval import Ask
 from .decisions import Grant, Queued
+from .headroom import Headroom
 from .model import MigInstance, Node, Offer, Request
-from .nodeput import put_node
+from .nodeput import put_node, set_gpu
+from .offertable import drop_offer, order_offers, put_offer, refresh_demand, set_quota
 from .outside import OutsideHolds, Rebinding
 from .pricing import Prices
 from .quota import QuotaSpec
@@ -585,13 +587,13 @@ class InventoryTaken:
     actor: str
 
 
-# -- the pool config (``LoadConfig``): rows written, then the allocator rebuilt from them
+# -- the pool config (``LoadConfig``): rows written, the allocator changed in place
 
 
 @dataclass(frozen=True)
 class OfferLoaded:
-    """The config file's offer ``offer`` is written at ``position`` (a new row, or the file's
-    own row updated; an administrator's row by API is left as it is)."""
+    """The file's offer ``offer`` is written at ``position`` (a new row, or the file's own row
+    updated) and put in the allocator's table (``pool.offertable.put_offer``)."""
 
     offer: Offer
     position: int
@@ -599,15 +601,29 @@ class OfferLoaded:
 
 @dataclass(frozen=True)
 class OfferDropped:
-    """The file's offer row ``name`` goes: the config no longer lists it."""
+    """The file's offer row ``name`` goes, and the allocator's offer (its requests end after)."""
 
     name: str
 
 
 @dataclass(frozen=True)
+class OffersOrdered:
+    """The allocator's offer table in its rows' order, the demand re-weighed over it."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HeadroomSet:
+    """The config's headroom (``pool.headroom``; None: none) is the allocator's."""
+
+    headroom: Headroom | None
+
+
+@dataclass(frozen=True)
 class FileQuotaLoaded:
     """The file's quota of a user, a group or the default (``kind``, ``name``) is written
-    (``spec``), or dropped (``None``); an administrator's by API is not touched."""
+    (``spec``), or dropped (``None``), in the rows and the allocator's quota book."""
 
     kind: str
     name: str
@@ -624,10 +640,12 @@ class PricesLoaded:
 
 @dataclass(frozen=True)
 class NodeDeclared:
-    """A node the config declares is written (added or updated, its GPUs and instances as
-    declared). The leases its GPUs lose come as their own ``LeaseReleased``."""
+    """A declared node's rows are written as ``NodeReported``'s (what the node reported
+    stays), and ``node`` put in place of the allocator's (``pool.nodeput.put_node``)."""
 
     node: Node
+    rows: tuple[tuple[tuple[str, int, str | None, int, str | None], ...], ...]
+    outside: OutsideHolds
 
 
 @dataclass(frozen=True)
@@ -636,13 +654,6 @@ class ConfigLoaded:
 
     offers: int
     nodes: int
-
-
-@dataclass(frozen=True)
-class AllocatorRebuilt:
-    """The allocator is rebuilt from the rows on the next decision (it has no primitive to
-    replace an offer table or remove a node): the applier drops it, the effects before this
-    one are applied to the rows only."""
 
 
 Effect = (
@@ -704,7 +715,8 @@ Effect = (
     | PricesLoaded
     | NodeDeclared
     | ConfigLoaded
-    | AllocatorRebuilt
+    | OffersOrdered
+    | HeadroomSet
 )
 
 
@@ -753,27 +765,21 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
             set_gpu(alloc, effect.gpu, cordoned=effect.cordoned)
     elif isinstance(effect, MigRowsSet) and effect.gpu in alloc.gpus:
         set_gpu(alloc, effect.gpu, instances=[replace(i) for i in effect.instances])
-    elif isinstance(effect, NodeReported):
+    elif isinstance(effect, (NodeReported, NodeDeclared)):
         put_node(alloc, effect.node, effect.outside)
+    # -- the pool config
+    elif isinstance(effect, OfferLoaded):
+        put_offer(alloc, effect.offer)
+    elif isinstance(effect, OfferDropped):
+        drop_offer(alloc, effect.name)
+    elif isinstance(effect, OffersOrdered):
+        order_offers(alloc, effect.names)
+        refresh_demand(alloc)
+    elif isinstance(effect, FileQuotaLoaded):
+        set_quota(alloc, effect.kind, effect.name, effect.spec)
+    elif isinstance(effect, HeadroomSet):
+        alloc.headroom = effect.headroom
     elif isinstance(effect, RepartitionApplying) and effect.gpu in alloc.gpus:
         instances = effect.instances
         if instances is not None:  # the agent's way: the layout is written now
             set_gpu(alloc, effect.gpu, instances=[replace(i) for i in instances])
-
-
-def set_gpu(
-    alloc: Allocator,
-    uuid: str,
-    *,
-    cordoned: bool | None = None,
-    instances: list[MigInstance] | None = None,
-) -> None:
-    """Cordon a GPU or give it a new MIG layout (what the allocator would be rebuilt with
-    from the rows), and re-index its node."""
-    gpu = alloc.gpus[uuid]
-    if cordoned is not None:
-        gpu.cordoned = cordoned
-    if instances is not None:
-        gpu.instances = instances
-    alloc._never.clear()  # what is never placeable may change with a layout
-    alloc.set_node_flags(gpu.node)  # re-index it

@@ -160,16 +160,6 @@ class NodeRows:
 
 
 @dataclass(frozen=True)
-class GpuRows:
-    """LoadConfig: a declared node's GPU as its row is now (``uuid``, MIG ``enabled``) and
-    the live leases holding it, in id order."""
-
-    uuid: str
-    mig_enabled: bool
-    leases: tuple[LeaseFacts, ...] = ()
-
-
-@dataclass(frozen=True)
 class ConfigRows:
     """LoadConfig: what the rows hold now that a config load may change."""
 
@@ -181,8 +171,12 @@ class ConfigRows:
     queued: tuple[LeaseFacts, ...] = ()
     #: The currencies prices are recorded in.
     currencies: frozenset[str] = frozenset()
-    #: Each declared node's GPUs now (in its row's order), by node name.
-    gpus: Mapping[str, tuple[GpuRows, ...]] = field(default_factory=dict)
+    #: The offer rows' positions (the allocator's table is in their order), by name.
+    positions: Mapping[str, int] = field(default_factory=dict)
+    #: Each declared node's rows now (its GPUs' live leases' facts in ``PoolState.leases``),
+    #: and its outside marks, by node name (absent: a new node).
+    nodes: Mapping[str, NodeRows] = field(default_factory=dict)
+    outside: Mapping[str, OutsideHolds] = field(default_factory=dict)
     #: The node each declared GPU belongs to now, by GPU uuid (absent: none yet).
     owners: Mapping[str, str] = field(default_factory=dict)
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from .allocator import Allocator
 from .decisions import Lease
 from .errors import ConfigError
-from .model import RETIRING, Gpu, Node, validate_node
+from .model import RETIRING, Gpu, MigInstance, Node, validate_node
 from .outside import OUTSIDE, OutsideHolds
 
 
@@ -105,3 +105,21 @@ def _leases_on(alloc: Allocator, node: Node) -> list[Lease]:
     ids.pop(RETIRING, None)
     ids.pop(OUTSIDE, None)
     return [alloc.leases[lid] for lid in ids if lid in alloc.leases]
+
+
+def set_gpu(
+    alloc: Allocator,
+    uuid: str,
+    *,
+    cordoned: bool | None = None,
+    instances: list[MigInstance] | None = None,
+) -> None:
+    """Cordon a GPU or give it a new MIG layout (what the allocator would be rebuilt with
+    from the rows), and re-index its node."""
+    gpu = alloc.gpus[uuid]
+    if cordoned is not None:
+        gpu.cordoned = cordoned
+    if instances is not None:
+        gpu.instances = instances
+    alloc._never.clear()  # what is never placeable may change with a layout
+    alloc.set_node_flags(gpu.node)  # re-index it

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -14,8 +13,7 @@ from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool import commands as c
-from ..pool.dramig import made_by_claim
-from ..pool.facts import ConfigRows, GpuRows, NodeRows, PoolState
+from ..pool.facts import ConfigRows, NodeRows, PoolState
 from ..pool.model import Node
 from ..pool.outside import OutsideHolds
 from ..pool.usage import BusyTime, period_closed
@@ -27,7 +25,6 @@ from .read.quotas import QuotaView
 from .rows import (
     check_quota_kind,
     live_slots,
-    node_row,
     reclaim_state,
     upsert_insert,
 )
@@ -47,21 +44,35 @@ class AdminStore(MigStore, ViewStore):
         (``pool.decide``: ``pool.rules.config``).
 
         Nodes from the file are added or updated; offers and quotas with ``source='api'`` win
-        over the file until an admin resets them. The allocator is rebuilt from the rows on
-        the next decision.
+        over the file until an admin resets them. The allocator changes in place with the rows
+        (never rebuilt), and the queue is served with what the pool has then.
         """
         self.file_config = config
         with self.transaction() as (db, alloc):
-            state = PoolState(alloc, config_rows=self._config_rows(db, config))
+            rows, live = self._config_rows(db, config)
+            leases = LazyFacts(self, db, alloc, live)
+            state = PoolState(
+                alloc,
+                leases,
+                mig_attempts=self.mig_attempts,
+                dra=frozenset(self.dra_dynamic_mig),
+                config_rows=rows,
+            )
             outcome = decided(state, c.LoadConfig(config), self._now_s())
-            self._apply_effects(db, None, outcome.effects, "system")
+            known = {r.id: r for r in live} | leases.read
+            self._apply_effects(db, alloc, outcome.effects, "system", known)
 
-    def _config_rows(self, db: Session, config: PoolConfig) -> ConfigRows:
-        """What the rows hold now that loading ``config`` may change (``pool.facts``)."""
-        queued = db.scalars(
-            select(orm.LeaseRow)
-            .where(orm.LeaseRow.state == "queued")
-            .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
+    def _config_rows(
+        self, db: Session, config: PoolConfig
+    ) -> tuple[ConfigRows, list[orm.LeaseRow]]:
+        """What the rows hold now that loading ``config`` may change (``pool.facts``), and
+        the rows of the queued requests and of the live leases on the declared nodes."""
+        queued = list(
+            db.scalars(
+                select(orm.LeaseRow)
+                .where(orm.LeaseRow.state == "queued")
+                .order_by(orm.LeaseRow.created, orm.LeaseRow.id)
+            )
         )
         declared = [g.uuid for n in config.nodes for g in n.gpus]
         owners = db.execute(
@@ -69,24 +80,28 @@ class AdminStore(MigStore, ViewStore):
             .join(orm.NodeRow)
             .where(orm.GpuRow.uuid.in_(declared))
         )
-        gpus: dict[str, tuple[GpuRows, ...]] = {}
+        nodes: dict[str, NodeRows] = {}
+        outside: dict[str, OutsideHolds] = {}
+        live: dict[str, orm.LeaseRow] = {r.id: r for r in queued}
         for node in config.nodes:
             row = orm.NodeRow.find(db, node.name)
             if row is not None:
-                gpus[node.name] = tuple(
-                    GpuRows(
-                        g.uuid, g.mig_enabled, tuple(map(lease_facts, self._gpu_leases(db, g.uuid)))
-                    )
-                    for g in row.gpus
-                )
-        return ConfigRows(
-            offers={r.name: r.source for r in db.scalars(select(orm.OfferRow))},
+                slots = live_slots(db, (g.uuid for g in row.gpus))
+                nodes[node.name] = self._node_rows(row, slots)
+                outside[node.name] = OutsideHolds.from_json(row.outside)
+                live.update((s.lease_id, s.lease) for s in slots)
+        offers = list(db.scalars(select(orm.OfferRow)))
+        rows = ConfigRows(
+            offers={r.name: r.source for r in offers},
             quotas={(q.kind, q.name): q.source for q in db.scalars(select(orm.QuotaRow))},
             queued=tuple(lease_facts(r) for r in queued),
             currencies=frozenset(db.scalars(select(orm.PriceRow.currency).distinct())),
-            gpus=gpus,
+            positions={r.name: r.position for r in offers},
+            nodes=nodes,
+            outside=outside,
             owners={uuid: name for uuid, name in owners},
         )
+        return rows, list(live.values())
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -147,26 +162,6 @@ class AdminStore(MigStore, ViewStore):
                 if s.kind == "mig"
             },
         )
-
-    def _declare_node(self, db: Session, node: Node) -> orm.NodeRow:
-        """Write a node the pool config declares (``NodeDeclared``: the rule checked it; the
-        leases its GPUs lose end by their own effects)."""
-        row = node_row(db, node, "config", self.clock())
-        by_uuid = {g.uuid: g for g in row.gpus}
-        keep = []
-        for gpu in node.gpus:
-            if made_by_claim(node.name, node.cluster, gpu.mig_enabled, self.dra_dynamic_mig):
-                # the DRA driver's MIG is dynamic whatever the config says
-                gpu = replace(gpu, dynamic_mig=True)
-            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
-            g.index, g.model = gpu.index, gpu.model.name
-            g.memory_mib = round(gpu.model.memory_gb * 1024)
-            g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
-            g.sharing, g.healthy = gpu.sharing, gpu.healthy
-            self._sync_instances(db, g, gpu)
-            keep.append(g)
-        row.gpus = keep
-        return row
 
     def set_sharing(
         self, name: str, modes: Mapping[str, str], *, actor: str = ""

@@ -16,7 +16,7 @@ lease, and ends when its lease ends another way than its runner's report. There 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -49,7 +49,6 @@ from ..pool.effects import (
     LeaseQueued,
     LeaseReleased,
     NewLease,
-    NodeDeclared,
     NodeFlagsSet,
     NoticeExtended,
     NoticeGiven,
@@ -103,10 +102,6 @@ __all__ = ["RESTARTING", "TARGET_STATES", "Applier", "LazyFacts", "decided", "le
 
 class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
     """Writes decisions into rows (the store's part every deciding module shares)."""
-
-    #: Writes a node's rows as the pool config declares it (``AdminStore._declare_node(db,
-    #: node)``).
-    _declare_node: Callable[..., orm.NodeRow]
 
     def _record(
         self, db: Session, row: orm.LeaseRow, decision: Grant | Queued, actor: str = ""
@@ -233,9 +228,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
                 self._mig_changed(db, effect, actor, known)
             # -- the pool config (``store/configapply.py``)
             elif isinstance(effect, CONFIG_EFFECTS):
-                self._config_changed(db, effect)
-            elif isinstance(effect, NodeDeclared):  # its lost leases come as their own effects
-                self._declare_node(db, effect.node)
+                self._config_changed(db, alloc, effect)
             else:
                 self._lease_changed(db, effect, actor, known)
         return made

@@ -1,8 +1,8 @@
 """The one applier's part for the pool config's load (``pool.rules.config``): the file's offer
-and quota rows, the prices recorded over time, the audit event, and the allocator dropped to
-be rebuilt from the rows. A declared node's rows are written by ``AdminStore._declare_node``
-(``NodeDeclared``). ``store/apply.py``'s ``_apply_effects`` calls these, in the
-effects' order, in the command's transaction."""
+and quota rows, a declared node's rows, the prices recorded over time, the audit event (the
+allocator's part is ``pool.effects.apply_effect``: it changes in place, never rebuilt).
+``store/apply.py``'s ``_apply_effects`` calls these, in the effects' order, in the command's
+transaction."""
 
 from __future__ import annotations
 
@@ -12,17 +12,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import orm
+from ..pool.allocator import Allocator
 from ..pool.effects import (
-    AllocatorRebuilt,
     ConfigLoaded,
     FileQuotaLoaded,
+    HeadroomSet,
+    NodeDeclared,
     OfferDropped,
     OfferLoaded,
+    OffersOrdered,
     PricesLoaded,
 )
 from ..pool.pricing import Prices, reconcile
 from .core import StoreCore
-from .rows import offer_spec, schedules, set_quota
+from .nodeapply import set_instance_rows
+from .rebuild import used_hours
+from .rows import node_row, offer_spec, schedules, set_quota
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +35,12 @@ log = logging.getLogger(__name__)
 CONFIG_EFFECTS = (
     OfferLoaded,
     OfferDropped,
+    OffersOrdered,
+    HeadroomSet,
     FileQuotaLoaded,
     PricesLoaded,
+    NodeDeclared,
     ConfigLoaded,
-    AllocatorRebuilt,
 )
 
 
@@ -43,14 +50,22 @@ class ConfigApplier(StoreCore):
     def _config_changed(
         self,
         db: Session,
+        alloc: Allocator | None,
         effect: OfferLoaded
         | OfferDropped
+        | OffersOrdered
+        | HeadroomSet
         | FileQuotaLoaded
         | PricesLoaded
-        | ConfigLoaded
-        | AllocatorRebuilt,
+        | NodeDeclared
+        | ConfigLoaded,
     ) -> None:
-        if isinstance(effect, OfferLoaded):
+        """A config load's effect on the rows (``alloc``: the allocator it was applied to)."""
+        if isinstance(effect, (OffersOrdered, HeadroomSet)):
+            return  # the allocator's only: the positions are the loads'
+        if isinstance(effect, NodeDeclared):
+            self._node_declared(db, effect)
+        elif isinstance(effect, OfferLoaded):
             offer, spec = effect.offer, offer_spec(effect.offer)
             row = db.get(orm.OfferRow, offer.name)
             if row is None:
@@ -82,12 +97,29 @@ class ConfigApplier(StoreCore):
             set_quota(quota, effect.spec)
         elif isinstance(effect, PricesLoaded):
             self._record_prices(db, effect.prices)
-        elif isinstance(effect, ConfigLoaded):
+        else:  # ConfigLoaded
             data = {"offers": effect.offers, "nodes": effect.nodes}
             self._event(db, "config-loaded", "system", data=data)
             db.flush()
-        else:  # AllocatorRebuilt: offers, quotas or nodes changed
-            self._allocator = None
+            if alloc is not None:  # the budgets the quotas loaded have, as a rebuild counts
+                alloc.quotas.used_hours = used_hours(db, alloc.quotas, self.clock())
+
+    def _node_declared(self, db: Session, effect: NodeDeclared) -> None:
+        """A declared node's row and its GPUs' (a GPU it no longer declares goes, its leases
+        ended before), with their instance rows; what the node reported stays."""
+        node = effect.node
+        row = node_row(db, node, "config", self.clock())
+        by_uuid = {g.uuid: g for g in row.gpus}
+        keep = []
+        for gpu, rows in zip(node.gpus, effect.rows, strict=True):
+            g = by_uuid.pop(gpu.uuid, None) or orm.GpuRow(uuid=gpu.uuid)
+            g.index, g.model = gpu.index, gpu.model.name
+            g.memory_mib = round(gpu.model.memory_gb * 1024)
+            g.mig_enabled, g.dynamic_mig = gpu.mig_enabled, gpu.dynamic_mig
+            g.sharing, g.healthy = gpu.sharing, gpu.healthy
+            set_instance_rows(db, g, rows)
+            keep.append(g)
+        row.gpus = keep
 
     def _record_prices(self, db: Session, prices: Prices) -> None:
         """Record the config's prices over time (``pool.pricing.reconcile``): what was in force

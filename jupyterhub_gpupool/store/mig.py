@@ -20,59 +20,23 @@ by ``pool.decide`` (``pool.rules.mig``) and applied by the one applier:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import selectinload
 
 from .. import orm
 from ..pool import commands as c
 from ..pool.dramig import made_by_claim
 from ..pool.facts import MigGpu, PoolState
-from ..pool.migplan import GpuLayout, Seen, Wanted, plan_gpu, plan_node
-from ..pool.model import Gpu
+from ..pool.migplan import GpuLayout, Seen, Wanted, plan_node
 from ..pool.repartition import Held
-from ..pool.rules.mig import OCCUPIED
 from .apply import Applier, LazyFacts, decided
 from .rows import live_slots
 
 
 class MigStore(Applier):
     """Dynamic MIG: the plan per node, and what the nodes did with it."""
-
-    # -- a declared node ---------------------------------------------------------------------------
-
-    def _sync_instances(self, db: Session, g: orm.GpuRow, gpu: Gpu) -> None:
-        """Make a declared GPU's instance rows follow the pool config: the config is the
-        layout, except that instances held by live leases stay (the config does not know
-        them; the agent will tell). An agent's report is ``pool.rules.inventory``'s."""
-        reported = {(i.profile, i.start): i for i in gpu.instances}
-        rows = {(r.profile, r.start): r for r in g.instances}
-        held: set[tuple[str, int]] = set()
-        # a GPU row added in this transaction has no id until the flush (the ORM types it set)
-        if cast("int | None", g.id) is not None:
-            for slot in db.scalars(
-                select(orm.LeaseSlotRow).where(
-                    orm.LeaseSlotRow.gpu_uuid == g.uuid,
-                    orm.LeaseSlotRow.live,
-                    orm.LeaseSlotRow.kind == "mig",
-                )
-            ):
-                held.add((slot.profile or "", slot.start or 0))
-        keep: list[orm.MigInstanceRow] = []
-        for key, inst in reported.items():
-            found = rows.pop(key, None)
-            row = found if found is not None else orm.MigInstanceRow(profile=key[0], start=key[1])
-            row.uuid = inst.uuid or row.uuid
-            keep.append(row)
-        keep += [row for key, row in rows.items() if key in held]
-        if cast("int | None", g.id) is not None and any(r not in keep for r in g.instances):
-            # delete before inserting: a new instance may take a dropped one's start (unique)
-            g.instances = [r for r in g.instances if r in keep]
-            db.flush()
-        g.instances = keep
-        if g.id is not None:
-            self._fail_blocked(db, g)
 
     # -- the plan ------------------------------------------------------------------------------
 
@@ -173,63 +137,3 @@ class MigStore(Applier):
             self._apply_effects(db, alloc, outcome.effects, actor, rows)
             answer: dict[str, Any] = outcome.answer
             return answer
-
-    def _holder(self, db: Session, gpu: str, profile: str, start: int) -> orm.LeaseSlotRow | None:
-        return db.scalar(
-            select(orm.LeaseSlotRow).where(
-                orm.LeaseSlotRow.gpu_uuid == gpu,
-                orm.LeaseSlotRow.live,
-                orm.LeaseSlotRow.kind == "mig",
-                orm.LeaseSlotRow.start == start,
-                orm.LeaseSlotRow.profile == profile,
-            )
-        )
-
-    def _fail_blocked(self, db: Session, g: orm.GpuRow) -> None:
-        """Give up at once on wanted instances a busy unwanted one makes impossible, on a GPU
-        the pool config declares (never on the DRA driver's GPUs: a claim, not the agent,
-        makes the instance, wherever the scheduler finds room). ``MigResults`` and an
-        inventory give up by ``pool.rules.mig.blocked_creations``; a config load ends with a
-        rebuild, so its give-ups change only the rows."""
-        if not (g.dynamic_mig and g.mig_enabled) or g.observed is None:
-            return
-        if made_by_claim(g.node.name, g.node.cluster, g.mig_enabled, self.dra_dynamic_mig):
-            return
-        for w in plan_gpu(self._layout(g), self.mig_attempts).blocked:
-            row = next(i for i in g.instances if (i.profile, i.start) == (w.profile, w.start))
-            row.error = OCCUPIED
-            slot = self._holder(db, g.uuid, w.profile, w.start)
-            lease = slot.lease if slot is not None else None
-            self._event(
-                db,
-                "mig-failed",
-                "system",
-                lease,
-                {
-                    "node": g.node.name,
-                    "gpu": g.uuid,
-                    "op": "create",
-                    "profile": w.profile,
-                    "start": w.start,
-                    "error": OCCUPIED,
-                },
-            )
-            self._give_up(db, g, row, lease)
-
-    def _give_up(
-        self,
-        db: Session,
-        g: orm.GpuRow,
-        row: orm.MigInstanceRow,
-        lease: orm.LeaseRow | None,
-    ) -> None:
-        """Stop trying to create ``row``: its grant is released (``mig-failed``), else the
-        pool just stops wanting it."""
-        if lease is None or lease.state not in orm.LIVE_STATES:
-            g.instances = [i for i in g.instances if i is not row]
-            return
-        lease.message = (
-            f"The node {g.node.name} could not create the MIG {row.profile} instance "
-            f"({row.error}); the grant was released: ask again"
-        )
-        self._finish(db, None, lease, "mig-failed", "system")

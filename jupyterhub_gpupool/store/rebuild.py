@@ -1,5 +1,6 @@
 """The allocator, built from the rows: what a process decides with after a restart, after
-another replica's commits, and after the inventory or the config changed shape."""
+another replica's commits, and after a transaction that failed (every command of this process
+changes it in place)."""
 
 from __future__ import annotations
 
@@ -229,6 +230,6 @@ def inventory_of(
         )
     offers = [
         parse_offer(r.spec, catalog)
-        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position))
+        for r in db.scalars(select(orm.OfferRow).order_by(orm.OfferRow.position, orm.OfferRow.name))
     ]
     return nodes, offers
