@@ -47,20 +47,25 @@ class AdminStore(MigStore, ViewStore):
         over the file until an admin resets them. The allocator changes in place with the rows
         (never rebuilt), and the queue is served with what the pool has then.
         """
-        self.file_config = config
-        with self.transaction() as (db, alloc):
-            rows, live = self._config_rows(db, config)
-            leases = LazyFacts(self, db, alloc, live)
-            state = PoolState(
-                alloc,
-                leases,
-                mig_attempts=self.mig_attempts,
-                dra=frozenset(self.dra_dynamic_mig),
-                config_rows=rows,
-            )
-            outcome = decided(state, c.LoadConfig(config), self._now_s())
-            known = {r.id: r for r in live} | leases.read
-            self._apply_effects(db, alloc, outcome.effects, "system", known)
+        # The rows' facts read the new file (its clusters); a refused file leaves the old one.
+        previous, self.file_config = self.file_config, config
+        try:
+            with self.transaction() as (db, alloc):
+                rows, live = self._config_rows(db, config)
+                leases = LazyFacts(self, db, alloc, live)
+                state = PoolState(
+                    alloc,
+                    leases,
+                    mig_attempts=self.mig_attempts,
+                    dra=frozenset(self.dra_dynamic_mig),
+                    config_rows=rows,
+                )
+                outcome = decided(state, c.LoadConfig(config), self._now_s())
+                known = {r.id: r for r in live} | leases.read
+                self._apply_effects(db, alloc, outcome.effects, "system", known)
+        except BaseException:
+            self.file_config = previous
+            raise
 
     def _config_rows(
         self, db: Session, config: PoolConfig

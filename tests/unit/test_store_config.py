@@ -227,6 +227,7 @@ def test_a_refused_config_changes_nothing(store):
     assert refused.value.code == "gpu_elsewhere"
     with store.locked() as alloc:
         assert whole(alloc) == before
+    assert [n.name for n in store.file_config.nodes] == [n["name"] for n in POOL["nodes"]]
     assert store.lease(held.id).state == "granted"
 
 
