@@ -21,6 +21,8 @@ from ..hubclient import HubClient
 from ..pool import commands
 from ..pool.commands import Command
 from ..store import Store
+from ..store.read.reclaim import EnforcedNoticeView
+from ..timeparse import format_time
 
 
 class NoticeDeadlines:
@@ -57,16 +59,16 @@ class NoticeDeadlines:
             task.add_done_callback(self.tasks.discard)
         return len(claimed)
 
-    async def _carry_out(self, lease: dict[str, Any]) -> None:
-        lid, user, server = lease["lease"], lease["user"], lease["server"]
+    async def _carry_out(self, lease: EnforcedNoticeView) -> None:
+        lid, user, server = lease.lease, lease.user, lease.server
         self.log.warning(
             "The %s notice of lease %s (%s/%s) passed its deadline %s with no reclaimer acting:"
             " stopping the server",
-            lease["kind"],
+            lease.kind,
             lid,
             user,
             server,
-            lease["deadline"],
+            format_time(lease.deadline),
         )
         detail = ""
         try:

@@ -27,6 +27,7 @@ from ..poolconfig import load_pool_config
 from ..store import Store
 from ..telemetry.agent import Reader, inventory_hash
 from .ingest import ingest, node_from_inventory
+from .serialize.mig import mig_plan_json
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer, lease_util_pairs
 from .writer import Writer
 
@@ -236,7 +237,8 @@ class LocalTelemetry:
         if apply is None:
             return 0
         loop = asyncio.get_running_loop()
-        actions = await loop.run_in_executor(None, self.store.mig_plan, name)
+        # the reader takes the plan as the agent gets it (``GET nodes/{name}/mig-plan``)
+        actions = mig_plan_json(await loop.run_in_executor(None, self.store.mig_plan, name))
         if not actions:
             return 0
         results = await loop.run_in_executor(None, apply, actions)

@@ -68,6 +68,7 @@ from ..pool.holders import job_after_lease, job_granted, job_of
 from ..pool.kernels import KERNEL_HOLDER
 from ..pool.model import Request
 from ..pool.workloads import JOB_HOLDER
+from ..timeparse import format_time
 from .bulk import queue_release, stage_lease
 from .configapply import CONFIG_EFFECTS, ConfigApplier
 from .errors import StoreError
@@ -80,7 +81,7 @@ from .nodeapply import (
 )
 from .read.jobs import live_devices
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
-from .rows import from_epoch, new_row, set_quota, set_reclaim_state, slot_row, ts
+from .rows import from_epoch, new_row, set_quota, set_reclaim_state, slot_row
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
 _JOBS_AND_KERNELS = (
@@ -265,7 +266,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
         elif isinstance(effect, NoticeExtended):
             set_reclaim_state(row, effect.state)
             row.state, row.keepalive = "active", now
-            until = ts(from_epoch(effect.until))
+            until = format_time(from_epoch(effect.until))
             data = {"extensions": effect.extensions, "limit": effect.limit, "until": until}
             self._event(db, "reclaim-extended", actor or row.user, row, data)
         elif isinstance(effect, NoticeWithdrawn):
@@ -278,7 +279,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             assert rec is not None
             set_reclaim_state(row, effect.state)
             row.state = "reclaiming"
-            data = {"kind": rec.kind, "deadline": ts(from_epoch(rec.deadline))}
+            data = {"kind": rec.kind, "deadline": format_time(from_epoch(rec.deadline))}
             self._event(
                 db,
                 "reclaim-notice",
@@ -291,7 +292,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             duration, note = effect.duration, effect.note or None
             ask.update(
                 decision="approved",
-                decided=ts(now),
+                decided=format_time(now),
                 decided_by=actor,
                 note=note,
                 approved_duration=duration,
@@ -305,7 +306,9 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             self._event(db, "approved", actor, row, said)
         else:
             ask = dict(row.approval or {})
-            ask.update(decision="denied", decided=ts(now), decided_by=actor, note=effect.reason)
+            ask.update(
+                decision="denied", decided=format_time(now), decided_by=actor, note=effect.reason
+            )
             row.approval, row.message = ask, f"denied: {effect.reason}"
             self._event(db, "denied", actor, row, {"reason": effect.reason})
 
@@ -362,7 +365,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
                 "required_by": list(ask.required_by),
                 "reason": effect.reason,
                 "duration": effect.duration,
-                "asked": ts(now),
+                "asked": format_time(now),
                 "ceiling": None if ask.ceiling is None else float(ask.ceiling),
                 "decision": None,
                 "decided": None,
@@ -478,7 +481,10 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             if effect.notice is not None or effect.for_request is None:
                 self._job_event(db, "job-preempting", actor, job, notice=effect.notice)
             else:
-                said = {"deadline": ts(job.notice_deadline), "for_request": effect.for_request}
+                said = {
+                    "deadline": format_time(job.notice_deadline),
+                    "for_request": effect.for_request,
+                }
                 self._job_event(db, "job-preempting", actor, job, **said)
         else:
             self._kernel_changed(db, effect, actor, known)
@@ -536,7 +542,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
         elif isinstance(effect, KernelNoticed):
             row.reclaim_deadline = from_epoch(effect.deadline)
             row.reclaim_reason = effect.reason
-            said = {"deadline": ts(row.reclaim_deadline)}
+            said = {"deadline": format_time(row.reclaim_deadline)}
             self._event(db, "kernel-notice", actor, row, said)
         else:
             row.reclaim_deadline, row.reclaim_reason = None, None
@@ -676,7 +682,7 @@ def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> Leas
         release_reason=row.release_reason,
         claimed=""
         if row.reclaim_acting is None
-        else f"{row.reclaim_action}, claimed {ts(row.reclaim_acting)}",
+        else f"{row.reclaim_action}, claimed {format_time(row.reclaim_acting)}",
     )
 
 

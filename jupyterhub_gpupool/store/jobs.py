@@ -34,7 +34,7 @@ from ..pool.workloads import JOB_HOLDER, WorkloadClass
 from .apply import LazyFacts, decided
 from .errors import StoreError
 from .leases import LeaseStore
-from .read.jobs import JobView, job_view
+from .read.jobs import JobLogAppended, JobLogView, JobView, job_log_view, job_view
 from .rows import epoch
 
 __all__ = ["ALIVE_STATES", "LOG_KEEP", "RUNNER_STATES", "JobStore", "job_facts", "job_not_found"]
@@ -193,19 +193,11 @@ class JobStore(LeaseStore):
             assert job is not None  # else refused
             return self._job_view(db, alloc, job)
 
-    def job_log(self, job_id: str, offset: int = 0) -> dict[str, Any]:
+    def job_log(self, job_id: str, offset: int = 0) -> JobLogView:
         """The job's output from ``offset`` (an offset before what is kept starts at the
         oldest kept character)."""
         with self.read() as db:
-            job = self._job_row(db, job_id)
-            end = job.log_start + len(job.log)
-            start = min(max(offset, job.log_start), end)
-            return {
-                "offset": start,
-                "data": job.log[start - job.log_start :],
-                "next": end,
-                "complete": job.state in orm.JOB_FINAL,
-            }
+            return job_log_view(self._job_row(db, job_id), offset)
 
     # -- the runner's side -------------------------------------------------------------------
 
@@ -237,7 +229,7 @@ class JobStore(LeaseStore):
         the lease is released)."""
         return self._job_command(c.JobStatus(job_id, state, exit_code, pid, actor=actor), actor)
 
-    def append_job_log(self, job_id: str, offset: int, data: str) -> dict[str, Any]:
+    def append_job_log(self, job_id: str, offset: int, data: str) -> JobLogAppended:
         """Add the runner's output at ``offset`` (what is there already is not written
         twice); keeps the last ``LOG_KEEP`` characters. Answers where the next part starts.
         Not ``pool.decide``'s: the output changes no pool state (no lease, no job's state),
@@ -257,7 +249,7 @@ class JobStore(LeaseStore):
                 job.log_start += len(text) - LOG_KEEP
                 text = text[-LOG_KEEP:]
             job.log = text
-            return {"next": job.log_start + len(job.log)}
+            return JobLogAppended(job.log_start + len(job.log))
 
     # -- preemption and the runner timeout ---------------------------------------------------
 

@@ -32,6 +32,7 @@ from ..pool.facts import MigGpu, PoolState
 from ..pool.migplan import GpuLayout, Seen, Wanted, plan_node
 from ..pool.repartition import Held
 from .apply import Applier, LazyFacts, decided
+from .read.mig import MigAction, mig_actions
 from .rows import live_slots
 
 
@@ -57,7 +58,7 @@ class MigStore(Applier):
             ),
         )
 
-    def mig_plan(self, node: str) -> list[dict[str, Any]]:
+    def mig_plan(self, node: str) -> tuple[MigAction, ...]:
         """The MIG actions pending on ``node``'s dynamic GPUs (empty for every other node).
 
         Only GPUs whose node reported an inventory are planned for: nobody else could act.
@@ -71,7 +72,7 @@ class MigStore(Applier):
                 g.uuid for g in gpus if g.mig_enabled and g.dynamic_mig and not g.mig_by_claim
             }
             if not agents:
-                return []
+                return ()
         with self._thread_lock, self.read() as db:
             rows = db.scalars(
                 select(orm.GpuRow)
@@ -81,7 +82,7 @@ class MigStore(Applier):
                 .order_by(orm.GpuRow.index)
             )
             layouts = [self._layout(g) for g in rows if g.observed is not None and g.uuid in agents]
-        return plan_node(layouts, self.mig_attempts)
+        return mig_actions(plan_node(layouts, self.mig_attempts))
 
     # -- what the node did ---------------------------------------------------------------------
 

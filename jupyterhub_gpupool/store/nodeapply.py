@@ -32,8 +32,9 @@ from ..pool.effects import (
     RepartitionClosed,
     RepartitionOpened,
 )
+from ..timeparse import format_time
 from .core import StoreCore
-from .rows import from_epoch, node_row, slot_row, ts
+from .rows import from_epoch, node_row, slot_row
 
 #: The effects this part applies, by the method that applies them.
 INVENTORY_EFFECTS = (NodeReported, InventoryTaken)
@@ -87,10 +88,10 @@ class NodeApplier(StoreCore):
             if effect.reachable:
                 self._event(db, "node-reachable", "system", data=data)
             else:
-                data["last_seen"] = ts(node.last_seen)
+                data["last_seen"] = format_time(node.last_seen)
                 self._event(db, "node-unreachable", "system", data=data)
         elif isinstance(effect, DrainDeadline):
-            deadline = ts(from_epoch(effect.deadline))
+            deadline = format_time(from_epoch(effect.deadline))
             data = {"node": effect.node, "deadline": deadline, "noticed": effect.noticed}
             self._event(db, "node-drain-deadline", actor, data=data)
         else:

@@ -53,7 +53,13 @@ from .errors import StoreError
 from .panel import OPEN, PanelViews
 from .read.leases import LeaseView
 from .read.nodes import NodeDrainView, node_view
-from .read.repartitions import RepartitionView, layout_of, repartition_view
+from .read.reclaim import EnforcedNoticeView, enforced_notice_view
+from .read.repartitions import (
+    RepartitionPlanView,
+    RepartitionView,
+    layout_of,
+    repartition_view,
+)
 from .reclaim import ReclaimStore, noticed
 from .rows import (
     epoch,
@@ -174,7 +180,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         ).all()
         return list(rows), [noticed(r) for r in rows]
 
-    def enforce_notices(self, overdue: float, *, actor: str = "") -> list[dict[str, Any]]:
+    def enforce_notices(self, overdue: float, *, actor: str = "") -> list[EnforcedNoticeView]:
         """Claim every admin or drain notice overdue by more than ``overdue`` seconds that no
         reclaimer acts on, for the caller to stop its server (then ``notice_enforced``;
         ``pool.decide``).
@@ -196,7 +202,7 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
             self._apply_effects(
                 db, alloc, outcome.effects, actor or "system", {r.id: r for r in rows}
             )
-            return list(outcome.answer)
+            return [enforced_notice_view(claimed) for claimed in outcome.answer]
 
     def notice_enforced(
         self, lease_id: str, stopped: bool, detail: str = "", *, actor: str = ""
@@ -294,12 +300,12 @@ class OperateStore(PanelViews, ReclaimStore, AdminStore):
         """How the node gets the layout (``pool.repartition.delivery``)."""
         return delivery(g.dynamic_mig, g.mig_enabled)
 
-    def repartition_plan(self, node: str, gpu: str, layout: object) -> dict[str, Any]:
+    def repartition_plan(self, node: str, gpu: str, layout: object) -> RepartitionPlanView:
         """The plan of a re-partition, without running it (the panel's preview)."""
         target = parse_layout(layout)
         with self.read() as db:
             g = self._gpu_row(db, node, gpu)
-            return {**self._plan(db, g, target).to_json(), "method": self._method(g)}
+            return RepartitionPlanView(self._plan(db, g, target), self._method(g))
 
     def _find_gpu(self, db: Session, node: str, gpu: str) -> orm.GpuRow | None:
         try:

@@ -21,7 +21,7 @@ from ..pool.idlesignal import MAX_REPORTED_IDLE, reported_input
 from ..pool.leases import LIVE_STATES
 from .errors import StoreError
 from .leases import LeaseStore
-from .read.presence import PresenceView, presence_view
+from .read.presence import PresenceView, ServerUrlView, presence_view, server_url_view
 from .rows import epoch, from_epoch
 
 #: The longest server address kept (the column's size).
@@ -53,7 +53,7 @@ class PresenceStore(LeaseStore):
             raise StoreError("not_live", f"lease {lease_id} is {row.state}", field="id")
         return row
 
-    def set_server_url(self, lease_id: str, url: str, *, actor: str = "") -> dict[str, Any]:
+    def set_server_url(self, lease_id: str, url: str, *, actor: str = "") -> ServerUrlView:
         """The spawner's word on where the lease's server listens (audited: the reclaimer sends
         its token there, so only the spawner may say it)."""
         url = check_server_url(url)
@@ -62,7 +62,7 @@ class PresenceStore(LeaseStore):
             if row.server_url != url:
                 row.server_url = url
                 self._event(db, "server-address", actor or "system", row, {"url": url})
-            return {"lease": row.id, "server_url": row.server_url}
+            return server_url_view(row)
 
     def report_presence(
         self, lease_id: str, idle_for: float | None, *, actor: str = ""

@@ -38,17 +38,30 @@ from ..pool.reclaim import (
 )
 from ..pool.rules.reclaim import check_result
 from ..pool.workloads import idle_reclaimable
+from ..timeparse import format_time
 from .apply import TARGET_STATES, decided, lease_facts
 from .errors import StoreError
 from .presence import PresenceStore
 from .read.leases import LeaseView, WatchedLeaseView, watched_lease_view
-from .read.reclaim import ReclaimPolicyView, reclaim_policy_view
+from .read.reclaim import (
+    LeaderView,
+    PastReclaimView,
+    ReclaimMinute,
+    ReclaimPolicyView,
+    ReclaimRoundView,
+    WithdrawnNoticeView,
+    decision_view,
+    past_reclaim_view,
+    reclaim_policy_view,
+    round_view,
+    withdrawn_notice_view,
+)
+from .read.users import UserView, user_notices
 from .rows import (
     epoch,
     from_epoch,
     lease_info,
     reclaim_state,
-    ts,
     upsert_insert,
 )
 from .utilization import Device, Minute, UtilizationStore, window_samples
@@ -86,7 +99,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         row = self._leader_row(db)
         if row.holder != holder or row.expires is None or row.expires <= self.clock():
             who = (
-                f"{row.holder} leads until {ts(row.expires)}"
+                f"{row.holder} leads until {format_time(row.expires)}"
                 if row.holder and row.expires and row.expires > self.clock()
                 else "nobody leads; take the lead first"
             )
@@ -94,7 +107,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 "not_leader", f"{holder!r} is not the reclaim leader: {who}", field="holder"
             )
 
-    def take_leader(self, holder: str, ttl: float = 60.0, *, actor: str = "") -> dict[str, Any]:
+    def take_leader(self, holder: str, ttl: float = 60.0, *, actor: str = "") -> LeaderView:
         """Lead the reclaimer replicas for ``ttl`` seconds (the holder renews the same way);
         ``not_leader`` while another holder's lease runs."""
         if not holder:
@@ -111,15 +124,15 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             if row.holder not in (None, holder) and row.expires is not None and row.expires > now:
                 raise StoreError(
                     "not_leader",
-                    f"{row.holder} leads the reclaimer until {ts(row.expires)}",
+                    f"{row.holder} leads the reclaimer until {format_time(row.expires)}",
                     field="holder",
                 )
             if row.holder != holder:
                 self._event(db, "reclaim-leader", actor, data={"holder": holder, "was": row.holder})
             row.holder, row.expires = holder, now + timedelta(seconds=ttl)
-            return {"holder": holder, "expires": ts(row.expires), "leader": True}
+            return LeaderView(holder, row.expires, True)
 
-    def give_up_leader(self, holder: str, *, actor: str = "") -> dict[str, Any]:
+    def give_up_leader(self, holder: str, *, actor: str = "") -> LeaderView:
         """``holder`` stops leading (another replica may take over at once); a holder that
         does not lead changes nothing."""
         with self.writing() as db:
@@ -128,11 +141,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 row.holder, row.expires = None, None
                 self._event(db, "reclaim-leader", actor, data={"holder": None, "was": holder})
             live = row.expires is not None and row.expires > self.clock()
-            return {
-                "holder": row.holder if live else None,
-                "expires": ts(row.expires) if live else None,
-                "leader": False,
-            }
+            return LeaderView(row.holder if live else None, row.expires if live else None, False)
 
     # -- reads for the reclaimer -------------------------------------------------------------
 
@@ -227,7 +236,7 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         samples: Mapping[Device, Sequence[GpuSample]] | None = None,
         *,
         actor: str = "",
-    ) -> dict[str, Any]:
+    ) -> ReclaimRoundView:
         """One window of every watched lease, decided and applied in one transaction.
 
         ``observed``: lease id → (kernels, presence) as the reclaimer saw them; ``samples``:
@@ -273,15 +282,13 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             outcome = decided(state, command, now)
             by_id = {r.id: r for r in rows}
             self._apply_effects(db, alloc, outcome.effects, actor or "system", by_id)
-            answers = [
-                self._answer(by_id[said.lease], said.kind, said.reason, **said.extra)
-                for said in outcome.answer
-            ]
-            return {
-                "now": now,
-                "decisions": answers,
-                "stale": sum(1 for a in answers if a["kind"] == "stale"),
-            }
+            return round_view(
+                now,
+                (
+                    decision_view(by_id[said.lease], self._offer_name(by_id[said.lease]), said)
+                    for said in outcome.answer
+                ),
+            )
 
     def _shrinkable(
         self, db: Session, rows: Sequence[orm.LeaseRow]
@@ -309,20 +316,11 @@ class ReclaimStore(PresenceStore, UtilizationStore):
                 facts.setdefault(original.id, lease_facts(original))
         return facts, {r.id: Shrinkable(uuid.uuid4().hex, pending.get(r.id)) for r in may}
 
-    def _answer(self, row: orm.LeaseRow, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
+    def _offer_name(self, row: orm.LeaseRow) -> str:
+        """What people read of the lease's offer (the notify hook's messages): its display
+        name, not its id."""
         offer = self._allocator.offers.get(row.offer) if self._allocator is not None else None
-        out = {
-            "lease": row.id,
-            "user": row.user,
-            "server": row.server,
-            "offer": row.offer,
-            # what people read (the notify hook's messages): the display name, not the id
-            "offer_name": (offer.display_name if offer is not None else "") or row.offer,
-            "kind": kind,
-            "reason": reason,
-        }
-        out.update({k: v for k, v in extra.items() if v is not None})
-        return out
+        return (offer.display_name if offer is not None else "") or row.offer
 
     # -- the outcome of an action ------------------------------------------------------------
 
@@ -399,45 +397,32 @@ class ReclaimStore(PresenceStore, UtilizationStore):
 
     def user(
         self, name: str, groups: Iterable[str] = (), hub: str | EveryHub | None = EVERY_HUB
-    ) -> dict[str, Any]:
+    ) -> UserView:
         """A user's quota, use, leases and notices (the leases of ``hub`` only, when given:
         quota and use are the user's across the hubs), and the user's recent reclaims and
-        withdrawn notices; ``leases`` are ``LeaseView``s (the service writes their JSON)."""
+        withdrawn notices."""
         with self.locked() as alloc:
             leases, _ = self.leases(user=name, limit=100, hub=hub)
-            live = [le for le in leases if le.state != "released"]
+            live = tuple(le for le in leases if le.state != "released")
             spec = alloc.quotas.user_spec(name)
-            notices = [
-                {
-                    "lease": le.id,
-                    "kind": "reclaim",
-                    "message": le.reclaim.reason,
-                    "reason": le.reclaim.reason,
-                    "action": le.reclaim.action,
-                    "deadline": ts(le.reclaim.deadline),
-                }
-                for le in live
-                if le.reclaim
-            ]
-            out = {
-                "name": name,
-                "groups": list(groups),
-                "quota": spec.to_dict(),
-                "held_units": float(alloc.quotas.held(name)),
-                # a budget applies: what is used (0 when nothing is); none applies: null
-                "used_unit_hours": None
-                if spec.budget is None
-                else alloc.quotas.used_hours.get(name, 0.0),
-                "leases": live,
-                "notices": notices,
-            }
-        out["reclaims"] = self.recent_reclaims(name)
-        out["withdrawn"] = self.withdrawn_notices(name)
-        return out
+            held = float(alloc.quotas.held(name))
+            # a budget applies: what is used (0 when nothing is); none applies: None
+            used = None if spec.budget is None else alloc.quotas.used_hours.get(name, 0.0)
+        return UserView(
+            name=name,
+            groups=tuple(groups),
+            quota=spec,
+            held_units=held,
+            used_unit_hours=used,
+            leases=live,
+            notices=user_notices(live),
+            reclaims=tuple(self.recent_reclaims(name)),
+            withdrawn=tuple(self.withdrawn_notices(name)),
+        )
 
     def withdrawn_notices(
         self, user: str, hours: float = 24.0, limit: int = 5
-    ) -> list[dict[str, Any]]:
+    ) -> list[WithdrawnNoticeView]:
         """The user's notices an administrator withdrew (a cancel, an uncordon) in the last
         ``hours``, newest first: which lease, what kind of notice, when and why."""
         since = self.clock() - timedelta(hours=hours)
@@ -454,25 +439,15 @@ class ReclaimStore(PresenceStore, UtilizationStore):
             ).all()
             out = []
             for e in events:
-                data = e.data or {}
-                if not data.get("by_admin"):
+                if not (e.data or {}).get("by_admin"):
                     continue
                 row = db.get(orm.LeaseRow, e.lease_id) if e.lease_id else None
-                out.append(
-                    {
-                        "lease": e.lease_id,
-                        "offer": row.offer if row else None,
-                        "server": row.server if row else None,
-                        "at": ts(e.ts),
-                        "kind": data.get("kind"),
-                        "reason": data.get("reason") or "",
-                    }
-                )
+                out.append(withdrawn_notice_view(e, row))
         return out[:limit]
 
     def recent_reclaims(
         self, user: str, days: float = 7.0, limit: int = 20
-    ) -> list[dict[str, Any]]:
+    ) -> list[PastReclaimView]:
         """The user's reclaims of the last ``days``, newest first: what, when, why, the files
         saved, and each lease's minute utilization over its last hour."""
         since = self.clock() - timedelta(days=days)
@@ -499,26 +474,10 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         out = []
         for e in events:
             row = rows.get(e.lease_id or "")
-            data = e.data or {}
-            out.append(
-                {
-                    "lease": e.lease_id,
-                    "offer": row.offer if row else None,
-                    "server": row.server if row else None,
-                    "at": ts(e.ts),
-                    "kind": data.get("kind"),
-                    "action": data.get("action"),
-                    "reason": data.get("reason"),
-                    "release_reason": data.get("release_reason") if e.kind == "reclaimed" else None,
-                    "saved": list(data.get("saved") or []),
-                    "outcome": "done" if e.kind == "reclaimed" else "failed",
-                    "detail": data.get("detail") or "",
-                    "utilization": self._last_hour(row, e) if row else [],
-                }
-            )
+            out.append(past_reclaim_view(e, row, self._last_hour(row, e) if row else ()))
         return out
 
-    def _last_hour(self, row: orm.LeaseRow, event: orm.EventRow) -> list[dict[str, Any]]:
+    def _last_hour(self, row: orm.LeaseRow, event: orm.EventRow) -> list[ReclaimMinute]:
         """The lease's minutes over the hour before it ended (or before the event), one entry
         per minute (the mean over its devices, the most memory any held)."""
         end = row.released or event.ts
@@ -535,11 +494,11 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         for minute, ms in sorted(merged.items()):
             utils = [m["util_mean"] for m in ms if m["util_mean"] is not None]
             out.append(
-                {
-                    "minute": ts(from_epoch(minute)),
-                    "util_mean": sum(utils) / len(utils) if utils else None,
-                    "memory_used_mib_max": max(int(m["memory_used_mib_max"]) for m in ms),
-                }
+                ReclaimMinute(
+                    from_epoch(minute),
+                    sum(utils) / len(utils) if utils else None,
+                    max(int(m["memory_used_mib_max"]) for m in ms),
+                )
             )
         return out
 
@@ -552,7 +511,7 @@ def noticed(row: orm.LeaseRow, facts: LeaseFacts | None = None) -> Noticed:
         reclaim_state(row),
         row.reclaim_action,
         row.reclaim_reason,
-        ts(row.reclaim_deadline),
+        format_time(row.reclaim_deadline),
         None if row.reclaim_acting is None else epoch(row.reclaim_acting),
-        ts(row.reclaim_acting),
+        format_time(row.reclaim_acting),
     )

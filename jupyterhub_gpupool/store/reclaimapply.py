@@ -22,8 +22,9 @@ from ..pool.effects import (
     ReclaimPolicyReset,
     ReclaimPolicySet,
 )
+from ..timeparse import format_time
 from .core import StoreCore
-from .rows import from_epoch, set_reclaim_state, ts
+from .rows import from_epoch, set_reclaim_state
 
 ReclaimEffect = (
     ReclaimCounted
@@ -82,7 +83,10 @@ class ReclaimApplier(StoreCore):
             assert rec is not None
             set_reclaim_state(row, effect.state)
             row.state = "reclaiming"
-            data: dict[str, Any] = {"kind": rec.kind, "deadline": ts(from_epoch(rec.deadline))}
+            data: dict[str, Any] = {
+                "kind": rec.kind,
+                "deadline": format_time(from_epoch(rec.deadline)),
+            }
             data |= {"reason": rec.reason, "action": rec.action, "pressure": rec.pressure}
             data |= {"for_request": rec.for_request, "evidence": effect.evidence}
             self._event(db, "reclaim-notice", actor, row, data)
@@ -112,5 +116,9 @@ class ReclaimApplier(StoreCore):
             set_reclaim_state(row, effect.state)
             moved: dict[str, Any] = {"by_admin": True, "seconds": effect.seconds}
             self._event(
-                db, "reclaim-extended", actor, row, {**moved, "until": ts(from_epoch(rec.deadline))}
+                db,
+                "reclaim-extended",
+                actor,
+                row,
+                {**moved, "until": format_time(from_epoch(rec.deadline))},
             )

@@ -116,6 +116,7 @@ def make_instances(store: Store, node: str = "a100") -> None:
     (a grant is ``ready``, and may be bound, once its instance exists)."""
     from jupyterhub_gpupool.poolconfig import gpu_uuid
     from jupyterhub_gpupool.service.ingest import node_from_inventory
+    from jupyterhub_gpupool.service.serialize.mig import mig_plan_json
 
     made = [
         {"profile": i["profile"], "start": i["start"], "uuid": i["uuid"]}
@@ -135,7 +136,7 @@ def make_instances(store: Store, node: str = "a100") -> None:
     store.put_inventory(node_from_inventory(node, {"gpus": [gpu]}, store.catalog))
     results = [
         {**a, "ok": True, "error": None, "mig_uuid": f"MIG-{a['start']}-{a['profile']}"}
-        for a in store.mig_plan(node)
+        for a in mig_plan_json(store.mig_plan(node))  # as the agent gets it
         if a["op"] == "create"
     ]
     store.mig_results(node, results)

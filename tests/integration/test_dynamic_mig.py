@@ -193,7 +193,7 @@ def test_a_grant_wakes_the_loop_the_instance_exists_before_the_next_sample(
         rig.start()
         try:
             await rig.until(
-                lambda: rig.mig_steps and rig.store.mig_plan(NODE) == [] and rig.telemetry.sent,
+                lambda: rig.mig_steps and rig.store.mig_plan(NODE) == () and rig.telemetry.sent,
                 "the loop's first round",
             )
             sampled = rig.telemetry.samples
@@ -230,7 +230,7 @@ def test_an_instance_with_a_process_is_never_destroyed(rig):
             await rig.until(lambda: "mig-failed" in kinds(rig.store), "the refusal")
             await rig.rounds(3)  # several rounds of the loop
             assert rig.on_node()[where] == (slot.profile, slot.mig_uuid, 1)
-            assert rig.store.mig_plan(NODE) == []
+            assert rig.store.mig_plan(NODE) == ()
             rig.sim.remove_process(pid)
             await rig.telemetry.check_inventory(NODE)  # the node reports the process gone
             # the node destroys the instance, then the pool records it: wait for the record
@@ -289,7 +289,7 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
             # nothing the pool does touches the busy instances (the loop goes on after it)
             await rig.rounds(2)
             assert sorted(p for p, _, _ in rig.on_node().values()) == ["7g.80gb", "7g.80gb"]
-            assert rig.store.mig_plan(NODE) == []
+            assert rig.store.mig_plan(NODE) == ()
         finally:
             await rig.stop()
 

@@ -233,7 +233,7 @@ def test_re_partitioning_a_gpu_the_driver_partitions_is_refused(db_url):
     lease = store.allocate("alice", "", "a100-1g")
     assert lease.state == "granted" and lease.ready
     assert store.keepalive(lease.id).state == "active"  # nothing to wait for
-    assert store.mig_plan(NODE) == []
+    assert store.mig_plan(NODE) == ()
     # the scheduler put the claim's instance elsewhere than the pool planned, over the planned
     # place; the node's agent sees it busy: the grant is not given up (a claim makes instances)
     start = lease.slots[0].start

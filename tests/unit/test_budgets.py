@@ -84,13 +84,13 @@ def test_stop_gives_a_budget_notice_and_the_lease_ends_budget(db_url, clock):
     assert out.state == "reclaiming"
     assert (out.reclaim.kind, out.reclaim.action) == ("budget", "stop")
     assert "budget" in out.reclaim.reason and "saved" in out.reclaim.reason
-    assert store.user("alice")["notices"][0]["lease"] == lease.id  # the user page, the lab
+    assert store.user("alice").notices[0].lease == lease.id  # the user page, the lab
     store.budget_round(600)  # once: the deadline stays
     assert store.lease(lease.id).reclaim.deadline == out.reclaim.deadline
     # no reclaimer running: the service carries the notice out past its deadline
     clock.advance(seconds=600 + 121)
     [claimed] = store.enforce_notices(120, actor=SERVICE)
-    assert claimed["kind"] == "budget"
+    assert claimed.kind == "budget"
     done = store.notice_enforced(lease.id, True, actor=SERVICE)
     assert done.state == "released" and done.release_reason == "budget"
 

@@ -28,6 +28,7 @@ from jupyterhub_gpupool.pool.reclaimpolicy import PolicySet
 from jupyterhub_gpupool.pool.usage import busy_from
 from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES, TRAINING
 from jupyterhub_gpupool.service.scopes import ADMIN, USE
+from jupyterhub_gpupool.service.serialize.mig import mig_plan_json
 from jupyterhub_gpupool.simulate.whatif import (
     Change,
     WhatIfError,
@@ -269,7 +270,7 @@ def test_what_if_a_fixed_mig_layout(tmp_path, capsys):
         clock.now = DAY1 + timedelta(days=d, hours=9)
         leases = [store.allocate(f"user{i}", "", "a100-3g") for i in range(3)]
         for _ in range(3):  # the node's agent: destroy what was released, make what is planned
-            gone = [a | {"ok": True, "error": None} for a in store.mig_plan("a100")]
+            gone = [a | {"ok": True, "error": None} for a in mig_plan_json(store.mig_plan("a100"))]
             store.mig_results("a100", [a for a in gone if a["op"] == "destroy"])
             make_instances(store)
             live = [x for x in leases if store.lease(x.id).state == "granted"]

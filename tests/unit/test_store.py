@@ -313,7 +313,7 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
         },
     }
     store = make_store(db_url, clock, pool)
-    assert store.user("alice")["used_unit_hours"] == 0  # nothing used reads 0, not null
+    assert store.user("alice").used_unit_hours == 0  # nothing used reads 0, not null
     first = store.allocate("alice", "a", "h100")  # 1 unit
     store.keepalive(first.id)
     clock.advance(minutes=90)
@@ -324,8 +324,8 @@ def test_a_budget_runs_out_while_the_service_runs(db_url, clock):
     with pytest.raises(StoreError) as e:
         store.allocate("alice", "c", "a100-1g")
     assert (status_of(e.value), e.value.code) == (422, "budget_exhausted")  # as every quota's
-    assert store.user("alice")["used_unit_hours"] == pytest.approx(2.25)
-    assert store.user("bob")["used_unit_hours"] is None  # no budget applies to him
+    assert store.user("alice").used_unit_hours == pytest.approx(2.25)
+    assert store.user("bob").used_unit_hours is None  # no budget applies to him
     assert store.allocate("bob", "", "a100-1g").state == "granted"  # others are unaffected
     # a new day, a new budget
     store.release(first.id)

@@ -16,6 +16,7 @@ from jupyterhub_gpupool.pool.quota import QuotaSpec
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.store import Store, StoreError
 from jupyterhub_gpupool.store.read.leases import LeaseView
+from jupyterhub_gpupool.store.read.reclaim import ReclaimDecisionView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import APPROVAL_POOL as POOL
 from tests.fakes import StoreClock, make_store
@@ -39,7 +40,7 @@ def refused(call, *args, **kwargs) -> StoreError:
     return e.value
 
 
-def quiet_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
+def quiet_round(store: Store, clock: StoreClock, lease: LeaseView) -> ReclaimDecisionView:
     """A reclaim round with the lease's GPU busy and its user typing."""
     now = epoch(clock())
     seen = {lease.id: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
@@ -49,7 +50,7 @@ def quiet_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
     }
     store.take_leader(HOLDER, 600)
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
+    return {d.lease: d for d in answer.decisions}[lease.id]
 
 
 # -- an offer that needs approval ---------------------------------------------------------
@@ -199,10 +200,10 @@ def test_approved_time_gives_a_notice_then_the_round_ends_the_lease_lapsed(store
     assert store.lapse_approvals() == (0, 0)  # noticed once
     e = refused(store.keepalive, lease.id, actor="user:alice")
     assert e.code == "not_extendable" and "approved exception" in e.message
-    assert quiet_round(store, clock, lease)["kind"] == "noticed"  # busy or not
+    assert quiet_round(store, clock, lease).kind == "noticed"  # busy or not
     clock.advance(seconds=warn)
     d = quiet_round(store, clock, lease)
-    assert d["kind"] == "act" and d["release_reason"] == "lapsed"
+    assert d.kind == "act" and d.release_reason == "lapsed"
     done = store.reclaim_outcome(lease.id, HOLDER, "done", saved=["a.ipynb"])
     assert done.state == "released" and done.release_reason == "lapsed"
 
@@ -216,7 +217,7 @@ def test_a_lapse_carried_out_by_the_service_itself_is_lapsed(store, clock):
     assert store.lapse_approvals() == (1, 0)
     clock.advance(seconds=600 + 121)  # the deadline, then the enforcement bound
     [claimed] = store.enforce_notices(120, actor="service:gpupool")
-    assert (claimed["lease"], claimed["kind"]) == (lease.id, "exception")
+    assert (claimed.lease, claimed.kind) == (lease.id, "exception")
     done = store.notice_enforced(lease.id, True, actor="service:gpupool")
     assert done.state == "released" and done.release_reason == "lapsed"
     items, _ = store.events(lease=lease.id, kind="reclaim-acting")

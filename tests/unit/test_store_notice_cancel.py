@@ -45,7 +45,7 @@ def idle_round(store: Store, clock: StoreClock, lease: LeaseView, minutes: float
     seen = {lease.id: (KernelView(now, "idle", None), PresenceView(now, None, 1))}
     samples = {(gpu, None): [GpuSample(now - 59, 0.0, 10), GpuSample(now, 0.0, 10)]}
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
+    return {d.lease: d for d in answer.decisions}[lease.id]
 
 
 def cancelled(store: Store, lease_id: str) -> list[dict]:
@@ -94,18 +94,18 @@ def test_an_admin_cancels_an_admin_notice(store):
     assert event["data"]["reason"] == "an administrator (admin) withdrew the notice"
     # the user's page shows no notice any more, and says who withdrew it and why
     me = store.user("alice")
-    assert me["notices"] == []
-    [told] = me["withdrawn"]
-    assert (told["lease"], told["kind"], told["offer"]) == (lease.id, "admin", "h100")
-    assert told["reason"] == "an administrator (admin) withdrew the notice"
-    assert store.user("bob")["withdrawn"] == []
+    assert me.notices == ()
+    [told] = me.withdrawn
+    assert (told.lease, told.kind, told.offer) == (lease.id, "admin", "h100")
+    assert told.reason == "an administrator (admin) withdrew the notice"
+    assert store.user("bob").withdrawn == ()
 
 
 def test_a_cancelled_idle_notice_comes_again_only_after_the_extension(store, clock):
     """The default policy: 30 min idle, the notice 10 min ahead, extension 1 h."""
     lease = bound(store)
     rounds = 0
-    while idle_round(store, clock, lease)["kind"] != "notice":
+    while idle_round(store, clock, lease).kind != "notice":
         rounds += 1
         assert rounds < 60
     assert store.lease(lease.id).reclaim.kind == "idle"
@@ -116,8 +116,8 @@ def test_a_cancelled_idle_notice_comes_again_only_after_the_extension(store, clo
     kinds = []
     while True:
         d = idle_round(store, clock, lease)
-        kinds.append(d["kind"])
-        if d["kind"] == "notice":
+        kinds.append(d.kind)
+        if d.kind == "notice":
             break
         assert len(kinds) < 120
     assert clock() - cancelled_at == timedelta(hours=1)  # held off for the extension
@@ -131,7 +131,7 @@ def test_what_cannot_be_cancelled_says_why(store, clock):
     assert (e.value.code, e.value.field) == ("no_notice", "id")
     store.admin_reclaim(lease.id, grace=60, actor=ADMIN)
     clock.advance(seconds=61)
-    assert idle_round(store, clock, lease, minutes=0)["kind"] == "act"  # the reclaimer acts
+    assert idle_round(store, clock, lease, minutes=0).kind == "act"  # the reclaimer acts
     with pytest.raises(StoreError) as e:
         store.cancel_notice(lease.id, actor=ADMIN)
     assert e.value.code == "reclaim_in_progress"
@@ -149,15 +149,15 @@ def test_every_notice_carries_its_heading_and_whether_it_can_be_kept(store, cloc
     assert rec.keep is False and rec.extendable is False
     assert "its node is drained for maintenance" in rec.why_not_kept
     rounds = 0
-    while (d := idle_round(store, clock, idle))["kind"] != "notice":
+    while (d := idle_round(store, clock, idle)).kind != "notice":
         rounds += 1
         assert rounds < 60
     # the round's own answer (what the reclaimer's notify_hook gets) says the same
-    assert d["notice_kind"] == "idle" and d["keep"] is True
-    assert d["offer_name"] == "h100"  # STORE_POOL's offers have no display name of their own
-    assert d["heading"] == "Idle GPU: it will be reclaimed" and "why_not_kept" not in d
+    assert d.notice_kind == "idle" and d.keep is True
+    assert d.offer_name == "h100"  # STORE_POOL's offers have no display name of their own
+    assert d.heading == "Idle GPU: it will be reclaimed" and d.why_not_kept is None
     rec = store.lease(idle.id).reclaim
-    assert (rec.heading, rec.keep, rec.why_not_kept) == (d["heading"], True, None)
+    assert (rec.heading, rec.keep, rec.why_not_kept) == (d.heading, True, None)
     # the user's page lists both notices with the same words
-    [mine] = store.user("alice")["notices"]
-    assert mine["lease"] == drained.id
+    [mine] = store.user("alice").notices
+    assert mine.lease == drained.id

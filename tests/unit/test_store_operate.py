@@ -18,6 +18,7 @@ from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.poolconfig import gpu_uuid
 from jupyterhub_gpupool.store import Store, StoreError
 from jupyterhub_gpupool.store.read.leases import LeaseView
+from jupyterhub_gpupool.store.read.reclaim import EnforcedNoticeView, ReclaimDecisionView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.allocrig import state_of
 from tests.fakes import StoreClock, make_instances, make_store
@@ -42,14 +43,14 @@ def bound(store: Store, offer: str = "h100", user: str = "alice", server: str = 
     return store.keepalive(lease.id)
 
 
-def busy_round(store: Store, clock: StoreClock, lease: LeaseView) -> dict:
+def busy_round(store: Store, clock: StoreClock, lease: LeaseView) -> ReclaimDecisionView:
     """A round in which the lease's GPU is busy and its user typing: nothing idle about it."""
     now = epoch(clock())
     seen = {lease.id: (KernelView(now, "busy", None), PresenceView(now, now - 1, 1))}
     gpu = lease.slots[0].gpu
     samples = {(gpu, None): [GpuSample(now - 30, 95.0, 1000), GpuSample(now, 95.0, 1000)]}
     answer = store.reclaim_round(HOLDER, (now - 60, now), seen, samples)
-    return {d["lease"]: d for d in answer["decisions"]}[lease.id]
+    return {d.lease: d for d in answer.decisions}[lease.id]
 
 
 def test_reclaim_now_gives_notice_and_the_round_acts_at_the_deadline_even_on_a_busy_gpu(
@@ -64,11 +65,11 @@ def test_reclaim_now_gives_notice_and_the_round_acts_at_the_deadline_even_on_a_b
     with pytest.raises(StoreError) as e:
         store.keepalive(lease.id, actor="user:alice")
     assert e.value.code == "not_extendable"
-    assert busy_round(store, clock, lease)["kind"] == "noticed"  # a busy GPU does not cancel
+    assert busy_round(store, clock, lease).kind == "noticed"  # a busy GPU does not cancel
     clock.advance(seconds=301)
     store.take_leader(HOLDER, 600)
     d = busy_round(store, clock, lease)
-    assert d["kind"] == "act" and d["release_reason"] == "admin"
+    assert d.kind == "act" and d.release_reason == "admin"
     done = store.reclaim_outcome(lease.id, HOLDER, "done", saved=["a.ipynb"])
     assert done.state == "released" and done.release_reason == "admin"
     items, _ = store.events(lease=lease.id, kind="reclaim-notice")
@@ -144,19 +145,19 @@ def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(st
     clock.advance(minutes=11)  # past both deadlines, by less than 120 s for the drain
     assert store.map_view()[0] == version  # nothing written: the pool version stays
     claimed = store.enforce_notices(120, actor=SERVICE)
-    assert [c["lease"] for c in claimed] == [idle.id]  # 10 min past; the drain 1 min
+    assert [c.lease for c in claimed] == [idle.id]  # 10 min past; the drain 1 min
     clock.advance(seconds=61)
     claimed = store.enforce_notices(120, actor=SERVICE)
     assert claimed == [
-        {
-            "lease": held.id,
-            "user": "alice",
-            "server": "one",
-            "kind": "drain",
-            "action": "stop",
-            "deadline": deadline.isoformat() + "Z",
-            "reason": "the node h100 is drained for maintenance by " + deadline.isoformat() + "Z",
-        }
+        EnforcedNoticeView(
+            lease=held.id,
+            user="alice",
+            server="one",
+            kind="drain",
+            action="stop",
+            deadline=deadline,
+            reason="the node h100 is drained for maintenance by " + deadline.isoformat() + "Z",
+        )
     ]
     assert store.enforce_notices(120, actor=SERVICE) == []  # claimed: not handed out twice
     lease = store.lease(held.id)
@@ -186,12 +187,12 @@ def test_the_service_leaves_a_notice_a_reclaimer_acts_on_and_idle_notices_alone(
     store.admin_reclaim(lease.id, grace=60, actor="user:admin")
     clock.advance(seconds=61)
     store.take_leader(HOLDER, 600)
-    assert busy_round(store, clock, lease)["kind"] == "act"  # the reclaimer claims it
+    assert busy_round(store, clock, lease).kind == "act"  # the reclaimer claims it
     clock.advance(seconds=600)
     assert store.enforce_notices(60, actor=SERVICE) == []  # it is the reclaimer's
     # a claim older than reclaim_claim_timeout: the reclaimer died mid-action
     clock.advance(seconds=store.reclaim_claim_timeout)
-    assert [c["lease"] for c in store.enforce_notices(60, actor=SERVICE)] == [lease.id]
+    assert [c.lease for c in store.enforce_notices(60, actor=SERVICE)] == [lease.id]
     # the hub could not stop the server: the claim stays (tried again after the timeout)
     failed = store.notice_enforced(lease.id, False, "the hub answered 503", actor=SERVICE)
     assert failed.state == "reclaiming" and failed.reclaim.acting
@@ -227,10 +228,10 @@ def test_repartition_preview_names_what_goes_comes_and_the_leases_in_the_way(sto
     plan = store.repartition_plan(
         "a100", A100, [{"profile": "1g.10gb", "start": s} for s in range(7)]
     )
-    assert plan["method"] == "agent" and not plan["ready"]
-    assert [h["lease"] for h in plan["in_way"]] == [held.id]
-    assert {(g["profile"], g["start"]) for g in plan["go"]} == {("3g.40gb", start)}
-    assert len(plan["come"]) == 7 and plan["mig_config"] == {"1g.10gb": 7}
+    assert plan.method == "agent" and not plan.plan.ready
+    assert [h.lease for h in plan.plan.in_way] == [held.id]
+    assert {(g.profile, g.start) for g in plan.plan.go} == {("3g.40gb", start)}
+    assert plan.plan.come == [("1g.10gb", s) for s in range(7)]
     with pytest.raises(PoolError) as e:  # NVIDIA's rules: 1g.10gb cannot start at 7
         store.repartition_plan("a100", A100, [{"profile": "1g.10gb", "start": 7}])
     assert e.value.code == "invalid_mig_layout"
@@ -254,8 +255,8 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     assert store.advance_repartitions() == 1
     [now] = store.repartitions(node="a100")
     assert now.state == "applying"
-    plan = store.mig_plan("a100")
-    assert {(a["profile"], a["start"]) for a in plan if a["op"] == "create"} == {
+    actions = store.mig_plan("a100")
+    assert {(a.profile, a.start) for a in actions if a.op == "create"} == {
         ("1g.10gb", s) for s in range(7)
     }
     make_instances(store)  # the agent makes what the pool wants and reports it

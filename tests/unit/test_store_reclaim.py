@@ -9,7 +9,7 @@ Time is the store's clock (``StoreClock``); each round covers the minute before 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +21,8 @@ from jupyterhub_gpupool.service.serialize.leases import watched_lease_json
 from jupyterhub_gpupool.service.utilization import MinuteStats
 from jupyterhub_gpupool.store import Store, StoreError
 from jupyterhub_gpupool.store.read.leases import LeaseView, ReclaimView
+from jupyterhub_gpupool.store.read.reclaim import LeaderView, PastReclaimView, ReclaimMinute
+from jupyterhub_gpupool.store.read.users import UserNoticeView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import STORE_POOL, StoreClock, make_instances, make_store
 from tests.fakes import lease_events as events
@@ -104,15 +106,15 @@ def step(
                 u = None if mig is not None else util
                 by_device[(gpu, mig)] = [GpuSample(t, u, 10) for t in (start + 1, now)]
     answer = store.reclaim_round(holder, (start, now), observed, by_device)
-    assert answer["now"] == now
-    return {d["lease"]: d for d in answer["decisions"]}
+    assert answer.now == now
+    return {d.lease: d for d in answer.decisions}
 
 
 def until(store: Store, clock: StoreClock, lease: LeaseView, kind: str, limit: int = 60, **kw: Any):
     """Rounds a minute apart until the lease's decision is ``kind``; returns it."""
     for _ in range(limit):
         d = step(store, clock, lease, **kw)[lease.id]
-        if d["kind"] == kind:
+        if d.kind == kind:
             return d
     raise AssertionError(f"no {kind} within {limit} rounds (last: {d})")
 
@@ -129,7 +131,7 @@ def refused(call, *args: Any, **kw: Any) -> StoreError:
 def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
     lease = bound(store)
     notice = until(store, clock, lease, "notice")
-    assert notice["action"] == "stop" and notice["evidence"]["verdict"] == "idle"
+    assert notice.action == "stop" and notice.evidence["verdict"] == "idle"
     assert clock() == clock().replace(hour=9, minute=8)  # 10 min idle, 2 min notice ahead
     shown = store.lease(lease.id)
     assert shown.state == "reclaiming"
@@ -139,7 +141,7 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
         why_not_kept=None,
         kind="idle",
         deadline=datetime(2026, 3, 2, 9, 10),
-        reason=notice["reason"],
+        reason=notice.reason,
         action="stop",
         issued=datetime(2026, 3, 2, 9, 8),
         pressure=False,
@@ -149,8 +151,7 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
         acting=False,
     )
     me = store.user("alice")
-    assert me["notices"][0]["reason"] == notice["reason"]
-    assert me["notices"][0]["action"] == "stop" and me["notices"][0]["lease"] == lease.id
+    assert me.notices == (UserNoticeView(lease.id, notice.reason, "stop", notice.deadline),)
 
     kept = store.keepalive(lease.id, actor="user:alice")
     assert kept.state == "active" and kept.reclaim is None
@@ -162,15 +163,15 @@ def test_notice_then_keepalive_extends_then_the_limit_refuses(store, clock):
     e = refused(store.keepalive, lease.id)
     assert (e.code, e.allowed) == ("extension_limit", [1]) and "1 extensions" in e.message
     assert store.lease(lease.id).state == "reclaiming"
-    assert again["kind"] == "notice"
+    assert again.kind == "notice"
 
 
 def test_a_notice_is_cancelled_when_the_gpu_works_again(store, clock):
     lease = bound(store)
     until(store, clock, lease, "notice")
     d = step(store, clock, lease, util=80.0)[lease.id]
-    assert d["kind"] == "cancel" and d["reason"] == "the GPU got busy again"
-    assert d["evidence"]["gpu"] == "busy"
+    assert d.kind == "cancel" and d.reason == "the GPU got busy again"
+    assert d.evidence["gpu"] == "busy"
     assert store.lease(lease.id).state == "active"
     assert store.lease(lease.id).reclaim is None
     kinds = events(store, lease.id)
@@ -183,7 +184,7 @@ def test_a_busy_kernel_on_a_busy_gpu_is_never_reclaimed(store, clock):
     lease = bound(store)
     for _ in range(40):
         d = step(store, clock, lease, util=90.0, kernel="busy")[lease.id]
-        assert d["kind"] == "none", d
+        assert d.kind == "none", d
     assert store.lease(lease.id).state == "active"
 
 
@@ -194,15 +195,15 @@ def test_act_claims_the_lease_and_keepalive_then_loses(store, clock):
     lease = bound(store)
     until(store, clock, lease, "notice")
     act = until(store, clock, lease, "act")
-    assert act["action"] == "stop" and act["release_reason"] == "reclaimed-idle"
-    assert act["deadline"] == "2026-03-02T09:10:00Z" and act["evidence"]["verdict"] == "idle"
+    assert act.action == "stop" and act.release_reason == "reclaimed-idle"
+    assert act.deadline == datetime(2026, 3, 2, 9, 10) and act.evidence["verdict"] == "idle"
     assert store.lease(lease.id).reclaim.acting is True
     e = refused(store.keepalive, lease.id)
     assert e.code == "reclaim_in_progress"
     assert events(store, lease.id)[-1] == "reclaim-acting"  # the act won, and says so
     # a claimed lease is not decided again while its outcome is awaited
     d = step(store, clock, lease)[lease.id]
-    assert d["kind"] == "none" and "being reclaimed" in d["reason"]
+    assert d.kind == "none" and "being reclaimed" in d.reason
 
 
 def test_keepalive_first_and_the_round_does_not_act(store, clock):
@@ -211,7 +212,7 @@ def test_keepalive_first_and_the_round_does_not_act(store, clock):
     clock.advance(minutes=2)  # at the deadline the user presses "keep my GPU" first
     store.keepalive(lease.id, actor="user:alice")
     d = step(store, clock, lease, minutes=0.5)[lease.id]
-    assert d["kind"] == "none"
+    assert d.kind == "none"
     assert store.lease(lease.id).state == "active"
     assert "reclaim-acting" not in events(store, lease.id)
     assert events(store, lease.id)[-1] == "reclaim-extended"
@@ -221,9 +222,9 @@ def test_a_claim_without_outcome_is_handed_out_again(store, clock):
     lease = bound(store)
     first = until(store, clock, lease, "act")
     for _ in range(14):  # the reclaimer that claimed it died; nothing for 15 minutes
-        assert step(store, clock, lease)[lease.id]["kind"] == "none"
+        assert step(store, clock, lease)[lease.id].kind == "none"
     again = step(store, clock, lease)[lease.id]
-    assert again["kind"] == "act" and again["action"] == first["action"]
+    assert again.kind == "act" and again.action == first.action
     assert events(store, lease.id)[-2:] == ["reclaim-acting", "reclaim-acting"]
 
 
@@ -250,32 +251,30 @@ def test_outcome_done_releases_and_the_user_sees_it(store, clock):
     assert done.state == "released" and done.release_reason == "reclaimed-idle"
     e = refused(store.reclaim_outcome, lease.id, HOLDER, "done")
     assert e.code == "not_acting"
-    (past,) = store.user("alice")["reclaims"]
-    assert past == {
-        "lease": lease.id,
-        "offer": "h100",
-        "server": "",
-        "at": "2026-03-02T09:10:00Z",
-        "kind": "idle",
-        "action": "stop",
-        "reason": past["reason"],
-        "release_reason": "reclaimed-idle",
-        "saved": ["a.ipynb", "b.py"],
-        "outcome": "done",
-        "detail": "saved 2",
-        "utilization": [
-            {"minute": "2026-03-02T09:05:00Z", "util_mean": 40.0, "memory_used_mib_max": 2048}
-        ],
-    }
-    assert "idle" in past["reason"]
+    (past,) = store.user("alice").reclaims
+    assert past == PastReclaimView(
+        lease=lease.id,
+        offer="h100",
+        server="",
+        at=datetime(2026, 3, 2, 9, 10),
+        kind="idle",
+        action="stop",
+        reason=past.reason,
+        release_reason="reclaimed-idle",
+        saved=("a.ipynb", "b.py"),
+        outcome="done",
+        detail="saved 2",
+        utilization=(ReclaimMinute(datetime(2026, 3, 2, 9, 5), 40.0, 2048),),
+    )
+    assert "idle" in past.reason
 
 
 def test_outcome_failed_keeps_the_lease_and_withdraws_the_shrink_target(store, clock):
     lease = bound(store, "a100-3g")
     until(store, clock, lease, "notice")
     act = until(store, clock, lease, "act")
-    assert act["action"] == "shrink:a100-1g" and act["target_offer"] == "a100-1g"
-    target = store.lease(act["target_lease"])
+    assert act.action == "shrink:a100-1g" and act.target_offer == "a100-1g"
+    target = store.lease(act.target_lease)
     assert target.state == "granted" and target.resize_of == lease.id
     failed = store.reclaim_outcome(lease.id, HOLDER, "failed", [], "the restart timed out")
     assert failed.state == "active" and failed.reclaim is None
@@ -283,9 +282,9 @@ def test_outcome_failed_keeps_the_lease_and_withdraws_the_shrink_target(store, c
     assert events(store, lease.id)[-1] == "reclaim-failed"
     # the counts start again: no new notice before another 8 idle minutes
     for _ in range(7):
-        assert step(store, clock, lease)[lease.id]["kind"] == "none"
-    (past,) = store.user("alice")["reclaims"]
-    assert past["outcome"] == "failed" and past["detail"] == "the restart timed out"
+        assert step(store, clock, lease)[lease.id].kind == "none"
+    (past,) = store.user("alice").reclaims
+    assert past.outcome == "failed" and past.detail == "the restart timed out"
 
 
 def test_shrink_done_binds_the_target_and_releases_the_old_lease_as_reclaimed(store, clock):
@@ -293,10 +292,10 @@ def test_shrink_done_binds_the_target_and_releases_the_old_lease_as_reclaimed(st
     act = until(store, clock, lease, "act")
     make_instances(store)
     # the spawner restarts the server on the reserved target: binding it ends the old one
-    store.keepalive(act["target_lease"])
+    store.keepalive(act.target_lease)
     assert store.lease(lease.id).release_reason == "reclaimed-idle"
     store.reclaim_outcome(lease.id, HOLDER, "done", ["x.ipynb"])
-    assert store.lease(act["target_lease"]).state == "active"
+    assert store.lease(act.target_lease).state == "active"
 
 
 # -- faults: a restart, stale data, the leader -------------------------------------------------
@@ -308,10 +307,10 @@ def test_a_restart_mid_grace_keeps_the_deadline_and_acts_at_it(url, store, clock
     deadline = store.lease(lease.id).reclaim.deadline
     again = make_store(url, clock, pool=POOL)  # a new service process on the same database
     assert again.lease(lease.id).reclaim.deadline == deadline
-    assert step(again, clock, lease)[lease.id]["kind"] == "noticed"
+    assert step(again, clock, lease)[lease.id].kind == "noticed"
     act = step(again, clock, lease)[lease.id]
     assert deadline == datetime(2026, 3, 2, 9, 10)
-    assert act["kind"] == "act" and act["deadline"] == "2026-03-02T09:10:00Z"
+    assert act.kind == "act" and act.deadline == datetime(2026, 3, 2, 9, 10)
 
 
 def test_stale_data_never_acts(store, clock):
@@ -320,14 +319,14 @@ def test_stale_data_never_acts(store, clock):
     # past the deadline, but the user's server was not reached: nothing happens
     for _ in range(5):
         d = step(store, clock, lease, seen=False)[lease.id]
-        assert d["kind"] == "stale" and "not reached" in d["reason"]
+        assert d.kind == "stale" and "not reached" in d.reason
     # no GPU samples in the window: nothing happens either
     d = step(store, clock, lease, samples=False)[lease.id]
-    assert d["kind"] == "stale" and "telemetry" in d["reason"]
+    assert d.kind == "stale" and "telemetry" in d.reason
     # a window that ended long ago
     now = epoch(clock())
     answer = store.reclaim_round(HOLDER, (now - 900, now - 600), {}, {})
-    assert answer["stale"] == 1
+    assert answer.stale == 1
     assert store.lease(lease.id).reclaim.acting is False
     assert "reclaim-acting" not in events(store, lease.id)
 
@@ -338,7 +337,7 @@ def test_stale_counts_restart_so_fresh_data_must_show_idleness_again(store, cloc
         step(store, clock, lease)
     step(store, clock, lease, seen=False)
     for _ in range(7):
-        assert step(store, clock, lease)[lease.id]["kind"] == "none"
+        assert step(store, clock, lease)[lease.id].kind == "none"
 
 
 def test_leader_lock(url, store, clock):
@@ -347,14 +346,14 @@ def test_leader_lock(url, store, clock):
     lease = bound(store)
     e = refused(step, store, clock, lease, holder="reclaimer-2", renew=False)
     assert e.code == "not_leader"
-    assert store.take_leader(HOLDER, 60)["leader"] is True  # renewing
+    assert store.take_leader(HOLDER, 60).leader is True  # renewing
     clock.advance(seconds=61)
     taken = store.take_leader("reclaimer-2", 30)
-    assert taken == {"holder": "reclaimer-2", "expires": taken["expires"], "leader": True}
+    assert taken == LeaderView("reclaimer-2", clock() + timedelta(seconds=30), True)
     e = refused(step, store, clock, lease, holder=HOLDER, renew=False)
     assert e.code == "not_leader"
-    assert store.give_up_leader("reclaimer-2")["holder"] is None
-    assert store.take_leader(HOLDER, 60)["holder"] == HOLDER
+    assert store.give_up_leader("reclaimer-2").holder is None
+    assert store.take_leader(HOLDER, 60).holder == HOLDER
     e = refused(store.take_leader, HOLDER, 3)
     assert (e.code, e.field) == ("invalid_field", "ttl")
 
@@ -364,7 +363,7 @@ def test_two_replicas_racing_for_the_lead_get_one_leader(url, clock):
 
     def take(i: int) -> str:
         try:
-            return stores[i].take_leader(f"replica-{i}", 60)["holder"]
+            return stores[i].take_leader(f"replica-{i}", 60).holder
         except StoreError as e:
             return e.code
 
@@ -391,7 +390,7 @@ def test_a_max_age_notice_cannot_be_kept(store, clock):
     lease = bound(store)
     for _ in range(60):
         d = step(store, clock, lease, util=80.0)[lease.id]
-        if d["kind"] == "notice":
+        if d.kind == "notice":
             break
     assert store.lease(lease.id).reclaim.kind == "max_age"
     e = refused(store.keepalive, lease.id)
@@ -410,7 +409,7 @@ def test_an_approved_exception_is_not_taken_back_as_borrowed_capacity(store, clo
     waiter = store.allocate("alice", "", "h100")
     assert waiter.state == "queued"
     d = step(store, clock, lease)[lease.id]  # idle: a borrowed lease would get notice now
-    assert d["kind"] == "none", d
+    assert d.kind == "none", d
     for _ in range(3):
         step(store, clock, lease)
         rec = store.lease(lease.id).reclaim
@@ -425,16 +424,16 @@ def test_borrowed_capacity_goes_to_a_waiter_within_guarantee(store, clock):
     waiter = store.allocate("alice", "", "h100")
     assert waiter.state == "queued"
     d = step(store, clock, lease, util=80.0)[lease.id]
-    assert d["kind"] == "none"
+    assert d.kind == "none"
     d = step(store, clock, lease)[lease.id]  # idle now: notice for the waiter
-    assert d["kind"] == "notice" and "alice" in d["reason"]
+    assert d.kind == "notice" and "alice" in d.reason
     rec = store.lease(lease.id).reclaim
     assert rec.kind == "borrowed" and rec.pressure is True and rec.extendable is False
     e = refused(store.keepalive, lease.id)
     assert e.code == "not_extendable"
     store.release(waiter.id)  # alice gives up: the notice goes
     d = step(store, clock, lease)[lease.id]
-    assert d["kind"] == "cancel" and "withdrawn" in d["reason"]
+    assert d.kind == "cancel" and "withdrawn" in d.reason
 
 
 #: The browser tests' policy: the pressure timeout ends with the first idle window (3 min, the
@@ -459,9 +458,9 @@ def test_a_quota_change_makes_a_running_lease_borrowed_and_the_short_pressure_ti
     assert waiter.state == "queued"
     for _ in range(6):  # well past min_runtime, the GPU at work: no notice of any kind
         d = step(store, clock, lease, util=80.0)[lease.id]
-        assert d["kind"] == "none", d
+        assert d.kind == "none", d
     d = step(store, clock, lease)[lease.id]
-    assert d["kind"] == "notice" and d["evidence"]["pressure"] is True, d
+    assert d.kind == "notice" and d.evidence["pressure"] is True, d
     assert store.lease(lease.id).reclaim.kind == "idle"
 
 
@@ -474,14 +473,14 @@ def test_an_admin_may_let_borrowed_reclaim_take_a_busy_gpu(store, clock):
     lease = bound(store, user="bob")
     assert lease.borrowed is True
     waiter = store.allocate("alice", "", "h100")
-    kinds = [step(store, clock, lease, util=80.0)[lease.id]["kind"] for _ in range(3)]
+    kinds = [step(store, clock, lease, util=80.0)[lease.id].kind for _ in range(3)]
     assert kinds == ["none", "none", "notice"], kinds  # min_runtime: 3 minutes
     rec = store.lease(lease.id).reclaim
     assert rec.kind == "borrowed" and rec.extendable is False
     assert "alice (within guarantee) waits for" in rec.reason
     assert refused(store.keepalive, lease.id).code == "not_extendable"
     act = until(store, clock, lease, "act", util=80.0)
-    assert act["release_reason"] == "reclaimed-borrowed"
+    assert act.release_reason == "reclaimed-borrowed"
     store.reclaim_outcome(lease.id, HOLDER, "done")
     assert store.lease(lease.id).state == "released"
     assert store.lease(waiter.id).state == "granted"
@@ -492,7 +491,7 @@ def test_someone_waiting_shortens_the_idle_timeout(store, clock):
     store.allocate("bob", "", "h100")  # waits for what alice's idle lease holds
     notice = until(store, clock, lease, "notice")
     assert clock() == clock().replace(hour=9, minute=3)  # 5 min pressure timeout, 2 ahead
-    assert notice["evidence"]["pressure"] is True
+    assert notice.evidence["pressure"] is True
     assert store.lease(lease.id).reclaim.pressure is True
 
 
@@ -517,7 +516,7 @@ def test_policy_override_is_validated_persisted_and_reset(url, store, clock):
     assert restarted.reclaim_policy().source == "api"  # in the database: survives restarts
     lease = bound(restarted)
     for _ in range(30):  # 2 h idle timeout now: no notice within 30 minutes
-        assert step(restarted, clock, lease)[lease.id]["kind"] == "none"
+        assert step(restarted, clock, lease)[lease.id].kind == "none"
     assert restarted.reset_reclaim_policy().source == "file"
 
 
@@ -563,12 +562,12 @@ def test_where_the_lab_reports_only_its_input_is_presence(store, clock):
         # the lab: input 5 s ago, reported once in each minute's window
         report = lambda: store.report_presence(typing.id, 5.0)  # noqa: E731
         decisions = step(store, clock, quiet, typing, typing=True, during=report)
-        assert decisions[typing.id]["kind"] != "notice", (minute, decisions)
-        if decisions[quiet.id]["kind"] == "notice":
+        assert decisions[typing.id].kind != "notice", (minute, decisions)
+        if decisions[quiet.id].kind == "notice":
             break
     else:
         raise AssertionError("the untouched lab's lease never got a notice")
-    assert "idle" in decisions[quiet.id]["reason"]
+    assert "idle" in decisions[quiet.id].reason
 
 
 def test_a_lab_report_never_moves_input_back_and_is_checked(store, clock):

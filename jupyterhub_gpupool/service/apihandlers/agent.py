@@ -13,6 +13,7 @@ from typing import Any
 from ...pool import commands
 from ...timeparse import parse_time
 from ..ingest import InventoryError, ingest, node_from_inventory
+from ..serialize.mig import mig_plan_json
 from ..serialize.nodes import node_json
 from ..utilization import Sample, lease_util_pairs
 from .base import MAX_STR, APIError, APIHandler, needs
@@ -170,7 +171,7 @@ class SamplesHandler(APIHandler):
             {
                 "accepted": len(samples),
                 "busy_leases": len({lease for lease, _ in busy}),
-                "mig_plan": self.store.mig_plan(name),
+                "mig_plan": mig_plan_json(self.store.mig_plan(name)),
             }
         )
 
@@ -182,7 +183,7 @@ class MigPlanHandler(APIHandler):
 
     @needs("agent", "read MIG plans")
     def get(self, name: str) -> None:
-        self.write_json({"node": name, "actions": self.store.mig_plan(name)})
+        self.write_json({"node": name, "actions": mig_plan_json(self.store.mig_plan(name))})
 
 
 class MigResultsHandler(APIHandler):

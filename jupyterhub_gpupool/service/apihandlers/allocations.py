@@ -11,7 +11,7 @@ from ...poolconfig import DNS_LABEL
 from ...store import lease_not_found
 from ...store.read.leases import LeaseView
 from ..serialize.leases import lease_json, leases_json
-from ..serialize.presence import presence_json
+from ..serialize.presence import presence_json, server_url_json
 from .base import APIError, APIHandler, needs
 
 
@@ -258,9 +258,8 @@ class ServerAddressHandler(_LeaseHandler):
         self._check(lease_id)
         body = self.json_body({"url": (str, True)})
         actor = self.identity.describe()
-        self.write_json(
-            await self.writer.run(commands.SetServerUrl(lease_id, body["url"], actor=actor))
-        )
+        said = await self.writer.run(commands.SetServerUrl(lease_id, body["url"], actor=actor))
+        self.write_json(server_url_json(said))
 
 
 class DeviceHandler(_LeaseHandler):

@@ -13,7 +13,7 @@ from ...orm import JOB_STATES
 from ...pool import commands
 from ...pool.errors import PoolError
 from ...store.jobs import job_not_found
-from ..serialize.jobs import job_json
+from ..serialize.jobs import job_json, job_log_appended_json, job_log_json
 from .base import APIError, APIHandler, needs
 
 
@@ -138,16 +138,16 @@ class JobLogsHandler(_JobHandler):
     def get(self, job_id: str) -> None:
         if not self.identity.is_agent:
             self._check(job_id)
-        self.write_json(self.store.job_log(job_id, self.int_arg("offset", 0, high=2**62)))
+        log = self.store.job_log(job_id, self.int_arg("offset", 0, high=2**62))
+        self.write_json(job_log_json(log))
 
     @needs("agent", "upload job logs")
     async def post(self, job_id: str) -> None:
         body = self.json_body({"offset": (int, True), "data": (str, True)}, long=("data",))
         if body["offset"] < 0:
             raise APIError("invalid_field", "offset must be ≥ 0", field="offset")
-        self.write_json(
-            await self.writer.run(commands.AppendJobLog(job_id, body["offset"], body["data"]))
-        )
+        added = await self.writer.run(commands.AppendJobLog(job_id, body["offset"], body["data"]))
+        self.write_json(job_log_appended_json(added))
 
 
 class JobStatusHandler(APIHandler):

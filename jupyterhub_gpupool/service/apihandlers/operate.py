@@ -13,7 +13,7 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.rows import epoch
 from ..serialize.leases import lease_json
-from ..serialize.repartitions import repartition_json
+from ..serialize.repartitions import repartition_json, repartition_plan_json
 from .base import APIError, APIHandler, needs
 
 
@@ -98,7 +98,8 @@ class NodeRepartitionHandler(APIHandler):
             }
         )
         if body.get("dry_run"):
-            self.write_json(self.store.repartition_plan(node, body["gpu"], body["layout"]))
+            preview = self.store.repartition_plan(node, body["gpu"], body["layout"])
+            self.write_json(repartition_plan_json(preview))
             return
         rep = await self.writer.run(
             commands.RequestRepartition(

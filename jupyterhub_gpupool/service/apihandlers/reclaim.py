@@ -16,7 +16,7 @@ from ...pool import commands
 from ...pool.reclaim import KERNEL_STATES, KernelView, PresenceView
 from ...store.reclaim import Observation
 from ..serialize.leases import lease_json, watched_lease_json
-from ..serialize.reclaim import reclaim_policy_json
+from ..serialize.reclaim import leader_json, reclaim_policy_json, round_json
 from .base import APIError, APIHandler, needs
 
 #: At most this many files in one outcome's ``saved``, each at most this long.
@@ -123,20 +123,18 @@ class LeaderHandler(APIHandler):
     async def post(self) -> None:
         body = self.json_body({"holder": (str, True), "ttl": ((int, float), False)})
         ttl = float(body.get("ttl", 60))
-        self.write_json(
-            await self.writer.run(
-                commands.TakeLeader(body["holder"], ttl, actor=self.identity.describe())
-            )
+        taken = await self.writer.run(
+            commands.TakeLeader(body["holder"], ttl, actor=self.identity.describe())
         )
+        self.write_json(leader_json(taken))
 
     @needs("reclaim", "lead the reclaimer")
     async def delete(self) -> None:
         holder = self.get_argument("holder", None)
         if not holder:
             raise APIError("invalid_argument", "holder is required", field="holder")
-        self.write_json(
-            await self.writer.run(commands.GiveUpLeader(holder, actor=self.identity.describe()))
-        )
+        left = await self.writer.run(commands.GiveUpLeader(holder, actor=self.identity.describe()))
+        self.write_json(leader_json(left))
 
 
 class ReclaimLeasesHandler(APIHandler):
@@ -164,13 +162,10 @@ class RoundHandler(APIHandler):
         window = parse_window(body["window"])
         observed = parse_observed(body.get("observed") or {})
         # no samples here: the round reads the window's from the database, every replica's
-        self.write_json(
-            await self.writer.run(
-                commands.ReclaimRound(
-                    body["holder"], window, observed, actor=self.identity.describe()
-                )
-            )
+        answer = await self.writer.run(
+            commands.ReclaimRound(body["holder"], window, observed, actor=self.identity.describe())
         )
+        self.write_json(round_json(answer))
 
 
 class OutcomeHandler(APIHandler):

@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timezone
 
 from ...store import StoreError, lease_not_found
-from ..serialize.leases import leases_json
+from ..serialize.users import user_json
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
 
@@ -25,8 +25,7 @@ class UserHandler(APIHandler):
             name = ident.name
         self.require(ident.may_use_for(name), f"see {name}'s quota")
         groups = ident.groups if name == ident.name else ()
-        me = self.store.user(name, groups, **self.lease_hub_filter)
-        self.write_json({**me, "leases": leases_json(me["leases"])})
+        self.write_json(user_json(self.store.user(name, groups, **self.lease_hub_filter)))
 
 
 class PoolHandler(APIHandler):

@@ -21,6 +21,7 @@ from tornado import web
 
 from ...store import StoreError
 from ..serialize.leases import lease_json
+from ..serialize.reclaim import past_reclaim_json
 from .base import PageHandler
 from .user import done_text
 
@@ -82,7 +83,8 @@ class LeaseEndPage(PageHandler):
             for o in self.store.offers_for(name, groups)
         }
         reclaim = next(
-            (r for r in self.store.recent_reclaims(name) if r.get("lease") == lease_id), None
+            (past_reclaim_json(r) for r in self.store.recent_reclaims(name) if r.lease == lease_id),
+            None,
         )
         end = lease_end(lease, reclaim, names)
         self.render_page(

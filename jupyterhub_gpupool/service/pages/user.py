@@ -21,6 +21,7 @@ from ...store import StoreError
 from ...store.read.jobs import JobView
 from ...wording import last_hour_text
 from ..serialize.leases import leases_json
+from ..serialize.users import user_json
 from .base import PageHandler
 
 #: Ended jobs the page lists (the newest); the API and ``job list`` give all.
@@ -93,8 +94,7 @@ class UserPageHandler(PageHandler):
             raise web.HTTPError(404, "services have no user page")
         name = model["name"]
         groups = tuple(model.get("groups") or ())
-        me = self.store.user(name, groups, hub=None)  # a user of the pool's hub: its leases
-        me = {**me, "leases": leases_json(me["leases"])}
+        me = user_json(self.store.user(name, groups, hub=None))  # the pool's hub's leases
         offers = {o["name"]: o for o in self.store.offers_for(name, groups)}
         names = {n: o.get("display_name") or n for n, o in offers.items()}
         leases = me.get("leases") or []

@@ -1,13 +1,14 @@
-"""A job's JSON (``GET jobs/{id}``, the job commands' answers, the runner's list)."""
+"""A job's JSON (``GET jobs/{id}``, the job commands' answers, the runner's list) and its
+output's (``GET|POST jobs/{id}/logs``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...store.read.jobs import JobDevice, JobView
+from ...store.read.jobs import JobDevice, JobLogAppended, JobLogView, JobView
 from ...timeparse import format_time
 
-__all__ = ["device_json", "job_json"]
+__all__ = ["device_json", "job_json", "job_log_appended_json", "job_log_json"]
 
 
 def device_json(device: JobDevice) -> dict[str, Any]:
@@ -52,3 +53,13 @@ def job_json(job: JobView) -> dict[str, Any]:
     if job.env is not None:
         out["env"] = dict(job.env)
     return out
+
+
+def job_log_json(log: JobLogView) -> dict[str, Any]:
+    """A part of the output: ``offset``, ``data``, ``next`` and ``complete``."""
+    return {"offset": log.offset, "data": log.data, "next": log.next, "complete": log.complete}
+
+
+def job_log_appended_json(answer: JobLogAppended) -> dict[str, Any]:
+    """Where the runner's next part starts: ``next``."""
+    return {"next": answer.next}

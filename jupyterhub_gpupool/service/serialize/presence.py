@@ -1,13 +1,14 @@
-"""A lease's presence JSON (``POST allocations/{id}/presence``)."""
+"""A lease's presence JSON (``POST allocations/{id}/presence``) and its server's address
+(``PUT allocations/{id}/server``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...store.read.presence import PresenceView
+from ...store.read.presence import PresenceView, ServerUrlView
 from ...timeparse import format_time
 
-__all__ = ["presence_json"]
+__all__ = ["presence_json", "server_url_json"]
 
 
 def presence_json(view: PresenceView) -> dict[str, Any]:
@@ -17,3 +18,8 @@ def presence_json(view: PresenceView) -> dict[str, Any]:
         "source": view.source,
         "last_input": format_time(view.last_input),
     }
+
+
+def server_url_json(view: ServerUrlView) -> dict[str, Any]:
+    """``lease`` and ``server_url``."""
+    return {"lease": view.lease, "server_url": view.server_url}

@@ -1,14 +1,14 @@
 """A re-partition's JSON (``POST nodes/{name}/gpus/{gpu}/repartition``, ``GET repartitions``,
-``DELETE repartitions/{id}``)."""
+``DELETE repartitions/{id}``) and a re-partition's preview (``dry_run``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...store.read.repartitions import RepartitionView
+from ...store.read.repartitions import RepartitionPlanView, RepartitionView
 from ...timeparse import format_time
 
-__all__ = ["repartition_json"]
+__all__ = ["repartition_json", "repartition_plan_json"]
 
 
 def repartition_json(rep: RepartitionView) -> dict[str, Any]:
@@ -26,3 +26,8 @@ def repartition_json(rep: RepartitionView) -> dict[str, Any]:
         "error": rep.error,
         "plan": None if rep.plan is None else rep.plan.to_json(),
     }
+
+
+def repartition_plan_json(preview: RepartitionPlanView) -> dict[str, Any]:
+    """The plan's JSON (``Plan.to_json``) and the ``method``."""
+    return {**preview.plan.to_json(), "method": preview.method}

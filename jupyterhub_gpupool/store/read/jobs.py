@@ -16,7 +16,17 @@ from ... import orm
 from ...pool.allocator import Allocator
 from ..rows import mig_devices
 
-__all__ = ["JobDevice", "JobMig", "JobView", "job_view", "live_devices", "stored_devices"]
+__all__ = [
+    "JobDevice",
+    "JobLogAppended",
+    "JobLogView",
+    "JobMig",
+    "JobView",
+    "job_log_view",
+    "job_view",
+    "live_devices",
+    "stored_devices",
+]
 
 
 @dataclass(frozen=True)
@@ -140,4 +150,36 @@ def job_view(
         runner=job.runner or "local",
         runner_ref=dict(job.runner_ref) if job.runner_ref else None,
         env=dict(job.env or {}) if with_env else None,
+    )
+
+
+@dataclass(frozen=True)
+class JobLogView:
+    """A part of a job's output (``GET jobs/{id}/logs``): ``data`` from ``offset``, where the
+    next part starts (``next``), and whether the job ended (``complete``: no more will come)."""
+
+    offset: int
+    data: str
+    next: int
+    complete: bool
+
+
+@dataclass(frozen=True)
+class JobLogAppended:
+    """The answer of the runner's upload (``POST jobs/{id}/logs``): where its next part
+    starts."""
+
+    next: int
+
+
+def job_log_view(job: orm.JobRow, offset: int) -> JobLogView:
+    """``job``'s output from ``offset`` (an offset before what is kept starts at the oldest
+    kept character, one past the end at the end)."""
+    end = job.log_start + len(job.log)
+    start = min(max(offset, job.log_start), end)
+    return JobLogView(
+        offset=start,
+        data=job.log[start - job.log_start :],
+        next=end,
+        complete=job.state in orm.JOB_FINAL,
     )

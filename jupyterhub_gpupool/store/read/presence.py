@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ... import orm
 
-__all__ = ["PresenceView", "presence_view"]
+__all__ = ["PresenceView", "ServerUrlView", "presence_view", "server_url_view"]
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,17 @@ class PresenceView:
 def presence_view(row: orm.LeaseRow) -> PresenceView:
     """The presence of the lease of ``row``."""
     return PresenceView(row.id, row.presence_source, row.last_input)
+
+
+@dataclass(frozen=True)
+class ServerUrlView:
+    """Where the lease's server listens, as the spawner said (``PUT allocations/{id}/server``;
+    None: not said, the reclaimer reads it through the proxy)."""
+
+    lease: str
+    server_url: str | None
+
+
+def server_url_view(row: orm.LeaseRow) -> ServerUrlView:
+    """The server address of the lease of ``row``."""
+    return ServerUrlView(row.id, row.server_url)

@@ -10,7 +10,13 @@ from datetime import datetime
 from ... import orm
 from ...pool.repartition import Plan
 
-__all__ = ["LayoutSlice", "RepartitionView", "layout_of", "repartition_view"]
+__all__ = [
+    "LayoutSlice",
+    "RepartitionPlanView",
+    "RepartitionView",
+    "layout_of",
+    "repartition_view",
+]
 
 
 @dataclass(frozen=True)
@@ -59,3 +65,12 @@ def repartition_view(rep: orm.MigRepartitionRow, plan: Plan | None) -> Repartiti
         error=rep.error,
         plan=plan,
     )
+
+
+@dataclass(frozen=True)
+class RepartitionPlanView:
+    """A re-partition's preview (``dry_run``): its ``plan`` and how the node would get the
+    layout (``method``: ``pool.repartition.delivery``)."""
+
+    plan: Plan
+    method: str
