@@ -65,9 +65,11 @@ def _attribute_names(cls: type[object]) -> frozenset[str]:
     return frozenset(inspect_mapped(cls).attrs.keys())
 
 
+@functools.cache
 def table_of(mapped: type[orm.Base]) -> Table:
     """The table of a mapped class: SQLAlchemy types ``__table__`` as any ``FromClause``, and
-    every class in ``orm`` maps one plain table."""
+    every class in ``orm`` maps one plain table (found once per class: every write asks for
+    the version row's and the audit log's)."""
     table = mapped.__table__
     if not isinstance(table, Table):
         raise TypeError(f"{mapped.__name__} is not mapped to a table")
