@@ -300,12 +300,13 @@ class StoreCore:
         A batch answers from its one prefetch; a transaction of its own asks the database,
         unless no request of the pool awaits approval (``_none_awaiting``: found at the last
         rebuild, and cleared by any request that comes to await one, here or, caught up with,
-        in another process)."""
+        in another process): then none is, and neither the session's new rows nor its
+        identity map are looked through."""
+        if self._none_awaiting:  # none in the pool, and none asked since (``note_awaiting``)
+            return {}
         cache = getattr(self._local, "awaiting", None)
         if cache is not None:
             known = dict(cache.get(user, {}))
-        elif self._none_awaiting:  # none in the pool (as a batch's prefetch knows): no query
-            known = {}
         else:
             lease = orm.LeaseRow.__table__
             found = db.connection().execute(

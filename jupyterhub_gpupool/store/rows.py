@@ -39,9 +39,15 @@ def new_row(cls: type[_Row], **values: Any) -> _Row:
     unknown = values.keys() - _attribute_names(cls)
     if unknown:
         raise TypeError(f"{sorted(unknown)[0]!r} is an invalid keyword argument for {cls.__name__}")
-    row = cast(_Row, inspect_mapped(cls).class_manager.new_instance())
+    row = cast(_Row, _class_manager(cls).new_instance())
     row.__dict__.update(values)
     return row
+
+
+@functools.cache
+def _class_manager(cls: type[object]) -> Any:
+    """The ORM's manager of ``cls``'s instances (looked up once: a grant makes two rows)."""
+    return inspect_mapped(cls).class_manager
 
 
 def slot_row(slot: Slot, *, create: bool | None = None) -> orm.LeaseSlotRow:
