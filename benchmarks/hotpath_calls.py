@@ -13,6 +13,9 @@ reports, after a warm-up:
   makes noisy: the runs alternate the trees (``--runs N``), so each sees the same load, and the
   summary gives the median and range.
 
+``--batch N`` runs the pairs as the service's writer does instead: batches (``Store.run_batch``) of
+the previous batch's N releases and N new asks, the figures then per batch.
+
 ``python benchmarks/hotpath_calls.py --tree /tmp/base-tree --tree . --runs 5``
 """
 
@@ -29,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +67,35 @@ def _where(filename: str) -> str:
     return "other"
 
 
-def worker(pairs: int, warm: int) -> dict[str, Any]:
-    """One tree's figures (runs in the tree's process)."""
+def _batched(store: Any, size: int) -> Callable[[], None]:
+    """One writer batch as the service's (``Store.run_batch``): the releases of the previous
+    batch's grants, then ``size`` asks (the figures are per batch; divide by ``size``)."""
+    try:
+        from jupyterhub_gpupool.pool import commands
+    except ImportError:  # a tree before the typed commands: (method, args, kwargs)
+        commands = None
+    live: list[str] = []
+    n = 0
+
+    def one() -> None:
+        nonlocal live, n
+        calls: list[Any] = []
+        for lid in live:
+            calls.append(commands.Release(lid) if commands else (store.release, (lid,), {}))
+        for _ in range(size):
+            user, server = f"bench{n % 32}", f"s{n}"
+            n += 1
+            ask = (store.allocate, (user, server, OFFER), {})
+            calls.append(commands.Allocate(user, server, OFFER) if commands else ask)
+        out = store.run_batch(calls)[len(live) :]
+        live = [x["id"] if isinstance(x, dict) else x.id for x in out]
+
+    return one
+
+
+def worker(pairs: int, warm: int, batch: int = 0) -> dict[str, Any]:
+    """One tree's figures (runs in the tree's process); ``batch``: per batch of that many
+    grants and releases (``_batched``) instead of per pair on their own."""
     from sqlalchemy import event
 
     import jupyterhub_gpupool
@@ -105,6 +136,8 @@ def worker(pairs: int, warm: int) -> dict[str, Any]:
             store.release(lid, actor="bench")
             i += 1
 
+        if batch:
+            pair = _batched(store, batch)
         for _ in range(warm):
             pair()
         # CPU, profiler off
@@ -151,6 +184,8 @@ def spawn(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
             str(args.pairs),
             "--warm",
             str(args.warm),
+            "--batch",
+            str(args.batch),
         ],
         env=env,
         cwd=tree,
@@ -171,12 +206,19 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--warm", type=int, default=100)
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="N: writer batches of N grants and N releases (Store.run_batch), as the service "
+        "runs them; the figures are then per batch, so divide by N (--pairs counts batches)",
+    )
     ap.add_argument("--top", action="store_true", help="print each tree's most called functions")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.pairs, args.warm)))
+        print(json.dumps(worker(args.pairs, args.warm, args.batch)))
         return 0
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
     runs: dict[Path, list[dict[str, Any]]] = {t: [] for t in trees}
@@ -195,7 +237,7 @@ def main() -> int:
         rs = runs[t]
         cpu = sorted(x["cpu_ms_per_pair"] for x in rs)
         last = rs[-1]
-        print(f"{t}")
+        print(f"{t}" + (f" (per batch of {args.batch} grants and releases)" if args.batch else ""))
         print(
             f"  CPU per pair: median {statistics.median(cpu):.2f} ms "
             f"(range {cpu[0]:.2f}-{cpu[-1]:.2f}, {len(cpu)} runs)"
