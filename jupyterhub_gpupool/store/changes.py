@@ -62,7 +62,7 @@ def _note_objects(db: Session, objects: Iterable[Any]) -> None:
             # a slot not yet flushed may have neither (the ORM types both as always set); its
             # lease is looked at only then (a relationship's read costs more than a column's)
             lease_id: str | None = obj.lease_id
-            if lease_id is None:
+            if not lease_id:
                 lease: orm.LeaseRow | None = obj.lease
                 lease_id = lease.id if lease is not None else None
             if lease_id is None:
