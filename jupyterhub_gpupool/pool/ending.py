@@ -19,7 +19,7 @@ from .effects import (
 )
 from .facts import RESTARTING, LeaseFacts, Outcome, PoolState
 from .reclaim import Reclaiming, ReclaimState, enforced_release, withdraw, withdrawn_on_uncordon
-from .trial import Trial
+from .trial import Trial, alone
 
 #: Release reasons of a stop that a reclaim in progress caused (its own reason is kept).
 _RECLAIM_STOPS = ("stopped", "resized", "orphaned")
@@ -58,6 +58,9 @@ def finishing(
     """End ``ending`` in order, in one trial. ``granted_ends``: the reason a queued request
     listed there ends with if the queue pass of an earlier one granted it meanwhile (it ends
     as the grant it now is, not ``cancelled``)."""
+    if len(ending) == 1 and not ending[0][0].targets and alone(state.alloc, ending[0][0].id):
+        facts, reason = ending[0]  # nothing follows its end: no trial to play it in
+        return (LeaseReleased(facts.id, ended_reason(facts, reason), facts.state),)
     effects: list[Effect] = []
     with Trial(state.alloc) as trial:
         for facts, reason in ending:

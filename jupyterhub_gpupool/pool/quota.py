@@ -19,6 +19,10 @@ from fractions import Fraction
 from .errors import ConfigError
 from .limits import MAX_BUDGET, MAX_UNITS, shown
 
+#: Nothing held (one value: ``Fraction`` is immutable, and a new one per tally read costs
+#: more than the read).
+_ZERO = Fraction(0)
+
 PERIODS = ("day", "week", "month")
 
 
@@ -224,11 +228,11 @@ class QuotaBook:
 
     def held(self, user: str) -> Fraction:
         """Units the user holds now."""
-        return self.held_user.get(user, Fraction(0))
+        return self.held_user.get(user, _ZERO)
 
     def group_held(self, group: str) -> Fraction:
         """Units the group holds now."""
-        return self.held_group.get(group, Fraction(0))
+        return self.held_group.get(group, _ZERO)
 
     def share(self, group: str | None, user: str) -> float:
         """Weighted share for fair ordering: held / guarantee (of the group, else the user)."""
@@ -359,6 +363,6 @@ class QuotaBook:
 
     def remove(self, user: str, group: str | None, units: Fraction) -> None:
         """Record a release; never goes below zero."""
-        self.held_user[user] = max(Fraction(0), self.held(user) - units)
+        self.held_user[user] = max(_ZERO, self.held(user) - units)
         if group is not None:
-            self.held_group[group] = max(Fraction(0), self.group_held(group) - units)
+            self.held_group[group] = max(_ZERO, self.group_held(group) - units)

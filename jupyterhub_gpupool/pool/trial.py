@@ -9,6 +9,9 @@ lease and waiter tables, the quota tallies, the borrowed flags and the waiters' 
 nobody waiting, a release leaves the devices as they are (nothing will be placed on them). The
 demand counts are never touched: the applier's ``Allocator.apply`` notes them, once, so the
 grants of one queue pass are all placed with the demand weights it started with.
+
+``alone`` says when ending a lease needs no trial at all (nobody waits, and no other lease's
+borrowed flag can change): the release of a grant in a pool with no queue, the common case.
 """
 
 from __future__ import annotations
@@ -160,9 +163,9 @@ class Trial:
     def promote(self, now: float) -> list[Grant]:
         """Serve the queue as ``Allocator.promote`` does (unless not ``serving``); returns
         the grants."""
-        if not self.serving:
-            return []
         a = self.alloc
+        if not self.serving or not a.waiters:
+            return []
         for lid, waiter in a.waiters.items():
             self._reasons.setdefault(lid, (waiter, waiter.reason))
         grants = []
@@ -260,6 +263,22 @@ class Trial:
             if name in a.nodes:  # a node the trial added is gone again
                 a._reindex(a.nodes[name])
         self._undo, self._reasons, self._gpus, self._nodes = [], {}, {}, {}
+
+
+def alone(alloc: Allocator, lease_id: str) -> bool:
+    """Whether ending ``lease_id`` (a lease, or a request awaiting approval) changes nothing
+    in the pool but itself, so ``Trial.release`` of it would find no grant and no flag:
+    nobody waits (a queue pass grants nothing), and no other lease's borrowed flag can change
+    (``Allocator.drop`` re-derives its owner's leases, of which it is the only one, and a
+    quota group's only where the lease's group has a quota)."""
+    if alloc.waiters:
+        return False
+    lease = alloc.leases.get(lease_id)
+    if lease is None:  # awaiting approval: holds nothing
+        return True
+    if lease.group and lease.group in alloc.quotas.groups:
+        return False
+    return alloc.leases_of(lease.request.user).keys() == {lease_id}
 
 
 def _flip(lease: Lease) -> Callable[[], None]:

@@ -163,11 +163,15 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
         effects: Iterable[Effect],
         actor: str = "",
         rows: Mapping[str, orm.LeaseRow] | None = None,
+        now_s: float | None = None,
     ) -> dict[str, orm.LeaseRow]:
         """Make ``effects`` true, in order: in ``alloc`` (None: it is rebuilt from the rows
-        afterwards) and in the rows. ``rows``: lease rows the caller holds already. Returns
-        the rows of the new requests, by id."""
-        now_s, made = self._now_s(), dict[str, orm.LeaseRow]()
+        afterwards) and in the rows. ``rows``: lease rows the caller holds already; ``now_s``:
+        the time the effects were decided at (epoch seconds; None: now). Returns the rows of
+        the new requests, by id."""
+        made = dict[str, orm.LeaseRow]()
+        if now_s is None:
+            now_s = self._now_s()
         known = dict(rows or {})
         for effect in effects:
             if isinstance(effect, _JOBS_AND_KERNELS):

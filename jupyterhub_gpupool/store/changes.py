@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import delete, event, insert, select
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
@@ -59,9 +59,12 @@ def _note_objects(db: Session, objects: Iterable[Any]) -> None:
         if isinstance(obj, orm.LeaseRow):
             touched.add(obj.id)
         elif isinstance(obj, orm.LeaseSlotRow):
-            # a slot not yet flushed may have neither (the ORM types both as always set)
-            lease = cast("orm.LeaseRow | None", obj.lease)
-            lease_id = cast("str | None", obj.lease_id) or (lease.id if lease is not None else None)
+            # a slot not yet flushed may have neither (the ORM types both as always set); its
+            # lease is looked at only then (a relationship's read costs more than a column's)
+            lease_id: str | None = obj.lease_id
+            if not lease_id:
+                lease: orm.LeaseRow | None = obj.lease
+                lease_id = lease.id if lease is not None else None
             if lease_id is None:
                 db.info[_OTHER] = True
             else:

@@ -125,7 +125,8 @@ class StoreCore:
         #: The pool is known to have no request awaiting approval: looked up whenever the
         #: allocator is rebuilt from the rows (as after another replica's commit), cleared by
         #: any new ask. A batch then skips looking them up (one query per batch, for a state
-        #: most pools are in most of the time).
+        #: most pools are in most of the time), and so does a call in a transaction of its own
+        #: (``awaiting_requests``: one query per allocate, and per release).
         self._none_awaiting = False
         self._thread_lock = threading.RLock()
         #: Grants after which the store analyses the tables its batches address when nothing
@@ -296,7 +297,13 @@ class StoreCore:
     def awaiting_requests(self, db: Session, user: str) -> dict[str, str]:
         """``user``'s requests awaiting approval now, lease id → server: those asked earlier
         in this transaction included, those an earlier call withdrew, approved or denied not.
-        A batch answers from its one prefetch; a transaction of its own asks the database."""
+        A batch answers from its one prefetch; a transaction of its own asks the database,
+        unless no request of the pool awaits approval (``_none_awaiting``: found at the last
+        rebuild, and cleared by any request that comes to await one, here or, caught up with,
+        in another process): then none is, and neither the session's new rows nor its
+        identity map are looked through."""
+        if self._none_awaiting:  # none in the pool, and none asked since (``note_awaiting``)
+            return {}
         cache = getattr(self._local, "awaiting", None)
         if cache is not None:
             known = dict(cache.get(user, {}))

@@ -78,9 +78,9 @@ class LeaseStore(Applier, ViewStore):
             replicas=replicas,
         )
         with self.transaction() as (db, alloc):
-            state = self._ask_state(db, alloc, user, server)
-            outcome = decided(state, command, self._now_s())
-            made = self._apply_effects(db, alloc, outcome.effects, actor)
+            state, now = self._ask_state(db, alloc, user, server), self._now_s()
+            outcome = decided(state, command, now)
+            made = self._apply_effects(db, alloc, outcome.effects, actor, now_s=now)
             return self._lease_view(db, alloc, made[outcome.answer])
 
     def _ask_state(
@@ -134,9 +134,9 @@ class LeaseStore(Applier, ViewStore):
         with self.transaction() as (db, alloc):
             row = self.lease_row(db, lease_id)
             facts, rows = self._lease_facts(db, alloc, [row])
-            command = c.Release(lease_id, reason)
-            outcome = decided(PoolState(alloc, facts), command, self._now_s())
-            self._apply_effects(db, alloc, outcome.effects, actor, rows)
+            command, now = c.Release(lease_id, reason), self._now_s()
+            outcome = decided(PoolState(alloc, facts), command, now)
+            self._apply_effects(db, alloc, outcome.effects, actor, rows, now)
             return self._lease_view(db, alloc, row)
 
     def keepalive(self, lease_id: str, *, actor: str = "") -> LeaseView:

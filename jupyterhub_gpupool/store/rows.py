@@ -39,9 +39,15 @@ def new_row(cls: type[_Row], **values: Any) -> _Row:
     unknown = values.keys() - _attribute_names(cls)
     if unknown:
         raise TypeError(f"{sorted(unknown)[0]!r} is an invalid keyword argument for {cls.__name__}")
-    row = cast(_Row, inspect_mapped(cls).class_manager.new_instance())
+    row = cast(_Row, _class_manager(cls).new_instance())
     row.__dict__.update(values)
     return row
+
+
+@functools.cache
+def _class_manager(cls: type[object]) -> Any:
+    """The ORM's manager of ``cls``'s instances (looked up once: a grant makes two rows)."""
+    return inspect_mapped(cls).class_manager
 
 
 def slot_row(slot: Slot, *, create: bool | None = None) -> orm.LeaseSlotRow:
@@ -65,9 +71,11 @@ def _attribute_names(cls: type[object]) -> frozenset[str]:
     return frozenset(inspect_mapped(cls).attrs.keys())
 
 
+@functools.cache
 def table_of(mapped: type[orm.Base]) -> Table:
     """The table of a mapped class: SQLAlchemy types ``__table__`` as any ``FromClause``, and
-    every class in ``orm`` maps one plain table."""
+    every class in ``orm`` maps one plain table (found once per class: every write asks for
+    the version row's and the audit log's)."""
     table = mapped.__table__
     if not isinstance(table, Table):
         raise TypeError(f"{mapped.__name__} is not mapped to a table")

@@ -152,6 +152,34 @@ def test_a_release_brings_the_owners_later_lease_within_guarantee():
     assert not alloc.leases["two"].borrowed
 
 
+def test_a_release_brings_another_members_lease_within_the_groups_guarantee():
+    """Its owner holds nothing else and nobody waits, but its group has a quota: the group's
+    other leases are re-derived (no shortcut past the trial, ``pool.trial.alone``)."""
+    book = QuotaBook(groups={"g": QuotaSpec(guarantee=F(1))})
+    alloc = pool(book)
+    first = granted(alloc.submit(req("a", "h100", "u", server="a", groups=("g",)), 0))
+    second = granted(alloc.submit(req("b", "h100", "v", server="b", groups=("g",)), 0))
+    assert (first.group, first.borrowed, second.borrowed) == ("g", False, True)
+    effects = decided(alloc, c.Release("a"), leases={"a": facts("a", server="a")})
+    assert effects == (LeaseReleased("a", "stopped", "active"), BorrowedChanged("b", False))
+    apply_all(alloc, effects)
+    assert not alloc.leases["b"].borrowed
+
+
+def test_a_release_that_changes_nothing_else_is_its_end_alone():
+    """Nobody waits and the owner holds nothing else: the end, and the pool left as it was
+    until the end is applied (then as ``Allocator.release`` leaves it)."""
+    alloc, twin = pool(), pool()
+    for a in (alloc, twin):
+        granted(a.submit(req("x", "h100", "u", server="x"), 0))
+        granted(a.submit(req("y", "h100", "v", server="y"), 0))
+    effects = decided(alloc, c.Release("x"), leases={"x": facts("x", server="x")})
+    assert effects == (LeaseReleased("x", "stopped", "active"),)
+    apply_all(alloc, effects)
+    assert twin.release("x", 10.0) == []
+    assert state_of(alloc) == state_of(twin)
+
+
 def test_a_reclaims_stop_is_recorded_as_the_reclaim():
     alloc = pool()
     granted(alloc.submit(req("x", "h100", "u", server="x"), 0))

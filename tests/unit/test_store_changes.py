@@ -15,6 +15,7 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.pool.allocator import Allocator
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.errors import StoreError
 from jupyterhub_gpupool.store.rebuild import build_allocator
 from tests.fakes import STORE_POOL, StoreClock, make_store
 
@@ -203,3 +204,39 @@ def test_two_deciders_at_once_never_collide(pair):
     assert a.catch_ups and b.catch_ups  # they did take turns
     for store in (a, b):
         assert caught_up(store) == rebuilt(store)
+
+
+@pytest.mark.parametrize("how", ["ask", "ask in a batch", "resize"])
+def test_a_request_awaiting_approval_in_one_process_is_seen_by_the_others_calls(db_url, clock, how):
+    """A process that knew of no request awaiting approval (and so asks the database for
+    none: ``Store.awaiting_requests``) learns of one the other process made, in a batch (a
+    catch-up) or alone (a rebuild): the server has it, so a second ask for it is refused; a
+    release of the lease it would replace withdraws it."""
+    upgrade(db_url)
+    big = {"name": "big", "kind": "gpu", "count": 2, "models": ["H100-80GB"]}
+    config = {**POOL, "offers": [*POOL["offers"], {**big, "approval": "required"}]}
+    a, b = make_store(db_url, clock, config), make_store(db_url, clock, config)
+    try:
+        held = b.allocate("u1", "s1", "h100")
+        caught_up(b)
+        assert b._none_awaiting
+        if how == "ask":
+            ask = a.allocate("u1", "s2", "big", reason="a deadline")
+        elif how == "ask in a batch":
+            (ask,) = a.run_batch([commands.Allocate("u1", "s2", "big", reason="a deadline")])
+        else:
+            ask = a.allocate("u1", "s1", "big", resize_of=held.id, reason="a deadline")
+        assert ask.state == "awaiting_approval"
+        if how == "resize":
+            assert b.release(held.id).state == "released"
+            assert (b.lease(ask.id).state, b.lease(ask.id).release_reason) == (
+                "released",
+                "withdrawn",
+            )
+        else:
+            with pytest.raises(StoreError) as e:
+                b.allocate("u1", "s2", "h100")
+            assert (e.value.code, e.value.field) == ("already_allocated", "server")
+    finally:
+        a.engine.dispose()
+        b.engine.dispose()
