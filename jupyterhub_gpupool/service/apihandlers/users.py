@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 from ...store import StoreError, lease_not_found
 from ..serialize.leases import leases_json
+from ..serialize.poolmap import pool_json
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
 
@@ -36,7 +37,7 @@ class PoolHandler(APIHandler):
 
     @needs("use-or-agent", "see the pool")
     def get(self) -> None:
-        self.write_json(self.store.pool(detail=self.identity.is_admin))
+        self.write_json(pool_json(self.store.pool(detail=self.identity.is_admin)))
 
 
 class UtilizationHandler(APIHandler):

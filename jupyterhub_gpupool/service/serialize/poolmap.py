@@ -1,0 +1,252 @@
+"""The pool's JSON: the inventory (``GET pool``, ``PoolView``) and the admin panel's map
+(``GET pool/map``, ``PoolMapView``) as text.
+
+The map is thousands of GPUs and leases and is asked for every few seconds, so its text is
+written by a ``MapWriter`` that keeps what it wrote: the whole document for the last view (the
+store answers the very same view until the pool version moves), and the text of every GPU and
+lease of it, by the part's identity (the store reuses the view of a part that did not change,
+``store.poolmap.MapParts``), so after a change only the parts built afresh are encoded. The
+text is byte for byte what ``json.dumps`` of the whole would write (compact separators).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from ...store.read.poolmap import (
+    CapacityView,
+    GpuView,
+    MapGpuView,
+    MapLeaseView,
+    ModelCapacityView,
+    PoolMapView,
+    PoolView,
+)
+from ...store.rows import epoch
+from ...timeparse import format_time
+
+__all__ = ["MapWriter", "gpu_json", "map_gpu_json", "map_lease_json", "pool_json", "pool_map_text"]
+
+
+def _totals_json(totals: CapacityView) -> dict[str, Any]:
+    return {"total": totals.total, "free": totals.free, "used": totals.used}
+
+
+def _models_json(models: tuple[ModelCapacityView, ...]) -> list[dict[str, Any]]:
+    return [{"model": m.model, "gpus": m.gpus, "free_units": m.free_units} for m in models]
+
+
+def gpu_json(g: GpuView) -> dict[str, Any]:
+    """A GPU of ``GET pool``'s clusters: its flags, free units, instances and holders."""
+    return {
+        "uuid": g.uuid,
+        "index": g.index,
+        "model": g.model,
+        "mig_enabled": g.mig_enabled,
+        "dynamic_mig": g.dynamic_mig,
+        "healthy": g.healthy,
+        "cordoned": g.cordoned,
+        "outside": g.outside,
+        "outside_by": list(g.outside_by),
+        "free_units": g.free_units,
+        "instances": [
+            {
+                "profile": i.profile,
+                "start": i.start,
+                "uuid": i.uuid,
+                "lease": i.lease,
+                "state": i.state,
+            }
+            for i in g.instances
+        ],
+        "holders": [
+            {
+                "lease": h.lease,
+                "user": h.user,
+                "kind": h.kind,
+                "profile": h.profile,
+                "start": h.start,
+                "milli": h.milli,
+            }
+            for h in g.holders
+        ],
+    }
+
+
+def pool_json(view: PoolView) -> dict[str, Any]:
+    """``GET pool``: totals, per model and the queue's length; an admin's view adds every
+    cluster, node, GPU and holder."""
+    out: dict[str, Any] = {
+        "totals": _totals_json(view.totals),
+        "models": _models_json(view.models),
+        "queue_length": view.queue_length,
+    }
+    if view.clusters is not None:
+        out["clusters"] = [
+            {
+                "name": c.name,
+                "nodes": [
+                    {
+                        "name": n.name,
+                        "cordoned": n.cordoned,
+                        "draining": n.draining,
+                        "unreachable": n.unreachable,
+                        "cpu_milli": n.cpu_milli,
+                        "memory_mib": n.memory_mib,
+                        "cpu_used": n.cpu_used,
+                        "memory_used": n.memory_used,
+                        "gpus": [gpu_json(g) for g in n.gpus],
+                    }
+                    for n in c.nodes
+                ],
+            }
+            for c in view.clusters
+        ]
+    return out
+
+
+# -- the map ----------------------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def map_gpu_json(g: MapGpuView) -> dict[str, Any]:
+    """A GPU on the map."""
+    rep = g.repartition
+    return {
+        "uuid": g.uuid,
+        "index": g.index,
+        "model": g.model,
+        "mig_enabled": g.mig_enabled,
+        "dynamic_mig": g.dynamic_mig,
+        "healthy": g.healthy,
+        "cordoned": g.cordoned,
+        "outside": g.outside,
+        "outside_by": list(g.outside_by),
+        "memory_slices": g.memory_slices,
+        "free_units": g.free_units,
+        "instances": [
+            {
+                "profile": i.profile,
+                "start": i.start,
+                "slices": i.slices,
+                "lease": i.lease,
+                "state": i.state,
+            }
+            for i in g.instances
+        ],
+        "holders": [{"lease": h.lease, "kind": h.kind, "milli": h.milli} for h in g.holders],
+        "repartition": None if rep is None else {"id": rep.id, "state": rep.state},
+    }
+
+
+def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
+    """A live lease on the map (the member's value; its id is the member's name). Times are
+    epoch seconds: the reader subtracts them from now."""
+    notice = lease.notice
+    return {
+        "user": lease.user,
+        "server": lease.server,
+        "class": lease.workload,
+        "job": lease.job,
+        "offer": lease.offer,
+        "state": lease.state,
+        "units": lease.units,
+        "borrowed": lease.borrowed,
+        "since": None if lease.since is None else epoch(lease.since),
+        "idle_since": lease.idle_since,
+        "notice": None
+        if notice is None
+        else {
+            "kind": notice.kind,
+            "deadline": format_time(notice.deadline),
+            "acting": notice.acting,
+        },
+    }
+
+
+class MapWriter:
+    """Writes maps as text, keeping the text of the last one and of its parts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[PoolMapView, str] | None = None
+        # id(view) → (the view, its text): the view is kept, so its id is not reused
+        self._gpus: dict[int, tuple[MapGpuView, str]] = {}
+        self._leases: dict[int, tuple[MapLeaseView, str]] = {}
+        self._nodes: dict[tuple[Any, ...], str] = {}  # a node's fields → the text before its GPUs
+        #: Parts encoded afresh by the last write (GPUs, leases): what a change cost.
+        self.encoded = (0, 0)
+
+    def text(self, view: PoolMapView) -> str:
+        """``view`` as the ``GET pool/map`` document (less ``util`` and ``now``)."""
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] is view:
+                return last[1]
+            text = self._write(view)
+            self._last = (view, text)
+            return text
+
+    def _write(self, view: PoolMapView) -> str:
+        old_gpus, gpus = self._gpus, {}
+        encoded_gpus = 0
+        clusters = []
+        for c in view.clusters:
+            nodes = []
+            for n in c.nodes:
+                parts = []
+                for g in n.gpus:
+                    part = old_gpus.get(id(g))
+                    if part is None or part[0] is not g:
+                        part = (g, _dumps(map_gpu_json(g)))
+                        encoded_gpus += 1
+                    gpus[id(g)] = part
+                    parts.append(part[1])
+                fields = (n.name, n.cordoned, n.draining, n.unreachable)
+                head = self._nodes.get(fields)
+                if head is None:
+                    head = self._nodes[fields] = (
+                        f'{{"name":{_dumps(n.name)},"cordoned":{_dumps(n.cordoned)},'
+                        f'"draining":{_dumps(n.draining)},"unreachable":{_dumps(n.unreachable)},'
+                    )
+                nodes.append(f'{head}"gpus":[{",".join(parts)}]}}')
+            clusters.append(f'{{"name":{_dumps(c.name)},"nodes":[{",".join(nodes)}]}}')
+        if len(self._nodes) > 4 * sum(len(c.nodes) for c in view.clusters):
+            self._nodes = {}  # nodes gone or changed: start afresh
+        self._gpus = gpus
+        old_leases, leases = self._leases, {}
+        encoded_leases = 0
+        members = []
+        for le in view.leases:
+            found = old_leases.get(id(le))
+            if found is None or found[0] is not le:
+                found = (le, f"{_dumps(le.id)}:{_dumps(map_lease_json(le))}")
+                encoded_leases += 1
+            leases[id(le)] = found
+            members.append(found[1])
+        self._leases = leases
+        self.encoded = (encoded_gpus, encoded_leases)
+        offers = {name: display for name, display in view.offers}
+        return (
+            f'{{"version":{_dumps(view.version)},'
+            f'"totals":{_dumps(_totals_json(view.totals))},'
+            f'"models":{_dumps(_models_json(view.models))},'
+            f'"queue_length":{_dumps(view.queue_length)},'
+            f'"clusters":[{",".join(clusters)}],'
+            f'"leases":{{{",".join(members)}}},'
+            f'"offers":{_dumps(offers)}}}'
+        )
+
+
+#: The service's writer of the map (one per process: it keeps the last map's text).
+MAP_WRITER = MapWriter()
+
+
+def pool_map_text(view: PoolMapView) -> str:
+    """``view`` as ``GET pool/map``'s document (less ``util`` and ``now``), by ``MAP_WRITER``."""
+    return MAP_WRITER.text(view)
