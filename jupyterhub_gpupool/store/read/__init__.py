@@ -1,6 +1,7 @@
 """Read models: typed, frozen views of what the pool holds (a lease, a job, a kernel, a node,
-a reclaim policy, a re-partition, a quota, a lab's presence report), each built by a plain
-function from the rows and the allocator held still.
+a reclaim policy, a re-partition, a quota, a lab's presence report, the inventory and the
+admin panel's map and tables), each built by a plain function from the rows and the allocator
+held still.
 
 The store answers reads and write commands with them; it never decides the wire format. The
 service turns them into the API's JSON (``service/serialize/``), so a field's name or a time's
