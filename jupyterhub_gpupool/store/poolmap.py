@@ -6,10 +6,11 @@ thousands, yet the map is one document. ``MapParts`` keeps the view of every GPU
 live lease under a key made of exactly what that view is built from (a GPU's instances,
 holders, flags and open re-partition; a lease's columns as read), so a rebuild walks the
 allocator and the live leases' rows but builds only what differs from the last build, and
-reuses the rest as the very same objects. The service's writer keeps the text of each part it
-wrote by that identity (``service/serialize/poolmap.py``), so it encodes only the parts built
-afresh. A key holds everything its view depends on, so a reused view equals the one a fresh
-build would give. Only the parts of the latest build are kept, so memory follows the pool.
+reuses the rest as the very same objects (a node too, when none of its GPUs changed). The
+service's writer keeps the text of each node and lease it wrote by that identity
+(``service/serialize/poolmap.py``), so it encodes only the parts built afresh. A key holds
+everything its view depends on, so a reused view equals the one a fresh build would give.
+Only the parts of the latest build are kept, so memory follows the pool.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class MapParts:
         # what an unchanged part allocates dies at once (no garbage to collect)
         self._gpus: dict[tuple[Any, ...], tuple[tuple[Any, ...], MapGpuView]] = {}
         self._leases: dict[tuple[Any, ...], tuple[tuple[Any, ...], MapLeaseView]] = {}
+        self._nodes: dict[str, MapNodeView] = {}  # by name: kept while nothing of it changes
         self._weights: dict[GpuModel, dict[str, float]] = {}  # per model: a profile's units
         #: Parts built afresh in the last build (GPUs, leases): what a change cost.
         self.built = (0, 0)
@@ -79,6 +81,7 @@ class MapParts:
         total = free = 0.0
         models: dict[str, list[Any]] = {}
         clusters: dict[str, list[MapNodeView]] = {}
+        nodes: dict[str, MapNodeView] = {}
         for node in alloc.nodes.values():
             gpus = []
             up = node.schedulable
@@ -118,11 +121,18 @@ class MapParts:
                     m = models[g.model.name] = [0, 0.0]
                 m[0] += 1
                 m[1] += left
-            clusters.setdefault(node.cluster, []).append(
-                MapNodeView(node.name, node.cordoned, node.draining, node.unreachable, tuple(gpus))
-            )
+            shown = tuple(gpus)
+            flags = (node.cordoned, node.draining, node.unreachable)
+            # a node whose flags and GPUs' views are those of the last build is that node's
+            # view again (the tuples compare their items by identity first: no field compared)
+            view_of = self._nodes.get(node.name)
+            if view_of is None or view_of.gpus != shown or view_of.flags != flags:
+                view_of = MapNodeView(node.name, *flags, shown)
+            nodes[node.name] = view_of
+            clusters.setdefault(node.cluster, []).append(view_of)
         self._gpus_built = built
         self._gpus = new
+        self._nodes = nodes
         return MapInventory(
             totals=CapacityView(total, free, total - free),
             models=tuple(ModelCapacityView(name, n, f) for name, (n, f) in models.items()),

@@ -284,11 +284,11 @@ def test_the_maps_text_is_written_out_compact_with_epochs_and_the_notices_deadli
     json.loads(text)  # and it parses
 
 
-def test_the_writer_keeps_the_text_of_a_view_and_encodes_only_the_parts_it_has_not_seen():
+def test_the_writer_keeps_its_text_and_encodes_only_the_nodes_and_leases_it_has_not_seen():
     writer = MapWriter()
     first = writer.text(MAP)
     assert writer.text(MAP) is first  # the same view: the same text, nothing encoded
-    assert writer.encoded == (2, 2)
+    assert writer.encoded == (1, 2)  # the node (with its two GPUs) and the two leases
     cordoned = replace(MAP_SHARED, cordoned=True)
     released = replace(
         MAP,
@@ -301,7 +301,7 @@ def test_the_writer_keeps_the_text_of_a_view_and_encodes_only_the_parts_it_has_n
         leases=(NOTICED,),
     )
     text = writer.text(released)
-    assert writer.encoded == (1, 0)  # the cordoned GPU only; the other parts are reused
+    assert writer.encoded == (1, 0)  # the node of the cordoned GPU only; the lease is reused
     assert text == MapWriter().text(released)  # what a writer that saw nothing writes
     shown = json.loads(text)
     assert list(shown["leases"]) == ["l1"] and shown["version"] == 13

@@ -331,8 +331,9 @@ def test_the_map_is_cached_until_the_pool_changes(store):
 
 def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(store, clock):
     """After each change the map reuses the view of every GPU and lease that did not change
-    (``poolmap.MapParts``) and the writer their text (``serialize.poolmap.MapWriter``); it
-    must be, byte for byte, what a build from nothing writes."""
+    (``poolmap.MapParts``: a node none of whose GPUs changed too) and the writer their text
+    (``serialize.poolmap.MapWriter``); it must be, byte for byte, what a build from nothing
+    writes."""
     writer = MapWriter()
 
     def fresh() -> str:
@@ -346,7 +347,8 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
     one = bound(store, "a100-1g", "alice", "one")
     two = bound(store, "a100-3g", "bob", "two")
     whole = bound(store, "h100", "carol")
-    writer.text(store.map_view())
+    view = store.map_view()
+    writer.text(view)
     changes = [
         lambda: store.allocate("dave", "", "a100-1g"),  # a grant: a planned instance
         lambda: make_instances(store),  # the instances exist
@@ -360,11 +362,14 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
         lambda: clock.advance(minutes=5),  # times move, nothing else: the text stays
     ]
     for change in changes:
+        before = {n.name: n for c in view.clusters for n in c.nodes}
         change()
         view = store.map_view()
+        kept = [n.name for c in view.clusters for n in c.nodes if n is before[n.name]]
+        assert kept, change  # the node of the GPU that did not change is the same view
         body = writer.text(view)
         assert store._map_parts.built[0] <= 1  # each touches one GPU: the other is reused
-        assert writer.encoded[0] <= 1  # and so is its text
+        assert writer.encoded[0] <= 1  # and so is the other node, and its text
         assert body == fresh(), change
         assert store.map_view() is view  # and kept until the next change
         assert writer.text(view) is body

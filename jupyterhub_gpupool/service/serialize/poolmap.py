@@ -3,9 +3,10 @@
 
 The map is thousands of GPUs and leases and is asked for every few seconds, so its text is
 written by a ``MapWriter`` that keeps what it wrote: the whole document for the last view (the
-store answers the very same view until the pool version moves), and the text of every GPU and
+store answers the very same view until the pool version moves), and the text of every node and
 lease of it, by the part's identity (the store reuses the view of a part that did not change,
-``store.poolmap.MapParts``), so after a change only the parts built afresh are encoded. The
+``store.poolmap.MapParts``), so after a change only the nodes and leases built afresh are
+encoded. The
 text is byte for byte what ``json.dumps`` of the whole would write (compact separators).
 """
 
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import Any, cast
 
 from ...store.read.poolmap import (
     CapacityView,
     GpuView,
     MapGpuView,
     MapLeaseView,
+    MapNodeView,
     ModelCapacityView,
     PoolMapView,
     PoolView,
@@ -170,16 +172,19 @@ def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
 
 
 class MapWriter:
-    """Writes maps as text, keeping the text of the last one and of its parts."""
+    """Writes maps as text, keeping the text of the last one and of its nodes and leases.
+
+    The text of a part is kept under the part's ``id``. That is sound because the last view
+    is kept until the next is written: every part with a kept text is alive, so no other
+    object can have its id, and a part of the next view with a kept id is that very part.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: tuple[PoolMapView, str] | None = None
-        # id(view) → (the view, its text): the view is kept, so its id is not reused
-        self._gpus: dict[int, tuple[MapGpuView, str]] = {}
-        self._leases: dict[int, tuple[MapLeaseView, str]] = {}
-        self._nodes: dict[tuple[Any, ...], str] = {}  # a node's fields → the text before its GPUs
-        #: Parts encoded afresh by the last write (GPUs, leases): what a change cost.
+        self._nodes: dict[int, str] = {}  # id(node view) → its text, for the last view's
+        self._leases: dict[int, str] = {}  # id(lease view) → its member's text, likewise
+        #: Parts encoded afresh by the last write (nodes, leases): what a change cost.
         self.encoded = (0, 0)
 
     def text(self, view: PoolMapView) -> str:
@@ -189,48 +194,38 @@ class MapWriter:
             if last is not None and last[0] is view:
                 return last[1]
             text = self._write(view)
-            self._last = (view, text)
+            self._last = (view, text)  # keeps the parts whose ids are the kept texts' keys
             return text
 
     def _write(self, view: PoolMapView) -> str:
-        old_gpus, gpus = self._gpus, {}
-        encoded_gpus = 0
+        old_nodes, nodes = self._nodes, {}
+        encoded_nodes = 0
         clusters = []
         for c in view.clusters:
-            nodes = []
+            parts = []
             for n in c.nodes:
-                parts = []
-                for g in n.gpus:
-                    part = old_gpus.get(id(g))
-                    if part is None or part[0] is not g:
-                        part = (g, _dumps(map_gpu_json(g)))
-                        encoded_gpus += 1
-                    gpus[id(g)] = part
-                    parts.append(part[1])
-                fields = (n.name, n.cordoned, n.draining, n.unreachable)
-                head = self._nodes.get(fields)
-                if head is None:
-                    head = self._nodes[fields] = (
-                        f'{{"name":{_dumps(n.name)},"cordoned":{_dumps(n.cordoned)},'
-                        f'"draining":{_dumps(n.draining)},"unreachable":{_dumps(n.unreachable)},'
-                    )
-                nodes.append(f'{head}"gpus":[{",".join(parts)}]}}')
-            clusters.append(f'{{"name":{_dumps(c.name)},"nodes":[{",".join(nodes)}]}}')
-        if len(self._nodes) > 4 * sum(len(c.nodes) for c in view.clusters):
-            self._nodes = {}  # nodes gone or changed: start afresh
-        self._gpus = gpus
-        old_leases, leases = self._leases, {}
-        encoded_leases = 0
-        members = []
-        for le in view.leases:
-            found = old_leases.get(id(le))
-            if found is None or found[0] is not le:
-                found = (le, f"{_dumps(le.id)}:{_dumps(map_lease_json(le))}")
-                encoded_leases += 1
-            leases[id(le)] = found
-            members.append(found[1])
-        self._leases = leases
-        self.encoded = (encoded_gpus, encoded_leases)
+                key = id(n)
+                node = old_nodes.get(key)
+                if node is None:
+                    node = _node_text(n)
+                    encoded_nodes += 1
+                nodes[key] = node
+                parts.append(node)
+            clusters.append(f'{{"name":{_dumps(c.name)},"nodes":[{",".join(parts)}]}}')
+        leases = view.leases
+        ids = list(map(id, leases))
+        found = list(map(self._leases.get, ids))
+        encoded_leases = found.count(None)
+        if encoded_leases:  # new or changed leases: a refresh after a change has few
+            members = [
+                _lease_member(le) if member is None else member
+                for member, le in zip(found, leases, strict=True)
+            ]
+        else:
+            members = cast(list[str], found)
+        self._nodes = nodes
+        self._leases = dict(zip(ids, members, strict=True))
+        self.encoded = (encoded_nodes, encoded_leases)
         offers = {name: display for name, display in view.offers}
         return (
             f'{{"version":{_dumps(view.version)},'
@@ -241,6 +236,21 @@ class MapWriter:
             f'"leases":{{{",".join(members)}}},'
             f'"offers":{_dumps(offers)}}}'
         )
+
+
+def _lease_member(le: MapLeaseView) -> str:
+    """A member of the map's ``leases``: the lease's id and its JSON."""
+    return f"{_dumps(le.id)}:{_dumps(map_lease_json(le))}"
+
+
+def _node_text(n: MapNodeView) -> str:
+    """A node on the map with its GPUs."""
+    gpus = ",".join(_dumps(map_gpu_json(g)) for g in n.gpus)
+    return (
+        f'{{"name":{_dumps(n.name)},"cordoned":{_dumps(n.cordoned)},'
+        f'"draining":{_dumps(n.draining)},"unreachable":{_dumps(n.unreachable)},'
+        f'"gpus":[{gpus}]}}'
+    )
 
 
 #: The service's writer of the map (one per process: it keeps the last map's text).

@@ -278,9 +278,16 @@ class MapNodeView:
     unreachable: bool
     gpus: tuple[MapGpuView, ...]
 
+    @property
+    def flags(self) -> tuple[bool, bool, bool]:
+        """(cordoned, draining, unreachable)."""
+        return self.cordoned, self.draining, self.unreachable
+
 
 @dataclass(frozen=True)
 class MapClusterView:
+    """A cluster's nodes on the map, in the allocator's order."""
+
     name: str
     nodes: tuple[MapNodeView, ...]
 
