@@ -193,11 +193,13 @@ class MapWriter:
             last = self._last
             if last is not None and last[0] is view:
                 return last[1]
-            text = self._write(view)
-            self._last = (view, text)  # keeps the parts whose ids are the kept texts' keys
+            text, nodes, leases = self._write(view)
+            # all at once: the view kept is the one whose parts' ids are the texts' keys
+            self._last, self._nodes, self._leases = (view, text), nodes, leases
             return text
 
-    def _write(self, view: PoolMapView) -> str:
+    def _write(self, view: PoolMapView) -> tuple[str, dict[int, str], dict[int, str]]:
+        """The text of ``view``, and the texts of its nodes and leases by id."""
         old_nodes, nodes = self._nodes, {}
         encoded_nodes = 0
         clusters = []
@@ -223,11 +225,9 @@ class MapWriter:
             ]
         else:
             members = cast(list[str], found)
-        self._nodes = nodes
-        self._leases = dict(zip(ids, members, strict=True))
         self.encoded = (encoded_nodes, encoded_leases)
         offers = {name: display for name, display in view.offers}
-        return (
+        text = (
             f'{{"version":{_dumps(view.version)},'
             f'"totals":{_dumps(_totals_json(view.totals))},'
             f'"models":{_dumps(_models_json(view.models))},'
@@ -236,6 +236,7 @@ class MapWriter:
             f'"leases":{{{",".join(members)}}},'
             f'"offers":{_dumps(offers)}}}'
         )
+        return text, nodes, dict(zip(ids, members, strict=True))
 
 
 def _lease_member(le: MapLeaseView) -> str:
