@@ -5,7 +5,8 @@ Modules by responsibility, imports pointing one way (each only to those above it
 * ``errors`` — ``StoreError``: refusals with a code, no HTTP status;
 * ``rows`` — conversions between rows and values;
 * ``read`` — the read models of leases, GPU kernels, jobs, nodes, reclaim policies,
-  re-partitions, quotas and presence reports (``read.leases.LeaseView``, ...): typed, frozen
+  re-partitions, quotas, presence reports, the pool's inventory and map and the admin
+  panel's tables (``read.leases.LeaseView``, ``read.poolmap.PoolMapView``, ...): typed, frozen
   views built by plain functions, which the store answers with and the service serializes
   (``service/serialize/``);
 * ``rebuild`` — the allocator built from the rows;

@@ -22,7 +22,7 @@ from ..pool.errors import Refusal
 from ..pool.facts import Lapsing, PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.reclaim import ReclaimState
-from ..pool.rules.approvals import approval_note, denial_reason, not_awaiting
+from ..pool.rules.approvals import approval_note, denial_reason
 from .apply import LazyFacts, decided, lease_facts
 from .errors import StoreError
 from .labelmig import LabelMigStore
@@ -33,14 +33,6 @@ from .rows import epoch, reclaim_state
 
 class ApprovalStore(LabelMigStore):
     """Approve, deny, and lapse what was approved for a duration."""
-
-    @staticmethod
-    def _awaiting(row: orm.LeaseRow) -> dict[str, Any]:
-        """The row's ask, or 409 ``not_awaiting_approval`` (withdrawn, decided, never asked)."""
-        refusal = not_awaiting(lease_facts(row))
-        if refusal is not None:
-            raise StoreError(refusal.code, refusal.message, field=refusal.field)
-        return dict(row.approval or {})
 
     def approve(
         self,

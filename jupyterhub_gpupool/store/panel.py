@@ -1,6 +1,8 @@
 """What the admin panel and the user page read beyond the plain views: the pool map (cached by
 pool version), the live leases with their idle time, units held and queued over time, a user's
-last 30 days, the quota table and the effect of a quota change. Read-only: nothing here writes.
+last 30 days, the quota table and the effect of a quota change, as read models
+(``read.poolmap``, ``read.panel``; the service writes their JSON). Read-only: nothing here
+writes.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ from .. import orm
 from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.rules.quotas import quota_preview
-from ..pool.usage import line_item, unpriced
-from ..pool.workloads import INTERACTIVE
-from .poolmap import MapText
-from .rows import check_quota_kind, epoch, held_hours, ts
+from .poolmap import MapParts
+from .read.panel import (
+    DayUseView,
+    LiveLeaseView,
+    QuotaEffectView,
+    QuotaUseView,
+    UnitSeriesView,
+    day_uses,
+    live_lease_view,
+    unit_series_view,
+)
+from .read.poolmap import MapRepartitionView, PoolMapView
+from .rows import check_quota_kind
 from .usagefacts import BusyTimeStore, span_of
 
 #: Re-partitions not finished yet.
@@ -41,8 +52,8 @@ class PanelViews(BusyTimeStore):
 
     # -- the map ---------------------------------------------------------------------------
 
-    def live_leases(self) -> dict[str, dict[str, Any]]:
-        """Every live lease as the map and the lease table show it (one query)."""
+    def live_leases(self) -> list[LiveLeaseView]:
+        """Every live lease as the lease table shows it (one query)."""
         now = self._now_s()
         with self.read() as db:
             rows = db.execute(
@@ -66,44 +77,11 @@ class PanelViews(BusyTimeStore):
                     _job_name(orm.LeaseRow.id),
                 ).where(orm.LeaseRow.state.in_(LIVE_STATES))
             ).all()
-        out = {}
-        for r in rows:
-            counts = r.reclaim_state or {}
-            idle_since = counts.get("gpu_idle_since") or counts.get("idle_since")
-            since = r.activated or r.granted
-            out[r.id] = {
-                "id": r.id,
-                "user": r.user,
-                "server": r.server,
-                "offer": r.offer,
-                "state": r.state,
-                "units": r.units_f,
-                "borrowed": r.borrowed,
-                "node": r.node,
-                "class": r.workload or INTERACTIVE,
-                "job": r.job,
-                "since": ts(since),
-                "age_s": round(now - epoch(since), 1) if since else 0.0,
-                "idle_s": round(now - idle_since, 1) if idle_since else 0.0,
-                "notice": None
-                if r.reclaim_kind is None
-                else {
-                    "kind": r.reclaim_kind,
-                    "deadline": ts(r.reclaim_deadline),
-                    "reason": r.reclaim_reason,
-                    "acting": r.reclaim_acting is not None,
-                },
-            }
-        return out
+        return [live_lease_view(r, now) for r in rows]
 
-    def unit_series(
-        self, start: datetime, end: datetime, step: float
-    ) -> tuple[list[float], list[float]]:
+    def unit_series(self, start: datetime, end: datetime, step: float) -> UnitSeriesView:
         """GPU units held and waited for at each ``step`` from ``start`` to ``end`` (from the
         leases' grant, release and queue times: the history needs no table of its own)."""
-        t0, t1 = epoch(start), epoch(end)
-        n = int((t1 - t0) // step) + 1
-        used, queued = [0.0] * n, [0.0] * n
         with self.read() as db:
             rows = db.execute(
                 select(
@@ -117,32 +95,13 @@ class PanelViews(BusyTimeStore):
                     (orm.LeaseRow.released.is_(None)) | (orm.LeaseRow.released > start),
                 )
             ).all()
+        return unit_series_view(rows, start, end, step)
 
-        def add(series: list[float], a: float, b: float, units: float) -> None:
-            first = max(0, int(-(-(a - t0) // step)))  # the first sample time at or after a
-            for i in range(first, n):
-                if t0 + i * step >= b:
-                    break
-                series[i] += units
-
-        for units, created, queued_since, granted, released in rows:
-            gone = epoch(released) if released else t1 + step
-            if granted is not None:
-                add(used, epoch(granted), gone, units)
-            wait_from = queued_since or created  # created is NOT NULL
-            if granted is None or granted > wait_from:
-                add(queued, epoch(wait_from), epoch(granted) if granted else gone, units)
-        return [round(u, 4) for u in used], [round(q, 4) for q in queued]
-
-    def user_history(self, user: str, days: int = 30) -> list[dict[str, Any]]:
+    def user_history(self, user: str, days: int = 30) -> tuple[DayUseView, ...]:
         """The user's GPU unit-hours per day over the last ``days`` days: held, and busy (the
         share of a lease's busy hours that falls in the day)."""
         now = self.clock()
         first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-        out: list[dict[str, Any]] = [
-            {"day": (first + timedelta(days=i)).date().isoformat(), "held": 0.0, "busy": 0.0}
-            for i in range(days)
-        ]
         with self.read() as db:
             rows = db.scalars(
                 select(orm.LeaseRow).where(
@@ -152,23 +111,11 @@ class PanelViews(BusyTimeStore):
                 )
             ).all()
         busy = self.busy_time((r.id for r in rows), first, now)
-        for row in rows:
-            assert row.granted is not None
-            span = span_of(row)
-            for i, day in enumerate(out):
-                start = first + timedelta(days=i)
-                stop = min(start + timedelta(days=1), now)
-                if held_hours(row, start, stop):
-                    item = line_item(span, busy.get(row.id, {}), start, stop, now, unpriced)
-                    day["held"] += float(item.held)
-                    day["busy"] += float(item.busy)
-        for day in out:
-            day["held"], day["busy"] = round(day["held"], 3), round(day["busy"], 3)
-        return out
+        return day_uses([(r, span_of(r)) for r in rows], busy, first, now, days)
 
     # -- the quota page --------------------------------------------------------------------
 
-    def quota_table(self) -> list[dict[str, Any]]:
+    def quota_table(self) -> list[QuotaUseView]:
         """Every user and group with a quota or live leases: the quota in effect, where it
         comes from, and the units held and borrowed now."""
         with self.locked() as alloc, self.read() as db:
@@ -186,19 +133,10 @@ class PanelViews(BusyTimeStore):
             for kind, name in sorted(names, key=lambda k: (k[0] != "group", k[1])):
                 q = self.get_quota(kind + "s", name)
                 held = alloc.quotas.held(name) if kind == "user" else alloc.quotas.group_held(name)
-                out.append(
-                    {
-                        "name": q.name,
-                        "kind": q.kind,
-                        "source": q.source,
-                        **q.spec.to_dict(),
-                        "held": float(held),
-                        "borrowed_units": borrowed.get((kind, name), 0.0),
-                    }
-                )
+                out.append(QuotaUseView(q, float(held), borrowed.get((kind, name), 0.0)))
             return out
 
-    def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> dict[str, Any]:
+    def quota_effect(self, kind: str, name: str, raw: Mapping[str, object]) -> QuotaEffectView:
         """What changing a quota (the fields of ``raw`` over the one in effect) would do now,
         changing nothing: ``decide`` of the edit (``pool.rules.quotas.quota_preview``) with its
         effects read and discarded: which live leases would become borrowed or within
@@ -211,43 +149,43 @@ class PanelViews(BusyTimeStore):
             book = alloc.quotas
             held = book.held(name) if k == "user" else book.group_held(name)
             over = max(0.0, float(held) - float(spec.limit)) if spec.limit is not None else 0.0
-        return {
-            "kind": k,
-            "name": name,
-            "quota": spec.to_dict(),
-            "held": float(held),
-            "become_borrowed": become_borrowed,
-            "become_within": become_within,
-            "over_limit_by": over,
-        }
+        return QuotaEffectView(
+            kind=k,
+            name=name,
+            quota=spec,
+            held=float(held),
+            become_borrowed=tuple(become_borrowed),
+            become_within=tuple(become_within),
+            over_limit_by=over,
+        )
 
     # -- the map, cached by pool version ------------------------------------------------------
 
-    def map_view(self) -> tuple[int | None, str]:
-        """The pool map as JSON text (every cluster, node, GPU and slice with its holder; every
-        live lease; totals): kept until the pool version moves (every decision, inventory,
-        node action and reclaim round bumps it), so a refresh of an unchanged pool costs a
-        lookup; after a change only the GPUs and leases that changed are encoded again
-        (``poolmap.MapText``). Times are epochs: the reader subtracts them from now."""
-        with _MAP_LOCK:  # one build at a time: the builds share the encoded parts
+    def map_view(self) -> PoolMapView:
+        """The pool map (every cluster, node, GPU and slice with its holder; every live lease;
+        totals): kept until the pool version moves (every decision, inventory, node action
+        and reclaim round bumps it), so a refresh of an unchanged pool costs a lookup and
+        answers the very same view; after a change only the GPUs and leases that changed are
+        built again, the others are the same objects as before (``poolmap.MapParts``)."""
+        with _MAP_LOCK:  # one build at a time: the builds share the parts
             with self.locked() as alloc:
                 version = self._version
-                cached: tuple[int | None, str] | None = getattr(self, "_map_cache", None)
-                if cached is not None and version is not None and cached[0] == version:
+                cached: PoolMapView | None = getattr(self, "_map_cache", None)
+                if cached is not None and version is not None and cached.version == version:
                     return cached
-                text = getattr(self, "_map_text", None)
-                if text is None:
-                    text = self._map_text = MapText()
+                parts = getattr(self, "_map_parts", None)
+                if parts is None:
+                    parts = self._map_parts = MapParts()
                 with self.read() as db:
                     open_reps = {
-                        r.gpu_uuid: {"id": r.id, "state": r.state}
+                        r.gpu_uuid: MapRepartitionView(r.id, r.state)
                         for r in db.scalars(
                             select(orm.MigRepartitionRow).where(
                                 orm.MigRepartitionRow.state.in_(OPEN)
                             )
                         )
                     }
-                inventory = text.inventory(alloc, open_reps)
+                inventory = parts.inventory(alloc, open_reps)
             with self.read() as db:  # the allocator is free again: decisions may go on
                 # Core, times and JSON as text: thousands of rows without per-value processing,
                 # read as they come (none is kept unless it changed)
@@ -270,8 +208,8 @@ class PanelViews(BusyTimeStore):
                         _job_name(T.id),
                     ).where(T.state.in_(LIVE_STATES))
                 )
-                body = text.document(
+                view = parts.view(
                     version, inventory, itertools.chain.from_iterable(rows.partitions(500))
                 )
-            self._map_cache = (version, body)
-            return self._map_cache
+            self._map_cache = view
+            return view

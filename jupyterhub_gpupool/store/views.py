@@ -16,13 +16,13 @@ from .. import orm
 from ..pool.allocator import Allocator
 from ..pool.approval import LIMIT_CODES
 from ..pool.errors import ConfigError
-from ..pool.model import RETIRING, Gpu, MigInstance, Offer
-from ..pool.outside import OUTSIDE
+from ..pool.model import Offer
 from ..pool.queue import estimate_wait
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
 from .read.leases import LeaseView, ReclaimView, lease_view, reclaim_view
+from .read.poolmap import PoolView, pool_view
 from .read.quotas import QuotaView, quota_view
 from .rows import check_quota_kind, mig_devices, offer_spec, ts
 
@@ -286,50 +286,10 @@ class ViewStore(StoreCore):
 
     # -- the pool --------------------------------------------------------------------------
 
-    def pool(self, *, detail: bool) -> dict[str, Any]:
+    def pool(self, *, detail: bool) -> PoolView:
         """Inventory: admins get holders per GPU; users get aggregates only."""
         with self.locked() as alloc:
-            holders: dict[str, list[dict[str, Any]]] = {}
-            if detail:
-                for lease in alloc.leases.values():
-                    for s in lease.slots:
-                        holders.setdefault(s.gpu, []).append(
-                            {
-                                "lease": lease.id,
-                                "user": lease.request.user,
-                                "kind": s.kind,
-                                "profile": s.profile,
-                                "start": s.start,
-                                "milli": s.milli,
-                            }
-                        )
-            clusters: dict[str, list[dict[str, Any]]] = {}
-            if detail:
-                for node in alloc.nodes.values():
-                    clusters.setdefault(node.cluster, []).append(
-                        {
-                            "name": node.name,
-                            "cordoned": node.cordoned,
-                            "draining": node.draining,
-                            "unreachable": node.unreachable,
-                            "cpu_milli": node.cpu_milli,
-                            "memory_mib": node.memory_mib,
-                            "cpu_used": node.cpu_used,
-                            "memory_used": node.memory_used,
-                            "gpus": [
-                                _gpu_json(g, node.schedulable, holders.get(g.uuid, []))
-                                for g in node.gpus
-                            ],
-                        }
-                    )
-            out: dict[str, Any] = {
-                "totals": dict(alloc.capacity()),
-                "models": list(alloc.capacity_by_model().values()),
-                "queue_length": len(alloc.waiters),
-            }
-            if detail:
-                out["clusters"] = [{"name": c, "nodes": n} for c, n in clusters.items()]
-            return out
+            return pool_view(alloc, detail=detail)
 
     # -- the audit log and usage ---------------------------------------------------------------
 
@@ -374,38 +334,3 @@ class ViewStore(StoreCore):
                 }
                 for e in rows
             ], total
-
-
-def instance_state(gpu: Gpu, inst: MigInstance) -> str:
-    """``present``, ``planned`` (wanted on a dynamic GPU, not made yet) or ``retiring``."""
-    if inst.lease == RETIRING:
-        return "retiring"
-    if inst.lease == OUTSIDE:
-        return "outside"
-    return "planned" if gpu.dynamic_mig and inst.uuid is None else "present"
-
-
-def _gpu_json(g: Gpu, schedulable: bool, holders: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "uuid": g.uuid,
-        "index": g.index,
-        "model": g.model.name,
-        "mig_enabled": g.mig_enabled,
-        "dynamic_mig": g.dynamic_mig,
-        "healthy": g.healthy,
-        "cordoned": g.cordoned,
-        "outside": g.outside,
-        "outside_by": list(g.outside_by),
-        "free_units": g.free_units() if schedulable else 0.0,
-        "instances": [
-            {
-                "profile": i.profile,
-                "start": i.start,
-                "uuid": i.uuid,
-                "lease": None if i.lease in (RETIRING, OUTSIDE) else i.lease,
-                "state": instance_state(g, i),
-            }
-            for i in g.instances
-        ],
-        "holders": holders,
-    }

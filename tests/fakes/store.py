@@ -119,12 +119,12 @@ def make_instances(store: Store, node: str = "a100") -> None:
     from jupyterhub_gpupool.service.serialize.mig import mig_plan_json
 
     made = [
-        {"profile": i["profile"], "start": i["start"], "uuid": i["uuid"]}
-        for c in store.pool(detail=True)["clusters"]
-        for n in c["nodes"]
-        if n["name"] == node
-        for i in n["gpus"][0]["instances"]
-        if i["uuid"]
+        {"profile": i.profile, "start": i.start, "uuid": i.uuid}
+        for c in store.pool(detail=True).clusters or ()
+        for n in c.nodes
+        if n.name == node
+        for i in n.gpus[0].instances
+        if i.uuid
     ]
     gpu = {
         "uuid": gpu_uuid(node, 0),

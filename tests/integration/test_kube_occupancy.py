@@ -124,8 +124,8 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
     kinds = [e["kind"] for e in store.events(limit=50)[0]]
     assert kinds.count("outside-holds") == 2
     # the map shows the mark while it stands (none now)
-    gpus = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"]
-    assert [g["outside"] for g in gpus] == [False, False]
+    gpus = store.pool(detail=True).clusters[0].nodes[0].gpus
+    assert [g.outside for g in gpus] == [False, False]
 
 
 MIG_NODE = "kube-mig"
@@ -182,7 +182,7 @@ def test_mig_slices_an_inference_pod_holds_are_never_granted(db_url: str, tmp_pa
     assert marked[MIG_NODE]["counts"] == {"1g.10gb": 5}
     assert len(marked[MIG_NODE]["instances"]) == 5
     assert [g.state for g in granted] == ["granted", "granted", "queued"]
-    gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
-    states = sorted(i["state"] for i in gpu["instances"])
+    gpu = store.pool(detail=True).clusters[0].nodes[0].gpus[0]
+    states = sorted(i.state for i in gpu.instances)
     assert states == ["outside"] * 5 + ["present"] * 2
-    assert all(i["lease"] is None for i in gpu["instances"] if i["state"] == "outside")
+    assert all(i.lease is None for i in gpu.instances if i.state == "outside")

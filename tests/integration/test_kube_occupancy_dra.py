@@ -193,11 +193,8 @@ def test_a_gpu_a_training_claim_holds_is_never_granted_until_the_claim_is_gone(
     assert first[MIG_NODE]["instances"] == [] and first[MIG_NODE]["pods"] == []
     assert alice.state == "granted" and alice.slots[0].gpu == Y
     assert bob.state == "queued"
-    (h100,) = [n for c in shown["clusters"] for n in c["nodes"] if n["name"] == NODE]
-    assert [(g["outside"], g["outside_by"]) for g in h100["gpus"]] == [
-        (True, [holder]),
-        (False, []),
-    ]
+    (h100,) = [n for c in shown.clusters for n in c.nodes if n.name == NODE]
+    assert [(g.outside, g.outside_by) for g in h100.gpus] == [(True, (holder,)), (False, ())]
     assert quiet == {}
     assert freed[NODE]["gpus"] == [] and freed[NODE]["pods"] == []
     after = store.lease(bob.id)

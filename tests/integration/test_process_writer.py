@@ -16,6 +16,7 @@ from jupyterhub_gpupool.service.apihandlers.errors import status_of
 from jupyterhub_gpupool.service.writer import ProcessBatchWriter
 from jupyterhub_gpupool.store import Store, StoreError, utcnow
 from jupyterhub_gpupool.store.read.leases import LeaseView
+from jupyterhub_gpupool.store.read.poolmap import PoolNodeView
 from tests.fakes import make_store
 
 
@@ -88,13 +89,13 @@ def test_every_store_write_crosses_over_and_nothing_else(store, db_url):
             asyncio.run(writer.run(commands.SetNode("no-such-node", "cordon")))
         assert status_of(err.value) == 404 and err.value.field == "name"
         # the service's views follow the child's commit
-        assert any(n["name"] == node and n["cordoned"] for n in _nodes(store))
+        assert any(n.name == node and n.cordoned for n in _nodes(store))
     finally:
         writer.stop()
 
 
-def _nodes(store: Store) -> list[dict]:
-    return [n for c in store.pool(detail=True)["clusters"] for n in c["nodes"]]
+def _nodes(store: Store) -> list[PoolNodeView]:
+    return [n for c in store.pool(detail=True).clusters or () for n in c.nodes]
 
 
 def test_a_killed_child_fails_its_batch_and_is_replaced(store, db_url):

@@ -78,7 +78,7 @@ def _inventory(cluster: str) -> dict:
 def test_an_agent_of_a_known_cluster_adds_its_node_there(store):
     store.put_inventory(node_from_inventory("us-2", _inventory("us"), store.catalog))
     pool = store.pool(detail=True)
-    clusters = {c["name"]: {n["name"] for n in c["nodes"]} for c in pool["clusters"]}
+    clusters = {c.name: {n.name for n in c.nodes} for c in pool.clusters or ()}
     assert clusters == {"eu": {"eu-1"}, "us": {"us-1", "us-2"}}
 
 

@@ -11,6 +11,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.model import Node
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.read.poolmap import PoolNodeView
 from tests.fakes import StoreClock, make_store
 
 
@@ -26,9 +27,9 @@ def _report(store: Store, name: str = "h100") -> None:
     store.put_inventory(Node(node.name, node.cluster, node.cpu_milli, node.memory_mib, node.gpus))
 
 
-def _pool_node(store: Store, name: str) -> dict:
+def _pool_node(store: Store, name: str) -> PoolNodeView:
     return next(
-        n for c in store.pool(detail=True)["clusters"] for n in c["nodes"] if n["name"] == name
+        n for c in store.pool(detail=True).clusters or () for n in c.nodes if n.name == name
     )
 
 
@@ -44,7 +45,7 @@ def test_a_silent_agent_makes_its_node_unreachable_and_a_report_brings_it_back(s
     clock.advance(seconds=30)  # 130 s since the last samples
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == ["h100"]
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == []  # marked once
-    assert _pool_node(store, "h100")["unreachable"] is True
+    assert _pool_node(store, "h100").unreachable is True
     # its lease stays; nothing new is granted there: bob waits
     assert store.lease(held.id).state == "granted"
     store.release(held.id)
@@ -52,7 +53,7 @@ def test_a_silent_agent_makes_its_node_unreachable_and_a_report_brings_it_back(s
     assert waiting.state == "queued"
     # the agent reports again: reachable, and bob gets the GPU at once
     store.add_busy({}, node="h100")
-    assert _pool_node(store, "h100")["unreachable"] is False
+    assert _pool_node(store, "h100").unreachable is False
     assert store.lease(waiting.id).state == "granted"
     kinds = [e["kind"] for e in store.events(limit=1000)[0]]
     assert kinds.count("node-unreachable") == 1 and kinds.count("node-reachable") == 1
@@ -63,7 +64,7 @@ def test_an_inventory_report_also_brings_a_node_back(store, clock):
     clock.advance(seconds=300)
     assert store.mark_unreachable(clock() - timedelta(seconds=120)) == ["h100"]
     _report(store)
-    assert _pool_node(store, "h100")["unreachable"] is False
+    assert _pool_node(store, "h100").unreachable is False
     assert store.allocate("alice", "", "h100").state == "granted"
 
 

@@ -90,10 +90,8 @@ def kinds(store: Store, prefix: str = "mig-") -> list[tuple[str, str | None]]:
 
 def instances(store: Store, node: str = "a100") -> list[tuple]:
     pool = store.pool(detail=True)
-    (found,) = [n for c in pool["clusters"] for n in c["nodes"] if n["name"] == node]
-    return [
-        (i["profile"], i["start"], i["uuid"], i["state"]) for i in found["gpus"][0]["instances"]
-    ]
+    (found,) = [n for c in pool.clusters or () for n in c.nodes if n.name == node]
+    return [(i.profile, i.start, i.uuid, i.state) for i in found.gpus[0].instances]
 
 
 def test_a_grant_waits_for_its_instance_then_is_ready_with_a_fresh_expiry(store, clock):

@@ -16,8 +16,11 @@ from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.errors import PoolError
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.poolconfig import gpu_uuid
+from jupyterhub_gpupool.service.serialize.poolmap import MapWriter
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.poolmap import MapParts
 from jupyterhub_gpupool.store.read.leases import LeaseView
+from jupyterhub_gpupool.store.read.poolmap import MapHolderView
 from jupyterhub_gpupool.store.read.reclaim import EnforcedNoticeView, ReclaimDecisionView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.allocrig import state_of
@@ -140,10 +143,10 @@ def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(st
     store.admin_reclaim(idle.id, grace=60, actor="user:admin")  # an admin notice: enforced
     deadline = clock() + timedelta(minutes=10)
     store.drain_node("h100", deadline, actor="user:admin")
-    version = store.map_view()[0]
+    version = store.map_view().version
     assert store.enforce_notices(120, actor=SERVICE) == []  # before the deadline: nothing
     clock.advance(minutes=11)  # past both deadlines, by less than 120 s for the drain
-    assert store.map_view()[0] == version  # nothing written: the pool version stays
+    assert store.map_view().version == version  # nothing written: the pool version stays
     claimed = store.enforce_notices(120, actor=SERVICE)
     assert [c.lease for c in claimed] == [idle.id]  # 10 min past; the drain 1 min
     clock.advance(seconds=61)
@@ -263,12 +266,10 @@ def test_repartition_waits_for_the_lease_in_the_way_then_the_agent_gets_the_layo
     assert store.advance_repartitions() == 1
     [done] = store.repartitions(node="a100")
     assert done.state == "done"
-    gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
-    assert {(i["profile"], i["start"]) for i in gpu["instances"]} == {
-        ("1g.10gb", s) for s in range(7)
-    }
-    assert all(i["state"] == "present" for i in gpu["instances"])
-    assert not gpu["cordoned"]
+    gpu = store.pool(detail=True).clusters[0].nodes[0].gpus[0]
+    assert {(i.profile, i.start) for i in gpu.instances} == {("1g.10gb", s) for s in range(7)}
+    assert all(i.state == "present" for i in gpu.instances)
+    assert not gpu.cordoned
 
 
 def test_a_waiting_repartition_is_cancelled_and_notices_the_leases_in_the_way(store, clock):
@@ -282,8 +283,8 @@ def test_a_waiting_repartition_is_cancelled_and_notices_the_leases_in_the_way(st
     with pytest.raises(StoreError) as e:
         store.cancel_repartition(rep.id)
     assert e.value.code == "repartition_applying"
-    gpu = store.pool(detail=True)["clusters"][0]["nodes"][0]["gpus"][0]
-    assert not gpu["cordoned"]
+    gpu = store.pool(detail=True).clusters[0].nodes[0].gpus[0]
+    assert not gpu.cordoned
 
 
 def test_unit_history_counts_held_and_queued_units(store, clock):
@@ -292,9 +293,9 @@ def test_unit_history_counts_held_and_queued_units(store, clock):
     clock.advance(minutes=30)
     waiting = store.allocate("bob", "", "h100")
     clock.advance(minutes=30)
-    used, queued = store.unit_series(start, clock(), 900)
-    assert used == [1.0] * 5  # held from the first sample on
-    assert queued == [0.0, 0.0, 1.0, 1.0, 1.0]  # bob waits from the half hour on
+    series = store.unit_series(start, clock(), 900)
+    assert series.used == (1.0,) * 5  # held from the first sample on
+    assert series.queued == (0.0, 0.0, 1.0, 1.0, 1.0)  # bob waits from the half hour on
     assert waiting.state == "queued"
 
 
@@ -311,36 +312,44 @@ def test_the_audit_log_filters_by_kind_and_time_newest_first(store, clock):
 
 
 def test_the_map_is_cached_until_the_pool_changes(store):
-    version, body = store.map_view()
-    assert store.map_view() == (version, body)  # nothing changed: the same text
+    view = store.map_view()
+    assert store.map_view() is view  # nothing changed: the same view
     lease = bound(store)
-    version2, body2 = store.map_view()
-    assert version2 != version
-    data = json.loads(body2)
-    assert data["leases"][lease.id]["user"] == "alice"
-    gpus = {g["uuid"]: g for c in data["clusters"] for n in c["nodes"] for g in n["gpus"]}
+    after = store.map_view()
+    assert after.version != view.version
+    (shown,) = [le for le in after.leases if le.id == lease.id]
+    assert (shown.user, shown.workload, shown.job, shown.notice) == (
+        "alice",
+        "interactive",
+        None,
+        None,
+    )
+    gpus = {g.uuid: g for c in after.clusters for n in c.nodes for g in n.gpus}
     held = gpus[lease.slots[0].gpu]
-    assert held["holders"] == [{"lease": lease.id, "kind": "gpu", "milli": 1000}]
-    assert data["totals"]["used"] == 1.0 and gpus[A100]["memory_slices"] == 8
+    assert held.holders == (MapHolderView(lease.id, "gpu", 1000),)
+    assert after.totals.used == 1.0 and gpus[A100].memory_slices == 8
 
 
 def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(store, clock):
-    """After each change the map reuses the text of every GPU and lease that did not change
-    (``poolmap.MapText``); it must be, byte for byte, what a build from nothing writes."""
-    from jupyterhub_gpupool.store.poolmap import MapText
+    """After each change the map reuses the view of every GPU and lease that did not change
+    (``poolmap.MapParts``: a node none of whose GPUs changed too) and the writer their text
+    (``serialize.poolmap.MapWriter``); it must be, byte for byte, what a build from nothing
+    writes."""
+    writer = MapWriter()
 
     def fresh() -> str:
-        kept = store._map_text
-        store._map_text, store._map_cache = MapText(), None  # a build from nothing
+        kept = store._map_parts, store._map_cache
+        store._map_parts, store._map_cache = MapParts(), None  # a build from nothing
         try:
-            return store.map_view()[1]
+            return MapWriter().text(store.map_view())
         finally:
-            store._map_text, store._map_cache = kept, None
+            store._map_parts, store._map_cache = kept
 
     one = bound(store, "a100-1g", "alice", "one")
     two = bound(store, "a100-3g", "bob", "two")
     whole = bound(store, "h100", "carol")
-    store.map_view()
+    view = store.map_view()
+    writer.text(view)
     changes = [
         lambda: store.allocate("dave", "", "a100-1g"),  # a grant: a planned instance
         lambda: make_instances(store),  # the instances exist
@@ -354,11 +363,17 @@ def test_a_map_rebuilt_from_its_unchanged_parts_is_the_text_of_a_fresh_build(sto
         lambda: clock.advance(minutes=5),  # times move, nothing else: the text stays
     ]
     for change in changes:
+        before = {n.name: n for c in view.clusters for n in c.nodes}
         change()
-        version, body = store.map_view()
-        assert store._map_text.encoded[0] <= 1  # each touches one GPU: the other is reused
+        view = store.map_view()
+        kept = [n.name for c in view.clusters for n in c.nodes if n is before[n.name]]
+        assert kept, change  # the node of the GPU that did not change is the same view
+        body = writer.text(view)
+        assert store._map_parts.built[0] <= 1  # each touches one GPU: the other is reused
+        assert writer.encoded[0] <= 1  # and so is the other node, and its text
         assert body == fresh(), change
-        assert store.map_view() == (version, body)  # and kept until the next change
+        assert store.map_view() is view  # and kept until the next change
+        assert writer.text(view) is body
     assert json.loads(body)["leases"][one.id]["notice"]["kind"] == "admin"
 
 

@@ -167,8 +167,8 @@ def test_the_in_process_loop_stores_its_samples_and_the_flusher_prunes_them(
         pruned = asyncio.run(run())
     finally:
         writer.stop()
-    nodes = [n for c in store.pool(detail=True)["clusters"] for n in c["nodes"]]
-    gpus = sorted(g["uuid"] for n in nodes if n["name"] == "sim-h100" for g in n["gpus"])
+    nodes = [n for c in store.pool(detail=True).clusters or () for n in c.nodes]
+    gpus = sorted(g.uuid for n in nodes if n.name == "sim-h100" for g in n.gpus)
     assert len(gpus) == 2 and pruned == 2
     with store.read() as db:
         left = window_samples(db, [(g, None) for g in gpus], 0, T0 + 100)

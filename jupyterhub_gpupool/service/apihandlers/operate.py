@@ -13,6 +13,8 @@ from ...pool import commands
 from ...store import utcnow
 from ...store.rows import epoch
 from ..serialize.leases import lease_json
+from ..serialize.panel import quota_effect_json, unit_series_json
+from ..serialize.poolmap import pool_map_text
 from ..serialize.repartitions import repartition_json, repartition_plan_json
 from .base import APIError, APIHandler, needs
 
@@ -153,15 +155,16 @@ class PoolMapHandler(APIHandler):
     """``GET pool/map``: every GPU with its slices and holders, every live lease (idle since
     when, notices), and the latest utilization of each device.
 
-    The structure is the store's ``map_view`` (JSON text kept until the pool version moves);
-    only ``util`` (from the samples in memory) and ``now`` are added per request, so a refresh
-    of a large, quiet pool costs the service little more than writing the answer."""
+    The structure is the store's ``map_view`` (kept until the pool version moves) as the map
+    writer's text (kept for the same view: ``serialize.poolmap.MapWriter``); only ``util``
+    (from the samples in memory) and ``now`` are added per request, so a refresh of a large,
+    quiet pool costs the service little more than writing the answer."""
 
     route_name = "pool-map"
 
     @needs("admin", "see the pool map")
     def get(self) -> None:
-        _, body = self.store.map_view()
+        body = pool_map_text(self.store.map_view())
         buffer = self.settings["utilization"]
         now = time.time()
         util = {}
@@ -186,7 +189,7 @@ class PoolHistoryHandler(APIHandler):
         t0 = epoch(start)
         buckets = int((epoch(end) - t0) // step) + 1
         times = [t0 + i * step for i in range(buckets)]
-        used, queued = self.store.unit_series(start, end, step)
+        series = unit_series_json(self.store.unit_series(start, end, step))
         heat: dict[str, list[float | None]] = {}
         sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
         for m in self.store.minutes(None, start, end):
@@ -201,16 +204,15 @@ class PoolHistoryHandler(APIHandler):
             row = heat.setdefault(gpu, [None] * buckets)
             if 0 <= i < buckets:
                 row[i] = round(total / n, 1)
-        totals = self.store.pool(detail=False)["totals"]
+        totals = self.store.pool(detail=False).totals
         self.write_json(
             {
                 "from": start.isoformat() + "Z",
                 "to": end.isoformat() + "Z",
                 "step": step,
                 "times": times,
-                "capacity": float(totals.get("total", 0) or 0),
-                "used": used,
-                "queued": queued,
+                "capacity": float(totals.total),
+                **series,
                 "heatmap": heat,
             }
         )
@@ -234,7 +236,7 @@ class QuotaPreviewHandler(APIHandler):
                 "budget_minimum": ((int, float), False),
             }
         )
-        self.write_json(self.store.quota_effect(kind, name, body))
+        self.write_json(quota_effect_json(self.store.quota_effect(kind, name, body)))
 
 
 default_handlers = [

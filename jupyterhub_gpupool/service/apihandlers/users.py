@@ -6,6 +6,7 @@ import time
 from datetime import datetime, timezone
 
 from ...store import StoreError, lease_not_found
+from ..serialize.poolmap import pool_json
 from ..serialize.users import user_json
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
@@ -35,7 +36,7 @@ class PoolHandler(APIHandler):
 
     @needs("use-or-agent", "see the pool")
     def get(self) -> None:
-        self.write_json(self.store.pool(detail=self.identity.is_admin))
+        self.write_json(pool_json(self.store.pool(detail=self.identity.is_admin)))
 
 
 class UtilizationHandler(APIHandler):

@@ -21,6 +21,8 @@ from ...timeparse import parse_time
 from ...wording import estimate_text, wait_text
 from ..apihandlers.base import time_field
 from ..serialize.leases import leases_json
+from ..serialize.panel import live_lease_json, quota_use_json
+from ..serialize.poolmap import pool_json
 from .base import PageHandler
 
 #: Audit events per page.
@@ -68,7 +70,8 @@ class LeasesPage(AdminPage):
         for le in queued:
             job = jobs.get(le["id"])
             le["job"], le["class"] = (job.name, job.workload) if job else (None, INTERACTIVE)
-        leases = sorted(self.store.live_leases().values(), key=lambda le: -le["idle_s"])
+        live = sorted(self.store.live_leases(), key=lambda le: -le.idle_s)
+        leases = [live_lease_json(le) for le in live]
         self.render_page(
             "admin_leases.html",
             title="Queue and leases",
@@ -86,7 +89,7 @@ class NodesPage(AdminPage):
 
     @web.authenticated
     def get(self) -> None:
-        pool = self.store.pool(detail=True)
+        pool = pool_json(self.store.pool(detail=True))
         profiles: dict[str, list[dict[str, Any]]] = {}
         with self.store.locked(fresh=False) as alloc:
             for g in alloc.gpus.values():
@@ -117,7 +120,7 @@ class QuotasPage(AdminPage):
         self.render_page(
             "admin_quotas.html",
             title="Quotas",
-            quotas=self.store.quota_table(),
+            quotas=[quota_use_json(q) for q in self.store.quota_table()],
             default=self.store.get_quota("users", ""),
         )
 

@@ -140,8 +140,8 @@ class WhatIfPage(AdminPage):
 
     @web.authenticated
     def get(self) -> None:
-        pool = self.store.pool(detail=True)
-        nodes = sorted(n["name"] for c in pool["clusters"] for n in c["nodes"])
+        clusters = self.store.pool(detail=True).clusters or ()
+        nodes = sorted(n.name for c in clusters for n in c.nodes)
         first = self.store.first_request()
         recorded, unit, span = recorded_words(first, self.store.clock())
         self.render_page(

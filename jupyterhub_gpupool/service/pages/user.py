@@ -21,6 +21,7 @@ from ...store import StoreError
 from ...store.read.jobs import JobView
 from ...wording import last_hour_text
 from ..serialize.leases import leases_json
+from ..serialize.panel import day_uses_json
 from ..serialize.users import user_json
 from .base import PageHandler
 
@@ -108,7 +109,7 @@ class UserPageHandler(PageHandler):
                 if any(m["util_mean"] is not None for m in minutes):
                     sparks[le["id"]] = [m["util_mean"] for m in minutes]
         jobs = user_jobs(self.store.list_jobs(user=name))
-        history = self.store.user_history(name, days=30)
+        history = day_uses_json(self.store.user_history(name, days=30))
         recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
         decided = leases_json([le for le in recent if le.approval][:10])  # asks that ended
         self.render_page(

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...pool.quota import QuotaSpec
 from ...store.read.quotas import QuotaView
 
-__all__ = ["quota_json"]
+__all__ = ["quota_json", "quota_spec_json"]
 
 
-def quota_json(quota: QuotaView) -> dict[str, Any]:
-    """``name``, ``kind`` (``user`` | ``group``), ``source`` and the spec's fields in the
-    order the API and the forms show them (``pool.quota.QUOTA_FIELDS``)."""
-    spec = quota.spec
+def quota_spec_json(spec: QuotaSpec) -> dict[str, Any]:
+    """The spec's fields in the order the API and the forms show them
+    (``pool.quota.QUOTA_FIELDS``), in GPU units as floats (None: unset)."""
     return {
-        "name": quota.name,
-        "kind": quota.kind,
-        "source": quota.source,
         "guarantee": float(spec.guarantee),
         "limit": None if spec.limit is None else float(spec.limit),
         "budget": None if spec.budget is None else float(spec.budget),
@@ -25,4 +22,15 @@ def quota_json(quota: QuotaView) -> dict[str, Any]:
         "exception": None if spec.exception is None else float(spec.exception),
         "budget_action": spec.budget_action,
         "budget_minimum": float(spec.budget_minimum),
+    }
+
+
+def quota_json(quota: QuotaView) -> dict[str, Any]:
+    """``name``, ``kind`` (``user`` | ``group``), ``source`` and the spec's fields
+    (``quota_spec_json``)."""
+    return {
+        "name": quota.name,
+        "kind": quota.kind,
+        "source": quota.source,
+        **quota_spec_json(quota.spec),
     }
