@@ -4,8 +4,8 @@ own pages: "1/7 GPU", "1 1/2 GPUs", "2nd in line"."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .timeparse import parse_time
 
@@ -81,15 +81,24 @@ def estimate_text(eta_seconds: float | None, offer: str) -> str:
     return f"about {round(minutes / 60)} h"
 
 
-def last_hour_text(minutes: Sequence[Mapping[str, Any]]) -> str:
+class MinuteFigures(Protocol):
+    """What a stored utilization minute says (``store.read.utilization.MinuteView``)."""
+
+    @property
+    def util_mean(self) -> float | None: ...
+    @property
+    def memory_used_mib_max(self) -> int: ...
+
+
+def last_hour_text(minutes: Sequence[MinuteFigures]) -> str:
     """A lease's last hour as a figure: the mean and peak GPU use of its minutes, or, where the
     device reports no utilization (MIG without GPM), the most memory used; or "no readings
     yet"."""
-    utils = [float(m["util_mean"]) for m in minutes if m.get("util_mean") is not None]
+    utils = [m.util_mean for m in minutes if m.util_mean is not None]
     if utils:
         mean = sum(utils) / len(utils)
         return f"mean {mean:.0f} %, peak {max(utils):.0f} % over {plural(len(minutes), 'minute')}"
-    memory = [int(m["memory_used_mib_max"]) for m in minutes if m.get("memory_used_mib_max")]
+    memory = [m.memory_used_mib_max for m in minutes if m.memory_used_mib_max]
     if memory:
         most = max(memory)
         used = f"{most / 1024:.1f} GiB" if most >= 1024 else f"{most} MiB"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
@@ -57,14 +57,14 @@ from .read.reclaim import (
     withdrawn_notice_view,
 )
 from .read.users import UserView, user_notices
+from .read.utilization import MinuteView
 from .rows import (
     epoch,
-    from_epoch,
     lease_info,
     reclaim_state,
     upsert_insert,
 )
-from .utilization import Device, Minute, UtilizationStore, window_samples
+from .utilization import Device, UtilizationStore, window_samples
 from .views import EVERY_HUB, EveryHub
 
 #: What the reclaimer saw of one lease: its server's kernels and its user (either may be None).
@@ -487,17 +487,17 @@ class ReclaimStore(PresenceStore, UtilizationStore):
         devices = [(s.gpu_uuid, s.start if s.kind == "mig" else None) for s in row.slots]
         if not devices:
             return []
-        merged: dict[float, list[Minute]] = {}
+        merged: dict[datetime, list[MinuteView]] = {}
         for m in self.minutes(devices, start, end):
-            merged.setdefault(float(m["ts"]), []).append(m)
+            merged.setdefault(m.minute, []).append(m)
         out = []
         for minute, ms in sorted(merged.items()):
-            utils = [m["util_mean"] for m in ms if m["util_mean"] is not None]
+            utils = [m.util_mean for m in ms if m.util_mean is not None]
             out.append(
                 ReclaimMinute(
-                    from_epoch(minute),
+                    minute,
                     sum(utils) / len(utils) if utils else None,
-                    max(int(m["memory_used_mib_max"]) for m in ms),
+                    max(m.memory_used_mib_max for m in ms),
                 )
             )
         return out

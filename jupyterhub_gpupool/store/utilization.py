@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import CursorResult, Table, case, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -22,24 +22,13 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool.idlesignal import GpuSample
 from .core import StoreCore
-from .rows import epoch, upsert_insert
+from .read.utilization import MinuteView, minute_view
+from .rows import upsert_insert
 
 #: A device's minute: (GPU uuid, MIG start or -1 for the whole GPU, naive UTC minute).
 MinuteKey = tuple[str, int, datetime]
 #: A device as samples and leases name it: (GPU uuid, MIG start or None for the whole GPU).
 Device = tuple[str, int | None]
-
-
-class Minute(TypedDict):
-    """One stored utilization minute of a device, JSON-ready (``minutes``)."""
-
-    ts: float
-    gpu: str
-    start: int | None
-    samples: int
-    util_mean: float | None
-    util_max: float | None
-    memory_used_mib_max: int
 
 
 class MinuteTotals(Protocol):
@@ -226,8 +215,9 @@ class UtilizationStore(StoreCore):
         devices: Iterable[tuple[str, int | None]] | None,
         since: datetime,
         until: datetime | None = None,
-    ) -> list[Minute]:
-        """Stored minutes from ``since`` (to ``until``) of ``devices`` (None: all), JSON-ready."""
+    ) -> list[MinuteView]:
+        """Stored minutes from ``since`` (to ``until``) of ``devices`` (None: all), oldest
+        first."""
         T = orm.UtilizationMinuteRow
         query = select(T).where(T.minute >= since).order_by(T.minute, T.gpu_uuid, T.start)
         if until is not None:
@@ -240,15 +230,7 @@ class UtilizationStore(StoreCore):
             query = query.where(T.gpu_uuid.in_(sorted({g for g, _ in wanted})))
         with self.read() as db:
             return [
-                {
-                    "ts": epoch(r.minute),
-                    "gpu": r.gpu_uuid,
-                    "start": None if r.start == -1 else r.start,
-                    "samples": r.samples,
-                    "util_mean": r.util_mean,
-                    "util_max": r.util_max,
-                    "memory_used_mib_max": r.memory_used_mib_max,
-                }
+                minute_view(r)
                 for r in db.scalars(query)
                 if wanted is None or (r.gpu_uuid, r.start) in wanted
             ]

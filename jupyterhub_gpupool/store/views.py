@@ -21,10 +21,11 @@ from ..pool.queue import estimate_wait
 from ..pool.reclaimpolicy import PolicySet, parse_policies
 from .core import StoreCore
 from .errors import StoreError
+from .read.events import EventView, event_view
 from .read.leases import LeaseView, ReclaimView, lease_view, reclaim_view
 from .read.poolmap import PoolView, pool_view
 from .read.quotas import QuotaView, quota_view
-from .rows import check_quota_kind, mig_devices, offer_spec, ts
+from .rows import check_quota_kind, mig_devices, offer_spec
 
 log = logging.getLogger("jupyterhub_gpupool.store")
 
@@ -304,7 +305,7 @@ class ViewStore(StoreCore):
         since: datetime | None = None,
         until: datetime | None = None,
         newest_first: bool = False,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[EventView], int]:
         """Audit events, oldest first (or newest first), filtered by lease, the lease's user,
         kind and time (``since`` inclusive, ``until`` exclusive)."""
         with self.read() as db:
@@ -322,15 +323,4 @@ class ViewStore(StoreCore):
             total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
             order = orm.EventRow.id.desc() if newest_first else orm.EventRow.id
             rows = db.scalars(q.order_by(order).offset(offset).limit(limit))
-            return [
-                {
-                    "id": e.id,
-                    "ts": ts(e.ts),
-                    "actor": e.actor,
-                    "kind": e.kind,
-                    "lease": e.lease_id,
-                    "user": e.user,
-                    "data": e.data,
-                }
-                for e in rows
-            ], total
+            return [event_view(e) for e in rows], total

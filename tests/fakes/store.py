@@ -145,4 +145,4 @@ def make_instances(store: Store, node: str = "a100") -> None:
 def lease_events(store: Store, lease: str) -> list[str]:
     """The kinds of the audit events of one lease, oldest first."""
     items, _ = store.events(lease=lease)
-    return [e["kind"] for e in items]
+    return [e.kind for e in items]

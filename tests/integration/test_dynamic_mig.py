@@ -261,7 +261,7 @@ def test_nvml_refusing_a_creation_is_reported_then_handled(rig):
             (slot,) = rig.store.lease(lease.id).slots
             assert rig.on_node() == {(slot.gpu, slot.start): (slot.profile, slot.mig_uuid, 0)}
             items, _ = rig.store.events(lease=lease.id)
-            failures = [e["data"] for e in items if e["kind"] == "mig-failed"]
+            failures = [e.data for e in items if e.kind == "mig-failed"]
             assert [f["error"] for f in failures] == ["InsufficientResources"]
         finally:
             await rig.stop()
@@ -298,4 +298,4 @@ def test_a_busy_intruder_fails_the_grant_at_once(rig):
 
 def kinds(store: Store) -> list[str]:
     items, _ = store.events(limit=1000)
-    return [e["kind"] for e in items if e["kind"].startswith("mig-")]
+    return [e.kind for e in items if e.kind.startswith("mig-")]

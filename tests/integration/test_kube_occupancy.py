@@ -121,7 +121,7 @@ def test_a_gpu_a_training_pod_holds_is_never_granted_until_the_pod_ends(
     assert freed[NODE]["gpus"] == [] and freed[NODE]["pods"] == []
     after = store.lease(bob.id)
     assert after.state == "granted" and after.slots[0].gpu == gpu_uuid(NODE, 1)
-    kinds = [e["kind"] for e in store.events(limit=50)[0]]
+    kinds = [e.kind for e in store.events(limit=50)[0]]
     assert kinds.count("outside-holds") == 2
     # the map shows the mark while it stands (none now)
     gpus = store.pool(detail=True).clusters[0].nodes[0].gpus

@@ -97,7 +97,7 @@ def test_shares_go_only_where_the_plugin_time_slices_and_follow_the_node(rig, ku
     assert modes(store, PLAIN) == ["exclusive", "exclusive"]
     assert modes(store, SLICED) == ["shared", "shared"]
     events, _ = store.events(kind="sharing-advertised")
-    assert [e["data"]["node"] for e in events] == [PLAIN, SLICED]
+    assert [e.data["node"] for e in events] == [PLAIN, SLICED]
     # a quiet cluster: nothing to write
     assert run(store, sharing, first_round) == {}
 

@@ -196,7 +196,7 @@ def monitor_for(store, hook: Recorder) -> tuple[AlertMonitor, BatchWriter, Notif
 
 def audited(store) -> list[tuple[str, str]]:
     items, _ = store.events()
-    return [(e["kind"], e["data"]["kind"]) for e in items if e["kind"].startswith("alert-")]
+    return [(e.kind, e.data["kind"]) for e in items if e.kind.startswith("alert-")]
 
 
 def test_an_unhealthy_gpu_is_raised_once_resolved_once_notified_and_audited(store, clock):

@@ -71,7 +71,7 @@ def test_a_lease_keeps_its_hub_and_reconcile_keeps_other_hubs_leases(store):
     assert store.lease(other.id).state == "granted"
     assert store.lease(queued.id).state == "queued"
     items, _ = store.events()
-    assert items[-1]["kind"] == "reconciled" and items[-1]["data"] == {"released": 1}
+    assert items[-1].kind == "reconciled" and items[-1].data == {"released": 1}
     # a resize target is its hub's too
     target = store.resize(other.id, "a100-3g")
     assert target.hub == US and target.resize_of == other.id

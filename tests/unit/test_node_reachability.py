@@ -55,7 +55,7 @@ def test_a_silent_agent_makes_its_node_unreachable_and_a_report_brings_it_back(s
     store.add_busy({}, node="h100")
     assert _pool_node(store, "h100").unreachable is False
     assert store.lease(waiting.id).state == "granted"
-    kinds = [e["kind"] for e in store.events(limit=1000)[0]]
+    kinds = [e.kind for e in store.events(limit=1000)[0]]
     assert kinds.count("node-unreachable") == 1 and kinds.count("node-reachable") == 1
 
 

@@ -88,7 +88,7 @@ def test_reconcile_releases_servers_the_hub_no_longer_runs(store):
     assert store.lease(gone.id).release_reason == "stopped"
     assert store.lease(queued_gone.id).release_reason == "cancelled"
     items, _ = store.events()
-    assert items[-1]["kind"] == "reconciled" and items[-1]["data"] == {"released": 2}
+    assert items[-1].kind == "reconciled" and items[-1].data == {"released": 2}
 
 
 def test_a_server_gets_one_lease(store):

@@ -199,9 +199,9 @@ def test_a_declared_gpu_s_blocked_creation_is_given_up(store):
     store._allocator = None  # rows written by hand: read them again
     load(store, POOL)
     assert released(store, planned.id) == "mig-failed"
-    failed = [e for e in store.events(limit=100)[0] if e["kind"] == "mig-failed"]
-    assert failed and failed[0]["data"]["error"] == "Occupied"
-    assert failed[0]["data"]["start"] == start
+    failed = [e for e in store.events(limit=100)[0] if e.kind == "mig-failed"]
+    assert failed and failed[0].data["error"] == "Occupied"
+    assert failed[0].data["start"] == start
 
 
 def test_a_quota_and_a_price_changed_re_derive_borrowed_flags(store):

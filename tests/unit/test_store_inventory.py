@@ -89,7 +89,7 @@ def test_a_new_node_serves_the_queue_and_a_lost_gpu_ends_its_lease(store):
     assert released(store, on[h1]) == "node-lost" and released(store, on[h0]) is None
     report(store, "h100", h100(h0, 0, mig=True))  # it switched to MIG under its lease
     assert released(store, on[h0]) == "node-lost"
-    kinds = [e["kind"] for e in store.events(limit=100)[0]]
+    kinds = [e.kind for e in store.events(limit=100)[0]]
     assert kinds.count("inventory") == 3
 
 
@@ -110,8 +110,8 @@ def test_a_creation_a_busy_instance_blocks_is_given_up_at_once(store):
     busy = {"profile": "7g.80gb", "start": 0, "uuid": "MIG-busy", "processes": 2}
     report(store, "a100", a100(busy))
     assert released(store, planned.id) == "mig-failed"
-    failed = [e for e in store.events(limit=100)[0] if e["kind"] == "mig-failed"]
-    assert failed and failed[0]["data"]["error"] == "Occupied"
+    failed = [e for e in store.events(limit=100)[0] if e.kind == "mig-failed"]
+    assert failed and failed[0].data["error"] == "Occupied"
 
 
 def test_an_inventory_is_refused_as_before(store):

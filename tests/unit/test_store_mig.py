@@ -85,7 +85,7 @@ def failed(action: MigAction, error: str) -> dict[str, Any]:
 
 def kinds(store: Store, prefix: str = "mig-") -> list[tuple[str, str | None]]:
     items, _ = store.events(limit=1000)
-    return [(e["kind"], e["data"].get("error")) for e in items if e["kind"].startswith(prefix)]
+    return [(e.kind, e.data.get("error")) for e in items if e.kind.startswith(prefix)]
 
 
 def instances(store: Store, node: str = "a100") -> list[tuple]:
@@ -191,7 +191,7 @@ def test_failed_creation_is_told_retried_then_the_grant_released(store):
     assert store.mig_plan("a100") == () and instances(store) == []
     assert kinds(store) == [("mig-failed", "InsufficientResources")] * 3
     lease_events, _ = store.events(lease=lease.id)
-    assert [e["kind"] for e in lease_events] == ["granted", *["mig-failed"] * 3, "released"]
+    assert [e.kind for e in lease_events] == ["granted", *["mig-failed"] * 3, "released"]
 
 
 def test_an_instance_made_for_a_grant_that_ended_meanwhile_is_destroyed(store):

@@ -13,6 +13,7 @@ import pytest
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool.reclaim import GpuSample, KernelView, PresenceView
 from jupyterhub_gpupool.store import Store, StoreError
+from jupyterhub_gpupool.store.read.events import EventView
 from jupyterhub_gpupool.store.read.leases import LeaseView
 from jupyterhub_gpupool.store.rows import epoch
 from tests.fakes import StoreClock, make_instances, make_store
@@ -48,7 +49,7 @@ def idle_round(store: Store, clock: StoreClock, lease: LeaseView, minutes: float
     return {d.lease: d for d in answer.decisions}[lease.id]
 
 
-def cancelled(store: Store, lease_id: str) -> list[dict]:
+def cancelled(store: Store, lease_id: str) -> list[EventView]:
     items, _ = store.events(lease=lease_id, kind="reclaim-cancelled")
     return items
 
@@ -67,9 +68,9 @@ def test_uncordon_withdraws_the_drain_notices_and_lists_them(store, clock):
         now = store.lease(lease.id)
         assert now.state == "active" and now.reclaim is None
         [event] = cancelled(store, lease.id)
-        assert event["actor"] == ADMIN
-        assert event["data"]["by_admin"] and event["data"]["kind"] == "drain"
-        assert "the node a100 is back in service" in event["data"]["reason"]
+        assert event.actor == ADMIN
+        assert event.data["by_admin"] and event.data["kind"] == "drain"
+        assert "the node a100 is back in service" in event.data["reason"]
     assert store.lease(other.id).reclaim.kind == "admin"  # stands
     # an uncordon with nothing to withdraw says so, and a cordon has no such list
     assert store.set_node("a100", "uncordon", actor=ADMIN).withdrawn == ()
@@ -90,8 +91,8 @@ def test_an_admin_cancels_an_admin_notice(store):
     out = store.cancel_notice(lease.id, "  ", actor=ADMIN)
     assert out.state == "active" and out.reclaim is None
     [event] = cancelled(store, lease.id)
-    assert event["data"]["kind"] == "admin" and event["data"]["by_admin"]
-    assert event["data"]["reason"] == "an administrator (admin) withdrew the notice"
+    assert event.data["kind"] == "admin" and event.data["by_admin"]
+    assert event.data["reason"] == "an administrator (admin) withdrew the notice"
     # the user's page shows no notice any more, and says who withdrew it and why
     me = store.user("alice")
     assert me.notices == ()
@@ -111,7 +112,7 @@ def test_a_cancelled_idle_notice_comes_again_only_after_the_extension(store, clo
     assert store.lease(lease.id).reclaim.kind == "idle"
     out = store.cancel_notice(lease.id, "she is on a call", actor=ADMIN)
     assert out.state == "active"
-    assert cancelled(store, lease.id)[0]["data"]["reason"] == "she is on a call"
+    assert cancelled(store, lease.id)[0].data["reason"] == "she is on a call"
     cancelled_at = clock()
     kinds = []
     while True:

@@ -76,7 +76,7 @@ def test_reclaim_now_gives_notice_and_the_round_acts_at_the_deadline_even_on_a_b
     done = store.reclaim_outcome(lease.id, HOLDER, "done", saved=["a.ipynb"])
     assert done.state == "released" and done.release_reason == "admin"
     items, _ = store.events(lease=lease.id, kind="reclaim-notice")
-    assert [e["actor"] for e in items] == ["user:admin"]
+    assert [e.actor for e in items] == ["user:admin"]
 
 
 def test_reclaim_immediately_releases_with_reason_admin(store):
@@ -176,10 +176,10 @@ def test_an_overdue_drain_notice_is_claimed_by_the_service_and_released_admin(st
     out = store.notice_enforced(idle.id, True, actor=SERVICE)
     assert out.state == "released" and out.release_reason == "admin"
     acting, _ = store.events(lease=held.id, kind="reclaim-acting")
-    assert [e["actor"] for e in acting] == [SERVICE]
-    assert "no reclaimer carried out the drain notice within 120 s" in acting[0]["data"]["enforced"]
+    assert [e.actor for e in acting] == [SERVICE]
+    assert "no reclaimer carried out the drain notice within 120 s" in acting[0].data["enforced"]
     reclaimed, _ = store.events(lease=held.id, kind="reclaimed")
-    assert reclaimed[0]["actor"] == SERVICE and reclaimed[0]["data"]["outcome"] == "done"
+    assert reclaimed[0].actor == SERVICE and reclaimed[0].data["outcome"] == "done"
     with pytest.raises(StoreError) as e:
         store.notice_enforced(held.id, True)
     assert e.value.code == "not_acting"
@@ -304,11 +304,11 @@ def test_the_audit_log_filters_by_kind_and_time_newest_first(store, clock):
     clock.advance(minutes=5)
     store.release(lease.id)
     items, total = store.events(kind="released")
-    assert total == 1 and items[0]["lease"] == lease.id
+    assert total == 1 and items[0].lease == lease.id
     later, _ = store.events(since=clock() - timedelta(minutes=1))
-    assert [e["kind"] for e in later] == ["released"]
+    assert [e.kind for e in later] == ["released"]
     newest, _ = store.events(newest_first=True, limit=1)
-    assert newest[0]["kind"] == "released"
+    assert newest[0].kind == "released"
 
 
 def test_the_map_is_cached_until_the_pool_changes(store):

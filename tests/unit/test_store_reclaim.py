@@ -176,7 +176,7 @@ def test_a_notice_is_cancelled_when_the_gpu_works_again(store, clock):
     assert store.lease(lease.id).reclaim is None
     kinds = events(store, lease.id)
     assert kinds[-2:] == ["reclaim-notice", "reclaim-cancelled"]
-    data = store.events(lease=lease.id)[0][-1]["data"]
+    data = store.events(lease=lease.id)[0][-1].data
     assert data["evidence"]["gpu"] == "busy" and data["reason"] == "the GPU got busy again"
 
 

@@ -22,6 +22,7 @@ from jupyterhub_gpupool.service.utilization import (
 )
 from jupyterhub_gpupool.service.writer import BatchWriter
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.read.utilization import MinuteView
 from jupyterhub_gpupool.telemetry.nvml import NvmlReader
 from jupyterhub_gpupool.telemetry.simnvml import SimNvml
 
@@ -92,26 +93,26 @@ def test_upsert_merges_partial_minutes(db_url):
     store.write_minutes({mig: _stats(s(T0 + 40, 80.0, 1))})
     rows = store.minutes(None, M0 - timedelta(hours=1))
     assert rows == [
-        {
-            "ts": T0,
-            "gpu": "GPU-a",
-            "start": None,
-            "samples": 4,
-            "util_mean": pytest.approx(30.0),
-            "util_max": 60.0,
-            "memory_used_mib_max": 500,
-        },
-        {
-            "ts": T0,
-            "gpu": "GPU-a",
-            "start": 2,
-            "samples": 3,
-            "util_mean": pytest.approx(80.0),
-            "util_max": 80.0,
-            "memory_used_mib_max": 7,
-        },
+        MinuteView(
+            minute=M0,
+            gpu="GPU-a",
+            start=None,
+            samples=4,
+            util_mean=pytest.approx(30.0),
+            util_max=60.0,
+            memory_used_mib_max=500,
+        ),
+        MinuteView(
+            minute=M0,
+            gpu="GPU-a",
+            start=2,
+            samples=3,
+            util_mean=pytest.approx(80.0),
+            util_max=80.0,
+            memory_used_mib_max=7,
+        ),
     ]
-    assert [r["start"] for r in store.minutes([("GPU-a", 2)], M0)] == [2]
+    assert [r.start for r in store.minutes([("GPU-a", 2)], M0)] == [2]
     assert store.minutes([("GPU-b", None)], M0) == []
     assert store.minutes([], M0) == []
     assert store.minutes(None, M0 + timedelta(minutes=1)) == []
@@ -125,7 +126,7 @@ def test_retention_deletes_only_older_minutes(db_url):
     store.write_minutes({k: _stats(s(T0, 1.0)) for k in days.values()})
     assert store.prune_minutes(M0 - timedelta(days=30)) == 2
     left = store.minutes(None, datetime(2000, 1, 1))
-    assert [r["ts"] for r in left] == [epoch(days[29][2]), epoch(days[0][2])]
+    assert [r.minute for r in left] == [days[29][2], days[0][2]]
     assert store.prune_minutes(M0 - timedelta(days=30)) == 0
 
 
@@ -161,8 +162,8 @@ def test_in_process_loop_feeds_minutes_across_a_boundary(sqlite_url, demo_pool_f
         assert counts[(gpu, M0)] == 3 and counts[(gpu, M0 + timedelta(minutes=1))] == 1
     store.write_minutes(minutes.take())
     rows = store.minutes([(gpus[0], None)], M0)
-    assert [(r["ts"], r["samples"]) for r in rows] == [(T0, 3), (T0 + 60, 1)]
-    assert all(r["util_mean"] is not None for r in rows)
+    assert [(r.minute, r.samples) for r in rows] == [(M0, 3), (M0 + timedelta(minutes=1), 1)]
+    assert all(r.util_mean is not None for r in rows)
 
 
 def per_lease(facts):

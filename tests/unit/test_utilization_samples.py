@@ -25,6 +25,7 @@ from jupyterhub_gpupool.service.utilization import (
 )
 from jupyterhub_gpupool.service.writer import BatchWriter
 from jupyterhub_gpupool.store import Store
+from jupyterhub_gpupool.store.read.utilization import MinuteView
 from jupyterhub_gpupool.store.rows import from_epoch
 from jupyterhub_gpupool.store.utilization import window_samples
 from jupyterhub_gpupool.telemetry.nvml import NvmlReader
@@ -62,33 +63,33 @@ def test_a_minute_two_replicas_took_merges_into_the_minute_one_replica_writes(db
     since = minute_of(T0) - timedelta(hours=1)
     merged = a.minutes([("GPU-a", None), ("GPU-a", 3)], since)
     assert merged == [
-        {
-            "ts": T0,
-            "gpu": "GPU-a",
-            "start": None,
-            "samples": 5,
-            "util_mean": pytest.approx((10 + 20 + 60 + 30) / 4),  # the null one is not 0 %
-            "util_max": 60.0,
-            "memory_used_mib_max": 900,
-        },
-        {
-            "ts": T0,
-            "gpu": "GPU-a",
-            "start": 3,
-            "samples": 2,
-            "util_mean": None,
-            "util_max": None,
-            "memory_used_mib_max": 2400,
-        },
-        {
-            "ts": T0 + 60,
-            "gpu": "GPU-a",
-            "start": None,
-            "samples": 1,
-            "util_mean": 90.0,
-            "util_max": 90.0,
-            "memory_used_mib_max": 50,
-        },
+        MinuteView(
+            minute=minute_of(T0),
+            gpu="GPU-a",
+            start=None,
+            samples=5,
+            util_mean=pytest.approx((10 + 20 + 60 + 30) / 4),  # the null one is not 0 %
+            util_max=60.0,
+            memory_used_mib_max=900,
+        ),
+        MinuteView(
+            minute=minute_of(T0),
+            gpu="GPU-a",
+            start=3,
+            samples=2,
+            util_mean=None,
+            util_max=None,
+            memory_used_mib_max=2400,
+        ),
+        MinuteView(
+            minute=minute_of(T0 + 60),
+            gpu="GPU-a",
+            start=None,
+            samples=1,
+            util_mean=90.0,
+            util_max=90.0,
+            memory_used_mib_max=50,
+        ),
     ]
     # one replica fed every sample (as another GPU, beside them) writes the same values
     single = MinuteAggregator()
@@ -96,7 +97,7 @@ def test_a_minute_two_replicas_took_merges_into_the_minute_one_replica_writes(db
         single.add(replace(sample, gpu="GPU-one"))
     a.write_minutes(single.take())
     one = a.minutes([("GPU-one", None), ("GPU-one", 3)], since)
-    assert [{**m, "gpu": "GPU-a"} for m in one] == merged
+    assert [replace(m, gpu="GPU-a") for m in one] == merged
 
 
 def test_raw_samples_come_back_once_each_within_the_window_until_pruned(db_url):

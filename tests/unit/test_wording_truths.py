@@ -4,7 +4,10 @@ none), a lease's last hour is a real figure, counts read "1 minute" / "2 minutes
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from jupyterhub_gpupool.pool.codes import describe
+from jupyterhub_gpupool.store.read.utilization import MinuteView
 from jupyterhub_gpupool.wording import estimate_text, last_hour_text, plural, wait_text
 
 H100 = "1× H100 80GB"
@@ -30,14 +33,14 @@ def test_the_estimate_once_releases_exist_and_why_none_before():
     assert estimate_text(3 * 3600.0, H100) == "about 3 h"
 
 
+def _minute(util: float | None, memory: int) -> MinuteView:
+    return MinuteView(datetime(2026, 1, 1), "GPU-a", None, 6, util, util, memory)
+
+
 def test_the_last_hour_is_a_real_figure():
-    minutes = [
-        {"util_mean": 0.0, "memory_used_mib_max": 100},
-        {"util_mean": 60.0, "memory_used_mib_max": 100},
-        {"util_mean": 30.0, "memory_used_mib_max": 100},
-    ]
+    minutes = [_minute(0.0, 100), _minute(60.0, 100), _minute(30.0, 100)]
     assert last_hour_text(minutes) == "mean 30 %, peak 60 % over 3 minutes"
-    mig = [{"util_mean": None, "memory_used_mib_max": 2048}]
+    mig = [_minute(None, 2048)]
     assert last_hour_text(mig) == "memory up to 2.0 GiB over 1 minute (no utilization)"
     assert last_hour_text([]) == "no readings yet"
 

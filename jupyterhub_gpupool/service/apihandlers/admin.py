@@ -12,6 +12,7 @@ from ...store import utcnow
 from ...store.chargeback import COLUMNS as USAGE_COLUMNS
 from ...store.rows import check_quota_kind
 from ...timeparse import format_time
+from ..serialize.events import event_json
 from ..serialize.leases import lease_json
 from ..serialize.nodes import node_drain_json, node_set_json
 from ..serialize.quotas import quota_json
@@ -210,7 +211,7 @@ class EventsHandler(APIHandler):
             until=self.time_arg("to"),
             newest_first=order == "desc",
         )
-        self.write_page(items, total, offset, limit)
+        self.write_page([event_json(e) for e in items], total, offset, limit)
 
 
 default_handlers = [

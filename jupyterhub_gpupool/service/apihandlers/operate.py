@@ -193,12 +193,12 @@ class PoolHistoryHandler(APIHandler):
         heat: dict[str, list[float | None]] = {}
         sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
         for m in self.store.minutes(None, start, end):
-            util = m["util_mean"]
+            util = m.util_mean
             if util is None:
                 continue
-            i = int((float(m["ts"]) - t0) // step)
-            acc = sums[(str(m["gpu"]), i)]
-            acc[0] += float(util)
+            i = int((epoch(m.minute) - t0) // step)
+            acc = sums[(m.gpu, i)]
+            acc[0] += util
             acc[1] += 1
         for (gpu, i), (total, n) in sums.items():
             row = heat.setdefault(gpu, [None] * buckets)

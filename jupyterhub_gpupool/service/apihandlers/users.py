@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from ...store import StoreError, lease_not_found
 from ..serialize.poolmap import pool_json
 from ..serialize.users import user_json
+from ..serialize.utilization import minute_json
 from ..utilization import minute_of
 from .base import APIError, APIHandler, needs
 
@@ -90,9 +91,12 @@ class UtilizationHandler(APIHandler):
             start = minute_of(since)
             if window[0] is not None:
                 start = max(start, window[0])
-            out["minutes"] = self.store.minutes(
-                devices if lease_id is not None else None, start, window[1]
-            )
+            out["minutes"] = [
+                minute_json(m)
+                for m in self.store.minutes(
+                    devices if lease_id is not None else None, start, window[1]
+                )
+            ]
         self.write_json(out)
 
 

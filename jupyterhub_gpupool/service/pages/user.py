@@ -106,8 +106,8 @@ class UserPageHandler(PageHandler):
             if devices and le["state"] in ("active", "reclaiming"):
                 minutes = self.store.minutes(devices, since)
                 last_hour[le["id"]] = last_hour_text(minutes)
-                if any(m["util_mean"] is not None for m in minutes):
-                    sparks[le["id"]] = [m["util_mean"] for m in minutes]
+                if any(m.util_mean is not None for m in minutes):
+                    sparks[le["id"]] = [m.util_mean for m in minutes]
         jobs = user_jobs(self.store.list_jobs(user=name))
         history = day_uses_json(self.store.user_history(name, days=30))
         recent, _ = self.store.leases(user=name, state="released", limit=100, hub=None)
