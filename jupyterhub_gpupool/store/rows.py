@@ -22,7 +22,6 @@ from ..pool.placement import Slot
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
 from ..pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
-from ..timeparse import format_time
 from .errors import StoreError
 
 _Row = TypeVar("_Row", bound=orm.Base)
@@ -95,10 +94,6 @@ def utcnow() -> datetime:
     """Naive UTC now (the database stores naive UTC)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
-
-#: ISO 8601 with a ``Z`` (the one format, ``timeparse.format_time``), for the views that still
-#: build JSON in the store.
-ts = format_time
 
 
 def epoch(dt: datetime) -> float:
