@@ -445,12 +445,9 @@ def test_a_long_waiter_preempts_on_its_held_node_only_smaller_borrowed_preemptib
     alloc, workloads, jobs = two_nodes(trainer_guarantee=8)
     queued(alloc.submit(req("pair", "h100x2", "trainer", server="job:pair", arrival=10.0), 10))
     workloads["pair"] = "training"
-    assert (
-        decided(
-            alloc, c.PreemptJobs(), 200.0, classes=CLASSES, jobs=jobs, workloads=workloads
-        ).effects
-        == (NodeHeld("pair", "b"),)
-    )
+    assert decided(
+        alloc, c.PreemptJobs(), 200.0, classes=CLASSES, jobs=jobs, workloads=workloads
+    ).effects == (NodeHeld("pair", "b"),)
 
 
 def test_a_job_follows_an_enforced_notice_on_its_lease():
