@@ -213,6 +213,9 @@ class LeaseRow(Base):
     borrowed: Mapped[bool] = mapped_column(Boolean, default=False)
     within_guarantee: Mapped[bool] = mapped_column(Boolean, default=True)
     node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    #: A long-waiting request's held node (``pool.headroom``'s sticky hold, ``NodeHeld``):
+    #: a restarted or second process holds the same one. None when it holds none.
+    held_node: Mapped[str | None] = mapped_column(String(255), nullable=True)
     model: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created: Mapped[datetime] = mapped_column(DateTime)
     queued_since: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)

@@ -25,7 +25,7 @@ from .capacity import Capacity, HeadroomCount
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
-from .headroom import HEADROOM, Headroom
+from .headroom import HEADROOM, Headroom, kept_hold
 from .model import (
     RETIRING,
     Gpu,
@@ -245,15 +245,16 @@ class Allocator(Capacity):
         return self.free_by_model(held), held
 
     def _hold(self, waiter: Waiter, held: set[str], covered: set[str]) -> str | None:
-        """Hold a node for a long waiter unless one is held for its models already."""
+        """Hold a node for a long waiter (``headroom.kept_hold``, else the closest) unless one
+        is held for its models already."""
         offer = self._offer_of(waiter.request)
         if offer is None or not claim_models(covered, offer):
             return None
-        leases = self.leases.values()
-        node = node_to_hold(
+        leases, clusters = self.leases.values(), offer.served_in(waiter.request.clusters)
+        node = kept_hold(waiter.hold, self._usable(offer), clusters, held) or node_to_hold(
             self._usable(offer),
             pinned_units(leases),
-            offer.served_in(waiter.request.clusters),
+            clusters,
             held,
             lambda names: smaller_borrowed_units(leases, waiter.units, names),
         )

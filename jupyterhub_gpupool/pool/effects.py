@@ -89,6 +89,15 @@ class WaitReason:
 
 
 @dataclass(frozen=True)
+class NodeHeld:
+    """The node held for a long waiter (``pool.headroom``'s sticky hold) is now ``node``,
+    or none (None): remembered on the waiter (``Waiter.hold``) and in its row."""
+
+    lease_id: str
+    node: str | None
+
+
+@dataclass(frozen=True)
 class QuotaSet:
     """A user's or group's (``kind``) quota is set by API."""
 
@@ -663,6 +672,7 @@ Effect = (
     | LeaseReleased
     | BorrowedChanged
     | WaitReason
+    | NodeHeld
     | QuotaSet
     | QuotaReset
     | KeptAlive
@@ -737,6 +747,9 @@ def apply_effect(alloc: Allocator, effect: Effect, now: float) -> None:
         waiter = alloc.waiters.get(effect.lease_id)
         if waiter is not None:
             waiter.reason = effect.reason
+    elif isinstance(effect, NodeHeld):
+        if (waiter := alloc.waiters.get(effect.lease_id)) is not None:
+            waiter.hold = effect.node
     elif isinstance(effect, SharingSet):
         for uuid, mode in effect.modes:
             alloc.set_gpu_sharing(uuid, mode)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .model import Request
@@ -25,6 +25,9 @@ class Waiter:
     within_guarantee: bool
     reason: str
     since: float
+    #: The node held for it while it waits long (``pool.headroom.kept_hold``: kept until it
+    #: is granted, gone, or can no longer be served there); None: none remembered.
+    hold: str | None = field(default=None, compare=False)
 
     def effective_priority(self, now: float, aging_interval: float) -> int:
         """Priority plus one level per ``aging_interval`` waited (no aging when it is 0)."""

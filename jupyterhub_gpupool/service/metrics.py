@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from ..pool.alerts import pool_facts
 from ..store import Store
+from ..store.read.headroom import HeadroomView, headroom_view
 
 #: The label of usage without a group (a lease charged to no group).
 NO_GROUP = "(none)"
@@ -61,6 +62,26 @@ class PoolMetrics:
             "gpupool_offer_available", "Grants of an offer that fit now", ["offer"], registry=r
         )
         self.queue_length = Gauge("gpupool_queue_length", "Requests waiting", ["offer"], registry=r)
+        self.headroom_free = Gauge(
+            "gpupool_headroom_free_units",
+            "Free GPU units the headroom counts (borrowing.keep_free): free units of schedulable"
+            " hardware less those of a node held for a waiter that outranks notebooks",
+            ["model"],
+            registry=r,
+        )
+        self.headroom_keep = Gauge(
+            "gpupool_headroom_keep_free_units",
+            "GPU units kept free of borrowing by preemptible classes (0: none)",
+            ["model"],
+            registry=r,
+        )
+        self.held_node = Gauge(
+            "gpupool_held_node",
+            "1 per node held for a long waiter (its request and offer); out_of_count 1: its"
+            " free units are out of the headroom's count",
+            ["node", "request", "offer", "out_of_count"],
+            registry=r,
+        )
         self.node_unreachable = Gauge(
             "gpupool_node_unreachable",
             "1 while the node's agent is silent (no new grants there)",
@@ -249,9 +270,22 @@ class PoolMetrics:
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
             self._render_alert_facts(alloc, store)
+            self._render_headroom(headroom_view(alloc, store.clock()))
         self.reclaiming.set(store.reclaiming_count())
         self._render_groups(store)
         return generate_latest(self.registry)
+
+    def _render_headroom(self, view: HeadroomView) -> None:
+        """The headroom's gauges (``store.read.headroom``): per model, and the held nodes."""
+        for m in view.models:
+            self.headroom_free.labels(model=m.model).set(m.free_units)
+            self.headroom_keep.labels(model=m.model).set(m.keep_free)
+        self.held_node.clear()
+        for x in view.held:
+            out = str(int(x.out_of_count))
+            self.held_node.labels(
+                node=x.node, request=x.request, offer=x.offer, out_of_count=out
+            ).set(1)
 
     def _render_alert_facts(self, alloc: Any, store: Store) -> None:
         """The gauges of the alert rules the pool state answers (``pool.alerts.pool_facts``)."""

@@ -61,7 +61,7 @@ from ..pool.catalog import default_catalog
 from ..pool.commands import PreemptJobs
 from ..pool.decide import decide
 from ..pool.decisions import Grant, Queued
-from ..pool.effects import JobPreempting, WaitReason, apply_effect
+from ..pool.effects import JobPreempting, NodeHeld, WaitReason, apply_effect
 from ..pool.facts import JobFacts, PoolState
 from ..pool.headroom import HEADROOM, Headroom, deficits, headroom_for
 from ..pool.model import Gpu, Node, Request, parse_offer
@@ -417,7 +417,7 @@ class Replay:
                 if effect.notice == HEADROOM:
                     self.fig.headroom_preemptions += 1
                 self.at(effect.deadline, "deadline", it.idx, it.version)
-            elif isinstance(effect, WaitReason):
+            elif isinstance(effect, (WaitReason, NodeHeld)):
                 apply_effect(alloc, effect, t)
             else:  # a job granted but not started ends at once: none here (all start at grant)
                 raise AssertionError(f"the replay does not play {effect!r}")

@@ -50,6 +50,7 @@ from ..pool.effects import (
     LeaseReleased,
     NewLease,
     NodeFlagsSet,
+    NodeHeld,
     NoticeExtended,
     NoticeGiven,
     NoticeWithdrawn,
@@ -121,7 +122,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             )
             return
         grant = decision
-        row.state, row.reason, row.message = "granted", None, None
+        row.state, row.reason, row.message, row.held_node = "granted", None, None, None
         row.granted, row.node, row.group = now, grant.node, grant.group
         row.units, row.units_f, row.borrowed = str(grant.units), float(grant.units), grant.borrowed
         row.expires = now + timedelta(seconds=self.grant_timeout)
@@ -196,6 +197,10 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
             elif isinstance(effect, LeaseReleased):
                 row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
                 self._released(db, row, effect, actor)
+            elif isinstance(effect, NodeHeld):  # the sticky hold (``pool.headroom``)
+                held = self.pending_or_stored(db, effect.lease_id)
+                if held is not None and held.state == "queued":
+                    held.held_node = effect.node
             elif isinstance(effect, BorrowedChanged):
                 flagged = self.pending_or_stored(db, effect.lease_id)
                 if flagged is not None and flagged.borrowed != effect.borrowed:

@@ -88,6 +88,7 @@ def waiter_of(row: Any) -> Waiter:
         row.within_guarantee,
         row.reason or "no_capacity",
         epoch(row.queued_since or row.created),
+        row.held_node,
     )
 
 

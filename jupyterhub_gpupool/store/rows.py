@@ -95,7 +95,6 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-
 def epoch(dt: datetime) -> float:
     """Epoch seconds of a naive UTC datetime."""
     return dt.replace(tzinfo=timezone.utc).timestamp()

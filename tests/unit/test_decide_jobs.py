@@ -26,6 +26,7 @@ from jupyterhub_gpupool.pool.effects import (
     LeaseReleased,
     NewJob,
     NewLease,
+    NodeHeld,
     apply_effect,
 )
 from jupyterhub_gpupool.pool.facts import PoolState
@@ -426,7 +427,9 @@ def test_a_long_waiter_preempts_on_its_held_node_only_smaller_borrowed_preemptib
         == ()
     )
     out = decided(alloc, c.PreemptJobs(), 200.0, classes=CLASSES, jobs=jobs, workloads=workloads)
-    (notice,) = out.effects  # on b, the youngest is enough (one GPU is free there)
+    # on b, the youngest is enough (one GPU is free there); b is remembered as pair's
+    notice, held = out.effects
+    assert held == NodeHeld("pair", "b")
     assert notice == JobPreempting(
         "t3",
         200.0 + 300,
@@ -436,19 +439,15 @@ def test_a_long_waiter_preempts_on_its_held_node_only_smaller_borrowed_preemptib
     )
     # a class without the option takes nothing; nor does anyone within its owner's guarantee
     off = parse_classes({"training": {"preempt_for_waiters": False}})
-    assert (
-        decided(alloc, c.PreemptJobs(), 200.0, classes=off, jobs=jobs, workloads=workloads).effects
-        == ()
-    )
+    assert decided(
+        alloc, c.PreemptJobs(), 200.0, classes=off, jobs=jobs, workloads=workloads
+    ).effects == (NodeHeld("pair", "b"),)
     alloc, workloads, jobs = two_nodes(trainer_guarantee=8)
     queued(alloc.submit(req("pair", "h100x2", "trainer", server="job:pair", arrival=10.0), 10))
     workloads["pair"] = "training"
-    assert (
-        decided(
-            alloc, c.PreemptJobs(), 200.0, classes=CLASSES, jobs=jobs, workloads=workloads
-        ).effects
-        == ()
-    )
+    assert decided(
+        alloc, c.PreemptJobs(), 200.0, classes=CLASSES, jobs=jobs, workloads=workloads
+    ).effects == (NodeHeld("pair", "b"),)
 
 
 def test_a_job_follows_an_enforced_notice_on_its_lease():

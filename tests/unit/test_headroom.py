@@ -12,7 +12,7 @@ import pytest
 
 from jupyterhub_gpupool.pool import commands as c
 from jupyterhub_gpupool.pool.allocator import Allocator
-from jupyterhub_gpupool.pool.effects import JobEnded, JobPreempting, LeaseReleased
+from jupyterhub_gpupool.pool.effects import JobEnded, JobPreempting, LeaseReleased, NodeHeld
 from jupyterhub_gpupool.pool.errors import ConfigError
 from jupyterhub_gpupool.pool.headroom import (
     HEADROOM,
@@ -367,11 +367,12 @@ def test_a_held_node_aged_past_notebooks_is_refilled_elsewhere_and_its_waiter_ta
     # young: b's free GPU is the headroom: j3 may not take it (nothing preempted for it) and
     # nothing is missing
     young = decided(alloc, c.PreemptJobs(), YOUNG, classes=CLASSES, jobs=jobs, workloads=workloads)
-    assert young.effects == ()
+    assert young.effects == (NodeHeld("l-j3", "b"),)  # only b remembered as j3's
     # aged: b is j3's alone; j2 makes way for it there, and the youngest training elsewhere
     # (j1 on a) refills the kept GPU where a notebook may use it
     aged = decided(alloc, c.PreemptJobs(), AGED, classes=CLASSES, jobs=jobs, workloads=workloads)
-    first, second = aged.effects
+    first, second, held = aged.effects
+    assert held == NodeHeld("l-j3", "b")
     assert isinstance(first, JobPreempting) and (first.job_id, first.for_request) == ("j2", "l-j3")
     assert isinstance(second, JobPreempting) and (second.job_id, second.notice) == ("j1", HEADROOM)
     # the grant rule: once j2 is gone, j3 takes b, though no other GPU is free (b's are no

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpupool import orm
 from jupyterhub_gpupool.dbutil import upgrade
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.scopes import ADMIN, AGENT, USE
@@ -114,11 +115,18 @@ def test_a_long_waiting_8_gpu_training_preempts_the_two_on_its_held_node(svc, cl
     assert sorted(e["data"]["job"] for e in events) == sorted(noticed)
     assert {e["data"]["for_request"] for e in events} == {big["lease_id"]}
     assert svc.run(commands.PreemptJobs()) == []  # no second notice
+    # b is remembered as held for it, in the row too: a rebuilt allocator holds b as well
+    lid = big["lease_id"]
+    with svc.store.session_factory() as db:
+        assert db.get(orm.LeaseRow, lid).held_node == "b"
+        assert svc.store._rebuild(db).waiters[lid].hold == "b"
     # the runner stops them at their checkpoint: the 8-GPU job gets node b
     for j in on_b:
         assert report(svc, j, "exited", exit_code=143)["state"] == "preempted"
     got = job(svc, big["id"])
     assert got["state"] == "granted" and got["node"] == "b"
+    with svc.store.session_factory() as db:
+        assert db.get(orm.LeaseRow, lid).held_node is None  # granted: it holds nothing
     alloc = ok(svc.call("root", "GET", f"allocations/{asks['nb']['id']}"))
     assert alloc["state"] == "granted"
 

@@ -34,12 +34,13 @@ from ..effects import (
     KeptAlive,
     LeaseActivated,
     NewJob,
+    NodeHeld,
     WaitReason,
 )
 from ..ending import finish_in, finishing
 from ..errors import PoolError, Refusal
 from ..facts import JobFacts, LeaseFacts, Outcome, PoolState, Rule
-from ..headroom import HEADROOM, Borrower, refill, refill_reason
+from ..headroom import HEADROOM, Borrower, hold_changes, refill, refill_reason
 from ..holders import JOB_FINAL, job_server
 from ..model import offer_priority
 from ..trial import Trial
@@ -290,7 +291,8 @@ def _preempt(state: PoolState, cmd: Any, now: float) -> Outcome:
     already leaving count first and none is promised to two waiters. Last, with a headroom
     (``pool.headroom``), the refill: borrowed jobs of a preemptible class get their notice
     until each GPU model's free units, with those already leaving for no waiter, are back to
-    what it keeps free (:func:`_refill`)."""
+    what it keeps free (:func:`_refill`). It says which node each long waiter now holds
+    (``NodeHeld``, where that changed: the hold is sticky, :func:`_holds`)."""
     effects: list[Effect] = []
     noticed: list[str] = []
     alive = {j.lease_id: j for j in state.jobs if j.lease_id is not None}
@@ -316,7 +318,16 @@ def _preempt(state: PoolState, cmd: Any, now: float) -> Outcome:
         if alive and trial.alloc.headroom is not None:
             _refill(state, trial, alive, promised, ended, now, effects, noticed)
         effects += [WaitReason(lid, why) for lid, why in trial.reasons()]
+        effects += _holds(trial.alloc, now)
     return Outcome(noticed, tuple(effects))
+
+
+def _holds(alloc: Allocator, now: float) -> list[Effect]:
+    """The nodes held for long waiters after the round, where they changed
+    (``headroom.hold_changes``): each is kept until its waiter is granted or gone, or can no
+    longer be served there (``headroom.kept_hold``)."""
+    remembered = {wid: w.hold for wid, w in alloc.waiters.items()}
+    return [NodeHeld(wid, node) for wid, node in hold_changes(alloc.holds(now), remembered)]
 
 
 def _end_now(trial: Trial, facts: LeaseFacts, reason: str, now: float) -> tuple[Effect, ...]:

@@ -151,12 +151,40 @@
     return out;
   }
 
+  const units = x => String(Number(x.toFixed(2)));
+
+  // the headroom (borrowing.keep_free): per model the free units counted against what is kept,
+  // what the refill still misses, and which node is held for which long waiter
+  function headroomText(h, now) {
+    if (!h) return '';
+    const parts = [`Headroom: ${h.keep_free}`];
+    for (const m of h.models) {
+      if (!m.keep_free) continue;
+      let text = `${m.model} ${units(m.free_units)} free of ${m.keep_free} kept`;
+      if (m.short_units > 0) text += `, ${units(m.short_units)} missing (refill notices out)`;
+      parts.push(text);
+    }
+    for (const x of h.held) {
+      const waited = Math.max(0, now - Date.parse(x.waiting_since) / 1000);
+      let text = `node ${x.node} held for ${x.user}'s ${x.offer} (waiting ${dur(waited)})`;
+      if (x.out_of_count) text += ', its free GPUs out of the count';
+      parts.push(text);
+    }
+    if (!h.held.length) parts.push('no node held');
+    return parts.join(' · ');
+  }
+
+  // node name → what it is held for (shown by the node's name)
+  const heldBy = h =>
+    new Map((h ? h.held : []).map(x => [x.node, `held for ${x.user}'s ${x.offer}`]));
+
   class PoolMap {
     constructor(root) {
       this.root = root;
       this.form = document.getElementById('map-filters');
       this.summary = document.getElementById('map-summary');
       this.detail = document.getElementById('map-detail');
+      this.headroom = document.getElementById('map-headroom');
       this.data = null;
       this.signature = '';
       this.cells = new Map();
@@ -230,7 +258,8 @@
               : s.state === f.state || (f.state === 'idle' && s.state === 'idle')));
       // the structure: which GPUs and slices are drawn; unchanged, the cells are updated in place
       const shown = [];
-      const sig = [];
+      const held = heldBy(d.headroom);
+      const sig = [...held.entries()].flat();
       for (const c of d.clusters) {
         if (f.cluster && c.name !== f.cluster) continue;
         for (const n of c.nodes) {
@@ -244,7 +273,7 @@
         }
       }
       const signature = sig.join('|') + JSON.stringify(f);
-      if (force || signature !== this.signature) this.build(shown, keep);
+      if (force || signature !== this.signature) this.build(shown, keep, held);
       else this.update(shown, keep);
       this.signature = signature;
       const counts = { free: 0, busy: 0, idle: 0, reclaiming: 0, planned: 0, off: 0 };
@@ -253,10 +282,11 @@
         gpus += 1;
         for (const x of s.slices) counts[x.state] += 1;
       }
+      if (this.headroom) this.headroom.textContent = headroomText(d.headroom, d.now);
       this.summary.textContent = `${gpus} GPUs shown · ${counts.busy} slices busy, ${counts.idle} idle, ${counts.reclaiming} under notice, ${counts.free} free, ${counts.planned} planned, ${counts.off} cordoned · ${d.queue_length} waiting`;
     }
 
-    build(shown, keep) {
+    build(shown, keep, held) {
       const frag = document.createDocumentFragment();
       this.cells = new Map();
       let cluster = null,
@@ -288,7 +318,8 @@
           const flags = [
             n.cordoned && 'cordoned',
             n.draining && 'draining',
-            n.unreachable && 'unreachable'
+            n.unreachable && 'unreachable',
+            held.get(n.name)
           ]
             .filter(Boolean)
             .join(', ');
