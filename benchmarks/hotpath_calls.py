@@ -36,22 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service_load import OFFER, pool_yaml  # the pool where nothing ever queues
+
 HERE = Path(__file__).resolve().parent
-OFFER = "h100"  # as service_load's pool_yaml offers
-
-
-def pool_yaml(nodes: int = 64, gpus: int = 8) -> str:
-    """``service_load.pool_yaml``'s pool: ``nodes`` x ``gpus`` whole H100s, no quota limits."""
-    lines = ["nodes:"]
-    for n in range(nodes):
-        lines += [
-            f"  - name: bench-{n:03d}",
-            "    cpu_milli: 1000000",
-            "    memory_mib: 100000000",
-            f"    gpus: [{{model: H100-80GB, count: {gpus}}}]",
-        ]
-    lines += ["offers:", f"  - {{name: {OFFER}, kind: gpu, count: 1, models: [H100-80GB]}}"]
-    return "\n".join(lines) + "\n"
 
 
 def _where(filename: str) -> str:

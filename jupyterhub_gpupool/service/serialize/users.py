@@ -4,26 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...pool.quota import QuotaSpec
 from ...store.read.users import UserNoticeView, UserView
 from ...timeparse import format_time
 from .leases import leases_json
+from .quotas import quota_spec_json
 from .reclaim import past_reclaim_json, withdrawn_notice_json
 
-__all__ = ["quota_spec_json", "user_json", "user_notice_json"]
-
-
-def quota_spec_json(spec: QuotaSpec) -> dict[str, Any]:
-    """The quota's fields, GPU units as floats (None: unset)."""
-    return {
-        "guarantee": float(spec.guarantee),
-        "limit": None if spec.limit is None else float(spec.limit),
-        "budget": None if spec.budget is None else float(spec.budget),
-        "period": spec.period,
-        "exception": None if spec.exception is None else float(spec.exception),
-        "budget_action": spec.budget_action,
-        "budget_minimum": float(spec.budget_minimum),
-    }
+__all__ = ["user_json", "user_notice_json"]
 
 
 def user_notice_json(notice: UserNoticeView) -> dict[str, Any]:
