@@ -17,7 +17,7 @@ from jupyterhub_gpupool.pool.commands import Command
 from jupyterhub_gpupool.pool.decide import decide
 from jupyterhub_gpupool.pool.effects import Effect, apply_effect
 from jupyterhub_gpupool.pool.errors import Refusal
-from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, Outcome, PoolState
+from jupyterhub_gpupool.pool.facts import JobFacts, LeaseFacts, MigGpu, NodeRows, Outcome, PoolState
 from jupyterhub_gpupool.pool.headroom import Headroom, headroom_for
 from jupyterhub_gpupool.pool.model import Gpu, Node, Request, parse_offer
 from jupyterhub_gpupool.pool.noticefacts import Noticed
@@ -171,3 +171,38 @@ def kept(every: int = 0, **models: int) -> Headroom:
     out = headroom_for(Headroom(every, named), DEFAULT_CLASSES)
     assert out is not None
     return out
+
+
+def rows_of(alloc: Allocator, name: str, **kw) -> NodeRows:
+    """The node's rows as the allocator has them (its leases ``active``)."""
+    node = alloc.nodes[name]
+    on: dict[str, list[str]] = {g.uuid: [] for g in node.gpus}
+    slots = {}
+    for le in sorted(alloc.leases.values(), key=lambda le: le.id):
+        for s in le.slots:
+            if s.gpu in on:
+                on[s.gpu].append(le.id)
+                if s.kind == "mig":
+                    slots[(s.gpu, s.profile, s.start)] = (le.id, kw.pop(le.id, "active"), s.create)
+    gpus = tuple(
+        MigGpu(
+            g.uuid,
+            name,
+            g.model,
+            g.mig_enabled,
+            g.dynamic_mig,
+            g.cordoned,
+            tuple((i.profile, i.start, i.uuid, 0, None) for i in g.instances),
+            kw.pop(f"observed:{g.uuid}", None),
+        )
+        for g in node.gpus
+    )
+    return NodeRows(
+        kw.pop("unreachable", False),
+        node.cordoned,
+        node.draining,
+        gpus,
+        {g.uuid: g.sharing for g in node.gpus},
+        {u: tuple(ids) for u, ids in on.items()},
+        slots,
+    )

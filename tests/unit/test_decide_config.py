@@ -48,10 +48,10 @@ from tests.allocrig import (
     queued,
     refusal,
     req,
+    rows_of,
     state_of,
 )
 from tests.allocrig import lease as facts
-from tests.unit.test_decide_inventory import rows_of
 
 FILE = {o.name: "file" for o in offers()}
 PLACES = {o.name: i for i, o in enumerate(offers())}

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.metrics import PoolMetrics
-from tests.unit.test_jobs_waiter_preemption import POOL, fill, ok, service
+from tests.fakes.jobpool import POOL, fill, ok, service
 
 KEEP = copy.deepcopy(POOL)
 KEEP["borrowing"] = {"keep_free": 1}

@@ -221,7 +221,7 @@ def test_a_lapse_carried_out_by_the_service_itself_is_lapsed(store, clock):
     done = store.notice_enforced(lease.id, True, actor="service:gpupool")
     assert done.state == "released" and done.release_reason == "lapsed"
     items, _ = store.events(lease=lease.id, kind="reclaim-acting")
-    assert items[-1]["data"]["release_reason"] == "lapsed"
+    assert items[-1].data["release_reason"] == "lapsed"
 
 
 def test_an_approved_exception_is_never_borrowed(store, clock):
