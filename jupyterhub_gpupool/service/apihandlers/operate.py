@@ -174,9 +174,12 @@ class PoolMapHandler(APIHandler):
         for (gpu, start), sample in buffer.latest(now - 120):
             util[gpu if start is None else f"{gpu}/{start}"] = sample.util
         with self.store.locked() as alloc:  # by the clock: a waiter ages past notebooks
-            room = json.dumps(headroom_json(headroom_view(alloc, self.store.clock())))
+            at = self.store.clock()
+            room = json.dumps(headroom_json(headroom_view(alloc, at)))
+        # ``now`` on the store's clock, as the times the map subtracts it from (a waiter's
+        # waiting_since, a lease's idle_since); the samples' window is on the wall clock
         self.set_status(200)
-        self.finish(f'{body[:-1]},"util":{json.dumps(util)},"headroom":{room},"now":{now}}}')
+        self.finish(f'{body[:-1]},"util":{json.dumps(util)},"headroom":{room},"now":{epoch(at)}}}')
 
 
 class PoolHistoryHandler(APIHandler):

@@ -42,6 +42,7 @@
 
   function describeSlice(s) {
     const parts = [`${s.node} · GPU ${s.gpu.index} · ${s.gpu.model}`, s.label];
+    if (s.held) parts.push(`node ${s.held}`); // heard on every slice, not only in the heading
     if (s.lease) {
       const l = s.lease;
       parts.push(`held by ${holderText(l)}`, `offer ${clip(s.offers[l.offer] || l.offer)}`);
@@ -154,8 +155,11 @@
   const units = x => String(Number(x.toFixed(2)));
 
   // the headroom (borrowing.keep_free): per model the free units counted against what is kept,
-  // what the refill still misses, and which node is held for which long waiter
-  function headroomText(h, now) {
+  // what the refill still misses, and which node is held for which long waiter (by its user
+  // and offer as the queue names them, so the admin finds the request there)
+  const heldFor = (x, offers) => `held for ${clip(x.user)}'s ${clip(offers[x.offer] || x.offer)}`;
+
+  function headroomText(h, now, offers) {
     if (!h) return '';
     const parts = [`Headroom: ${h.keep_free}`];
     for (const m of h.models) {
@@ -166,17 +170,16 @@
     }
     for (const x of h.held) {
       const waited = Math.max(0, now - Date.parse(x.waiting_since) / 1000);
-      let text = `node ${x.node} held for ${x.user}'s ${x.offer} (waiting ${dur(waited)})`;
+      let text = `node ${x.node} ${heldFor(x, offers)} (waiting ${dur(waited)})`;
       if (x.out_of_count) text += ', its free GPUs out of the count';
       parts.push(text);
     }
     if (!h.held.length) parts.push('no node held');
-    return parts.join(' · ');
+    return visible(parts.join(' · '));
   }
 
-  // node name → what it is held for (shown by the node's name)
-  const heldBy = h =>
-    new Map((h ? h.held : []).map(x => [x.node, `held for ${x.user}'s ${x.offer}`]));
+  // node name → what it is held for (shown by the node's name, in its label and its slices')
+  const heldBy = (h, offers) => new Map((h ? h.held : []).map(x => [x.node, heldFor(x, offers)]));
 
   class PoolMap {
     constructor(root) {
@@ -258,7 +261,7 @@
               : s.state === f.state || (f.state === 'idle' && s.state === 'idle')));
       // the structure: which GPUs and slices are drawn; unchanged, the cells are updated in place
       const shown = [];
-      const held = heldBy(d.headroom);
+      const held = heldBy(d.headroom, d.offers);
       const sig = [...held.entries()].flat();
       for (const c of d.clusters) {
         if (f.cluster && c.name !== f.cluster) continue;
@@ -274,7 +277,7 @@
       }
       const signature = sig.join('|') + JSON.stringify(f);
       if (force || signature !== this.signature) this.build(shown, keep, held);
-      else this.update(shown, keep);
+      else this.update(shown, keep, held);
       this.signature = signature;
       const counts = { free: 0, busy: 0, idle: 0, reclaiming: 0, planned: 0, off: 0 };
       let gpus = 0;
@@ -282,7 +285,9 @@
         gpus += 1;
         for (const x of s.slices) counts[x.state] += 1;
       }
-      if (this.headroom) this.headroom.textContent = headroomText(d.headroom, d.now);
+      const room = headroomText(d.headroom, d.now, d.offers);
+      // set only when it changed: a live region re-announces every text it is given
+      if (this.headroom && this.headroom.textContent !== room) this.headroom.textContent = room;
       this.summary.textContent = `${gpus} GPUs shown · ${counts.busy} slices busy, ${counts.idle} idle, ${counts.reclaiming} under notice, ${counts.free} free, ${counts.planned} planned, ${counts.off} cordoned · ${d.queue_length} waiting`;
     }
 
@@ -330,7 +335,7 @@
                 class: 'node',
                 role: 'treeitem',
                 'aria-expanded': 'true',
-                'aria-label': `node ${n.name}`
+                'aria-label': `node ${n.name}${flags ? `, ${flags}` : ''}`
               },
               el('h4', { text: n.name + (flags ? ` (${flags})` : '') }),
               nodeList
@@ -356,6 +361,7 @@
               : '';
           if (s.inst) cell.classList.add('labelled'); // wide enough for its whole profile name
           s.node = n.name;
+          s.held = held.get(n.name);
           s.gpu = g;
           s.offers = this.data.offers;
           cell.setAttribute('aria-label', visible(describeSlice(s)));
@@ -371,12 +377,13 @@
       this.root.replaceChildren(frag);
     }
 
-    update(shown, keep) {
+    update(shown, keep, held) {
       for (const { node: n, gpu: g, slices } of shown) {
         for (const s of slices) {
           const entry = this.cells.get(`${g.uuid}/${s.key}`);
           if (!entry) continue;
           s.node = n.name;
+          s.held = held.get(n.name);
           s.gpu = g;
           s.offers = this.data.offers;
           const cls = `slice ${s.state}${keep(s) ? '' : ' dim'} ${workloadClass(s)}`.trim();
