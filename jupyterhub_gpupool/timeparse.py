@@ -55,6 +55,12 @@ def format_time(dt: datetime | None) -> str | None:
     return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def epoch_moment(at: float | None) -> datetime | None:
+    """Epoch seconds as an aware UTC datetime (None stays None): the moments ``pool/``'s
+    answers carry, for the store and the service to keep or write as they do."""
+    return None if at is None else datetime.fromtimestamp(at, timezone.utc)
+
+
 def format_epoch(at: float | None) -> str | None:
     """Epoch seconds as the pool writes times (``format_time``; None stays None)."""
-    return None if at is None else format_time(datetime.fromtimestamp(at, timezone.utc))
+    return format_time(epoch_moment(at))

@@ -9,6 +9,7 @@ decisions, checked to change nothing and applied as the store applies them
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub_gpupool.pool.allocator import Allocator, Grant, Queued
@@ -85,6 +86,10 @@ def under_notice(
     return ReclaimState(reclaiming=Reclaiming(kind, deadline, "why", action, 100.0), **kw)
 
 
+#: The ``deadline`` column ``noticed`` gives a lease under notice (as the store reads it).
+NOTICE_COLUMN_DEADLINE = datetime(2026, 1, 1, 0, 8, 20, tzinfo=timezone.utc)
+
+
 def noticed(lid: str, state: str = "reclaiming", rs: ReclaimState | None = None, **kw) -> Noticed:
     """A lease as the notice rules read it: under ``rs`` (an admin notice unless given), its
     claim (``acting``, epoch seconds) and columns in ``kw``, the rest its ``LeaseFacts``."""
@@ -97,7 +102,7 @@ def noticed(lid: str, state: str = "reclaiming", rs: ReclaimState | None = None,
         rs,
         own.get("action", rec.action if rec else None),
         own.get("reason", rec.reason if rec else None),
-        own.get("deadline", "2026-01-01T00:08:20Z" if rec else None),
+        own.get("deadline", NOTICE_COLUMN_DEADLINE if rec else None),
         own.get("acting"),
         own.get("since"),
     )

@@ -155,7 +155,8 @@ def uncordon_withdrawals(
     out = []
     for facts, rs, hold in leases:
         rec = rs.reclaiming
-        if facts.claimed or rec is None or not withdrawn_on_uncordon(facts.reclaim_kind):
+        claimed = facts.claimed_at is not None
+        if claimed or rec is None or not withdrawn_on_uncordon(facts.reclaim_kind):
             continue
         why = f"the node {node} is back in service: the drain is called off"
         out.append(NoticeWithdrawn(facts.id, withdraw(rs, now, hold), why, rec.kind, rec.reason))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .allocator import Allocator
@@ -48,7 +49,8 @@ class LeaseFacts:
     hub: str | None = None
     ready: bool = True  # each of its MIG instances exists (a grant may be bound)
     reclaim_kind: str | None = None  # the kind of the notice it is under, if any
-    claimed: str = ""  # a claimed reclaim's action and time, for the refusal's words
+    claimed_action: str | None = None  # the action of a claimed reclaim (refusals say it)
+    claimed_at: datetime | None = None  # when it was claimed (aware UTC; None: not claimed)
     reclaim: LeaseInfo | None = None  # its reclaim view (under a notice: what keepalive reads)
     release_reason: str | None = None  # why it ended, if it has
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .reclaim import ReclaimState
@@ -15,17 +16,17 @@ if TYPE_CHECKING:  # facts.py's PoolState names these: it imports this module
 @dataclass(frozen=True)
 class Noticed:
     """A lease as the notice rules read it: its facts, its reclaim state (notice included),
-    its notice's columns as written (``action``, ``reason``, and ``deadline`` as the API
-    writes it; None where none is) and when its action was claimed (``acting``, epoch
-    seconds, and ``since``, as the API writes it; None: not claimed)."""
+    its notice's columns (``action``, ``reason``, and ``deadline``, an aware UTC ``datetime``;
+    None where none is) and when its action was claimed (``acting``, epoch seconds, and
+    ``since``, the same moment as an aware UTC ``datetime``; None: not claimed)."""
 
     lease: LeaseFacts
     reclaim: ReclaimState = field(default_factory=ReclaimState)
     action: str | None = None
     reason: str | None = None
-    deadline: str | None = None
+    deadline: datetime | None = None
     acting: float | None = None
-    since: str | None = None
+    since: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from ..pool.alerts import pool_facts
 from ..store import Store
-from ..store.read.headroom import HeadroomView, headroom_view
+from ..store.read.headroom import HeadroomView
 
 #: The label of usage without a group (a lease charged to no group).
 NO_GROUP = "(none)"
@@ -270,13 +270,13 @@ class PoolMetrics:
             for node in alloc.nodes.values():
                 self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
             self._render_alert_facts(alloc, store)
-            self._render_headroom(headroom_view(alloc, store.clock()))
+        self._render_headroom(store.headroom(fresh=False))
         self.reclaiming.set(store.reclaiming_count())
         self._render_groups(store)
         return generate_latest(self.registry)
 
     def _render_headroom(self, view: HeadroomView) -> None:
-        """The headroom's gauges (``store.read.headroom``): per model, and the held nodes."""
+        """The headroom's gauges (``Store.headroom``): per model, and the held nodes."""
         for m in view.models:
             self.headroom_free.labels(model=m.model).set(m.free_units)
             self.headroom_keep.labels(model=m.model).set(m.keep_free)

@@ -82,7 +82,7 @@ from .nodeapply import (
 )
 from .read.jobs import live_devices
 from .reclaimapply import RECLAIM_EFFECTS, ReclaimApplier
-from .rows import from_epoch, new_row, set_quota, set_reclaim_state, slot_row
+from .rows import aware, from_epoch, new_row, set_quota, set_reclaim_state, slot_row
 
 #: A job's and a kernel's effects (``Applier._job_or_kernel``).
 _JOBS_AND_KERNELS = (
@@ -689,9 +689,8 @@ def lease_facts(row: orm.LeaseRow, targets: tuple[LeaseFacts, ...] = ()) -> Leas
         hub=row.hub,
         reclaim_kind=row.reclaim_kind,
         release_reason=row.release_reason,
-        claimed=""
-        if row.reclaim_acting is None
-        else f"{row.reclaim_action}, claimed {format_time(row.reclaim_acting)}",
+        claimed_action=None if row.reclaim_acting is None else row.reclaim_action,
+        claimed_at=aware(row.reclaim_acting),
     )
 
 

@@ -1,8 +1,8 @@
 """What the admin panel and the user page read beyond the plain views: the pool map (cached by
-pool version), the live leases with their idle time, units held and queued over time, a user's
-last 30 days, the quota table and the effect of a quota change, as read models
-(``read.poolmap``, ``read.panel``; the service writes their JSON). Read-only: nothing here
-writes.
+pool version) and its headroom, the live leases with their idle time, units held and queued
+over time, a user's last 30 days, the quota table and the effect of a quota change, as read
+models (``read.poolmap``, ``read.headroom``, ``read.panel``; the service writes their JSON).
+Read-only: nothing here writes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..pool.facts import PoolState
 from ..pool.leases import LIVE_STATES
 from ..pool.rules.quotas import quota_preview
 from .poolmap import MapParts
+from .read.headroom import HeadroomView, headroom_view
 from .read.panel import (
     DayUseView,
     LiveLeaseView,
@@ -213,3 +214,10 @@ class PanelViews(BusyTimeStore):
                 )
             self._map_cache = view
             return view
+
+    def headroom(self, *, fresh: bool = True) -> HeadroomView:
+        """The headroom now (``read.headroom``): by the clock, so never kept with the map (a
+        waiter ages past the classes never preempted while the pool version stands still).
+        ``fresh=False`` for the metrics, which may be ``view_lag`` behind (``locked``)."""
+        with self.locked(fresh=fresh) as alloc:
+            return headroom_view(alloc, self.clock())

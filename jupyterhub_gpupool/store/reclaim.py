@@ -59,6 +59,7 @@ from .read.reclaim import (
 from .read.users import UserView, user_notices
 from .read.utilization import MinuteView
 from .rows import (
+    aware,
     epoch,
     lease_info,
     reclaim_state,
@@ -511,7 +512,7 @@ def noticed(row: orm.LeaseRow, facts: LeaseFacts | None = None) -> Noticed:
         reclaim_state(row),
         row.reclaim_action,
         row.reclaim_reason,
-        format_time(row.reclaim_deadline),
+        aware(row.reclaim_deadline),
         None if row.reclaim_acting is None else epoch(row.reclaim_acting),
-        format_time(row.reclaim_acting),
+        aware(row.reclaim_acting),
     )

@@ -24,7 +24,7 @@ from ..pool.effects import (
 )
 from ..timeparse import format_time
 from .core import StoreCore
-from .rows import from_epoch, set_reclaim_state
+from .rows import event_data, from_epoch, set_reclaim_state
 
 ReclaimEffect = (
     ReclaimCounted
@@ -73,7 +73,7 @@ class ReclaimApplier(StoreCore):
             self._event(db, "reclaim-policy-reset", actor)
             return
         if isinstance(effect, BudgetWarned):
-            self._event(db, "budget-warning", "system", data=dict(effect.warning))
+            self._event(db, "budget-warning", "system", data=event_data(effect.warning))
             return
         row = known.get(effect.lease_id) or self.lease_row(db, effect.lease_id)
         if isinstance(effect, ReclaimCounted):
@@ -100,7 +100,7 @@ class ReclaimApplier(StoreCore):
                 set_reclaim_state(row, effect.state)
             row.reclaim_acting, row.reclaim_release = self.clock(), effect.release
             row.reclaim_target = effect.target
-            self._event(db, "reclaim-acting", actor, row, dict(effect.data))
+            self._event(db, "reclaim-acting", actor, row, event_data(effect.data))
         elif isinstance(effect, ReclaimEnded):
             if effect.unclaimed:
                 row.reclaim_acting = None

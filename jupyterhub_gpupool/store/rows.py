@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
 from fractions import Fraction
@@ -22,6 +22,7 @@ from ..pool.placement import Slot
 from ..pool.pricing import ModelPrice, Schedule
 from ..pool.quota import QuotaSpec
 from ..pool.reclaim import LeaseInfo, Reclaiming, ReclaimState
+from ..timeparse import format_time
 from .errors import StoreError
 
 _Row = TypeVar("_Row", bound=orm.Base)
@@ -103,6 +104,22 @@ def epoch(dt: datetime) -> float:
 def from_epoch(seconds: float) -> datetime:
     """The naive UTC datetime of epoch seconds."""
     return datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+
+
+def aware(dt: datetime | None) -> datetime | None:
+    """A row's naive UTC datetime as the aware one ``pool/`` reads (None stays None)."""
+    return None if dt is None else dt.replace(tzinfo=timezone.utc)
+
+
+def naive(dt: datetime | None) -> datetime | None:
+    """A moment ``pool/`` answered (aware UTC) as the naive UTC the rows and views keep."""
+    return None if dt is None else dt.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def event_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """An audit event's data from what ``pool/`` said: its moments written as text, as every
+    event's data has them (the data is JSON)."""
+    return {k: format_time(v) if isinstance(v, datetime) else v for k, v in data.items()}
 
 
 #: The counts of ``ReclaimState`` kept in ``LeaseRow.reclaim_state`` (the notice has columns).

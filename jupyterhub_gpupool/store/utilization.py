@@ -188,6 +188,14 @@ class UtilizationStore(StoreCore):
             result = cast(CursorResult[Any], db.execute(delete(T).where(T.ts < before)))
             return result.rowcount or 0
 
+    def devices(self) -> list[Device]:
+        """Every device of the pool as samples name it: each GPU whole, then each MIG
+        instance (what an admin's utilization without a lease covers)."""
+        with self.locked() as alloc:
+            out: list[Device] = [(g, None) for g in alloc.gpus]
+            out += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
+        return out
+
     def latest_sample_times(
         self, devices: Iterable[tuple[str, int | None]]
     ) -> dict[tuple[str, int | None], float]:

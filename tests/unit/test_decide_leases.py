@@ -5,6 +5,7 @@ allocator left as it was (the rows the applier writes are the store tests' part)
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from fractions import Fraction
 
 import pytest
@@ -50,6 +51,8 @@ def decided(alloc, command: c.Command, now: float = 10.0, **facts) -> tuple:
 
 
 facts = lease
+#: When a reclaim's action was claimed (``LeaseFacts.claimed_at``).
+AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def full_h100s(alloc, user: str = "u") -> None:
@@ -133,9 +136,10 @@ def test_keepalive_cannot_keep_a_borrowed_notice():
 
 
 def test_keepalive_is_too_late_once_a_reclaim_is_claimed():
-    lease = _noticed(claimed="stop, claimed 2026-01-01T00:00:00Z")
+    lease = _noticed(claimed_action="stop", claimed_at=AT)
     e = refusal(pool(), c.Keepalive("L"), leases={"L": lease}, policy=ReclaimPolicy())
-    assert e.code == "reclaim_in_progress" and "stop, claimed" in e.message
+    assert e.code == "reclaim_in_progress"
+    assert "(stop, claimed 2026-01-01T00:00:00Z): too late" in e.message  # the time as text
 
 
 # -- resize ----------------------------------------------------------------------------------
@@ -265,7 +269,7 @@ def test_an_uncordon_withdraws_the_drain_notices_no_one_carries_out():
     leases = [
         (facts("a", "reclaiming", reclaim_kind="drain"), ReclaimState(reclaiming=rec), 60.0),
         (
-            facts("b", "reclaiming", reclaim_kind="drain", claimed="stop, claimed x"),
+            facts("b", "reclaiming", reclaim_kind="drain", claimed_action="stop", claimed_at=AT),
             ReclaimState(reclaiming=rec),
             60.0,
         ),  # claimed: someone carries it out

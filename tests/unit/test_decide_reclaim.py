@@ -6,6 +6,7 @@ AdminReclaim, ExtendNotice, CancelNotice, EnforceNotices and BudgetRound decided
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 import pytest
@@ -34,6 +35,7 @@ from jupyterhub_gpupool.pool.reclaimpolicy import PolicySet, ReclaimPolicy
 from jupyterhub_gpupool.pool.rules.reclaim import Said
 from tests.allocrig import (
     CATALOG,
+    NOTICE_COLUMN_DEADLINE,
     decided,
     granted,
     lease,
@@ -80,20 +82,23 @@ def test_a_round_acts_on_an_admin_notice_at_its_deadline_and_counts_before():
     assert (claim.release, claim.target, claim.data["action"]) == ("admin", None, "stop")
     assert counted == ReclaimCounted("B", later.state)
     assert [(s.lease, s.kind) for s in out.answer] == [("A", "act"), ("B", "noticed")]
-    assert out.answer[0].extra["deadline"] == "1970-01-01T00:15:00Z"
+    assert out.answer[0].extra["deadline"] == datetime(1970, 1, 1, 0, 15, tzinfo=timezone.utc)
 
 
 def test_a_claimed_action_is_waited_for_then_handed_out_again():
     alloc = pool()
-    fresh = noticed("A", acting=900.0, since="then", reclaim_release="admin")
-    stale = noticed("B", acting=100.0, since="long ago", reclaim_release="admin")
+    then = datetime(2026, 1, 1, 0, 15, tzinfo=timezone.utc)
+    fresh = noticed("A", acting=900.0, since=then, reclaim_release="admin")
+    stale = noticed("B", acting=100.0, since=then - timedelta(minutes=30), reclaim_release="admin")
     out = _round(alloc, [], claimed=(fresh, stale), claim_timeout=600.0)
     (again,) = out.effects
     assert again == ReclaimClaimed(
-        "B", "admin", None, {"action": "stop", "again": True, "claimed": "long ago"}
+        "B", "admin", None, {"action": "stop", "again": True, "claimed": stale.since}
     )
-    assert out.answer[0] == Said("A", "none", "being reclaimed (stop) since then", {})
+    reason = "being reclaimed (stop) since 2026-01-01T00:15:00Z"  # the words: the time as text
+    assert out.answer[0] == Said("A", "none", reason, {})
     assert out.answer[1].kind == "act" and out.answer[1].extra["release_reason"] == "admin"
+    assert out.answer[1].extra["deadline"] == NOTICE_COLUMN_DEADLINE  # the column, as read
 
 
 def _three_of_four_3g(alloc) -> None:
@@ -311,7 +316,8 @@ def test_overdue_notices_no_one_carries_out_are_claimed_with_their_kinds_release
     assert (b.lease_id, b.release, b.data["again"]) == ("b", "budget", True)
     assert "within 60 s of its deadline" in a.data["enforced"]
     assert [o["lease"] for o in out.answer] == ["a", "b"]
-    assert out.answer[0]["deadline"] == "2026-01-01T00:08:20Z"
+    assert out.answer[0]["deadline"] == NOTICE_COLUMN_DEADLINE
+    assert a.data["deadline"] == NOTICE_COLUMN_DEADLINE  # the store writes the event's text
     assert refusal(pool(), c.EnforceNotices(-1.0)).field == "overdue"
 
 
@@ -343,7 +349,7 @@ def test_a_spent_stop_budget_warns_once_and_gives_its_leases_a_notice():
     )
     warned, given, released = out.effects[:3]
     assert isinstance(warned, BudgetWarned) and warned.warning["level"] == 100
-    assert warned.warning["period_start"] == "2026-01-01T00:00:00Z"
+    assert warned.warning["period_start"] == datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert isinstance(given, NoticeGiven) and given.lease_id == "A"
     assert (given.state.reclaiming.kind, given.state.reclaiming.deadline) == ("budget", now + 300)
     assert released == LeaseReleased("G", "budget", "granted")  # after the notices

@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpupool.pool import commands
 from jupyterhub_gpupool.service.metrics import PoolMetrics
+from jupyterhub_gpupool.service.serialize.headroom import headroom_json
+from jupyterhub_gpupool.store.read.headroom import HeadroomView
 from tests.fakes.jobpool import POOL, fill, ok, service
 
 KEEP = copy.deepcopy(POOL)
@@ -55,6 +57,9 @@ def test_the_pool_map_and_the_metrics_show_the_headroom_and_the_node_held(db_url
             "out_of_count": False,  # -50 + 3 levels of aging: notebooks still rank ahead
         }
         assert room["models"][0]["free_units"] == 6.0  # b's free GPUs still count
+        view = svc.store.headroom()  # the store's read the map serves, by the clock
+        assert isinstance(view, HeadroomView) and headroom_json(view) == room
+        assert view.held[0].waiting_since == queued_at  # a datetime (naive UTC), not text
         text = PoolMetrics().render(svc.store).decode()
         assert samples(text, "gpupool_headroom_free_units") == [({"model": "H100-80GB"}, 6.0)]
         assert samples(text, "gpupool_headroom_keep_free_units") == [({"model": "H100-80GB"}, 1.0)]

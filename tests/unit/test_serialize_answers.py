@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 import pytest
@@ -170,11 +170,14 @@ def test_a_notice_that_cannot_be_kept_says_why_and_keep_false_is_written():
 
 def test_a_decision_is_built_from_the_pools_words_with_its_deadline_as_a_time():
     said = Said("l1", "notice", "idle for 30 minutes", {
-        "action": "stop", "deadline": "2026-03-02T09:16:30.250000Z",
+        "action": "stop", "deadline": T1.replace(tzinfo=timezone.utc),
         "evidence": {"gpu": "idle", "verdict": "idle"}, "notice_kind": "idle",
         "heading": "Idle GPU: it will be reclaimed", "keep": True, "why_not_kept": None,
     })  # fmt: skip
-    assert decision_view(Row(), "A100 (3 slices)", said) == NOTICE  # type: ignore[arg-type]
+    view = decision_view(Row(), "A100 (3 slices)", said)  # type: ignore[arg-type]
+    assert view == NOTICE
+    assert isinstance(view.deadline, datetime) and view.deadline.tzinfo is None  # the views'
+    assert decision_json(view)["deadline"] == "2026-03-02T09:16:30.250000Z"  # text: served
     again = Said("l1", "act", "claimed long ago", {"action": "stop", "deadline": None})
     view = decision_view(Row(), "a100-3g", again)  # type: ignore[arg-type]
     assert (view.action, view.deadline, view.evidence) == ("stop", None, None)
@@ -193,7 +196,8 @@ def test_a_rounds_view_counts_its_stale_decisions():
 
 def test_an_enforced_notice_is_built_from_the_notice_rules_claim():
     claimed = {"lease": "l1", "user": "alice", "server": "one", "kind": "drain", "action": "stop",
-               "deadline": "2026-03-02T09:15:00Z", "reason": "drained"}  # fmt: skip
+               "deadline": datetime(2026, 3, 2, 10, 15, tzinfo=timezone(timedelta(hours=1))),
+               "reason": "drained"}  # fmt: skip
     assert enforced_notice_view(claimed) == EnforcedNoticeView(
         "l1", "alice", "one", "drain", "stop", T0, "drained"
     )

@@ -9,7 +9,13 @@ import pickle
 from dataclasses import replace
 from datetime import datetime
 
-from jupyterhub_gpupool.service.serialize.poolmap import MapWriter, pool_json
+from jupyterhub_gpupool.service.serialize.poolmap import (
+    MapWriter,
+    gpu_fields_json,
+    gpu_json,
+    map_gpu_json,
+    pool_json,
+)
 from jupyterhub_gpupool.store.read.poolmap import (
     CapacityView,
     ClusterView,
@@ -282,6 +288,30 @@ def test_the_maps_text_is_written_out_compact_with_epochs_and_the_notices_deadli
     text = MapWriter().text(MAP)
     assert text == MAP_TEXT
     json.loads(text)  # and it parses
+
+
+def test_a_gpu_says_the_same_fields_in_the_same_order_in_the_inventory_and_on_the_map():
+    flags = {
+        "uuid": "GPU-a",
+        "index": 0,
+        "model": "A100-80GB",
+        "mig_enabled": True,
+        "dynamic_mig": True,
+        "healthy": True,
+        "cordoned": False,
+        "outside": False,
+        "outside_by": [],
+    }
+    assert gpu_fields_json(MIG_GPU) == {**flags, "free_units": 0.5}
+    mapped = map_gpu_json(MAP_MIG)
+    assert list(mapped) == [*flags, "memory_slices", "free_units", "instances", "holders",
+                            "repartition"]  # fmt: skip
+    assert {k: mapped[k] for k in (*flags, "memory_slices", "free_units")} == {
+        **flags,
+        "memory_slices": 8,
+        "free_units": 0.5,
+    }
+    assert list(gpu_json(MIG_GPU)) == [*flags, "free_units", "instances", "holders"]
 
 
 def test_the_writer_keeps_its_text_and_encodes_only_the_nodes_and_leases_it_has_not_seen():

@@ -6,7 +6,7 @@ process pipe, so they pickle; the usage builders' sums are checked on hand-made 
 from __future__ import annotations
 
 import pickle
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -33,6 +33,7 @@ from jupyterhub_gpupool.store.read.usage import (
     idle_holders,
     usage_report_view,
 )
+from jupyterhub_gpupool.store.rows import event_data
 
 NOV = datetime(2026, 11, 1)
 DEC = datetime(2026, 12, 1)
@@ -274,7 +275,7 @@ WARNING = {
     "used_unit_hours": 8.000001,
     "budget": 10.0,
     "period": "month",
-    "period_start": "2026-11-01T00:00:00Z",
+    "period_start": datetime(2026, 11, 1, tzinfo=timezone.utc),  # as pool.decide answers it
     "action": "stop",
 }
 
@@ -294,6 +295,7 @@ def test_a_budget_warning_is_typed_and_its_json_is_the_audit_events():
         "action": "stop",
     }
     assert list(budget_warning_json(view)) == list(WARNING)  # the hook's keyword order
+    assert budget_warning_json(view) == event_data(WARNING)  # the audit event's data
 
 
 def test_the_report_views_pickle():

@@ -122,3 +122,10 @@ def test_an_inventory_is_refused_as_before(store):
     with pytest.raises(StoreError) as unknown:
         store.put_inventory(node)
     assert unknown.value.code == "unknown_cluster" and unknown.value.allowed == ["default"]
+
+
+def test_the_devices_are_every_gpu_whole_then_every_mig_instance(store):
+    h0, h1 = gpu_uuid("h100", 0), gpu_uuid("h100", 1)
+    assert store.devices() == [(A100, None), (h0, None), (h1, None)]
+    report(store, "a100", a100({"profile": "1g.10gb", "start": 6, "uuid": "MIG-6"}))
+    assert store.devices() == [(A100, None), (h0, None), (h1, None), (A100, 6)]

@@ -140,7 +140,7 @@ def _lapse(state: PoolState, cmd: Any, now: float) -> Outcome:
             if item.lapses <= now:
                 ending.append((facts, "lapsed"))
             continue
-        if facts.claimed or facts.reclaim_kind == "exception":
+        if facts.claimed_at is not None or facts.reclaim_kind == "exception":
             continue
         if now < item.lapses - item.warn_before:
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ...timeparse import format_time
 from .. import commands as c
 from ..approval import AskError, approval_needed, check_ask
 from ..decisions import Grant, Rejected
@@ -124,10 +125,11 @@ def _keepalive(state: PoolState, cmd: Any, now: float) -> Outcome:
     if refuse_for_job(facts.holder):
         raise _job_lease(facts, "keep it alive")
     if facts.state == "reclaiming" and facts.reclaim_kind is not None:
-        if facts.claimed:
+        if facts.claimed_at is not None:
+            claimed = f"{facts.claimed_action}, claimed {format_time(facts.claimed_at)}"
             raise Refusal(
                 "reclaim_in_progress",
-                f"lease {lid} is being reclaimed now ({facts.claimed}): too late to keep it",
+                f"lease {lid} is being reclaimed now ({claimed}): too late to keep it",
                 field="id",
             )
         assert facts.reclaim is not None and state.policy is not None  # the store reads both

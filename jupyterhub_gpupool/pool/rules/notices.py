@@ -131,7 +131,8 @@ def unclaimed(noticed: Iterable[Noticed], now: float, claim_timeout: float) -> l
 def _enforce(state: PoolState, cmd: Any, now: float) -> Outcome:
     """Claim each overdue enforced notice (``state.noticed``: the store found them by their
     deadline) no reclaimer acts on, for the service to stop its server, as a round claims
-    an action (released with the notice's ``enforced_release``). Answers what to stop."""
+    an action (released with the notice's ``enforced_release``). Answers what to stop (its
+    ``deadline`` an aware UTC ``datetime``)."""
     check_overdue(cmd.overdue)
     effects: list[Effect] = []
     out: list[dict[str, Any]] = []
@@ -174,7 +175,7 @@ def _budget(state: PoolState, cmd: Any, now: float) -> Outcome:
     level and period: ``state.warned``), and give the live leases (``state.noticed``) of a
     spent ``stop`` budget a ``budget`` notice ending ``cmd.warn_before`` seconds from now
     (once; a grant not yet bound is released ``budget``, after the notices, the queue
-    served). Answers the new warnings."""
+    served). Answers the new warnings (``period_start``: an aware UTC ``datetime``)."""
     book, at = state.alloc.quotas, datetime.fromtimestamp(now, timezone.utc).replace(tzinfo=None)
     subjects: list[tuple[str, str, QuotaSpec, float]] = []
     users = {le.request.user for le in state.alloc.leases.values()} | set(book.users)
@@ -191,7 +192,8 @@ def _budget(state: PoolState, cmd: Any, now: float) -> Outcome:
         if level is None:
             continue
         start = period_start(at, spec.period)
-        since = start.replace(tzinfo=timezone.utc).timestamp()
+        start = start.replace(tzinfo=timezone.utc)
+        since = start.timestamp()
         if not any(w[:3] == (kind, name, level) and w[3] >= since for w in state.warned):
             warning = {
                 "subject": kind,
@@ -200,7 +202,7 @@ def _budget(state: PoolState, cmd: Any, now: float) -> Outcome:
                 "used_unit_hours": round(used, 6),
                 "budget": float(spec.budget or 0),
                 "period": spec.period,
-                "period_start": start.isoformat() + "Z",
+                "period_start": start,
                 "action": spec.budget_action,
             }
             effects.append(BudgetWarned(warning))

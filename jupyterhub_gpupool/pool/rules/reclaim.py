@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ...timeparse import format_epoch
+from ...timeparse import epoch_moment, format_time
 from .. import commands as c
 from ..effects import (
     AwaitingApproval,
@@ -56,7 +56,8 @@ MAX_DURATION = 366 * 86400.0
 @dataclass(frozen=True)
 class Said:
     """What a round says of one lease (the store adds who holds it): its decision's ``kind``,
-    the ``reason`` and the rest (None values are left out)."""
+    the ``reason`` and the rest (None values are left out; a ``deadline`` is an aware UTC
+    ``datetime``: the service alone writes it as text)."""
 
     lease: str
     kind: str
@@ -109,7 +110,7 @@ def _decided(
         words = notice_words(rec.kind, d.state.extensions, policy.max_extensions, False)
         extra = {
             "action": rec.action,
-            "deadline": format_epoch(rec.deadline),
+            "deadline": epoch_moment(rec.deadline),
             "evidence": evidence,
             "notice_kind": rec.kind,
             "heading": words["heading"],
@@ -168,7 +169,7 @@ def _act(
     rec = d.state.reclaiming
     extra = {
         "action": d.action,
-        "deadline": format_epoch(rec.deadline if rec is not None else None),
+        "deadline": epoch_moment(rec.deadline if rec is not None else None),
         "release_reason": d.release_reason,
         "target_offer": shrink_to,
         "target_lease": target,
@@ -201,7 +202,8 @@ def _claimed(state: PoolState, n: Noticed, now: float, effects: list[Effect]) ->
     facts = n.lease
     assert n.acting is not None
     if now - n.acting < state.claim_timeout:
-        return Said(facts.id, "none", f"being reclaimed ({n.action}) since {n.since}", {})
+        since = format_time(n.since)  # the reason's words
+        return Said(facts.id, "none", f"being reclaimed ({n.action}) since {since}", {})
     data = {"action": n.action, "again": True, "claimed": n.since}
     effects.append(ReclaimClaimed(facts.id, facts.reclaim_release, facts.reclaim_target, data))
     extra = {

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 from ...pool import commands
 from ...store import utcnow
-from ...store.read.headroom import headroom_view
 from ...store.rows import epoch
 from ..serialize.headroom import headroom_json
 from ..serialize.leases import lease_json
@@ -159,7 +158,7 @@ class PoolMapHandler(APIHandler):
 
     The structure is the store's ``map_view`` (kept until the pool version moves) as the map
     writer's text (kept for the same view: ``serialize.poolmap.MapWriter``); only ``util`` (from
-    the samples in memory), ``headroom`` (``store.read.headroom``: it changes with the clock, as
+    the samples in memory), ``headroom`` (``Store.headroom``: it changes with the clock, as
     waiters age) and ``now`` are added per request, so a refresh of a large, quiet pool costs
     the service little more than writing the answer."""
 
@@ -173,11 +172,10 @@ class PoolMapHandler(APIHandler):
         util = {}
         for (gpu, start), sample in buffer.latest(now - 120):
             util[gpu if start is None else f"{gpu}/{start}"] = sample.util
-        with self.store.locked() as alloc:  # by the clock: a waiter ages past notebooks
-            at = self.store.clock()
-            room = json.dumps(headroom_json(headroom_view(alloc, at)))
+        room = json.dumps(headroom_json(self.store.headroom()))  # by the clock, not cached
         # ``now`` on the store's clock, as the times the map subtracts it from (a waiter's
         # waiting_since, a lease's idle_since); the samples' window is on the wall clock
+        at = self.store.clock()
         self.set_status(200)
         self.finish(f'{body[:-1]},"util":{json.dumps(util)},"headroom":{room},"now":{epoch(at)}}}')
 

@@ -70,9 +70,7 @@ class UtilizationHandler(APIHandler):
         window: tuple[datetime | None, datetime | None] = (None, None)
         if lease_id is None:
             self.require(ident.is_admin, "read every GPU's utilization")
-            with self.store.locked() as alloc:
-                devices = [(g, None) for g in alloc.gpus]
-                devices += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
+            devices = self.store.devices()
         else:
             self.require(ident.may_use, "read utilization")
             try:

@@ -29,7 +29,15 @@ from ...store.read.poolmap import (
 from ...store.rows import epoch
 from ...timeparse import format_time
 
-__all__ = ["MapWriter", "gpu_json", "map_gpu_json", "map_lease_json", "pool_json", "pool_map_text"]
+__all__ = [
+    "MapWriter",
+    "gpu_fields_json",
+    "gpu_json",
+    "map_gpu_json",
+    "map_lease_json",
+    "pool_json",
+    "pool_map_text",
+]
 
 
 def _totals_json(totals: CapacityView) -> dict[str, Any]:
@@ -40,8 +48,10 @@ def _models_json(models: tuple[ModelCapacityView, ...]) -> list[dict[str, Any]]:
     return [{"model": m.model, "gpus": m.gpus, "free_units": m.free_units} for m in models]
 
 
-def gpu_json(g: GpuView) -> dict[str, Any]:
-    """A GPU of ``GET pool``'s clusters: its flags, free units, instances and holders."""
+def gpu_fields_json(g: GpuView | MapGpuView, **between: Any) -> dict[str, Any]:
+    """What a GPU's JSON says in ``GET pool`` and on the map alike, in this order: its name,
+    model and flags, then the view's own fields ``between`` (the map's ``memory_slices``),
+    then its free units. Each serializer adds its instances and holders after."""
     return {
         "uuid": g.uuid,
         "index": g.index,
@@ -52,7 +62,15 @@ def gpu_json(g: GpuView) -> dict[str, Any]:
         "cordoned": g.cordoned,
         "outside": g.outside,
         "outside_by": list(g.outside_by),
+        **between,
         "free_units": g.free_units,
+    }
+
+
+def gpu_json(g: GpuView) -> dict[str, Any]:
+    """A GPU of ``GET pool``'s clusters: its flags, free units, instances and holders."""
+    return {
+        **gpu_fields_json(g),
         "instances": [
             {
                 "profile": i.profile,
@@ -120,17 +138,7 @@ def map_gpu_json(g: MapGpuView) -> dict[str, Any]:
     """A GPU on the map."""
     rep = g.repartition
     return {
-        "uuid": g.uuid,
-        "index": g.index,
-        "model": g.model,
-        "mig_enabled": g.mig_enabled,
-        "dynamic_mig": g.dynamic_mig,
-        "healthy": g.healthy,
-        "cordoned": g.cordoned,
-        "outside": g.outside,
-        "outside_by": list(g.outside_by),
-        "memory_slices": g.memory_slices,
-        "free_units": g.free_units,
+        **gpu_fields_json(g, memory_slices=g.memory_slices),
         "instances": [
             {
                 "profile": i.profile,

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ...timeparse import parse_time
-
 
 @dataclass(frozen=True)
 class BudgetWarningView:
@@ -32,9 +30,9 @@ class BudgetWarningView:
 
 
 def budget_warning_view(warning: Mapping[str, Any]) -> BudgetWarningView:
-    """The warning ``pool.decide`` answered (its ``period_start``: ISO 8601 UTC text)."""
-    start = parse_time(warning["period_start"])
-    assert start is not None  # pool.decide always writes it
+    """The warning ``pool.decide`` answered (its ``period_start``: an aware UTC
+    ``datetime``)."""
+    start: datetime = warning["period_start"]
     return BudgetWarningView(
         subject=str(warning["subject"]),
         name=str(warning["name"]),

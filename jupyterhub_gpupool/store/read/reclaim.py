@@ -15,7 +15,7 @@ from ... import orm
 from ...pool.model import Offer
 from ...pool.reclaimpolicy import PolicySet, ReclaimPolicy
 from ...pool.rules.reclaim import Said
-from ...timeparse import parse_time
+from ..rows import naive
 
 __all__ = [
     "EnforcedNoticeView",
@@ -28,7 +28,6 @@ __all__ = [
     "WithdrawnNoticeView",
     "decision_view",
     "enforced_notice_view",
-    "naive_utc",
     "past_reclaim_view",
     "reclaim_policy_view",
     "round_view",
@@ -132,15 +131,9 @@ _SAID = frozenset(
 )
 
 
-def naive_utc(text: str | None) -> datetime | None:
-    """A time the pool's rules wrote (``timeparse.format_time``) as the naive UTC datetime it
-    came from (the views' times)."""
-    moment = parse_time(text)
-    return None if moment is None else moment.replace(tzinfo=None)
-
-
 def decision_view(row: orm.LeaseRow, offer_name: str, said: Said) -> ReclaimDecisionView:
-    """``said`` of the lease of ``row``; ``offer_name``: its offer's display name."""
+    """``said`` of the lease of ``row``; ``offer_name``: its offer's display name. Its
+    ``deadline`` (the rules' aware UTC ``datetime``) becomes the views' naive UTC."""
     extra = {k: v for k, v in said.extra.items() if v is not None}
     unknown = set(extra) - _SAID
     if unknown:  # a new field of the rules must get a view field, not be dropped
@@ -155,7 +148,7 @@ def decision_view(row: orm.LeaseRow, offer_name: str, said: Said) -> ReclaimDeci
         kind=said.kind,
         reason=said.reason,
         action=extra.get("action"),
-        deadline=naive_utc(extra.get("deadline")),
+        deadline=naive(extra.get("deadline")),
         release_reason=extra.get("release_reason"),
         target_offer=extra.get("target_offer"),
         target_lease=extra.get("target_lease"),
@@ -191,14 +184,15 @@ class EnforcedNoticeView:
 
 
 def enforced_notice_view(claimed: Mapping[str, Any]) -> EnforcedNoticeView:
-    """One claim the notice rules answered (``pool.rules.notices``)."""
+    """One claim the notice rules answered (``pool.rules.notices``; its aware UTC
+    ``deadline`` as the views' naive UTC)."""
     return EnforcedNoticeView(
         lease=claimed["lease"],
         user=claimed["user"],
         server=claimed["server"],
         kind=claimed["kind"],
         action=claimed["action"],
-        deadline=naive_utc(claimed["deadline"]),
+        deadline=naive(claimed["deadline"]),
         reason=claimed["reason"],
     )
 
