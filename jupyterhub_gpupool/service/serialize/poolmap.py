@@ -25,11 +25,20 @@ from ...store.read.poolmap import (
     ModelCapacityView,
     PoolMapView,
     PoolView,
+    PreemptingView,
 )
 from ...store.rows import epoch
 from ...timeparse import format_time
 
-__all__ = ["MapWriter", "gpu_json", "map_gpu_json", "map_lease_json", "pool_json", "pool_map_text"]
+__all__ = [
+    "MapWriter",
+    "gpu_json",
+    "map_gpu_json",
+    "map_lease_json",
+    "pool_json",
+    "pool_map_text",
+    "preempting_json",
+]
 
 
 def _totals_json(totals: CapacityView) -> dict[str, Any]:
@@ -146,9 +155,15 @@ def map_gpu_json(g: MapGpuView) -> dict[str, Any]:
     }
 
 
+def preempting_json(p: PreemptingView | None) -> dict[str, Any] | None:
+    """A job's preemption notice: when its grace ends (its runner kills it then) and why."""
+    return None if p is None else {"deadline": format_time(p.deadline), "reason": p.reason}
+
+
 def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
     """A live lease on the map (the member's value; its id is the member's name). Times are
-    epoch seconds: the reader subtracts them from now."""
+    epoch seconds, but for the notices' deadlines: the reader subtracts them from now.
+    ``preempting``: its job's preemption notice, which is no lease notice (``notice``)."""
     notice = lease.notice
     return {
         "user": lease.user,
@@ -168,6 +183,7 @@ def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
             "deadline": format_time(notice.deadline),
             "acting": notice.acting,
         },
+        "preempting": preempting_json(lease.preempting),
     }
 
 
