@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import String, cast, func, select
+from sqlalchemy.orm import Session
 
 from .. import orm
 from ..pool.facts import PoolState
@@ -31,7 +32,7 @@ from .read.panel import (
     live_lease_view,
     unit_series_view,
 )
-from .read.poolmap import MapRepartitionView, PoolMapView
+from .read.poolmap import MapRepartitionView, PoolMapView, PreemptingView
 from .rows import check_quota_kind
 from .usagefacts import BusyTimeStore, span_of
 
@@ -78,7 +79,8 @@ class PanelViews(BusyTimeStore):
                     _job_name(orm.LeaseRow.id),
                 ).where(orm.LeaseRow.state.in_(LIVE_STATES))
             ).all()
-        return [live_lease_view(r, now) for r in rows]
+            preempting = self._preempting(db)
+        return [live_lease_view(r, now, preempting.get(r.id)) for r in rows]
 
     def unit_series(self, start: datetime, end: datetime, step: float) -> UnitSeriesView:
         """GPU units held and waited for at each ``step`` from ``start`` to ``end`` (from the
@@ -162,6 +164,19 @@ class PanelViews(BusyTimeStore):
 
     # -- the map, cached by pool version ------------------------------------------------------
 
+    @staticmethod
+    def _preempting(db: Session) -> dict[str, PreemptingView]:
+        """The preemption notices of the ``preempting`` jobs by lease id: a job's own notice,
+        which its lease does not carry (a class's preemption is no lease notice: no reclaimer
+        enforces it, no user extends it). Few rows, by the jobs' state index."""
+        J = orm.JobRow.__table__.c
+        rows = db.connection().execute(
+            select(J.lease_id, J.notice_deadline, J.reason).where(
+                J.state == "preempting", J.lease_id.is_not(None)
+            )
+        )
+        return {lid: PreemptingView(dl, reason) for lid, dl, reason in rows}
+
     def map_view(self) -> PoolMapView:
         """The pool map (every cluster, node, GPU and slice with its holder; every live lease;
         totals): kept until the pool version moves (every decision, inventory, node action
@@ -210,7 +225,10 @@ class PanelViews(BusyTimeStore):
                     ).where(T.state.in_(LIVE_STATES))
                 )
                 view = parts.view(
-                    version, inventory, itertools.chain.from_iterable(rows.partitions(500))
+                    version,
+                    inventory,
+                    itertools.chain.from_iterable(rows.partitions(500)),
+                    self._preempting(db),
                 )
             self._map_cache = view
             return view

@@ -34,6 +34,7 @@ from .read.poolmap import (
     MapRepartitionView,
     ModelCapacityView,
     PoolMapView,
+    PreemptingView,
     map_gpu_view,
     map_lease_view,
 )
@@ -142,13 +143,18 @@ class MapParts:
         )
 
     def view(
-        self, version: int | None, inventory: MapInventory, rows: Iterable[Sequence[Any]]
+        self,
+        version: int | None,
+        inventory: MapInventory,
+        rows: Iterable[Sequence[Any]],
+        preempting: Mapping[str, PreemptingView] | None = None,
     ) -> PoolMapView:
         """The whole map: ``inventory`` with the live leases' ``rows`` (id, user, server,
         offer, state, units, borrowed, since as text, the reclaim counts as JSON text, the
         notice's kind and deadline as text, whether a round is acting, the lease's workload
-        class (None: interactive), its job's name (None: a server's))."""
-        leases = self._lease_views(rows)
+        class (None: interactive), its job's name (None: a server's)) and, by lease id, the
+        preemption notices of their ``preempting`` jobs."""
+        leases = self._lease_views(rows, preempting or {})
         return PoolMapView(
             version=version,
             totals=inventory.totals,
@@ -174,13 +180,19 @@ class MapParts:
                 held += units[i.profile]
         return max(0.0, 1.0 - held)
 
-    def _lease_views(self, rows: Iterable[Sequence[Any]]) -> tuple[MapLeaseView, ...]:
-        """The live leases' views, reused where their row has not changed."""
+    def _lease_views(
+        self,
+        rows: Iterable[Sequence[Any]],
+        preempting: Mapping[str, PreemptingView],
+    ) -> tuple[MapLeaseView, ...]:
+        """The live leases' views, reused where their row (and job's notice) has not
+        changed."""
         old, new = self._leases, {}
         views = []
         built = 0
         for row in rows:
-            key = tuple(row)
+            # few jobs are preempting: the others' key is their row as it came
+            key = tuple(row) if row[0] not in preempting else (*row, preempting[row[0]])
             part = old.get(key)
             if part is None:
                 part = (key, _lease_view(key))
@@ -193,9 +205,11 @@ class MapParts:
 
 
 def _lease_view(row: tuple[Any, ...]) -> MapLeaseView:
-    """A live lease's view from its row as ``MapParts.view`` takes it."""
+    """A live lease's view from its row as ``MapParts.view`` takes it (and its job's
+    preemption notice after it)."""
     lid, user, server, offer, state, units, borrowed, since, counts, kind, dl, acting = row[:12]
-    workload, job = row[12:]
+    workload, job = row[12:14]
+    preempting = row[14] if len(row) > 14 else None
     return map_lease_view(
         id=lid,
         user=user,
@@ -211,6 +225,7 @@ def _lease_view(row: tuple[Any, ...]) -> MapLeaseView:
         acting=bool(acting),
         workload=workload,
         job=job,
+        preempting=preempting,
     )
 
 

@@ -5,11 +5,13 @@ The pool keeps two H100s free of borrowing (``borrowing: {keep_free: 2}``) on tw
 Five borrowed trainings leave three free; a 4-GPU training fits nowhere and, once it has
 waited ``reserve_after``, holds the node with the most free GPUs. Two notebooks then
 use the headroom, the refill gives one training its notice, and the line says one GPU is
-missing; the training stops and the line, refreshed live (no reload), says the headroom is
-whole again. Nine hours on, the waiter outranks notebooks: the held node's free GPUs leave the
-count. Every figure the test expects is worked out from the scenario (what is kept, which
-lease sits where), and the line must say what ``GET pool/map``'s ``headroom`` says. The held
-node is named in its heading, its tree item's label and its slices' labels (not a colour).
+missing; the training's slice is drawn under notice (the job's notice: its lease has none)
+with the class's grace as its deadline, counted in the summary; the training stops and the
+line, refreshed live (no reload), says the headroom is whole again. Nine hours on, the
+waiter outranks notebooks: the held node's free GPUs leave the count. Every figure the test
+expects is worked out from the scenario (what is kept, which lease sits where), and the line
+must say what ``GET pool/map``'s ``headroom`` says. The held node is named in its heading, its
+tree item's label and its slices' labels (not a colour).
 With ``GPUPOOL_SCREENSHOTS=DIR`` the map is saved as ``admin-map-headroom.png``.
 """
 
@@ -21,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -39,6 +41,8 @@ pytestmark = [
 ]
 
 KEEP = 2
+#: The training class's grace: a refill's notice ends this long after its round.
+GRACE = 120
 GPUS = {"node-a": 4, "node-b": 4}
 BIG = "4× H100 80GB"
 #: The service's reserve_after (its default): a request waiting this long holds a node.
@@ -69,7 +73,7 @@ POOL = {
         "default": {"guarantee": 0, "limit": 16},
         "users": {"alice": {"guarantee": 1, "limit": 2}},
     },
-    "classes": {"training": {"grace": 120, "preempt_for_waiters": False}},
+    "classes": {"training": {"grace": GRACE, "preempt_for_waiters": False}},
     "borrowing": {"keep_free": KEEP},
 }
 
@@ -141,10 +145,14 @@ def job_state(hub: HubEnv, job: dict) -> str:
     return r.json()["state"]  # type: ignore[index,no-any-return]
 
 
-def headroom(hub: HubEnv) -> dict:
+def pool_map(hub: HubEnv) -> dict:
     r = request("GET", f"{hub.api}/pool/map", hub.token("admin"))
     assert r.status == 200, r.body
-    return r.json()["headroom"]  # type: ignore[index,no-any-return]
+    return r.json()  # type: ignore[no-any-return]
+
+
+def headroom(hub: HubEnv) -> dict:
+    return pool_map(hub)["headroom"]  # type: ignore[no-any-return]
 
 
 def free_of(nodes: list[str]) -> dict[str, int]:
@@ -236,12 +244,46 @@ def test_the_headroom_line_and_the_held_node(pool: Pool, browser: Any) -> None:
     # the youngest training, wherever it runs: the held node still counts (its waiter has not
     # aged past a notebook's ask), so what a notice frees there is headroom too
     assert noticed is trainings[-1], (noticed, trainings[-1])
+    # its notice is the job's, not its lease's: the map says it in the lease's entry, with the
+    # deadline its class's grace gives from the refill's round (the clock stood still since)
+    refilled_at = clock.now
+    r = request("GET", f"{hub.api}/allocations/{noticed['lease_id']}", hub.token("admin"))
+    assert r.json()["reclaim"] is None, r.body  # type: ignore[index]
+    told = request("GET", f"{hub.api}/jobs/{noticed['id']}", hub.user_tokens["trainer"]).json()
+    entry = pool_map(hub)["leases"][noticed["lease_id"]]
+    assert entry["notice"] is None
+    notice = entry["preempting"]
+    assert notice["reason"] == told["reason"] and f"keeps {KEEP} H100-80GB" in notice["reason"]
+    deadline = datetime.fromisoformat(notice["deadline"].replace("Z", "+00:00")).timestamp()
+    assert abs(deadline - (refilled_at + GRACE)) < 1e-3, (notice, refilled_at)
+    # drawn under notice like any other: counted in the summary, said in its slice's label
+    summary = admin.locator("#map-summary")
+    expect(summary).to_contain_text(", 1 under notice,", timeout=60_000)
+    cell = admin.locator(".slice[role=treeitem].reclaiming")
+    expect(cell).to_have_count(1)
+    said = f"preemption notice: killed at {notice['deadline']} ({notice['reason']})"
+    expect(cell).to_have_attribute("aria-label", re.compile(re.escape(said)))
+    holder = f"held by job {noticed['name']} (training) of trainer"
+    expect(cell).to_have_attribute("aria-label", re.compile(re.escape(holder)))
+    cell.focus()  # the detail line reads it too
+    expect(admin.locator("#map-detail")).to_contain_text(said)
     shoot(admin, "admin-map-headroom")
+    # the lease table says it by the lease's state (the map's page stays as it is)
+    table = admin.context.new_page()
+    table.goto(prefix(hub) + "admin/leases")
+    row = table.locator(f"#leases tr[data-lease='{noticed['lease_id']}']")
+    until = datetime.fromtimestamp(refilled_at + GRACE, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    expect(row.locator(".preempting")).to_have_text(
+        f"preemption notice, until {until} UTC ({notice['reason']})"
+    )
+    expect(row.get_by_role("button", name="Cancel notice…")).to_have_count(0)  # not a lease's
+    table.close()
 
     # it stops at its checkpoint: its GPU is free again and the line says so, live
     assert runner(hub, noticed, {"state": "exited", "exit_code": 143})["state"] == "preempted"
     expect(room).to_have_text(line(KEEP, held), timeout=60_000)
     assert headroom(hub)["models"] == [model_room(KEEP)]
+    expect(summary).to_contain_text(", 0 under notice,")
     assert admin.evaluate("window.sameDocument") is True
 
     # nine hours on the waiter outranks a notebook's ask: the held node's free GPUs are its

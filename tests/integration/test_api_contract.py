@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from jupyterhub_gpupool.data import data_path
 from jupyterhub_gpupool.poolconfig import gpu_uuid
-from tests.fakes import HubEnv, Response, request, wait_past_deadline
+from tests.fakes import HubEnv, Response, request, wait_past_deadline, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "docs" / "source" / "_static" / "rest-api.yml").read_text())
@@ -664,6 +664,40 @@ def test_quota_below_current_use_marks_leases_borrowed(api: Api):
     finally:
         api.release_all(user)
         api.call("admin", "DELETE", f"quotas/users/{user}")
+
+
+def test_a_preempting_jobs_notice_is_in_its_leases_map_entry(api: Api):
+    """``GET pool/map``'s lease entry says its job's preemption notice (``preempting``: the
+    job's ``notice_deadline`` and ``reason``) and validates against ``JobPreemption``; a lease
+    whose job is not preempting says null. The job here follows an administrator's notice on
+    its lease (the next housekeeping round gives it), the one preemption a request brings
+    about in this pool."""
+    user = "erin"
+    body = {"offer": "t4-quarter", "command": ["python", "train.py"], "name": "contract-noticed"}
+    job = api.ok(user, "POST", "jobs", body)
+    other = api.ok("dave", "POST", "allocations", {"offer": "t4-quarter", "server": new_server()})
+    try:
+        api.ok("agent", "POST", f"jobs/{job['id']}/status", {"state": "running", "pid": 7})
+        notice = {"grace": 600, "reason": "contract"}
+        api.ok("admin", "POST", f"allocations/{job['lease_id']}/reclaim", notice)
+        noticed = wait_until(
+            lambda: (j := api.ok(user, "GET", f"jobs/{job['id']}"))["state"] == "preempting" and j,
+            what="the job's notice (a housekeeping round)",
+        )
+        r = api.call("admin", "GET", "pool/map")
+        check_against_spec("GET", "/pool/map", r)
+        leases = r.json()["leases"]
+        entry = leases[job["lease_id"]]
+        assert entry["preempting"] == {
+            "deadline": noticed["notice_deadline"],
+            "reason": noticed["reason"],
+        }
+        assert entry["notice"]["kind"] == "admin"  # the lease's own, which the job follows
+        assert leases[other["id"]]["preempting"] is None
+    finally:
+        api.call("agent", "POST", f"jobs/{job['id']}/status", {"state": "exited", "exit_code": 0})
+        api.release_all(user)
+        api.release_all("dave")
 
 
 # -- bad input ---------------------------------------------------------------------------------

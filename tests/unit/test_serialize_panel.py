@@ -5,6 +5,7 @@ hand; the builders of the live leases and of the units over time; and the views 
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from datetime import date, datetime
 from fractions import Fraction
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from jupyterhub_gpupool.store.read.panel import (
     live_lease_view,
     unit_series_view,
 )
+from jupyterhub_gpupool.store.read.poolmap import PreemptingView
 from jupyterhub_gpupool.store.read.quotas import QuotaView
 
 T0 = datetime(2026, 3, 2, 9, 15, 0)  # epoch 1772442900
@@ -89,7 +91,16 @@ def test_a_live_lease_of_the_lease_table_with_its_notice():
             "reason": "maintenance",
             "acting": True,
         },
+        "preempting": None,
     }
+
+
+def test_a_live_lease_whose_job_is_preempting_carries_the_jobs_notice_not_a_lease_notice():
+    reason = "preempted: the pool keeps 2 H100-80GB GPUs free for notebooks and services"
+    lease = replace(LIVE, state="active", notice=None, preempting=PreemptingView(T1, reason))
+    got = live_lease_json(lease)
+    assert (got["state"], got["notice"]) == ("active", None)
+    assert got["preempting"] == {"deadline": "2026-03-02T09:16:30.250000Z", "reason": reason}
 
 
 def row(**more: object) -> SimpleNamespace:

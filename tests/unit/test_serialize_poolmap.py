@@ -34,6 +34,7 @@ from jupyterhub_gpupool.store.read.poolmap import (
     PoolMapView,
     PoolNodeView,
     PoolView,
+    PreemptingView,
     map_lease_view,
 )
 
@@ -242,6 +243,7 @@ TRAINING = MapLeaseView(
     since=None,
     idle_since=None,
     notice=None,
+    preempting=PreemptingView(T1, "preempted: alice (within guarantee) waits for a100-3g"),
 )
 MAP = PoolMapView(
     version=12,
@@ -276,10 +278,11 @@ MAP_TEXT = (
     '"leases":{"l1":{"user":"alice","server":"","class":"interactive","job":null,'
     '"offer":"a100-3g","state":"reclaiming","units":0.5,"borrowed":true,"since":1772442900.0,'
     '"idle_since":1772442960.5,"notice":{"kind":"idle","deadline":"2026-03-02T09:16:30.250000Z",'
-    '"acting":false}},'
+    '"acting":false},"preempting":null},'
     '"l2":{"user":"bob","server":"job:9","class":"training","job":"resnet",'
     '"offer":"t4-quarter","state":"active","units":0.25,"borrowed":false,"since":null,'
-    '"idle_since":null,"notice":null}},'
+    '"idle_since":null,"notice":null,"preempting":{"deadline":"2026-03-02T09:16:30.250000Z",'
+    '"reason":"preempted: alice (within guarantee) waits for a100-3g"}}},'
     '"offers":{"a100-3g":"A100 3g","t4-quarter":"t4-quarter"}}'
 )
 

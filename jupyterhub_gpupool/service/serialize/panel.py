@@ -15,6 +15,7 @@ from ...store.read.panel import (
     UnitSeriesView,
 )
 from ...timeparse import format_time
+from .poolmap import preempting_json
 from .quotas import quota_json, quota_spec_json
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
 
 def live_lease_json(lease: LiveLeaseView) -> dict[str, Any]:
     """A live lease of the lease table: ``class`` is its workload; ``age_s`` and ``idle_s``
-    are seconds at the time of reading."""
+    are seconds at the time of reading; ``preempting``: its job's preemption notice."""
     notice = lease.notice
     return {
         "id": lease.id,
@@ -52,6 +53,7 @@ def live_lease_json(lease: LiveLeaseView) -> dict[str, Any]:
             "reason": notice.reason,
             "acting": notice.acting,
         },
+        "preempting": preempting_json(lease.preempting),
     }
 
 

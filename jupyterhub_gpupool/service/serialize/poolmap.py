@@ -25,6 +25,7 @@ from ...store.read.poolmap import (
     ModelCapacityView,
     PoolMapView,
     PoolView,
+    PreemptingView,
 )
 from ...store.rows import epoch
 from ...timeparse import format_time
@@ -37,6 +38,7 @@ __all__ = [
     "map_lease_json",
     "pool_json",
     "pool_map_text",
+    "preempting_json",
 ]
 
 
@@ -154,9 +156,15 @@ def map_gpu_json(g: MapGpuView) -> dict[str, Any]:
     }
 
 
+def preempting_json(p: PreemptingView | None) -> dict[str, Any] | None:
+    """A job's preemption notice: when its grace ends (its runner kills it then) and why."""
+    return None if p is None else {"deadline": format_time(p.deadline), "reason": p.reason}
+
+
 def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
     """A live lease on the map (the member's value; its id is the member's name). Times are
-    epoch seconds: the reader subtracts them from now."""
+    epoch seconds, but for the notices' deadlines: the reader subtracts them from now.
+    ``preempting``: its job's preemption notice, which is no lease notice (``notice``)."""
     notice = lease.notice
     return {
         "user": lease.user,
@@ -176,6 +184,7 @@ def map_lease_json(lease: MapLeaseView) -> dict[str, Any]:
             "deadline": format_time(notice.deadline),
             "acting": notice.acting,
         },
+        "preempting": preempting_json(lease.preempting),
     }
 
 

@@ -17,7 +17,7 @@
       return gpu.cordoned || !gpu.healthy || node.cordoned || node.draining || node.unreachable
         ? 'off'
         : 'free';
-    if (lease.notice) return 'reclaiming';
+    if (lease.notice || lease.preempting) return 'reclaiming'; // a job's notice is one too
     if (lease.idle_s > 0 && !(util > BUSY)) return 'idle';
     return 'busy';
   }
@@ -40,6 +40,12 @@
   /** The class a slice's cell shows (job leases only: a server is the usual holder). */
   const workloadClass = s => (s.lease && s.lease.job ? `wl-${s.lease.class}` : '');
 
+  /** A job's preemption notice (a waiter's, the headroom's refill): its runner kills it at
+   * the deadline, when its class's grace ends. No lease notice: the lease's ``notice`` is
+   * null unless the job follows one (then that one is said). */
+  const preemptingText = p =>
+    `preemption notice: killed at ${p.deadline || '?'}${p.reason ? ` (${clip(p.reason)})` : ''}`;
+
   function describeSlice(s) {
     const parts = [`${s.node} · GPU ${s.gpu.index} · ${s.gpu.model}`, s.label];
     if (s.held) parts.push(`node ${s.held}`); // heard on every slice, not only in the heading
@@ -52,6 +58,7 @@
       parts.push(l.idle_s > 0 ? `idle ${dur(l.idle_s)}` : 'not idle');
       if (l.borrowed) parts.push('borrowed');
       if (l.notice) parts.push(`${l.notice.kind} notice until ${l.notice.deadline}`);
+      else if (l.preempting) parts.push(preemptingText(l.preempting));
     } else {
       parts.push(
         s.outside

@@ -16,6 +16,7 @@ from ...pool.quota import QuotaSpec
 from ...pool.usage import LeaseSpan, line_item, unpriced
 from ...pool.workloads import INTERACTIVE
 from ..rows import epoch, held_hours
+from .poolmap import PreemptingView
 from .quotas import QuotaView
 
 __all__ = [
@@ -44,9 +45,9 @@ class LiveNoticeView:
 @dataclass(frozen=True)
 class LiveLeaseView:
     """A live lease as the admin's lease table shows it: whose, what holds it (``workload``,
-    its job's name; None: a server's), since when (activated, else granted), and, in seconds
+    its job's name; None: a server's), since when (activated, else granted), in seconds
     at the time of reading, how long it has been held (``age_s``) and its GPU idle
-    (``idle_s``; 0: not idle)."""
+    (``idle_s``; 0: not idle), its reclaim notice and its job's preemption notice."""
 
     id: str
     user: str
@@ -62,11 +63,15 @@ class LiveLeaseView:
     age_s: float
     idle_s: float
     notice: LiveNoticeView | None
+    preempting: PreemptingView | None = None
 
 
-def live_lease_view(row: Any, now: float) -> LiveLeaseView:
+def live_lease_view(
+    row: Any, now: float, preempting: PreemptingView | None = None
+) -> LiveLeaseView:
     """A live lease's view from its columns as ``PanelViews.live_leases`` reads them (a
-    ``LeaseRow``'s names, and ``job``); ``now``: epoch seconds."""
+    ``LeaseRow``'s names, and ``job``); ``now``: epoch seconds; ``preempting``: its job's
+    preemption notice (None: its job, if any, is not ``preempting``)."""
     counts = row.reclaim_state or {}
     idle_since = counts.get("gpu_idle_since") or counts.get("idle_since")
     since = row.activated or row.granted
@@ -92,6 +97,7 @@ def live_lease_view(row: Any, now: float) -> LiveLeaseView:
             row.reclaim_reason,
             row.reclaim_acting is not None,
         ),
+        preempting=preempting,
     )
 
 

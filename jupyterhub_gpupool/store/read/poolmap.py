@@ -37,6 +37,7 @@ __all__ = [
     "PoolMapView",
     "PoolNodeView",
     "PoolView",
+    "PreemptingView",
     "instance_state",
     "map_gpu_view",
     "map_lease_view",
@@ -303,10 +304,22 @@ class MapNoticeView:
 
 
 @dataclass(frozen=True)
+class PreemptingView:
+    """A lease's job's preemption notice (the job is ``preempting``): its runner stops it by
+    ``deadline``, killing it then; ``reason`` is the job's (a waiter's, the headroom's refill,
+    the lease notice it follows). Not a lease notice: no reclaimer acts on it and nobody can
+    extend it, so the map and the lease table show it apart from ``notice``."""
+
+    deadline: datetime | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class MapLeaseView:
     """A live lease on the map: whose, what holds it (``workload``, its job's name; None: a
-    server's), since when it is held (activated, else granted) and since when its GPU is idle
-    (``idle_since``: epoch seconds as the reclaim counts keep them; None: not idle)."""
+    server's), since when it is held (activated, else granted), since when its GPU is idle
+    (``idle_since``: epoch seconds as the reclaim counts keep them; None: not idle), its
+    reclaim notice and its job's preemption notice (None: none)."""
 
     id: str
     user: str
@@ -320,6 +333,7 @@ class MapLeaseView:
     since: datetime | None
     idle_since: float | None
     notice: MapNoticeView | None
+    preempting: PreemptingView | None = None
 
 
 @dataclass(frozen=True)
@@ -391,9 +405,11 @@ def map_lease_view(
     acting: bool,
     workload: str | None,
     job: str | None,
+    preempting: PreemptingView | None = None,
 ) -> MapLeaseView:
     """A live lease on the map from its row's columns (``counts``: its reclaim state;
-    ``workload`` None: interactive; ``job`` None: a server's lease)."""
+    ``workload`` None: interactive; ``job`` None: a server's lease; ``preempting``: its job's
+    preemption notice)."""
     counts = counts or {}
     idle = counts.get("gpu_idle_since") or counts.get("idle_since")
     return MapLeaseView(
@@ -409,4 +425,5 @@ def map_lease_view(
         since=since,
         idle_since=idle if isinstance(idle, (int, float)) else None,
         notice=None if notice_kind is None else MapNoticeView(notice_kind, deadline, acting),
+        preempting=preempting,
     )
