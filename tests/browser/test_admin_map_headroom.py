@@ -261,7 +261,8 @@ def test_the_headroom_line_and_the_held_node(pool: Pool, browser: Any) -> None:
     expect(summary).to_contain_text(", 1 under notice,", timeout=60_000)
     cell = admin.locator(".slice[role=treeitem].reclaiming")
     expect(cell).to_have_count(1)
-    said = f"preemption notice: killed at {notice['deadline']} ({notice['reason']})"
+    killed_at = datetime.fromtimestamp(refilled_at + GRACE, timezone.utc)
+    said = f"preemption notice: killed at {killed_at:%Y-%m-%d %H:%M:%S} UTC ({notice['reason']})"
     expect(cell).to_have_attribute("aria-label", re.compile(re.escape(said)))
     holder = f"held by job {noticed['name']} (training) of trainer"
     expect(cell).to_have_attribute("aria-label", re.compile(re.escape(holder)))

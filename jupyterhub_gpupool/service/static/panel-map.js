@@ -40,11 +40,15 @@
   /** The class a slice's cell shows (job leases only: a server is the usual holder). */
   const workloadClass = s => (s.lease && s.lease.job ? `wl-${s.lease.class}` : '');
 
+  /** An ISO time as people read it on this page (to the second: a grace is minutes). */
+  const utcText = iso =>
+    iso ? `${new Date(iso).toISOString().replace('T', ' ').slice(0, 19)} UTC` : '?';
+
   /** A job's preemption notice (a waiter's, the headroom's refill): its runner kills it at
    * the deadline, when its class's grace ends. No lease notice: the lease's ``notice`` is
    * null unless the job follows one (then that one is said). */
   const preemptingText = p =>
-    `preemption notice: killed at ${p.deadline || '?'}${p.reason ? ` (${clip(p.reason)})` : ''}`;
+    `preemption notice: killed at ${utcText(p.deadline)}${p.reason ? ` (${clip(p.reason)})` : ''}`;
 
   function describeSlice(s) {
     const parts = [`${s.node} · GPU ${s.gpu.index} · ${s.gpu.model}`, s.label];
@@ -57,7 +61,7 @@
       );
       parts.push(l.idle_s > 0 ? `idle ${dur(l.idle_s)}` : 'not idle');
       if (l.borrowed) parts.push('borrowed');
-      if (l.notice) parts.push(`${l.notice.kind} notice until ${l.notice.deadline}`);
+      if (l.notice) parts.push(`${l.notice.kind} notice until ${utcText(l.notice.deadline)}`);
       else if (l.preempting) parts.push(preemptingText(l.preempting));
     } else {
       parts.push(
