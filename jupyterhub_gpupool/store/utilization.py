@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool.idlesignal import GpuSample
 from .core import StoreCore
+from .read.devices import SampledGpusView, sampled_gpus_view
 from .read.utilization import MinuteView, minute_view
 from .rows import upsert_insert
 
@@ -195,6 +196,15 @@ class UtilizationStore(StoreCore):
             out: list[Device] = [(g, None) for g in alloc.gpus]
             out += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
         return out
+
+    def sampled_gpus(self, uuids: Iterable[str], *, fresh: bool = False) -> SampledGpusView:
+        """The GPUs of ``uuids`` the pool knows, with their node and holders
+        (``read.devices``): what a batch of samples is checked against and its busy time
+        counted for. One locked call, so the holders are one consistent state (no decision
+        changes them between two of its GPUs). ``fresh=False``: sample ingestion may be
+        ``view_lag`` behind rather than rebuild the allocator for every batch (``locked``)."""
+        with self.locked(fresh=fresh) as alloc:
+            return sampled_gpus_view(alloc, uuids)
 
     def latest_sample_times(
         self, devices: Iterable[tuple[str, int | None]]
