@@ -175,10 +175,7 @@ def ingest(
     # where each device's stored samples end, whichever replica took them: the interval is
     # counted from there, and a sample another replica already took is not counted again
     stored = store.latest_sample_times({(s.gpu, s.start) for s in ordered})
-    # the holders as one consistent state (one locked call): no decision changes them between
-    # two samples of the batch
-    pool = store.sampled_gpus({s.gpu for s in ordered}, fresh=False)
-    gpus, lease_devices = pool.gpus, pool.lease_devices
+    busy: list[tuple[Sample, float, bool]] = []  # a busy sample, its seconds, estimated
     for sample in ordered:
         device = (sample.gpu, sample.start)
         before = buffer.previous(sample.gpu, sample.start)
@@ -196,31 +193,38 @@ def ingest(
             taken.append(sample)
         if minutes is not None:
             minutes.add(sample)
-        gpu = gpus.get(sample.gpu)
-        if gpu is None or prev_ts is None:
+        if prev_ts is None:
             continue
         evidence = busy_evidence(
             GpuSample(sample.ts, sample.util, sample.memory_used_mib, sample.processes),
             busy_threshold,
         )
-        if evidence is None:
-            continue
-        seconds = min(sample.ts - prev_ts, MAX_INTERVAL)
+        if evidence is not None:
+            seconds = min(sample.ts - prev_ts, MAX_INTERVAL)
+            busy.append((sample, seconds, evidence == "estimated"))
+    if not busy:
+        return facts
+    # the holders of the busy samples' GPUs, read in one locked call: one consistent state, so
+    # no decision changes holders between two samples of the batch
+    pool = store.gpu_holders({s.gpu for s, _, _ in busy}, fresh=False)
+    lease_devices = pool.lease_devices
+    for sample, seconds, estimated in busy:
+        gpu = sample.gpu  # a GPU the pool does not know has no holders
         if sample.start is not None:
-            holders = [le for start, le in gpu.instances if start == sample.start]
-        elif gpu.whole:
-            holders = [gpu.whole]
+            holders = [le for start, le in pool.instances.get(gpu, ()) if start == sample.start]
+        elif gpu in pool.whole:
+            holders = [pool.whole[gpu]]
         elif sample.lease_util is not None:
             # a share is busy by its own processes, as the reclaimer judges it: a busy
             # neighbour does not make an idle share's held hours busy ones
             own = dict(sample.lease_util)
-            holders = [le for le in gpu.shares if own.get(le, 0.0) >= busy_threshold]
+            shares = pool.shares.get(gpu, ())
+            holders = [le for le in shares if own.get(le, 0.0) >= busy_threshold]
         else:
-            holders = list(gpu.shares)
+            holders = list(pool.shares.get(gpu, ()))
         end = minute_time(sample.ts)
-        for lease in filter(None, holders):
-            devices = lease_devices.get(lease, 1)
-            add_interval(facts, lease, end, seconds, 1.0 / devices, evidence == "estimated")
+        for lease in holders:
+            add_interval(facts, lease, end, seconds, 1.0 / lease_devices.get(lease, 1), estimated)
     return facts
 
 

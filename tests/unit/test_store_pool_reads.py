@@ -16,8 +16,8 @@ from jupyterhub_gpupool.store import Store
 from jupyterhub_gpupool.store.read.devices import (
     ClusterGpuView,
     ClusterNodeView,
-    SampledGpusView,
-    SampledGpuView,
+    GpuHoldersView,
+    GpuNodesView,
 )
 from jupyterhub_gpupool.store.read.gauges import AlertFactsView, GpuHealthView, ModelCapacityView
 from jupyterhub_gpupool.store.read.mig import MigProfileView
@@ -131,25 +131,28 @@ def test_the_gauges_and_the_alert_facts(store, clock):
     assert ids["erin"] not in store.cluster("default").live  # a waiter holds nothing
 
 
-def test_the_gpus_a_sample_batch_names_with_their_holders(store, clock):
+def test_the_gpus_a_sample_batch_names_with_their_nodes_and_holders(store, clock):
     ids = holders(store, clock)
     g = uuids(store)
-    view = store.sampled_gpus([g["h0"], g["a100"], g["l4"], g["e0"], g["h0"], "GPU-nope"])
+    view = store.gpu_holders([g["h0"], g["a100"], g["l4"], g["e0"], g["h0"], "GPU-nope"])
     frozen_and_pickles(view)
-    assert isinstance(view, SampledGpusView)
-    assert view.gpus == {
-        g["h0"]: SampledGpuView("n1", ids["alice"], (), ()),
-        g["a100"]: SampledGpuView("n1", None, (), ((0, ids["carol"]),)),
-        g["l4"]: SampledGpuView("n1", None, (ids["bob"],), ()),
-        g["e0"]: SampledGpuView("e1", ids["dave"], (), ()),
-    }
-    # alice's busy time on one GPU is half of her lease's: it holds two
-    assert view.lease_devices == {ids["alice"]: 2, ids["carol"]: 1, ids["bob"]: 1, ids["dave"]: 1}
-    assert store.sampled_gpus([g["h1"]]).lease_devices == {ids["alice"]: 2}
+    assert view == GpuHoldersView(
+        whole={g["h0"]: ids["alice"], g["e0"]: ids["dave"]},
+        shares={g["l4"]: (ids["bob"],)},
+        instances={g["a100"]: ((0, ids["carol"]),)},
+        # alice's busy time on one GPU is half of her lease's: it holds two
+        lease_devices={ids["alice"]: 2, ids["carol"]: 1, ids["bob"]: 1, ids["dave"]: 1},
+    )
+    assert store.gpu_holders([g["h1"]]).lease_devices == {ids["alice"]: 2}
+    nodes = store.gpu_nodes([g["h0"], g["e0"], "GPU-nope"])
+    frozen_and_pickles(nodes)
+    assert nodes == GpuNodesView({g["h0"]: "n1", g["e0"]: "e1"})
     store.release(ids["alice"])  # erin, waiting, gets one of the two
-    after = store.sampled_gpus([g["h0"], g["h1"]])
-    assert [v.whole for v in after.gpus.values() if v.whole] == [ids["erin"]]
-    assert after.lease_devices == {ids["erin"]: 1}
+    after = store.gpu_holders([g["h0"], g["h1"]])
+    assert list(after.whole.values()) == [ids["erin"]]
+    assert after.lease_devices == {ids["erin"]: 1} and after.shares == after.instances == {}
+    # a copy: what the view said stays as it was
+    assert view.whole[g["h0"]] == ids["alice"]
 
 
 def test_the_mig_profiles_of_the_pools_models(store):
@@ -202,6 +205,6 @@ def test_a_node_as_a_label_repartition_leaves_it(store, clock):
     off = store.repartitioned_node("n1", {g["a100"]: []})
     assert off is not None and not {x.uuid: x for x in off.gpus}[g["a100"]].mig_enabled
     # a copy: the pool's own node still holds alice's GPUs and carol's slice
-    view = store.sampled_gpus([g["h0"], g["a100"]])
-    assert view.gpus[g["h0"]].whole is not None and view.gpus[g["a100"]].instances
+    view = store.gpu_holders([g["h0"], g["a100"]])
+    assert g["h0"] in view.whole and g["a100"] in view.instances
     assert store.repartitioned_node("nope", {}) is None

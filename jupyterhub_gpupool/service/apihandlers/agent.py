@@ -94,11 +94,11 @@ class SamplesHandler(APIHandler):
         if len(raw) > MAX_BATCH:
             raise _bad("samples", f"at most {MAX_BATCH} samples per batch")
         named = {s["gpu"] for s in raw if isinstance(s, dict) and isinstance(s.get("gpu"), str)}
-        known = self.store.sampled_gpus(named, fresh=False).gpus  # the GPUs, to check the batch
-        if any(g not in known for g in named):
+        known = self.store.gpu_nodes(named, fresh=False).nodes  # the GPUs, to check the batch
+        if len(known) < len(named):
             # a GPU the view does not know yet may have come with an inventory just committed
             # by the store process (an agent's first samples follow its inventory at once)
-            known = self.store.sampled_gpus(named, fresh=True).gpus
+            known = self.store.gpu_nodes(named, fresh=True).nodes
         samples = []
         for i, s in enumerate(raw):
             where = f"samples[{i}]"
@@ -107,7 +107,7 @@ class SamplesHandler(APIHandler):
             gpu = s.get("gpu")
             if not isinstance(gpu, str) or gpu not in known:
                 raise _bad(f"{where}.gpu", "not a GPU of this pool")
-            if known[gpu].node != name:
+            if known[gpu] != name:
                 raise _bad(f"{where}.gpu", f"GPU is not on node {name}")
             ts = s.get("ts")
             if isinstance(ts, str):

@@ -1,6 +1,6 @@
 """The pool's GPUs as the readers outside the pool's rules need them: the GPUs a batch of
-utilization samples names, with their node and holders (``POST nodes/{name}/samples`` checks
-the batch, sample ingestion counts busy time for the holders), and the nodes of one cluster
+utilization samples names, with their node (``POST nodes/{name}/samples`` checks the batch) or
+their holders (sample ingestion counts busy time for them), and the nodes of one cluster
 with their devices and the live leases (the Kubernetes readers of time-slicing and of outside
 holds). Each is taken in one locked call: a consistent snapshot, never the allocator's own
 objects."""
@@ -17,31 +17,32 @@ __all__ = [
     "ClusterGpuView",
     "ClusterNodeView",
     "ClusterView",
-    "SampledGpuView",
-    "SampledGpusView",
+    "GpuHoldersView",
+    "GpuNodesView",
     "cluster_view",
-    "sampled_gpus_view",
+    "gpu_holders_view",
+    "gpu_nodes_view",
 ]
 
 
 @dataclass(frozen=True)
-class SampledGpuView:
-    """A GPU a sample names: its ``node``; the lease holding it whole (None: none); the
-    leases sharing it; and its MIG instances' holders as ``(start, lease)`` (instances free or
-    retiring left out)."""
+class GpuNodesView:
+    """Of the GPUs asked for, those the pool knows, each with its node's name."""
 
-    node: str
-    whole: str | None
-    shares: tuple[str, ...]
-    instances: tuple[tuple[int, str], ...]
+    nodes: Mapping[str, str]
 
 
 @dataclass(frozen=True)
-class SampledGpusView:
-    """Of the GPUs asked for, those the pool knows (``gpus`` by uuid), and for every lease
-    holding one of them how many devices it holds (at least 1: its busy time is split)."""
+class GpuHoldersView:
+    """Who holds the GPUs asked for (only those held appear): the lease holding a GPU whole
+    (``whole``), the leases sharing one (``shares``), a MIG GPU's instances' holders as
+    ``(start, lease)`` (``instances``; instances free or retiring left out); and for each of
+    these leases how many devices it holds (``lease_devices``, at least 1: its busy time is
+    split). Maps rather than an object per GPU: sample ingestion reads it for every batch."""
 
-    gpus: Mapping[str, SampledGpuView]
+    whole: Mapping[str, str]
+    shares: Mapping[str, tuple[str, ...]]
+    instances: Mapping[str, tuple[tuple[int, str], ...]]
     lease_devices: Mapping[str, int]
 
 
@@ -74,24 +75,39 @@ class ClusterView:
     live: frozenset[str]
 
 
-def sampled_gpus_view(alloc: Allocator, uuids: Iterable[str]) -> SampledGpusView:
-    """The GPUs of ``uuids`` that ``alloc`` knows, with their holders."""
-    gpus: dict[str, SampledGpuView] = {}
+def gpu_nodes_view(alloc: Allocator, uuids: Iterable[str]) -> GpuNodesView:
+    """The node of each GPU of ``uuids`` that ``alloc`` knows."""
+    known = alloc.gpus
+    return GpuNodesView({u: known[u].node for u in uuids if u in known})
+
+
+def gpu_holders_view(alloc: Allocator, uuids: Iterable[str]) -> GpuHoldersView:
+    """The holders of the GPUs of ``uuids`` in ``alloc`` (GPUs it does not know: none)."""
+    whole: dict[str, str] = {}
+    shares: dict[str, tuple[str, ...]] = {}
+    instances: dict[str, tuple[tuple[int, str], ...]] = {}
     devices: dict[str, int] = {}
     known, leases = alloc.gpus, alloc.leases
     for uuid in uuids:
         g = known.get(uuid)
-        if g is None or uuid in gpus:
+        if g is None:
             continue
-        instances = tuple(
-            (i.start, i.lease) for i in g.instances if i.lease and i.lease != RETIRING
-        )
-        view = gpus[uuid] = SampledGpuView(g.node, g.whole_lease, tuple(g.shares), instances)
-        for lease in (view.whole, *view.shares, *(le for _, le in instances)):
-            if lease and lease not in devices:
-                held = leases.get(lease)
-                devices[lease] = max(1, len(held.slots)) if held is not None else 1
-    return SampledGpusView(gpus, devices)
+        held: list[str] = []
+        if g.whole_lease:
+            whole[uuid] = g.whole_lease
+            held.append(g.whole_lease)
+        if g.shares:
+            held += shares.setdefault(uuid, tuple(g.shares))
+        if g.instances:
+            mine = tuple((i.start, i.lease) for i in g.instances if i.lease and i.lease != RETIRING)
+            if mine:
+                instances[uuid] = mine
+                held += (le for _, le in mine)
+        for lease in held:
+            if lease not in devices:
+                found = leases.get(lease)
+                devices[lease] = max(1, len(found.slots)) if found is not None else 1
+    return GpuHoldersView(whole, shares, instances, devices)
 
 
 def cluster_view(alloc: Allocator, cluster: str) -> ClusterView:

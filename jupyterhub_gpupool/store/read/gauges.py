@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...pool.alerts import pool_facts
 from ...pool.allocator import Allocator
@@ -47,9 +48,10 @@ class ModelCapacityView:
     free_units: float
 
 
-@dataclass(frozen=True)
-class GpuHealthView:
-    """A GPU of a node and whether it is healthy."""
+class GpuHealthView(NamedTuple):
+    """A GPU of a node and whether it is healthy. Immutable like the other views; a named
+    tuple because every scrape builds one per GPU of the pool, three times faster than a
+    frozen dataclass."""
 
     node: str
     gpu: str
