@@ -2,7 +2,7 @@
 ingestion (``service.ingest.ingest``) and an agent's ``POST nodes/{name}/samples``, on a pool of
 ``--nodes`` nodes of eight H100s with one granted GPU per user (``--users``), SQLite.
 
-Prints the time per call of each, the best of five blocks' means (no assertion: a figure to
+Prints the CPU time per call of each, the best of five blocks' means (no assertion: a figure to
 compare before and after a change). Run ``python benchmarks/store_reads.py`` from the
 repository root.
 """
@@ -46,15 +46,16 @@ def pool(nodes: int) -> dict[str, Any]:
 
 
 def timed(fn: Any, n: int, blocks: int = 5) -> float:
-    """The best of ``blocks`` means over ``n // blocks`` calls, in ms (the machine's other
-    load only ever adds)."""
+    """The best of ``blocks`` means over ``n // blocks`` calls, in ms of this process's CPU
+    time (the in-process service's threads included): other load on a shared machine only
+    ever adds, and wall time on one swings by half."""
     fn()  # warm
     best = float("inf")
     for _ in range(blocks):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(max(1, n // blocks)):
             fn()
-        best = min(best, (time.perf_counter() - t0) / max(1, n // blocks))
+        best = min(best, (time.process_time() - t0) / max(1, n // blocks))
     return best * 1e3
 
 
