@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from traitlets import Bool, Dict, List, TraitError, Unicode, validate
@@ -40,7 +39,7 @@ from traitlets.config import LoggingConfigurable
 from ..pool import commands
 from ..pool.commands import Command
 from ..pool.dramig import NO_REPARTITION, made_by_claim
-from ..pool.model import MigInstance, Node
+from ..pool.model import Node
 from ..store.read.repartitions import RepartitionView
 from . import nodes as kn
 from .client import KubeAPI, KubeClient, KubeError
@@ -170,22 +169,9 @@ class MigLabeller(LoggingConfigurable):
     def _wanted(self, store: Any, node: str, reps: list[RepartitionView]) -> Node | None:
         """The node as it will be: the re-partitioned GPUs in their new layout, the rest as
         they are (copies: the allocator's own values are never touched)."""
-        layouts = {r.gpu: r.layout for r in reps}
-        with store.locked() as alloc:
-            found: Node | None = alloc.nodes.get(node)
-            if found is None:
-                return None
-            gpus = []
-            for g in found.gpus:
-                if g.uuid in layouts:
-                    inst = [MigInstance(i.profile, i.start) for i in layouts[g.uuid]]
-                else:
-                    inst = [MigInstance(i.profile, i.start, i.uuid) for i in g.instances]
-                mig = bool(inst) if g.uuid in layouts else g.mig_enabled
-                gpus.append(
-                    replace(g, instances=inst, mig_enabled=mig, whole_lease=None, shares={})
-                )
-            return replace(found, gpus=gpus, labels=dict(found.labels), cpu_used=0, memory_used=0)
+        layouts = {r.gpu: [(i.profile, i.start) for i in r.layout] for r in reps}
+        wanted: Node | None = store.repartitioned_node(node, layouts)
+        return wanted
 
     async def _node(self, store: Any, call: Call, name: str, reps: list[RepartitionView]) -> str:
         wanted = self._wanted(store, name, reps)

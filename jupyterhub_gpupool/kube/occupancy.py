@@ -75,29 +75,19 @@ class KubeOccupancy(OneAPIServer, LoggingConfigurable):
     async def step(self, store: Any, call: Call) -> dict[str, dict[str, Any]]:
         """One round; returns what each changed node's holds became (for logs and tests).
         An unreachable or refusing API server changes nothing (tried again next round)."""
-        with store.locked() as alloc:
-            pool_nodes = [n for n in alloc.nodes.values() if n.cluster == self.cluster]
-            known = {
-                n.name: (
-                    sorted({p for g in n.gpus if g.mig_enabled for p in g.model.profiles}),
-                    sum(1 for g in n.gpus if not g.mig_enabled),
-                )
-                for n in pool_nodes
-            }
-            gpus = {
-                n.name: [
-                    kc.PoolGpu(
-                        g.uuid,
-                        g.mig_enabled,
-                        tuple(
-                            i.start for i in g.instances if i.uuid is not None or not g.dynamic_mig
-                        ),
-                    )
-                    for g in n.gpus
-                ]
-                for n in pool_nodes
-            }
-            live = set(alloc.leases)
+        pool = store.cluster(self.cluster)
+        known = {
+            n.name: (
+                sorted({p for g in n.gpus if g.mig_enabled for p in g.profiles}),
+                sum(1 for g in n.gpus if not g.mig_enabled),
+            )
+            for n in pool.nodes
+        }
+        gpus = {
+            n.name: [kc.PoolGpu(g.uuid, g.mig_enabled, g.made_starts) for g in n.gpus]
+            for n in pool.nodes
+        }
+        live = set(pool.live)
         if not known:
             return {}
         client = self.client()

@@ -51,12 +51,11 @@ class KubeSharing(OneAPIServer, LoggingConfigurable):
     async def step(self, store: Any, call: Call) -> dict[str, dict[str, str]]:
         """One round; returns the modes that changed per node (for logs and tests). An
         unreachable or refusing API server changes nothing (tried again next round)."""
-        with store.locked() as alloc:
-            pool_nodes = {
-                n.name: n
-                for n in alloc.nodes.values()
-                if n.cluster == self.cluster and any(not g.mig_enabled for g in n.gpus)
-            }
+        pool_nodes = {
+            n.name: n
+            for n in store.cluster(self.cluster).nodes
+            if any(not g.mig_enabled for g in n.gpus)
+        }
         if not pool_nodes:
             return {}
         try:

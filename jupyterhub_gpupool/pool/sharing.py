@@ -15,9 +15,27 @@ An agent cannot see a GPU's mode (NVML does not know the plugin's config): its `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-from .model import Node
+
+class ModedGpu(Protocol):
+    """What the sharing rules read of a GPU (``model.Gpu``, or a store's view of one)."""
+
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def mig_enabled(self) -> bool: ...
+    @property
+    def sharing(self) -> str: ...
+
+
+class GpuHolder(Protocol):
+    """What the sharing rules read of a node (``model.Node``, or a store's view of one)."""
+
+    @property
+    def gpus(self) -> Sequence[ModedGpu]: ...
+
 
 #: What a user asking for a share is told when no node of the pool (or of their clusters)
 #: offers shared GPUs: on Kubernetes, no node's device plugin advertises time-slicing.
@@ -29,7 +47,7 @@ NO_SHARED_GPUS = (
 )
 
 
-def advertised_modes(node: Node, advertised: bool) -> dict[str, str]:
+def advertised_modes(node: GpuHolder, advertised: bool) -> dict[str, str]:
     """The sharing mode each non-MIG GPU of ``node`` must have when its device plugin does
     (``advertised``) or does not advertise shared GPUs. MIG GPUs are left out: a MIG
     instance is never a share here."""
@@ -37,7 +55,7 @@ def advertised_modes(node: Node, advertised: bool) -> dict[str, str]:
     return {g.uuid: mode for g in node.gpus if not g.mig_enabled}
 
 
-def changed_modes(node: Node, modes: dict[str, str]) -> dict[str, str]:
+def changed_modes(node: GpuHolder, modes: dict[str, str]) -> dict[str, str]:
     """The entries of ``modes`` that differ from what ``node``'s GPUs have now."""
     have = {g.uuid: g.sharing for g in node.gpus}
     return {u: m for u, m in modes.items() if u in have and have[u] != m}

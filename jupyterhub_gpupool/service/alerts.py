@@ -34,7 +34,6 @@ from ..pool.alerts import (
     conditions,
     step,
 )
-from ..pool.alerts import pool_facts as facts_of_pool
 from ..pool.commands import Command
 from ..store import Store
 from ..timeparse import format_epoch
@@ -142,8 +141,14 @@ class AlertMonitor:
     def gather(self, now: float) -> Facts:
         """What the conditions are decided on now, on the leading replica (blocking reads:
         run off the event loop)."""
-        with self.store.locked(fresh=False) as alloc:
-            facts = facts_of_pool(alloc, now)
+        pool = self.store.alert_facts(now, fresh=False)
+        facts = Facts(
+            unhealthy_gpus=list(pool.unhealthy_gpus),
+            unreachable_nodes=list(pool.unreachable_nodes),
+            oldest_wait=dict(pool.oldest_wait),
+            exhausted=list(pool.exhausted),
+            budget_used=dict(pool.budget_used),
+        )
         at = datetime.fromtimestamp(now, timezone.utc).replace(tzinfo=None)
         hour_ago = at - timedelta(hours=1)
         facts.mig_failures = self.store.count_events(["mig-failed"], hour_ago)

@@ -14,7 +14,7 @@ from typing import Any
 from ..pool.catalog import Catalog
 from ..pool.errors import ConfigError
 from ..pool.idlesignal import GpuSample
-from ..pool.model import RETIRING, SHARING_MODES, Gpu, MigInstance, Node
+from ..pool.model import SHARING_MODES, Gpu, MigInstance, Node
 from ..pool.usage import MAX_INTERVAL, UsageFacts, add_interval, busy_evidence
 from ..store import Store
 from .utilization import MinuteAggregator, Sample, UtilizationBuffer
@@ -175,54 +175,56 @@ def ingest(
     # where each device's stored samples end, whichever replica took them: the interval is
     # counted from there, and a sample another replica already took is not counted again
     stored = store.latest_sample_times({(s.gpu, s.start) for s in ordered})
-    with store.locked(fresh=False) as alloc:  # no decision changes holders meanwhile
-        for sample in ordered:
-            device = (sample.gpu, sample.start)
-            before = buffer.previous(sample.gpu, sample.start)
-            elsewhere = stored.get(device)
-            if not buffer.add([sample]):
-                continue
-            if elsewhere is not None and elsewhere >= sample.ts:
-                continue  # stored already (posted to another replica too): counted there
-            stored[device] = sample.ts
-            prev_ts = max(
-                (t for t in (before.ts if before else None, elsewhere) if t is not None),
-                default=None,
-            )
-            if taken is not None:
-                taken.append(sample)
-            if minutes is not None:
-                minutes.add(sample)
-            gpu = alloc.gpus.get(sample.gpu)
-            if gpu is None or prev_ts is None:
-                continue
-            evidence = busy_evidence(
-                GpuSample(sample.ts, sample.util, sample.memory_used_mib, sample.processes),
-                busy_threshold,
-            )
-            if evidence is None:
-                continue
+    busy: list[tuple[Sample, float, bool]] = []  # a busy sample, its seconds, estimated
+    for sample in ordered:
+        device = (sample.gpu, sample.start)
+        before = buffer.previous(sample.gpu, sample.start)
+        elsewhere = stored.get(device)
+        if not buffer.add([sample]):
+            continue
+        if elsewhere is not None and elsewhere >= sample.ts:
+            continue  # stored already (posted to another replica too): counted there
+        stored[device] = sample.ts
+        prev_ts = max(
+            (t for t in (before.ts if before else None, elsewhere) if t is not None),
+            default=None,
+        )
+        if taken is not None:
+            taken.append(sample)
+        if minutes is not None:
+            minutes.add(sample)
+        if prev_ts is None:
+            continue
+        evidence = busy_evidence(
+            GpuSample(sample.ts, sample.util, sample.memory_used_mib, sample.processes),
+            busy_threshold,
+        )
+        if evidence is not None:
             seconds = min(sample.ts - prev_ts, MAX_INTERVAL)
-            if sample.start is not None:
-                holders = [
-                    i.lease
-                    for i in gpu.instances
-                    if i.start == sample.start and i.lease != RETIRING
-                ]
-            elif gpu.whole_lease:
-                holders = [gpu.whole_lease]
-            elif sample.lease_util is not None:
-                # a share is busy by its own processes, as the reclaimer judges it: a busy
-                # neighbour does not make an idle share's held hours busy ones
-                own = dict(sample.lease_util)
-                holders = [le for le in gpu.shares if own.get(le, 0.0) >= busy_threshold]
-            else:
-                holders = list(gpu.shares)
-            end = minute_time(sample.ts)
-            for lease in filter(None, holders):
-                held = alloc.leases.get(lease)
-                devices = max(1, len(held.slots)) if held is not None else 1
-                add_interval(facts, lease, end, seconds, 1.0 / devices, evidence == "estimated")
+            busy.append((sample, seconds, evidence == "estimated"))
+    if not busy:
+        return facts
+    # the holders of the busy samples' GPUs, read in one locked call: one consistent state, so
+    # no decision changes holders between two samples of the batch
+    pool = store.gpu_holders({s.gpu for s, _, _ in busy}, fresh=False)
+    lease_devices = pool.lease_devices
+    for sample, seconds, estimated in busy:
+        gpu = sample.gpu  # a GPU the pool does not know has no holders
+        if sample.start is not None:
+            holders = [le for start, le in pool.instances.get(gpu, ()) if start == sample.start]
+        elif gpu in pool.whole:
+            holders = [pool.whole[gpu]]
+        elif sample.lease_util is not None:
+            # a share is busy by its own processes, as the reclaimer judges it: a busy
+            # neighbour does not make an idle share's held hours busy ones
+            own = dict(sample.lease_util)
+            shares = pool.shares.get(gpu, ())
+            holders = [le for le in shares if own.get(le, 0.0) >= busy_threshold]
+        else:
+            holders = list(pool.shares.get(gpu, ()))
+        end = minute_time(sample.ts)
+        for lease in holders:
+            add_interval(facts, lease, end, seconds, 1.0 / lease_devices.get(lease, 1), estimated)
     return facts
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..pool.alerts import pool_facts
 from ..store import Store
+from ..store.read.gauges import PoolGaugesView
 from ..store.read.headroom import HeadroomView
 
 #: The label of usage without a group (a lease charged to no group).
@@ -255,24 +255,21 @@ class PoolMetrics:
             self.store_up.set(0)
             return generate_latest(self.registry)
         self.store_up.set(1)
-        with store.locked(fresh=False) as alloc:
-            for model, m in alloc.capacity_by_model().items():
-                self.capacity.labels(model=model).set(m["gpus"])
-                self.free.labels(model=model).set(m["free_units"])
-                self.used.labels(model=model).set(m["gpus"] - m["free_units"])
-            waiting: dict[str, int] = dict.fromkeys(alloc.offers, 0)
-            for w in alloc.waiters.values():
-                waiting[w.request.offer] = waiting.get(w.request.offer, 0) + 1
-            for offer, n in waiting.items():
-                self.queue_length.labels(offer=offer).set(n)
-            for spec in alloc.offers.values():
-                self.offer_available.labels(offer=spec.name).set(alloc.available(spec, cap=50))
-            for node in alloc.nodes.values():
-                self.node_unreachable.labels(node=node.name).set(int(node.unreachable))
-            self._render_alert_facts(alloc, store)
+        view = store.pool_gauges(fresh=False)
+        for m in view.capacity:
+            self.capacity.labels(model=m.model).set(m.gpus)
+            self.free.labels(model=m.model).set(m.free_units)
+            self.used.labels(model=m.model).set(m.gpus - m.free_units)
+        for offer, n in view.waiting:
+            self.queue_length.labels(offer=offer).set(n)
+        for offer, n in view.available:
+            self.offer_available.labels(offer=offer).set(n)
+        for node, unreachable in view.unreachable:
+            self.node_unreachable.labels(node=node).set(int(unreachable))
+        self._render_alert_facts(view)
         self._render_headroom(store.headroom(fresh=False))
         self.reclaiming.set(store.reclaiming_count())
-        self._render_groups(store)
+        self._render_groups(store, view)
         return generate_latest(self.registry)
 
     def _render_headroom(self, view: HeadroomView) -> None:
@@ -287,27 +284,24 @@ class PoolMetrics:
                 node=x.node, request=x.request, offer=x.offer, out_of_count=out
             ).set(1)
 
-    def _render_alert_facts(self, alloc: Any, store: Store) -> None:
+    def _render_alert_facts(self, view: PoolGaugesView) -> None:
         """The gauges of the alert rules the pool state answers (``pool.alerts.pool_facts``)."""
-        facts = pool_facts(alloc, store.clock().replace(tzinfo=timezone.utc).timestamp())
+        facts = view.facts
         self.gpu_unhealthy.clear()
-        for node in alloc.nodes.values():
-            for g in node.gpus:
-                self.gpu_unhealthy.labels(node=node.name, gpu=g.uuid).set(int(not g.healthy))
-        for offer in alloc.offers:
+        for g in view.gpus:
+            self.gpu_unhealthy.labels(node=g.node, gpu=g.gpu).set(int(not g.healthy))
+        for offer in view.offers:
             self.queue_oldest.labels(offer=offer).set(facts.oldest_wait.get(offer, 0.0))
         self.budget_used.clear()
         for quota, share in facts.budget_used.items():
             self.budget_used.labels(quota=quota).set(share)
 
-    def _render_groups(self, store: Store) -> None:
-        """The per-group gauges: units held now, and the month so far (recounted at most
-        every ``usage_refresh`` seconds; a new month starts from nothing)."""
-        with store.locked(fresh=False) as alloc:
-            held: dict[str, float] = {}
-            for lease in alloc.leases.values():
-                key = lease.group or NO_GROUP
-                held[key] = held.get(key, 0.0) + float(lease.units)
+    def _render_groups(self, store: Store, view: PoolGaugesView) -> None:
+        """The per-group gauges: units held now (``view``), and the month so far (recounted
+        at most every ``usage_refresh`` seconds; a new month starts from nothing)."""
+        held: dict[str, float] = {}
+        for group, units in view.group_units:
+            held[group or NO_GROUP] = held.get(group or NO_GROUP, 0.0) + units
         self.group_units.clear()
         for group, units in held.items():
             self.group_units.labels(group=group).set(units)

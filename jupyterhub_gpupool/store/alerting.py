@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy import func, select, text
 
 from .. import orm
+from .read.gauges import AlertFactsView, PoolGaugesView, alert_facts_view, pool_gauges_view
+from .rows import epoch
 from .views import ViewStore
 
 #: Audit kinds of the alerts' transitions.
@@ -24,6 +26,20 @@ class AlertStore(ViewStore):
         """Raise unless the database answers a ``SELECT 1`` now."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    def alert_facts(self, now: float, *, fresh: bool = False) -> AlertFactsView:
+        """The pool state's facts the alert rules decide on at ``now`` (epoch seconds;
+        ``read.gauges``). ``fresh=False``: a round may be ``view_lag`` behind (``locked``)."""
+        with self.locked(fresh=fresh) as alloc:
+            return alert_facts_view(alloc, now)
+
+    def pool_gauges(self, *, fresh: bool = False) -> PoolGaugesView:
+        """What the metrics scrape sets from the pool state, by the store's clock, in one
+        locked call (``read.gauges``). ``fresh=False``: a scrape may be ``view_lag`` behind
+        rather than rebuild the allocator after every batch of decisions (``locked``)."""
+        now = epoch(self.clock())
+        with self.locked(fresh=fresh) as alloc:
+            return pool_gauges_view(alloc, now)
 
     def count_events(self, kinds: Iterable[str], since: datetime) -> int:
         """Audit events of ``kinds`` at or after ``since``."""

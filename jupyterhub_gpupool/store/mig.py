@@ -30,9 +30,16 @@ from ..pool import commands as c
 from ..pool.dramig import made_by_claim
 from ..pool.facts import MigGpu, PoolState
 from ..pool.migplan import GpuLayout, Seen, Wanted, plan_node
+from ..pool.model import Node
 from ..pool.repartition import Held
 from .apply import Applier, LazyFacts, decided
-from .read.mig import MigAction, mig_actions
+from .read.mig import (
+    MigAction,
+    ModelProfilesView,
+    mig_actions,
+    model_profiles,
+    repartitioned_node,
+)
 from .rows import live_slots
 
 
@@ -57,6 +64,21 @@ class MigStore(Applier):
                 for o in g.observed or ()
             ),
         )
+
+    def mig_profiles(self, *, fresh: bool = False) -> tuple[ModelProfilesView, ...]:
+        """The MIG profiles of the pool's MIG-capable models (``read.mig``), for the admin
+        nodes page's form: ``fresh=False``, the catalog's profiles hardly ever change."""
+        with self.locked(fresh=fresh) as alloc:
+            return model_profiles(alloc)
+
+    def repartitioned_node(
+        self, node: str, layouts: Mapping[str, Iterable[tuple[str, int]]]
+    ) -> Node | None:
+        """``node`` as label re-partitions to ``layouts`` (GPU uuid → the ``(profile,
+        start)`` of each instance) will leave it, nothing held: a copy, to report as its
+        inventory (``read.mig.repartitioned_node``); None: not a node of the pool."""
+        with self.locked() as alloc:
+            return repartitioned_node(alloc, node, layouts)
 
     def mig_plan(self, node: str) -> tuple[MigAction, ...]:
         """The MIG actions pending on ``node``'s dynamic GPUs (empty for every other node).

@@ -19,11 +19,19 @@ from ..pool.facts import PoolState
 from ..pool.outside import Held, OutsideHolds
 from .apply import decided, lease_facts
 from .leases import LeaseStore
+from .read.devices import ClusterView, cluster_view
 from .read.leases import LeaseView
 
 
 class OutsideStore(LeaseStore):
     """Outside holds per node, and rebinding leases to their real devices."""
+
+    def cluster(self, name: str) -> ClusterView:
+        """The pool's nodes of cluster ``name`` with their GPUs, and the live leases
+        (``read.devices``): what the Kubernetes readers of time-slicing and of outside holds
+        compare the API server's nodes with."""
+        with self.locked() as alloc:
+            return cluster_view(alloc, name)
 
     def set_outside(
         self,

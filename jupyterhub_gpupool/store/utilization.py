@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from .. import orm
 from ..pool.idlesignal import GpuSample
 from .core import StoreCore
+from .read.devices import GpuHoldersView, GpuNodesView, gpu_holders_view, gpu_nodes_view
 from .read.utilization import MinuteView, minute_view
 from .rows import upsert_insert
 
@@ -195,6 +196,23 @@ class UtilizationStore(StoreCore):
             out: list[Device] = [(g, None) for g in alloc.gpus]
             out += [(g.uuid, i.start) for g in alloc.gpus.values() for i in g.instances]
         return out
+
+    def gpu_nodes(self, uuids: Iterable[str], *, fresh: bool = False) -> GpuNodesView:
+        """The GPUs of ``uuids`` the pool knows, with their node (``read.devices``): what an
+        agent's batch of samples is checked against. ``fresh=False``: it may be ``view_lag``
+        behind (``locked``); the caller asks again with ``fresh=True`` for a GPU not known
+        yet (its inventory may have just been committed by the store process)."""
+        with self.locked(fresh=fresh) as alloc:
+            return gpu_nodes_view(alloc, uuids)
+
+    def gpu_holders(self, uuids: Iterable[str], *, fresh: bool = False) -> GpuHoldersView:
+        """Who holds the GPUs of ``uuids`` (``read.devices``): whose busy time a batch of
+        samples counts. One locked call, so the holders are one consistent state (no decision
+        changes them between two of its GPUs: sample ingestion held the allocator across its
+        loop for that before). ``fresh=False``: sample ingestion may be
+        ``view_lag`` behind rather than rebuild the allocator for every batch (``locked``)."""
+        with self.locked(fresh=fresh) as alloc:
+            return gpu_holders_view(alloc, uuids)
 
     def latest_sample_times(
         self, devices: Iterable[tuple[str, int | None]]

@@ -305,6 +305,35 @@ def test_the_reclaimer_talks_http_only():
     )
 
 
+#: Who may hold the allocator (``Store.locked``): the store, and the writer's warm-up.
+MAY_LOCK = (f"{PROJECT}.store", f"{PROJECT}.service.writer")
+
+
+def locked_calls(path: Path) -> list[int]:
+    """The lines of ``path`` that call a ``.locked(...)`` method."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "locked"
+    ]
+
+
+def test_only_the_store_holds_the_allocator():
+    """Outside the store, code reads the pool state through the store's typed views (issue
+    34): a ``store.locked()`` elsewhere reads the allocator's internals, which only the store
+    may (the writer builds it once at start)."""
+    bad = [
+        f"{GRAPH.modules[name].relative_to(ROOT)}:{line}"
+        for name in sorted(GRAPH.modules)
+        if not any(name == m or name.startswith(f"{m}.") for m in MAY_LOCK)
+        for line in locked_calls(GRAPH.modules[name])
+    ]
+    assert not bad, "only store/ (and service/writer.py) may call .locked():\n" + "\n".join(bad)
+    assert locked_calls(GRAPH.modules[f"{PROJECT}.store.panel"]), "the scan finds the store's"
+
+
 def test_the_checker_finds_lazy_cycles_and_layer_breaks(tmp_path):
     """On a made-up package: a lazy import closes a cycle, TYPE_CHECKING does not, relative
     imports resolve, and a layer break two steps away is found with its path."""

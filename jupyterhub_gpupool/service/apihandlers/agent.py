@@ -93,69 +93,61 @@ class SamplesHandler(APIHandler):
         raw = body["samples"]
         if len(raw) > MAX_BATCH:
             raise _bad("samples", f"at most {MAX_BATCH} samples per batch")
-        with self.store.locked(fresh=False) as alloc:  # the GPUs, to check the batch
+        named = {s["gpu"] for s in raw if isinstance(s, dict) and isinstance(s.get("gpu"), str)}
+        known = self.store.gpu_nodes(named, fresh=False).nodes  # the GPUs, to check the batch
+        if len(known) < len(named):
             # a GPU the view does not know yet may have come with an inventory just committed
             # by the store process (an agent's first samples follow its inventory at once)
-            fresh = any(
-                isinstance(s, dict) and isinstance(s.get("gpu"), str) and s["gpu"] not in alloc.gpus
-                for s in raw
-            )
-        with self.store.locked(fresh=fresh) as alloc:
-            samples = []
-            for i, s in enumerate(raw):
-                where = f"samples[{i}]"
-                if not isinstance(s, dict):
-                    raise _bad(where, "must be an object")
-                gpu = s.get("gpu")
-                if not isinstance(gpu, str) or gpu not in alloc.gpus:
-                    raise _bad(f"{where}.gpu", "not a GPU of this pool")
-                if alloc.gpus[gpu].node != name:
-                    raise _bad(f"{where}.gpu", f"GPU is not on node {name}")
-                ts = s.get("ts")
-                if isinstance(ts, str):
-                    try:
-                        moment = parse_time(ts)
-                    except ValueError:
-                        moment = None
-                    if moment is None:
-                        raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
-                    ts = moment.timestamp()
-                if (
-                    isinstance(ts, bool)
-                    or not isinstance(ts, (int, float))
-                    or not math.isfinite(ts)
-                ):
+            known = self.store.gpu_nodes(named, fresh=True).nodes
+        samples = []
+        for i, s in enumerate(raw):
+            where = f"samples[{i}]"
+            if not isinstance(s, dict):
+                raise _bad(where, "must be an object")
+            gpu = s.get("gpu")
+            if not isinstance(gpu, str) or gpu not in known:
+                raise _bad(f"{where}.gpu", "not a GPU of this pool")
+            if known[gpu] != name:
+                raise _bad(f"{where}.gpu", f"GPU is not on node {name}")
+            ts = s.get("ts")
+            if isinstance(ts, str):
+                try:
+                    moment = parse_time(ts)
+                except ValueError:
+                    moment = None
+                if moment is None:
                     raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
-                util = s.get("util")
-                if util is not None and (
-                    isinstance(util, bool)
-                    or not isinstance(util, (int, float))
-                    or not 0 <= util <= 100
-                ):
-                    raise _bad(f"{where}.util", "must be a percentage 0–100 or null")
-                mem = s.get("memory_used_mib", 0)
-                if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
-                    raise _bad(f"{where}.memory_used_mib", "must be a whole number ≥ 0")
-                start = s.get("start")
-                if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
-                    raise _bad(f"{where}.start", "must be the MIG instance's start or null")
-                procs = s.get("processes")
-                if procs is not None and (
-                    isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
-                ):
-                    raise _bad(f"{where}.processes", "must be a count ≥ 0 or null")
-                lease_util = _lease_util(s.get("lease_util"), f"{where}.lease_util")
-                samples.append(
-                    Sample(
-                        float(ts),
-                        gpu,
-                        start,
-                        None if util is None else float(util),
-                        mem,
-                        procs,
-                        lease_util,
-                    )
+                ts = moment.timestamp()
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+                raise _bad(f"{where}.ts", "must be epoch seconds or ISO 8601")
+            util = s.get("util")
+            if util is not None and (
+                isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 <= util <= 100
+            ):
+                raise _bad(f"{where}.util", "must be a percentage 0–100 or null")
+            mem = s.get("memory_used_mib", 0)
+            if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
+                raise _bad(f"{where}.memory_used_mib", "must be a whole number ≥ 0")
+            start = s.get("start")
+            if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
+                raise _bad(f"{where}.start", "must be the MIG instance's start or null")
+            procs = s.get("processes")
+            if procs is not None and (
+                isinstance(procs, bool) or not isinstance(procs, int) or procs < 0
+            ):
+                raise _bad(f"{where}.processes", "must be a count ≥ 0 or null")
+            lease_util = _lease_util(s.get("lease_util"), f"{where}.lease_util")
+            samples.append(
+                Sample(
+                    float(ts),
+                    gpu,
+                    start,
+                    None if util is None else float(util),
+                    mem,
+                    procs,
+                    lease_util,
                 )
+            )
         taken: list[Sample] = []
         busy = ingest(
             self.store,

@@ -90,14 +90,13 @@ class NodesPage(AdminPage):
     @web.authenticated
     def get(self) -> None:
         pool = pool_json(self.store.pool(detail=True))
-        profiles: dict[str, list[dict[str, Any]]] = {}
-        with self.store.locked(fresh=False) as alloc:
-            for g in alloc.gpus.values():
-                if g.model.mig_capable and g.model.name not in profiles:
-                    profiles[g.model.name] = [
-                        {"name": p.name, "starts": list(p.starts), "slices": p.memory_slices}
-                        for p in g.model.profiles.values()
-                    ]
+        profiles: dict[str, list[dict[str, Any]]] = {
+            m.model: [
+                {"name": p.name, "starts": list(p.starts), "slices": p.memory_slices}
+                for p in m.profiles
+            ]
+            for m in self.store.mig_profiles(fresh=False)
+        }
         self.render_page(
             "admin_nodes.html",
             title="Nodes",

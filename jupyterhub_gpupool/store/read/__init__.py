@@ -1,7 +1,9 @@
 """Read models: typed, frozen views of what the pool holds (a lease, a job, a kernel, a node,
 a reclaim policy, a re-partition, a quota, a lab's presence report, a user's page, the
 inventory and the admin panel's map and tables; the usage and cost report, capacity planning's
-days, a budget warning; the reclaimer's and the notices' answers, a job's log, a MIG plan),
+days, a budget warning; the reclaimer's and the notices' answers, a job's log, a MIG plan; the
+metrics' gauges and the alert rules' facts, the GPUs a sample batch names with their nodes or
+holders, a cluster's devices for the Kubernetes readers),
 each built by a plain function from the rows (or the line items read from them) and the
 allocator held still.
 
