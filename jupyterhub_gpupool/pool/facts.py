@@ -10,6 +10,7 @@ from typing import Any
 from .allocator import Allocator
 from .catalog import Catalog, GpuModel
 from .effects import Effect
+from .frozen import quick_init
 from .holders import Held
 from .idlesignal import Signals
 from .kernels import KernelRules
@@ -26,6 +27,7 @@ from .workloads import WorkloadClass
 RESTARTING = "restarting"
 
 
+@quick_init
 @dataclass(frozen=True)
 class LeaseFacts:
     """What the rules read of a lease's row beyond the allocator."""
@@ -64,6 +66,7 @@ class Lapsing:
     notice_deadline: float | None = None  # the deadline of the notice it is under, if any
 
 
+@quick_init
 @dataclass(frozen=True)
 class Holder:
     """The lease or request a server already has."""
@@ -159,6 +162,7 @@ class NodeRows:
     slots: Mapping[tuple[str, str, int], tuple[str, str, bool]] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ConfigRows:
     """LoadConfig: what the rows hold now that a config load may change."""
@@ -181,6 +185,7 @@ class ConfigRows:
     owners: Mapping[str, str] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
@@ -234,7 +239,7 @@ class PoolState:
     kernel: KernelFacts | None = None
     #: ReapKernels: the live kernel leases, oldest first, and the reaper's timings.
     kernels: tuple[KernelFacts, ...] = ()
-    kernel_rules: KernelRules = field(default_factory=KernelRules)
+    kernel_rules: KernelRules = KernelRules()  # frozen: one default serves every state
     # -- reclaim and notices
     #: ReclaimRound: the watched leases no one acts on (in the round's order), what is known
     #: of each over the window (by id), the policies in effect, the leases whose action is
@@ -268,7 +273,7 @@ class PoolState:
     silent: tuple[str, ...] = ()
     unreachable: bool = False
     #: SetOutside, Rebind: the node's outside marks now (its row's).
-    outside: OutsideHolds = field(default_factory=OutsideHolds)
+    outside: OutsideHolds = OutsideHolds()  # frozen: one default serves every state
     #: RequestRepartition: the GPU (None: not on that node) and its open re-partition; the
     #: leases in the way, noticed (``on_node``, by id).
     mig_gpu: MigGpu | None = None
@@ -290,9 +295,10 @@ class PoolState:
     dra: frozenset[str] = frozenset()
     # -- the pool config
     #: LoadConfig: the rows the load changes.
-    config_rows: ConfigRows = field(default_factory=ConfigRows)
+    config_rows: ConfigRows = ConfigRows()  # frozen: one default serves every state
 
 
+@quick_init
 @dataclass(frozen=True)
 class Outcome:
     """What a command answers (before serialization) and the effects that make it true."""

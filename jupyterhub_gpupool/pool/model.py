@@ -14,6 +14,7 @@ from typing import Any
 
 from .catalog import Catalog, GpuModel
 from .errors import ConfigError, RequestError, UnknownModel
+from .frozen import quick_init
 from .limits import (
     MAX_GPUS_PER_NODE,
     MAX_GROUPS_PER_OFFER,
@@ -432,6 +433,7 @@ def offer_units(offer: Offer, model: GpuModel) -> Fraction:
     return Fraction(0)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Request:
     """A user's ask for one offer for one named server."""

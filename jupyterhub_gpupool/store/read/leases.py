@@ -17,12 +17,14 @@ from typing import Any
 from ... import orm
 from ...pool.allocator import Allocator
 from ...pool.fallback import fallback_devices
+from ...pool.frozen import quick_init
 from ...pool.leases import is_ready
 from ...pool.queue import estimate_wait
 from ...pool.reclaim import notice_words
 from ..rows import mig_devices, reclaim_state
 
 
+@quick_init
 @dataclass(frozen=True)
 class SlotView:
     """One device a lease holds: a whole GPU, a MIG instance (``mig_uuid`` once it exists and
@@ -67,6 +69,7 @@ class ReclaimView:
     why_not_kept: str | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class LeaseView:
     """One lease: its row's facts, its place in the queue (``position``, ``eta_seconds``:
