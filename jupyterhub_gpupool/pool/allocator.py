@@ -337,7 +337,7 @@ class Allocator(Capacity):
         placed, why = self._headroom_place(
             request, borrowed, offer, placed, held, clusters, partial(self.headroom_free, now)
         )
-        if placed is None or self.units_for(offer, placed[0]) != units:
+        if placed is None or (placed[0] is not node and self.units_for(offer, placed[0]) != units):
             waiter.reason = HEADROOM
             return self._queued(waiter, now, why or "capacity is kept free (borrowing.keep_free)")
         node, choice = placed
