@@ -185,6 +185,13 @@ class ConfigRows:
     owners: Mapping[str, str] = field(default_factory=dict)
 
 
+#: The defaults of the facts most commands leave out: frozen, so one instance serves every
+#: ``PoolState`` (not a factory per decision).
+_DEFAULT_KERNEL_RULES = KernelRules()
+_NO_OUTSIDE = OutsideHolds()
+_NO_CONFIG_ROWS = ConfigRows()
+
+
 @quick_init
 @dataclass(frozen=True)
 class PoolState:
@@ -239,7 +246,7 @@ class PoolState:
     kernel: KernelFacts | None = None
     #: ReapKernels: the live kernel leases, oldest first, and the reaper's timings.
     kernels: tuple[KernelFacts, ...] = ()
-    kernel_rules: KernelRules = KernelRules()  # frozen: one default serves every state
+    kernel_rules: KernelRules = _DEFAULT_KERNEL_RULES
     # -- reclaim and notices
     #: ReclaimRound: the watched leases no one acts on (in the round's order), what is known
     #: of each over the window (by id), the policies in effect, the leases whose action is
@@ -273,7 +280,7 @@ class PoolState:
     silent: tuple[str, ...] = ()
     unreachable: bool = False
     #: SetOutside, Rebind: the node's outside marks now (its row's).
-    outside: OutsideHolds = OutsideHolds()  # frozen: one default serves every state
+    outside: OutsideHolds = _NO_OUTSIDE
     #: RequestRepartition: the GPU (None: not on that node) and its open re-partition; the
     #: leases in the way, noticed (``on_node``, by id).
     mig_gpu: MigGpu | None = None
@@ -295,7 +302,7 @@ class PoolState:
     dra: frozenset[str] = frozenset()
     # -- the pool config
     #: LoadConfig: the rows the load changes.
-    config_rows: ConfigRows = ConfigRows()  # frozen: one default serves every state
+    config_rows: ConfigRows = _NO_CONFIG_ROWS
 
 
 @quick_init
