@@ -45,7 +45,9 @@ def quick_init(cls: type[T]) -> type[T]:
     if {"self", _DICT} & {f.name for f in made}:
         raise TypeError(f"{cls.__name__}: a field's name is one quick_init's __init__ uses")
     names: dict[str, Any] = {"_FACTORY": _FACTORY}
-    positional, kw_only, body = ["self"], [], [f"{_DICT} = self.__dict__"]
+    positional: list[str] = ["self"]
+    kw_only: list[str] = []
+    body = [f"{_DICT} = self.__dict__"]
     for f in made:
         name = f.name
         if f.default is not MISSING:
@@ -69,5 +71,5 @@ def quick_init(cls: type[T]) -> type[T]:
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
     init.__annotations__ = dict(cls.__init__.__annotations__)
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[method-assign]  # the point: replace dataclasses' own
     return cls
