@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .frozen import quick_init
 from .model import Request
 from .placement import Slot
 
 
-@quick_init
 @dataclass(frozen=True)
 class Grant:
     """Grant ``slots`` on ``node`` for ``request`` (the lease id is the request id)."""
@@ -29,7 +27,6 @@ class Grant:
     kind: str = "grant"
 
 
-@quick_init
 @dataclass(frozen=True)
 class Queued:
     """Wait at ``position`` (1-based) for ``reason``: ``no_capacity``, ``quota``, ``fairness``,

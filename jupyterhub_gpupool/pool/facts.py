@@ -66,7 +66,6 @@ class Lapsing:
     notice_deadline: float | None = None  # the deadline of the notice it is under, if any
 
 
-@quick_init
 @dataclass(frozen=True)
 class Holder:
     """The lease or request a server already has."""
@@ -162,7 +161,6 @@ class NodeRows:
     slots: Mapping[tuple[str, str, int], tuple[str, str, bool]] = field(default_factory=dict)
 
 
-@quick_init
 @dataclass(frozen=True)
 class ConfigRows:
     """LoadConfig: what the rows hold now that a config load may change."""

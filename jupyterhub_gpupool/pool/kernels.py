@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass
 
 from .errors import PoolError
-from .frozen import quick_init
 
 #: The lease holder of a kernel (``LeaseRow.holder``).
 KERNEL_HOLDER = "kernel"
@@ -31,7 +30,6 @@ KERNEL_STATES = ("busy", "idle", "starting")
 _KERNEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
-@quick_init
 @dataclass(frozen=True)
 class KernelRules:
     """The kernel-level reclaim's timings (seconds; ``idle_timeout`` 0: never idle-reclaimed)."""

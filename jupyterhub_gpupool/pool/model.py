@@ -15,7 +15,6 @@ from typing import Any
 
 from .catalog import Catalog, GpuModel
 from .errors import ConfigError, RequestError, UnknownModel
-from .frozen import quick_init
 from .limits import (
     MAX_GPUS_PER_NODE,
     MAX_GROUPS_PER_OFFER,
@@ -441,7 +440,6 @@ def _weight_units(unit_weight: float) -> Fraction:
     return Fraction(unit_weight).limit_denominator(1000)
 
 
-@quick_init
 @dataclass(frozen=True)
 class Request:
     """A user's ask for one offer for one named server."""

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import Refusal
-from .frozen import quick_init
 from .model import RETIRING, Gpu, MigInstance, Node
 from .placement import Slot
 
@@ -38,7 +37,6 @@ WHOLE = "gpu"
 REPLICA_SEP = "::"
 
 
-@quick_init
 @dataclass(frozen=True)
 class OutsideHolds:
     """What pods the pool did not place hold on one node, as marks on its devices.

@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .catalog import GpuModel
-from .frozen import quick_init
 from .miglayout import memory_mask, mig_new_starts
 from .model import MILLI, Gpu, Node, Offer, Signature, StateKey
 
@@ -29,7 +28,6 @@ from .model import MILLI, Gpu, Node, Offer, Signature, StateKey
 # Shapes of demand and per-GPU options
 
 
-@quick_init
 @dataclass(frozen=True)
 class Shape:
     """A typical request, weighted: what the pool expects to be asked for next."""
@@ -221,7 +219,6 @@ def node_fragmentation(
 # Choosing among the options of one node
 
 
-@quick_init
 @dataclass(frozen=True)
 class Slot:
     """One piece of one GPU in a grant (contract: the spawner pins the server to these)."""

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 from .errors import ConfigError
-from .frozen import quick_init
 from .limits import MAX_BUDGET, MAX_UNITS, shown
 
 #: Nothing held (one value: ``Fraction`` is immutable, and a new one per tally read costs
@@ -196,7 +195,6 @@ class QuotaInEffect:
     spec: QuotaSpec
 
 
-@quick_init
 @dataclass(frozen=True)
 class Verdict:
     """The quota answer for one request."""
