@@ -8,7 +8,8 @@ Speed: nodes are grouped by the state of their GPUs (``Node.signature``), each d
 scored once per request shape and cached, so a decision costs O(distinct node states) cheap
 look-ups rather than a scan of every GPU (the index is ``scoring.NodeStates``, a base of
 ``Allocator``; see ``benchmarks/allocator_scale.py``). A change of the demand's weights
-re-scores the live states a few per decision from options cached per state.
+re-scores the live states a few per decision from options cached per state. What a lease
+holds is taken and given back by ``occupancy.Occupancy``, the base the allocator decides over.
 """
 
 from __future__ import annotations
@@ -21,21 +22,19 @@ from functools import partial
 from typing import Any
 
 from .borrowing import borrowed_flags, owner_surplus, reclaim_order
-from .capacity import Capacity, HeadroomCount
+from .capacity import HeadroomCount
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
 from .headroom import HEADROOM, Headroom, kept_hold
 from .model import (
-    RETIRING,
     Gpu,
-    MigInstance,
     Node,
     Offer,
     Request,
     validate_node,
 )
-from .outside import OUTSIDE, OutsideHolds, Rebinding
+from .occupancy import Occupancy
 from .placement import slots_for
 from .queue import Waiter, order_key, ordered
 from .quota import QuotaBook
@@ -46,7 +45,6 @@ from .reservation import (
     smaller_borrowed_units,
     usable,
 )
-from .workloads import replicas_of
 
 __all__ = [
     "GC_FREEZE_EVERY",
@@ -68,7 +66,7 @@ took up to 19 ms of CPU, at 256 about 8 ms (``benchmarks/allocator_scale.py``); 
 costs constant time."""
 
 
-class Allocator(Capacity):
+class Allocator(Occupancy):
     """In-memory pool state plus the decision rules: placement, quotas, the fair queue and
     the lease lifecycle."""
 
@@ -161,13 +159,6 @@ class Allocator(Capacity):
         self._reindex(self.nodes[gpu.node])
 
     # -- placement -------------------------------------------------------------------------
-
-    def _offer_of(self, request: Request) -> Offer | None:
-        """The offer ``request`` asks for, times its replicas (``workloads.replicas_of``)."""
-        offer = self.offers.get(request.offer)
-        if offer is None or request.replicas == 1:
-            return offer
-        return replicas_of(offer, request.replicas)
 
     def _never_placeable(
         self, offer: Offer, clusters: frozenset[str] | None = None
@@ -337,7 +328,7 @@ class Allocator(Capacity):
         placed, why = self._headroom_place(
             request, borrowed, offer, placed, held, clusters, partial(self.headroom_free, now)
         )
-        if placed is None or self.units_for(offer, placed[0]) != units:
+        if placed is None or (placed[0] is not node and self.units_for(offer, placed[0]) != units):
             waiter.reason = HEADROOM
             return self._queued(waiter, now, why or "capacity is kept free (borrowing.keep_free)")
         node, choice = placed
@@ -404,65 +395,6 @@ class Allocator(Capacity):
         decision = self.decide(request, now)
         self.apply(decision, now)
         return decision
-
-    def _occupy(self, lease: Lease) -> None:
-        for slot in lease.slots:
-            gpu = self.gpus[slot.gpu]
-            if slot.kind == "gpu":
-                gpu.whole_lease = lease.id
-            elif slot.kind == "shared":
-                gpu.shares[lease.id] = slot.milli
-            else:
-                inst = next(
-                    (
-                        i
-                        for i in gpu.instances
-                        if i.start == slot.start
-                        and i.profile == slot.profile
-                        and i.lease != RETIRING
-                    ),
-                    None,
-                )
-                if inst is None:
-                    inst = MigInstance(slot.profile or "", slot.start or 0)
-                    gpu.instances.append(inst)
-                inst.lease = lease.id
-        if lease.node:
-            node = self.nodes[lease.node]
-            offer = self._offer_of(lease.request)
-            if offer is not None:
-                node.cpu_used += offer.cpu_milli
-                node.memory_used += offer.memory_mib
-            self._reindex(node)
-
-    def _vacate(self, lease: Lease, retire: bool = False) -> None:
-        """Free what ``lease`` holds. With ``retire`` (a real release, not a probe), an instance
-        the pool made for it that the node already has stays occupied (``RETIRING``) until
-        the node reports it destroyed: nothing may be planned over it before."""
-        for slot in lease.slots:
-            gpu = self.gpus[slot.gpu]
-            if slot.kind == "gpu" and gpu.whole_lease == lease.id:
-                gpu.whole_lease = None
-            elif slot.kind == "shared":
-                gpu.shares.pop(lease.id, None)
-            elif slot.create:
-                # the pool made this instance for the lease; it goes with it
-                for inst in [i for i in gpu.instances if i.lease == lease.id]:
-                    if retire and inst.uuid is not None:
-                        inst.lease = RETIRING
-                    else:
-                        gpu.instances.remove(inst)
-            else:
-                for inst in gpu.instances:
-                    if inst.lease == lease.id:
-                        inst.lease = None
-        if lease.node:
-            node = self.nodes[lease.node]
-            offer = self._offer_of(lease.request)
-            if offer is not None:
-                node.cpu_used = max(0, node.cpu_used - offer.cpu_milli)
-                node.memory_used = max(0, node.memory_used - offer.memory_mib)
-            self._reindex(node)
 
     def release(self, lease_id: str, now: float) -> list[Grant]:
         """Free a lease (or drop a waiter), then serve the queue; returns the grants made."""
@@ -732,69 +664,3 @@ class Allocator(Capacity):
     def restore_waiter(self, waiter: Waiter) -> None:
         """Re-establish a queued request read back from storage."""
         self.waiters[waiter.request.id] = waiter
-
-    # -- what the cluster says ---------------------------------------------------------------
-
-    def set_outside(self, name: str, holds: OutsideHolds) -> None:
-        """Mark the devices of node ``name`` that pods the pool did not place hold
-        (``pool.outside.place_outside`` or ``mark_exact`` chose them): they take nothing new."""
-        node = self.nodes[name]
-        gpus, instances = set(holds.gpus), set(holds.instances)
-        for g in node.gpus:
-            g.outside = g.uuid in gpus and g.whole_lease is None and not g.shares
-            g.outside_by = holds.holders_of(g.uuid)
-            for i in g.instances:
-                if i.lease == OUTSIDE:
-                    i.lease = None
-                if i.lease is None and (g.uuid, i.start) in instances:
-                    i.lease = OUTSIDE
-        self._reindex(node)
-
-    def rebind(self, lease_id: str, rebinding: Rebinding, node: str) -> None:
-        """Apply ``pool.outside.rebind``'s outcome: the lease (and the leases it swaps with)
-        hold the devices their pods really got; the node's outside marks follow."""
-        moving = {lease_id: rebinding.slots, **rebinding.others}
-        leases = [self.leases[lid] for lid in moving]
-        for lease in leases:
-            lease.slots = tuple(replace(s, create=False) for s in lease.slots)
-            self._vacate(lease)
-        self.set_outside(node, OutsideHolds())
-        for lease in leases:
-            lease.slots = tuple(moving[lease.id])
-            self._occupy(lease)
-        self.set_outside(node, rebinding.outside)
-
-    def available(self, offer: Offer, cap: int = 99, clusters: Iterable[str] = ()) -> int:
-        """How many grants of ``offer`` fit right now (at most ``cap``), ignoring quotas, for
-        a hub launching into ``clusters`` (empty: any).
-
-        Counted by placing and then undoing, so it follows every placement rule exactly.
-        """
-        if offer.kind == "cpu":
-            return cap
-        where = offer.served_in(clusters)
-        if where is not None and not where:
-            return 0
-        placed: list[Lease] = []
-        try:
-            while len(placed) < cap:
-                found = self._place(offer, clusters=where)
-                if found is None:
-                    break
-                node, choice = found
-                lease = Lease(
-                    f"~probe{len(placed)}",
-                    Request(f"~probe{len(placed)}", "~", offer.name),
-                    offer.name,
-                    node.name,
-                    slots_for(node, self.shape_of(offer), choice),
-                    Fraction(0),
-                    None,
-                    False,
-                )
-                self._occupy(lease)
-                placed.append(lease)
-            return len(placed)
-        finally:
-            for lease in reversed(placed):
-                self._vacate(lease)

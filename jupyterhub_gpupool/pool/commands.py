@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from .frozen import quick_init
 from .model import Node
 
 
@@ -42,6 +43,7 @@ class Command:
 # -- leases -----------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class Allocate(Command):
     """Ask for an offer for a user's server: a lease granted, queued or awaiting approval."""
@@ -63,6 +65,7 @@ class Allocate(Command):
     replicas: int = 1
 
 
+@quick_init
 @dataclass(frozen=True)
 class Release(Command):
     """End a lease (its slots freed, the queue served)."""
@@ -72,6 +75,7 @@ class Release(Command):
     reason: str = "stopped"
 
 
+@quick_init
 @dataclass(frozen=True)
 class Keepalive(Command):
     """Bind a ready grant to its server, or keep a lease past its reclaim notice."""

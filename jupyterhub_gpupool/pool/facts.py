@@ -11,6 +11,7 @@ from typing import Any
 from .allocator import Allocator
 from .catalog import Catalog, GpuModel
 from .effects import Effect
+from .frozen import quick_init
 from .holders import Held
 from .idlesignal import Signals
 from .kernels import KernelRules
@@ -27,6 +28,7 @@ from .workloads import WorkloadClass
 RESTARTING = "restarting"
 
 
+@quick_init
 @dataclass(frozen=True)
 class LeaseFacts:
     """What the rules read of a lease's row beyond the allocator."""
@@ -183,6 +185,14 @@ class ConfigRows:
     owners: Mapping[str, str] = field(default_factory=dict)
 
 
+#: The defaults of the facts most commands leave out: frozen, so one instance serves every
+#: ``PoolState`` (not a factory per decision).
+_DEFAULT_KERNEL_RULES = KernelRules()
+_NO_OUTSIDE = OutsideHolds()
+_NO_CONFIG_ROWS = ConfigRows()
+
+
+@quick_init
 @dataclass(frozen=True)
 class PoolState:
     """A read-only view of the pool for one decision."""
@@ -236,7 +246,7 @@ class PoolState:
     kernel: KernelFacts | None = None
     #: ReapKernels: the live kernel leases, oldest first, and the reaper's timings.
     kernels: tuple[KernelFacts, ...] = ()
-    kernel_rules: KernelRules = field(default_factory=KernelRules)
+    kernel_rules: KernelRules = _DEFAULT_KERNEL_RULES
     # -- reclaim and notices
     #: ReclaimRound: the watched leases no one acts on (in the round's order), what is known
     #: of each over the window (by id), the policies in effect, the leases whose action is
@@ -270,7 +280,7 @@ class PoolState:
     silent: tuple[str, ...] = ()
     unreachable: bool = False
     #: SetOutside, Rebind: the node's outside marks now (its row's).
-    outside: OutsideHolds = field(default_factory=OutsideHolds)
+    outside: OutsideHolds = _NO_OUTSIDE
     #: RequestRepartition: the GPU (None: not on that node) and its open re-partition; the
     #: leases in the way, noticed (``on_node``, by id).
     mig_gpu: MigGpu | None = None
@@ -292,9 +302,10 @@ class PoolState:
     dra: frozenset[str] = frozenset()
     # -- the pool config
     #: LoadConfig: the rows the load changes.
-    config_rows: ConfigRows = field(default_factory=ConfigRows)
+    config_rows: ConfigRows = _NO_CONFIG_ROWS
 
 
+@quick_init
 @dataclass(frozen=True)
 class Outcome:
     """What a command answers (before serialization) and the effects that make it true."""

@@ -6,6 +6,7 @@ limited to occupancy (who holds which piece), done through the allocator only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -428,8 +429,15 @@ def offer_units(offer: Offer, model: GpuModel) -> Fraction:
     if offer.kind == "shared":
         return Fraction(offer.milli, MILLI)
     if offer.kind == "gpu":
-        return offer.count * Fraction(model.unit_weight).limit_denominator(1000)
+        return offer.count * _weight_units(model.unit_weight)
     return Fraction(0)
+
+
+@functools.cache
+def _weight_units(unit_weight: float) -> Fraction:
+    """A whole GPU's units at ``unit_weight`` (a model's), as a fraction; the catalog has a
+    few weights and every grant asks, so each is worked out once."""
+    return Fraction(unit_weight).limit_denominator(1000)
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class Applier(NodeApplier, ReclaimApplier, ConfigApplier):
         afterwards) and in the rows. ``rows``: lease rows the caller holds already; ``now_s``:
         the time the effects were decided at (epoch seconds; None: now). Returns the rows of
         the new requests, by id."""
-        made = dict[str, orm.LeaseRow]()
+        made: dict[str, orm.LeaseRow] = {}
         if now_s is None:
             now_s = self._now_s()
         known = dict(rows or {})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any, NamedTuple
 
 from ..pool import commands as c
@@ -22,7 +21,6 @@ class Applier(NamedTuple):
     """How one command type is applied."""
 
     method: Callable[..., Any]
-    names: tuple[str, ...]  # the fields passed, by name
     takes_actor: bool
 
 
@@ -96,9 +94,7 @@ def appliers(store: type) -> dict[type[c.Command], Applier]:
     """The table for ``store``'s class, with what each method takes (computed once)."""
     out = {}
     for kind, method in table(store).items():
-        params = inspect.signature(method).parameters
-        names = tuple(f.name for f in fields(kind) if f.name != "actor")
-        out[kind] = Applier(method, names, "actor" in params)
+        out[kind] = Applier(method, "actor" in inspect.signature(method).parameters)
     return out
 
 
@@ -109,7 +105,7 @@ def apply(store: Any, command: c.Command) -> Any:
         how = appliers(cls)[type(command)]
     except KeyError:
         raise ValueError(f"not a pool command: {command!r}") from None
-    kwargs = {name: getattr(command, name) for name in how.names}
-    if how.takes_actor:
-        kwargs["actor"] = command.actor
+    kwargs = vars(command).copy()  # its fields (a plain frozen dataclass), ``actor`` too
+    if not how.takes_actor:
+        del kwargs["actor"]
     return how.method(store, **kwargs)

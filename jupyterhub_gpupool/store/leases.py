@@ -81,7 +81,7 @@ class LeaseStore(Applier, ViewStore):
             state, now = self._ask_state(db, alloc, user, server), self._now_s()
             outcome = decided(state, command, now)
             made = self._apply_effects(db, alloc, outcome.effects, actor, now_s=now)
-            return self._lease_view(db, alloc, made[outcome.answer])
+            return self._lease_view(db, alloc, made[outcome.answer], now=now)
 
     def _ask_state(
         self, db: Session, alloc: Allocator, user: str, server: str, **more: Any
@@ -137,7 +137,7 @@ class LeaseStore(Applier, ViewStore):
             command, now = c.Release(lease_id, reason), self._now_s()
             outcome = decided(PoolState(alloc, facts), command, now)
             self._apply_effects(db, alloc, outcome.effects, actor, rows, now)
-            return self._lease_view(db, alloc, row)
+            return self._lease_view(db, alloc, row, now=now)
 
     def keepalive(self, lease_id: str, *, actor: str = "") -> LeaseView:
         """The lease's server runs: bind a grant (granted → active), note liveness; binding

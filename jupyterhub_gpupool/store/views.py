@@ -131,9 +131,11 @@ class ViewStore(StoreCore):
         row: orm.LeaseRow,
         positions: Mapping[str, int] | None = None,
         rates: dict[str, float] | None = None,
+        now: float | None = None,
     ) -> LeaseView:
         """``row``'s view (``read.leases.lease_view``) with what it reads from the store: the
-        release rates (kept in ``rates`` across a page) and the offers' reclaim policies."""
+        release rates (kept in ``rates`` across a page) and the offers' reclaim policies.
+        ``now``: the time the caller decided at, if it did (None: now)."""
 
         def release_rate(offer: str) -> float:
             if rates is None:
@@ -145,7 +147,7 @@ class ViewStore(StoreCore):
         return lease_view(
             alloc,
             row,
-            now=self._now_s(),
+            now=self._now_s() if now is None else now,
             release_rate=release_rate,
             max_extensions=lambda offer: self._max_extensions(db, alloc, offer),
             positions=positions,

@@ -17,12 +17,14 @@ from typing import Any
 from ... import orm
 from ...pool.allocator import Allocator
 from ...pool.fallback import fallback_devices
+from ...pool.frozen import quick_init
 from ...pool.leases import is_ready
 from ...pool.queue import estimate_wait
 from ...pool.reclaim import notice_words
 from ..rows import mig_devices, reclaim_state
 
 
+@quick_init
 @dataclass(frozen=True)
 class SlotView:
     """One device a lease holds: a whole GPU, a MIG instance (``mig_uuid`` once it exists and
@@ -67,6 +69,7 @@ class ReclaimView:
     why_not_kept: str | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class LeaseView:
     """One lease: its row's facts, its place in the queue (``position``, ``eta_seconds``:
@@ -145,12 +148,14 @@ def lease_view(
     offer's policy's (asked only for a lease under notice)."""
     position: int | None = None
     eta: float | None = None
-    if row.state == "queued" and alloc is not None:
-        position = alloc.position(row.id, now) if positions is None else positions.get(row.id)
+    # each column once: a mapped attribute's read is a Python call (a view per command)
+    lease_id, state, offer_name, node_name = row.id, row.state, row.offer, row.node
+    if state == "queued" and alloc is not None:
+        position = alloc.position(lease_id, now) if positions is None else positions.get(lease_id)
         if position is not None:
-            eta = estimate_wait(position, release_rate(row.offer))
+            eta = estimate_wait(position, release_rate(offer_name))
     devices = mig_devices(alloc, row)
-    live = row.state in orm.LIVE_STATES
+    live = state in orm.LIVE_STATES
     slots = tuple(
         SlotView(
             s.gpu_uuid,
@@ -162,30 +167,31 @@ def lease_view(
         )
         for s in row.slots
     )
-    node = alloc.nodes.get(row.node) if alloc is not None and row.node else None
-    lease = alloc.leases.get(row.id) if alloc is not None else None
-    offer = alloc.offers.get(row.offer) if alloc is not None else None
+    node = alloc.nodes.get(node_name) if alloc is not None and node_name else None
+    lease = alloc.leases.get(lease_id) if alloc is not None else None
+    offer = alloc.offers.get(offer_name) if alloc is not None else None
     fallback: tuple[FallbackView, ...] = ()
-    if row.state == "granted" and node is not None and lease is not None and offer:
+    if state == "granted" and node is not None and lease is not None and offer:
         fallback = tuple(
             FallbackView(s.gpu, s.kind, s.profile, s.start)
             for s in fallback_devices(node, offer, lease.slots)
         )
     notice = None
     if row.reclaim_deadline is not None and row.reclaim_kind is not None:
-        notice = reclaim_view(row, max_extensions(row.offer))
+        notice = reclaim_view(row, max_extensions(offer_name))
+    approval = row.approval
     return LeaseView(
-        id=row.id,
+        id=lease_id,
         user=row.user,
         server=row.server,
-        offer=row.offer,
+        offer=offer_name,
         group=row.group,
-        state=row.state,
+        state=state,
         reason=row.reason,
         message=row.message,
         units=row.units_f,
         borrowed=row.borrowed,
-        node=row.node,
+        node=node_name,
         model=row.model,
         created=row.created,
         granted=row.granted,
@@ -195,11 +201,11 @@ def lease_view(
         expires=row.expires,
         resize_of=row.resize_of,
         hub=row.hub,
-        approval=None if row.approval is None else dict(row.approval),
+        approval=None if approval is None else dict(approval),
         exception=bool(row.exception),
         lapses=row.lapses,
         slots=slots,
-        ready=is_ready(row.state, (made for _, made in devices.values())),
+        ready=is_ready(state, [made for _, made in devices.values()]),
         cluster=node.cluster if node is not None else None,
         position=position,
         eta_seconds=eta,
