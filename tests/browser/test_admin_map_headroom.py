@@ -111,18 +111,6 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         yield Pool(env, clock)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 def submit(hub: HubEnv, name: str, offer: str) -> dict:
     """A training job of ``trainer`` (no guarantee: it borrows), as ``job submit`` sends it."""
     token = hub.user_tokens.setdefault("trainer", hub.token("trainer"))

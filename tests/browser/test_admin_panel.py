@@ -88,18 +88,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubEnv]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture(scope="module")
 def admin(hub: HubEnv, browser: Any) -> Page:
     return log_in(hub, browser, "admin")
 

@@ -53,18 +53,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubEnv]:
         yield env
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 def submit(hub: HubEnv, user: str, name: str, offer: str = "h100") -> dict:
     """A job submitted with the user's own token, as ``job submit`` sends it."""
     token = hub.user_tokens.setdefault(user, hub.token(user))

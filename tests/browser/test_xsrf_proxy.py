@@ -223,18 +223,6 @@ def attacker() -> Iterator[Attacker]:
         site.close()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 def log_in(browser: Any, base: str, user: str, **context_args: Any) -> Page:
     """A context logged in to the hub at ``base`` and to the pool's pages (hub OAuth)."""
     context = browser.new_context(**context_args)
