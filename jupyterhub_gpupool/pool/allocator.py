@@ -25,7 +25,7 @@ from .capacity import Capacity, HeadroomCount
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
-from .headroom import HEADROOM, Headroom, kept_hold
+from .headroom import HEADROOM, Headroom, holds_node, kept_hold
 from .model import (
     RETIRING,
     Gpu,
@@ -215,7 +215,7 @@ class Allocator(Capacity):
             w
             for w in self.waiters.values()
             if now - w.since >= self.reserve_after
-            and w.reason == "no_capacity"
+            and holds_node(w.reason)
             and w.request.offer in self.offers
         ]
         if not long_waiters:
@@ -604,6 +604,8 @@ class Allocator(Capacity):
                 )
                 if placed is None:
                     waiter.reason = HEADROOM
+                    if holds_node(HEADROOM) and now - waiter.since >= self.reserve_after:
+                        self._hold(waiter, held, covered)  # a long waiter keeps its node
                     continue
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"

@@ -45,7 +45,9 @@ restarted or second process holds the same one); every later choice keeps it whi
 could still be served there: the node is in the pool, schedulable for the waiter's offer
 (``reservation.usable``: not drained, cordoned or unreachable, enough healthy GPUs of its
 models), in its clusters, and not held for a waiter ahead. Else a node is chosen afresh, and
-the next round remembers that one.
+the next round remembers that one. A long waiter keeps its node while the headroom holds it
+back (:func:`holds_node`): at ``keep_free: 2`` a waiter that let it go there chose another
+node when it waited for capacity again, and gave notices on both.
 
 What it trades: ``keep_free`` GPUs of each model stay idle while nothing else asks (training
 served less), for notebooks and services that find a GPU at once while no more than
@@ -213,6 +215,16 @@ def kept_hold(
     return None
 
 
+def holds_node(reason: str) -> bool:
+    """Whether a long waiter queued for ``reason`` holds a node: one waiting for capacity, or
+    held back by the headroom (it fits elsewhere but may not borrow there: the node held for
+    it is still where it fits first). Not one waiting for quota (no node frees it) or for
+    fairness (behind a waiter ahead that holds one). Held back by the headroom for a
+    moment, a waiter that let its node go chose another when it waited for capacity again,
+    and gave notices there too while the first node's were still leaving."""
+    return reason in ("no_capacity", HEADROOM)
+
+
 def hold_changes(
     holds: Mapping[str, str], remembered: Mapping[str, str | None]
 ) -> list[tuple[str, str | None]]:
@@ -314,6 +326,7 @@ __all__ = [
     "free_by_model",
     "headroom_for",
     "hold_changes",
+    "holds_node",
     "kept_hold",
     "parse_borrowing",
     "refill",
