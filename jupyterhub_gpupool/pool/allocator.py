@@ -604,7 +604,7 @@ class Allocator(Capacity):
                 )
                 if placed is None:
                     waiter.reason = HEADROOM
-                    if holds_node(HEADROOM) and now - waiter.since >= self.reserve_after:
+                    if holds_node(waiter.reason) and now - waiter.since >= self.reserve_after:
                         self._hold(waiter, held, covered)  # a long waiter keeps its node
                     continue
             if placed is None:
