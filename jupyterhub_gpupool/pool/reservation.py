@@ -26,6 +26,8 @@ take the hold over and call for another refill: ``pool.headroom``.)
 
 Only the first long waiter (in queue order) for a set of models holds a node; later long
 waiters for the same models wait behind it without holding more, as they did before.
+A waiter the headroom holds back (it would fit elsewhere but may not borrow there) is a long
+waiter as one waiting for capacity is (``headroom.holds_node``).
 
 Cost: one pass over the leases (pinned capacity per node), one over the schedulable nodes (whose
 usable GPUs and free capacity are read from their state, ``Node.signature``, and cached per
