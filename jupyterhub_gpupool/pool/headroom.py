@@ -221,8 +221,8 @@ def holds_node(reason: str) -> bool:
     it is still where it fits first). Not one waiting for quota (no node frees it) or for
     fairness (behind a waiter ahead that holds one). Holding none while the headroom held
     it back, its node was open to newcomers and a remembered one was forgotten (the mixed
-    replay at ``keep_free: 2``, 19 days: the goal met on one day more, 0.24 % more training
-    GPU-hours, 17 % more training notices before midnight)."""
+    replay at ``keep_free: 2``, the month: the goal met on one day more, the same training
+    GPU-hours, 16 % more training notices before midnight)."""
     return reason in ("no_capacity", HEADROOM)
 
 
