@@ -1,17 +1,16 @@
 """Rules for a long waiter's held node, side by side on the same days of the mixed-pool replay
 (``simulate.mixed``; the one pool against 3/8/1), with the training notices by cause.
 
-* ``keep`` (the pool's rule): the remembered node is kept while the waiter could still be
-  served there (``pool.headroom.kept_hold``), and while the headroom holds the waiter back
-  (``pool.headroom.holds_node``);
-* ``sticky``: as before that: a waiter the headroom holds back lets its node go (the next
-  round forgets it) and chooses one afresh when it waits for capacity again;
-* ``least-pinned``: ``sticky``, and the remembered node kept only while no other node it could
-  use is less pinned (held by fewer units within guarantee), else chosen afresh;
+* ``least-pinned`` (the pool's rule): the remembered node is kept while the waiter could
+  still be served there and no other node it could use is less pinned
+  (``pool.headroom.kept_hold``);
+* ``sticky``: kept while the waiter could still be served there, however pinned (the rule
+  before);
 * ``fresh``: the node chosen afresh at every pass (before the sticky hold).
 
-The three earlier rules are replayed by patching ``pool.allocator``'s names for this run only
-(:func:`rule`); the pool has only ``keep``.
+The earlier rules are replayed by patching ``pool.allocator``'s ``kept_hold`` for this run
+only (:func:`rule`). (A fourth, ``keep``: a long waiter the headroom holds back keeps its
+node, was the pool's rule at commit 2b2bc70, where this script replays it.)
 
     nice -n 15 python benchmarks/hold_rules.py --days 19,28,10,11,5 --keep-free 2
 
@@ -29,7 +28,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,68 +36,38 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyterhub_gpupool.pool import allocator  # noqa: E402
-from jupyterhub_gpupool.pool.allocator import Allocator, Waiter  # noqa: E402
 from jupyterhub_gpupool.pool.headroom import kept_hold  # noqa: E402
 from jupyterhub_gpupool.pool.model import Node  # noqa: E402
-from jupyterhub_gpupool.pool.reservation import (  # noqa: E402
-    claim_models,
-    node_to_hold,
-    pinned_units,
-    smaller_borrowed_units,
-)
 from jupyterhub_gpupool.simulate import mixed  # noqa: E402
 from jupyterhub_gpupool.simulate.tables import aligned  # noqa: E402
 
-RULES = ("keep", "sticky", "least-pinned", "fresh")
+RULES = ("least-pinned", "sticky", "fresh")
+CAUSES = ("headroom", "training", "interactive", "inference")
 
 
-def _least_pinned(
-    alloc: Allocator, waiter: Waiter, held: set[str], covered: set[str]
+def _sticky(
+    remembered: str | None,
+    nodes: Iterable[tuple[Node, float | None]],
+    clusters: Collection[str] | None,
+    taken: Collection[str],
+    pinned: Mapping[str, float],
 ) -> str | None:
-    """``Allocator._hold`` keeping the remembered node only while it is among the least
-    pinned of the nodes the waiter could use."""
-    offer = alloc._offer_of(waiter.request)
-    if offer is None or not claim_models(covered, offer):
-        return None
-    leases, clusters = alloc.leases.values(), offer.served_in(waiter.request.clusters)
-    pinned = pinned_units(leases)
-    usable: list[tuple[Node, float | None]] = list(alloc._usable(offer))
-    ok = [
-        pinned.get(n.name, 0.0)
-        for n, free in usable
-        if free is not None and n.name not in held and (clusters is None or n.cluster in clusters)
-    ]
-    node = kept_hold(waiter.hold, usable, clusters, held)
-    if node is not None and ok and pinned.get(node, 0.0) > min(ok):
-        node = None
-    node = node or node_to_hold(
-        usable,
-        pinned,
-        clusters,
-        held,
-        lambda names: smaller_borrowed_units(leases, waiter.units, names),
-    )
-    held |= {node} if node is not None else set()
-    return node
+    """``kept_hold`` however pinned the remembered node is."""
+    return kept_hold(remembered, nodes, clusters, taken, {})
 
 
 @contextlib.contextmanager
 def rule(name: str) -> Iterator[None]:
-    """The pool's allocator under rule ``name`` for the block (``keep``: as it is)."""
-    saved = allocator.holds_node, allocator.kept_hold, Allocator._hold
+    """The pool's allocator under rule ``name`` for the block (``least-pinned``: as it is)."""
+    saved = allocator.kept_hold
     try:
-        if name != "keep":
-            allocator.holds_node = lambda reason: reason == "no_capacity"  # type: ignore[assignment]
-        if name == "fresh":
-            allocator.kept_hold = lambda *args: None  # type: ignore[assignment]
-        if name == "least-pinned":
-            Allocator._hold = _least_pinned  # type: ignore[method-assign]
+        if name == "sticky":
+            allocator.kept_hold = _sticky
+        elif name == "fresh":
+            allocator.kept_hold = lambda *args: None
         yield
     finally:
-        allocator.holds_node, allocator.kept_hold, Allocator._hold = saved  # type: ignore[method-assign]
-
-
-CAUSES = ("headroom", "training", "interactive", "inference")
+        allocator.kept_hold = saved
 
 
 def one_day(day: int, keep_free: int, rules: list[str], seed: int = 1) -> list[dict[str, Any]]:

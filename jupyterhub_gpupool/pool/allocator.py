@@ -25,7 +25,7 @@ from .capacity import Capacity, HeadroomCount
 from .decisions import Decision, Grant, Lease, Queued, Rejected
 from .errors import ConfigError
 from .fits import never_placeable
-from .headroom import HEADROOM, Headroom, holds_node, kept_hold
+from .headroom import HEADROOM, Headroom, kept_hold
 from .model import (
     RETIRING,
     Gpu,
@@ -215,7 +215,7 @@ class Allocator(Capacity):
             w
             for w in self.waiters.values()
             if now - w.since >= self.reserve_after
-            and holds_node(w.reason)
+            and w.reason == "no_capacity"
             and w.request.offer in self.offers
         ]
         if not long_waiters:
@@ -251,9 +251,10 @@ class Allocator(Capacity):
         if offer is None or not claim_models(covered, offer):
             return None
         leases, clusters = self.leases.values(), offer.served_in(waiter.request.clusters)
-        node = kept_hold(waiter.hold, self._usable(offer), clusters, held) or node_to_hold(
+        pinned = pinned_units(leases)
+        node = kept_hold(waiter.hold, self._usable(offer), clusters, held, pinned) or node_to_hold(
             self._usable(offer),
-            pinned_units(leases),
+            pinned,
             clusters,
             held,
             lambda names: smaller_borrowed_units(leases, waiter.units, names),
@@ -604,8 +605,6 @@ class Allocator(Capacity):
                 )
                 if placed is None:
                     waiter.reason = HEADROOM
-                    if holds_node(waiter.reason) and now - waiter.since >= self.reserve_after:
-                        self._hold(waiter, held, covered)  # a long waiter keeps its node
                     continue
             if placed is None:
                 waiter.reason = "quota" if not verdict.ok else "no_capacity"

@@ -11,9 +11,9 @@ from fractions import Fraction
 from jupyterhub_gpupool.pool import commands as c
 from jupyterhub_gpupool.pool.allocator import Allocator
 from jupyterhub_gpupool.pool.effects import NodeHeld
-from jupyterhub_gpupool.pool.headroom import HEADROOM, hold_changes, holds_node, kept_hold
+from jupyterhub_gpupool.pool.headroom import hold_changes, kept_hold
 from jupyterhub_gpupool.pool.quota import QuotaBook, QuotaSpec
-from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES, INTERACTIVE, TRAINING
+from jupyterhub_gpupool.pool.workloads import DEFAULT_CLASSES, TRAINING
 from tests.allocrig import apply_all, decided, granted, h100_node, job, kept, offers, queued, req
 
 #: Training only waits (no preemption for waiters): the rounds say only where it holds.
@@ -107,13 +107,13 @@ def test_a_granted_waiter_takes_its_hold_along():
 def test_kept_hold_keeps_a_remembered_node_only_while_it_could_serve_the_waiter():
     a, b = h100_node("a", 2), replace(h100_node("b", 2), cluster="east")
     nodes = [(a, 2.0), (b, 1.0)]
-    assert kept_hold("b", nodes, None, set()) == "b"
-    assert kept_hold("b", nodes, {"east"}, set()) == "b"
-    assert kept_hold(None, nodes, None, set()) is None  # none remembered: choose afresh
-    assert kept_hold("b", nodes, {"default"}, set()) is None  # outside the waiter's clusters
-    assert kept_hold("b", nodes, None, {"b"}) is None  # held for a waiter ahead
-    assert kept_hold("b", [(a, 2.0), (b, None)], None, set()) is None  # too few usable GPUs
-    assert kept_hold("c", nodes, None, set()) is None  # left the pool
+    assert kept_hold("b", nodes, None, set(), {}) == "b"
+    assert kept_hold("b", nodes, {"east"}, set(), {}) == "b"
+    assert kept_hold(None, nodes, None, set(), {}) is None  # none remembered: choose afresh
+    assert kept_hold("b", nodes, {"default"}, set(), {}) is None  # outside the waiter's clusters
+    assert kept_hold("b", nodes, None, {"b"}, {}) is None  # held for a waiter ahead
+    assert kept_hold("b", [(a, 2.0), (b, None)], None, set(), {}) is None  # too few usable GPUs
+    assert kept_hold("c", nodes, None, set(), {}) is None  # left the pool
 
 
 def test_hold_changes_names_what_to_remember_and_what_to_forget():
@@ -123,67 +123,17 @@ def test_hold_changes_names_what_to_remember_and_what_to_forget():
     assert hold_changes({}, {}) == []
 
 
-def test_holds_node_for_capacity_and_while_the_headroom_holds_it_back():
-    assert holds_node("no_capacity") and holds_node(HEADROOM)
-    assert not holds_node("quota")  # no node frees a wait for quota
-    assert not holds_node("fairness")  # it waits behind a waiter ahead that holds one
-
-
-def headroom_pool() -> Allocator:
-    """Nodes a, b, c of two H100s, one kept free: j0, j1 on a, j2 and a notebook on b, a
-    notebook on c (the free one is c's); j3 asks for two: none fits, it holds a (least
-    pinned: borrowed trainings only)."""
-    alloc = Allocator(
-        [h100_node(n, 2) for n in "abc"],
-        offers(),
-        QuotaBook(
-            users={"trainer": QuotaSpec(guarantee=Fraction(0))},
-            default_user=QuotaSpec(guarantee=Fraction(1)),
-        ),
-        headroom=kept(1),
-        reserve_after=0,
-        aging_interval=0,
-    )
-    for i in range(3):
-        r = req(f"l-j{i}", "h100", "trainer", server=f"job:j{i}", arrival=float(i))
-        granted(alloc.submit(replace(r, workload=TRAINING), float(i)))
-    for n, user in enumerate(("alice", "bob")):
-        nb = req(f"nb{n}", "h100", user, arrival=3.0 + n)
-        granted(alloc.submit(replace(nb, workload=INTERACTIVE), 3.0 + n))
-    pair = req("l-j3", "h100x2", "trainer", server="job:j3", priority=-50, arrival=5.0)
-    queued(alloc.submit(replace(pair, workload=TRAINING), 5.0))
-    assert {lid: x.node for lid, x in alloc.leases.items()} == {
-        "l-j0": "a",
-        "l-j1": "a",
-        "l-j2": "b",
-        "nb0": "b",
-        "nb1": "c",
-    }
-    return alloc
-
-
-def round_(alloc: Allocator):
-    jobs = tuple(
-        job(f"j{i}", lease_id=f"l-j{i}", user="trainer", workload=TRAINING) for i in range(3)
-    )
-    workloads = {**{f"l-j{i}": TRAINING for i in range(4)}, "nb0": INTERACTIVE, "nb1": INTERACTIVE}
-    return decided(alloc, c.PreemptJobs(), T, classes=WAITS, jobs=jobs, workloads=workloads)
-
-
-def test_a_long_waiter_the_headroom_holds_back_keeps_its_node():
-    alloc = headroom_pool()
-    assert alloc.waiters["l-j3"].reason == "no_capacity"
-    out = round_(alloc)
-    assert out.effects == (NodeHeld("l-j3", "a"),)
-    apply_all(alloc, out.effects, T)
-    # the notebook on c leaves: j3 would fit there, but one GPU is kept free of borrowing
-    assert alloc.release("nb1", T) == []
-    assert alloc.waiters["l-j3"].reason == HEADROOM
-    # it still holds a, and the round forgets nothing (before, it said NodeHeld(j3, None)
-    # and the next wait for capacity chose a node afresh)
-    assert alloc.holds(T) == {"l-j3": "a"}
-    assert round_(alloc).effects == ()
-    # j0 ends: three free, so j3 may take c and leave one
-    (grant,) = alloc.release("l-j0", T)
-    assert (grant.request.id, grant.node) == ("l-j3", "c")
-    assert alloc.holds(T) == {}
+def test_kept_hold_with_pinned_keeps_a_remembered_node_only_while_it_is_least_pinned():
+    a, b, c = h100_node("a", 2), h100_node("b", 2), h100_node("c", 2)
+    nodes = [(a, 2.0), (b, 1.0), (c, 0.0)]
+    # b is as little pinned as any node it could use: kept
+    assert kept_hold("b", nodes, None, set(), {"a": 1.0, "c": 1.0}) == "b"
+    assert kept_hold("b", nodes, None, set(), {}) == "b"
+    # a notebook within guarantee was granted on b: a is less pinned now, choose afresh
+    assert kept_hold("b", nodes, None, set(), {"b": 1.0}) is None
+    # ... unless the less pinned node is no choice: held for a waiter ahead, outside the
+    # waiter's clusters, or too few usable GPUs there
+    assert kept_hold("b", nodes, None, {"a", "c"}, {"b": 1.0}) == "b"
+    assert kept_hold("b", [(a, None), (b, 1.0)], None, set(), {"b": 1.0}) == "b"
+    east = replace(h100_node("e", 2), cluster="east")
+    assert kept_hold("b", [(east, 2.0), (b, 1.0)], {"default"}, set(), {"b": 1.0}) == "b"
