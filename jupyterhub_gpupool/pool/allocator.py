@@ -242,9 +242,10 @@ class Allocator(Occupancy):
         if offer is None or not claim_models(covered, offer):
             return None
         leases, clusters = self.leases.values(), offer.served_in(waiter.request.clusters)
-        node = kept_hold(waiter.hold, self._usable(offer), clusters, held) or node_to_hold(
+        pinned = pinned_units(leases)
+        node = kept_hold(waiter.hold, self._usable(offer), clusters, held, pinned) or node_to_hold(
             self._usable(offer),
-            pinned_units(leases),
+            pinned,
             clusters,
             held,
             lambda names: smaller_borrowed_units(leases, waiter.units, names),

@@ -44,8 +44,10 @@ notices instead of 1,378). The ``PreemptJobs`` round says which node each long w
 restarted or second process holds the same one); every later choice keeps it while the waiter
 could still be served there: the node is in the pool, schedulable for the waiter's offer
 (``reservation.usable``: not drained, cordoned or unreachable, enough healthy GPUs of its
-models), in its clusters, and not held for a waiter ahead. Else a node is chosen afresh, and
-the next round remembers that one.
+models), in its clusters, not held for a waiter ahead, and no other node it could use is
+less pinned (held by fewer units within guarantee: a notebook granted on the node while it
+outranked a young waiter pins it for hours). Else a node is chosen afresh, and the next round
+remembers that one.
 
 What it trades: ``keep_free`` GPUs of each model stay idle while nothing else asks (training
 served less), for notebooks and services that find a GPU at once while no more than
@@ -198,19 +200,33 @@ def kept_hold(
     nodes: Iterable[tuple[Node, float | None]],
     clusters: Collection[str] | None,
     taken: Collection[str],
+    pinned: Mapping[str, float],
 ) -> str | None:
     """The node a long waiter keeps holding: ``remembered`` (its ``Waiter.hold``) while it
     could still serve the waiter: it is one of ``nodes`` (the schedulable nodes, each with its
     ``reservation.usable`` free capacity for the waiter's offer, None when fewer of its GPUs
     than one grant needs could serve it), in ``clusters`` (None: any), and not ``taken``
-    (held for a waiter ahead). None: choose afresh (``reservation.node_to_hold``)."""
+    (held for a waiter ahead); and while no other such node is less ``pinned`` (units held
+    within guarantee, ``reservation.pinned_units``): a notebook granted there before the
+    waiter outranked it pins it for hours, and the node chosen afresh is the least pinned.
+    None: choose afresh (``reservation.node_to_hold``)."""
     if remembered is None or remembered in taken:
         return None
+    mine: float | None = None
+    low = float("inf")
     for node, usable in nodes:
+        if usable is None or (clusters is not None and node.cluster not in clusters):
+            if node.name == remembered:
+                return None
+            continue
+        p = pinned.get(node.name, 0.0)
         if node.name == remembered:
-            ok = usable is not None and (clusters is None or node.cluster in clusters)
-            return remembered if ok else None
-    return None
+            mine = p
+        elif node.name not in taken:
+            low = min(low, p)
+    if mine is None or mine > low + _EPS:
+        return None
+    return remembered
 
 
 def hold_changes(

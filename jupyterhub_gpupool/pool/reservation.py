@@ -12,17 +12,18 @@ The node held is the one most likely to come free for it: among the nodes that c
 the request, the least capacity held by leases within guarantee (*pinned*: a borrowed lease
 goes back on reclaim or preemption, one within guarantee only when its owner lets go), then the
 most capacity free or held by borrowed leases smaller than it asks (what a long waiter of a
-class with ``preempt_for_waiters`` may preempt there, ``workloads.waiter_preemption_rank``:
-in the mixed replay, of two nodes each full of borrowed trainings the one with two 4-GPU jobs,
-not the one with an 8-GPU job, is held for an 8-GPU waiter), then the most free capacity on the
+class with ``preempt_for_waiters`` may preempt there, ``workloads.waiter_preemption_rank``: in
+the mixed replay, of two nodes each full of borrowed trainings the one with two 4-GPU jobs, not
+the one with an 8-GPU job, is held for an 8-GPU waiter), then the most free capacity on the
 GPUs it could use, then node order. Once the ``PreemptJobs`` round has said which
 (``effects.NodeHeld``, remembered as ``Waiter.hold``) the node is kept until the waiter is
 granted or gone, or can no longer be served there (``headroom.kept_hold``: drained, lost, too
-few usable GPUs, outside its clusters, or held for a waiter ahead); only then is one chosen
-afresh. Nothing new lands on it, so it only comes closer to fitting the request, and the waiter
-is never starved as long as the leases it waits for end — the guarantee holding every GPU back
-gave. (Chosen afresh at every decision, a node a refill of the headroom freed GPUs on could
-take the hold over and call for another refill: ``pool.headroom``.)
+few usable GPUs, outside its clusters, held for a waiter ahead, or another node is less
+pinned); only then is one chosen afresh. Nothing new lands on it, so it only comes closer to
+fitting the request, and the waiter is never starved as long as the leases it waits for end —
+the guarantee holding every GPU back gave. (Chosen afresh at every decision, a node a refill of
+the headroom freed GPUs on could take the hold over and call for another refill:
+``pool.headroom``.)
 
 Only the first long waiter (in queue order) for a set of models holds a node; later long
 waiters for the same models wait behind it without holding more, as they did before.

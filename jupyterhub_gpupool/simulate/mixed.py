@@ -177,6 +177,12 @@ class Figures:
     preemptions: dict[str, int] = field(default_factory=dict)
     #: of the training preemptions, those the headroom's refill made (nobody waiting for them)
     headroom_preemptions: int = 0
+    #: training notices given before midnight by cause: the class of the waiter each made way
+    #: for (``training``: a long waiter's own; ``interactive``, ``inference``: an ask within
+    #: guarantee), ``headroom`` for the refill; and those after midnight, while the replay
+    #: runs the queue dry (counted in ``preemptions``, no part of the day's GPU-hours)
+    training_notices_by_cause: dict[str, int] = field(default_factory=dict)
+    training_notices_after_midnight: dict[str, int] = field(default_factory=dict)
     training_done: int = 0
     trainings: int = 0
     seconds: float = 0.0
@@ -416,6 +422,18 @@ class Replay:
                 self.fig.preemptions[it.work.cls] += 1
                 if effect.notice == HEADROOM:
                     self.fig.headroom_preemptions += 1
+                if it.work.cls == TRAINING:
+                    cause = (
+                        self.by_request[effect.for_request].work.cls
+                        if effect.for_request is not None
+                        else effect.notice or "other"
+                    )
+                    by = (
+                        self.fig.training_notices_by_cause
+                        if t < DAY
+                        else self.fig.training_notices_after_midnight
+                    )
+                    by[cause] = by.get(cause, 0) + 1
                 self.at(effect.deadline, "deadline", it.idx, it.version)
             elif isinstance(effect, (WaitReason, NodeHeld)):
                 apply_effect(alloc, effect, t)
@@ -521,6 +539,18 @@ ROWS: tuple[Row, ...] = (
     ("inference preemptions", lambda f: f"{f.preemptions.get(INFERENCE, 0)}"),
     ("training preemptions", lambda f: f"{f.preemptions.get(TRAINING, 0)}"),
     ("  of them to refill the headroom", lambda f: f"{f.headroom_preemptions}"),
+    (
+        "  before midnight: refill / waiter / ask",
+        lambda f: "/".join(
+            str(n)
+            for n in (
+                f.training_notices_by_cause.get(HEADROOM, 0),
+                f.training_notices_by_cause.get(TRAINING, 0),
+                f.training_notices_by_cause.get(INTERACTIVE, 0)
+                + f.training_notices_by_cause.get(INFERENCE, 0),
+            )
+        ),
+    ),
     ("notebook preemptions", lambda f: f"{f.preemptions.get(INTERACTIVE, 0)}"),
     ("inference GPU-h held", lambda f: f"{f.held_gpu_hours.get(INFERENCE, 0.0):.1f}"),
     ("notebook GPU-h held", lambda f: f"{f.held_gpu_hours.get(INTERACTIVE, 0.0):.1f}"),

@@ -44,6 +44,8 @@ def test_one_pool_keeping_one_gpu_by_hand():
     assert f.notebook_wait_p95_s == f.notebook_wait_max_s == 0
     assert f.preemptions == {INTERACTIVE: 0, TRAINING: 2, INFERENCE: 0}
     assert f.headroom_preemptions == 2
+    # both notices are the refill's, before midnight
+    assert (f.training_notices_by_cause, f.training_notices_after_midnight) == ({"headroom": 2}, {})
     assert f.training_gpu_hours == pytest.approx(30)
     assert (f.training_done, f.trainings) == (3, 3)
     assert f.held_gpu_hours == pytest.approx({INTERACTIVE: 2, TRAINING: 30, INFERENCE: 8})

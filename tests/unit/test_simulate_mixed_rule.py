@@ -57,6 +57,7 @@ def test_the_facts_are_the_stores_and_the_replay_plays_the_rules_notice() -> Non
     r.preempt(H)
     assert deadlines(r) == [(H + 600, "t0#1")]
     assert t0.leaving and not t1.leaving and r.fig.preemptions[TRAINING] == 1
+    assert r.fig.training_notices_by_cause == {INFERENCE: 1}  # made way for the service
     # the next round: t0 is preempting (leaving), promised to the service; nothing more
     state = mixed.preempt_state(alloc, r.rule_classes, r._live(alloc))
     assert [j.state for j in state.jobs] == ["preempting", "running", "running"]

@@ -107,13 +107,13 @@ def test_a_granted_waiter_takes_its_hold_along():
 def test_kept_hold_keeps_a_remembered_node_only_while_it_could_serve_the_waiter():
     a, b = h100_node("a", 2), replace(h100_node("b", 2), cluster="east")
     nodes = [(a, 2.0), (b, 1.0)]
-    assert kept_hold("b", nodes, None, set()) == "b"
-    assert kept_hold("b", nodes, {"east"}, set()) == "b"
-    assert kept_hold(None, nodes, None, set()) is None  # none remembered: choose afresh
-    assert kept_hold("b", nodes, {"default"}, set()) is None  # outside the waiter's clusters
-    assert kept_hold("b", nodes, None, {"b"}) is None  # held for a waiter ahead
-    assert kept_hold("b", [(a, 2.0), (b, None)], None, set()) is None  # too few usable GPUs
-    assert kept_hold("c", nodes, None, set()) is None  # left the pool
+    assert kept_hold("b", nodes, None, set(), {}) == "b"
+    assert kept_hold("b", nodes, {"east"}, set(), {}) == "b"
+    assert kept_hold(None, nodes, None, set(), {}) is None  # none remembered: choose afresh
+    assert kept_hold("b", nodes, {"default"}, set(), {}) is None  # outside the waiter's clusters
+    assert kept_hold("b", nodes, None, {"b"}, {}) is None  # held for a waiter ahead
+    assert kept_hold("b", [(a, 2.0), (b, None)], None, set(), {}) is None  # too few usable GPUs
+    assert kept_hold("c", nodes, None, set(), {}) is None  # left the pool
 
 
 def test_hold_changes_names_what_to_remember_and_what_to_forget():
@@ -121,3 +121,19 @@ def test_hold_changes_names_what_to_remember_and_what_to_forget():
     holds = {"w1": "a", "w3": "c"}
     assert hold_changes(holds, remembered) == [("w2", None), ("w3", "c")]
     assert hold_changes({}, {}) == []
+
+
+def test_kept_hold_with_pinned_keeps_a_remembered_node_only_while_it_is_least_pinned():
+    a, b, c = h100_node("a", 2), h100_node("b", 2), h100_node("c", 2)
+    nodes = [(a, 2.0), (b, 1.0), (c, 0.0)]
+    # b is as little pinned as any node it could use: kept
+    assert kept_hold("b", nodes, None, set(), {"a": 1.0, "c": 1.0}) == "b"
+    assert kept_hold("b", nodes, None, set(), {}) == "b"
+    # a notebook within guarantee was granted on b: a is less pinned now, choose afresh
+    assert kept_hold("b", nodes, None, set(), {"b": 1.0}) is None
+    # ... unless the less pinned node is no choice: held for a waiter ahead, outside the
+    # waiter's clusters, or too few usable GPUs there
+    assert kept_hold("b", nodes, None, {"a", "c"}, {"b": 1.0}) == "b"
+    assert kept_hold("b", [(a, None), (b, 1.0)], None, set(), {"b": 1.0}) == "b"
+    east = replace(h100_node("e", 2), cluster="east")
+    assert kept_hold("b", [(east, 2.0), (b, 1.0)], {"default"}, set(), {"b": 1.0}) == "b"
