@@ -163,6 +163,19 @@ def line(free: int, held: str | None = None) -> str:
     return f"Headroom: keep_free {KEEP} · {room} · {held or 'no node held'}"
 
 
+def held_after(remembered: str, live: list[tuple[str, bool]]) -> str:
+    """The node the 4-GPU waiter holds once ``live`` (node, borrowed) 1-GPU leases run, by the
+    documented rule (``explanation/concepts.md``): a node can serve it while four of its GPUs are
+    free or borrowed; the remembered node is kept while it can and no other node that can is
+    less pinned (GPUs held within guarantee), else the least pinned that can."""
+    pinned = {n: sum(1 for at, borrowed in live if at == n and not borrowed) for n in GPUS}
+    can = [n for n in GPUS if GPUS[n] - pinned[n] >= 4]
+    assert can, (live, pinned)  # the scenario keeps a node the waiter could use
+    if remembered in can and pinned[remembered] <= min(pinned[n] for n in can):
+        return remembered
+    return min(can, key=lambda n: (pinned[n], list(GPUS).index(n)))
+
+
 def test_the_headroom_line_and_the_held_node(pool: Pool, browser: Any) -> None:
     hub, clock = pool.hub, pool.clock
     trainings = []
@@ -223,6 +236,13 @@ def test_the_headroom_line_and_the_held_node(pool: Pool, browser: Any) -> None:
     # borrowed training its notice, and one GPU is missing until it stops
     notebooks = [lease(hub, user, "h100", "nb") for user in ("alice", "bob")]
     assert [nb["state"] for nb in notebooks] == ["active", "active"], notebooks
+    # the hold stays only while its node could still serve the waiter and no node that could
+    # is less pinned (units within guarantee): notebooks landing there move it
+    leases = pool_map(hub)["leases"]
+    live = [(t["node"], leases[t["lease_id"]]["borrowed"]) for t in trainings]
+    live += [(nb["node"], leases[nb["id"]]["borrowed"]) for nb in notebooks]
+    node = held_after(node, live)
+    held = f"node {node} held for trainer's {BIG} (waiting 30 min)"
     expect(room).to_have_text(line(1, held), timeout=60_000)
     assert headroom(hub)["models"] == [model_room(1)]
     noticed = wait_until(
